@@ -1,0 +1,232 @@
+//! Key-based compaction (`cleanup.policy=compact`): keep the last value per key.
+//!
+//! A [`CompactionJob`] is planned under the log's lock, run without it (it reads closed
+//! segments, which only retention and truncation change, and writes new files into
+//! `<partition>/.cleaned/`), and installed under the lock again, where it is thrown away if the
+//! segments changed meanwhile. Offsets are preserved (gaps are normal in a compacted log);
+//! batches keep their base offset and `last_offset_delta`. Only closed segments older than
+//! `min.compaction.lag.ms` are cleaned, so the key map never covers the active segment: a key
+//! whose newest value is still in the active segment keeps its older values until that segment
+//! closes, as in Kafka.
+//!
+//! Tombstones (null values) are removed once their segment's newest timestamp is older than
+//! `delete.retention.ms`, giving consumers that long to see them. (Kafka 3.x measures from the
+//! first cleaning through a delete horizon stored in the batch; this is the older, simpler rule.)
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::batch::{BatchHeader, RecordBatch, HEADER_SIZE};
+use super::log::{cleaned_dir, commit_cleaned, index_settings, Log, LogError};
+use super::records::BatchBuilder;
+use super::segment::{IndexSettings, Scanner, Segment};
+
+/// Figures of one compaction, for logs and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    pub segments: usize,
+    pub records_read: u64,
+    pub records_kept: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+struct Cleanable {
+    base_offset: i64,
+    file: Arc<File>,
+    size: u64,
+    max_timestamp: i64,
+}
+
+/// A planned compaction of the closed segments of one log.
+pub struct CompactionJob {
+    dir: PathBuf,
+    settings: IndexSettings,
+    segments: Vec<Cleanable>,
+    delete_retention_ms: i64,
+    now_ms: i64,
+}
+
+/// A finished compaction whose files wait in `.cleaned/` to be installed.
+pub struct CompactionResult {
+    dir: PathBuf,
+    cleaned: Vec<(i64, u64)>,
+    pub stats: CompactionStats,
+}
+
+impl Log {
+    /// Plans a compaction, or `None` when the policy has no `compact` or nothing is cleanable.
+    pub fn compaction_job(&self) -> Option<CompactionJob> {
+        let config = self.config();
+        if !config.cleanup_policy.compact {
+            return None;
+        }
+        let now_ms = self.clock().now_ms();
+        let segments = self.segments();
+        let active = *segments.keys().next_back()?;
+        let cleanable: Vec<Cleanable> = segments
+            .range(..active)
+            .map(|(_, s)| s)
+            .take_while(|s| s.max_timestamp() <= now_ms - config.min_compaction_lag_ms)
+            .map(|s| Cleanable {
+                base_offset: s.base_offset(),
+                file: s.file().clone(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+            })
+            .collect();
+        if cleanable.is_empty() {
+            return None;
+        }
+        Some(CompactionJob {
+            dir: self.dir().to_path_buf(),
+            settings: index_settings(config),
+            segments: cleanable,
+            delete_retention_ms: config.delete_retention_ms,
+            now_ms,
+        })
+    }
+
+    /// Swaps cleaned segments in. Returns `false` (and discards the files) if any segment
+    /// changed since the job was planned.
+    pub fn install_compaction(&mut self, result: CompactionResult) -> Result<bool, LogError> {
+        let io = |source| LogError::Io { op: "install compaction in", path: result.dir.clone(), source };
+        let active = *self.segments().keys().next_back().expect("a log has an active segment");
+        let unchanged = result.dir == self.dir()
+            && result
+                .cleaned
+                .iter()
+                .all(|(base, size)| *base != active && self.segments().get(base).is_some_and(|s| s.size() == *size));
+        if !unchanged {
+            std::fs::remove_dir_all(cleaned_dir(&result.dir)).map_err(io)?;
+            return Ok(false);
+        }
+        self.before_mutation()?;
+        commit_cleaned(&result.dir).map_err(io)?;
+        let settings = index_settings(self.config());
+        let now = self.clock().now_ms();
+        for (base, _) in &result.cleaned {
+            let (segment, _) = Segment::open(&result.dir, *base, settings, false, false, now).map_err(io)?;
+            self.segments_mut().insert(*base, segment);
+        }
+        Ok(true)
+    }
+
+    /// Plans, runs and installs a compaction in one call (tests, or callers without
+    /// concurrency needs).
+    pub fn compact(&mut self) -> Result<Option<CompactionStats>, LogError> {
+        let Some(job) = self.compaction_job() else { return Ok(None) };
+        let result = job.run()?;
+        let stats = result.stats;
+        Ok(self.install_compaction(result)?.then_some(stats))
+    }
+}
+
+impl CompactionJob {
+    /// Builds the key map over the cleanable segments, then rewrites each of them keeping only
+    /// the latest record per key (and unexpired tombstones). Does not touch the live files.
+    pub fn run(self) -> Result<CompactionResult, LogError> {
+        let io = |source| LogError::Io { op: "compact", path: self.dir.clone(), source };
+        let mut latest: HashMap<Bytes, i64> = HashMap::new();
+        for segment in &self.segments {
+            for_each_batch(segment, |header, batch| {
+                if header.attributes.is_control() {
+                    return Ok(());
+                }
+                for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
+                    let record = record.map_err(LogError::CorruptBatch)?;
+                    if let Some(key) = record.key {
+                        latest.insert(Bytes::copy_from_slice(&key), record.offset);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        let out_dir = cleaned_dir(&self.dir);
+        if out_dir.exists() {
+            std::fs::remove_dir_all(&out_dir).map_err(io)?;
+        }
+        std::fs::create_dir_all(&out_dir).map_err(io)?;
+        let mut stats = CompactionStats { segments: self.segments.len(), ..CompactionStats::default() };
+        let mut cleaned = Vec::new();
+        for segment in &self.segments {
+            let tombstones_expire = segment.max_timestamp < self.now_ms - self.delete_retention_ms;
+            let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms).map_err(io)?;
+            for_each_batch(segment, |header, batch| {
+                if header.attributes.is_control() {
+                    return write_batch(&mut out, batch.bytes()).map_err(io);
+                }
+                let records = batch.records().map_err(LogError::CorruptBatch)?;
+                stats.records_read += records.len() as u64;
+                let keep = |r: &super::records::Record| {
+                    let newest = r.key.as_ref().is_none_or(|k| latest.get(k) == Some(&r.offset));
+                    newest && !(r.value.is_none() && tombstones_expire)
+                };
+                let kept: Vec<_> = records.iter().filter(|r| keep(r)).collect();
+                stats.records_kept += kept.len() as u64;
+                if kept.len() == records.len() {
+                    return write_batch(&mut out, batch.bytes()).map_err(io);
+                }
+                if kept.is_empty() {
+                    return Ok(());
+                }
+                let mut builder = BatchBuilder::new(batch.compression())
+                    .base_offset(header.base_offset)
+                    .producer(header.producer_id, header.producer_epoch, header.base_sequence)
+                    .transactional(header.attributes.is_transactional())
+                    .timestamp_type(header.attributes.timestamp_type())
+                    .partition_leader_epoch(header.partition_leader_epoch)
+                    .last_offset_delta(header.last_offset_delta);
+                for record in kept {
+                    let headers: Vec<(&str, Option<&[u8]>)> =
+                        record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+                    builder.push_at(
+                        (record.offset - header.base_offset) as i32,
+                        record.timestamp,
+                        record.key.as_deref(),
+                        record.value.as_deref(),
+                        &headers,
+                    );
+                }
+                let rebuilt = builder.build().map_err(LogError::CorruptBatch)?;
+                write_batch(&mut out, rebuilt.bytes()).map_err(io)
+            })?;
+            stats.bytes_before += segment.size;
+            stats.bytes_after += out.size();
+            out.close_active().map_err(io)?;
+            cleaned.push((segment.base_offset, segment.size));
+        }
+        Ok(CompactionResult { dir: self.dir, cleaned, stats })
+    }
+}
+
+fn for_each_batch(
+    segment: &Cleanable,
+    mut f: impl FnMut(&BatchHeader, &RecordBatch) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let mut scanner = Scanner::new(&segment.file, 0, segment.size);
+    loop {
+        let next = scanner.next_batch(true).map_err(|e| match e {
+            super::segment::ScanError::Io(source) => {
+                LogError::Io { op: "read for compaction", path: PathBuf::new(), source }
+            }
+            super::segment::ScanError::Corrupt(_) => {
+                LogError::CorruptBatch(super::batch::BatchError::MalformedRecords {
+                    reason: "a closed segment holds a corrupt batch",
+                })
+            }
+        })?;
+        let Some((header, bytes)) = next else { return Ok(()) };
+        let batch = RecordBatch::parse(Bytes::copy_from_slice(bytes)).map_err(LogError::CorruptBatch)?;
+        f(&header, &batch)?;
+    }
+}
+
+fn write_batch(out: &mut Segment, bytes: &Bytes) -> std::io::Result<()> {
+    let header: [u8; HEADER_SIZE] = bytes[..HEADER_SIZE].try_into().expect("a parsed batch has a header");
+    out.append(&header, &bytes[HEADER_SIZE..])
+}

@@ -1,0 +1,966 @@
+//! The log of one partition: ordered segments, offsets, recovery, retention and flushing.
+//!
+//! Invariants (asserted where they can break):
+//! - `log_start_offset <= log_end_offset`, and `recovery_point <= log_end_offset`.
+//! - Segments are keyed by base offset; every batch of a segment has offsets `>= base_offset`
+//!   and below the next segment's base; only the last segment (the active one) takes appends.
+//! - The active segment's `next_offset` is `<= log_end_offset` (equal unless a truncation
+//!   landed inside a gap, where the log end offset is the truncation point).
+//! - Everything below `recovery_point` has been fsynced; after a crash only segments that may
+//!   hold offsets at or above it are scanned.
+//! - A clean shutdown is recorded in the checkpoint file; the first mutation after opening
+//!   marks the log dirty again (durably) before it touches a segment.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use super::batch::{
+    self, BatchError, BatchHeader, RecordBatch, TimestampType, ATTRIBUTES_AT, CRC_AT, CRC_START, HEADER_SIZE,
+    MAX_TIMESTAMP_AT,
+};
+use super::config::LogConfig;
+use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
+
+/// Where wall-clock time comes from; tests drive a [`ManualClock`].
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> i64;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+}
+
+/// A clock that moves only when told to.
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn new(now_ms: i64) -> Arc<ManualClock> {
+        Arc::new(ManualClock(AtomicI64::new(now_ms)))
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+    pub fn set(&self, now_ms: i64) {
+        self.0.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Who is appending as leader: clients follow Kafka's producer rules; a coordinator (group,
+/// transaction) may write control batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    Client,
+    Coordinator,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+    /// The broker time written into LogAppendTime batches, else -1.
+    pub log_append_time: i64,
+    pub batch_count: u32,
+    pub record_count: i64,
+    pub bytes: u64,
+}
+
+/// Errors of the partition log. The server maps each to one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// CORRUPT_MESSAGE (CRC, truncation) or INVALID_RECORD, depending on the batch error.
+    #[error("invalid record batch: {0}")]
+    CorruptBatch(#[source] BatchError),
+    /// INVALID_RECORD: a well-formed batch that breaks the producer rules.
+    #[error("invalid record: {reason}")]
+    InvalidRecord { reason: &'static str },
+    /// MESSAGE_TOO_LARGE.
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: u32 },
+    /// RECORD_LIST_TOO_LARGE: a batch that cannot fit in any segment.
+    #[error("batch of {size} bytes exceeds segment.bytes {segment_bytes}")]
+    RecordBatchTooLarge { size: usize, segment_bytes: u32 },
+    /// OFFSET_OUT_OF_RANGE.
+    #[error("offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
+    /// The next offsets would not fit in an i64.
+    #[error("offset overflow appending after {log_end_offset}")]
+    OffsetOverflow { log_end_offset: i64 },
+    /// A replicated batch does not continue the log.
+    #[error("replicated batch at offset {base_offset} does not follow log end offset {log_end_offset}")]
+    NonMonotonicOffsets { base_offset: i64, log_end_offset: i64 },
+    /// KAFKA_STORAGE_ERROR: the disk failed (full, I/O error).
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// KAFKA_STORAGE_ERROR: an earlier I/O failure left the log in a state it could not repair;
+    /// it refuses writes until it is reopened (which recovers it).
+    #[error("log {dir} is offline after an I/O failure")]
+    Offline { dir: PathBuf },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LogError + 'a {
+    move |source| LogError::Io { op, path: path.to_path_buf(), source }
+}
+
+const CHECKPOINT_FILE: &str = "runnel.checkpoint";
+const CLEANED_DIR: &str = ".cleaned";
+const CLEANED_COMMIT: &str = "COMMIT";
+
+/// What the checkpoint file records between runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Checkpoint {
+    log_start_offset: i64,
+    recovery_point: i64,
+    clean_shutdown: bool,
+}
+
+impl Checkpoint {
+    fn read(dir: &Path) -> Option<Checkpoint> {
+        let text = fs::read_to_string(dir.join(CHECKPOINT_FILE)).ok()?;
+        let mut lines = text.lines();
+        if lines.next()? != "runnel-log-checkpoint 1" {
+            return None;
+        }
+        let mut field = |name: &str| -> Option<i64> { lines.next()?.strip_prefix(name)?.trim().parse().ok() };
+        Some(Checkpoint {
+            log_start_offset: field("log_start_offset")?,
+            recovery_point: field("recovery_point")?,
+            clean_shutdown: field("clean_shutdown")? == 1,
+        })
+    }
+
+    /// Writes atomically: temp file, fsync, rename, fsync the directory.
+    fn write(&self, dir: &Path) -> io::Result<()> {
+        let text = format!(
+            "runnel-log-checkpoint 1\nlog_start_offset {}\nrecovery_point {}\nclean_shutdown {}\n",
+            self.log_start_offset, self.recovery_point, self.clean_shutdown as u8
+        );
+        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        {
+            let file = fs::File::create(&tmp)?;
+            io::Write::write_all(&mut &file, text.as_bytes())?;
+            file.sync_all()?;
+        }
+        fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
+        sync_dir(dir)
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+}
+
+/// How an open went: whether a crash was detected and what recovery cut.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    pub clean_shutdown: bool,
+    pub segments_recovered: usize,
+    /// Bytes cut from torn or corrupt tails, including whole segments after the damage.
+    pub bytes_truncated: u64,
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    clock: Arc<dyn Clock>,
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    recovery_point: i64,
+    unflushed_messages: i64,
+    last_flush_ms: i64,
+    marked_dirty: bool,
+    offline: bool,
+    open_report: OpenReport,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering after a crash: segments that may hold
+    /// offsets at or after the recovery point are validated batch by batch and cut at the first
+    /// damage; segments after a damaged one are deleted; indexes that fail their sanity check
+    /// are rebuilt. After a clean shutdown nothing is scanned.
+    pub fn open(dir: &Path, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log, LogError> {
+        fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        let checkpoint = Checkpoint::read(dir);
+        let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
+        finish_or_discard_cleaning(dir).map_err(io_err("finish compaction in", dir))?;
+        let bases = list_segments(dir).map_err(io_err("list", dir))?;
+        let now = clock.now_ms();
+        let settings = index_settings(&config);
+        let recovery_point = checkpoint.map_or(0, |c| c.recovery_point);
+        let mut report = OpenReport { clean_shutdown: clean, ..OpenReport::default() };
+        let mut segments = BTreeMap::new();
+        let mut damaged = false;
+        for (i, &base) in bases.iter().enumerate() {
+            if damaged {
+                let path = dir.join(segment::file_name(base, LOG_SUFFIX));
+                report.bytes_truncated += fs::metadata(&path).map_or(0, |m| m.len());
+                tracing::warn!(segment = %path.display(), "deleting a segment that follows a damaged one");
+                for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
+                    let _ = fs::remove_file(dir.join(segment::file_name(base, suffix)));
+                }
+                continue;
+            }
+            let last = i + 1 == bases.len();
+            let recover = !clean && (last || bases[i + 1] > recovery_point);
+            let (segment, end) =
+                Segment::open(dir, base, settings, last, recover, now).map_err(io_err("open segment in", dir))?;
+            if recover {
+                report.segments_recovered += 1;
+            }
+            let previous_next = segments.values().next_back().map_or(i64::MIN, |s: &Segment| s.next_offset());
+            if let ScanEnd::Truncated { position, .. } = end {
+                report.bytes_truncated +=
+                    fs::metadata(segment.log_path()).map_or(0, |m| m.len()).saturating_sub(position);
+                damaged = !last;
+            }
+            if base < previous_next {
+                // Overlapping segments: only possible from damage; keep what came first.
+                tracing::warn!(segment = %segment.log_path().display(), "segment overlaps its predecessor");
+                report.bytes_truncated += segment.size();
+                segment.delete_files().map_err(io_err("delete segment in", dir))?;
+                damaged = true;
+                continue;
+            }
+            segments.insert(base, segment);
+        }
+        let start_from_checkpoint = checkpoint.map_or(0, |c| c.log_start_offset);
+        if segments.is_empty() {
+            let segment = Segment::create(dir, start_from_checkpoint.max(0), settings, now)
+                .map_err(io_err("create segment in", dir))?;
+            segments.insert(segment.base_offset(), segment);
+        }
+        // A segment that lost its successors to damage becomes the active one again.
+        let active = segments.values_mut().next_back().expect("at least one segment");
+        active.make_active(settings).map_err(io_err("reopen segment in", dir))?;
+        let log_end_offset = active.next_offset();
+        let first_base = *segments.keys().next().expect("at least one segment");
+        let log_start_offset = start_from_checkpoint.max(first_base).min(log_end_offset);
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            clock,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            recovery_point: if clean { log_end_offset } else { recovery_point.min(log_end_offset) },
+            unflushed_messages: 0,
+            last_flush_ms: now,
+            marked_dirty: false,
+            offline: false,
+            open_report: report,
+        };
+        if !clean {
+            // Everything is validated now; make it durable so the next crash starts from here.
+            log.flush()?;
+        }
+        log.check_invariants();
+        Ok(log)
+    }
+
+    fn check_invariants(&self) {
+        assert!(self.log_start_offset <= self.log_end_offset, "log start offset <= log end offset");
+        assert!(self.recovery_point <= self.log_end_offset, "recovery point <= log end offset");
+        let active = self.active();
+        assert!(active.next_offset() <= self.log_end_offset, "active segment ends at the log end offset");
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.values().next_back().expect("a log always has an active segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.values_mut().next_back().expect("a log always has an active segment")
+    }
+
+    /// Writes the checkpoint once with `clean_shutdown 0` before the first mutation, so a crash
+    /// after it is never mistaken for a clean shutdown.
+    fn mark_dirty(&mut self) -> Result<(), LogError> {
+        if self.offline {
+            return Err(LogError::Offline { dir: self.dir.clone() });
+        }
+        if !self.marked_dirty {
+            self.write_checkpoint(false)?;
+            self.marked_dirty = true;
+        }
+        Ok(())
+    }
+
+    fn write_checkpoint(&self, clean_shutdown: bool) -> Result<(), LogError> {
+        Checkpoint { log_start_offset: self.log_start_offset, recovery_point: self.recovery_point, clean_shutdown }
+            .write(&self.dir)
+            .map_err(io_err("write checkpoint in", &self.dir))
+    }
+
+    /// Appends batches from a producer (or a coordinator) as the leader: validates every batch
+    /// first (header, CRC, producer rules, size), then assigns consecutive offsets from the log
+    /// end offset and stamps `partition_leader_epoch`, writing the bytes as they came. Either all
+    /// batches are appended or, on a validation error, none.
+    pub fn append_as_leader(
+        &mut self,
+        records: &Bytes,
+        partition_leader_epoch: i32,
+        origin: AppendOrigin,
+    ) -> Result<AppendInfo, LogError> {
+        let mut record_count = 0i64;
+        let mut offsets_needed = 0i64;
+        let mut rest = &records[..];
+        while !rest.is_empty() {
+            let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
+            self.check_batch(&header, origin)?;
+            if self.config.cleanup_policy.compact && origin == AppendOrigin::Client {
+                let start = records.len() - rest.len();
+                check_keys_present(&records.slice(start..start + header.size()))?;
+            }
+            record_count += header.record_count as i64;
+            offsets_needed += header.last_offset_delta as i64 + 1;
+            rest = &rest[header.size()..];
+        }
+        if offsets_needed == 0 {
+            return Err(LogError::InvalidRecord { reason: "no record batches" });
+        }
+        if self.log_end_offset.checked_add(offsets_needed).is_none_or(|end| end == i64::MAX) {
+            return Err(LogError::OffsetOverflow { log_end_offset: self.log_end_offset });
+        }
+        self.mark_dirty()?;
+        let now = self.clock.now_ms();
+        let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let mut info = AppendInfo {
+            first_offset: self.log_end_offset,
+            last_offset: self.log_end_offset,
+            max_timestamp: batch::NO_TIMESTAMP,
+            offset_of_max_timestamp: self.log_end_offset,
+            log_append_time: if log_append { now } else { batch::NO_TIMESTAMP },
+            batch_count: 0,
+            record_count,
+            bytes: records.len() as u64,
+        };
+        let mut rest = &records[..];
+        while !rest.is_empty() {
+            let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
+            let (batch, tail) = rest.split_at(size);
+            rest = tail;
+            let mut header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
+            batch::patch_header(&mut header, self.log_end_offset, partition_leader_epoch);
+            let body = &batch[HEADER_SIZE..];
+            if log_append {
+                stamp_log_append_time(&mut header, body, now);
+            }
+            let parsed = BatchHeader::read(&header).expect("61 bytes");
+            self.append_batch(&header, body, &parsed, now)?;
+            if parsed.max_timestamp > info.max_timestamp {
+                info.max_timestamp = parsed.max_timestamp;
+                info.offset_of_max_timestamp = parsed.last_offset();
+            }
+            info.last_offset = parsed.last_offset();
+            info.batch_count += 1;
+        }
+        self.after_append(record_count)?;
+        Ok(info)
+    }
+
+    /// Appends batches replicated from the leader: offsets and epochs are kept as they are;
+    /// they must continue the log.
+    pub fn append_as_follower(&mut self, records: &Bytes) -> Result<AppendInfo, LogError> {
+        let mut rest = &records[..];
+        let mut expected = self.log_end_offset;
+        let mut record_count = 0;
+        while !rest.is_empty() {
+            let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
+            if header.base_offset < expected {
+                return Err(LogError::NonMonotonicOffsets {
+                    base_offset: header.base_offset,
+                    log_end_offset: self.log_end_offset,
+                });
+            }
+            if header.size() > self.config.segment_bytes as usize {
+                return Err(LogError::RecordBatchTooLarge {
+                    size: header.size(),
+                    segment_bytes: self.config.segment_bytes,
+                });
+            }
+            if header.last_offset() == i64::MAX {
+                return Err(LogError::OffsetOverflow { log_end_offset: self.log_end_offset });
+            }
+            expected = header.last_offset() + 1;
+            record_count += header.record_count as i64;
+            rest = &rest[header.size()..];
+        }
+        if records.is_empty() {
+            return Err(LogError::InvalidRecord { reason: "no record batches" });
+        }
+        self.mark_dirty()?;
+        let now = self.clock.now_ms();
+        let mut info = AppendInfo {
+            first_offset: i64::MAX,
+            last_offset: self.log_end_offset,
+            max_timestamp: batch::NO_TIMESTAMP,
+            offset_of_max_timestamp: self.log_end_offset,
+            log_append_time: batch::NO_TIMESTAMP,
+            batch_count: 0,
+            record_count,
+            bytes: records.len() as u64,
+        };
+        let mut rest = &records[..];
+        while !rest.is_empty() {
+            let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
+            let (batch, tail) = rest.split_at(size);
+            rest = tail;
+            let header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
+            let parsed = BatchHeader::read(&header).expect("61 bytes");
+            self.append_batch(&header, &batch[HEADER_SIZE..], &parsed, now)?;
+            info.first_offset = info.first_offset.min(parsed.base_offset);
+            info.last_offset = parsed.last_offset();
+            if parsed.max_timestamp > info.max_timestamp {
+                info.max_timestamp = parsed.max_timestamp;
+                info.offset_of_max_timestamp = parsed.last_offset();
+            }
+            info.batch_count += 1;
+        }
+        self.after_append(record_count)?;
+        Ok(info)
+    }
+
+    fn check_batch(&self, header: &BatchHeader, origin: AppendOrigin) -> Result<(), LogError> {
+        if origin == AppendOrigin::Client {
+            if header.attributes.is_control() {
+                return Err(LogError::InvalidRecord { reason: "clients may not write control batches" });
+            }
+            if header.record_count <= 0 || header.record_count != header.last_offset_delta + 1 {
+                return Err(LogError::InvalidRecord { reason: "record count does not match the offset range" });
+            }
+            if header.producer_id >= 0 && header.base_sequence < 0 {
+                return Err(LogError::InvalidRecord { reason: "idempotent batch without a sequence number" });
+            }
+        }
+        if header.size() > self.config.max_message_bytes as usize {
+            return Err(LogError::MessageTooLarge { size: header.size(), max: self.config.max_message_bytes });
+        }
+        if header.size() > self.config.segment_bytes as usize {
+            return Err(LogError::RecordBatchTooLarge {
+                size: header.size(),
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes one batch into the active segment, rolling first when it is due.
+    fn append_batch(
+        &mut self,
+        header_bytes: &[u8; HEADER_SIZE],
+        body: &[u8],
+        header: &BatchHeader,
+        now: i64,
+    ) -> Result<(), LogError> {
+        if self.should_roll(header, now) {
+            self.roll_at(header.base_offset)?;
+        }
+        let active = self.active_mut();
+        if let Err(source) = active.append(header_bytes, body) {
+            // The segment cut the partial batch; if even that failed it returned the cut's error
+            // and the file may hold garbage past `size`: refuse writes until a reopen recovers.
+            if active.file().metadata().map_or(true, |m| m.len() != active.size()) {
+                self.offline = true;
+            }
+            return Err(LogError::Io { op: "append to", path: self.dir.clone(), source });
+        }
+        self.log_end_offset = header.last_offset() + 1;
+        Ok(())
+    }
+
+    fn should_roll(&self, header: &BatchHeader, now: i64) -> bool {
+        let active = self.active();
+        if header.last_offset() - active.base_offset() > i32::MAX as i64 {
+            return true;
+        }
+        if active.is_empty() {
+            return false;
+        }
+        active.size() + header.size() as u64 > self.config.segment_bytes as u64
+            || now - active.rolling_timestamp() >= self.config.segment_ms
+            || active.indexes_full()
+    }
+
+    fn after_append(&mut self, record_count: i64) -> Result<(), LogError> {
+        self.unflushed_messages += record_count;
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment and starts a new one at the log end offset.
+    pub fn roll(&mut self) -> Result<(), LogError> {
+        if self.active().is_empty() {
+            return Ok(());
+        }
+        self.mark_dirty()?;
+        self.roll_at(self.log_end_offset)
+    }
+
+    fn roll_at(&mut self, base_offset: i64) -> Result<(), LogError> {
+        let base_offset = base_offset.max(self.log_end_offset);
+        let now = self.clock.now_ms();
+        let dir = self.dir.clone();
+        let settings = index_settings(&self.config);
+        self.active_mut().close_active().map_err(io_err("close segment in", &dir))?;
+        let segment = Segment::create(&dir, base_offset, settings, now).map_err(io_err("create segment in", &dir))?;
+        self.segments.insert(base_offset, segment);
+        // The closed segment was fsynced: nothing before the new one needs recovery.
+        self.recovery_point = self.recovery_point.max(base_offset.min(self.log_end_offset));
+        self.write_checkpoint(false)
+    }
+
+    /// Reads raw batches starting at the batch that contains `from_offset`: whole batches,
+    /// at most `max_bytes` but always at least one, none at or past `upper_bound_offset` (the
+    /// high watermark). Reads come from one segment, as in Kafka; an empty result means no
+    /// data yet at `from_offset`.
+    pub fn read(&self, from_offset: i64, max_bytes: usize, upper_bound_offset: i64) -> Result<Bytes, LogError> {
+        match self.slice(from_offset, upper_bound_offset)? {
+            Some(slice) => slice.read_batches(max_bytes, upper_bound_offset).map_err(io_err("read", &self.dir)),
+            None => Ok(Bytes::new()),
+        }
+    }
+
+    /// Finds where a read at `from_offset` starts, without reading: the returned slice can be
+    /// read after the caller releases its lock on the log.
+    pub fn slice(&self, from_offset: i64, upper_bound_offset: i64) -> Result<Option<FileSlice>, LogError> {
+        if from_offset < self.log_start_offset || from_offset > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: from_offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        let upper = upper_bound_offset.min(self.log_end_offset);
+        if from_offset >= upper {
+            return Ok(None);
+        }
+        let start = self.segments.range(..=from_offset).next_back().map_or(i64::MIN, |(base, _)| *base);
+        for segment in self.segments.range(start..).map(|(_, s)| s) {
+            if segment.base_offset() >= upper {
+                break;
+            }
+            if let Some((position, header)) = segment.locate(from_offset).map_err(io_err("read", &self.dir))? {
+                if header.base_offset >= upper {
+                    return Ok(None);
+                }
+                return Ok(Some(segment.slice(position)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes every batch that holds an offset `>= offset` (replication truncates divergent
+    /// suffixes this way). The log end offset becomes `offset`, or the base offset of the batch
+    /// that contained it.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        if offset < self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset.max(0));
+        }
+        self.mark_dirty()?;
+        let dir = self.dir.clone();
+        let settings = index_settings(&self.config);
+        let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(base, _)| *base).collect();
+        for base in doomed {
+            if self.segments.len() == 1 {
+                break;
+            }
+            let segment = self.segments.remove(&base).expect("listed above");
+            segment.delete_files().map_err(io_err("delete segment in", &dir))?;
+        }
+        let active = self.active_mut();
+        let new_end = active.truncate_to(offset, settings).map_err(io_err("truncate", &dir))?;
+        active.make_active(settings).map_err(io_err("truncate", &dir))?;
+        self.log_end_offset = new_end;
+        self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
+        self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Deletes everything and starts empty at `offset` (a follower far behind the leader).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.mark_dirty()?;
+        let dir = self.dir.clone();
+        for (_, segment) in std::mem::take(&mut self.segments) {
+            segment.delete_files().map_err(io_err("delete segment in", &dir))?;
+        }
+        let segment = Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms())
+            .map_err(io_err("create segment in", &dir))?;
+        self.segments.insert(offset, segment);
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.recovery_point = offset;
+        self.write_checkpoint(false)
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (at most the log end offset)
+    /// and deletes the segments that lie wholly below it. Returns the new log start offset.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, LogError> {
+        if offset > self.log_end_offset || offset < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.mark_dirty()?;
+            self.log_start_offset = offset;
+            self.write_checkpoint(false)?;
+            self.delete_segments_below_start()?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    /// Applies `retention.ms` and `retention.bytes` (with `cleanup.policy` delete) and the log
+    /// start offset, deleting whole closed segments from the oldest, never past
+    /// `high_watermark`. The active segment is never deleted.
+    pub fn enforce_retention(&mut self, high_watermark: i64) -> Result<RetentionOutcome, LogError> {
+        let mut outcome = self.delete_segments_below_start()?;
+        if !self.config.cleanup_policy.delete {
+            return Ok(outcome);
+        }
+        let now = self.clock.now_ms();
+        let mut excess =
+            if self.config.retention_bytes >= 0 { self.size_bytes() as i64 - self.config.retention_bytes } else { 0 };
+        let mut doomed = Vec::new();
+        let closed: Vec<(i64, i64)> = self.closed_segments_with_next().collect();
+        for (base, next_base) in closed {
+            if next_base > high_watermark {
+                break;
+            }
+            let segment = &self.segments[&base];
+            let expired = self.config.retention_ms >= 0 && largest_time(segment) < now - self.config.retention_ms;
+            let oversize = excess > 0 && excess - segment.size() as i64 >= 0;
+            if !expired && !oversize {
+                break;
+            }
+            excess -= segment.size() as i64;
+            doomed.push(base);
+        }
+        if let Some(&last) = doomed.last() {
+            let new_start = *self.segments.range(last + 1..).next().expect("the active segment remains").0;
+            self.mark_dirty()?;
+            self.log_start_offset = self.log_start_offset.max(new_start);
+            self.write_checkpoint(false)?;
+            let more = self.delete_segments_below_start()?;
+            outcome.segments_deleted += more.segments_deleted;
+            outcome.bytes_deleted += more.bytes_deleted;
+        }
+        Ok(outcome)
+    }
+
+    /// Closed segments as (base offset, next segment's base offset), oldest first.
+    fn closed_segments_with_next(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        bases.windows(2).map(|w| (w[0], w[1])).collect::<Vec<_>>().into_iter()
+    }
+
+    fn delete_segments_below_start(&mut self) -> Result<RetentionOutcome, LogError> {
+        let mut outcome = RetentionOutcome::default();
+        let doomed: Vec<i64> = self
+            .closed_segments_with_next()
+            .take_while(|(_, next_base)| *next_base <= self.log_start_offset)
+            .map(|(base, _)| base)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(outcome);
+        }
+        self.mark_dirty()?;
+        for base in doomed {
+            let segment = self.segments.remove(&base).expect("listed above");
+            outcome.segments_deleted += 1;
+            outcome.bytes_deleted += segment.size();
+            tracing::debug!(segment = %segment.log_path().display(), "deleting segment by retention");
+            segment.delete_files().map_err(io_err("delete segment in", &self.dir))?;
+        }
+        Ok(outcome)
+    }
+
+    /// ListOffsets by timestamp: the first record at or after `timestamp` (at or after the log
+    /// start offset), as `(offset, timestamp)`.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        for segment in self.segments.values() {
+            if segment.max_timestamp() < timestamp || segment.next_offset() <= self.log_start_offset {
+                continue;
+            }
+            let from = segment.time_index().lookup(timestamp).map_or(segment.base_offset(), |e| e.offset);
+            let from = from.max(self.log_start_offset);
+            let Some((position, _)) = segment.locate(from).map_err(io_err("read", &self.dir))? else { continue };
+            let mut scanner = segment.scanner(position);
+            while let Some((header, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &self.dir))? {
+                if header.max_timestamp < timestamp || header.attributes.is_control() {
+                    continue;
+                }
+                let batch = RecordBatch::parse(Bytes::copy_from_slice(bytes)).map_err(LogError::CorruptBatch)?;
+                for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
+                    let record = record.map_err(LogError::CorruptBatch)?;
+                    if record.timestamp >= timestamp && record.offset >= self.log_start_offset {
+                        return Ok(Some((record.offset, record.timestamp)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the record with the largest timestamp, as `(offset, timestamp)`.
+    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let Some(segment) = self
+            .segments
+            .values()
+            .filter(|s| !s.is_empty() && s.max_timestamp() != batch::NO_TIMESTAMP)
+            .max_by_key(|s| (s.max_timestamp(), std::cmp::Reverse(s.base_offset())))
+        else {
+            return Ok(None);
+        };
+        let max = segment.max_timestamp();
+        let Some((position, _)) =
+            segment.locate(segment.offset_of_max_timestamp()).map_err(io_err("read", &self.dir))?
+        else {
+            return Ok(None);
+        };
+        let mut scanner = segment.scanner(position);
+        if let Some((_, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &self.dir))? {
+            let batch = RecordBatch::parse(Bytes::copy_from_slice(bytes)).map_err(LogError::CorruptBatch)?;
+            for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
+                let record = record.map_err(LogError::CorruptBatch)?;
+                if record.timestamp == max {
+                    return Ok(Some((record.offset, max)));
+                }
+            }
+            return Ok(Some((batch.last_offset(), max)));
+        }
+        Ok(None)
+    }
+
+    /// fsyncs the active segment and moves the recovery point to the log end offset.
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active().flush().map_err(io_err("flush", &self.dir))?;
+        self.recovery_point = self.log_end_offset;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = self.clock.now_ms();
+        let clean = !self.marked_dirty && self.open_report.clean_shutdown;
+        self.write_checkpoint(clean)?;
+        self.marked_dirty |= !clean;
+        Ok(())
+    }
+
+    /// Flushes if `flush.ms` has passed since the last flush and there is something to flush.
+    pub fn maybe_flush(&mut self) -> Result<bool, LogError> {
+        let due = self.clock.now_ms() - self.last_flush_ms >= self.config.flush_ms;
+        if due && self.recovery_point < self.log_end_offset {
+            self.flush()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Clean shutdown: flush, trim the active segment's indexes, record it in the checkpoint.
+    pub fn close(mut self) -> Result<(), LogError> {
+        if self.offline {
+            return Err(LogError::Offline { dir: self.dir.clone() });
+        }
+        let dir = self.dir.clone();
+        self.active_mut().close_active().map_err(io_err("close", &dir))?;
+        self.recovery_point = self.log_end_offset;
+        self.write_checkpoint(true)
+    }
+
+    /// Replaces the config (AlterConfigs). Index sizes apply to segments created afterwards.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn open_report(&self) -> &OpenReport {
+        &self.open_report
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+    /// Bytes of all segment `.log` files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(super) fn segments(&self) -> &BTreeMap<i64, Segment> {
+        &self.segments
+    }
+    pub(super) fn segments_mut(&mut self) -> &mut BTreeMap<i64, Segment> {
+        &mut self.segments
+    }
+    pub(super) fn before_mutation(&mut self) -> Result<(), LogError> {
+        self.mark_dirty()
+    }
+}
+
+fn scan_error(e: segment::ScanError, dir: &Path) -> LogError {
+    match e {
+        segment::ScanError::Io(source) => LogError::Io { op: "read", path: dir.to_path_buf(), source },
+        segment::ScanError::Corrupt(_) => {
+            LogError::CorruptBatch(BatchError::MalformedRecords { reason: "segment holds a corrupt batch" })
+        }
+    }
+}
+
+/// The newest timestamp of a segment for time retention; its file's mtime if it has none.
+fn largest_time(segment: &Segment) -> i64 {
+    if segment.max_timestamp() != batch::NO_TIMESTAMP {
+        return segment.max_timestamp();
+    }
+    fs::metadata(segment.log_path())
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(i64::MAX, |d| d.as_millis() as i64)
+}
+
+/// LogAppendTime: the broker's clock becomes the batch's max timestamp; the CRC covers it.
+fn stamp_log_append_time(header: &mut [u8; HEADER_SIZE], body: &[u8], now: i64) {
+    let attributes = batch::Attributes(i16::from_be_bytes([header[ATTRIBUTES_AT], header[ATTRIBUTES_AT + 1]]))
+        .with_timestamp_type(TimestampType::LogAppendTime);
+    header[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.0.to_be_bytes());
+    header[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), body);
+    header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Compacted topics need a key on every record (Kafka rejects keyless records there).
+fn check_keys_present(batch_bytes: &Bytes) -> Result<(), LogError> {
+    let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
+    for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
+        if record.map_err(LogError::CorruptBatch)?.key.is_none() {
+            return Err(LogError::InvalidRecord { reason: "compacted topic cannot accept a record without a key" });
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn index_settings(config: &LogConfig) -> IndexSettings {
+    IndexSettings { index_interval_bytes: config.index_interval_bytes, segment_index_bytes: config.segment_index_bytes }
+}
+
+/// Base offsets of the `.log` files in `dir`, ascending. Index files without a log and leftover
+/// temporary files are removed.
+fn list_segments(dir: &Path) -> io::Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    let mut orphans = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(stem) = name.strip_suffix(LOG_SUFFIX) {
+            if let Ok(base) = stem.parse::<i64>() {
+                bases.push(base);
+            }
+        } else if let Some(stem) =
+            name.strip_suffix(segment::INDEX_SUFFIX).or_else(|| name.strip_suffix(segment::TIME_INDEX_SUFFIX))
+        {
+            if stem.parse::<i64>().is_ok() {
+                orphans.push((stem.to_string(), entry.path()));
+            }
+        }
+    }
+    bases.sort_unstable();
+    for (stem, path) in orphans {
+        if stem.parse::<i64>().is_ok_and(|b| bases.binary_search(&b).is_err()) {
+            fs::remove_file(path)?;
+        }
+    }
+    Ok(bases)
+}
+
+/// A compaction whose files are complete (`COMMIT` present) is finished by moving the rest of
+/// its files into place; an incomplete one is thrown away.
+fn finish_or_discard_cleaning(dir: &Path) -> io::Result<()> {
+    let cleaned = dir.join(CLEANED_DIR);
+    if !cleaned.exists() {
+        return Ok(());
+    }
+    if cleaned.join(CLEANED_COMMIT).exists() {
+        for entry in fs::read_dir(&cleaned)? {
+            let entry = entry?;
+            if entry.file_name() != CLEANED_COMMIT {
+                fs::rename(entry.path(), dir.join(entry.file_name()))?;
+            }
+        }
+        sync_dir(dir)?;
+    }
+    fs::remove_dir_all(&cleaned)?;
+    sync_dir(dir)
+}
+
+pub(super) fn cleaned_dir(dir: &Path) -> PathBuf {
+    dir.join(CLEANED_DIR)
+}
+
+/// Moves a complete set of cleaned segment files into `dir`, crash-safely: the `COMMIT` marker
+/// makes a crash mid-way finish on the next open.
+pub(super) fn commit_cleaned(dir: &Path) -> io::Result<()> {
+    let cleaned = dir.join(CLEANED_DIR);
+    sync_dir(&cleaned)?;
+    fs::File::create(cleaned.join(CLEANED_COMMIT))?.sync_all()?;
+    sync_dir(&cleaned)?;
+    finish_or_discard_cleaning(dir)
+}
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

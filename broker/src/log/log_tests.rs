@@ -1,0 +1,396 @@
+//! Unit tests of the partition log (`log.rs`) and compaction, on real files in temp dirs.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::log::batch::{BatchIter, Compression};
+use crate::log::compaction::CompactionStats;
+use crate::log::config::CleanupPolicy;
+use crate::log::records::BatchBuilder;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn batch(compression: Compression, records: &[(Option<&str>, Option<&str>)], timestamp: i64) -> Bytes {
+    let mut builder = BatchBuilder::new(compression);
+    for (key, value) in records {
+        builder.push(timestamp, key.map(str::as_bytes), value.map(str::as_bytes), &[]);
+    }
+    builder.build().unwrap().into_bytes()
+}
+
+fn value_batch(n: usize, value_len: usize, timestamp: i64) -> Bytes {
+    let value = "v".repeat(value_len);
+    let records: Vec<_> = (0..n).map(|_| (None, Some(value.as_str()))).collect();
+    batch(Compression::None, &records, timestamp)
+}
+
+fn small_config() -> LogConfig {
+    LogConfig { segment_bytes: 4096, index_interval_bytes: 256, ..LogConfig::default() }
+}
+
+fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
+    Log::open(dir, config, clock.clone()).unwrap()
+}
+
+/// Every (offset, value) readable from `from`, following reads to the end.
+fn read_all(log: &Log, from: i64) -> Vec<(i64, Option<Bytes>)> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while next < log.log_end_offset() {
+        let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+        if bytes.is_empty() {
+            break;
+        }
+        for batch in BatchIter::new(bytes) {
+            let batch = batch.unwrap();
+            for record in batch.records().unwrap() {
+                if record.offset >= next {
+                    out.push((record.offset, record.value.clone()));
+                }
+            }
+            next = batch.last_offset() + 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn append_assigns_offsets_and_read_returns_the_same_bytes() {
+    // Proves offsets are assigned from the log end offset and reads return the appended batch.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let first = log.append_as_leader(&value_batch(3, 10, T0), 5, AppendOrigin::Client).unwrap();
+    assert_eq!((first.first_offset, first.last_offset, first.record_count), (0, 2, 3));
+    let second = log.append_as_leader(&value_batch(2, 10, T0 + 1), 5, AppendOrigin::Client).unwrap();
+    assert_eq!((second.first_offset, second.last_offset), (3, 4));
+    assert_eq!(log.log_end_offset(), 5);
+
+    let bytes = log.read(3, 1 << 20, i64::MAX).unwrap();
+    let batches: Vec<_> = BatchIter::new(bytes).map(Result::unwrap).collect();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].base_offset(), 3);
+    assert_eq!(batches[0].header().partition_leader_epoch, 5);
+    // The read from offset 1 starts at the batch that contains it.
+    let bytes = log.read(1, 1 << 20, i64::MAX).unwrap();
+    assert_eq!(BatchIter::new(bytes).next().unwrap().unwrap().base_offset(), 0);
+    // The upper bound (high watermark) hides the second batch.
+    let bytes = log.read(0, 1 << 20, 3).unwrap();
+    assert_eq!(BatchIter::new(bytes).count(), 1);
+    assert!(log.read(3, 1 << 20, 3).unwrap().is_empty());
+    assert!(log.read(5, 1 << 20, i64::MAX).unwrap().is_empty());
+    assert!(matches!(log.read(6, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+}
+
+#[test]
+fn read_returns_whole_batches_and_at_least_one() {
+    // Proves max_bytes cuts at batch boundaries but never returns nothing when a batch exists.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let b = value_batch(1, 1000, T0);
+    for _ in 0..3 {
+        log.append_as_leader(&b, 0, AppendOrigin::Client).unwrap();
+    }
+    let one = log.read(0, 10, i64::MAX).unwrap();
+    assert_eq!(one.len(), b.len());
+    let two = log.read(0, 2 * b.len() + 10, i64::MAX).unwrap();
+    assert_eq!(two.len(), 2 * b.len());
+}
+
+#[test]
+fn segments_roll_on_size_and_reads_cross_them() {
+    // Proves rolling by segment.bytes and that every offset stays readable across segments.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..100 {
+        log.append_as_leader(&value_batch(2, 100, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    assert!(log.segment_count() > 5, "{} segments", log.segment_count());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 200);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as i64));
+    // Every offset can start a read.
+    for offset in [0, 1, 57, 58, 199] {
+        let bytes = log.read(offset, 1, i64::MAX).unwrap();
+        let batch = BatchIter::new(bytes).next().unwrap().unwrap();
+        assert!(batch.base_offset() <= offset && offset <= batch.last_offset());
+    }
+}
+
+#[test]
+fn segment_ms_rolls_an_old_segment() {
+    // Proves the time-based roll uses the first batch's timestamp against the clock.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { segment_ms: 1000, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    clock.advance(999);
+    log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    clock.advance(1);
+    log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+}
+
+#[test]
+fn clean_reopen_scans_nothing_and_keeps_everything() {
+    // Proves a clean close is detected and the reopened log has the same offsets and data.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..50 {
+        log.append_as_leader(&value_batch(3, 50, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    let before = read_all(&log, 0);
+    let segments = log.segment_base_offsets();
+    log.close().unwrap();
+    let mut log = open(dir.path(), small_config(), &clock);
+    assert!(log.open_report().clean_shutdown);
+    assert_eq!(log.open_report().segments_recovered, 0);
+    assert_eq!(log.segment_base_offsets(), segments);
+    assert_eq!(log.log_end_offset(), 150);
+    assert_eq!(read_all(&log, 0), before);
+    // It keeps appending where it left off, and a crash after that is not mistaken for clean.
+    log.append_as_leader(&value_batch(1, 50, T0), 0, AppendOrigin::Client).unwrap();
+    drop(log);
+    let log = open(dir.path(), small_config(), &clock);
+    assert!(!log.open_report().clean_shutdown);
+    assert_eq!(log.log_end_offset(), 151);
+}
+
+#[test]
+fn crash_with_a_torn_tail_keeps_every_whole_batch() {
+    // Proves recovery cuts a torn final batch and keeps all batches before it.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    for i in 0..10 {
+        log.append_as_leader(&value_batch(1, 100, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    let path = dir.path().join("00000000000000000000.log");
+    let len = std::fs::metadata(&path).unwrap().len();
+    drop(log);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(len - 7).unwrap();
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert!(!log.open_report().clean_shutdown);
+    assert_eq!(log.log_end_offset(), 9);
+    assert_eq!(read_all(&log, 0).len(), 9);
+}
+
+#[test]
+fn corrupt_crc_is_rejected_and_nothing_is_written() {
+    // Proves a bad CRC is a typed error and a request with one bad batch appends nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let good = value_batch(1, 10, T0);
+    let mut bad = good.to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    let mut both = good.to_vec();
+    both.extend_from_slice(&bad);
+    let err = log.append_as_leader(&Bytes::from(both), 0, AppendOrigin::Client).unwrap_err();
+    assert!(matches!(err, LogError::CorruptBatch(BatchError::CrcMismatch { .. })), "{err}");
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.size_bytes(), 0);
+}
+
+#[test]
+fn oversized_and_control_batches_from_clients_are_rejected() {
+    // Proves max.message.bytes and the client rules (no control batches) are enforced.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { max_message_bytes: 500, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    let err = log.append_as_leader(&value_batch(1, 600, T0), 0, AppendOrigin::Client).unwrap_err();
+    assert!(matches!(err, LogError::MessageTooLarge { max: 500, .. }), "{err}");
+    let mut builder = BatchBuilder::new(Compression::None).control(true);
+    builder.push(T0, Some(&[0, 0, 0, 0]), Some(&[0, 0, 0, 0, 0, 0]), &[]);
+    let control = builder.build().unwrap().into_bytes();
+    let err = log.append_as_leader(&control, 0, AppendOrigin::Client).unwrap_err();
+    assert!(matches!(err, LogError::InvalidRecord { .. }), "{err}");
+    log.append_as_leader(&control, 0, AppendOrigin::Coordinator).unwrap();
+    assert!(matches!(
+        log.append_as_leader(&Bytes::new(), 0, AppendOrigin::Client),
+        Err(LogError::InvalidRecord { .. })
+    ));
+}
+
+#[test]
+fn log_append_time_overwrites_the_batch_timestamp_and_keeps_the_crc_valid() {
+    // Proves message.timestamp.type=LogAppendTime stamps the broker clock into a valid batch.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0 + 5_000);
+    let config = LogConfig { message_timestamp_type: TimestampType::LogAppendTime, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    let info = log.append_as_leader(&value_batch(2, 10, T0), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(info.log_append_time, T0 + 5_000);
+    let bytes = log.read(0, 1 << 20, i64::MAX).unwrap();
+    let batch = BatchIter::new(bytes).next().unwrap().unwrap();
+    assert_eq!(batch.header().attributes.timestamp_type(), TimestampType::LogAppendTime);
+    assert!(batch.records().unwrap().iter().all(|r| r.timestamp == T0 + 5_000));
+}
+
+#[test]
+fn truncate_removes_the_suffix_and_appends_continue_from_there() {
+    // Proves truncate_to cuts whole batches, across segments, and the log continues after it.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..60 {
+        log.append_as_leader(&value_batch(2, 100, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    log.truncate_to(51).unwrap();
+    assert_eq!(log.log_end_offset(), 50, "51 sits inside the batch [50, 51]");
+    assert_eq!(read_all(&log, 0).len(), 50);
+    let info = log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(info.first_offset, 50);
+    drop(log);
+    let log = open(dir.path(), small_config(), &clock);
+    assert_eq!(log.log_end_offset(), 51);
+    assert_eq!(read_all(&log, 0).len(), 51);
+}
+
+#[test]
+fn retention_by_time_and_size_deletes_whole_closed_segments() {
+    // Proves retention.ms uses each segment's newest timestamp and retention.bytes the total size.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { retention_ms: 10_000, ..small_config() };
+    let mut log = open(dir.path(), config, &clock);
+    for i in 0..40 {
+        log.append_as_leader(&value_batch(1, 500, T0 + i * 1000), 0, AppendOrigin::Client).unwrap();
+    }
+    clock.set(T0 + 45_000);
+    let segments_before = log.segment_count();
+    let outcome = log.enforce_retention(log.log_end_offset()).unwrap();
+    assert!(outcome.segments_deleted > 0 && outcome.segments_deleted < segments_before);
+    // Every remaining closed segment has a timestamp within retention, or it is the active one.
+    assert!(log.log_start_offset() > 0);
+    assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
+    assert!(matches!(log.read(0, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+
+    let mut config = log.config().clone();
+    config.retention_ms = -1;
+    config.retention_bytes = 0;
+    log.set_config(config);
+    log.enforce_retention(log.log_end_offset()).unwrap();
+    assert_eq!(log.segment_count(), 1, "only the active segment survives retention.bytes=0");
+    // Never past the high watermark.
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut log2 = open(dir2.path(), LogConfig { retention_bytes: 0, ..small_config() }, &clock);
+    for _ in 0..20 {
+        log2.append_as_leader(&value_batch(1, 500, T0), 0, AppendOrigin::Client).unwrap();
+    }
+    assert_eq!(log2.enforce_retention(0).unwrap().segments_deleted, 0);
+}
+
+#[test]
+fn delete_records_moves_the_log_start_offset_durably() {
+    // Proves DeleteRecords semantics: the start offset moves, old segments go, it survives a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..40 {
+        log.append_as_leader(&value_batch(1, 500, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    assert_eq!(log.delete_records_before(25).unwrap(), 25);
+    assert!(log.segment_base_offsets()[0] <= 25);
+    assert!(log.segment_base_offsets()[0] > 0);
+    assert!(matches!(log.read(24, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+    assert!(matches!(log.delete_records_before(41), Err(LogError::OffsetOutOfRange { .. })));
+    drop(log);
+    let log = open(dir.path(), small_config(), &clock);
+    assert_eq!(log.log_start_offset(), 25);
+    assert_eq!(read_all(&log, 25).first().map(|r| r.0), Some(25));
+}
+
+#[test]
+fn offset_for_timestamp_finds_the_first_record_at_or_after() {
+    // Proves ListOffsets by timestamp and max timestamp across segments.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..50 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(T0 + i * 10, None, Some(b"a"), &[]);
+        builder.push(T0 + i * 10 + 5, None, Some(b"b"), &[]);
+        log.append_as_leader(&builder.build().unwrap().into_bytes(), 0, AppendOrigin::Client).unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, T0)));
+    assert_eq!(log.offset_for_timestamp(T0 + 3).unwrap(), Some((1, T0 + 5)));
+    assert_eq!(log.offset_for_timestamp(T0 + 250).unwrap(), Some((50, T0 + 250)));
+    assert_eq!(log.offset_for_timestamp(T0 + 251).unwrap(), Some((51, T0 + 255)));
+    assert_eq!(log.offset_for_timestamp(T0 + 10_000).unwrap(), None);
+    assert_eq!(log.max_timestamp_offset().unwrap(), Some((99, T0 + 495)));
+}
+
+#[test]
+fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
+    // Proves compaction keeps the newest record per key, keeps offsets, and drops old tombstones.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        delete_retention_ms: 1_000,
+        segment_bytes: 2048,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config, &clock);
+    for round in 0..20 {
+        for key in ["a", "b", "c"] {
+            let value = format!("{key}{round}");
+            let value = if key == "c" && round == 19 { None } else { Some(value) };
+            log.append_as_leader(
+                &batch(Compression::Lz4, &[(Some(key), value.as_deref())], T0),
+                0,
+                AppendOrigin::Client,
+            )
+            .unwrap();
+        }
+    }
+    log.roll().unwrap();
+    let keyless = log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap_err();
+    assert!(matches!(keyless, LogError::InvalidRecord { .. }));
+    let stats: CompactionStats = log.compact().unwrap().unwrap();
+    assert_eq!(stats.records_read, 60);
+    assert_eq!(stats.records_kept, 3, "{stats:?}");
+    let all = read_all(&log, 0);
+    assert_eq!(all.iter().map(|r| r.0).collect::<Vec<_>>(), vec![57, 58, 59]);
+    assert_eq!(all[0].1.as_deref(), Some(&b"a19"[..]));
+    assert_eq!(all[2].1, None, "a fresh tombstone survives");
+    // Once the tombstone is older than delete.retention.ms it goes too.
+    clock.advance(10_000);
+    let stats = log.compact().unwrap().unwrap();
+    assert_eq!(stats.records_kept, 2);
+    assert_eq!(log.log_end_offset(), 60);
+    drop(log);
+    let log = Log::open(
+        dir.path(),
+        LogConfig { cleanup_policy: CleanupPolicy::COMPACT, ..LogConfig::default() },
+        clock.clone(),
+    )
+    .unwrap();
+    assert_eq!(read_all(&log, 0).iter().map(|r| r.0).collect::<Vec<_>>(), vec![57, 58]);
+}
+
+#[test]
+fn follower_append_keeps_offsets_and_rejects_going_backwards() {
+    // Proves replicated batches keep their offsets and must continue the log.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let mut builder = BatchBuilder::new(Compression::None).base_offset(10).partition_leader_epoch(3);
+    builder.push(T0, None, Some(b"x"), &[]);
+    let replicated = builder.build().unwrap().into_bytes();
+    let info = log.append_as_follower(&replicated).unwrap();
+    assert_eq!((info.first_offset, info.last_offset), (10, 10));
+    assert_eq!(log.log_end_offset(), 11);
+    assert!(matches!(log.append_as_follower(&replicated), Err(LogError::NonMonotonicOffsets { .. })));
+}

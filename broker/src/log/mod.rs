@@ -1,0 +1,22 @@
+//! The storage engine for one partition, in Kafka's on-disk format.
+//!
+//! Owns: RecordBatch v2 views and codecs (`batch`, `records`), segment files and their sparse
+//! indexes (`segment`, `index`), the partition log with recovery, retention and flushing
+//! (`log`), and key-based compaction (`compaction`).
+//! Invariant: `log/` is the only module that writes or fsyncs partition files. It knows nothing
+//! of the network, replication or high watermarks beyond the upper bound a reader passes in.
+
+pub mod batch;
+pub mod compaction;
+pub mod config;
+pub mod index;
+#[allow(clippy::module_inception)]
+mod log;
+pub mod records;
+pub mod segment;
+
+pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
+pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
+pub use self::log::{
+    AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RetentionOutcome, SystemClock,
+};

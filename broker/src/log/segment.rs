@@ -1,0 +1,546 @@
+//! One segment of a partition log: `<base>.log`, `<base>.index`, `<base>.timeindex`.
+//!
+//! The `.log` file holds RecordBatch v2 bytes back to back, exactly as the protocol carries
+//! them; the indexes are sparse maps into it (see [`super::index`]). A segment knows its size,
+//! its next offset and its largest timestamp; everything else is read from the file.
+//! Invariant: `size` is the length of the `.log` file and always ends on a batch boundary.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP};
+use super::index::{OffsetIndex, TimeIndex};
+
+/// Bytes of a batch header needed to know its offsets and size (through `last_offset_delta`).
+const OFFSETS_PREFIX: usize = batch::LAST_OFFSET_DELTA_AT + 4;
+
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+
+/// Kafka's file name for a segment file: the base offset in 20 digits.
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// The index settings a segment needs.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexSettings {
+    pub index_interval_bytes: u32,
+    pub segment_index_bytes: u32,
+}
+
+/// How far a recovery scan got through a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// Every byte of the file is part of a valid batch.
+    Clean,
+    /// A batch at `position` is torn or corrupt; the file was cut there.
+    Truncated { position: u64, reason: String },
+}
+
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: Arc<File>,
+    size: u64,
+    index: OffsetIndex,
+    time_index: TimeIndex,
+    settings: IndexSettings,
+    bytes_since_index_entry: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// Timestamp `segment.ms` counts from: the first batch's max timestamp, else creation time.
+    rolling_timestamp: i64,
+}
+
+impl Segment {
+    /// Creates an empty segment, replacing stale files with the same base offset.
+    pub fn create(dir: &Path, base_offset: i64, settings: IndexSettings, now_ms: i64) -> io::Result<Segment> {
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let log = OpenOptions::new().read(true).append(true).create(true).open(&log_path)?;
+        log.set_len(0)?;
+        let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
+        let time_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
+        for path in [&index_path, &time_path] {
+            if path.exists() {
+                fs::remove_file(path)?;
+            }
+        }
+        let max = settings.segment_index_bytes as usize;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size: 0,
+            index: OffsetIndex::open(&index_path, base_offset, max, true)?,
+            time_index: TimeIndex::open(&time_path, base_offset, max, true)?,
+            settings,
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: NO_TIMESTAMP,
+            offset_of_max_timestamp: base_offset,
+            rolling_timestamp: now_ms,
+        })
+    }
+
+    /// Opens an existing segment. With `recover`, every batch is validated (CRC included), the
+    /// indexes are rebuilt and a torn or corrupt tail is cut off. Without it, the indexes are
+    /// trusted after a sanity check (and rebuilt if they fail it), and only the tail after the
+    /// last index entry is read to learn the next offset and largest timestamp.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        settings: IndexSettings,
+        active: bool,
+        recover: bool,
+        now_ms: i64,
+    ) -> io::Result<(Segment, ScanEnd)> {
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let log = OpenOptions::new().read(true).append(true).open(&log_path)?;
+        let size = log.metadata()?.len();
+        let max = settings.segment_index_bytes as usize;
+        let index = OffsetIndex::open(&dir.join(file_name(base_offset, INDEX_SUFFIX)), base_offset, max, active)?;
+        let time_index =
+            TimeIndex::open(&dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max, active)?;
+        let mut segment = Segment {
+            base_offset,
+            log_path,
+            log: Arc::new(log),
+            size,
+            index,
+            time_index,
+            settings,
+            bytes_since_index_entry: 0,
+            next_offset: base_offset,
+            max_timestamp: NO_TIMESTAMP,
+            offset_of_max_timestamp: base_offset,
+            rolling_timestamp: now_ms,
+        };
+        let trusted = !recover && segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok();
+        let end = if trusted {
+            ScanEnd::Clean
+        } else {
+            if !recover {
+                tracing::warn!(segment = %segment.log_path.display(), "index failed its sanity check; rebuilding");
+            }
+            segment.rebuild()?
+        };
+        if !active {
+            segment.index.trim()?;
+            segment.time_index.trim()?;
+        }
+        Ok((segment, end))
+    }
+
+    /// Reads the batches after the last index entry: sets next offset, bytes since the last
+    /// entry and the largest timestamp (the time index's last entry covers everything before).
+    /// `Err` names what is inconsistent; the caller then rebuilds the indexes.
+    fn load_tail(&mut self) -> Result<(), &'static str> {
+        if let Some(last) = self.time_index.last() {
+            self.max_timestamp = last.timestamp;
+            self.offset_of_max_timestamp = last.offset;
+        }
+        let last_entry = self.index.last();
+        let mut position = last_entry.map_or(0, |e| e.position as u64);
+        self.bytes_since_index_entry = 0;
+        while position < self.size {
+            let header = self.read_header(position).map_err(|_| "unreadable batch header in the tail")?;
+            header.validate().map_err(|_| "invalid batch header in the tail")?;
+            let end = position + header.size() as u64;
+            if end > self.size || header.base_offset < self.next_offset {
+                return Err("batches in the tail do not line up");
+            }
+            if let Some(entry) = last_entry.filter(|e| e.position as u64 == position) {
+                if entry.offset != header.last_offset() {
+                    return Err("the last index entry does not match its batch");
+                }
+            }
+            // Kafka's rule: the counter restarts at the indexed batch, which it then includes.
+            self.bytes_since_index_entry += header.size() as u64;
+            self.note_timestamp(&header);
+            self.next_offset = header.last_offset() + 1;
+            position = end;
+        }
+        self.time_index.sanity_check(self.next_offset).map_err(|e| e.reason)?;
+        if self.size > 0 {
+            let first = self.read_header(0).map_err(|_| "unreadable first batch header")?;
+            self.rolling_timestamp_from(&first);
+        }
+        Ok(())
+    }
+
+    /// Validates every batch from the start, rebuilding both indexes; cuts the file at the first
+    /// batch that is torn, corrupt, or out of offset order.
+    fn rebuild(&mut self) -> io::Result<ScanEnd> {
+        self.index.reset();
+        self.time_index.reset();
+        let size = self.size;
+        self.size = 0;
+        self.bytes_since_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = NO_TIMESTAMP;
+        self.offset_of_max_timestamp = self.base_offset;
+        let file = self.log.clone();
+        let mut scanner = Scanner::new(&file, 0, size);
+        let mut end = ScanEnd::Clean;
+        loop {
+            let position = scanner.position();
+            let header = match scanner.next_batch(true) {
+                Ok(Some((header, _))) => header,
+                Ok(None) => break,
+                Err(ScanError::Io(e)) => return Err(e),
+                Err(ScanError::Corrupt(reason)) => {
+                    end = ScanEnd::Truncated { position, reason };
+                    break;
+                }
+            };
+            let relative = header.last_offset() - self.base_offset;
+            if header.base_offset < self.next_offset || !(0..=i32::MAX as i64).contains(&relative) {
+                end = ScanEnd::Truncated { position, reason: "offsets out of order".to_string() };
+                break;
+            }
+            if position == 0 {
+                self.rolling_timestamp_from(&header);
+            }
+            self.index_batch(&header, position);
+            self.size = position + header.size() as u64;
+        }
+        if let ScanEnd::Truncated { position, reason } = &end {
+            tracing::warn!(segment = %self.log_path.display(), position, reason, bytes_removed = size - position, "truncating a torn or corrupt segment tail");
+            self.log.set_len(*position)?;
+            self.log.sync_all()?;
+        }
+        assert_eq!(self.size, scanner_end(&end, size));
+        Ok(end)
+    }
+
+    fn rolling_timestamp_from(&mut self, first: &BatchHeader) {
+        if first.max_timestamp >= 0 {
+            self.rolling_timestamp = first.max_timestamp;
+        }
+    }
+
+    fn note_timestamp(&mut self, header: &BatchHeader) {
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = header.last_offset();
+        }
+    }
+
+    /// Updates the indexes and the segment's summary for a batch written at `position`, with
+    /// Kafka's rule: an entry once more than `index.interval.bytes` were written since the last.
+    fn index_batch(&mut self, header: &BatchHeader, position: u64) {
+        self.note_timestamp(header);
+        if self.bytes_since_index_entry > self.settings.index_interval_bytes as u64 {
+            self.index.append(header.last_offset(), position as u32);
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += header.size() as u64;
+        self.next_offset = header.last_offset() + 1;
+    }
+
+    /// Appends one batch: `header` is the batch's 61-byte header with offsets already assigned,
+    /// `body` the bytes after it. On a failed write the file is cut back to its old size, so the
+    /// segment never holds a partial batch.
+    pub fn append(&mut self, header_bytes: &[u8; HEADER_SIZE], body: &[u8]) -> io::Result<()> {
+        let header = BatchHeader::read(header_bytes).expect("61 bytes");
+        debug_assert_eq!(header.size(), HEADER_SIZE + body.len());
+        assert!(header.base_offset >= self.next_offset, "offsets grow within a segment");
+        assert!(header.last_offset() - self.base_offset <= i32::MAX as i64, "relative offset fits");
+        assert!(!self.index.is_full(), "the log rolls before the index fills up");
+        let position = self.size;
+        if let Err(e) = write_all_vectored(&self.log, &mut [IoSlice::new(header_bytes), IoSlice::new(body)]) {
+            if let Err(cut) = self.log.set_len(position) {
+                tracing::error!(segment = %self.log_path.display(), error = %cut, "could not cut a failed append");
+                return Err(cut);
+            }
+            return Err(e);
+        }
+        if self.size == 0 {
+            self.rolling_timestamp_from(&header);
+        }
+        self.size += header.size() as u64;
+        self.index_batch(&header, position);
+        Ok(())
+    }
+
+    /// Position of the first batch whose last offset is `>= offset`, if the segment has one.
+    pub fn locate(&self, offset: i64) -> io::Result<Option<(u64, BatchHeader)>> {
+        let mut position = self.index.lookup(offset).position as u64;
+        while position < self.size {
+            let header = self.read_header(position)?;
+            if header.last_offset() >= offset {
+                return Ok(Some((position, header)));
+            }
+            position += header.size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads the offsets part of the header at `position` (a valid batch boundary).
+    fn read_header(&self, position: u64) -> io::Result<BatchHeader> {
+        let mut buf = [0u8; HEADER_SIZE];
+        let len = (self.size - position).min(HEADER_SIZE as u64) as usize;
+        if len < OFFSETS_PREFIX {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "batch header past the end of the segment"));
+        }
+        self.log.read_exact_at(&mut buf[..len], position)?;
+        BatchHeader::read(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// A handle for reading `[start, end)` of the log file outside any lock.
+    pub fn slice(&self, start: u64) -> FileSlice {
+        FileSlice { file: self.log.clone(), start, end: self.size }
+    }
+
+    /// Cuts every batch whose last offset is `>= offset`; returns the offset the segment now
+    /// ends at (`offset`, or the base of the batch that contained it).
+    pub fn truncate_to(&mut self, offset: i64, settings: IndexSettings) -> io::Result<i64> {
+        let Some((position, header)) = self.locate(offset)? else { return Ok(offset) };
+        let new_next = header.base_offset.min(offset);
+        self.log.set_len(position)?;
+        self.size = position;
+        self.index.truncate_to_offset(header.base_offset);
+        self.time_index.truncate_to_offset(header.base_offset);
+        self.index.grow(settings.segment_index_bytes as usize)?;
+        self.time_index.grow(settings.segment_index_bytes as usize)?;
+        // Recompute the summary from what remains; the tail after the last entry is short.
+        self.bytes_since_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = NO_TIMESTAMP;
+        self.offset_of_max_timestamp = self.base_offset;
+        if self.load_tail().is_err() {
+            self.rebuild()?;
+        }
+        self.next_offset = new_next.max(self.next_offset);
+        Ok(self.next_offset)
+    }
+
+    /// Lets the segment take appends again (its indexes may have been trimmed when it closed).
+    pub fn make_active(&mut self, settings: IndexSettings) -> io::Result<()> {
+        self.index.grow(settings.segment_index_bytes as usize)?;
+        self.time_index.grow(settings.segment_index_bytes as usize)
+    }
+
+    /// Makes this the last closed segment: final time index entry, trimmed indexes, fsync.
+    pub fn close_active(&mut self) -> io::Result<()> {
+        if self.max_timestamp != NO_TIMESTAMP {
+            // Kafka's rule on roll: the last entry holds the segment's largest timestamp even
+            // if it was added since the last interval.
+            self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
+        }
+        self.flush()?;
+        self.index.trim()?;
+        self.time_index.trim()
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.log.sync_data()?;
+        self.index.flush()?;
+        self.time_index.flush()
+    }
+
+    pub fn delete_files(self) -> io::Result<()> {
+        let paths = [self.log_path.clone(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
+        drop(self);
+        for path in paths {
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp
+    }
+    pub fn rolling_timestamp(&self) -> i64 {
+        self.rolling_timestamp
+    }
+    pub fn indexes_full(&self) -> bool {
+        self.index.is_full() || self.time_index.is_full()
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn file(&self) -> &Arc<File> {
+        &self.log
+    }
+    pub fn scanner(&self, from: u64) -> Scanner<'_> {
+        Scanner::new(&self.log, from, self.size)
+    }
+}
+
+fn scanner_end(end: &ScanEnd, size: u64) -> u64 {
+    match end {
+        ScanEnd::Clean => size,
+        ScanEnd::Truncated { position, .. } => *position,
+    }
+}
+
+impl TimeIndex {
+    /// Appends the roll-time entry; skips it if the timestamp is not larger (nothing new).
+    fn maybe_append_unchecked(&mut self, timestamp: i64, offset: i64) {
+        if self.is_full() {
+            return;
+        }
+        self.maybe_append(timestamp, offset);
+    }
+}
+
+/// `[start, end)` of a segment file, readable without holding the log's lock: the file handle
+/// is shared, and appends only ever add bytes after `end`.
+#[derive(Clone)]
+pub struct FileSlice {
+    file: Arc<File>,
+    start: u64,
+    end: u64,
+}
+
+impl FileSlice {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Reads whole batches from the start of the slice: at most `max_bytes`, stopping before
+    /// the first batch whose base offset is `>= upper_bound_offset`, but always the first batch
+    /// (when it is below the bound) even if it is larger than `max_bytes`.
+    pub fn read_batches(&self, max_bytes: usize, upper_bound_offset: i64) -> io::Result<Bytes> {
+        let want = (max_bytes as u64).min(self.len()) as usize;
+        let mut buf = read_exact(&self.file, self.start, want.max(LOG_OVERHEAD.min(self.len() as usize)))?;
+        let mut end = 0usize;
+        while let Some((base_offset, size)) = BatchHeader::peek_size(&buf[end..]) {
+            if base_offset >= upper_bound_offset {
+                break;
+            }
+            if end + size > buf.len() {
+                if end == 0 && self.start + size as u64 <= self.end {
+                    // The first batch is larger than max_bytes: return it whole, as Kafka does.
+                    buf = read_exact(&self.file, self.start, size)?;
+                    end = size;
+                }
+                break;
+            }
+            end += size;
+        }
+        buf.truncate(end);
+        Ok(buf.freeze())
+    }
+}
+
+fn read_exact(file: &File, position: u64, len: usize) -> io::Result<BytesMut> {
+    let mut buf = BytesMut::zeroed(len);
+    file.read_exact_at(&mut buf, position)?;
+    Ok(buf)
+}
+
+fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !slices.is_empty() {
+        match file.write_vectored(slices) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "failed to write whole batch")),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Why a scan stopped early.
+#[derive(Debug)]
+pub enum ScanError {
+    Io(io::Error),
+    /// The bytes at the scan position are not a whole valid batch.
+    Corrupt(String),
+}
+
+/// Sequential reader of whole batches from a segment file, reading in large windows.
+pub struct Scanner<'a> {
+    file: &'a File,
+    position: u64,
+    end: u64,
+    window: Vec<u8>,
+    window_start: u64,
+}
+
+impl<'a> Scanner<'a> {
+    const WINDOW: usize = 1 << 20;
+
+    pub fn new(file: &'a File, position: u64, end: u64) -> Scanner<'a> {
+        Scanner { file, position, end, window: Vec::new(), window_start: position }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The next batch and its bytes, or `None` at the end. With `verify_crc`, the CRC is
+    /// checked too.
+    pub fn next_batch(&mut self, verify_crc: bool) -> Result<Option<(BatchHeader, &[u8])>, ScanError> {
+        if self.position >= self.end {
+            return Ok(None);
+        }
+        let remaining = self.end - self.position;
+        let prefix = self.ensure(HEADER_SIZE.min(remaining as usize))?;
+        if prefix.len() < HEADER_SIZE {
+            return Err(ScanError::Corrupt(format!("{} trailing bytes are not a batch header", prefix.len())));
+        }
+        let header = BatchHeader::read(prefix).map_err(|e| ScanError::Corrupt(e.to_string()))?;
+        header.validate().map_err(|e| ScanError::Corrupt(e.to_string()))?;
+        let size = header.size();
+        if size as u64 > remaining {
+            return Err(ScanError::Corrupt(format!("batch of {size} bytes runs past the end ({remaining} left)")));
+        }
+        self.ensure(size)?;
+        let at = (self.position - self.window_start) as usize;
+        let bytes = &self.window[at..at + size];
+        if verify_crc {
+            batch::validate_first(bytes).map_err(|e| ScanError::Corrupt(e.to_string()))?;
+        }
+        self.position += size as u64;
+        Ok(Some((header, bytes)))
+    }
+
+    /// Makes `len` bytes from the current position available in the window.
+    fn ensure(&mut self, len: usize) -> Result<&[u8], ScanError> {
+        let at = (self.position - self.window_start) as usize;
+        if at + len > self.window.len() {
+            let want = len.max(Self::WINDOW).min((self.end - self.position) as usize).max(len);
+            self.window.resize(want, 0);
+            self.file.read_exact_at(&mut self.window, self.position).map_err(ScanError::Io)?;
+            self.window_start = self.position;
+        }
+        let at = (self.position - self.window_start) as usize;
+        Ok(&self.window[at..at + len])
+    }
+}
