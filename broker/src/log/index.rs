@@ -14,10 +14,12 @@ use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
 
-/// A file of fixed-size entries mapped into memory. `entries` counts the valid ones.
+/// A file of fixed-size entries mapped into memory. `entries` counts the valid ones. A closed
+/// (trimmed) index keeps only its map, not a file descriptor: a broker with thousands of
+/// segments would otherwise hold three descriptors per segment.
 struct MappedFile {
     path: PathBuf,
-    file: File,
+    file: Option<File>,
     mmap: Option<MmapMut>,
     entry_size: usize,
     entries: usize,
@@ -36,16 +38,32 @@ impl MappedFile {
         if mapped_len != len {
             file.set_len(mapped_len as u64)?;
         }
-        let mut index = MappedFile { path: path.to_path_buf(), file, mmap: None, entry_size, entries, max_entries };
+        let mut index =
+            MappedFile { path: path.to_path_buf(), file: Some(file), mmap: None, entry_size, entries, max_entries };
         index.remap()?;
+        if !writable {
+            index.file = None;
+        }
         Ok(index)
+    }
+
+    /// The open file, reopened if a trim closed it.
+    fn file(&mut self) -> io::Result<&File> {
+        if self.file.is_none() {
+            self.file = Some(OpenOptions::new().read(true).write(true).open(&self.path)?);
+        }
+        Ok(self.file.as_ref().expect("just opened"))
     }
 
     fn remap(&mut self) -> io::Result<()> {
         let len = self.max_entries * self.entry_size;
-        // SAFETY: the log module is the only writer of partition files, and each index file has
-        // exactly one `MappedFile` owner; nobody truncates it behind the map's back.
-        self.mmap = if len == 0 { None } else { Some(unsafe { MmapMut::map_mut(&self.file)? }) };
+        self.mmap = None;
+        if len > 0 {
+            let file = self.file()?;
+            // SAFETY: the log module is the only writer of partition files, and each index file
+            // has exactly one `MappedFile` owner; nobody truncates it behind the map's back.
+            self.mmap = Some(unsafe { MmapMut::map_mut(file)? });
+        }
         Ok(())
     }
 
@@ -90,17 +108,24 @@ impl MappedFile {
         if let Some(map) = &self.mmap {
             map.flush()?;
         }
-        self.file.sync_all()
+        match &self.file {
+            Some(file) => file.sync_all(),
+            None => Ok(()),
+        }
     }
 
-    /// Shrinks the file to its entries (a closed segment) and makes it read-only in spirit.
+    /// Shrinks the file to its entries (a closed segment), then keeps only the map.
     fn trim(&mut self) -> io::Result<()> {
         self.flush()?;
         self.mmap = None;
         self.max_entries = self.entries;
-        self.file.set_len((self.entries * self.entry_size) as u64)?;
-        self.file.sync_all()?;
-        self.remap()
+        let len = (self.entries * self.entry_size) as u64;
+        let file = self.file()?;
+        file.set_len(len)?;
+        file.sync_all()?;
+        self.remap()?;
+        self.file = None;
+        Ok(())
     }
 
     /// Extends a trimmed file again so it can take entries (the segment became active again
@@ -112,7 +137,8 @@ impl MappedFile {
         }
         self.mmap = None;
         self.max_entries = max_entries;
-        self.file.set_len((max_entries * self.entry_size) as u64)?;
+        let len = (max_entries * self.entry_size) as u64;
+        self.file()?.set_len(len)?;
         self.remap()
     }
 

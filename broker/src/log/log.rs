@@ -508,7 +508,7 @@ impl Log {
             return false;
         }
         active.size() + header.size() as u64 > self.config.segment_bytes as u64
-            || now - active.rolling_timestamp() >= self.config.segment_ms
+            || active.time_waited_for_roll(now, header.max_timestamp) >= self.config.segment_ms
             || active.indexes_full()
     }
 

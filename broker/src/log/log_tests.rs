@@ -122,19 +122,44 @@ fn segments_roll_on_size_and_reads_cross_them() {
 }
 
 #[test]
-fn segment_ms_rolls_an_old_segment() {
-    // Proves the time-based roll uses the first batch's timestamp against the clock.
+fn segment_ms_rolls_by_batch_timestamps_as_kafka_does() {
+    // Proves segment.ms compares the incoming batch's timestamp with the segment's first batch.
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
+    let clock = ManualClock::new(T0 + 1_000_000);
     let config = LogConfig { segment_ms: 1000, ..LogConfig::default() };
     let mut log = open(dir.path(), config, &clock);
     log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    log.append_as_leader(&value_batch(1, 10, T0 + 999), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append_as_leader(&value_batch(1, 10, T0 + 1000), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+}
+
+#[test]
+fn old_timestamps_do_not_roll_every_append() {
+    // Regression: rolling by wall clock against old batch timestamps made one segment per batch.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0 + 365 * 24 * 3600 * 1000);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    for _ in 0..10 {
+        log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    }
+    assert_eq!(log.segment_count(), 1);
+}
+
+#[test]
+fn segment_ms_uses_wall_clock_when_batches_have_no_timestamps() {
+    // Proves batches without timestamps (-1) roll by the segment's age on the broker clock.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig { segment_ms: 1000, ..LogConfig::default() }, &clock);
+    log.append_as_leader(&value_batch(1, 10, -1), 0, AppendOrigin::Client).unwrap();
     clock.advance(999);
-    log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+    log.append_as_leader(&value_batch(1, 10, -1), 0, AppendOrigin::Client).unwrap();
     assert_eq!(log.segment_count(), 1);
     clock.advance(1);
-    log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
-    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+    log.append_as_leader(&value_batch(1, 10, -1), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.segment_count(), 2);
 }
 
 #[test]

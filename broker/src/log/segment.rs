@@ -7,6 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,8 +57,11 @@ pub struct Segment {
     next_offset: i64,
     max_timestamp: i64,
     offset_of_max_timestamp: i64,
-    /// Timestamp `segment.ms` counts from: the first batch's max timestamp, else creation time.
-    rolling_timestamp: i64,
+    /// The first batch's max timestamp: `segment.ms` counts from it, as in Kafka.
+    first_batch_timestamp: Option<i64>,
+    /// When this process created or opened the segment: `segment.ms` counts from it when the
+    /// batches carry no timestamps.
+    created_ms: i64,
 }
 
 impl Segment {
@@ -86,7 +90,8 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: NO_TIMESTAMP,
             offset_of_max_timestamp: base_offset,
-            rolling_timestamp: now_ms,
+            first_batch_timestamp: None,
+            created_ms: now_ms,
         })
     }
 
@@ -121,7 +126,8 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: NO_TIMESTAMP,
             offset_of_max_timestamp: base_offset,
-            rolling_timestamp: now_ms,
+            first_batch_timestamp: None,
+            created_ms: now_ms,
         };
         let trusted = !recover && segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok();
         let end = if trusted {
@@ -222,9 +228,7 @@ impl Segment {
     }
 
     fn rolling_timestamp_from(&mut self, first: &BatchHeader) {
-        if first.max_timestamp >= 0 {
-            self.rolling_timestamp = first.max_timestamp;
-        }
+        self.first_batch_timestamp = Some(first.max_timestamp).filter(|t| *t >= 0);
     }
 
     fn note_timestamp(&mut self, header: &BatchHeader) {
@@ -378,8 +382,14 @@ impl Segment {
     pub fn offset_of_max_timestamp(&self) -> i64 {
         self.offset_of_max_timestamp
     }
-    pub fn rolling_timestamp(&self) -> i64 {
-        self.rolling_timestamp
+    /// How long this segment has been collecting, for `segment.ms`: Kafka's rule compares the
+    /// incoming batch's timestamp with the first batch's (so old timestamps do not roll every
+    /// append), and falls back to wall-clock age when batches carry no timestamps.
+    pub fn time_waited_for_roll(&self, now_ms: i64, batch_max_timestamp: i64) -> i64 {
+        match self.first_batch_timestamp {
+            Some(first) => batch_max_timestamp - first,
+            None => now_ms - self.created_ms,
+        }
     }
     pub fn indexes_full(&self) -> bool {
         self.index.is_full() || self.time_index.is_full()
@@ -458,9 +468,36 @@ impl FileSlice {
     }
 }
 
+/// `pread` of exactly `len` bytes into a fresh buffer, without zero-filling it first (on the
+/// fetch path the memset would cost a fifth of the read).
 fn read_exact(file: &File, position: u64, len: usize) -> io::Result<BytesMut> {
-    let mut buf = BytesMut::zeroed(len);
-    file.read_exact_at(&mut buf, position)?;
+    let mut buf = BytesMut::with_capacity(len);
+    while buf.len() < len {
+        let filled = buf.len();
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory of at least `len - filled` bytes; pread writes at
+        // most that many and reports how many it wrote.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                len - filled,
+                (position + filled as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "segment ended before the slice did"));
+        }
+        // SAFETY: pread initialised the `n` bytes after `filled`.
+        unsafe { buf.set_len(filled + n as usize) };
+    }
     Ok(buf)
 }
 
