@@ -1,7 +1,13 @@
-//! Runnel broker library: the storage engine today; the Kafka protocol server, replication,
-//! groups, transactions and transforms as the roadmap (`shared/DESIGN.md` §7) adds them.
+//! Runnel broker library: the storage engine, the partition layer, the metadata quorum, the
+//! Kafka protocol server and the node that composes them. Groups, transactions, replication,
+//! transforms and HTTP come as the roadmap (`shared/DESIGN.md` §7) adds them.
 //!
 //! Layers are folders and dependencies flow one way:
-//! `protocol ← log ← partition/replication ← {group, txn, controller, transform} ← server/http/cli`.
+//! `log ← partition ← controller ← server ← node`, with `config` read by `node` and `main`.
 
+pub mod config;
+pub mod controller;
 pub mod log;
+pub mod node;
+pub mod partition;
+pub mod server;

@@ -24,6 +24,9 @@ struct MappedFile {
     entry_size: usize,
     entries: usize,
     max_entries: usize,
+    /// The file did not end on an entry boundary when opened: a torn or cut file, which the
+    /// sanity checks report (as Kafka's do) so that the index is rebuilt.
+    torn: bool,
 }
 
 impl MappedFile {
@@ -38,8 +41,16 @@ impl MappedFile {
         if mapped_len != len {
             file.set_len(mapped_len as u64)?;
         }
-        let mut index =
-            MappedFile { path: path.to_path_buf(), file: Some(file), mmap: None, entry_size, entries, max_entries };
+        let torn = len % entry_size != 0;
+        let mut index = MappedFile {
+            path: path.to_path_buf(),
+            file: Some(file),
+            mmap: None,
+            entry_size,
+            entries,
+            max_entries,
+            torn,
+        };
         index.remap()?;
         if !writable {
             index.file = None;
@@ -144,6 +155,7 @@ impl MappedFile {
 
     fn reset(&mut self) {
         self.entries = 0;
+        self.torn = false;
     }
 }
 
@@ -234,6 +246,9 @@ impl OffsetIndex {
     /// Checks that entries grow strictly and point inside a log of `log_size` bytes.
     pub fn sanity_check(&self, log_size: u64) -> Result<(), IndexCorrupt> {
         let corrupt = |reason| IndexCorrupt { path: self.path().to_path_buf(), reason };
+        if self.file.torn {
+            return Err(corrupt("the file length is not a multiple of the entry size"));
+        }
         let mut previous: Option<OffsetPosition> = None;
         for i in 0..self.entries() {
             let entry = self.entry(i);
@@ -349,6 +364,9 @@ impl TimeIndex {
     /// Checks that timestamps and offsets grow and offsets stay below `next_offset`.
     pub fn sanity_check(&self, next_offset: i64) -> Result<(), IndexCorrupt> {
         let corrupt = |reason| IndexCorrupt { path: self.path().to_path_buf(), reason };
+        if self.file.torn {
+            return Err(corrupt("the file length is not a multiple of the entry size"));
+        }
         let mut previous: Option<TimestampOffset> = None;
         for i in 0..self.entries() {
             let entry = self.entry(i);

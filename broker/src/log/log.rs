@@ -126,7 +126,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Log
     move |source| LogError::Io { op, path: path.to_path_buf(), source }
 }
 
-const CHECKPOINT_FILE: &str = "runnel.checkpoint";
+/// Name of the per-partition checkpoint file (log start offset, recovery point, clean shutdown).
+pub const CHECKPOINT_FILE: &str = "runnel.checkpoint";
 const CLEANED_DIR: &str = ".cleaned";
 const CLEANED_COMMIT: &str = "COMMIT";
 
@@ -508,7 +509,8 @@ impl Log {
             return false;
         }
         active.size() + header.size() as u64 > self.config.segment_bytes as u64
-            || active.time_waited_for_roll(now, header.max_timestamp) >= self.config.segment_ms
+            // Strictly more than segment.ms, as Kafka's `LogSegment.shouldRoll` (no jitter).
+            || active.time_waited_for_roll(now, header.max_timestamp) > self.config.segment_ms
             || active.indexes_full()
     }
 
@@ -610,7 +612,9 @@ impl Log {
         self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
         self.check_invariants();
-        Ok(())
+        // The log start offset may have moved down (the cut batch held it); a crash must not
+        // bring back the old one, which would hide the offsets appended after it.
+        self.write_checkpoint(false)
     }
 
     /// Deletes everything and starts empty at `offset` (a follower far behind the leader).

@@ -19,4 +19,5 @@ pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, Timesta
 pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
 pub use self::log::{
     AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RetentionOutcome, SystemClock,
+    CHECKPOINT_FILE,
 };

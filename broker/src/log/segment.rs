@@ -111,9 +111,13 @@ impl Segment {
         let log = OpenOptions::new().read(true).append(true).open(&log_path)?;
         let size = log.metadata()?.len();
         let max = settings.segment_index_bytes as usize;
-        let index = OffsetIndex::open(&dir.join(file_name(base_offset, INDEX_SUFFIX)), base_offset, max, active)?;
-        let time_index =
-            TimeIndex::open(&dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max, active)?;
+        let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
+        let time_index_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
+        // A missing index file (lost, or deleted to force a rebuild as Kafka allows) would open
+        // empty and pass every check, yet an empty time index loses the largest timestamp.
+        let indexes_missing = !index_path.exists() || !time_index_path.exists();
+        let index = OffsetIndex::open(&index_path, base_offset, max, active)?;
+        let time_index = TimeIndex::open(&time_index_path, base_offset, max, active)?;
         let mut segment = Segment {
             base_offset,
             log_path,
@@ -129,12 +133,13 @@ impl Segment {
             first_batch_timestamp: None,
             created_ms: now_ms,
         };
-        let trusted = !recover && segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok();
+        let trusted =
+            !recover && !indexes_missing && segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok();
         let end = if trusted {
             ScanEnd::Clean
         } else {
             if !recover {
-                tracing::warn!(segment = %segment.log_path.display(), "index failed its sanity check; rebuilding");
+                tracing::warn!(segment = %segment.log_path.display(), "index missing or failed its sanity check; rebuilding");
             }
             segment.rebuild()?
         };
@@ -150,6 +155,14 @@ impl Segment {
     /// `Err` names what is inconsistent; the caller then rebuilds the indexes.
     fn load_tail(&mut self) -> Result<(), &'static str> {
         if let Some(last) = self.time_index.last() {
+            // The entry names the batch that first reached its timestamp; a zeroed or garbage
+            // entry that passed the sanity check does not, and would fake the largest timestamp.
+            if last.timestamp != NO_TIMESTAMP {
+                match self.locate(last.offset) {
+                    Ok(Some((_, h))) if h.last_offset() == last.offset && h.max_timestamp == last.timestamp => {}
+                    _ => return Err("the last time index entry does not match its batch"),
+                }
+            }
             self.max_timestamp = last.timestamp;
             self.offset_of_max_timestamp = last.offset;
         }
@@ -185,6 +198,10 @@ impl Segment {
     /// Validates every batch from the start, rebuilding both indexes; cuts the file at the first
     /// batch that is torn, corrupt, or out of offset order.
     fn rebuild(&mut self) -> io::Result<ScanEnd> {
+        // A closed segment's indexes were opened at their old length, which may be too short for
+        // the rebuilt entries (a missing or cut index file); `open` trims them again afterwards.
+        self.index.grow(self.settings.segment_index_bytes as usize)?;
+        self.time_index.grow(self.settings.segment_index_bytes as usize)?;
         self.index.reset();
         self.time_index.reset();
         let size = self.size;
@@ -217,6 +234,11 @@ impl Segment {
             }
             self.index_batch(&header, position);
             self.size = position + header.size() as u64;
+        }
+        if self.max_timestamp != NO_TIMESTAMP {
+            // Kafka's `LogSegment.recover`: a recovered segment gets the entry a clean close (or
+            // roll) would have written, so a rebuilt time index equals the one Kafka left.
+            self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
         }
         if let ScanEnd::Truncated { position, reason } = &end {
             tracing::warn!(segment = %self.log_path.display(), position, reason, bytes_removed = size - position, "truncating a torn or corrupt segment tail");
@@ -579,5 +601,66 @@ impl<'a> Scanner<'a> {
         }
         let at = (self.position - self.window_start) as usize;
         Ok(&self.window[at..at + len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::Compression;
+    use crate::log::records::BatchBuilder;
+
+    const SETTINGS: IndexSettings = IndexSettings { index_interval_bytes: 300, segment_index_bytes: 1024 };
+
+    /// A closed segment of nine one-record batches of about 135 bytes (offsets 0..9, timestamps
+    /// 1000..1009), written and closed as the log does: an index entry every third batch (3, 6),
+    /// so the last batch, which holds the largest timestamp, is not indexed.
+    fn closed_segment(dir: &Path) {
+        let mut segment = Segment::create(dir, 0, SETTINGS, 0).unwrap();
+        for offset in 0..9i64 {
+            let mut builder = BatchBuilder::new(Compression::None).base_offset(offset);
+            builder.push(1_000 + offset, Some(b"key"), Some(&[b'v'; 60]), &[]);
+            let batch = builder.build().unwrap();
+            let header: [u8; HEADER_SIZE] = batch.bytes()[..HEADER_SIZE].try_into().unwrap();
+            segment.append(&header, &batch.bytes()[HEADER_SIZE..]).unwrap();
+        }
+        segment.close_active().unwrap();
+    }
+
+    fn time_entries(segment: &Segment) -> Vec<(i64, i64)> {
+        let index = segment.time_index();
+        (0..index.entries()).map(|i| index.entry(i)).map(|e| (e.timestamp, e.offset)).collect()
+    }
+
+    #[test]
+    fn recovering_a_closed_segment_with_missing_index_files_does_not_panic() {
+        // Regression: rebuilding a closed segment's indexes into files opened at their old (here
+        // empty) length panicked with "caller checks is_full before appending".
+        let dir = tempfile::tempdir().unwrap();
+        closed_segment(dir.path());
+        let before = fs::read(dir.path().join(file_name(0, INDEX_SUFFIX))).unwrap();
+        assert!(!before.is_empty(), "the interval is small enough for offset index entries");
+        fs::remove_file(dir.path().join(file_name(0, INDEX_SUFFIX))).unwrap();
+        fs::remove_file(dir.path().join(file_name(0, TIME_INDEX_SUFFIX))).unwrap();
+        let (segment, end) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0).unwrap();
+        assert_eq!(end, ScanEnd::Clean);
+        assert_eq!(segment.next_offset(), 9);
+        drop(segment);
+        // Rebuilt and trimmed to exactly the entries the appends wrote.
+        assert_eq!(fs::read(dir.path().join(file_name(0, INDEX_SUFFIX))).unwrap(), before);
+    }
+
+    #[test]
+    fn recovery_keeps_the_time_index_entry_written_at_roll() {
+        // Regression: a recovered segment lost the last time index entry that closing it adds
+        // (Kafka's LogSegment.recover appends it too), so rebuilt .timeindex files differed.
+        let dir = tempfile::tempdir().unwrap();
+        closed_segment(dir.path());
+        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, false, 0).unwrap();
+        let written = time_entries(&segment);
+        assert_eq!(written, vec![(1_003, 3), (1_006, 6), (1_008, 8)], "closing adds the largest timestamp");
+        drop(segment);
+        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0).unwrap();
+        assert_eq!(time_entries(&segment), written);
     }
 }

@@ -1,0 +1,243 @@
+//! Node configuration: embedded defaults, overridden by an optional TOML file, then by
+//! environment variables (`RUNNEL_*`), then by command-line flags.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::log::{ConfigError, LogConfig};
+
+/// Flags and environment variables of `runnel serve`. Every field is optional so that the
+/// file and the defaults can fill what is not given.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below (snake_case keys) and a `[log]` table of topic
+    /// config defaults.
+    #[arg(long, env = "RUNNEL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id.
+    #[arg(long, env = "RUNNEL_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// Kafka listener address [default: 127.0.0.1:9092].
+    #[arg(long, env = "RUNNEL_KAFKA_LISTEN")]
+    pub kafka_listen: Option<SocketAddr>,
+    /// Host advertised to clients in Metadata [default: the listener's IP].
+    #[arg(long, env = "RUNNEL_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    /// Port advertised to clients [default: the listener's port].
+    #[arg(long, env = "RUNNEL_ADVERTISED_PORT")]
+    pub advertised_port: Option<u16>,
+    /// Metadata quorum (raft) listener address [default: 127.0.0.1:9093].
+    #[arg(long, env = "RUNNEL_CONTROLLER_LISTEN")]
+    pub controller_listen: Option<SocketAddr>,
+    /// Voters of the metadata quorum: `id@host:port,...` [default: this node alone].
+    #[arg(long, env = "RUNNEL_VOTERS")]
+    pub voters: Option<String>,
+    /// Data directory [default: ./runnel-data].
+    #[arg(long, env = "RUNNEL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Cluster id for a new data directory [default: random].
+    #[arg(long, env = "RUNNEL_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+    /// `num.partitions`: partitions of auto-created topics [default: 1].
+    #[arg(long, env = "RUNNEL_NUM_PARTITIONS")]
+    pub num_partitions: Option<u32>,
+    /// `default.replication.factor` [default: 1].
+    #[arg(long, env = "RUNNEL_DEFAULT_REPLICATION_FACTOR")]
+    pub default_replication_factor: Option<u16>,
+    /// `auto.create.topics.enable` [default: true].
+    #[arg(long, env = "RUNNEL_AUTO_CREATE_TOPICS_ENABLE")]
+    pub auto_create_topics_enable: Option<bool>,
+    /// `socket.request.max.bytes` [default: 104857600].
+    #[arg(long, env = "RUNNEL_SOCKET_REQUEST_MAX_BYTES")]
+    pub socket_request_max_bytes: Option<usize>,
+    /// Retention, compaction and flush checks every this many ms [default: 15000].
+    #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
+    pub housekeeping_interval_ms: Option<u64>,
+    /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
+    /// environment, comma-separated).
+    #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
+    pub log: Vec<String>,
+}
+
+/// The TOML file's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    node_id: Option<u64>,
+    kafka_listen: Option<SocketAddr>,
+    advertised_host: Option<String>,
+    advertised_port: Option<u16>,
+    controller_listen: Option<SocketAddr>,
+    voters: Option<String>,
+    data_dir: Option<PathBuf>,
+    cluster_id: Option<String>,
+    num_partitions: Option<u32>,
+    default_replication_factor: Option<u16>,
+    auto_create_topics_enable: Option<bool>,
+    socket_request_max_bytes: Option<usize>,
+    housekeeping_interval_ms: Option<u64>,
+    #[serde(default)]
+    log: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parsing {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid log default: {0}")]
+    Log(#[from] ConfigError),
+    #[error("invalid --log {0:?}: expected name=value")]
+    LogSyntax(String),
+    #[error("invalid voters {0:?}: expected id@host:port,...")]
+    Voters(String),
+}
+
+/// The resolved settings of a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: u64,
+    pub kafka_listen: SocketAddr,
+    pub advertised_host: Option<String>,
+    pub advertised_port: Option<u16>,
+    pub controller_listen: SocketAddr,
+    pub voters: BTreeMap<u64, String>,
+    pub data_dir: PathBuf,
+    pub cluster_id: Option<String>,
+    pub num_partitions: u32,
+    pub default_replication_factor: u16,
+    pub auto_create_topics_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub housekeeping_interval_ms: u64,
+    pub log_defaults: LogConfig,
+}
+
+impl NodeConfig {
+    /// Defaults < file < environment and flags (clap merges those two).
+    pub fn resolve(args: &ServeArgs) -> Result<NodeConfig, ConfigFileError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigFileError::Read { path: path.clone(), source })?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|source| ConfigFileError::Parse { path: path.clone(), source })?
+            }
+            None => FileConfig::default(),
+        };
+        let node_id = args.node_id.or(file.node_id).unwrap_or(1);
+        let controller_listen = args
+            .controller_listen
+            .or(file.controller_listen)
+            .unwrap_or_else(|| "127.0.0.1:9093".parse().expect("valid default"));
+        let voters = match args.voters.clone().or(file.voters) {
+            Some(text) => parse_voters(&text)?,
+            None => BTreeMap::from([(node_id, controller_listen.to_string())]),
+        };
+        let mut log_defaults = LogConfig::default();
+        for (name, value) in &file.log {
+            let value = match value {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            log_defaults.set(name, &value)?;
+        }
+        for pair in &args.log {
+            let (name, value) = pair.split_once('=').ok_or_else(|| ConfigFileError::LogSyntax(pair.clone()))?;
+            log_defaults.set(name.trim(), value.trim())?;
+        }
+        Ok(NodeConfig {
+            node_id,
+            kafka_listen: args
+                .kafka_listen
+                .or(file.kafka_listen)
+                .unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
+            advertised_host: args.advertised_host.clone().or(file.advertised_host),
+            advertised_port: args.advertised_port.or(file.advertised_port),
+            controller_listen,
+            voters,
+            data_dir: args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")),
+            cluster_id: args.cluster_id.clone().or(file.cluster_id),
+            num_partitions: args.num_partitions.or(file.num_partitions).unwrap_or(1).max(1),
+            default_replication_factor: args
+                .default_replication_factor
+                .or(file.default_replication_factor)
+                .unwrap_or(1)
+                .max(1),
+            auto_create_topics_enable: args
+                .auto_create_topics_enable
+                .or(file.auto_create_topics_enable)
+                .unwrap_or(true),
+            socket_request_max_bytes: args
+                .socket_request_max_bytes
+                .or(file.socket_request_max_bytes)
+                .unwrap_or(104_857_600),
+            housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
+            log_defaults,
+        })
+    }
+}
+
+fn parse_voters(text: &str) -> Result<BTreeMap<u64, String>, ConfigFileError> {
+    let mut voters = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('@').ok_or_else(|| ConfigFileError::Voters(text.to_string()))?;
+        let id: u64 = id.trim().parse().map_err(|_| ConfigFileError::Voters(text.to_string()))?;
+        voters.insert(id, addr.trim().to_string());
+    }
+    if voters.is_empty() {
+        return Err(ConfigFileError::Voters(text.to_string()));
+    }
+    Ok(voters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        // Proves the precedence defaults < TOML file < flags, and the [log] table.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(
+            &path,
+            "node_id = 7\nnum_partitions = 3\n[log]\n\"retention.ms\" = 1000\n\"cleanup.policy\" = \"compact\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            num_partitions: Some(5),
+            log: vec!["segment.bytes=1048576".into()],
+            ..ServeArgs::default()
+        };
+        let config = NodeConfig::resolve(&args).unwrap();
+        assert_eq!(config.node_id, 7);
+        assert_eq!(config.num_partitions, 5);
+        assert_eq!(config.log_defaults.retention_ms, 1000);
+        assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
+        assert!(config.log_defaults.cleanup_policy.compact);
+        assert_eq!(config.voters, BTreeMap::from([(7, "127.0.0.1:9093".to_string())]));
+        assert_eq!(config.kafka_listen.port(), 9092);
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        // Proves invalid log defaults and voters are reported, not ignored.
+        let args = ServeArgs { log: vec!["retention.ms=-5".into()], ..ServeArgs::default() };
+        assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Log(_))));
+        let args = ServeArgs { voters: Some("1-localhost".into()), ..ServeArgs::default() };
+        assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Voters(_))));
+    }
+}

@@ -1,0 +1,244 @@
+//! File primitives of the metadata store: CRC-32C frames, atomic file replacement, the directory
+//! lock, and the store's error type.
+//!
+//! Owns: the on-disk frame format `[u32 BE payload length][u32 BE CRC-32C of payload][payload]`
+//! shared by the raft log and the snapshot file, and the rules for reading a damaged tail.
+//! Invariant: a file written with `write_atomically` is either the old or the new content after a
+//! crash, never a mix; `decode_frames` accepts damage only at the very end of a file (a torn last
+//! write) and reports anything else as corruption.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Bytes before each frame's payload: length and CRC-32C.
+pub(crate) const FRAME_HEADER_BYTES: usize = 8;
+
+/// An error of the metadata store (log, vote, committed, snapshot files).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error("cannot {action} {path}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("corrupt metadata file {path} at byte {position}: {reason}")]
+    Corrupt { path: PathBuf, position: u64, reason: String },
+    #[error("cannot encode metadata to JSON")]
+    Encode(#[source] serde_json::Error),
+    #[error("a metadata frame of {len} bytes does not fit the 4 GiB frame limit")]
+    FrameTooLarge { len: usize },
+    #[error("metadata directory {path} is locked by another controller")]
+    Locked { path: PathBuf },
+    #[error("the metadata log is unusable after an earlier write failure")]
+    Poisoned,
+    #[error("a blocking metadata I/O task did not complete")]
+    TaskFailed,
+}
+
+impl StoreError {
+    pub(crate) fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+        move |source| StoreError::Io { action, path: path.to_path_buf(), source }
+    }
+}
+
+/// Runs blocking file work off the async runtime's worker threads.
+pub(crate) async fn blocking<T, F>(work: F) -> Result<T, StoreError>
+where
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work).await.map_err(|_| StoreError::TaskFailed)?
+}
+
+/// Appends one frame holding `payload` to `out`.
+pub(crate) fn encode_frame(payload: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+    let len = u32::try_from(payload.len()).map_err(|_| StoreError::FrameTooLarge { len: payload.len() })?;
+    out.reserve(FRAME_HEADER_BYTES + payload.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
+/// The frames of a file, in order.
+#[derive(Debug)]
+pub(crate) struct DecodedFrames<'a> {
+    /// `(position of the frame in the file, payload)`.
+    pub(crate) frames: Vec<(u64, &'a [u8])>,
+    /// Length of the valid prefix: everything after it is a torn tail.
+    pub(crate) valid_len: u64,
+    /// Why the tail after `valid_len` was dropped, if there is one.
+    pub(crate) torn_tail: Option<&'static str>,
+}
+
+/// Splits `buf` into frames. Damage confined to the last frame (a short header, a payload cut by
+/// the end of the file, or a CRC mismatch in a frame that ends exactly at the end of the file) is a
+/// torn write and is reported in `torn_tail`; a bad frame followed by more bytes is corruption.
+pub(crate) fn decode_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<DecodedFrames<'a>, StoreError> {
+    let mut frames = Vec::new();
+    let mut pos = 0usize;
+    let torn_tail = loop {
+        let rest = &buf[pos..];
+        if rest.is_empty() {
+            break None;
+        }
+        if rest.len() < FRAME_HEADER_BYTES {
+            break Some("short frame header");
+        }
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let crc = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        let Some(payload) = rest.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+            break Some("frame cut by the end of the file");
+        };
+        if crc32c::crc32c(payload) != crc {
+            if FRAME_HEADER_BYTES + len == rest.len() {
+                break Some("CRC mismatch in the last frame");
+            }
+            return Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                position: pos as u64,
+                reason: "CRC mismatch in a frame followed by more data".to_string(),
+            });
+        }
+        frames.push((pos as u64, payload));
+        pos += FRAME_HEADER_BYTES + len;
+    };
+    Ok(DecodedFrames { frames, valid_len: pos as u64, torn_tail })
+}
+
+/// Whether `write_atomically` makes the new content durable before returning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// fsync the file and the directory: the new content survives a power loss.
+    Durable,
+    /// Rename only: atomic against a process crash; after a power loss the old content, the new one
+    /// or an empty file may be found. For hints that may be lost.
+    ProcessCrashSafe,
+}
+
+/// Replaces `dir/name` with `bytes` through `dir/name.tmp` and a rename.
+pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8], durability: Durability) -> Result<(), StoreError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = File::create(&tmp).map_err(StoreError::io("create", &tmp))?;
+    file.write_all(bytes).map_err(StoreError::io("write", &tmp))?;
+    if durability == Durability::Durable {
+        file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
+    }
+    drop(file);
+    std::fs::rename(&tmp, &path).map_err(StoreError::io("rename into place", &path))?;
+    if durability == Durability::Durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// fsyncs a directory so that creations and renames in it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(StoreError::io("fsync directory", dir))
+}
+
+/// Reads `path`, or `None` if it does not exist.
+pub(crate) fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::Io { action: "read", path: path.to_path_buf(), source: e }),
+    }
+}
+
+/// An exclusive `flock` on `dir/LOCK`, held while any part of the store is alive, so two
+/// controllers (two processes, or a restarted one while the old one still winds down) never write
+/// the same metadata directory.
+#[derive(Debug)]
+pub(crate) struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    pub(crate) fn acquire(dir: &Path) -> Result<DirLock, StoreError> {
+        let path = dir.join("LOCK");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(StoreError::io("open", &path))?;
+        // SAFETY: flock on a file descriptor we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::WouldBlock {
+                return Err(StoreError::Locked { path: dir.to_path_buf() });
+            }
+            return Err(StoreError::Io { action: "lock", path, source: err });
+        }
+        Ok(DirLock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in payloads {
+            encode_frame(p, &mut out).expect("encode");
+        }
+        out
+    }
+
+    // Proves frames round-trip and a clean file has no torn tail.
+    #[test]
+    fn frames_round_trip() {
+        let buf = frames(&[b"a", b"", b"hello"]);
+        let d = decode_frames(Path::new("x"), &buf).expect("decode");
+        let payloads: Vec<&[u8]> = d.frames.iter().map(|(_, p)| *p).collect();
+        assert_eq!(payloads, vec![&b"a"[..], &b""[..], &b"hello"[..]]);
+        assert_eq!(d.frames[1].0, 9);
+        assert_eq!(d.valid_len, buf.len() as u64);
+        assert!(d.torn_tail.is_none());
+    }
+
+    // Proves every kind of damage in the last frame is a torn tail that keeps the prefix.
+    #[test]
+    fn torn_last_frame_is_dropped() {
+        let good = frames(&[b"first"]);
+        let full = frames(&[b"first", b"second frame"]);
+        for cut in good.len() + 1..full.len() {
+            let d = decode_frames(Path::new("x"), &full[..cut]).expect("decode");
+            assert_eq!(d.frames, vec![(0, &b"first"[..])], "cut at {cut}");
+            assert_eq!(d.valid_len, good.len() as u64);
+            assert!(d.torn_tail.is_some());
+        }
+        let mut flipped = full.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        let d = decode_frames(Path::new("x"), &flipped).expect("decode");
+        assert_eq!(d.frames.len(), 1);
+        assert_eq!(d.torn_tail, Some("CRC mismatch in the last frame"));
+    }
+
+    // Proves a bad frame followed by more data is corruption, not a torn tail.
+    #[test]
+    fn damage_before_the_end_is_corruption() {
+        let mut buf = frames(&[b"first", b"second", b"third"]);
+        buf[FRAME_HEADER_BYTES + 1] ^= 0xff;
+        assert!(matches!(decode_frames(Path::new("x"), &buf), Err(StoreError::Corrupt { position: 0, .. })));
+    }
+
+    // Proves the directory lock excludes a second holder until the first is dropped.
+    #[test]
+    fn dir_lock_is_exclusive() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = DirLock::acquire(dir.path()).expect("first lock");
+        assert!(matches!(DirLock::acquire(dir.path()), Err(StoreError::Locked { .. })));
+        drop(first);
+        DirLock::acquire(dir.path()).expect("lock after release");
+    }
+}

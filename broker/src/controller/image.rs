@@ -1,0 +1,311 @@
+//! The metadata image: the cluster state that results from applying the committed metadata log.
+//!
+//! Owns: `MetadataImage` and its parts, their lookups, and `MetadataImage::apply`, the one
+//! function that turns a record into a change.
+//! Invariant: `apply` is deterministic (same image + same record → same image + same outcome on
+//! every node) and all-or-nothing (a rejected record leaves the image untouched). Every topic has
+//! at least one partition, partitions are numbered `0..n` by their position, names and topic ids are
+//! unique. The image knows nothing of raft, disks or the network.
+
+use std::collections::BTreeMap;
+
+use super::record::{ApplyOutcome, MetadataRecord, NodeId};
+
+/// The cluster metadata as of raft log index `applied_index`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataImage {
+    pub brokers: BTreeMap<NodeId, BrokerInfo>,
+    pub topics: BTreeMap<String, TopicImage>,
+    /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
+    /// cluster, its initial membership, has index 0 too).
+    pub applied_index: u64,
+}
+
+/// A registered broker endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: NodeId,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+/// One topic: its id, partitions and config overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: [u8; 16],
+    /// `partitions[p].partition == p`.
+    pub partitions: Vec<PartitionImage>,
+    /// Overrides only (Kafka config names); defaults are not stored.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Leadership state of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionImage {
+    pub partition: u32,
+    pub leader: Option<NodeId>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
+}
+
+impl PartitionImage {
+    fn new(partition: u32, replicas: Vec<NodeId>) -> PartitionImage {
+        PartitionImage {
+            partition,
+            leader: replicas.first().copied(),
+            leader_epoch: 0,
+            partition_epoch: 0,
+            isr: replicas.clone(),
+            replicas,
+        }
+    }
+}
+
+impl MetadataImage {
+    /// The topic called `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name)
+    }
+
+    /// The topic whose id is `topic_id` (a scan: the image keeps no id index).
+    pub fn topic_by_id(&self, topic_id: &[u8; 16]) -> Option<&TopicImage> {
+        self.topics.values().find(|t| &t.topic_id == topic_id)
+    }
+
+    /// Partition `partition` of topic `topic`.
+    pub fn partition(&self, topic: &str, partition: u32) -> Option<&PartitionImage> {
+        self.topics.get(topic)?.partitions.get(usize::try_from(partition).ok()?)
+    }
+
+    /// Applies one record. Deterministic; a rejected record changes nothing. `applied_index` is the
+    /// caller's business (it is the raft index, not a property of the record).
+    pub(crate) fn apply(&mut self, record: &MetadataRecord) -> ApplyOutcome {
+        match record {
+            MetadataRecord::RegisterBroker { node_id, host, port, rack } => {
+                let info = BrokerInfo { node_id: *node_id, host: host.clone(), port: *port, rack: rack.clone() };
+                self.brokers.insert(*node_id, info);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::CreateTopic { name, topic_id, partitions, configs } => {
+                if self.topics.contains_key(name) || self.topic_by_id(topic_id).is_some() {
+                    return ApplyOutcome::TopicAlreadyExists;
+                }
+                if partitions.is_empty() {
+                    return ApplyOutcome::InvalidPartitionCount { current: 0 };
+                }
+                let Some(partitions) = number_partitions(0, partitions) else {
+                    return ApplyOutcome::InvalidPartitionCount { current: 0 };
+                };
+                let topic =
+                    TopicImage { name: name.clone(), topic_id: *topic_id, partitions, configs: configs.clone() };
+                self.topics.insert(name.clone(), topic);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::DeleteTopic { name } => match self.topics.remove(name) {
+                Some(_) => ApplyOutcome::Applied,
+                None => ApplyOutcome::UnknownTopic,
+            },
+            MetadataRecord::CreatePartitions { topic, new_partitions } => {
+                let Some(image) = self.topics.get_mut(topic) else {
+                    return ApplyOutcome::UnknownTopic;
+                };
+                let current = u32::try_from(image.partitions.len()).unwrap_or(u32::MAX);
+                if new_partitions.is_empty() {
+                    return ApplyOutcome::InvalidPartitionCount { current };
+                }
+                let Some(added) = number_partitions(current, new_partitions) else {
+                    return ApplyOutcome::InvalidPartitionCount { current };
+                };
+                image.partitions.extend(added);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::SetTopicConfigs { topic, configs } => match self.topics.get_mut(topic) {
+                Some(image) => {
+                    image.configs = configs.clone();
+                    ApplyOutcome::Applied
+                }
+                None => ApplyOutcome::UnknownTopic,
+            },
+            MetadataRecord::PartitionChange { topic, partition, leader, isr } => {
+                let Some(p) =
+                    self.topics.get_mut(topic).and_then(|t| t.partitions.get_mut(usize::try_from(*partition).ok()?))
+                else {
+                    return ApplyOutcome::UnknownTopic;
+                };
+                if p.leader != *leader {
+                    p.leader = *leader;
+                    p.leader_epoch = p.leader_epoch.saturating_add(1);
+                }
+                p.isr = isr.clone();
+                p.partition_epoch = p.partition_epoch.saturating_add(1);
+                ApplyOutcome::Applied
+            }
+        }
+    }
+}
+
+/// Numbers `assignments` as partitions `first..`; `None` if the count would overflow `u32`.
+fn number_partitions(first: u32, assignments: &[Vec<NodeId>]) -> Option<Vec<PartitionImage>> {
+    let count = u32::try_from(assignments.len()).ok()?;
+    first.checked_add(count)?;
+    Some(
+        assignments
+            .iter()
+            .zip(first..)
+            .map(|(replicas, partition)| PartitionImage::new(partition, replicas.clone()))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(name: &str, id: u8, partitions: Vec<Vec<NodeId>>) -> MetadataRecord {
+        MetadataRecord::CreateTopic {
+            name: name.to_string(),
+            topic_id: [id; 16],
+            partitions,
+            configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+        }
+    }
+
+    // Proves CreateTopic builds partitions with leader = first replica, epoch 0, isr = replicas.
+    #[test]
+    fn create_topic_initialises_partitions() {
+        let mut image = MetadataImage::default();
+        assert_eq!(image.apply(&create("a", 1, vec![vec![2, 1], vec![1, 2]])), ApplyOutcome::Applied);
+        let p1 = image.partition("a", 1).expect("partition 1");
+        assert_eq!(
+            *p1,
+            PartitionImage {
+                partition: 1,
+                leader: Some(1),
+                leader_epoch: 0,
+                partition_epoch: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2]
+            }
+        );
+        assert_eq!(image.topic_by_id(&[1; 16]).map(|t| t.name.as_str()), Some("a"));
+        assert_eq!(image.topic("a").map(|t| t.configs.len()), Some(1));
+        assert!(image.partition("a", 2).is_none());
+    }
+
+    // Proves a duplicate name or topic id is rejected with TopicAlreadyExists and changes nothing.
+    #[test]
+    fn create_existing_topic_is_rejected_without_change() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1]]));
+        let before = image.clone();
+        assert_eq!(image.apply(&create("a", 2, vec![vec![1], vec![1]])), ApplyOutcome::TopicAlreadyExists);
+        assert_eq!(image.apply(&create("b", 1, vec![vec![1]])), ApplyOutcome::TopicAlreadyExists);
+        assert_eq!(image, before);
+    }
+
+    // Proves a topic must have at least one partition.
+    #[test]
+    fn create_topic_without_partitions_is_rejected() {
+        let mut image = MetadataImage::default();
+        assert_eq!(image.apply(&create("a", 1, vec![])), ApplyOutcome::InvalidPartitionCount { current: 0 });
+        assert!(image.topics.is_empty());
+    }
+
+    // Proves DeleteTopic removes a known topic and reports UnknownTopic otherwise.
+    #[test]
+    fn delete_topic_outcomes() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1]]));
+        assert_eq!(image.apply(&MetadataRecord::DeleteTopic { name: "b".into() }), ApplyOutcome::UnknownTopic);
+        assert_eq!(image.apply(&MetadataRecord::DeleteTopic { name: "a".into() }), ApplyOutcome::Applied);
+        assert_eq!(image.apply(&MetadataRecord::DeleteTopic { name: "a".into() }), ApplyOutcome::UnknownTopic);
+        assert!(image.topics.is_empty());
+        // The name and the id can be reused after deletion.
+        assert_eq!(image.apply(&create("a", 1, vec![vec![1]])), ApplyOutcome::Applied);
+    }
+
+    // Proves CreatePartitions appends numbered partitions and rejects a non-increase or unknown topic.
+    #[test]
+    fn create_partitions_outcomes() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1], vec![2]]));
+        let grow = |new_partitions| MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions };
+        assert_eq!(image.apply(&grow(vec![])), ApplyOutcome::InvalidPartitionCount { current: 2 });
+        assert_eq!(
+            image.apply(&MetadataRecord::CreatePartitions { topic: "x".into(), new_partitions: vec![vec![1]] }),
+            ApplyOutcome::UnknownTopic
+        );
+        assert_eq!(image.topic("a").map(|t| t.partitions.len()), Some(2));
+        assert_eq!(image.apply(&grow(vec![vec![3, 1]])), ApplyOutcome::Applied);
+        let p2 = image.partition("a", 2).expect("new partition");
+        assert_eq!((p2.partition, p2.leader, p2.isr.clone()), (2, Some(3), vec![3, 1]));
+    }
+
+    // Proves SetTopicConfigs replaces the whole override map.
+    #[test]
+    fn set_topic_configs_replaces_map() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1]]));
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        let set = MetadataRecord::SetTopicConfigs { topic: "a".into(), configs: configs.clone() };
+        assert_eq!(image.apply(&set), ApplyOutcome::Applied);
+        assert_eq!(image.topic("a").map(|t| &t.configs), Some(&configs));
+        let unknown = MetadataRecord::SetTopicConfigs { topic: "b".into(), configs };
+        assert_eq!(image.apply(&unknown), ApplyOutcome::UnknownTopic);
+    }
+
+    // Proves PartitionChange bumps leader_epoch only on a leader change and partition_epoch always.
+    #[test]
+    fn partition_change_epochs() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1, 2, 3]]));
+        let change = |leader, isr| MetadataRecord::PartitionChange { topic: "a".into(), partition: 0, leader, isr };
+        assert_eq!(image.apply(&change(Some(1), vec![1, 2])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.leader_epoch, p.partition_epoch, p.isr), (0, 1, vec![1, 2]));
+        assert_eq!(image.apply(&change(Some(2), vec![2])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(2), 1, 2));
+        assert_eq!(image.apply(&change(None, vec![])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (None, 2, 3));
+        let before = image.clone();
+        let bad = MetadataRecord::PartitionChange { topic: "a".into(), partition: 1, leader: None, isr: vec![] };
+        assert_eq!(image.apply(&bad), ApplyOutcome::UnknownTopic);
+        let bad = MetadataRecord::PartitionChange { topic: "b".into(), partition: 0, leader: None, isr: vec![] };
+        assert_eq!(image.apply(&bad), ApplyOutcome::UnknownTopic);
+        assert_eq!(image, before);
+    }
+
+    // Proves RegisterBroker adds and then replaces a broker's endpoint.
+    #[test]
+    fn register_broker_replaces_endpoint() {
+        let mut image = MetadataImage::default();
+        let reg = |port| MetadataRecord::RegisterBroker { node_id: 7, host: "h".into(), port, rack: None };
+        assert_eq!(image.apply(&reg(1)), ApplyOutcome::Applied);
+        assert_eq!(image.apply(&reg(2)), ApplyOutcome::Applied);
+        assert_eq!(image.brokers.len(), 1);
+        assert_eq!(image.brokers.get(&7).map(|b| b.port), Some(2));
+    }
+
+    // Proves two images fed the same records end identical, outcomes included (determinism).
+    #[test]
+    fn same_records_same_image() {
+        let records = vec![
+            create("a", 1, vec![vec![1]]),
+            create("a", 2, vec![vec![1]]),
+            MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![2]] },
+            MetadataRecord::DeleteTopic { name: "zz".into() },
+            MetadataRecord::PartitionChange { topic: "a".into(), partition: 1, leader: Some(1), isr: vec![1] },
+        ];
+        let (mut x, mut y) = (MetadataImage::default(), MetadataImage::default());
+        let ox: Vec<_> = records.iter().map(|r| x.apply(r)).collect();
+        let oy: Vec<_> = records.iter().map(|r| y.apply(r)).collect();
+        assert_eq!(ox, oy);
+        assert_eq!(x, y);
+    }
+}

@@ -1,0 +1,465 @@
+//! The metadata quorum: cluster metadata (brokers, topics, partitions, configs) as a replicated log
+//! of `MetadataRecord`s, applied on every node to a `MetadataImage` the rest of the broker reacts
+//! to. Built on openraft (storage v2); a single node is a quorum of one.
+//!
+//! Owns: everything under `data_dir/metadata/` (raft log, vote, committed hint, snapshot, lock
+//! file) and the raft RPC listener. Files: `record` (the record vocabulary), `image` (the image and
+//! the deterministic apply), `log_store` / `state_machine` (openraft storage), `disk` (frames,
+//! atomic writes, the directory lock), `network` / `server` (TCP RPCs), `raft_types`.
+//! Invariant: the image only ever reflects committed entries, applied in log order; every
+//! acknowledged proposal is durable on a quorum (fsync before acknowledging an append). openraft
+//! types never cross this module's public API: the broker sees `Controller`, records, images and
+//! `ControllerError` only. This module must not touch partition data or client connections.
+
+mod disk;
+mod error;
+mod image;
+mod log_store;
+mod network;
+mod raft_types;
+mod record;
+mod server;
+mod state_machine;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, Fatal, InitializeError, RaftError};
+use openraft::{BasicNode, RaftMetrics, SnapshotPolicy};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use self::error::{ControllerError, RaftFailure};
+pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
+pub use self::network::RpcError;
+pub use self::record::{ApplyOutcome, MetadataRecord, NodeId};
+
+use self::disk::{DirLock, StoreError};
+use self::log_store::LogStore;
+use self::network::{ConnPolicy, ForwardError, NetworkFactory, PeerPool, RpcRequest, RpcResponse};
+use self::raft_types::Raft;
+use self::state_machine::StateMachine;
+
+/// File name of the raft log inside `data_dir/metadata/` (for crash tests and tooling).
+pub const METADATA_LOG_FILE: &str = log_store::LOG_FILE;
+
+/// Pause between retries while the cluster has no (reachable) leader.
+const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+/// How long `shutdown` waits for the state machine task to release the metadata directory.
+const STATE_MACHINE_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Configuration of the metadata quorum on one node.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub node_id: NodeId,
+    /// Raft RPC listener (TCP), e.g. 127.0.0.1:9093; port 0 binds an ephemeral port
+    /// (`Controller::local_addr` tells which).
+    pub listen_addr: SocketAddr,
+    /// All voters including this node: node id → "host:port" of their raft listener.
+    pub voters: BTreeMap<NodeId, String>,
+    /// The raft log, vote and snapshots live in `data_dir/metadata/`.
+    pub data_dir: PathBuf,
+    /// Leader heartbeat period; also the timeout of one AppendEntries RPC.
+    pub heartbeat_interval_ms: u64,
+    /// A follower that hears no leader for a random time in [min, max) starts an election.
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Upper bound of one `propose` (including forwarding and waiting for the local apply).
+    pub propose_timeout_ms: u64,
+    /// A snapshot is built after this many entries since the last one; the log behind it is purged.
+    pub snapshot_interval_entries: u64,
+    /// Entries kept in the log behind a snapshot, so slightly lagging followers catch up from the
+    /// log instead of receiving a snapshot.
+    pub log_entries_kept_after_snapshot: u64,
+}
+
+impl ControllerConfig {
+    /// A configuration with default timings.
+    pub fn new(
+        node_id: NodeId,
+        listen_addr: SocketAddr,
+        voters: BTreeMap<NodeId, String>,
+        data_dir: impl Into<PathBuf>,
+    ) -> ControllerConfig {
+        ControllerConfig {
+            node_id,
+            listen_addr,
+            voters,
+            data_dir: data_dir.into(),
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
+            propose_timeout_ms: 10_000,
+            snapshot_interval_entries: 1000,
+            log_entries_kept_after_snapshot: 1000,
+        }
+    }
+
+    /// A quorum of one: this node is the only voter.
+    pub fn single_node(node_id: NodeId, listen_addr: SocketAddr, data_dir: impl Into<PathBuf>) -> ControllerConfig {
+        let voters = BTreeMap::from([(node_id, listen_addr.to_string())]);
+        ControllerConfig::new(node_id, listen_addr, voters, data_dir)
+    }
+
+    fn raft_config(&self) -> Result<openraft::Config, ControllerError> {
+        let config = openraft::Config {
+            cluster_name: "runnel-metadata".to_string(),
+            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            install_snapshot_timeout: self.election_timeout_max_ms.max(1000) * 5,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_interval_entries.max(1)),
+            max_in_snapshot_log_to_keep: self.log_entries_kept_after_snapshot,
+            snapshot_max_chunk_size: network::SNAPSHOT_CHUNK_BYTES,
+            ..openraft::Config::default()
+        };
+        config.validate().map_err(|e| ControllerError::InvalidConfig(RaftFailure::new(&e)))
+    }
+}
+
+impl Default for ControllerConfig {
+    /// Single node 1 on 127.0.0.1:9093 with data in `./runnel-data`.
+    fn default() -> ControllerConfig {
+        ControllerConfig::single_node(1, SocketAddr::from(([127, 0, 0, 1], 9093)), "runnel-data")
+    }
+}
+
+/// Handle of the metadata quorum on this node. Cheap to clone; the node stops when `shutdown` is
+/// called or the last handle is dropped.
+#[derive(Clone)]
+pub struct Controller {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node_id: NodeId,
+    raft: Raft,
+    local_addr: SocketAddr,
+    image_rx: watch::Receiver<Arc<MetadataImage>>,
+    metrics: watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
+    pool: Arc<PeerPool>,
+    propose_timeout: Duration,
+    server: Mutex<Option<JoinHandle<()>>>,
+    /// Closed once the state machine and its snapshot builders are gone.
+    state_machine_alive: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropping the last raft handle stops the raft core; the server task holds one more.
+        if let Some(server) = self.server.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            server.abort();
+        }
+    }
+}
+
+fn raft_failure(e: &dyn std::fmt::Display) -> ControllerError {
+    ControllerError::Raft(RaftFailure::new(e))
+}
+
+fn fatal_error(fatal: Fatal<NodeId>) -> ControllerError {
+    match fatal {
+        Fatal::Stopped => ControllerError::Shutdown,
+        other => raft_failure(&other),
+    }
+}
+
+/// What to do after a forwarding attempt that did not produce an outcome.
+enum ForwardFailed {
+    /// Nothing was proposed (no leader there, or not reachable): try again.
+    Retry,
+    Fail(ControllerError),
+}
+
+impl Controller {
+    /// Opens or creates the persisted raft state, starts the raft node and its RPC listener on
+    /// `config.listen_addr`. On the very first start of a cluster the voter with the lowest node id
+    /// initializes the membership with all voters. A restart (also after kill -9) resumes from disk.
+    pub async fn start(config: ControllerConfig) -> Result<Controller, ControllerError> {
+        let listener = tokio::net::TcpListener::bind(config.listen_addr)
+            .await
+            .map_err(|source| ControllerError::Bind { addr: config.listen_addr, source })?;
+        Controller::launch(config, listener).await
+    }
+
+    /// Like `start`, on a listener the caller already bound (`config.listen_addr` is ignored).
+    /// Lets several voters learn each other's ephemeral ports before any of them starts.
+    pub async fn start_with_listener(
+        config: ControllerConfig,
+        listener: std::net::TcpListener,
+    ) -> Result<Controller, ControllerError> {
+        let addr = listener.local_addr().unwrap_or(config.listen_addr);
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(listener))
+            .map_err(|source| ControllerError::Bind { addr, source })?;
+        Controller::launch(config, listener).await
+    }
+
+    async fn launch(
+        config: ControllerConfig,
+        listener: tokio::net::TcpListener,
+    ) -> Result<Controller, ControllerError> {
+        let node_id = config.node_id;
+        if !config.voters.contains_key(&node_id) {
+            return Err(ControllerError::NotAVoter { node_id });
+        }
+        let raft_config = Arc::new(config.raft_config()?);
+        let local_addr =
+            listener.local_addr().map_err(|source| ControllerError::Bind { addr: config.listen_addr, source })?;
+
+        let dir = config.data_dir.join("metadata");
+        let (alive_tx, alive_rx) = mpsc::channel(1);
+        let (log_store, state_machine, image_rx) = disk::blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
+            let lock = Arc::new(DirLock::acquire(&dir)?);
+            let (log_store, report) = LogStore::open(&dir, lock.clone())?;
+            let (state_machine, image_rx) = StateMachine::open(&dir, lock, alive_tx)?;
+            tracing::info!(dir = %dir.display(), entries = report.entries, torn_tail_bytes = report.torn_tail_bytes,
+                applied_index = image_rx.borrow().applied_index, "opened the metadata store");
+            Ok((log_store, state_machine, image_rx))
+        })
+        .await?;
+
+        let pool = Arc::new(PeerPool::new(node_id, config.voters.clone()));
+        let raft = Raft::new(node_id, raft_config, NetworkFactory::new(pool.clone()), log_store, state_machine)
+            .await
+            .map_err(fatal_error)?;
+        let server = server::spawn(listener, raft.clone(), node_id);
+        let controller = Controller {
+            inner: Arc::new(Inner {
+                node_id,
+                metrics: raft.metrics(),
+                raft,
+                local_addr,
+                image_rx,
+                pool,
+                propose_timeout: Duration::from_millis(config.propose_timeout_ms),
+                server: Mutex::new(Some(server)),
+                state_machine_alive: Mutex::new(Some(alive_rx)),
+            }),
+        };
+        if let Err(e) = controller.initialize_if_first(&config).await {
+            let _ = controller.clone().shutdown().await;
+            return Err(e);
+        }
+        tracing::info!(node_id, %local_addr, voters = ?config.voters, "metadata controller started");
+        Ok(controller)
+    }
+
+    /// The lowest voter initializes a pristine cluster; everyone else waits to be contacted.
+    async fn initialize_if_first(&self, config: &ControllerConfig) -> Result<(), ControllerError> {
+        let lowest = config.voters.keys().next().copied();
+        if lowest != Some(self.inner.node_id) {
+            return Ok(());
+        }
+        let raft = &self.inner.raft;
+        if raft.is_initialized().await.map_err(fatal_error)? {
+            return Ok(());
+        }
+        let members: BTreeMap<NodeId, BasicNode> =
+            config.voters.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
+        tracing::info!(?members, "initializing the metadata quorum");
+        match raft.initialize(members).await {
+            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(RaftError::APIError(e @ InitializeError::NotInMembers(_))) => Err(raft_failure(&e)),
+            Err(RaftError::Fatal(f)) => Err(fatal_error(f)),
+        }
+    }
+
+    /// Proposes `record` through the quorum, forwarding it to the leader if this node is not the
+    /// leader. Resolves once the record is committed and applied to this node's image, with the
+    /// outcome of applying it. On `Timeout` or `Forward` errors the record may still be committed.
+    pub async fn propose(&self, record: MetadataRecord) -> Result<ApplyOutcome, ControllerError> {
+        let deadline = Instant::now() + self.inner.propose_timeout;
+        tokio::time::timeout_at(deadline, self.propose_until(record, deadline))
+            .await
+            .map_err(|_| ControllerError::Timeout)?
+    }
+
+    async fn propose_until(&self, record: MetadataRecord, deadline: Instant) -> Result<ApplyOutcome, ControllerError> {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            match self.inner.raft.client_write(record.clone()).await {
+                // The response is sent after the local state machine applied (and published) it.
+                Ok(resp) => return Ok(resp.data),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    if let Some(leader) = f.leader_id.filter(|l| *l != self.inner.node_id) {
+                        match self.forward_propose(leader, &record, deadline).await {
+                            Ok(outcome) => return Ok(outcome),
+                            Err(ForwardFailed::Retry) => {}
+                            Err(ForwardFailed::Fail(e)) => return Err(e),
+                        }
+                    }
+                    self.wait_for_change(&mut metrics).await?;
+                }
+                Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_))) => {
+                    return Err(raft_failure(&e))
+                }
+                Err(RaftError::Fatal(f)) => return Err(fatal_error(f)),
+            }
+        }
+    }
+
+    async fn forward_propose(
+        &self,
+        leader: NodeId,
+        record: &MetadataRecord,
+        deadline: Instant,
+    ) -> Result<ApplyOutcome, ForwardFailed> {
+        let Some(addr) = self.peer_addr(leader) else {
+            return Err(ForwardFailed::Retry);
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let request = RpcRequest::Propose { record: record.clone(), timeout_ms: remaining.as_millis() as u64 };
+        let fail = |source| ForwardFailed::Fail(ControllerError::Forward { leader, source });
+        match self.inner.pool.call(leader, &addr, &request, remaining, ConnPolicy::Fresh).await {
+            Ok(RpcResponse::Propose(Ok(proposed))) => {
+                self.wait_applied(proposed.log_index).await.map_err(ForwardFailed::Fail)?;
+                Ok(proposed.outcome)
+            }
+            Ok(RpcResponse::Propose(Err(ForwardError::NotLeader { .. }))) => Err(ForwardFailed::Retry),
+            Ok(RpcResponse::Propose(Err(ForwardError::Timeout))) => Err(ForwardFailed::Fail(ControllerError::Timeout)),
+            Ok(RpcResponse::Propose(Err(e))) => Err(fail(RpcError::Remote { message: e.to_string() })),
+            Ok(_) => Err(fail(RpcError::UnexpectedResponse)),
+            Err(e) if e.not_sent() => {
+                tracing::debug!(leader, error = %e, "metadata leader unreachable; retrying");
+                Err(ForwardFailed::Retry)
+            }
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// The raft listener address of `node_id`: configured, else from the membership.
+    fn peer_addr(&self, node_id: NodeId) -> Option<String> {
+        if let Some(addr) = self.inner.pool.configured_addr(node_id) {
+            return Some(addr.to_string());
+        }
+        self.inner.metrics.borrow().membership_config.membership().get_node(&node_id).map(|n| n.addr.clone())
+    }
+
+    /// Waits for a raft metrics change (e.g. a new leader), at most `RETRY_BACKOFF`.
+    async fn wait_for_change(
+        &self,
+        metrics: &mut watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
+    ) -> Result<(), ControllerError> {
+        if metrics.borrow().running_state.is_err() {
+            return Err(ControllerError::Shutdown);
+        }
+        match tokio::time::timeout(RETRY_BACKOFF, metrics.changed()).await {
+            Ok(Err(_)) => Err(ControllerError::Shutdown),
+            Ok(Ok(())) | Err(_) => Ok(()),
+        }
+    }
+
+    /// Waits until the local image has applied `index`.
+    async fn wait_applied(&self, index: u64) -> Result<(), ControllerError> {
+        let mut rx = self.inner.image_rx.clone();
+        loop {
+            if rx.borrow_and_update().applied_index >= index {
+                return Ok(());
+            }
+            rx.changed().await.map_err(|_| ControllerError::Shutdown)?;
+        }
+    }
+
+    /// The latest applied image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.inner.image_rx.borrow().clone()
+    }
+
+    /// Notified on every applied change.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.inner.image_rx.clone()
+    }
+
+    /// Waits until there is a leader and this node has applied everything the leader had committed
+    /// when asked (a linearizable read point), so a restarted broker sees its topics before it
+    /// answers clients. Gives up with `Timeout` after `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), ControllerError> {
+        let deadline = Instant::now() + timeout;
+        tokio::time::timeout_at(deadline, self.ready_until(deadline)).await.map_err(|_| ControllerError::Timeout)?
+    }
+
+    async fn ready_until(&self, deadline: Instant) -> Result<(), ControllerError> {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            let leader = metrics.borrow_and_update().current_leader;
+            match leader {
+                Some(leader) if leader == self.inner.node_id => {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    match server::read_index_as_leader(&self.inner.raft, remaining).await {
+                        // ensure_linearizable returns after the local state machine caught up.
+                        Ok(_) => return Ok(()),
+                        Err(ForwardError::Shutdown) => return Err(ControllerError::Shutdown),
+                        Err(e) => tracing::debug!(error = %e, "not ready yet"),
+                    }
+                }
+                Some(leader) => {
+                    if let Some(index) = self.read_index_from(leader, deadline).await {
+                        return self.wait_applied(index).await;
+                    }
+                }
+                None => {}
+            }
+            self.wait_for_change(&mut metrics).await?;
+        }
+    }
+
+    /// Asks `leader` for a read index; `None` if it could not answer (retry later).
+    async fn read_index_from(&self, leader: NodeId, deadline: Instant) -> Option<u64> {
+        let addr = self.peer_addr(leader)?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let request = RpcRequest::ReadIndex { timeout_ms: remaining.as_millis() as u64 };
+        match self.inner.pool.call(leader, &addr, &request, remaining, ConnPolicy::Pooled).await {
+            Ok(RpcResponse::ReadIndex(Ok(index))) => Some(index.unwrap_or(0)),
+            Ok(RpcResponse::ReadIndex(Err(e))) => {
+                tracing::debug!(leader, error = %e, "leader could not serve a read index");
+                None
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(leader, error = %e, "read index request failed");
+                None
+            }
+        }
+    }
+
+    /// The address the raft RPC listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node_id
+    }
+
+    /// The current raft leader as known by this node.
+    pub fn leader_id(&self) -> Option<NodeId> {
+        self.inner.metrics.borrow().current_leader
+    }
+
+    /// Stops the listener and the raft node and waits until the metadata directory is released, so
+    /// the same directory can be opened again right away.
+    pub async fn shutdown(self) -> Result<(), ControllerError> {
+        let server = self.inner.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(server) = server {
+            server.abort();
+            let _ = server.await;
+        }
+        let stopped = self.inner.raft.shutdown().await;
+        let alive = self.inner.state_machine_alive.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut alive) = alive {
+            // `recv` returns `None` once every sender (state machine, snapshot builders) is dropped.
+            if tokio::time::timeout(STATE_MACHINE_STOP_TIMEOUT, alive.recv()).await.is_err() {
+                tracing::warn!("the metadata state machine did not stop in time");
+            }
+        }
+        stopped.map_err(|e| raft_failure(&e))
+    }
+}

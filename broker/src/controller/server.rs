@@ -1,0 +1,162 @@
+//! The raft RPC listener of one metadata voter.
+//!
+//! Owns: accepting peer connections on the raft listener and serving their requests in order:
+//! raft RPCs go to the local raft node; forwarded proposals and read-index requests are served only
+//! if this node is the leader.
+//! Invariant: bounded everywhere: at most `MAX_CONNECTIONS` connections, frames of at most
+//! `network::MAX_FRAME_BYTES`, idle connections closed after `IDLE_TIMEOUT`. A malformed frame or
+//! request closes that connection only; nothing a peer sends can stop the listener.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::network::{read_frame, write_frame, Envelope, ForwardError, Proposed, RpcRequest, RpcResponse};
+use super::raft_types::Raft;
+use super::record::{MetadataRecord, NodeId};
+
+const MAX_CONNECTIONS: usize = 256;
+/// Longer than the client pool's idle limit, so clients close first.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Upper bound for the time a forwarded request may hold a connection on the leader.
+const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Starts serving `listener`. Aborting the returned task closes the listener and every connection.
+pub(crate) fn spawn(listener: TcpListener, raft: Raft, node_id: NodeId) -> JoinHandle<()> {
+    tokio::spawn(accept_loop(listener, raft, node_id))
+}
+
+async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId) {
+    // Owned here so that aborting this task aborts every connection task too.
+    let mut connections = JoinSet::new();
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => match limit.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        connections.spawn(serve_connection(stream, peer, raft.clone(), node_id, permit));
+                    }
+                    Err(_) => tracing::warn!(%peer, "too many raft connections; refusing one"),
+                },
+                Err(e) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting a raft connection failed");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    raft: Raft,
+    node_id: NodeId,
+    _permit: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut stream = BufReader::new(stream);
+    loop {
+        let frame = match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut stream)).await {
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Ok(None)) | Err(_) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "closing a raft connection after a bad frame");
+                return;
+            }
+        };
+        let envelope: Envelope<RpcRequest> = match serde_json::from_slice(&frame) {
+            Ok(envelope) => envelope,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "closing a raft connection after an undecodable request");
+                return;
+            }
+        };
+        let response = if envelope.to == node_id {
+            dispatch(&raft, envelope.body).await
+        } else {
+            tracing::warn!(%peer, from = envelope.from, to = envelope.to, "raft request for another node");
+            RpcResponse::WrongNode { node_id }
+        };
+        let bytes = match serde_json::to_vec(&response) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::error!(%peer, error = %e, "cannot encode a raft response");
+                return;
+            }
+        };
+        if let Err(e) = write_frame(stream.get_mut(), &bytes).await {
+            tracing::debug!(%peer, error = %e, "cannot answer a raft request");
+            return;
+        }
+    }
+}
+
+async fn dispatch(raft: &Raft, body: RpcRequest) -> RpcResponse {
+    match body {
+        RpcRequest::AppendEntries(rpc) => RpcResponse::AppendEntries(raft.append_entries(rpc).await),
+        RpcRequest::Vote(rpc) => RpcResponse::Vote(raft.vote(rpc).await),
+        RpcRequest::InstallSnapshot(rpc) => RpcResponse::InstallSnapshot(raft.install_snapshot(rpc).await),
+        RpcRequest::Propose { record, timeout_ms } => {
+            RpcResponse::Propose(propose_as_leader(raft, record, forward_timeout(timeout_ms)).await)
+        }
+        RpcRequest::ReadIndex { timeout_ms } => {
+            RpcResponse::ReadIndex(read_index_as_leader(raft, forward_timeout(timeout_ms)).await)
+        }
+    }
+}
+
+fn forward_timeout(timeout_ms: u64) -> Duration {
+    Duration::from_millis(timeout_ms).min(MAX_FORWARD_TIMEOUT)
+}
+
+fn fatal_to_forward(fatal: Fatal<NodeId>) -> ForwardError {
+    match fatal {
+        Fatal::Stopped => ForwardError::Shutdown,
+        other => ForwardError::Failed { message: other.to_string() },
+    }
+}
+
+/// Proposes a forwarded record if this node is the leader; never forwards again (no loops).
+pub(crate) async fn propose_as_leader(
+    raft: &Raft,
+    record: MetadataRecord,
+    timeout: Duration,
+) -> Result<Proposed, ForwardError> {
+    match tokio::time::timeout(timeout, raft.client_write(record)).await {
+        Err(_) => Err(ForwardError::Timeout),
+        Ok(Ok(resp)) => Ok(Proposed { outcome: resp.data, log_index: resp.log_id.index }),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            Err(ForwardError::NotLeader { leader: f.leader_id })
+        }
+        Ok(Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_)))) => {
+            Err(ForwardError::Failed { message: e.to_string() })
+        }
+        Ok(Err(RaftError::Fatal(f))) => Err(fatal_to_forward(f)),
+    }
+}
+
+/// Confirms leadership with a quorum and returns the index a linearizable reader must wait for.
+pub(crate) async fn read_index_as_leader(raft: &Raft, timeout: Duration) -> Result<Option<u64>, ForwardError> {
+    match tokio::time::timeout(timeout, raft.ensure_linearizable()).await {
+        Err(_) => Err(ForwardError::Timeout),
+        Ok(Ok(log_id)) => Ok(log_id.map(|l| l.index)),
+        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+            Err(ForwardError::NotLeader { leader: f.leader_id })
+        }
+        Ok(Err(RaftError::APIError(e @ CheckIsLeaderError::QuorumNotEnough(_)))) => {
+            Err(ForwardError::Failed { message: e.to_string() })
+        }
+        Ok(Err(RaftError::Fatal(f))) => Err(fatal_to_forward(f)),
+    }
+}

@@ -1,0 +1,79 @@
+//! `runnel`: the broker binary. `runnel serve` runs a node; more subcommands (topics, produce,
+//! consume, groups, transforms) come with the HTTP API.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use runnel::config::{NodeConfig, ServeArgs};
+use runnel::node::Node;
+
+#[derive(Parser)]
+#[command(name = "runnel", version, about = "A Kafka-compatible streaming log broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (a single-node cluster with no flags).
+    Serve(ServeArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG_LEVEL")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = NodeConfig::resolve(&args).context("invalid configuration")?;
+            raise_fd_limit();
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(serve(config))
+        }
+    }
+}
+
+async fn serve(config: NodeConfig) -> anyhow::Result<()> {
+    let node = Node::start(config).await.context("starting the node")?;
+    // One machine-readable line on stdout, for scripts and tests that start us on port 0.
+    println!("READY kafka={} controller={}", node.kafka_addr(), node.controller_addr());
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await.context("shutting down")?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Each partition holds a file descriptor per segment plus one per connection: lift the soft
+/// limit to the hard one, as Kafka's start scripts expect the operator to.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

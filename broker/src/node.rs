@@ -1,0 +1,253 @@
+//! One running node: the composition root. Starts the metadata quorum member, waits until it
+//! has caught up, registers the broker, makes the hosted partitions follow the metadata image,
+//! serves the Kafka protocol, runs housekeeping, and shuts all of it down cleanly.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::NodeConfig;
+use crate::controller::{Controller, ControllerConfig, ControllerError, MetadataImage, MetadataRecord};
+use crate::log::{LogConfig, SystemClock};
+use crate::partition::ReplicaManager;
+use crate::server::{self, Broker, ServerSettings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("data directory belongs to node {found}, not {configured}")]
+    NodeIdMismatch { found: u64, configured: u64 },
+    #[error("binding the Kafka listener {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metadata quorum: {0}")]
+    Controller(#[from] ControllerError),
+}
+
+/// A running node.
+pub struct Node {
+    kafka_addr: SocketAddr,
+    controller_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    broker: Arc<Broker>,
+}
+
+impl Node {
+    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        let data_dir = config.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir { path: data_dir.clone(), source })?;
+        let cluster_id = load_or_create_meta(&data_dir, config.node_id, config.cluster_id.as_deref())?;
+
+        let controller = Controller::start(ControllerConfig {
+            node_id: config.node_id,
+            listen_addr: config.controller_listen,
+            voters: config.voters.clone(),
+            data_dir: data_dir.clone(),
+            ..ControllerConfig::default()
+        })
+        .await?;
+        controller.wait_ready(Duration::from_secs(60)).await?;
+
+        let listener = TcpListener::bind(config.kafka_listen)
+            .await
+            .map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
+        let kafka_addr =
+            listener.local_addr().map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
+        let advertised_host = config.advertised_host.clone().unwrap_or_else(|| kafka_addr.ip().to_string());
+        let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
+
+        let replicas = Arc::new(ReplicaManager::new(config.node_id, &data_dir, Arc::new(SystemClock)));
+        let reconcile = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
+        reconcile(&controller.image());
+        {
+            let image = controller.image();
+            replicas.remove_strays(|topic, partition| {
+                image.topics.get(topic).is_some_and(|t| {
+                    t.partitions.get(partition as usize).is_some_and(|p| p.replicas.contains(&config.node_id))
+                })
+            });
+        }
+        let registered = controller.image().brokers.get(&config.node_id).cloned();
+        if registered.is_none_or(|b| b.host != advertised_host || b.port != advertised_port) {
+            controller
+                .propose(MetadataRecord::RegisterBroker {
+                    node_id: config.node_id,
+                    host: advertised_host.clone(),
+                    port: advertised_port,
+                    rack: None,
+                })
+                .await?;
+        }
+
+        let broker = Arc::new(Broker {
+            settings: ServerSettings {
+                node_id: config.node_id,
+                cluster_id,
+                request_max_bytes: config.socket_request_max_bytes,
+                default_partitions: config.num_partitions,
+                default_replication_factor: config.default_replication_factor,
+                auto_create_topics: config.auto_create_topics_enable,
+                log_defaults: config.log_defaults.clone(),
+            },
+            controller: controller.clone(),
+            replicas: replicas.clone(),
+            reconcile: Box::new(reconcile),
+        });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        // Follow the metadata image: open, reconfigure and delete partitions as it changes.
+        let follower = broker.clone();
+        let mut images = controller.subscribe();
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    changed = images.changed() => if changed.is_err() { return },
+                }
+                let image = images.borrow_and_update().clone();
+                let broker = follower.clone();
+                let _ = tokio::task::spawn_blocking(move || (broker.reconcile)(&image)).await;
+            }
+        }));
+
+        // Housekeeping: retention, compaction, time-based flush.
+        let housekeeping = replicas.clone();
+        let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = ticker.tick() => {}
+                }
+                let replicas = housekeeping.clone();
+                let _ = tokio::task::spawn_blocking(move || replicas.maintain()).await;
+            }
+        }));
+
+        tasks.push(tokio::spawn(server::serve(listener, broker.clone(), shutdown_rx)));
+        tracing::info!(node_id = config.node_id, %kafka_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
+        Ok(Node { kafka_addr, controller_addr: controller.local_addr(), shutdown, tasks, broker })
+    }
+
+    pub fn kafka_addr(&self) -> SocketAddr {
+        self.kafka_addr
+    }
+    pub fn controller_addr(&self) -> SocketAddr {
+        self.controller_addr
+    }
+
+    /// Stops serving, closes every log cleanly and stops the quorum member.
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        let replicas = self.broker.replicas.clone();
+        let _ = tokio::task::spawn_blocking(move || replicas.shutdown()).await;
+        let controller = self.broker.controller.clone();
+        drop(self.broker);
+        controller.shutdown().await?;
+        Ok(())
+    }
+}
+
+/// Makes the hosted partitions match an image. Serialized by a mutex: handlers and the image
+/// follower both call it, and a partition must be opened once.
+fn reconciler(
+    replicas: Arc<ReplicaManager>,
+    node_id: u64,
+    log_defaults: LogConfig,
+) -> impl Fn(&MetadataImage) + Send + Sync + 'static {
+    let lock = Mutex::new(());
+    move |image: &MetadataImage| {
+        let _serial = lock.lock().unwrap_or_else(|p| p.into_inner());
+        for partition in replicas.all() {
+            let current = image.topics.get(&**partition.topic());
+            if current.is_none_or(|t| t.topic_id != partition.topic_id()) {
+                if let Err(e) = replicas.remove_topic(partition.topic()) {
+                    tracing::error!(topic = %partition.topic(), error = %e, "could not delete a deleted topic's partitions");
+                }
+            }
+        }
+        for topic in image.topics.values() {
+            let mut config = log_defaults.clone();
+            for (name, value) in &topic.configs {
+                if let Err(e) = config.set(name, value) {
+                    tracing::warn!(topic = %topic.name, error = %e, "ignoring an invalid topic config");
+                }
+            }
+            for p in &topic.partitions {
+                if !p.replicas.contains(&node_id) {
+                    continue;
+                }
+                if let Err(e) = replicas.ensure(
+                    &topic.name,
+                    p.partition,
+                    topic.topic_id,
+                    config.clone(),
+                    p.leader_epoch,
+                    p.isr.clone(),
+                ) {
+                    tracing::error!(topic = %topic.name, partition = p.partition, error = %e, "could not open partition");
+                }
+            }
+        }
+    }
+}
+
+/// `meta.properties` as Kafka keeps it: the cluster id and node id this directory belongs to.
+fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) -> Result<String, NodeError> {
+    let path = data_dir.join("meta.properties");
+    let io = |source| NodeError::DataDir { path: path.clone(), source };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let props: BTreeMap<&str, &str> =
+            text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once('=')).collect();
+        if let Some(found) = props.get("node.id").and_then(|v| v.trim().parse::<u64>().ok()) {
+            if found != node_id {
+                return Err(NodeError::NodeIdMismatch { found, configured: node_id });
+            }
+        }
+        if let Some(id) = props.get("cluster.id") {
+            return Ok(id.trim().to_string());
+        }
+    }
+    let cluster_id = cluster_id.map(str::to_string).unwrap_or_else(new_cluster_id);
+    let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    Ok(cluster_id)
+}
+
+/// A Kafka-style cluster id: a random UUID in URL-safe base64 without padding (22 chars).
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut bits = u128::from_be_bytes(bytes);
+    let mut out = Vec::with_capacity(22);
+    for _ in 0..22 {
+        out.push(ALPHABET[(bits >> 122) as usize & 63]);
+        bits <<= 6;
+    }
+    String::from_utf8(out).expect("ASCII alphabet")
+}

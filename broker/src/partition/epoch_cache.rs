@@ -1,0 +1,101 @@
+//! The leader epoch cache: where each leader epoch's writes start, persisted in Kafka's
+//! `leader-epoch-checkpoint` format (`0`, the entry count, then `epoch start_offset` lines).
+//!
+//! Invariant: entries grow strictly in both epoch and start offset. OffsetForLeaderEpoch and
+//! (later) follower truncation read it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+const FILE: &str = "leader-epoch-checkpoint";
+
+pub struct LeaderEpochCache {
+    path: PathBuf,
+    entries: Vec<(i32, i64)>,
+}
+
+impl LeaderEpochCache {
+    /// Loads the checkpoint; entries starting past `log_end_offset` (a truncated log) are dropped.
+    pub fn open(dir: &Path, log_end_offset: i64) -> io::Result<LeaderEpochCache> {
+        let path = dir.join(FILE);
+        let mut entries = Vec::new();
+        if let Ok(text) = fs::read_to_string(&path) {
+            let mut lines = text.lines().skip(2);
+            while let Some(line) = lines.next() {
+                let mut parts = line.split_whitespace();
+                let (Some(epoch), Some(offset)) = (parts.next(), parts.next()) else { break };
+                let (Ok(epoch), Ok(offset)) = (epoch.parse::<i32>(), offset.parse::<i64>()) else { break };
+                if entries.last().is_some_and(|&(e, o)| epoch <= e || offset < o) {
+                    break;
+                }
+                entries.push((epoch, offset));
+            }
+        }
+        entries.retain(|&(_, offset)| offset <= log_end_offset);
+        Ok(LeaderEpochCache { path, entries })
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.entries.last().map(|&(e, _)| e)
+    }
+
+    /// Records that `leader_epoch` starts at `start_offset`, if it is newer than the latest.
+    pub fn assign(&mut self, leader_epoch: i32, start_offset: i64) -> io::Result<()> {
+        if self.latest_epoch().is_some_and(|latest| leader_epoch <= latest) {
+            return Ok(());
+        }
+        self.entries.retain(|&(_, offset)| offset < start_offset);
+        self.entries.push((leader_epoch, start_offset));
+        self.persist()
+    }
+
+    /// Kafka's `endOffsetFor`: for the requested epoch, the largest known epoch at or below it
+    /// and the offset where the next higher epoch starts (the log end offset for the latest).
+    /// `(-1, -1)` when the epoch is older than every entry.
+    pub fn end_offset_for(&self, requested: i32, current_epoch: i32, log_end_offset: i64) -> (i32, i64) {
+        if requested == current_epoch && self.latest_epoch().is_none_or(|latest| latest <= current_epoch) {
+            return (current_epoch, log_end_offset);
+        }
+        let Some(floor) = self.entries.iter().rposition(|&(e, _)| e <= requested) else { return (-1, -1) };
+        match self.entries.get(floor + 1) {
+            Some(&(_, next_start)) => (self.entries[floor].0, next_start),
+            None => (self.entries[floor].0, log_end_offset),
+        }
+    }
+
+    fn persist(&self) -> io::Result<()> {
+        let mut text = format!("0\n{}\n", self.entries.len());
+        for (epoch, offset) in &self.entries {
+            text.push_str(&format!("{epoch} {offset}\n"));
+        }
+        let tmp = self.path.with_extension("tmp");
+        fs::write(&tmp, text)?;
+        fs::File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, &self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_offsets_follow_kafka_rules() {
+        // Proves endOffsetFor semantics: next epoch's start, log end for the latest, -1 before all.
+        let dir = tempfile::tempdir().unwrap();
+        let mut cache = LeaderEpochCache::open(dir.path(), 0).unwrap();
+        cache.assign(1, 0).unwrap();
+        cache.assign(3, 10).unwrap();
+        cache.assign(2, 20).unwrap(); // older than latest: ignored
+        assert_eq!(cache.end_offset_for(0, 3, 30), (-1, -1));
+        assert_eq!(cache.end_offset_for(1, 3, 30), (1, 10));
+        assert_eq!(cache.end_offset_for(2, 3, 30), (1, 10));
+        assert_eq!(cache.end_offset_for(3, 3, 30), (3, 30));
+        assert_eq!(cache.end_offset_for(5, 3, 30), (3, 30));
+        let reopened = LeaderEpochCache::open(dir.path(), 30).unwrap();
+        assert_eq!(reopened.entries, vec![(1, 0), (3, 10)]);
+        let truncated = LeaderEpochCache::open(dir.path(), 5).unwrap();
+        assert_eq!(truncated.entries, vec![(1, 0)]);
+    }
+}

@@ -1,0 +1,161 @@
+//! The replica manager: every partition this node hosts, by (topic, partition).
+//!
+//! It creates, opens and deletes partition directories (`<data_dir>/<topic>-<partition>`, as
+//! Kafka names them) when told to by the layer that follows the metadata image, wakes long-poll
+//! fetches on appends, and runs periodic housekeeping. It knows nothing of metadata records.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::watch;
+
+use super::{Partition, PartitionError};
+use crate::log::{Clock, LogConfig};
+
+/// (topic, partition).
+pub type PartitionKey = (Arc<str>, u32);
+
+pub struct ReplicaManager {
+    node_id: u64,
+    data_dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
+    appends: watch::Sender<u64>,
+}
+
+impl ReplicaManager {
+    pub fn new(node_id: u64, data_dir: &Path, clock: Arc<dyn Clock>) -> ReplicaManager {
+        ReplicaManager {
+            node_id,
+            data_dir: data_dir.to_path_buf(),
+            clock,
+            partitions: RwLock::new(HashMap::new()),
+            appends: watch::channel(0).0,
+        }
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    fn dir_of(&self, topic: &str, partition: u32) -> PathBuf {
+        self.data_dir.join(format!("{topic}-{partition}"))
+    }
+
+    /// Opens (or creates) the partition if this node does not host it yet, and applies the
+    /// leader epoch, ISR and config from the metadata image.
+    pub fn ensure(
+        &self,
+        topic: &str,
+        partition: u32,
+        topic_id: [u8; 16],
+        config: LogConfig,
+        leader_epoch: i32,
+        isr: Vec<u64>,
+    ) -> Result<Arc<Partition>, PartitionError> {
+        let existing = self.get(topic, partition);
+        let hosted = match existing {
+            Some(p) if p.topic_id() == topic_id => {
+                p.set_config(config)?;
+                p
+            }
+            stale => {
+                if let Some(stale) = stale {
+                    // Same name, new topic id: the old topic was deleted and recreated.
+                    stale.delete()?;
+                }
+                let topic: Arc<str> = Arc::from(topic);
+                let opened = Arc::new(Partition::open(
+                    &self.dir_of(&topic, partition),
+                    topic.clone(),
+                    partition,
+                    topic_id,
+                    self.node_id,
+                    config,
+                    self.clock.clone(),
+                )?);
+                self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert((topic, partition), opened.clone());
+                opened
+            }
+        };
+        if hosted.leader_epoch() != leader_epoch || hosted.isr() != isr {
+            hosted.become_leader(leader_epoch, isr);
+            let mut epochs = hosted.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = epochs.assign(leader_epoch, hosted.log_end_offset()) {
+                tracing::warn!(topic, partition, error = %e, "could not persist leader epoch");
+            }
+        }
+        Ok(hosted)
+    }
+
+    /// Deletes every partition of `topic` with its files.
+    pub fn remove_topic(&self, topic: &str) -> Result<(), PartitionError> {
+        let removed: Vec<Arc<Partition>> = {
+            let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<PartitionKey> = partitions.keys().filter(|(t, _)| &**t == topic).cloned().collect();
+            keys.iter().filter_map(|k| partitions.remove(k)).collect()
+        };
+        for partition in removed {
+            partition.delete()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes partition directories in the data dir that no topic of `keep` owns (topics
+    /// deleted while this node was down). `keep` answers "is this (topic, partition) hosted?".
+    pub fn remove_strays(&self, keep: impl Fn(&str, u32) -> bool) {
+        let Ok(entries) = std::fs::read_dir(&self.data_dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((topic, partition)) = name.rsplit_once('-') else { continue };
+            let Ok(partition) = partition.parse::<u32>() else { continue };
+            if entry.path().is_dir()
+                && entry.path().join(crate::log::CHECKPOINT_FILE).exists()
+                && !keep(topic, partition)
+            {
+                tracing::info!(dir = %entry.path().display(), "deleting the directory of a deleted partition");
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "could not delete");
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, topic: &str, partition: u32) -> Option<Arc<Partition>> {
+        let key: (Arc<str>, u32) = (Arc::from(topic), partition);
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// Wakes long-poll fetches: call after appends.
+    pub fn notify_append(&self) {
+        self.appends.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn subscribe_appends(&self) -> watch::Receiver<u64> {
+        self.appends.subscribe()
+    }
+
+    /// Retention, compaction and flushing for every partition.
+    pub fn maintain(&self) {
+        for partition in self.all() {
+            if let Err(e) = partition.maintain() {
+                tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "housekeeping failed");
+            }
+        }
+    }
+
+    /// Closes every log cleanly (flush, trim indexes, clean-shutdown checkpoint).
+    pub fn shutdown(&self) {
+        for partition in self.all() {
+            if let Err(e) = partition.close() {
+                tracing::error!(topic = %partition.topic(), partition = partition.index(), error = %e, "unclean close");
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! A partition replica on this node: its log plus leader epoch, high watermark and ISR, and the
+//! [`ReplicaManager`] that owns every partition of the node.
+//!
+//! Invariants: `log_start_offset <= high_watermark <= log_end_offset`; readers never see past
+//! the high watermark; only the leader appends with `append_as_leader`; the leader epoch of
+//! every batch the leader writes is the partition's current leader epoch, and the epoch cache
+//! (`leader-epoch-checkpoint`, Kafka's format) records where each epoch started.
+//! Locks: the log mutex is never held across an `.await`; reads take it only to find the file
+//! slice and read the bytes after releasing it.
+
+mod epoch_cache;
+mod manager;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+pub use self::epoch_cache::LeaderEpochCache;
+pub use self::manager::{PartitionKey, ReplicaManager};
+use crate::log::{AppendInfo, AppendOrigin, Clock, Log, LogConfig, LogError};
+
+/// Errors of partition operations; the server maps each to one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// NOT_ENOUGH_REPLICAS: acks=all with an ISR smaller than `min.insync.replicas`.
+    #[error("ISR has {isr} replicas, min.insync.replicas is {min_insync_replicas}")]
+    NotEnoughReplicas { isr: usize, min_insync_replicas: u32 },
+    /// FENCED_LEADER_EPOCH: the request carries an older leader epoch than ours.
+    #[error("leader epoch {requested} is older than the current {current}")]
+    FencedLeaderEpoch { requested: i32, current: i32 },
+    /// UNKNOWN_LEADER_EPOCH: the request carries a newer leader epoch than ours.
+    #[error("leader epoch {requested} is newer than the current {current}")]
+    UnknownLeaderEpoch { requested: i32, current: i32 },
+    /// KAFKA_STORAGE_ERROR / NOT_LEADER_OR_FOLLOWER during shutdown or deletion.
+    #[error("partition {topic}-{partition} is closed")]
+    Closed { topic: String, partition: u32 },
+}
+
+/// What a fetch read from one partition.
+#[derive(Debug, Clone)]
+pub struct FetchedData {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// Raw batches, starting at the batch that contains the fetch offset.
+    pub records: Bytes,
+}
+
+/// How many replicas must have a produce before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    None,
+    Leader,
+    All,
+}
+
+/// Which offset ListOffsets asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    Earliest,
+    Latest,
+    MaxTimestamp,
+    Timestamp(i64),
+}
+
+pub struct Partition {
+    topic: Arc<str>,
+    index: u32,
+    topic_id: [u8; 16],
+    node_id: u64,
+    log: Mutex<Option<Log>>,
+    epochs: Mutex<LeaderEpochCache>,
+    leader_epoch: AtomicI32,
+    high_watermark: AtomicI64,
+    log_start_offset: AtomicI64,
+    log_end_offset: AtomicI64,
+    isr: Mutex<Vec<u64>>,
+}
+
+impl Partition {
+    /// Opens (recovering if needed) the log of `topic-index` in `dir`.
+    pub(crate) fn open(
+        dir: &Path,
+        topic: Arc<str>,
+        index: u32,
+        topic_id: [u8; 16],
+        node_id: u64,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Partition, PartitionError> {
+        let log = Log::open(dir, config, clock)?;
+        let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
+            op: "open leader-epoch-checkpoint in",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        Ok(Partition {
+            topic,
+            index,
+            topic_id,
+            node_id,
+            log: Mutex::new(Some(log)),
+            epochs: Mutex::new(epochs),
+            leader_epoch: AtomicI32::new(0),
+            // A single replica: everything in the log is committed. With replication the
+            // high watermark is restored from the checkpoint and advanced by followers.
+            high_watermark: AtomicI64::new(end),
+            log_start_offset: AtomicI64::new(start),
+            log_end_offset: AtomicI64::new(end),
+            isr: Mutex::new(vec![node_id]),
+        })
+    }
+
+    fn log(&self) -> Result<MutexGuard<'_, Option<Log>>, PartitionError> {
+        let guard = self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            return Err(PartitionError::Closed { topic: self.topic.to_string(), partition: self.index });
+        }
+        Ok(guard)
+    }
+
+    pub fn topic(&self) -> &Arc<str> {
+        &self.topic
+    }
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+    pub fn topic_id(&self) -> [u8; 16] {
+        self.topic_id
+    }
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::Acquire)
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.load(Ordering::Acquire)
+    }
+    pub fn isr(&self) -> Vec<u64> {
+        self.isr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Bytes of the partition's segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.log().ok().and_then(|log| log.as_ref().map(Log::size_bytes)).unwrap_or(0)
+    }
+
+    /// Applies leadership from the metadata image.
+    pub(crate) fn become_leader(&self, leader_epoch: i32, isr: Vec<u64>) {
+        self.leader_epoch.store(leader_epoch, Ordering::Release);
+        *self.isr.lock().unwrap_or_else(|p| p.into_inner()) = isr;
+    }
+
+    pub(crate) fn set_config(&self, config: LogConfig) -> Result<(), PartitionError> {
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        if log.config() != &config {
+            log.set_config(config);
+        }
+        Ok(())
+    }
+
+    pub fn config(&self) -> Result<LogConfig, PartitionError> {
+        Ok(self.log()?.as_ref().expect("checked by log()").config().clone())
+    }
+
+    /// Checks a client's view of the leader epoch (-1 means "no check", as in Kafka).
+    pub fn check_leader_epoch(&self, requested: i32) -> Result<(), PartitionError> {
+        let current = self.leader_epoch();
+        match requested {
+            r if r < 0 || r == current => Ok(()),
+            r if r < current => Err(PartitionError::FencedLeaderEpoch { requested: r, current }),
+            r => Err(PartitionError::UnknownLeaderEpoch { requested: r, current }),
+        }
+    }
+
+    /// Appends a producer's batches as leader. With `acks=all` the ISR must meet
+    /// `min.insync.replicas` first. The high watermark moves to the log end offset once every
+    /// ISR member has the batch: with a single replica, at once.
+    pub fn append_as_leader(
+        &self,
+        records: &Bytes,
+        acks: Acks,
+        origin: AppendOrigin,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        let isr_len = self.isr.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let min_insync_replicas = log.config().min_insync_replicas;
+        if acks == Acks::All && isr_len < min_insync_replicas as usize {
+            return Err(PartitionError::NotEnoughReplicas { isr: isr_len, min_insync_replicas });
+        }
+        let leader_epoch = self.leader_epoch();
+        let info = log.append_as_leader(records, leader_epoch, origin)?;
+        {
+            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = epochs.assign(leader_epoch, info.first_offset) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+            }
+        }
+        let end = log.log_end_offset();
+        self.log_end_offset.store(end, Ordering::Release);
+        if isr_len <= 1 {
+            self.high_watermark.store(end, Ordering::Release);
+        }
+        Ok((info, log.log_start_offset()))
+    }
+
+    /// Reads up to `max_bytes` from `fetch_offset`, never past the high watermark.
+    pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<FetchedData, PartitionError> {
+        let high_watermark = self.high_watermark();
+        let (slice, log_start_offset, log_end_offset) = {
+            let guard = self.log()?;
+            let log = guard.as_ref().expect("checked by log()");
+            (log.slice(fetch_offset, high_watermark)?, log.log_start_offset(), log.log_end_offset())
+        };
+        let records = match slice {
+            Some(slice) => slice.read_batches(max_bytes, high_watermark).map_err(|source| LogError::Io {
+                op: "read",
+                path: format!("{}-{}", self.topic, self.index).into(),
+                source,
+            })?,
+            None => Bytes::new(),
+        };
+        Ok(FetchedData { high_watermark, log_start_offset, log_end_offset, records })
+    }
+
+    /// ListOffsets: `(offset, timestamp)`; timestamp -1 where Kafka answers none.
+    pub fn list_offset(&self, spec: OffsetSpec) -> Result<Option<(i64, i64)>, PartitionError> {
+        let guard = self.log()?;
+        let log = guard.as_ref().expect("checked by log()");
+        let high_watermark = self.high_watermark();
+        Ok(match spec {
+            OffsetSpec::Earliest => Some((log.log_start_offset(), -1)),
+            OffsetSpec::Latest => Some((high_watermark, -1)),
+            OffsetSpec::MaxTimestamp => log.max_timestamp_offset()?.filter(|(o, _)| *o < high_watermark),
+            OffsetSpec::Timestamp(ts) => log.offset_for_timestamp(ts)?.filter(|(o, _)| *o < high_watermark),
+        })
+    }
+
+    /// OffsetForLeaderEpoch: the end offset of `leader_epoch` as this replica knows it, and the
+    /// largest epoch at or below it. `None` if the epoch is older than anything we have.
+    pub fn end_offset_for_epoch(&self, leader_epoch: i32) -> (i32, i64) {
+        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        epochs.end_offset_for(leader_epoch, self.leader_epoch(), self.log_end_offset())
+    }
+
+    /// DeleteRecords: moves the log start offset, at most to the high watermark.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, PartitionError> {
+        let high_watermark = self.high_watermark();
+        let target = if offset == -1 { high_watermark } else { offset };
+        if target > high_watermark || target < 0 {
+            return Err(PartitionError::Log(LogError::OffsetOutOfRange {
+                offset: target,
+                log_start_offset: self.log_start_offset(),
+                log_end_offset: high_watermark,
+            }));
+        }
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        let start = log.delete_records_before(target)?;
+        self.log_start_offset.store(start, Ordering::Release);
+        Ok(start)
+    }
+
+    /// Periodic housekeeping: retention, compaction, time-based flush.
+    pub fn maintain(&self) -> Result<(), PartitionError> {
+        let job = {
+            let mut guard = self.log()?;
+            let log = guard.as_mut().expect("checked by log()");
+            log.enforce_retention(self.high_watermark())?;
+            log.maybe_flush()?;
+            self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+            log.compaction_job()
+        };
+        if let Some(job) = job {
+            // The heavy part runs without the lock; appends go on meanwhile.
+            let result = job.run()?;
+            let mut guard = self.log()?;
+            let log = guard.as_mut().expect("checked by log()");
+            let stats = result.stats;
+            if log.install_compaction(result)? {
+                tracing::info!(topic = %self.topic, partition = self.index, ?stats, "compacted");
+            }
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown of the log; later operations fail with `Closed`.
+    pub fn close(&self) -> Result<(), PartitionError> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match log {
+            Some(log) => Ok(log.close()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the log and deletes the partition directory (topic deletion).
+    pub(crate) fn delete(&self) -> Result<(), PartitionError> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(log) = log {
+            let dir = log.dir().to_path_buf();
+            drop(log);
+            std::fs::remove_dir_all(&dir).map_err(|source| LogError::Io { op: "delete", path: dir, source })?;
+        }
+        Ok(())
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+}

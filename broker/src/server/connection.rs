@@ -1,0 +1,166 @@
+//! Accepting connections and serving one: 4-byte size framing, header decoding, dispatch,
+//! response framing. Requests of a connection are handled one at a time, in order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::{handlers, versions, Broker};
+
+/// Why a connection is closed.
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("request of {size} bytes exceeds socket.request.max.bytes {max}")]
+    TooLarge { size: i64, max: usize },
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    #[error("unknown api key {0}")]
+    UnknownApi(i16),
+    #[error("unsupported version {version} of {api:?}")]
+    UnsupportedVersion { api: ApiKey, version: i16 },
+}
+
+/// Accepts connections until `shutdown` turns true; each connection runs in its own task.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let broker = broker.clone();
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    match handle_connection(stream, peer, broker, shutdown).await {
+                        Ok(()) => tracing::debug!(%peer, "connection closed"),
+                        Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection closed"),
+                        Err(e) => tracing::warn!(%peer, error = %e, "closing connection"),
+                    }
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: keep serving the connections we have.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+}
+
+async fn handle_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
+    stream.set_nodelay(true)?;
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = BufReader::with_capacity(64 << 10, reader);
+    let max = broker.settings.request_max_bytes;
+    loop {
+        let size = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            size = reader.read_i32() => match size {
+                Ok(size) => size,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if size < 0 || size as usize > max {
+            return Err(ConnectionError::TooLarge { size: size as i64, max });
+        }
+        let mut frame = BytesMut::zeroed(size as usize);
+        reader.read_exact(&mut frame).await?;
+        let frame = frame.freeze();
+        if let Some(response) = handle_frame(&broker, frame).await? {
+            writer.write_all(&response).await?;
+        }
+        tracing::trace!(%peer, "request handled");
+    }
+}
+
+/// Decodes one request frame, runs its handler and returns the framed response (or none, for
+/// acks=0 produce).
+async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+    if frame.len() < 8 {
+        return Err(ConnectionError::Malformed(format!("frame of {} bytes has no request header", frame.len())));
+    }
+    let api_key_raw = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api = ApiKey::try_from(api_key_raw).map_err(|_| ConnectionError::UnknownApi(api_key_raw))?;
+    if api == ApiKey::ApiVersions && !versions::is_supported(api, version) {
+        // The spec: answer an unknown ApiVersions version with UNSUPPORTED_VERSION in a v0
+        // response that lists what we support, so the client can pick.
+        let body = handlers::api_versions::unsupported_version_response();
+        return Ok(Some(frame_response(correlation_id, 0, |buf| body.encode(buf, 0))?));
+    }
+    if !versions::is_supported(api, version) {
+        return Err(ConnectionError::UnsupportedVersion { api, version });
+    }
+    let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
+        .map_err(|e| ConnectionError::Malformed(format!("{api:?} v{version} header: {e}")))?;
+    let response_header_version = api.response_header_version(version);
+    macro_rules! dispatch {
+        ($( $key:ident => $module:ident ),* $(,)?) => {
+            match api {
+                $(
+                    ApiKey::$key => {
+                        let request = Decodable::decode(&mut frame, version)
+                            .map_err(|e| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}")))?;
+                        match handlers::$module::handle(broker, &header, request).await {
+                            Some(response) => Some(frame_response(correlation_id, response_header_version, |buf| {
+                                response.encode(buf, version)
+                            })?),
+                            None => None,
+                        }
+                    }
+                )*
+                _ => return Err(ConnectionError::UnsupportedVersion { api, version }),
+            }
+        };
+    }
+    let response = dispatch! {
+        ApiVersions => api_versions,
+        Metadata => metadata,
+        Produce => produce,
+        Fetch => fetch,
+        ListOffsets => list_offsets,
+        CreateTopics => create_topics,
+        DeleteTopics => delete_topics,
+        CreatePartitions => create_partitions,
+        DeleteRecords => delete_records,
+        InitProducerId => init_producer_id,
+        OffsetForLeaderEpoch => offset_for_leader_epoch,
+        DescribeConfigs => describe_configs,
+        AlterConfigs => alter_configs,
+        IncrementalAlterConfigs => incremental_alter_configs,
+        DescribeCluster => describe_cluster,
+    };
+    Ok(response)
+}
+
+/// `[size][response header][body]` in one buffer.
+fn frame_response(
+    correlation_id: i32,
+    header_version: i16,
+    encode_body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+) -> Result<Bytes, ConnectionError> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    header.encode(&mut buf, header_version).map_err(|e| ConnectionError::Malformed(format!("response header: {e}")))?;
+    encode_body(&mut buf).map_err(|e| ConnectionError::Malformed(format!("response body: {e}")))?;
+    let size = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}

@@ -1,0 +1,54 @@
+//! The one place where typed errors become Kafka error codes.
+
+use kafka_protocol::ResponseError;
+
+use crate::controller::ControllerError;
+use crate::log::{BatchError, LogError};
+use crate::partition::PartitionError;
+
+pub fn log_error_code(error: &LogError) -> ResponseError {
+    match error {
+        LogError::CorruptBatch(batch) => match batch {
+            BatchError::UnknownCompression { .. } => ResponseError::UnsupportedCompressionType,
+            BatchError::InvalidRecordCount { .. } | BatchError::MalformedRecords { .. } => ResponseError::InvalidRecord,
+            BatchError::Compression { .. } => ResponseError::UnknownServerError,
+            BatchError::Truncated { .. }
+            | BatchError::LengthTooSmall { .. }
+            | BatchError::BadMagic { .. }
+            | BatchError::CrcMismatch { .. }
+            | BatchError::Decompression { .. } => ResponseError::CorruptMessage,
+        },
+        LogError::InvalidRecord { .. } => ResponseError::InvalidRecord,
+        LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+        LogError::RecordBatchTooLarge { .. } => ResponseError::RecordListTooLarge,
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        LogError::OffsetOverflow { .. } | LogError::NonMonotonicOffsets { .. } => ResponseError::UnknownServerError,
+        LogError::Io { .. } | LogError::Offline { .. } => ResponseError::KafkaStorageError,
+    }
+}
+
+pub fn partition_error_code(error: &PartitionError) -> ResponseError {
+    match error {
+        PartitionError::Log(e) => log_error_code(e),
+        PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+        PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
+        PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
+        PartitionError::Closed { .. } => ResponseError::NotLeaderOrFollower,
+    }
+}
+
+/// A failed metadata proposal. Retriable codes where the client should try again (the record
+/// may even have committed after a timeout or a failed forward; a retry then sees the result).
+pub fn controller_error_code(error: &ControllerError) -> ResponseError {
+    match error {
+        ControllerError::NotLeader { .. } | ControllerError::Shutdown => ResponseError::NotController,
+        ControllerError::Timeout | ControllerError::Forward { .. } => ResponseError::RequestTimedOut,
+        ControllerError::Io { .. }
+        | ControllerError::Bind { .. }
+        | ControllerError::DataDirLocked { .. }
+        | ControllerError::Corrupt { .. }
+        | ControllerError::NotAVoter { .. }
+        | ControllerError::InvalidConfig(_)
+        | ControllerError::Raft(_) => ResponseError::UnknownServerError,
+    }
+}

@@ -1,0 +1,213 @@
+//! CreatePartitions: grows a topic to `count` partitions (never shrinks), with the client's
+//! replica assignments or round-robin over the registered brokers at the replication factor of
+//! partition 0, committed through the metadata quorum.
+
+use std::collections::BTreeSet;
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::create_topics::assign_round_robin;
+use super::str_bytes;
+use crate::controller::{ApplyOutcome, MetadataRecord};
+use crate::server::{controller_error_code, Broker};
+
+/// The same bound CreateTopics puts on a topic's partition count.
+const MAX_PARTITIONS: i32 = 100_000;
+
+pub async fn handle(
+    broker: &Broker,
+    _header: &RequestHeader,
+    request: CreatePartitionsRequest,
+) -> Option<CreatePartitionsResponse> {
+    let mut seen = BTreeSet::new();
+    let duplicated: BTreeSet<&str> = request.topics.iter().map(|t| &*t.name.0).filter(|n| !seen.insert(*n)).collect();
+    let mut created = false;
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let outcome = if duplicated.contains(&*topic.name.0) {
+            Err((ResponseError::InvalidRequest, "Duplicate topic name.".to_string()))
+        } else {
+            grow(broker, topic, request.validate_only).await
+        };
+        let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        results.push(match outcome {
+            Ok(applied) => {
+                created |= applied;
+                result
+            }
+            Err((code, message)) => result.with_error_code(code.code()).with_error_message(Some(str_bytes(&message))),
+        });
+    }
+    if created {
+        broker.reconcile_now();
+    }
+    Some(CreatePartitionsResponse::default().with_results(results))
+}
+
+/// Validates and (unless `validate_only`) adds the partitions. `Ok(true)` when committed.
+async fn grow(
+    broker: &Broker,
+    topic: &CreatePartitionsTopic,
+    validate_only: bool,
+) -> Result<bool, (ResponseError, String)> {
+    let name: &str = &topic.name.0;
+    let image = broker.controller.image();
+    let Some(current) = image.topics.get(name) else {
+        return Err((ResponseError::UnknownTopicOrPartition, format!("topic '{name}' does not exist")));
+    };
+    let current_count = current.partitions.len();
+    let additional = check_count(current_count, topic.count)?;
+    let first_new = current_count as u32;
+    let replication_factor = current.partitions.first().map_or(0, |p| p.replicas.len());
+    let brokers: Vec<u64> = image.brokers.keys().copied().collect();
+    let new_partitions = match &topic.assignments {
+        Some(assignments) => {
+            let assignments: Vec<Vec<i32>> =
+                assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect();
+            check_assignments(&assignments, additional, replication_factor, |id| image.brokers.contains_key(&id))?
+        }
+        None => {
+            let replication_factor = if replication_factor == 0 {
+                broker.settings.default_replication_factor as usize
+            } else {
+                replication_factor
+            };
+            if replication_factor == 0 || replication_factor > brokers.len() {
+                return Err((
+                    ResponseError::InvalidReplicationFactor,
+                    format!(
+                        "Unable to replicate the partition {replication_factor} time(s): only {} broker(s) are \
+                         registered.",
+                        brokers.len()
+                    ),
+                ));
+            }
+            assign_round_robin(&brokers, additional, replication_factor, first_new)
+        }
+    };
+    if validate_only {
+        return Ok(false);
+    }
+    let record = MetadataRecord::CreatePartitions { topic: name.to_string(), new_partitions };
+    match broker.controller.propose(record).await {
+        Ok(ApplyOutcome::Applied) => Ok(true),
+        Ok(ApplyOutcome::UnknownTopic) => {
+            Err((ResponseError::UnknownTopicOrPartition, format!("topic '{name}' does not exist")))
+        }
+        // Another request grew the topic between our check and the commit.
+        Ok(ApplyOutcome::InvalidPartitionCount { current }) => Err((
+            ResponseError::InvalidPartitions,
+            format!("Topic currently has {current} partitions, which is higher than the requested {}.", topic.count),
+        )),
+        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Err(e) => Err((controller_error_code(&e), e.to_string())),
+    }
+}
+
+/// The number of partitions to add; only increases are allowed, as in Kafka.
+fn check_count(current: usize, requested: i32) -> Result<u32, (ResponseError, String)> {
+    if requested as i64 == current as i64 {
+        return Err((ResponseError::InvalidPartitions, format!("Topic already has {current} partitions.")));
+    }
+    if (requested as i64) < current as i64 {
+        return Err((
+            ResponseError::InvalidPartitions,
+            format!("Topic currently has {current} partitions, which is higher than the requested {requested}."),
+        ));
+    }
+    if requested > MAX_PARTITIONS {
+        return Err((ResponseError::InvalidPartitions, format!("number of partitions is above {MAX_PARTITIONS}")));
+    }
+    Ok((requested as i64 - current as i64) as u32)
+}
+
+/// Kafka's checks of manual assignments: one per new partition, no empty list, no broker twice,
+/// only registered brokers, and the replication factor of the existing partitions.
+fn check_assignments(
+    assignments: &[Vec<i32>],
+    additional: u32,
+    replication_factor: usize,
+    registered: impl Fn(u64) -> bool,
+) -> Result<Vec<Vec<u64>>, (ResponseError, String)> {
+    let invalid = |message: String| Err((ResponseError::InvalidReplicaAssignment, message));
+    if assignments.len() != additional as usize {
+        return invalid(format!(
+            "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        ));
+    }
+    let mut result = Vec::with_capacity(assignments.len());
+    for replicas in assignments {
+        if replicas.is_empty() {
+            return invalid("The manual partition assignment includes an empty replica list.".to_string());
+        }
+        let mut ids = Vec::with_capacity(replicas.len());
+        for &id in replicas {
+            let Ok(node) = u64::try_from(id) else {
+                return invalid(format!(
+                    "The manual partition assignment includes broker {id}, but no such broker is registered."
+                ));
+            };
+            if ids.contains(&node) {
+                return invalid(format!("The manual partition assignment includes the broker {id} more than once."));
+            }
+            if !registered(node) {
+                return invalid(format!(
+                    "The manual partition assignment includes broker {id}, but no such broker is registered."
+                ));
+            }
+            ids.push(node);
+        }
+        if replication_factor != 0 && ids.len() != replication_factor {
+            return invalid(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but this is not \
+                 consistent with previous partitions, which have {replication_factor} replica(s).",
+                ids.len()
+            ));
+        }
+        result.push(ids);
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_increases_are_allowed() {
+        // Proves equal and smaller counts are INVALID_PARTITIONS with Kafka's wording.
+        assert_eq!(check_count(3, 5).unwrap(), 2);
+        let equal = check_count(3, 3).unwrap_err();
+        assert_eq!(equal.0, ResponseError::InvalidPartitions);
+        let smaller = check_count(3, 2).unwrap_err();
+        assert_eq!(smaller.1, "Topic currently has 3 partitions, which is higher than the requested 2.");
+        assert_eq!(check_count(3, -1).unwrap_err().0, ResponseError::InvalidPartitions);
+        assert_eq!(check_count(3, i32::MAX).unwrap_err().0, ResponseError::InvalidPartitions);
+    }
+
+    #[test]
+    fn manual_assignments_are_checked_like_kafka() {
+        // Proves count, empty lists, repeats, unknown or negative brokers and a changed
+        // replication factor are INVALID_REPLICA_ASSIGNMENT.
+        let registered = |id: u64| id <= 2;
+        assert_eq!(
+            check_assignments(&[vec![0, 1], vec![2, 0]], 2, 2, registered).unwrap(),
+            vec![vec![0, 1], vec![2, 0]]
+        );
+        for (assignments, additional) in [
+            (vec![vec![0, 1]], 2),
+            (vec![vec![]], 1),
+            (vec![vec![1, 1]], 1),
+            (vec![vec![0, 7]], 1),
+            (vec![vec![0, -1]], 1),
+            (vec![vec![0]], 1),
+        ] {
+            let err = check_assignments(&assignments, additional, 2, registered).unwrap_err();
+            assert_eq!(err.0, ResponseError::InvalidReplicaAssignment, "{assignments:?}: {}", err.1);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! CreateTopics: validates names, partition counts, replication factors and configs, assigns
+//! replicas round-robin over the registered brokers, and commits a CreateTopic record through
+//! the metadata quorum.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, uuid_of, validate_topic_name};
+use crate::controller::{ApplyOutcome, MetadataRecord};
+use crate::log::LogConfig;
+use crate::server::Broker;
+
+pub async fn handle(
+    broker: &Broker,
+    _header: &RequestHeader,
+    request: CreateTopicsRequest,
+) -> Option<CreateTopicsResponse> {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let name = topic.name.0.to_string();
+        let mut configs = BTreeMap::new();
+        for config in &topic.configs {
+            if let Some(value) = &config.value {
+                configs.insert(config.name.to_string(), value.to_string());
+            }
+        }
+        let duplicate = request.topics.iter().filter(|t| t.name == topic.name).count() > 1;
+        let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
+        let outcome = if duplicate {
+            Err((ResponseError::InvalidRequest, "topic appears more than once in the request".to_string()))
+        } else if !topic.assignments.is_empty() {
+            let assignments: Vec<Vec<u64>> =
+                topic.assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0.max(0) as u64).collect()).collect();
+            validate_and_create(broker, &name, Assignment::Manual(assignments), configs.clone(), request.validate_only)
+                .await
+        } else {
+            let assignment =
+                Assignment::Auto { partitions: topic.num_partitions, replication_factor: topic.replication_factor };
+            validate_and_create(broker, &name, assignment, configs.clone(), request.validate_only).await
+        };
+        match outcome {
+            Ok(created) => {
+                let log_config = broker.topic_log_config(&configs);
+                result = result
+                    .with_topic_id(uuid_of(created.topic_id))
+                    .with_num_partitions(created.partitions as i32)
+                    .with_replication_factor(created.replication_factor as i16)
+                    .with_configs(Some(config_entries(&log_config, &configs)));
+            }
+            Err((code, message)) => {
+                result = result
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str_bytes(&message)))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1);
+            }
+        }
+        results.push(result);
+    }
+    broker.reconcile_now();
+    Some(CreateTopicsResponse::default().with_topics(results))
+}
+
+fn config_entries(config: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
+    config
+        .entries()
+        .into_iter()
+        .map(|(name, value)| {
+            // ConfigSource: 1 = TOPIC_CONFIG, 5 = DEFAULT_CONFIG.
+            let source = if overrides.contains_key(name) { 1 } else { 5 };
+            CreatableTopicConfigs::default()
+                .with_name(str_bytes(name))
+                .with_value(Some(str_bytes(&value)))
+                .with_config_source(source)
+        })
+        .collect()
+}
+
+pub(crate) enum Assignment {
+    Auto { partitions: i32, replication_factor: i16 },
+    Manual(Vec<Vec<u64>>),
+}
+
+pub(crate) struct Created {
+    pub topic_id: [u8; 16],
+    pub partitions: u32,
+    pub replication_factor: u16,
+}
+
+/// Validates and (unless `validate_only`) creates a topic through the quorum.
+pub(crate) async fn validate_and_create(
+    broker: &Broker,
+    name: &str,
+    assignment: Assignment,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<Created, (ResponseError, String)> {
+    validate_topic_name(name).map_err(|m| (ResponseError::InvalidTopicException, m.to_string()))?;
+    let image = broker.controller.image();
+    if image.topics.contains_key(name) {
+        return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
+    }
+    let mut log_config = broker.settings.log_defaults.clone();
+    for (key, value) in &configs {
+        log_config.set(key, value).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    let brokers: Vec<u64> = image.brokers.keys().copied().collect();
+    let replicas = match assignment {
+        Assignment::Manual(assignments) => {
+            if assignments.iter().any(|r| r.is_empty() || r.iter().any(|b| !image.brokers.contains_key(b))) {
+                return Err((
+                    ResponseError::InvalidReplicaAssignment,
+                    "assignment names an unknown broker".to_string(),
+                ));
+            }
+            assignments
+        }
+        Assignment::Auto { partitions, replication_factor } => {
+            let partitions = if partitions == -1 { broker.settings.default_partitions as i32 } else { partitions };
+            let replication_factor = if replication_factor == -1 {
+                broker.settings.default_replication_factor as i16
+            } else {
+                replication_factor
+            };
+            if partitions <= 0 {
+                return Err((
+                    ResponseError::InvalidPartitions,
+                    "number of partitions must be larger than 0".to_string(),
+                ));
+            }
+            if partitions > 100_000 {
+                return Err((ResponseError::InvalidPartitions, "number of partitions is above 100000".to_string()));
+            }
+            if replication_factor <= 0 || replication_factor as usize > brokers.len() {
+                return Err((
+                    ResponseError::InvalidReplicationFactor,
+                    format!("replication factor {replication_factor} with {} available brokers", brokers.len()),
+                ));
+            }
+            assign_round_robin(&brokers, partitions as u32, replication_factor as usize, 0)
+        }
+    };
+    let created = Created {
+        topic_id: *uuid::Uuid::new_v4().as_bytes(),
+        partitions: replicas.len() as u32,
+        replication_factor: replicas.first().map_or(0, |r| r.len() as u16),
+    };
+    if validate_only {
+        return Ok(created);
+    }
+    let record = MetadataRecord::CreateTopic {
+        name: name.to_string(),
+        topic_id: created.topic_id,
+        partitions: replicas,
+        configs,
+    };
+    match broker.controller.propose(record).await {
+        Ok(ApplyOutcome::Applied) => Ok(created),
+        Ok(ApplyOutcome::TopicAlreadyExists) => {
+            Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
+        }
+        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Err(e) => Err((ResponseError::NotController, e.to_string())),
+    }
+}
+
+/// Replicas of partitions `first..first + count`: partition p starts at broker p mod n.
+pub(crate) fn assign_round_robin(brokers: &[u64], count: u32, replication_factor: usize, first: u32) -> Vec<Vec<u64>> {
+    (first..first + count)
+        .map(|p| (0..replication_factor).map(|i| brokers[(p as usize + i) % brokers.len()]).collect())
+        .collect()
+}
+
+/// Auto-creation with broker defaults (Metadata with allow_auto_topic_creation).
+pub(crate) async fn create(
+    broker: &Broker,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+) -> Result<Created, ResponseError> {
+    let created =
+        validate_and_create(broker, name, Assignment::Auto { partitions, replication_factor }, configs, false)
+            .await
+            .map_err(|(code, message)| {
+                tracing::debug!(topic = name, %message, "auto-create failed");
+                code
+            })?;
+    broker.reconcile_now();
+    Ok(created)
+}

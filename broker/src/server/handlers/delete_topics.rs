@@ -1,0 +1,156 @@
+//! DeleteTopics: topics by name (v1-5) or by name or topic id (v6) are deleted through the
+//! metadata quorum; reconciling then closes and deletes their partition logs on this node.
+//! Internal (`__`) topics may be deleted, as in KRaft-mode Kafka.
+
+use std::collections::BTreeSet;
+
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::{str_bytes, topic_name, uuid_of};
+use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
+use crate::server::{controller_error_code, Broker};
+
+pub async fn handle(
+    broker: &Broker,
+    _header: &RequestHeader,
+    request: DeleteTopicsRequest,
+) -> Option<DeleteTopicsResponse> {
+    // v1-5 fill `topic_names`, v6 fills `topics`; the other list is empty.
+    let targets: Vec<(Option<TopicName>, Uuid)> = request
+        .topic_names
+        .iter()
+        .map(|name| (Some(name.clone()), Uuid::nil()))
+        .chain(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)))
+        .collect();
+    let image = broker.controller.image();
+    let resolved: Vec<Resolved> =
+        targets.iter().map(|(name, id)| resolve(&image, name.as_ref().map(|n| &*n.0), *id)).collect();
+    let duplicated = duplicates(&resolved);
+    let mut deleted = false;
+    let mut responses = Vec::with_capacity(targets.len());
+    for ((name, id), target) in targets.iter().zip(resolved) {
+        let target = match target {
+            Ok(topic) if duplicated.contains(&topic.0) => Err((
+                ResponseError::InvalidRequest,
+                format!("topic '{}' appears more than once in the request", topic.0),
+            )),
+            other => other,
+        };
+        let response = match target {
+            Ok((topic, topic_id)) => {
+                let result =
+                    DeletableTopicResult::default().with_name(Some(topic_name(&topic))).with_topic_id(topic_id);
+                match delete(broker, &topic).await {
+                    Ok(()) => {
+                        deleted = true;
+                        result
+                    }
+                    Err((code, message)) => {
+                        result.with_error_code(code.code()).with_error_message(Some(str_bytes(&message)))
+                    }
+                }
+            }
+            Err((code, message)) => DeletableTopicResult::default()
+                .with_name(name.clone())
+                .with_topic_id(*id)
+                .with_error_code(code.code())
+                .with_error_message(Some(str_bytes(&message))),
+        };
+        responses.push(response);
+    }
+    if deleted {
+        broker.reconcile_now();
+    }
+    Some(DeleteTopicsResponse::default().with_responses(responses))
+}
+
+/// A request entry resolved to `(topic name, topic id)`, or the entry's error.
+type Resolved = Result<(String, Uuid), (ResponseError, String)>;
+
+/// The topic a request entry names, with its id; Kafka's rules for v6 entries: exactly one of
+/// name and id.
+fn resolve(image: &MetadataImage, name: Option<&str>, topic_id: Uuid) -> Resolved {
+    match (name, topic_id.is_nil()) {
+        (Some(_), false) => {
+            Err((ResponseError::InvalidRequest, "You may not specify both topic name and topic id.".to_string()))
+        }
+        (None, true) => Err((ResponseError::InvalidRequest, "Neither topic name nor id were specified.".to_string())),
+        (Some(name), true) => match image.topics.get(name) {
+            Some(topic) => Ok((topic.name.clone(), uuid_of(topic.topic_id))),
+            None => Err((ResponseError::UnknownTopicOrPartition, format!("topic '{name}' does not exist"))),
+        },
+        (None, false) => match image.topic_by_id(topic_id.as_bytes()) {
+            Some(topic) => Ok((topic.name.clone(), topic_id)),
+            None => Err((ResponseError::UnknownTopicId, format!("no topic has id {topic_id}"))),
+        },
+    }
+}
+
+/// Topics that more than one entry resolves to (by name, or by name and id): Kafka refuses
+/// every such entry.
+fn duplicates(resolved: &[Resolved]) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut duplicated = BTreeSet::new();
+    for (name, _) in resolved.iter().flatten() {
+        if !seen.insert(name.as_str()) {
+            duplicated.insert(name.clone());
+        }
+    }
+    duplicated
+}
+
+async fn delete(broker: &Broker, topic: &str) -> Result<(), (ResponseError, String)> {
+    let record = MetadataRecord::DeleteTopic { name: topic.to_string() };
+    match broker.controller.propose(record).await {
+        Ok(ApplyOutcome::Applied) => Ok(()),
+        Ok(ApplyOutcome::UnknownTopic) => {
+            Err((ResponseError::UnknownTopicOrPartition, format!("topic '{topic}' does not exist")))
+        }
+        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Err(e) => Err((controller_error_code(&e), e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::TopicImage;
+
+    #[test]
+    fn entries_resolve_by_name_or_id_but_not_both() {
+        // Proves Kafka's v6 rules: exactly one of name and id; unknown name vs unknown id codes.
+        let id = Uuid::from_bytes([7; 16]);
+        let mut image = MetadataImage::default();
+        let topic = TopicImage {
+            name: "t".to_string(),
+            topic_id: *id.as_bytes(),
+            partitions: Vec::new(),
+            configs: Default::default(),
+        };
+        image.topics.insert("t".to_string(), topic);
+        assert_eq!(resolve(&image, Some("t"), Uuid::nil()).unwrap(), ("t".to_string(), id));
+        assert_eq!(resolve(&image, None, id).unwrap(), ("t".to_string(), id));
+        assert_eq!(resolve(&image, Some("t"), id).unwrap_err().0, ResponseError::InvalidRequest);
+        assert_eq!(resolve(&image, None, Uuid::nil()).unwrap_err().0, ResponseError::InvalidRequest);
+        assert_eq!(resolve(&image, Some("u"), Uuid::nil()).unwrap_err().0, ResponseError::UnknownTopicOrPartition);
+        assert_eq!(resolve(&image, None, Uuid::from_bytes([8; 16])).unwrap_err().0, ResponseError::UnknownTopicId);
+    }
+
+    #[test]
+    fn duplicates_are_detected_after_resolution() {
+        // Proves two entries naming the same topic (e.g. once by name, once by id) are both
+        // flagged, and errors do not count.
+        let id = Uuid::from_bytes([1; 16]);
+        let resolved = vec![
+            Ok(("a".to_string(), id)),
+            Ok(("b".to_string(), Uuid::nil())),
+            Ok(("a".to_string(), id)),
+            Err((ResponseError::UnknownTopicId, String::new())),
+            Err((ResponseError::UnknownTopicId, String::new())),
+        ];
+        assert_eq!(duplicates(&resolved), ["a".to_string()].into());
+    }
+}

@@ -1,0 +1,107 @@
+//! Fetch: raw batches from the fetch offset up to the high watermark, with Kafka's long poll
+//! (`max_wait_ms` / `min_bytes`, woken by appends), total and per-partition byte limits, and
+//! the "at least one batch" rule for the first partition with data. Fetch sessions: every
+//! request is answered as a full fetch with session id 0 ("no session"), which clients accept;
+//! an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use crate::server::{partition_error_code, Broker};
+
+/// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
+const MAX_WAIT_MS: i32 = 30_000;
+
+pub async fn handle(broker: &Broker, _header: &RequestHeader, request: FetchRequest) -> Option<FetchResponse> {
+    if request.session_id != 0 {
+        return Some(FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code()));
+    }
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
+    let mut appends = broker.replicas.subscribe_appends();
+    loop {
+        appends.borrow_and_update();
+        let (response, bytes, has_error) = read_once(broker, &request);
+        if bytes >= request.min_bytes.max(0) as usize || has_error || tokio::time::Instant::now() >= deadline {
+            return Some(response);
+        }
+        match tokio::time::timeout_at(deadline, appends.changed()).await {
+            Ok(Ok(())) => continue,
+            // Deadline passed, or the broker is shutting down: answer with what we have.
+            _ => return Some(read_once(broker, &request).0),
+        }
+    }
+}
+
+/// One pass over the requested partitions: the response, its record bytes, and whether any
+/// partition answered with an error (which ends a long poll at once, as in Kafka).
+fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, bool) {
+    let image = broker.controller.image();
+    let mut remaining = if request.max_bytes <= 0 { i32::MAX as usize } else { request.max_bytes as usize };
+    let mut total = 0usize;
+    let mut has_error = false;
+    let read_committed = request.isolation_level == 1;
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let name: &str = &topic.topic.0;
+        let known = image.topics.get(name);
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for fetch in &topic.partitions {
+            let mut data = PartitionData::default().with_partition_index(fetch.partition).with_high_watermark(-1);
+            if read_committed {
+                data = data.with_aborted_transactions(Some(Vec::new()));
+            } else {
+                data = data.with_aborted_transactions(None);
+            }
+            let partition = (fetch.partition >= 0).then(|| broker.replicas.get(name, fetch.partition as u32)).flatten();
+            let code = match (known, partition) {
+                (None, _) => Some(ResponseError::UnknownTopicOrPartition),
+                (Some(t), None) if fetch.partition < 0 || fetch.partition as usize >= t.partitions.len() => {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                (Some(_), None) => Some(ResponseError::NotLeaderOrFollower),
+                (Some(_), Some(partition)) => {
+                    let limit = (fetch.partition_max_bytes.max(0) as usize).min(remaining);
+                    let result = partition.check_leader_epoch(fetch.current_leader_epoch).and_then(|()| {
+                        // Kafka's KIP-74 rule: only the first partition with data may exceed the limits.
+                        let max_bytes = if total == 0 { limit.max(1) } else { limit };
+                        if max_bytes == 0 {
+                            return Ok(None);
+                        }
+                        partition.read(fetch.fetch_offset, max_bytes).map(Some)
+                    });
+                    match result {
+                        Ok(read) => {
+                            data = data
+                                .with_high_watermark(partition.high_watermark())
+                                .with_last_stable_offset(partition.high_watermark())
+                                .with_log_start_offset(partition.log_start_offset());
+                            if let Some(read) = read {
+                                total += read.records.len();
+                                remaining = remaining.saturating_sub(read.records.len());
+                                data = data.with_records(Some(read.records));
+                            }
+                            None
+                        }
+                        Err(e) => {
+                            data = data
+                                .with_high_watermark(partition.high_watermark())
+                                .with_log_start_offset(partition.log_start_offset());
+                            Some(partition_error_code(&e))
+                        }
+                    }
+                }
+            };
+            if let Some(code) = code {
+                has_error = true;
+                data = data.with_error_code(code.code());
+            }
+            partitions.push(data);
+        }
+        topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+    }
+    (FetchResponse::default().with_responses(topics).with_session_id(0), total, has_error)
+}

@@ -1,0 +1,47 @@
+//! The API versions this broker implements: what ApiVersions advertises and what dispatch
+//! accepts. One table, so the two cannot disagree.
+
+use kafka_protocol::messages::ApiKey;
+
+/// (api, min version, max version). Maxima stop before versions whose semantics are not
+/// implemented yet (Produce v13 and Fetch v13+ address topics by id).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The supported range of `api`, if it is implemented.
+pub fn range(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED.iter().find(|(k, _, _)| *k == api).map(|(_, min, max)| (*min, *max))
+}
+
+pub fn is_supported(api: ApiKey, version: i16) -> bool {
+    range(api).is_some_and(|(min, max)| (min..=max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_advertised_range_is_within_what_the_codec_supports() {
+        // Proves we never advertise a version the kafka-protocol crate cannot decode.
+        for (api, min, max) in SUPPORTED {
+            let codec = api.valid_versions();
+            assert!(codec.min <= *min && *max <= codec.max, "{api:?} {min}..={max} vs {codec:?}");
+        }
+    }
+}

@@ -1,0 +1,892 @@
+//! A single-node cluster that stock Kafka clients use: librdkafka (through `rdkafka`) against
+//! the real `runnel` binary. Produce and fetch with every codec, acks, timestamps, the Java
+//! partitioner, the admin APIs, ListOffsets, many topics, durability across SIGTERM and SIGKILL,
+//! and long-poll fetches.
+//!
+//! Consumers use `assign()` with explicit offsets only: the group APIs do not exist yet.
+//! librdkafka needs a `group.id` for `assign()`, so one is set, but nothing subscribes or commits.
+//! Every test starts its own node; waits are on conditions with deadlines, never fixed sleeps.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::future_producer::Delivery;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryFuture, FutureProducer, FutureRecord, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, Timestamp, TopicPartitionList};
+use support::{wait_until, Runnel};
+
+/// Longest wait for any one step (a debug build on a loaded 2-core machine).
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config
+}
+
+fn new_producer(node: &Runnel, extra: &[(&str, &str)]) -> FutureProducer {
+    let mut config = client_config(node, &[("message.timeout.ms", "30000")]);
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config.create().expect("producer")
+}
+
+fn consumer_config(node: &Runnel) -> ClientConfig {
+    client_config(
+        node,
+        &[
+            // Required by librdkafka's assign(); never used for a group (none is joined).
+            ("group.id", "runnel-tests-assign-only"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            // An offset out of range is an error here, never a silent jump.
+            ("auto.offset.reset", "error"),
+        ],
+    )
+}
+
+fn new_consumer(node: &Runnel) -> BaseConsumer {
+    consumer_config(node).create().expect("consumer")
+}
+
+fn new_admin(node: &Runnel) -> AdminClient<DefaultClientContext> {
+    client_config(node, &[]).create().expect("admin client")
+}
+
+fn admin_options() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(DEADLINE)).request_timeout(Some(DEADLINE))
+}
+
+/// Creates the topics and asserts every one was created.
+fn create_topics(admin: &AdminClient<DefaultClientContext>, topics: &[NewTopic<'_>]) {
+    let results = block_on(admin.create_topics(topics, &admin_options())).expect("CreateTopics");
+    assert_eq!(results.len(), topics.len());
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
+    }
+}
+
+fn create_topic(node: &Runnel, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        topic = topic.set(key, value);
+    }
+    create_topics(&new_admin(node), &[topic]);
+}
+
+/// A record as the tests compare it: everything a client can observe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TestRecord {
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: Option<i64>,
+}
+
+impl TestRecord {
+    fn new(key: Option<&[u8]>, value: Option<&[u8]>) -> TestRecord {
+        TestRecord {
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers: Vec::new(),
+            timestamp: None,
+        }
+    }
+
+    fn header(mut self, key: &str, value: Option<&[u8]>) -> TestRecord {
+        self.headers.push((key.to_string(), value.map(<[u8]>::to_vec)));
+        self
+    }
+
+    fn at(mut self, timestamp: i64) -> TestRecord {
+        self.timestamp = Some(timestamp);
+        self
+    }
+
+    fn of(message: &OwnedMessage) -> TestRecord {
+        let headers = message
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
+            .unwrap_or_default();
+        TestRecord {
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: message.timestamp().to_millis(),
+        }
+    }
+}
+
+/// Enqueues one record; the future resolves with its delivery report.
+fn send<C: ClientContext + 'static>(
+    producer: &FutureProducer<C>,
+    topic: &str,
+    partition: Option<i32>,
+    record: &TestRecord,
+) -> DeliveryFuture {
+    let mut out = FutureRecord::<[u8], [u8]>::to(topic);
+    if let Some(partition) = partition {
+        out = out.partition(partition);
+    }
+    if let Some(timestamp) = record.timestamp {
+        out = out.timestamp(timestamp);
+    }
+    if let Some(key) = &record.key {
+        out = out.key(key.as_slice());
+    }
+    if let Some(value) = &record.value {
+        out = out.payload(value.as_slice());
+    }
+    if !record.headers.is_empty() {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header { key, value: value.as_deref() });
+        }
+        out = out.headers(headers);
+    }
+    producer.send_result(out).map_err(|(e, _)| e).expect("enqueue a record")
+}
+
+/// Waits for every delivery report, in order; panics on the first failure.
+fn await_deliveries(futures: Vec<DeliveryFuture>) -> Vec<Delivery> {
+    block_on(async move {
+        let mut deliveries = Vec::with_capacity(futures.len());
+        for (i, future) in futures.into_iter().enumerate() {
+            match tokio::time::timeout(DEADLINE, future).await {
+                Ok(Ok(Ok(delivery))) => deliveries.push(delivery),
+                Ok(Ok(Err((e, _)))) => panic!("record {i} was not delivered: {e}"),
+                Ok(Err(_)) => panic!("record {i}: the producer dropped its delivery report"),
+                Err(_) => panic!("record {i}: no delivery report within {DEADLINE:?}"),
+            }
+        }
+        deliveries
+    })
+}
+
+fn produce_all(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
+    records: &[TestRecord],
+) -> Vec<Delivery> {
+    let futures = records.iter().map(|r| send(producer, topic, partition, r)).collect();
+    await_deliveries(futures)
+}
+
+/// Assigns `(topic, partition, offset)` and polls until `count` records arrived.
+fn consume<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    assignment: &[(&str, i32, i64)],
+    count: usize,
+) -> Vec<OwnedMessage> {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition, offset) in assignment {
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset)).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut messages = Vec::with_capacity(count);
+    let deadline = Instant::now() + DEADLINE;
+    while messages.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "received {} of {count} records from {assignment:?} within {DEADLINE:?}",
+            messages.len()
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(message)) => messages.push(message.detach()),
+            Some(Err(e)) => panic!("consuming {assignment:?}: {e}"),
+        }
+    }
+    consumer.unassign().expect("unassign");
+    messages
+}
+
+fn watermarks<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, partition: i32) -> (i64, i64) {
+    consumer.fetch_watermarks(topic, partition, DEADLINE).expect("ListOffsets earliest/latest")
+}
+
+/// A set of records that exercises every field: keys and null keys, values, tombstones, empty
+/// values and keys, binary data, headers with null, empty and repeated keys, a large compressible
+/// value, explicit timestamps that also go backwards.
+fn sample_records() -> Vec<TestRecord> {
+    let t0 = now_ms() - 60_000;
+    let all_bytes: Vec<u8> = (0..=255u8).collect();
+    let big: Vec<u8> = "the quick brown fox jumps over the lazy dog; ".repeat(500).into_bytes();
+    let mut records = vec![
+        TestRecord::new(Some(b"alpha"), Some(b"first value"))
+            .header("trace-id", Some(b"abc123"))
+            .header("null-header", None)
+            .header("empty-header", Some(b"")),
+        TestRecord::new(None, Some(b"no key here")),
+        TestRecord::new(Some(b"tombstone-key"), None),
+        TestRecord::new(Some(b"empty-value"), Some(b"")),
+        TestRecord::new(Some(&[0, 1, 2, 0xff, 0xfe]), Some(&all_bytes)),
+        TestRecord::new(Some(b"big"), Some(&big)).header("dup", Some(b"1")).header("dup", Some(b"2")),
+        TestRecord::new(None, None).header("only-header", Some(b"x")),
+        TestRecord::new(Some("ключ-🔑".as_bytes()), Some("значение ✓".as_bytes())),
+    ];
+    for i in 0..20 {
+        records.push(TestRecord::new(Some(format!("k{i}").as_bytes()), Some(format!("v{i}").as_bytes())));
+    }
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            // Every fifth record is earlier than the first: timestamp deltas may be negative.
+            let timestamp = if i % 5 == 4 { t0 - 30_000 + i as i64 } else { t0 + i as i64 * 3 };
+            r.at(timestamp)
+        })
+        .collect()
+}
+
+#[test]
+fn round_trip_with_every_codec_keeps_records_byte_identical() {
+    // Proves records produced with none/gzip/snappy/lz4/zstd come back with identical keys,
+    // values (null and empty included), headers and CreateTime timestamps at dense offsets.
+    let node = Runnel::start(&[]);
+    let codecs = ["none", "gzip", "snappy", "lz4", "zstd"];
+    let names: Vec<String> = codecs.iter().map(|c| format!("codec-{c}")).collect();
+    let topics: Vec<NewTopic<'_>> = names.iter().map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1))).collect();
+    create_topics(&new_admin(&node), &topics);
+    let records = sample_records();
+    let consumer = new_consumer(&node);
+    for (codec, topic) in codecs.iter().zip(&names) {
+        // A long linger puts all records in one batch, so the codec compresses many records.
+        let producer = new_producer(&node, &[("compression.type", codec), ("linger.ms", "50"), ("acks", "all")]);
+        let deliveries = produce_all(&producer, topic, Some(0), &records);
+        let offsets: Vec<i64> = deliveries.iter().map(|d| d.offset).collect();
+        assert_eq!(offsets, (0..records.len() as i64).collect::<Vec<_>>(), "{codec}: dense offsets from 0");
+
+        let messages = consume(&consumer, &[(topic, 0, 0)], records.len());
+        for (i, (message, expected)) in messages.iter().zip(&records).enumerate() {
+            assert_eq!(message.offset(), i as i64, "{codec}");
+            assert_eq!(message.timestamp(), Timestamp::CreateTime(expected.timestamp.unwrap()), "{codec} record {i}");
+            assert_eq!(&TestRecord::of(message), expected, "{codec}: record {i} differs");
+        }
+        assert_eq!(watermarks(&consumer, topic, 0), (0, records.len() as i64), "{codec}");
+    }
+}
+
+#[test]
+fn acks_0_1_and_all_each_store_every_record() {
+    // Proves acks=0 (no response), acks=1 and acks=all all append every record, the latter two
+    // reporting dense offsets.
+    let node = Runnel::start(&[]);
+    let consumer = new_consumer(&node);
+    for acks in ["0", "1", "all"] {
+        let topic = format!("acks-{acks}");
+        create_topic(&node, &topic, 1, &[]);
+        let producer = new_producer(&node, &[("acks", acks)]);
+        let records: Vec<TestRecord> = (0..50)
+            .map(|i| TestRecord::new(Some(format!("key-{i}").as_bytes()), Some(format!("acks={acks} #{i}").as_bytes())))
+            .collect();
+        let deliveries = produce_all(&producer, &topic, Some(0), &records);
+        if acks != "0" {
+            let offsets: Vec<i64> = deliveries.iter().map(|d| d.offset).collect();
+            assert_eq!(offsets, (0..50).collect::<Vec<_>>(), "acks={acks}");
+        }
+        // acks=0 has no response to wait for: wait for the log end instead.
+        assert!(
+            wait_until(DEADLINE, || watermarks(&consumer, &topic, 0).1 == 50),
+            "acks={acks}: log end {:?}",
+            watermarks(&consumer, &topic, 0)
+        );
+        let messages = consume(&consumer, &[(&topic, 0, 0)], 50);
+        let values: Vec<TestRecord> =
+            messages.iter().map(|m| TestRecord { timestamp: None, ..TestRecord::of(m) }).collect();
+        assert_eq!(values, records, "acks={acks}");
+    }
+}
+
+#[test]
+fn log_append_time_topic_stamps_records_with_broker_time() {
+    // Proves message.timestamp.type=LogAppendTime replaces the producer's timestamps with the
+    // broker's append time, reported both in the produce response and on fetch.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "append-time", 1, &[("message.timestamp.type", "LogAppendTime")]);
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let client_timestamp = now_ms() - 3_600_000;
+    let records: Vec<TestRecord> =
+        (0..5).map(|i| TestRecord::new(None, Some(format!("v{i}").as_bytes())).at(client_timestamp)).collect();
+    let before = now_ms();
+    let deliveries = produce_all(&producer, "append-time", Some(0), &records);
+    let after = now_ms();
+    let messages = consume(&new_consumer(&node), &[("append-time", 0, 0)], records.len());
+    for (delivery, message) in deliveries.iter().zip(&messages) {
+        let Timestamp::LogAppendTime(t) = message.timestamp() else {
+            panic!("fetched timestamp {:?} is not LogAppendTime", message.timestamp());
+        };
+        assert!(before <= t && t <= after, "append time {t} outside [{before}, {after}]");
+        assert_eq!(delivery.timestamp, Timestamp::LogAppendTime(t), "produce response carries the append time");
+    }
+}
+
+/// Kafka's `Utils.murmur2` (the Java client's default partitioner hash).
+fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let length = data.len();
+    let mut h: u32 = SEED ^ length as u32;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() >= 3 {
+        h ^= (tail[2] as u32) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= (tail[1] as u32) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= tail[0] as u32;
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition Kafka's default partitioner picks for a non-null key.
+fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions
+}
+
+#[test]
+fn murmur2_matches_kafkas_test_vectors() {
+    // Proves the test's murmur2 is Kafka's (vectors from Kafka's UtilsTest.testMurmur2).
+    let cases: [(&[u8], i32); 6] = [
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ];
+    for (data, hash) in cases {
+        assert_eq!(murmur2(data), hash, "{:?}", String::from_utf8_lossy(data));
+    }
+}
+
+#[test]
+fn keyed_records_land_in_the_partition_of_kafkas_murmur2_partitioner() {
+    // Proves a 12-partition topic's metadata lets librdkafka's Java-compatible partitioner place
+    // each key where Kafka's murmur2 says, and the record is stored in that partition.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "keyed", 12, &[]);
+    let producer = new_producer(&node, &[("partitioner", "murmur2_random"), ("acks", "all")]);
+    let mut keys: Vec<Vec<u8>> = (0..240).map(|i| format!("customer-{i}").into_bytes()).collect();
+    keys.extend((1..=8).map(|len| (0..len as u8).map(|b| b.wrapping_mul(37).wrapping_add(200)).collect()));
+    let records: Vec<TestRecord> = keys.iter().map(|k| TestRecord::new(Some(k), Some(b"v"))).collect();
+    let deliveries = produce_all(&producer, "keyed", None, &records);
+    for (key, delivery) in keys.iter().zip(&deliveries) {
+        assert_eq!(delivery.partition, java_partition(key, 12), "key {key:?}");
+    }
+
+    let consumer = new_consumer(&node);
+    let mut stored: BTreeMap<Vec<u8>, i32> = BTreeMap::new();
+    for partition in 0..12 {
+        let (low, high) = watermarks(&consumer, "keyed", partition);
+        assert_eq!(low, 0);
+        for message in consume(&consumer, &[("keyed", partition, 0)], high as usize) {
+            stored.insert(message.key().unwrap().to_vec(), message.partition());
+        }
+    }
+    assert_eq!(stored.len(), keys.len(), "every key stored once");
+    for key in &keys {
+        assert_eq!(stored[key], java_partition(key, 12), "key {key:?} stored in its partition");
+    }
+}
+
+fn describe_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> HashMap<String, (Option<String>, ConfigSource)> {
+    let results = block_on(admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &admin_options()))
+        .expect("DescribeConfigs");
+    let resource = results.into_iter().next().expect("one result").expect("topic described");
+    resource.entries.into_iter().map(|e| (e.name, (e.value, e.source))).collect()
+}
+
+fn config_value<'a>(configs: &'a HashMap<String, (Option<String>, ConfigSource)>, name: &str) -> &'a str {
+    configs.get(name).unwrap_or_else(|| panic!("{name} is described")).0.as_deref().expect("a value")
+}
+
+#[test]
+fn admin_creates_topics_with_configs_then_describes_and_alters_them() {
+    // Proves CreateTopics (with configs, duplicates and bad names), DescribeConfigs (values and
+    // sources) and AlterConfigs (which, unlike the incremental form, resets what it omits).
+    let node = Runnel::start(&[]);
+    let admin = new_admin(&node);
+    let configured = NewTopic::new("configured", 1, TopicReplication::Fixed(1))
+        .set("retention.ms", "3600000")
+        .set("cleanup.policy", "compact")
+        .set("max.message.bytes", "2000000");
+    create_topics(&admin, &[configured, NewTopic::new("plain", 2, TopicReplication::Fixed(1))]);
+
+    let again = block_on(admin.create_topics(
+        &[
+            NewTopic::new("configured", 1, TopicReplication::Fixed(1)),
+            NewTopic::new("bad name!", 1, TopicReplication::Fixed(1)),
+            NewTopic::new("bad-config", 1, TopicReplication::Fixed(1)).set("retention.ms", "soon"),
+        ],
+        &admin_options(),
+    ))
+    .unwrap();
+    assert_eq!(again[0], Err(("configured".into(), RDKafkaErrorCode::TopicAlreadyExists)));
+    assert_eq!(again[1], Err(("bad name!".into(), RDKafkaErrorCode::InvalidTopic)));
+    assert_eq!(again[2], Err(("bad-config".into(), RDKafkaErrorCode::InvalidConfig)));
+
+    let metadata = admin.inner().fetch_metadata(None, DEADLINE).unwrap();
+    let mut topics: Vec<(String, usize)> =
+        metadata.topics().iter().map(|t| (t.name().to_string(), t.partitions().len())).collect();
+    topics.sort();
+    assert_eq!(topics, vec![("configured".into(), 1), ("plain".into(), 2)]);
+
+    let configs = describe_topic(&admin, "configured");
+    assert_eq!(config_value(&configs, "retention.ms"), "3600000");
+    assert_eq!(config_value(&configs, "cleanup.policy"), "compact");
+    assert_eq!(config_value(&configs, "max.message.bytes"), "2000000");
+    assert_eq!(configs["retention.ms"].1, ConfigSource::DynamicTopic);
+    assert_eq!(config_value(&configs, "segment.bytes"), "1073741824", "Kafka's default");
+    assert_ne!(configs["segment.bytes"].1, ConfigSource::DynamicTopic);
+
+    let alter = AlterConfig::new(ResourceSpecifier::Topic("configured")).set("retention.ms", "7200000");
+    let results = block_on(admin.alter_configs(&[alter], &admin_options())).expect("AlterConfigs");
+    assert!(results[0].is_ok(), "{results:?}");
+    let configs = describe_topic(&admin, "configured");
+    assert_eq!(config_value(&configs, "retention.ms"), "7200000");
+    assert_eq!(config_value(&configs, "cleanup.policy"), "delete", "AlterConfigs resets omitted keys");
+    assert_eq!(config_value(&configs, "max.message.bytes"), "1048588", "AlterConfigs resets omitted keys");
+
+    let bad = AlterConfig::new(ResourceSpecifier::Topic("configured")).set("retention.ms", "later");
+    let results = block_on(admin.alter_configs(&[bad], &admin_options())).expect("AlterConfigs");
+    assert!(matches!(&results[0], Err((_, RDKafkaErrorCode::InvalidConfig))), "{results:?}");
+    assert_eq!(config_value(&describe_topic(&admin, "configured"), "retention.ms"), "7200000", "unchanged");
+
+    let missing = block_on(admin.describe_configs(&[ResourceSpecifier::Topic("missing")], &admin_options()));
+    let failed = match missing {
+        Err(_) => true,
+        Ok(results) => results[0].is_err(),
+    };
+    assert!(failed, "describing an unknown topic fails");
+}
+
+#[test]
+fn admin_creates_partitions_that_clients_then_use() {
+    // Proves CreatePartitions grows a topic (and refuses to shrink it), and the new partitions
+    // take records.
+    let node = Runnel::start(&[]);
+    let admin = new_admin(&node);
+    create_topics(&admin, &[NewTopic::new("growing", 1, TopicReplication::Fixed(1))]);
+    let results = block_on(admin.create_partitions(&[NewPartitions::new("growing", 4)], &admin_options())).unwrap();
+    assert_eq!(results, vec![Ok("growing".to_string())]);
+    let results = block_on(admin.create_partitions(&[NewPartitions::new("growing", 2)], &admin_options())).unwrap();
+    assert_eq!(results, vec![Err(("growing".to_string(), RDKafkaErrorCode::InvalidPartitions))]);
+
+    let metadata = admin.inner().fetch_metadata(Some("growing"), DEADLINE).unwrap();
+    assert_eq!(metadata.topics()[0].partitions().len(), 4);
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let records = [TestRecord::new(Some(b"k"), Some(b"in a new partition"))];
+    for partition in 1..4 {
+        let deliveries = produce_all(&producer, "growing", Some(partition), &records);
+        assert_eq!((deliveries[0].partition, deliveries[0].offset), (partition, 0));
+    }
+    let messages = consume(&new_consumer(&node), &[("growing", 3, 0)], 1);
+    assert_eq!(messages[0].payload(), Some(&b"in a new partition"[..]));
+}
+
+#[test]
+fn admin_deletes_records_and_the_log_start_moves() {
+    // Proves DeleteRecords moves the log start offset (reported as the new low watermark), the
+    // records below it are gone, and deleting to the end empties the partition.
+    let node = Runnel::start(&[]);
+    let admin = new_admin(&node);
+    create_topic(&node, "trimmed", 2, &[]);
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let records: Vec<TestRecord> = (0..10).map(|i| TestRecord::new(None, Some(format!("r{i}").as_bytes()))).collect();
+    produce_all(&producer, "trimmed", Some(0), &records);
+    produce_all(&producer, "trimmed", Some(1), &records);
+
+    let mut offsets = TopicPartitionList::new();
+    offsets.add_partition_offset("trimmed", 0, Offset::Offset(6)).unwrap();
+    offsets.add_partition_offset("trimmed", 1, Offset::End).unwrap();
+    let result = block_on(admin.delete_records(&offsets, &admin_options())).expect("DeleteRecords");
+    let low: HashMap<(String, i32), Offset> = result.to_topic_map();
+    assert_eq!(low[&("trimmed".to_string(), 0)], Offset::Offset(6));
+    assert_eq!(low[&("trimmed".to_string(), 1)], Offset::Offset(10));
+    for element in result.elements() {
+        element.error().expect("no per-partition error");
+    }
+
+    let consumer = new_consumer(&node);
+    assert_eq!(watermarks(&consumer, "trimmed", 0), (6, 10));
+    assert_eq!(watermarks(&consumer, "trimmed", 1), (10, 10));
+    let messages = consume(&consumer, &[("trimmed", 0, 6)], 4);
+    assert_eq!(messages[0].offset(), 6);
+    assert_eq!(messages[0].payload(), Some(&b"r6"[..]));
+
+    // Offsets below the new start are out of range: the consumer reports an error.
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("trimmed", 0, Offset::Offset(2)).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    let error = loop {
+        assert!(Instant::now() < deadline, "no OFFSET_OUT_OF_RANGE for a deleted offset");
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(message)) => panic!("read deleted offset {}", message.offset()),
+            Some(Err(e)) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            error,
+            KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn admin_deletes_topics_and_a_recreated_topic_starts_empty() {
+    // Proves DeleteTopics removes the topic from metadata, a second delete is
+    // UNKNOWN_TOPIC_OR_PARTITION, and a topic re-created with the same name has none of the old data.
+    let node = Runnel::start(&[]);
+    let admin = new_admin(&node);
+    create_topic(&node, "doomed", 1, &[]);
+    create_topic(&node, "kept", 1, &[]);
+    let producer = new_producer(&node, &[("acks", "all")]);
+    produce_all(&producer, "doomed", Some(0), &[TestRecord::new(None, Some(b"old"))]);
+    drop(producer);
+
+    let results = block_on(admin.delete_topics(&["doomed"], &admin_options())).expect("DeleteTopics");
+    assert_eq!(results, vec![Ok("doomed".to_string())]);
+    let listed = |name: &str| {
+        let metadata = admin.inner().fetch_metadata(None, DEADLINE).unwrap();
+        metadata.topics().iter().any(|t| t.name() == name)
+    };
+    assert!(wait_until(DEADLINE, || !listed("doomed")), "deleted topic still in metadata");
+    assert!(listed("kept"));
+    let results = block_on(admin.delete_topics(&["doomed"], &admin_options())).unwrap();
+    assert_eq!(results, vec![Err(("doomed".to_string(), RDKafkaErrorCode::UnknownTopicOrPartition))]);
+
+    create_topic(&node, "doomed", 1, &[]);
+    let consumer = new_consumer(&node);
+    assert_eq!(watermarks(&consumer, "doomed", 0), (0, 0), "re-created topic starts empty");
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let deliveries = produce_all(&producer, "doomed", Some(0), &[TestRecord::new(None, Some(b"new"))]);
+    assert_eq!(deliveries[0].offset, 0);
+    assert_eq!(consume(&consumer, &[("doomed", 0, 0)], 1)[0].payload(), Some(&b"new"[..]));
+}
+
+#[test]
+fn list_offsets_finds_earliest_latest_and_offsets_for_times() {
+    // Proves ListOffsets: earliest and latest (fetch_watermarks) and the first offset whose
+    // timestamp is at or after a given time (offsets_for_times), or none past the last.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "timed", 1, &[]);
+    let consumer = new_consumer(&node);
+    assert_eq!(watermarks(&consumer, "timed", 0), (0, 0));
+    let t0 = now_ms() - 100_000;
+    let records: Vec<TestRecord> =
+        (0..10).map(|i| TestRecord::new(None, Some(format!("at {i}").as_bytes())).at(t0 + i * 1000)).collect();
+    // One record per request, so the time index has one entry per batch.
+    let producer = new_producer(&node, &[("acks", "all"), ("linger.ms", "0")]);
+    for record in &records {
+        produce_all(&producer, "timed", Some(0), std::slice::from_ref(record));
+    }
+    assert_eq!(watermarks(&consumer, "timed", 0), (0, 10));
+
+    let offset_for = |timestamp: i64| {
+        let mut query = TopicPartitionList::new();
+        query.add_partition_offset("timed", 0, Offset::Offset(timestamp)).unwrap();
+        let found = consumer.offsets_for_times(query, DEADLINE).expect("ListOffsets by time");
+        let element = found.find_partition("timed", 0).unwrap();
+        element.error().expect("no partition error");
+        element.offset()
+    };
+    assert_eq!(offset_for(t0 - 5_000), Offset::Offset(0));
+    assert_eq!(offset_for(t0), Offset::Offset(0));
+    assert_eq!(offset_for(t0 + 3_500), Offset::Offset(4));
+    assert_eq!(offset_for(t0 + 9_000), Offset::Offset(9));
+    assert_eq!(offset_for(t0 + 9_001), Offset::End, "no record at or after the time");
+}
+
+#[test]
+fn a_thousand_topics_are_created_produced_to_and_listed() {
+    // Proves the broker handles 1,000 topics: created in four CreateTopics batches, one record
+    // produced to each, all listed by Metadata, and a sample read back.
+    let started = Instant::now();
+    let node = Runnel::start(&[]);
+    let admin = new_admin(&node);
+    let names: Vec<String> = (0..1000).map(|i| format!("many-{i:04}")).collect();
+    for chunk in names.chunks(250) {
+        let topics: Vec<NewTopic<'_>> = chunk.iter().map(|n| NewTopic::new(n, 1, TopicReplication::Fixed(1))).collect();
+        create_topics(&admin, &topics);
+    }
+    let created = started.elapsed();
+
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let futures: Vec<DeliveryFuture> =
+        names.iter().map(|n| send(&producer, n, Some(0), &TestRecord::new(None, Some(n.as_bytes())))).collect();
+    for delivery in await_deliveries(futures) {
+        assert_eq!(delivery.offset, 0);
+    }
+    let produced = started.elapsed();
+
+    let metadata = admin.inner().fetch_metadata(None, DEADLINE).unwrap();
+    let mut listed: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+    listed.sort_unstable();
+    assert_eq!(listed, names.iter().map(String::as_str).collect::<Vec<_>>());
+    for topic in metadata.topics() {
+        assert!(topic.error().is_none(), "{}: {:?}", topic.name(), topic.error());
+        assert_eq!(topic.partitions().len(), 1);
+        assert_eq!(topic.partitions()[0].leader(), metadata.brokers()[0].id());
+    }
+
+    let sample: Vec<(&str, i32, i64)> = names.iter().step_by(50).map(|n| (n.as_str(), 0, 0)).collect();
+    let messages = consume(&new_consumer(&node), &sample, sample.len());
+    for message in messages {
+        assert_eq!(message.payload(), Some(message.topic().as_bytes()));
+    }
+    // Generous bound for a debug build on 2 cores; it catches accidental O(n²) work per topic.
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "1,000 topics took {:?} (created after {created:?}, produced after {produced:?})",
+        started.elapsed()
+    );
+}
+
+/// Reads every record of `partition` from the log start to the log end.
+fn read_partition(consumer: &BaseConsumer, topic: &str, partition: i32) -> BTreeMap<i64, TestRecord> {
+    let (low, high) = watermarks(consumer, topic, partition);
+    if high == low {
+        return BTreeMap::new();
+    }
+    consume(consumer, &[(topic, partition, low)], (high - low) as usize)
+        .iter()
+        .map(|m| (m.offset(), TestRecord { timestamp: None, ..TestRecord::of(m) }))
+        .collect()
+}
+
+/// Delivery callbacks of the background producer: every acknowledged (partition, offset, seq).
+#[derive(Default, Clone)]
+struct AckLog {
+    acked: Arc<Mutex<Vec<(i32, i64, u64)>>>,
+}
+
+impl ClientContext for AckLog {}
+
+impl ProducerContext for AckLog {
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: Box<u64>) {
+        if let Ok(message) = result {
+            self.acked.lock().unwrap().push((message.partition(), message.offset(), *seq));
+        }
+    }
+}
+
+fn durable_record(seq: u64) -> TestRecord {
+    TestRecord::new(
+        Some(format!("key-{}", seq % 17).as_bytes()),
+        Some(format!("record {seq} {}", "x".repeat((seq % 50) as usize)).as_bytes()),
+    )
+}
+
+#[test]
+fn acknowledged_records_survive_sigterm_and_sigkill() {
+    // Proves durability: after SIGTERM (clean exit 0) all acks=all records are readable at their
+    // offsets; after SIGKILL in the middle of a stream of produces, every record whose delivery
+    // was acknowledged is readable at its acknowledged offset with identical content.
+    let mut node = Runnel::start(&[]);
+    create_topic(&node, "durable", 2, &[]);
+
+    // Phase 1: clean shutdown.
+    let first: Vec<TestRecord> = (0..1000).map(durable_record).collect();
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let futures: Vec<DeliveryFuture> =
+        first.iter().enumerate().map(|(i, r)| send(&producer, "durable", Some((i % 2) as i32), r)).collect();
+    let mut expected: BTreeMap<(i32, i64), TestRecord> = BTreeMap::new();
+    for (delivery, record) in await_deliveries(futures).into_iter().zip(&first) {
+        expected.insert((delivery.partition, delivery.offset), record.clone());
+    }
+    drop(producer);
+    assert!(node.terminate(), "SIGTERM: runnel exits with status 0");
+    node.restart();
+    let consumer_after_term = new_consumer(&node);
+    for partition in 0..2 {
+        let stored = read_partition(&consumer_after_term, "durable", partition);
+        assert_eq!(stored.len(), 500, "partition {partition} after a clean restart");
+        for (offset, record) in stored {
+            assert_eq!(Some(&record), expected.get(&(partition, offset)), "partition {partition} offset {offset}");
+        }
+    }
+    drop(consumer_after_term);
+
+    // Phase 2: a producer keeps sending from another thread while the node is killed.
+    let acks = AckLog::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let background = {
+        let config =
+            client_config(&node, &[("acks", "all"), ("linger.ms", "2"), ("queue.buffering.max.messages", "20000")]);
+        let (acks, stop, sent) = (acks.clone(), stop.clone(), sent.clone());
+        std::thread::spawn(move || {
+            let producer: BaseProducer<AckLog> = config.create_with_context(acks).expect("producer");
+            let mut seq = 1_000_000u64;
+            while !stop.load(Ordering::Relaxed) && seq < 1_500_000 {
+                let record = durable_record(seq);
+                let out = BaseRecord::<[u8], [u8], Box<u64>>::with_opaque_to("durable", Box::new(seq))
+                    .partition((seq % 2) as i32)
+                    .key(record.key.as_deref().unwrap())
+                    .payload(record.value.as_deref().unwrap());
+                match producer.send(out) {
+                    Ok(()) => {
+                        seq += 1;
+                        sent.store(seq - 1_000_000, Ordering::Relaxed);
+                        producer.poll(Duration::ZERO);
+                    }
+                    // Queue full: serve delivery reports until there is room (bounded wait).
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => panic!("enqueue: {e}"),
+                }
+            }
+            // Dropping purges what was not acknowledged; purged records count as not delivered.
+        })
+    };
+    let acked_count = || acks.acked.lock().unwrap().len();
+    assert!(wait_until(DEADLINE, || acked_count() >= 3000), "only {} records acknowledged", acked_count());
+    node.kill9();
+    stop.store(true, Ordering::Relaxed);
+    background.join().expect("background producer");
+    let acked = acks.acked.lock().unwrap().clone();
+    assert!(
+        (acked.len() as u64) < sent.load(Ordering::Relaxed),
+        "some records were in flight at the kill ({} acked of {} sent)",
+        acked.len(),
+        sent.load(Ordering::Relaxed)
+    );
+    for (partition, offset, seq) in &acked {
+        expected.insert((*partition, *offset), durable_record(*seq));
+    }
+
+    node.restart();
+    let consumer = new_consumer(&node);
+    let mut log_ends = Vec::new();
+    for partition in 0..2 {
+        let stored = read_partition(&consumer, "durable", partition);
+        let offsets: Vec<i64> = stored.keys().copied().collect();
+        assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>(), "partition {partition}: dense offsets");
+        for ((p, offset), record) in expected.range((partition, 0)..(partition + 1, 0)) {
+            assert_eq!(stored.get(offset), Some(record), "partition {p}: acknowledged offset {offset} lost or changed");
+        }
+        log_ends.push(offsets.len() as i64);
+    }
+    // The recovered log takes new records right after what survived.
+    let producer = new_producer(&node, &[("acks", "all")]);
+    for partition in 0..2 {
+        let delivery = &produce_all(&producer, "durable", Some(partition), &[durable_record(7)])[0];
+        assert_eq!(delivery.offset, log_ends[partition as usize], "partition {partition}");
+    }
+}
+
+/// The latest statistics librdkafka emitted for a consumer.
+#[derive(Default)]
+struct StatsContext {
+    latest: Mutex<Option<Statistics>>,
+}
+
+impl ClientContext for StatsContext {
+    fn stats(&self, statistics: Statistics) {
+        *self.latest.lock().unwrap() = Some(statistics);
+    }
+}
+
+impl ConsumerContext for StatsContext {}
+
+#[test]
+fn a_waiting_fetch_is_woken_by_an_append() {
+    // Proves appends wake long-polling fetches: with fetch.wait.max.ms=10000, a consumer parked
+    // at the log end receives a record produced meanwhile in far less than the wait.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "long-poll", 1, &[]);
+    let wait_ms = 10_000;
+    let mut config = consumer_config(&node);
+    config.set("fetch.wait.max.ms", wait_ms.to_string()).set("statistics.interval.ms", "20");
+    let consumer: BaseConsumer<StatsContext> = config.create_with_context(StatsContext::default()).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("long-poll", 0, Offset::Offset(0)).unwrap();
+    consumer.assign(&tpl).unwrap();
+
+    // Wait until the partition is fetching and a request is outstanding at the broker: the
+    // fetch is parked there.
+    let parked = || {
+        let stats = consumer.context().latest.lock().unwrap();
+        let Some(stats) = stats.as_ref() else { return false };
+        let fetching =
+            stats.topics.get("long-poll").and_then(|t| t.partitions.get(&0)).is_some_and(|p| p.fetch_state == "active");
+        fetching && stats.brokers.values().any(|b| b.nodeid >= 0 && b.waitresp_cnt > 0)
+    };
+    let deadline = Instant::now() + DEADLINE;
+    while !parked() {
+        assert!(Instant::now() < deadline, "the consumer never parked a fetch");
+        if let Some(result) = consumer.poll(Duration::from_millis(20)) {
+            panic!("nothing to consume yet: {:?}", result.map(|m| m.offset()));
+        }
+    }
+
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let produced_at = Instant::now();
+    produce_all(&producer, "long-poll", Some(0), &[TestRecord::new(None, Some(b"wake up"))]);
+    let message = loop {
+        assert!(produced_at.elapsed() < Duration::from_millis(wait_ms), "no record within fetch.wait.max.ms");
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(message)) => break message.detach(),
+            Some(Err(e)) => panic!("{e}"),
+            None => {}
+        }
+    };
+    let latency = produced_at.elapsed();
+    assert_eq!(message.payload(), Some(&b"wake up"[..]));
+    assert!(
+        latency < Duration::from_millis(wait_ms / 2),
+        "the parked fetch answered after {latency:?}: appends do not wake fetches"
+    );
+}

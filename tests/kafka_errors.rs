@@ -1,0 +1,531 @@
+//! Raw Kafka protocol against the real `runnel` binary: requests that stock clients never send
+//! (corrupted batches, unsupported versions, oversized frames, garbage, pipelining), encoded
+//! with the `kafka-protocol` crate over a plain `TcpStream`, so each answer — an error code in
+//! the response, or the connection closed — is checked byte for byte. Also the admin APIs that
+//! rdkafka does not expose (IncrementalAlterConfigs).
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeConfigsRequest,
+    DescribeConfigsResponse, IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use runnel::log::records::BatchBuilder;
+use runnel::log::Compression;
+use support::Runnel;
+
+/// Longest wait for any single response (a debug build on a loaded 2-core machine).
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+// Kafka error codes the tests expect (org.apache.kafka.common.protocol.Errors).
+const NONE: i16 = 0;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const CORRUPT_MESSAGE: i16 = 2;
+const MESSAGE_TOO_LARGE: i16 = 10;
+const UNSUPPORTED_VERSION: i16 = 35;
+const INVALID_CONFIG: i16 = 40;
+
+// Versions used for requests: the newest this broker advertises (server/versions.rs).
+const PRODUCE_V: i16 = 9;
+const METADATA_V: i16 = 12;
+const API_VERSIONS_V: i16 = 3;
+const CREATE_TOPICS_V: i16 = 7;
+const LIST_OFFSETS_V: i16 = 7;
+const DESCRIBE_CONFIGS_V: i16 = 4;
+const INCREMENTAL_ALTER_CONFIGS_V: i16 = 1;
+
+/// ConfigResource type of a topic; config sources and operations of Incremental AlterConfigs.
+const RESOURCE_TOPIC: i8 = 2;
+const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// One client connection speaking the Kafka protocol synchronously.
+struct Conn {
+    stream: TcpStream,
+    next_correlation_id: i32,
+}
+
+impl Conn {
+    fn open(node: &Runnel) -> Conn {
+        let stream = TcpStream::connect(node.kafka_addr).expect("connect to runnel");
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn { stream, next_correlation_id: 1 }
+    }
+
+    /// `[size][header][body]` of request `R` at `version`; returns the frame and its correlation id.
+    fn frame<R: Request>(&mut self, version: i16, request: &R) -> (Bytes, i32) {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let api = ApiKey::try_from(R::KEY).unwrap();
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("runnel-kafka-errors")));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, api.request_header_version(version)).unwrap();
+        request.encode(&mut buf, version).unwrap();
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        (buf.freeze(), correlation_id)
+    }
+
+    fn send<R: Request>(&mut self, version: i16, request: &R) -> i32 {
+        let (frame, correlation_id) = self.frame(version, request);
+        self.stream.write_all(&frame).unwrap();
+        correlation_id
+    }
+
+    /// The next response frame (without its size prefix).
+    fn read_frame(&mut self) -> std::io::Result<Bytes> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let size = i32::from_be_bytes(size);
+        assert!((0..64 << 20).contains(&size), "response frame of {size} bytes");
+        let mut frame = vec![0u8; size as usize];
+        self.stream.read_exact(&mut frame)?;
+        Ok(Bytes::from(frame))
+    }
+
+    /// Reads the response to request `R` sent at `version` with `correlation_id`.
+    fn recv<R: Request>(&mut self, version: i16, correlation_id: i32) -> R::Response {
+        let mut frame = self.read_frame().expect("a response");
+        let api = ApiKey::try_from(R::KEY).unwrap();
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, correlation_id, "responses come back in request order");
+        let response = R::Response::decode(&mut frame, version).unwrap();
+        assert!(frame.is_empty(), "{api:?} v{version} response has {} trailing bytes", frame.len());
+        response
+    }
+
+    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
+        let correlation_id = self.send(version, request);
+        self.recv::<R>(version, correlation_id)
+    }
+
+    /// Asserts that the broker closes this connection (EOF or reset) rather than answering.
+    fn assert_closed_by_broker(&mut self, what: &str) {
+        let mut buf = [0u8; 256];
+        match self.stream.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => panic!("after {what}: expected the connection closed, got {n} bytes: {:?}", &buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                panic!("after {what}: the connection is still open after {IO_TIMEOUT:?}")
+            }
+            Err(e) => panic!("after {what}: unexpected read error {e}"),
+        }
+    }
+
+    /// Asserts the connection still serves requests: ApiVersions and Metadata both answer.
+    fn assert_usable(&mut self) {
+        let versions = self.call(API_VERSIONS_V, &api_versions_request());
+        assert_eq!(versions.error_code, NONE);
+        assert!(!versions.api_keys.is_empty());
+        let metadata = self.call(METADATA_V, &MetadataRequest::default().with_topics(None));
+        assert!(!metadata.brokers.is_empty(), "metadata lists this broker");
+    }
+}
+
+fn api_versions_request() -> ApiVersionsRequest {
+    ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("runnel-tests"))
+        .with_client_software_version(StrBytes::from_static_str("0.1"))
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// Creates a topic through CreateTopics and asserts it was created.
+fn create_topic(conn: &mut Conn, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let configs = configs
+        .iter()
+        .map(|(k, v)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_value(Some(StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)
+        .with_configs(configs)]);
+    let response = conn.call(CREATE_TOPICS_V, &request);
+    let result = &response.topics[0];
+    assert_eq!(result.error_code, NONE, "creating {name}: {:?}", result.error_message);
+    assert_eq!(result.num_partitions, partitions);
+}
+
+/// A valid batch of `count` small records.
+fn batch(count: usize, value_len: usize) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None);
+    for i in 0..count {
+        let value: Vec<u8> = (0..value_len).map(|j| (i * 31 + j * 7) as u8).collect();
+        builder.push(1_700_000_000_000 + i as i64, Some(format!("key-{i}").as_bytes()), Some(&value), &[]);
+    }
+    builder.build().unwrap().into_bytes()
+}
+
+fn produce_request(acks: i16, partitions: Vec<(&str, i32, Bytes)>) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for (topic, index, records) in partitions {
+        let data = PartitionProduceData::default().with_index(index).with_records(Some(records));
+        match topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+            Some(t) => t.partition_data.push(data),
+            None => {
+                topics.push(TopicProduceData::default().with_name(topic_name(topic)).with_partition_data(vec![data]))
+            }
+        }
+    }
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(topics)
+}
+
+/// The (error code, base offset) of each partition of a produce response, in request order.
+fn produce_results(response: &ProduceResponse) -> Vec<(String, i32, i16, i64)> {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partition_responses.iter().map(|p| (t.name.0.to_string(), p.index, p.error_code, p.base_offset))
+        })
+        .collect()
+}
+
+fn log_end_offset(conn: &mut Conn, topic: &str, partition: i32) -> i64 {
+    let request =
+        ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1),
+            ]),
+        ]);
+    let response = conn.call(LIST_OFFSETS_V, &request);
+    let p = &response.topics[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    p.offset
+}
+
+#[test]
+fn corrupt_crc_gets_corrupt_message_for_that_partition_and_the_connection_stays_usable() {
+    // Proves a batch whose CRC does not match is rejected with CORRUPT_MESSAGE for its partition
+    // only, nothing of it is appended, and the same connection keeps working.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "crc", 2, &[]);
+
+    let mut corrupt = BytesMut::from(&batch(3, 50)[..]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff; // inside the records, covered by the CRC
+    let request = produce_request(-1, vec![("crc", 0, corrupt.freeze()), ("crc", 1, batch(3, 50))]);
+    let results = produce_results(&conn.call(PRODUCE_V, &request));
+    assert_eq!(results, vec![("crc".into(), 0, CORRUPT_MESSAGE, -1), ("crc".into(), 1, NONE, 0)]);
+
+    // Same connection: a good batch lands at offset 0 of the partition the corrupt one missed.
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("crc", 0, batch(2, 10))])));
+    assert_eq!(results, vec![("crc".into(), 0, NONE, 0)]);
+    assert_eq!(log_end_offset(&mut conn, "crc", 0), 2);
+    assert_eq!(log_end_offset(&mut conn, "crc", 1), 3);
+    conn.assert_usable();
+}
+
+#[test]
+fn batch_larger_than_max_message_bytes_gets_message_too_large() {
+    // Proves the topic's max.message.bytes bounds a batch: one over it gets MESSAGE_TOO_LARGE and
+    // is not appended; one under it is accepted.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "small", 1, &[("max.message.bytes", "2048")]);
+
+    let big = batch(1, 4000);
+    assert!(big.len() > 2048);
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("small", 0, big)])));
+    assert_eq!(results[0].2, MESSAGE_TOO_LARGE, "{results:?}");
+    assert_eq!(log_end_offset(&mut conn, "small", 0), 0);
+
+    let fits = batch(1, 1000);
+    assert!(fits.len() < 2048);
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("small", 0, fits)])));
+    assert_eq!(results, vec![("small".into(), 0, NONE, 0)]);
+}
+
+#[test]
+fn unknown_topic_without_auto_create_is_unknown_topic_or_partition() {
+    // Proves that with auto.create.topics.enable=false neither Metadata (even with
+    // allow_auto_topic_creation) nor Produce creates a topic: both answer UNKNOWN_TOPIC_OR_PARTITION.
+    let node = Runnel::start(&["--auto-create-topics-enable", "false"]);
+    let mut conn = Conn::open(&node);
+    let metadata_request = || {
+        MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name("nope")))]))
+            .with_allow_auto_topic_creation(true)
+    };
+    let metadata: MetadataResponse = conn.call(METADATA_V, &metadata_request());
+    assert_eq!(metadata.topics.len(), 1);
+    assert_eq!(metadata.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("nope", 0, batch(1, 10))])));
+    assert_eq!(results, vec![("nope".into(), 0, UNKNOWN_TOPIC_OR_PARTITION, -1)]);
+
+    let metadata: MetadataResponse = conn.call(METADATA_V, &metadata_request());
+    assert_eq!(metadata.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION, "still not created");
+    let all: MetadataResponse = conn.call(METADATA_V, &MetadataRequest::default().with_topics(None));
+    assert!(all.topics.is_empty(), "no topic exists: {:?}", all.topics);
+}
+
+#[test]
+fn api_versions_with_an_unknown_version_answers_unsupported_version_in_v0() {
+    // Proves the ApiVersions rule of the protocol: a version the broker does not know gets
+    // UNSUPPORTED_VERSION in a v0 response that still lists the supported ranges, and the
+    // connection stays open so the client can retry with a version from that list.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    // Header v1 by hand: the codec has no header version for ApiVersions v99.
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    frame.put_i16(ApiKey::ApiVersions as i16);
+    frame.put_i16(99);
+    frame.put_i32(4242);
+    frame.put_i16(5);
+    frame.put_slice(b"tests");
+    frame.put_slice(&[0, 0, 0]); // what a newer body might start with; never read
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    conn.stream.write_all(&frame).unwrap();
+
+    let mut response = conn.read_frame().expect("an answer, not a closed connection");
+    let header = ResponseHeader::decode(&mut response, 0).unwrap();
+    assert_eq!(header.correlation_id, 4242);
+    let body = ApiVersionsResponse::decode(&mut response, 0).unwrap();
+    assert!(response.is_empty(), "a v0 body and nothing more");
+    assert_eq!(body.error_code, UNSUPPORTED_VERSION);
+    let range =
+        |api: ApiKey| body.api_keys.iter().find(|k| k.api_key == api as i16).map(|k| (k.min_version, k.max_version));
+    let (min, max) = range(ApiKey::ApiVersions).expect("ApiVersions is listed");
+    assert!(min == 0 && max >= 3, "ApiVersions {min}..={max}");
+    for api in [ApiKey::Produce, ApiKey::Fetch, ApiKey::ListOffsets, ApiKey::Metadata] {
+        assert!(range(api).is_some(), "{api:?} is listed");
+    }
+    conn.assert_usable();
+}
+
+#[test]
+fn produce_with_an_unsupported_version_closes_only_that_connection() {
+    // Proves a request at a version the broker does not implement (Produce v2, magic-1 message
+    // sets) closes that connection, as Kafka does, while another connection keeps working.
+    let node = Runnel::start(&[]);
+    let mut bad = Conn::open(&node);
+    let mut good = Conn::open(&node);
+    bad.assert_usable();
+    good.assert_usable();
+
+    // Produce v2 by hand (the codec starts at v3): header v1, acks, timeout, no topics.
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    frame.put_i16(ApiKey::Produce as i16);
+    frame.put_i16(2);
+    frame.put_i32(77);
+    frame.put_i16(-1); // null client id
+    frame.put_i16(1); // acks
+    frame.put_i32(1000); // timeout
+    frame.put_i32(0); // topics
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    bad.stream.write_all(&frame).unwrap();
+    bad.assert_closed_by_broker("Produce v2");
+
+    good.assert_usable();
+    Conn::open(&node).assert_usable();
+}
+
+#[test]
+fn a_frame_above_socket_request_max_bytes_closes_only_that_connection() {
+    // Proves socket.request.max.bytes bounds a request before it is read: a larger size prefix
+    // closes the connection; a request under the limit on another connection is served.
+    let max = 64 * 1024;
+    let node = Runnel::start(&["--socket-request-max-bytes", &max.to_string()]);
+    let mut bad = Conn::open(&node);
+    let mut good = Conn::open(&node);
+    bad.assert_usable();
+
+    let mut frame = BytesMut::new();
+    frame.put_i32(max as i32 + 1);
+    frame.put_i16(ApiKey::Metadata as i16);
+    frame.put_i16(METADATA_V);
+    frame.put_i32(1);
+    bad.stream.write_all(&frame).unwrap();
+    bad.assert_closed_by_broker("a frame one byte above the limit");
+
+    good.assert_usable();
+    create_topic(&mut good, "near-limit", 1, &[]);
+    let records = batch(1, 50_000);
+    let results = produce_results(&good.call(PRODUCE_V, &produce_request(-1, vec![("near-limit", 0, records)])));
+    assert_eq!(results, vec![("near-limit".into(), 0, NONE, 0)], "a 50 KB produce fits under 64 KiB");
+}
+
+#[test]
+fn garbage_bytes_close_only_that_connection() {
+    // Proves bytes that are not a Kafka request (an HTTP request, an unknown API key, a body that
+    // does not decode, a negative size) close their connection, and the broker keeps serving
+    // other connections.
+    let node = Runnel::start(&[]);
+    let mut good = Conn::open(&node);
+    good.assert_usable();
+
+    let mut unknown_api = BytesMut::new();
+    unknown_api.put_i32(12);
+    unknown_api.put_i16(0x7abc);
+    unknown_api.put_i16(0);
+    unknown_api.put_i32(1);
+    unknown_api.put_i32(0x0102_0304);
+
+    let mut bad_body = BytesMut::new();
+    bad_body.put_i32(0);
+    bad_body.put_i16(ApiKey::Metadata as i16);
+    bad_body.put_i16(METADATA_V);
+    bad_body.put_i32(3);
+    bad_body.put_i16(-1); // client id (header v2 has tagged fields next)
+    bad_body.put_u8(0);
+    bad_body.put_slice(&[0xff; 9]); // a compact array length varint that never ends
+    let size = (bad_body.len() - 4) as i32;
+    bad_body[..4].copy_from_slice(&size.to_be_bytes());
+
+    let mut negative_size = BytesMut::new();
+    negative_size.put_i32(-5);
+    negative_size.put_slice(&[1, 2, 3, 4, 5]);
+
+    let cases: [(&str, &[u8]); 4] = [
+        ("an HTTP request", b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+        ("an unknown api key", &unknown_api),
+        ("a Metadata body that does not decode", &bad_body),
+        ("a negative frame size", &negative_size),
+    ];
+    for (what, bytes) in cases {
+        let mut bad = Conn::open(&node);
+        bad.stream.write_all(bytes).unwrap();
+        bad.assert_closed_by_broker(what);
+        good.assert_usable();
+    }
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    // Proves a client may write many requests before reading: 10 Metadata/ApiVersions requests
+    // sent back to back get 10 responses in request order with matching correlation ids.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "pipelined", 3, &[]);
+    let mut all = BytesMut::new();
+    let mut sent = Vec::new();
+    for i in 0..10 {
+        let (frame, correlation_id) = if i % 2 == 0 {
+            conn.frame(METADATA_V, &MetadataRequest::default().with_topics(None))
+        } else {
+            conn.frame(API_VERSIONS_V, &api_versions_request())
+        };
+        all.put_slice(&frame);
+        sent.push(correlation_id);
+    }
+    conn.stream.write_all(&all).unwrap();
+    for (i, correlation_id) in sent.into_iter().enumerate() {
+        if i % 2 == 0 {
+            let metadata = conn.recv::<MetadataRequest>(METADATA_V, correlation_id);
+            assert_eq!(metadata.topics.len(), 1);
+            assert_eq!(metadata.topics[0].partitions.len(), 3);
+        } else {
+            let versions = conn.recv::<ApiVersionsRequest>(API_VERSIONS_V, correlation_id);
+            assert_eq!(versions.error_code, NONE);
+        }
+    }
+    conn.assert_usable();
+}
+
+/// The (value, source) of each named config of a topic, through DescribeConfigs.
+fn describe_topic_configs(conn: &mut Conn, topic: &str) -> Vec<(String, Option<String>, i8)> {
+    let request = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_name(StrBytes::from_string(topic.to_string()))
+        .with_configuration_keys(None)]);
+    let response: DescribeConfigsResponse = conn.call(DESCRIBE_CONFIGS_V, &request);
+    assert_eq!(response.results.len(), 1);
+    let result = &response.results[0];
+    assert_eq!(result.error_code, NONE, "{:?}", result.error_message);
+    result
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()), c.config_source))
+        .collect()
+}
+
+fn config_of<'a>(configs: &'a [(String, Option<String>, i8)], name: &str) -> (&'a str, i8) {
+    let (_, value, source) = configs.iter().find(|(n, _, _)| n == name).unwrap_or_else(|| panic!("{name} described"));
+    (value.as_deref().expect("a value"), *source)
+}
+
+#[test]
+fn incremental_alter_configs_sets_and_deletes_single_keys() {
+    // Proves IncrementalAlterConfigs (which rdkafka 0.38 does not expose) changes only the keys
+    // it names: SET overrides one, DELETE returns one to its default, others keep their
+    // overrides; an invalid value is INVALID_CONFIG and changes nothing.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "incremental", 1, &[("retention.ms", "1000"), ("cleanup.policy", "compact")]);
+    let alter = |ops: &[(&str, i8, Option<&str>)]| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_static_str("incremental"))
+            .with_configs(
+                ops.iter()
+                    .map(|(name, op, value)| {
+                        AlterableConfig::default()
+                            .with_name(StrBytes::from_string(name.to_string()))
+                            .with_config_operation(*op)
+                            .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            )])
+    };
+
+    let response = conn.call(
+        INCREMENTAL_ALTER_CONFIGS_V,
+        &alter(&[("max.message.bytes", OP_SET, Some("4096")), ("cleanup.policy", OP_DELETE, None)]),
+    );
+    assert_eq!(response.responses.len(), 1);
+    assert_eq!(response.responses[0].error_code, NONE, "{:?}", response.responses[0].error_message);
+    let configs = describe_topic_configs(&mut conn, "incremental");
+    assert_eq!(config_of(&configs, "max.message.bytes"), ("4096", SOURCE_DYNAMIC_TOPIC_CONFIG));
+    assert_eq!(config_of(&configs, "retention.ms"), ("1000", SOURCE_DYNAMIC_TOPIC_CONFIG), "untouched key kept");
+    let (policy, source) = config_of(&configs, "cleanup.policy");
+    assert_eq!(policy, "delete", "deleted key is back to the default");
+    assert_ne!(source, SOURCE_DYNAMIC_TOPIC_CONFIG);
+
+    let response = conn.call(INCREMENTAL_ALTER_CONFIGS_V, &alter(&[("retention.ms", OP_SET, Some("not-a-number"))]));
+    assert_eq!(response.responses[0].error_code, INVALID_CONFIG);
+    let configs = describe_topic_configs(&mut conn, "incremental");
+    assert_eq!(config_of(&configs, "retention.ms"), ("1000", SOURCE_DYNAMIC_TOPIC_CONFIG), "unchanged");
+
+    // The new max.message.bytes is enforced on produce.
+    let results =
+        produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("incremental", 0, batch(1, 6000))])));
+    assert_eq!(results[0].2, MESSAGE_TOO_LARGE);
+}

@@ -1,0 +1,145 @@
+//! Test support: start the real `runnel` binary on ephemeral ports in a temp dir, wait for it to
+//! be ready (its `READY` line), stop it with SIGTERM or SIGKILL, restart it on the same data.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a node may take to start (a debug build under a loaded CI machine).
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Runnel {
+    child: Option<Child>,
+    pub kafka_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    extra_args: Vec<String>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Runnel {
+    /// Starts a single-node cluster in a fresh temp dir with `extra_args` (e.g. `--log`).
+    pub fn start(extra_args: &[&str]) -> Runnel {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let data_dir = temp.path().join("data");
+        let mut node = Runnel::start_in(&data_dir, extra_args);
+        node._temp = Some(temp);
+        node
+    }
+
+    /// Starts a node on `data_dir` (kept by the caller).
+    pub fn start_in(data_dir: &Path, extra_args: &[&str]) -> Runnel {
+        let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let (child, kafka_addr) = spawn(data_dir, &extra_args);
+        Runnel { child: Some(child), kafka_addr, data_dir: data_dir.to_path_buf(), extra_args, _temp: None }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.kafka_addr.to_string()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGTERM and wait for exit; returns whether it exited with status 0.
+    pub fn terminate(&mut self) -> bool {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_with_deadline(&mut child, START_TIMEOUT);
+        status.is_some_and(|s| s.success())
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts the node again on the same data dir (new ports).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the node before restarting it");
+        let (child, kafka_addr) = spawn(&self.data_dir, &self.extra_args);
+        self.child = Some(child);
+        self.kafka_addr = kafka_addr;
+    }
+}
+
+impl Drop for Runnel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--kafka-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0"])
+        .args(extra_args)
+        .env("RUNNEL_LOG_LEVEL", std::env::var("RUNNEL_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn runnel");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(rest) = line.strip_prefix("READY ") {
+                let _ = tx.send(rest.to_string());
+            }
+        }
+    });
+    let ready = match rx.recv_timeout(START_TIMEOUT) {
+        Ok(ready) => ready,
+        Err(_) => {
+            let _ = child.kill();
+            panic!("runnel did not print READY within {START_TIMEOUT:?}");
+        }
+    };
+    let kafka = ready
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("kafka="))
+        .and_then(|a| a.parse().ok())
+        .expect("READY line names the kafka address");
+    (child, kafka)
+}
+
+fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            return None;
+        }
+        // Polling a child's exit status has no blocking-with-timeout form in std.
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `condition` holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::park_timeout(Duration::from_millis(20));
+    }
+    condition()
+}
