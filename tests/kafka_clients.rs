@@ -26,6 +26,8 @@ use rdkafka::producer::future_producer::Delivery;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryFuture, FutureProducer, FutureRecord, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, Timestamp, TopicPartitionList};
+use runnel::log::batch::BatchIter;
+use runnel::log::{Compression, RecordBatch};
 use support::{wait_until, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
@@ -290,6 +292,28 @@ fn round_trip_with_every_codec_keeps_records_byte_identical() {
             assert_eq!(&TestRecord::of(message), expected, "{codec}: record {i} differs");
         }
         assert_eq!(watermarks(&consumer, topic, 0), (0, records.len() as i64), "{codec}");
+
+        // The broker stored the producer's batches as they came: still in the producer's codec,
+        // several records per batch, every CRC intact.
+        let segment = node.data_dir.join(format!("{topic}-0")).join("00000000000000000000.log");
+        let bytes = std::fs::read(&segment).unwrap_or_else(|e| panic!("{}: {e}", segment.display()));
+        let batches: Vec<RecordBatch> =
+            BatchIter::new(bytes.into()).collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{codec}: {e}"));
+        assert!(batches.len() < records.len(), "{codec}: {} batches for {} records", batches.len(), records.len());
+        let expected_codec = match *codec {
+            "none" => Compression::None,
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            _ => Compression::Zstd,
+        };
+        // FIXME: librdkafka enables LZ4 only when the broker advertises FindCoordinator v0, which
+        // comes with the group APIs; until then its lz4 batches arrive uncompressed. Expect Lz4
+        // here once FindCoordinator is advertised.
+        let expected_codec = if expected_codec == Compression::Lz4 { Compression::None } else { expected_codec };
+        for batch in &batches {
+            assert_eq!(batch.compression(), expected_codec, "{codec}: batch at offset {}", batch.base_offset());
+        }
     }
 }
 
@@ -492,17 +516,12 @@ fn admin_creates_topics_with_configs_then_describes_and_alters_them() {
     assert_eq!(config_value(&configs, "cleanup.policy"), "delete", "AlterConfigs resets omitted keys");
     assert_eq!(config_value(&configs, "max.message.bytes"), "1048588", "AlterConfigs resets omitted keys");
 
+    // rdkafka 0.38 reports every AlterConfigs/DescribeConfigs resource as Ok, whatever its
+    // error code: the codes themselves (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION) are checked
+    // on the raw protocol in kafka_errors.rs. Here: an invalid value changes nothing.
     let bad = AlterConfig::new(ResourceSpecifier::Topic("configured")).set("retention.ms", "later");
-    let results = block_on(admin.alter_configs(&[bad], &admin_options())).expect("AlterConfigs");
-    assert!(matches!(&results[0], Err((_, RDKafkaErrorCode::InvalidConfig))), "{results:?}");
+    block_on(admin.alter_configs(&[bad], &admin_options())).expect("AlterConfigs");
     assert_eq!(config_value(&describe_topic(&admin, "configured"), "retention.ms"), "7200000", "unchanged");
-
-    let missing = block_on(admin.describe_configs(&[ResourceSpecifier::Topic("missing")], &admin_options()));
-    let failed = match missing {
-        Err(_) => true,
-        Ok(results) => results[0].is_err(),
-    };
-    assert!(failed, "describing an unknown topic fails");
 }
 
 #[test]

@@ -11,6 +11,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::alter_configs_request::{
+    AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
@@ -18,7 +21,7 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeConfigsRequest,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeConfigsRequest,
     DescribeConfigsResponse, IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
     ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
@@ -46,6 +49,7 @@ const CREATE_TOPICS_V: i16 = 7;
 const LIST_OFFSETS_V: i16 = 7;
 const DESCRIBE_CONFIGS_V: i16 = 4;
 const INCREMENTAL_ALTER_CONFIGS_V: i16 = 1;
+const ALTER_CONFIGS_V: i16 = 2;
 
 /// ConfigResource type of a topic; config sources and operations of Incremental AlterConfigs.
 const RESOURCE_TOPIC: i8 = 2;
@@ -406,7 +410,8 @@ fn garbage_bytes_close_only_that_connection() {
     bad_body.put_i32(3);
     bad_body.put_i16(-1); // client id (header v2 has tagged fields next)
     bad_body.put_u8(0);
-    bad_body.put_slice(&[0xff; 9]); // a compact array length varint that never ends
+    bad_body.put_u8(2); // one topic follows...
+    bad_body.put_slice(&[0xab; 5]); // ...but its 16-byte topic id is cut short
     let size = (bad_body.len() - 4) as i32;
     bad_body[..4].copy_from_slice(&size.to_be_bytes());
 
@@ -460,13 +465,17 @@ fn pipelined_requests_are_answered_in_order() {
     conn.assert_usable();
 }
 
-/// The (value, source) of each named config of a topic, through DescribeConfigs.
-fn describe_topic_configs(conn: &mut Conn, topic: &str) -> Vec<(String, Option<String>, i8)> {
+fn describe_configs(conn: &mut Conn, topic: &str) -> DescribeConfigsResponse {
     let request = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
         .with_resource_type(RESOURCE_TOPIC)
         .with_resource_name(StrBytes::from_string(topic.to_string()))
         .with_configuration_keys(None)]);
-    let response: DescribeConfigsResponse = conn.call(DESCRIBE_CONFIGS_V, &request);
+    conn.call(DESCRIBE_CONFIGS_V, &request)
+}
+
+/// The (value, source) of each named config of a topic, through DescribeConfigs.
+fn describe_topic_configs(conn: &mut Conn, topic: &str) -> Vec<(String, Option<String>, i8)> {
+    let response = describe_configs(conn, topic);
     assert_eq!(response.results.len(), 1);
     let result = &response.results[0];
     assert_eq!(result.error_code, NONE, "{:?}", result.error_message);
@@ -528,4 +537,72 @@ fn incremental_alter_configs_sets_and_deletes_single_keys() {
     let results =
         produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("incremental", 0, batch(1, 6000))])));
     assert_eq!(results[0].2, MESSAGE_TOO_LARGE);
+}
+
+/// A request frame `[size][api key][version][correlation id][body]` with header v1 and a null
+/// client id (header v2 adds an empty tagged-field section).
+fn raw_frame(api: ApiKey, version: i16, header_version: i16, body: &[u8]) -> BytesMut {
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    frame.put_i16(api as i16);
+    frame.put_i16(version);
+    frame.put_i32(9);
+    frame.put_i16(-1);
+    if header_version >= 2 {
+        frame.put_u8(0);
+    }
+    frame.put_slice(body);
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    frame
+}
+
+#[test]
+fn a_small_request_declaring_a_huge_array_closes_its_connection_and_the_broker_lives() {
+    // Proves array lengths are not trusted: a few-byte request whose topic array claims about
+    // 2^31 entries is a malformed request (connection closed), not a multi-GiB allocation that
+    // aborts the broker. Both array encodings: Metadata v0 (i32 count) and v12 (varint count).
+    let node = Runnel::start(&[]);
+    let mut good = Conn::open(&node);
+    good.assert_usable();
+    let cases = [
+        ("Metadata v0 with an i32 array count of 2^31-1", raw_frame(ApiKey::Metadata, 0, 1, &[0x7f, 0xff, 0xff, 0xff])),
+        (
+            "Metadata v12 with a varint array count of 2^31-1",
+            raw_frame(ApiKey::Metadata, 12, 2, &[0xff, 0xff, 0xff, 0xff, 0x07]),
+        ),
+    ];
+    for (what, frame) in cases {
+        let mut bad = Conn::open(&node);
+        bad.stream.write_all(&frame).unwrap();
+        bad.assert_closed_by_broker(what);
+        good.assert_usable();
+    }
+}
+
+#[test]
+fn config_errors_are_reported_per_resource() {
+    // Proves the error codes that rdkafka 0.38 does not surface: AlterConfigs with an invalid
+    // value is INVALID_CONFIG and changes nothing; DescribeConfigs and AlterConfigs of an unknown
+    // topic are UNKNOWN_TOPIC_OR_PARTITION.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "legacy", 1, &[("retention.ms", "1000")]);
+    let alter = |topic: &str, value: &str| {
+        AlterConfigsRequest::default().with_resources(vec![LegacyAlterConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_configs(vec![LegacyAlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_string(value.to_string())))])])
+    };
+    let response = conn.call(ALTER_CONFIGS_V, &alter("legacy", "later"));
+    assert_eq!(response.responses[0].error_code, INVALID_CONFIG);
+    let configs = describe_topic_configs(&mut conn, "legacy");
+    assert_eq!(config_of(&configs, "retention.ms"), ("1000", SOURCE_DYNAMIC_TOPIC_CONFIG), "unchanged");
+
+    let response = conn.call(ALTER_CONFIGS_V, &alter("missing", "2000"));
+    assert_eq!(response.responses[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let response = describe_configs(&mut conn, "missing");
+    assert_eq!(response.results[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
 }

@@ -119,7 +119,7 @@ fn produce(options: &Options, topic: &str, size: usize, acks: &str) -> (f64, f64
     let payload = vec![b'x'; size];
     let start = Instant::now();
     for i in 0..options.records {
-        let mut record = BaseRecord::with_opaque_to(topic, Box::new(Instant::now()))
+        let mut record = BaseRecord::<(), [u8], Box<Instant>>::with_opaque_to(topic, Box::new(Instant::now()))
             .payload(&payload)
             .partition((i % options.partitions as usize) as i32);
         loop {

@@ -18,9 +18,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 use runnel::log::batch::{BatchIter, RecordBatch};
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Clock as _, Compression, Log, LogConfig, LogError, ManualClock};
+use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock};
 
 const T0: i64 = 1_700_000_000_000;
+
+/// A temp dir on tmpfs when there is one: these tests fsync thousands of times, which only
+/// costs time on a real disk and proves nothing more (a process crash keeps the page cache).
+/// `RUNNEL_TEST_TMPDIR` picks another place.
+fn temp_dir() -> tempfile::TempDir {
+    let dir = std::env::var_os("RUNNEL_TEST_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::PathBuf::from("/dev/shm")).filter(|d| d.is_dir()))
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new().prefix("runnel-log-").tempdir_in(dir).expect("temp dir")
+}
 const CHECKPOINT_FILE: &str = "runnel.checkpoint";
 const CLEANED_DIR: &str = ".cleaned";
 const CLEANED_COMMIT: &str = "COMMIT";
@@ -181,7 +192,7 @@ struct Crashed {
 
 impl Crashed {
     fn build(rng: &mut Rng) -> Crashed {
-        let tmp = tempfile::tempdir().expect("temp dir");
+        let tmp = temp_dir();
         let dir = tmp.path().join("topic-0");
         let clock = ManualClock::new(T0);
         let config = small_config(rng);
@@ -656,7 +667,7 @@ fn closed_segment_cut_at_a_batch_boundary_is_indistinguishable_from_a_shorter_se
     // between segments legal, so recovery cannot tell this damage from a segment that really
     // ended there. Batches before the cut must survive; the later segments stay readable.
     let mut rng = Rng::new(6_000);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = temp_dir();
     let clock = ManualClock::new(T0);
     let config = LogConfig { segment_bytes: 2048, ..LogConfig::default() };
     let mut log = Log::open(dir.path(), config.clone(), clock.clone()).unwrap();
@@ -717,7 +728,7 @@ fn batches_of_file(path: &Path) -> Vec<Expected> {
 
 fn compaction_scenario(seed: u64) {
     let mut rng = Rng::new(seed);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = temp_dir();
     let dir = tmp.path().join("compacted-0");
     let clock = ManualClock::new(T0);
     let config = LogConfig {

@@ -23,6 +23,17 @@ use runnel::log::records::BatchBuilder;
 use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock};
 
 const T0: i64 = 1_700_000_000_000;
+
+/// A temp dir on tmpfs when there is one: these tests fsync thousands of times, which only
+/// costs time on a real disk and proves nothing more (a process crash keeps the page cache).
+/// `RUNNEL_TEST_TMPDIR` picks another place.
+fn temp_dir() -> tempfile::TempDir {
+    let dir = std::env::var_os("RUNNEL_TEST_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::PathBuf::from("/dev/shm")).filter(|d| d.is_dir()))
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new().prefix("runnel-log-").tempdir_in(dir).expect("temp dir")
+}
 const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 const DEFAULT_CASES: u32 = 96;
 
@@ -360,7 +371,7 @@ struct Harness {
 
 impl Harness {
     fn new(case: &CaseConfig) -> Result<Harness, TestCaseError> {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = temp_dir();
         let path = dir.path().join("topic-0");
         let clock = ManualClock::new(T0);
         let config = case.log_config();

@@ -295,7 +295,7 @@ mod tests {
     // Proves two images fed the same records end identical, outcomes included (determinism).
     #[test]
     fn same_records_same_image() {
-        let records = vec![
+        let records = [
             create("a", 1, vec![vec![1]]),
             create("a", 2, vec![vec![1]]),
             MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![2]] },

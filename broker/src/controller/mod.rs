@@ -215,7 +215,12 @@ impl Controller {
         let dir = config.data_dir.join("metadata");
         let (alive_tx, alive_rx) = mpsc::channel(1);
         let (log_store, state_machine, image_rx) = disk::blocking(move || {
-            std::fs::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
+            if !dir.exists() {
+                std::fs::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
+                if let Some(parent) = dir.parent() {
+                    disk::sync_dir(parent)?;
+                }
+            }
             let lock = Arc::new(DirLock::acquire(&dir)?);
             let (log_store, report) = LogStore::open(&dir, lock.clone())?;
             let (state_machine, image_rx) = StateMachine::open(&dir, lock, alive_tx)?;

@@ -1,7 +1,7 @@
 //! ApiVersions: the versions of every API this broker implements (`server::versions`).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use crate::server::{versions, Broker};
@@ -14,11 +14,18 @@ pub async fn handle(
     Some(response())
 }
 
+/// Kafka 4.0 removed Produce v0-2 yet still advertises Produce from v0 (KAFKA-18659): librdkafka
+/// (2.12 and older) sends gzip, snappy and lz4 batches uncompressed unless the broker's Produce
+/// range includes v0. Only the advertisement differs from `versions::SUPPORTED`: dispatch still
+/// refuses Produce v0-2 by closing the connection, as Kafka does.
+const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
+
 fn response() -> ApiVersionsResponse {
     let api_keys = versions::SUPPORTED
         .iter()
         .map(|(api, min, max)| {
-            ApiVersion::default().with_api_key(*api as i16).with_min_version(*min).with_max_version(*max)
+            let min = if *api == ApiKey::Produce { PRODUCE_ADVERTISED_MIN_VERSION } else { *min };
+            ApiVersion::default().with_api_key(*api as i16).with_min_version(min).with_max_version(*max)
         })
         .collect();
     ApiVersionsResponse::default().with_api_keys(api_keys)
@@ -27,4 +34,19 @@ fn response() -> ApiVersionsResponse {
 /// The answer to an ApiVersions request of a version we do not know (sent as v0).
 pub fn unsupported_version_response() -> ApiVersionsResponse {
     response().with_error_code(ResponseError::UnsupportedVersion.code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_is_advertised_from_v0_but_only_v3_and_later_are_accepted() {
+        // Proves the KAFKA-18659 exception: librdkafka sees Produce from v0 (so it compresses),
+        // while dispatch keeps refusing the removed versions.
+        let produce = response().api_keys.into_iter().find(|k| k.api_key == ApiKey::Produce as i16).unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, versions::range(ApiKey::Produce).unwrap().1));
+        assert!(!versions::is_supported(ApiKey::Produce, 2));
+        assert!(versions::is_supported(ApiKey::Produce, 3));
+    }
 }

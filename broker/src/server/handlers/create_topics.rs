@@ -11,7 +11,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
-use crate::server::Broker;
+use crate::server::{controller_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,
@@ -163,7 +163,7 @@ pub(crate) async fn validate_and_create(
             Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
         }
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
-        Err(e) => Err((ResponseError::NotController, e.to_string())),
+        Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
 }
 
