@@ -1,5 +1,29 @@
 #!/usr/bin/env bash
-# The whole test suite (README: "Run the tests"). Installs what it needs, then runs every test.
+# The whole test suite (README: "Run the tests"). Needs only Rust; installs the rest itself:
+# - cmake (builds librdkafka for the rdkafka client tests) and kcat (old-client test), from
+#   Debian when missing and apt-get is usable;
+# - Apache Kafka's jars from Maven Central (`../shared/bench/kafka/setup.sh`) when Java and
+#   Maven are present, for the Kafka CLI tool tests and DumpLogSegments checks (those tests
+#   print SKIP and pass where the jars cannot be had).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v kcat >/dev/null || need_apt+=(kcat)
+command -v g++ >/dev/null || need_apt+=(g++)
+if ((${#need_apt[@]})); then
+    if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+        echo "installing ${need_apt[*]} from Debian"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "warning: missing ${need_apt[*]} and cannot apt-get install them" >&2
+    fi
+fi
+
+KAFKA_HARNESS=../shared/bench/kafka
+if [[ -x $KAFKA_HARNESS/setup.sh || -f $KAFKA_HARNESS/setup.sh ]] && command -v java >/dev/null && command -v mvn >/dev/null; then
+    bash "$KAFKA_HARNESS/setup.sh" || echo "warning: Kafka jars unavailable; Kafka tool tests will SKIP" >&2
+fi
+
 cargo test --workspace --all-targets --locked
