@@ -64,8 +64,18 @@ fn kafka_topics_tool_creates_describes_lists_and_deletes() {
     let (ok, out) = run(
         &cli,
         &[
-            "topics", "--bootstrap-server", &b, "--create", "--topic", "orders", "--partitions", "12",
-            "--replication-factor", "1", "--config", "retention.ms=604800000",
+            "topics",
+            "--bootstrap-server",
+            &b,
+            "--create",
+            "--topic",
+            "orders",
+            "--partitions",
+            "12",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=604800000",
         ],
         None,
     );
@@ -95,8 +105,15 @@ fn console_producer_and_consumer_round_trip() {
     let (ok, out) = run(
         &cli,
         &[
-            "console-producer", "--bootstrap-server", &b, "--topic", "lines", "--property", "parse.key=true",
-            "--property", "key.separator=:",
+            "console-producer",
+            "--bootstrap-server",
+            &b,
+            "--topic",
+            "lines",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
         ],
         Some("k1:v1\nk2:v2\nk3:v3\n"),
     );
@@ -104,8 +121,21 @@ fn console_producer_and_consumer_round_trip() {
     let (ok, out) = run(
         &cli,
         &[
-            "console-consumer", "--bootstrap-server", &b, "--topic", "lines", "--partition", "0", "--offset",
-            "earliest", "--max-messages", "3", "--timeout-ms", "30000", "--property", "print.key=true",
+            "console-consumer",
+            "--bootstrap-server",
+            &b,
+            "--topic",
+            "lines",
+            "--partition",
+            "0",
+            "--offset",
+            "earliest",
+            "--max-messages",
+            "3",
+            "--timeout-ms",
+            "30000",
+            "--property",
+            "print.key=true",
         ],
         None,
     );

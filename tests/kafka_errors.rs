@@ -366,14 +366,14 @@ fn produce_with_an_unsupported_version_closes_only_that_connection() {
 fn a_frame_above_socket_request_max_bytes_closes_only_that_connection() {
     // Proves socket.request.max.bytes bounds a request before it is read: a larger size prefix
     // closes the connection; a request under the limit on another connection is served.
-    let max = 64 * 1024;
+    let max: i32 = 64 * 1024;
     let node = Runnel::start(&["--socket-request-max-bytes", &max.to_string()]);
     let mut bad = Conn::open(&node);
     let mut good = Conn::open(&node);
     bad.assert_usable();
 
     let mut frame = BytesMut::new();
-    frame.put_i32(max as i32 + 1);
+    frame.put_i32(max + 1);
     frame.put_i16(ApiKey::Metadata as i16);
     frame.put_i16(METADATA_V);
     frame.put_i32(1);

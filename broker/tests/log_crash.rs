@@ -23,19 +23,20 @@ use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogE
 
 const T0: i64 = 1_700_000_000_000;
 
+const CHECKPOINT_FILE: &str = "runnel.checkpoint";
+const CLEANED_DIR: &str = ".cleaned";
+const CLEANED_COMMIT: &str = "COMMIT";
+
 /// A temp dir on tmpfs when there is one: these tests fsync thousands of times, which only
 /// costs time on a real disk and proves nothing more (a process crash keeps the page cache).
 /// `RUNNEL_TEST_TMPDIR` picks another place.
 fn temp_dir() -> tempfile::TempDir {
     let dir = std::env::var_os("RUNNEL_TEST_TMPDIR")
-        .map(std::path::PathBuf::from)
-        .or_else(|| Some(std::path::PathBuf::from("/dev/shm")).filter(|d| d.is_dir()))
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|d| d.is_dir()))
         .unwrap_or_else(std::env::temp_dir);
     tempfile::Builder::new().prefix("runnel-log-").tempdir_in(dir).expect("temp dir")
 }
-const CHECKPOINT_FILE: &str = "runnel.checkpoint";
-const CLEANED_DIR: &str = ".cleaned";
-const CLEANED_COMMIT: &str = "COMMIT";
 
 // ---------------------------------------------------------------------------------------------
 // Seeds and randomness
@@ -94,9 +95,8 @@ fn for_each_seed(test: &'static str, base_seed: u64, iterations: u64, scenario: 
     let seeds: Vec<u64> = match std::env::var("RUNNEL_CRASH_SEED") {
         Ok(seed) => vec![seed.trim().parse().expect("RUNNEL_CRASH_SEED is a u64")],
         Err(_) => {
-            let iterations = std::env::var("RUNNEL_CRASH_ITERATIONS").map_or(iterations, |n| {
-                n.trim().parse().expect("RUNNEL_CRASH_ITERATIONS is a count")
-            });
+            let iterations = std::env::var("RUNNEL_CRASH_ITERATIONS")
+                .map_or(iterations, |n| n.trim().parse().expect("RUNNEL_CRASH_ITERATIONS is a count"));
             (0..iterations).map(|i| base_seed + i).collect()
         }
     };
@@ -255,7 +255,6 @@ impl Crashed {
     fn recovered_segments(&self) -> Vec<usize> {
         (0..self.bases.len())
             .filter(|&i| i + 1 == self.bases.len() || self.bases[i + 1] > self.recovery_point)
-            .filter(|&i| self.segment_sizes[i] > 0)
             .collect()
     }
 
@@ -330,10 +329,13 @@ fn assert_holds(log: &Log, expected: &[Expected], log_end_offset: i64, what: &st
 
 /// After damage was applied to a crashed log: reopen and check the recovery rule, then that the
 /// log keeps working (appends, another crash, a clean restart).
-fn check_recovery(crashed: &Crashed, rng: &mut Rng, intact: usize, what: &str) {
+/// `cut_expected` says whether recovery must report cut bytes.
+fn check_recovery(crashed: &Crashed, rng: &mut Rng, intact: usize, cut_expected: bool, what: &str) {
     let mut log = crashed.open();
     let report = log.open_report().clone();
     assert!(!report.clean_shutdown, "{what}: a crash is not a clean shutdown");
+    assert!(report.segments_recovered >= 1, "{what}: the active segment is always validated after a crash");
+    assert_eq!(report.bytes_truncated > 0, cut_expected, "{what}: bytes cut ({report:?})");
     let mut expected: Vec<Expected> = crashed.batches[..intact].to_vec();
     let end = expected.last().map_or(crashed.bases[0], |b| b.last + 1);
     assert_holds(&log, &expected, end, &format!("{what}, after recovery ({report:?})"));
@@ -380,10 +382,22 @@ enum LogDamage {
     Garbage,
 }
 
-/// Applies `damage` to a random segment that recovery validates; returns the number of leading
-/// batches that must survive, or `None` if the layout offers no place for it.
-fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<(usize, String)> {
-    let candidates = crashed.recovered_segments();
+/// What damage to a `.log` file must leave.
+struct Survivors {
+    /// How many of the appended batches survive (always a prefix).
+    intact: usize,
+    /// Whether recovery must cut bytes (false when the damage itself left whole batches only).
+    cut_expected: bool,
+    what: String,
+}
+
+/// Applies `damage` to a random segment that recovery validates; returns what must survive, or
+/// `None` if the layout offers no place for it.
+fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<Survivors> {
+    let mut candidates = crashed.recovered_segments();
+    if !matches!(damage, LogDamage::Garbage) {
+        candidates.retain(|&i| crashed.segment_sizes[i] > 0);
+    }
     if candidates.is_empty() {
         return None;
     }
@@ -406,10 +420,12 @@ fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<(us
             };
             let file = fs::OpenOptions::new().write(true).open(&path).expect("open segment");
             file.set_len(position).expect("cut");
-            Some((
-                crashed.intact_before(segment, position),
-                format!("cut segment {} at {position}/{size}", crashed.bases[segment]),
-            ))
+            let boundary = position == 0 || in_segment.iter().any(|&i| crashed.placements[i].end == position);
+            Some(Survivors {
+                intact: crashed.intact_before(segment, position),
+                cut_expected: !boundary,
+                what: format!("cut segment {} at {position}/{size}", crashed.bases[segment]),
+            })
         }
         LogDamage::Flip => {
             let b = crashed.placements[in_segment[rng.index(in_segment.len())]];
@@ -430,13 +446,14 @@ fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<(us
                 bytes[at as usize] ^= rng.range(1, 256) as u8;
             }
             fs::write(&path, bytes).expect("write segment");
-            Some((
-                crashed.intact_before(segment, b.start),
-                format!(
+            Some(Survivors {
+                intact: crashed.intact_before(segment, b.start),
+                cut_expected: true,
+                what: format!(
                     "flipped {count} bytes at {position} (batch at {}) of segment {}",
                     b.start, crashed.bases[segment]
                 ),
-            ))
+            })
         }
         LogDamage::Garbage => {
             let len = rng.range(1, 300) as usize;
@@ -446,7 +463,7 @@ fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<(us
                 1 => vec![0u8; len],
                 _ => {
                     // A torn append: the start of a real next batch, cut short.
-                    let next = crashed.batches[in_segment.last().copied().unwrap_or(0)].last + 1;
+                    let next = in_segment.last().map_or(crashed.bases[segment], |&i| crashed.batches[i].last + 1);
                     let mut batch = random_batch(rng, T0, None).to_vec();
                     batch[0..8].copy_from_slice(&next.to_be_bytes());
                     batch.truncate(rng.range(1, batch.len() as i64) as usize);
@@ -456,10 +473,11 @@ fn damage_log(crashed: &Crashed, rng: &mut Rng, damage: LogDamage) -> Option<(us
             let mut bytes = fs::read(&path).expect("read segment");
             bytes.extend_from_slice(&garbage);
             fs::write(&path, bytes).expect("write segment");
-            Some((
-                crashed.intact_before(segment, size),
-                format!("{} garbage bytes (kind {kind}) after segment {}", garbage.len(), crashed.bases[segment]),
-            ))
+            Some(Survivors {
+                intact: crashed.intact_before(segment, size),
+                cut_expected: true,
+                what: format!("{} garbage bytes (kind {kind}) after segment {}", garbage.len(), crashed.bases[segment]),
+            })
         }
     }
 }
@@ -545,13 +563,15 @@ fn data_damage_scenario(seed: u64, damage: LogDamage) {
     if rng.chance(0.3) {
         crashed.lose_checkpoint();
     }
-    let Some((intact, what)) = damage_log(&crashed, &mut rng, damage) else { return };
-    let mut what =
-        format!("seed {seed}: {what}; segments {:?}, recovery point {}", crashed.bases, crashed.recovery_point);
+    let Some(survivors) = damage_log(&crashed, &mut rng, damage) else { return };
+    let mut what = format!(
+        "seed {seed}: {}; segments {:?}, recovery point {}",
+        survivors.what, crashed.bases, crashed.recovery_point
+    );
     if rng.chance(0.2) {
         what += &format!("; and {}", damage_index(&crashed, &mut rng, &INDEX_DAMAGE));
     }
-    check_recovery(&crashed, &mut rng, intact, &what);
+    check_recovery(&crashed, &mut rng, survivors.intact, survivors.cut_expected, &what);
 }
 
 #[test]
@@ -654,6 +674,7 @@ fn damage_in_a_closed_segment_deletes_the_segments_after_it() {
                 crashed.bases[..=segment].to_vec(),
                 "{what}: later segments deleted"
             );
+            assert!(log.open_report().bytes_truncated > 0, "{what}: {:?}", log.open_report());
             for later in &crashed.batches[intact..] {
                 assert!(
                     log.read(later.base, 1 << 20, i64::MAX).map_or(true, |b| b.is_empty()),
@@ -662,7 +683,8 @@ fn damage_in_a_closed_segment_deletes_the_segments_after_it() {
                 );
             }
         }
-        check_recovery(&crashed, &mut rng, intact, &what);
+        // Recovered already: the second open (after this crash) has nothing left to cut.
+        check_recovery(&crashed, &mut rng, intact, false, &what);
     });
 }
 

@@ -20,9 +20,12 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError};
 use runnel::log::batch::BatchIter;
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock};
+use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock, TimestampType};
 
 const T0: i64 = 1_700_000_000_000;
+
+const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+const DEFAULT_CASES: u32 = 96;
 
 /// A temp dir on tmpfs when there is one: these tests fsync thousands of times, which only
 /// costs time on a real disk and proves nothing more (a process crash keeps the page cache).
@@ -34,8 +37,6 @@ fn temp_dir() -> tempfile::TempDir {
         .unwrap_or_else(std::env::temp_dir);
     tempfile::Builder::new().prefix("runnel-log-").tempdir_in(dir).expect("temp dir")
 }
-const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
-const DEFAULT_CASES: u32 = 96;
 
 // ---------------------------------------------------------------------------------------------
 // Generated input
@@ -52,6 +53,8 @@ struct CaseConfig {
     retention_bytes: i64,
     flush_messages: i64,
     flush_ms: i64,
+    /// `message.timestamp.type=LogAppendTime`: the broker stamps its clock into every batch.
+    log_append_time: bool,
 }
 
 impl CaseConfig {
@@ -65,6 +68,11 @@ impl CaseConfig {
             retention_bytes: self.retention_bytes,
             flush_messages: self.flush_messages,
             flush_ms: self.flush_ms,
+            message_timestamp_type: if self.log_append_time {
+                TimestampType::LogAppendTime
+            } else {
+                TimestampType::CreateTime
+            },
             cleanup_policy: CleanupPolicy::DELETE,
             ..LogConfig::default()
         }
@@ -169,6 +177,7 @@ fn case_config() -> impl Strategy<Value = CaseConfig> {
         prop_oneof![Just(-1i64), 0i64..=20_000],
         prop_oneof![3 => Just(i64::MAX), 1 => 1i64..=20],
         prop_oneof![Just(i64::MAX), 0i64..=30_000],
+        prop::bool::weighted(0.2),
     )
         .prop_map(
             |(
@@ -180,6 +189,7 @@ fn case_config() -> impl Strategy<Value = CaseConfig> {
                 retention_bytes,
                 flush_messages,
                 flush_ms,
+                log_append_time,
             )| CaseConfig {
                 segment_bytes,
                 index_interval_bytes,
@@ -189,6 +199,7 @@ fn case_config() -> impl Strategy<Value = CaseConfig> {
                 retention_bytes,
                 flush_messages,
                 flush_ms,
+                log_append_time,
             },
         )
 }
@@ -333,11 +344,18 @@ fn build_batch(spec: &BatchSpec, now_ms: i64) -> (Bytes, Vec<ModelRecord>) {
 }
 
 /// The producer's bytes as the log stores them: base offset and partition leader epoch patched
-/// in (both sit outside the CRC).
-fn stored_bytes(bytes: &Bytes, base_offset: i64, partition_leader_epoch: i32) -> Bytes {
+/// in (both sit outside the CRC); with LogAppendTime also the timestamp type bit and the broker's
+/// clock as max timestamp, under a new CRC.
+fn stored_bytes(bytes: &Bytes, base_offset: i64, partition_leader_epoch: i32, log_append_time: Option<i64>) -> Bytes {
     let mut v = bytes.to_vec();
     v[0..8].copy_from_slice(&base_offset.to_be_bytes());
     v[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    if let Some(now) = log_append_time {
+        v[22] |= 0x08;
+        v[35..43].copy_from_slice(&now.to_be_bytes());
+        let crc = crc32c::crc32c(&v[21..]);
+        v[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
     Bytes::from(v)
 }
 
@@ -529,10 +547,17 @@ impl Harness {
         let info = ok(result, "append_as_leader")?;
         let first = self.model.end;
         let mut max_timestamp = -1;
+        let log_append_time = (self.config.message_timestamp_type == TimestampType::LogAppendTime).then_some(now);
         for (bytes, records) in built {
             let base = self.model.end;
-            let records: Vec<ModelRecord> =
-                records.into_iter().map(|r| ModelRecord { offset: base + r.offset, ..r }).collect();
+            let records: Vec<ModelRecord> = records
+                .into_iter()
+                .map(|r| ModelRecord {
+                    offset: base + r.offset,
+                    timestamp: log_append_time.unwrap_or(r.timestamp),
+                    ..r
+                })
+                .collect();
             let last = records.last().expect("at least one record").offset;
             let batch_max = records.iter().map(|r| r.timestamp).max().expect("at least one record");
             max_timestamp = max_timestamp.max(batch_max);
@@ -540,7 +565,7 @@ impl Harness {
                 base,
                 last,
                 max_timestamp: batch_max,
-                bytes: stored_bytes(&bytes, base, partition_leader_epoch),
+                bytes: stored_bytes(&bytes, base, partition_leader_epoch, log_append_time),
                 records,
             });
             self.model.end = last + 1;
@@ -551,8 +576,8 @@ impl Harness {
         if got != want {
             fail!("append info (first, last, records, batches, max timestamp) = {got:?}, model {want:?}");
         }
-        if info.log_append_time != -1 {
-            fail!("CreateTime append reported log_append_time {}", info.log_append_time);
+        if info.log_append_time != log_append_time.unwrap_or(-1) {
+            fail!("append reported log_append_time {}, model {log_append_time:?}", info.log_append_time);
         }
         self.clean_and_untouched = false;
         Ok(format!("append {sizes:?} bytes -> offsets {first}..={}", self.model.end - 1))

@@ -235,6 +235,8 @@ impl Log {
             }
             let last = i + 1 == bases.len();
             let recover = !clean && (last || bases[i + 1] > recovery_point);
+            // Measured before opening: recovery cuts the file before it reports where.
+            let size_before = fs::metadata(dir.join(segment::file_name(base, LOG_SUFFIX))).map_or(0, |m| m.len());
             let (segment, end) =
                 Segment::open(dir, base, settings, last, recover, now).map_err(io_err("open segment in", dir))?;
             if recover {
@@ -242,8 +244,7 @@ impl Log {
             }
             let previous_next = segments.values().next_back().map_or(i64::MIN, |s: &Segment| s.next_offset());
             if let ScanEnd::Truncated { position, .. } = end {
-                report.bytes_truncated +=
-                    fs::metadata(segment.log_path()).map_or(0, |m| m.len()).saturating_sub(position);
+                report.bytes_truncated += size_before.saturating_sub(position);
                 damaged = !last;
             }
             if base < previous_next {

@@ -210,6 +210,26 @@ fn crash_with_a_torn_tail_keeps_every_whole_batch() {
 }
 
 #[test]
+fn open_report_counts_the_bytes_recovery_cut() {
+    // Regression: OpenReport measured a torn segment after recovery had already cut it, so
+    // bytes_truncated was always 0.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let batch = value_batch(1, 100, T0);
+    for _ in 0..3 {
+        log.append_as_leader(&batch, 0, AppendOrigin::Client).unwrap();
+    }
+    drop(log);
+    let path = dir.path().join("00000000000000000000.log");
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(3 * batch.len() as u64 - 7).unwrap();
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.log_end_offset(), 2);
+    assert_eq!(log.open_report().bytes_truncated, batch.len() as u64 - 7, "what was left of the torn batch");
+}
+
+#[test]
 fn corrupt_crc_is_rejected_and_nothing_is_written() {
     // Proves a bad CRC is a typed error and a request with one bad batch appends nothing.
     let dir = tempfile::tempdir().unwrap();
@@ -353,6 +373,68 @@ fn truncate_below_a_mid_batch_log_start_offset_survives_a_crash() {
     let log = open(dir.path(), small_config(), &clock);
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 10));
     assert_eq!(read_all(&log, 0).len(), 10);
+}
+
+fn dense_index_config() -> LogConfig {
+    LogConfig { index_interval_bytes: 256, ..LogConfig::default() }
+}
+
+/// A closed first segment of one-record batches with these timestamps (after `T0`), an offset
+/// index entry at every batch but the first, then a second segment. Returns the path of the
+/// first segment's `.timeindex`.
+fn closed_segment_with_timestamps(
+    dir: &std::path::Path,
+    clock: &Arc<ManualClock>,
+    timestamps: &[i64],
+) -> std::path::PathBuf {
+    let mut log = open(dir, dense_index_config(), clock);
+    for ts in timestamps {
+        log.append_as_leader(&value_batch(1, 200, T0 + ts), 0, AppendOrigin::Client).unwrap();
+    }
+    log.roll().unwrap();
+    log.append_as_leader(&value_batch(1, 200, T0), 0, AppendOrigin::Client).unwrap();
+    log.close().unwrap();
+    dir.join("00000000000000000000.timeindex")
+}
+
+#[test]
+fn missing_time_index_of_a_closed_segment_is_rebuilt() {
+    // Regression: a deleted .timeindex reopened empty and passed the sanity check, so the segment's
+    // largest timestamp (here offset 5, before the last offset index entry) was lost.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let time_index = closed_segment_with_timestamps(dir.path(), &clock, &[1, 2, 3, 4, 5, 100, 6, 7, 8, 9]);
+    std::fs::remove_file(&time_index).unwrap();
+    let log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.offset_for_timestamp(T0 + 50).unwrap(), Some((5, T0 + 100)));
+    log.close().unwrap();
+    assert_eq!(std::fs::metadata(&time_index).unwrap().len(), 5 * 12, "rebuilt with its five entries");
+}
+
+#[test]
+fn torn_time_index_of_a_closed_segment_is_rebuilt() {
+    // Regression: an index file cut inside an entry was read as its whole entries, silently dropping
+    // the last one, which held the segment's largest timestamp.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let time_index = closed_segment_with_timestamps(dir.path(), &clock, &[1, 2, 3, 4, 5, 100, 6, 7, 8, 9]);
+    assert_eq!(std::fs::metadata(&time_index).unwrap().len(), 5 * 12);
+    std::fs::OpenOptions::new().write(true).open(&time_index).unwrap().set_len(5 * 12 - 6).unwrap();
+    let log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.offset_for_timestamp(T0 + 50).unwrap(), Some((5, T0 + 100)));
+}
+
+#[test]
+fn zeroed_time_index_entry_is_not_trusted() {
+    // Regression: a zero-filled one-entry .timeindex, (timestamp 0, base offset), passed the sanity
+    // check and became the segment's largest timestamp, hiding the segment from ListOffsets.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let time_index = closed_segment_with_timestamps(dir.path(), &clock, &[100, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(std::fs::metadata(&time_index).unwrap().len(), 12, "one entry: (T0 + 100, 0)");
+    std::fs::write(&time_index, [0u8; 12]).unwrap();
+    let log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.offset_for_timestamp(T0 + 50).unwrap(), Some((0, T0 + 100)));
 }
 
 #[test]

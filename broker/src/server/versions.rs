@@ -28,6 +28,19 @@ pub fn range(api: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED.iter().find(|(k, _, _)| *k == api).map(|(_, min, max)| (*min, *max))
 }
 
+/// What ApiVersions advertises for `api`. The one exception to "advertise what dispatch
+/// accepts": Kafka 4.0 removed Produce v0-2 yet still advertises Produce from v0 (KAFKA-18659),
+/// because librdkafka (2.12 and older) sends gzip, snappy and lz4 batches uncompressed unless
+/// the Produce range includes v0. Dispatch still refuses Produce v0-2 by closing the
+/// connection, as Kafka does.
+pub fn advertised(api: ApiKey, min: i16, max: i16) -> (i16, i16) {
+    if api == ApiKey::Produce {
+        (0, max)
+    } else {
+        (min, max)
+    }
+}
+
 pub fn is_supported(api: ApiKey, version: i16) -> bool {
     range(api).is_some_and(|(min, max)| (min..=max).contains(&version))
 }

@@ -14,18 +14,12 @@ pub async fn handle(
     Some(response())
 }
 
-/// Kafka 4.0 removed Produce v0-2 yet still advertises Produce from v0 (KAFKA-18659): librdkafka
-/// (2.12 and older) sends gzip, snappy and lz4 batches uncompressed unless the broker's Produce
-/// range includes v0. Only the advertisement differs from `versions::SUPPORTED`: dispatch still
-/// refuses Produce v0-2 by closing the connection, as Kafka does.
-const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
-
 fn response() -> ApiVersionsResponse {
     let api_keys = versions::SUPPORTED
         .iter()
         .map(|(api, min, max)| {
-            let min = if *api == ApiKey::Produce { PRODUCE_ADVERTISED_MIN_VERSION } else { *min };
-            ApiVersion::default().with_api_key(*api as i16).with_min_version(min).with_max_version(*max)
+            let (min, max) = versions::advertised(*api, *min, *max);
+            ApiVersion::default().with_api_key(*api as i16).with_min_version(min).with_max_version(max)
         })
         .collect();
     ApiVersionsResponse::default().with_api_keys(api_keys)
