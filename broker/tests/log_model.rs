@@ -5,12 +5,19 @@
 //! start and end offsets. After every operation the log must agree with the model.
 //!
 //! What the model learns from the log instead of predicting: segment boundaries (rolls depend on
-//! byte sizes and index fill). Deletions are checked to happen only for whole segments below the
-//! log start offset; retention is additionally predicted with Kafka's rules and compared.
+//! byte sizes, index fill and timestamps). Deletions are checked to happen only for whole segments
+//! below the log start offset; retention is additionally predicted with Kafka's rules and compared.
+//!
+//! Kafka semantics the model follows: a read returns whole batches from the one holding the offset
+//! asked for (so a log start offset inside a batch still returns that whole batch), from one
+//! segment per read; `truncate_to(o)` removes the whole batch holding `o`, and below the log start
+//! offset it empties the log and restarts it at `o`; LogAppendTime stamps the broker's clock as
+//! every record's timestamp.
 //!
 //! Reproducing a failure: proptest persists failing seeds in `tests/log_model.proptest-regressions`
 //! and replays them first; the failure message lists the operations with resolved offsets.
-//! `PROPTEST_CASES=1000 cargo test -p runnel-broker --test log_model` runs a longer search.
+//! `PROPTEST_CASES=1000 cargo test -p runnel-broker --test log_model` runs a longer search, and
+//! `LOG_MODEL_TRACE=1 ... -- --nocapture` prints every case's operations.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -23,7 +30,6 @@ use runnel::log::records::BatchBuilder;
 use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock, TimestampType};
 
 const T0: i64 = 1_700_000_000_000;
-
 const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 const DEFAULT_CASES: u32 = 96;
 
@@ -305,7 +311,7 @@ fn key_bytes(key: Option<u8>) -> Option<Vec<u8>> {
 
 /// Value bytes from (length, seed): even seeds give compressible runs, odd seeds noise.
 fn value_bytes(len: u16, seed: u8) -> Vec<u8> {
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         (0..len as usize).map(|i| seed.wrapping_add((i / 16) as u8)).collect()
     } else {
         let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ seed as u64 ^ ((len as u64) << 8);

@@ -41,7 +41,7 @@ impl MappedFile {
         if mapped_len != len {
             file.set_len(mapped_len as u64)?;
         }
-        let torn = len % entry_size != 0;
+        let torn = !len.is_multiple_of(entry_size);
         let mut index = MappedFile {
             path: path.to_path_buf(),
             file: Some(file),
