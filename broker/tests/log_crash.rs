@@ -694,10 +694,8 @@ fn closed_segment_cut_at_a_batch_boundary_is_indistinguishable_from_a_shorter_se
     // A segment that ends on a batch boundary is valid in Kafka's format; compaction makes gaps
     // between segments legal, so recovery cannot tell this damage from a segment that really
     // ended there. Batches before the cut must survive; the later segments stay readable.
-    // FIXME: recovery itself leaves this state if it crashes after cutting a damaged closed segment
-    // (inside `Segment::open`) and before `Log::open` deletes the segments after it, and it ignores
-    // errors deleting them: the next open would then serve batches from after the damage. Deleting
-    // the successors (newest first, then fsync of the directory) before the cut would close that.
+    // Recovery itself never leaves this state: `Log::open` deletes the segments after a damaged
+    // one (newest first, then fsyncs the directory) before it cuts the damaged segment.
     let mut rng = Rng::new(6_000);
     let dir = temp_dir();
     let clock = ManualClock::new(T0);

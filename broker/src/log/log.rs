@@ -171,6 +171,27 @@ impl Checkpoint {
     }
 }
 
+/// Deletes the files of the segments at `bases`, newest first, then fsyncs the directory;
+/// returns the bytes of `.log` data removed. Recovery uses it for everything after damage.
+fn delete_segment_files(dir: &Path, bases: &[i64]) -> Result<u64, LogError> {
+    let mut removed = 0;
+    for &base in bases.iter().rev() {
+        let path = dir.join(segment::file_name(base, LOG_SUFFIX));
+        removed += fs::metadata(&path).map_or(0, |m| m.len());
+        tracing::warn!(segment = %path.display(), "deleting a segment that follows damaged data");
+        for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
+            match fs::remove_file(dir.join(segment::file_name(base, suffix))) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e })
+                }
+                _ => {}
+            }
+        }
+    }
+    sync_dir(dir).map_err(io_err("sync", dir))?;
+    Ok(removed)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
@@ -225,12 +246,7 @@ impl Log {
         let mut damaged = false;
         for (i, &base) in bases.iter().enumerate() {
             if damaged {
-                let path = dir.join(segment::file_name(base, LOG_SUFFIX));
-                report.bytes_truncated += fs::metadata(&path).map_or(0, |m| m.len());
-                tracing::warn!(segment = %path.display(), "deleting a segment that follows a damaged one");
-                for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
-                    let _ = fs::remove_file(dir.join(segment::file_name(base, suffix)));
-                }
+                // Deleted above, when the damage was found.
                 continue;
             }
             let last = i + 1 == bases.len();
@@ -246,15 +262,19 @@ impl Log {
             if let ScanEnd::Truncated { position, .. } = end {
                 report.bytes_truncated += size_before.saturating_sub(position);
                 damaged = !last;
+                // Before the cut: a crash in between must not leave a valid-looking shorter
+                // segment followed by batches from after the damage.
+                report.bytes_truncated += delete_segment_files(dir, &bases[i + 1..])?;
             }
             if base < previous_next {
                 // Overlapping segments: only possible from damage; keep what came first.
                 tracing::warn!(segment = %segment.log_path().display(), "segment overlaps its predecessor");
-                report.bytes_truncated += segment.size();
-                segment.delete_files().map_err(io_err("delete segment in", dir))?;
+                drop(segment);
+                report.bytes_truncated += delete_segment_files(dir, &bases[i..])?;
                 damaged = true;
                 continue;
             }
+            segment.cut_to_validated_size().map_err(io_err("cut segment in", dir))?;
             segments.insert(base, segment);
         }
         let start_from_checkpoint = checkpoint.map_or(0, |c| c.log_start_offset);
@@ -598,7 +618,8 @@ impl Log {
         self.mark_dirty()?;
         let dir = self.dir.clone();
         let settings = index_settings(&self.config);
-        let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(base, _)| *base).collect();
+        // Newest first: a crash part-way leaves a shorter log, never a hole in the offsets.
+        let doomed: Vec<i64> = self.segments.range(offset + 1..).rev().map(|(base, _)| *base).collect();
         for base in doomed {
             if self.segments.len() == 1 {
                 break;

@@ -96,7 +96,8 @@ impl Segment {
     }
 
     /// Opens an existing segment. With `recover`, every batch is validated (CRC included), the
-    /// indexes are rebuilt and a torn or corrupt tail is cut off. Without it, the indexes are
+    /// indexes are rebuilt and a torn or corrupt tail is dropped from the segment's size; the
+    /// caller then cuts the file with [`Segment::cut_to_validated_size`]. Without it, the indexes are
     /// trusted after a sanity check (and rebuilt if they fail it), and only the tail after the
     /// last index entry is read to learn the next offset and largest timestamp.
     pub fn open(
@@ -241,12 +242,22 @@ impl Segment {
             self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
         }
         if let ScanEnd::Truncated { position, reason } = &end {
-            tracing::warn!(segment = %self.log_path.display(), position, reason, bytes_removed = size - position, "truncating a torn or corrupt segment tail");
-            self.log.set_len(*position)?;
-            self.log.sync_all()?;
+            tracing::warn!(segment = %self.log_path.display(), position, reason, bytes_removed = size - position, "cutting a torn or corrupt segment tail");
         }
         assert_eq!(self.size, scanner_end(&end, size));
         Ok(end)
+    }
+
+    /// Cuts the `.log` file to the size recovery validated (a no-op when nothing was damaged).
+    /// `Segment::open` leaves the cut to its caller, so that the log can first delete the
+    /// segments after a damaged one: cutting first and crashing before the deletion would let
+    /// the next open serve batches from after the damage.
+    pub fn cut_to_validated_size(&self) -> io::Result<()> {
+        if self.log.metadata()?.len() != self.size {
+            self.log.set_len(self.size)?;
+            self.log.sync_all()?;
+        }
+        Ok(())
     }
 
     fn rolling_timestamp_from(&mut self, first: &BatchHeader) {
@@ -345,6 +356,7 @@ impl Segment {
         self.offset_of_max_timestamp = self.base_offset;
         if self.load_tail().is_err() {
             self.rebuild()?;
+            self.cut_to_validated_size()?;
         }
         self.next_offset = new_next.max(self.next_offset);
         Ok(self.next_offset)
