@@ -73,7 +73,11 @@ impl MappedFile {
             let file = self.file()?;
             // SAFETY: the log module is the only writer of partition files, and each index file
             // has exactly one `MappedFile` owner; nobody truncates it behind the map's back.
-            self.mmap = Some(unsafe { MmapMut::map_mut(file)? });
+            let map = unsafe { MmapMut::map_mut(file)? };
+            // Entries are touched one page at a time; without this the first touch of a fresh,
+            // sparse, preallocated file reads ahead (and zero-fills) megabytes of holes.
+            map.advise(memmap2::Advice::Random)?;
+            self.mmap = Some(map);
         }
         Ok(())
     }

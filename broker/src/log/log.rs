@@ -904,7 +904,7 @@ fn stamp_log_append_time(header: &mut [u8; HEADER_SIZE], body: &[u8], now: i64) 
         .with_timestamp_type(TimestampType::LogAppendTime);
     header[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.0.to_be_bytes());
     header[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now.to_be_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), body);
+    let crc = batch::crc32c(&[&header[CRC_START..], body]);
     header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 

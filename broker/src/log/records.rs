@@ -651,7 +651,7 @@ impl BatchBuilder {
         buf[PRODUCER_EPOCH_AT..][..2].copy_from_slice(&self.producer_epoch.to_be_bytes());
         buf[BASE_SEQUENCE_AT..][..4].copy_from_slice(&self.base_sequence.to_be_bytes());
         buf[RECORD_COUNT_AT..][..4].copy_from_slice(&record_count.to_be_bytes());
-        let crc = crc32c::crc32c(&buf[CRC_START..]);
+        let crc = super::batch::crc32c(&[&buf[CRC_START..]]);
         buf[CRC_AT..][..4].copy_from_slice(&crc.to_be_bytes());
 
         // Parsing re-checks header, length and CRC: the pair assertion for what we just wrote.

@@ -294,7 +294,7 @@ impl Segment {
         assert!(header.last_offset() - self.base_offset <= i32::MAX as i64, "relative offset fits");
         assert!(!self.index.is_full(), "the log rolls before the index fills up");
         let position = self.size;
-        if let Err(e) = write_all_vectored(&self.log, &mut [IoSlice::new(header_bytes), IoSlice::new(body)]) {
+        if let Err(e) = write_batch(&self.log, header_bytes, body) {
             if let Err(cut) = self.log.set_len(position) {
                 tracing::error!(segment = %self.log_path.display(), error = %cut, "could not cut a failed append");
                 return Err(cut);
@@ -533,6 +533,28 @@ fn read_exact(file: &File, position: u64, len: usize) -> io::Result<BytesMut> {
         unsafe { buf.set_len(filled + n as usize) };
     }
     Ok(buf)
+}
+
+/// Batches up to this size are copied behind their header into one buffer and written with one
+/// `write()`: for small batches the kernel's iovec path costs more than the copy.
+const COALESCE_MAX_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// Per-thread scratch for coalesced writes; it keeps its capacity, so appends do not allocate.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn write_batch(mut file: &File, header: &[u8; HEADER_SIZE], body: &[u8]) -> io::Result<()> {
+    if body.len() > COALESCE_MAX_BYTES {
+        return write_all_vectored(file, &mut [IoSlice::new(header), IoSlice::new(body)]);
+    }
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        scratch.clear();
+        scratch.extend_from_slice(header);
+        scratch.extend_from_slice(body);
+        file.write_all(&scratch)
+    })
 }
 
 fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
