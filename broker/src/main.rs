@@ -6,6 +6,9 @@ use clap::{Parser, Subcommand};
 use runnel::config::{NodeConfig, ServeArgs};
 use runnel::node::Node;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "runnel", version, about = "A Kafka-compatible streaming log broker")]
 struct Cli {

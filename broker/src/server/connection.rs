@@ -102,7 +102,7 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>
         // The spec: answer an unknown ApiVersions version with UNSUPPORTED_VERSION in a v0
         // response that lists what we support, so the client can pick.
         let body = handlers::api_versions::unsupported_version_response();
-        return Ok(Some(frame_response(correlation_id, 0, |buf| body.encode(buf, 0))?));
+        return Ok(Some(frame_response(correlation_id, 0, &body, 0)?));
     }
     if !versions::is_supported(api, version) {
         return Err(ConnectionError::UnsupportedVersion { api, version });
@@ -118,9 +118,9 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>
                         let request = Decodable::decode(&mut frame, version)
                             .map_err(|e| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}")))?;
                         match handlers::$module::handle(broker, &header, request).await {
-                            Some(response) => Some(frame_response(correlation_id, response_header_version, |buf| {
-                                response.encode(buf, version)
-                            })?),
+                            Some(response) => {
+                                Some(frame_response(correlation_id, response_header_version, &response, version)?)
+                            }
                             None => None,
                         }
                     }
@@ -153,14 +153,19 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>
 fn frame_response(
     correlation_id: i32,
     header_version: i16,
-    encode_body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+    body: &impl Encodable,
+    version: i16,
 ) -> Result<Bytes, ConnectionError> {
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    header.encode(&mut buf, header_version).map_err(|e| ConnectionError::Malformed(format!("response header: {e}")))?;
-    encode_body(&mut buf).map_err(|e| ConnectionError::Malformed(format!("response body: {e}")))?;
-    let size = (buf.len() - 4) as i32;
-    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    let encode_error = |e: anyhow::Error| ConnectionError::Malformed(format!("response: {e}"));
+    // Sized up front: a fetch response carries megabytes of records, and growing the buffer
+    // by doubling would copy them again and again.
+    let size = header.compute_size(header_version).map_err(encode_error)?
+        + body.compute_size(version).map_err(encode_error)?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header.encode(&mut buf, header_version).map_err(encode_error)?;
+    body.encode(&mut buf, version).map_err(encode_error)?;
+    debug_assert_eq!(buf.len(), 4 + size);
     Ok(buf.freeze())
 }

@@ -100,6 +100,7 @@
 //!     _ => panic!()
 //! }
 //! ```
+#![allow(dead_code)] // Runnel: vendored copy (see vendor/README.md); unused generated helpers.
 #![deny(missing_docs)]
 // Display required features for items when rendering for docs.rs
 #![cfg_attr(docsrs, feature(doc_cfg))]
