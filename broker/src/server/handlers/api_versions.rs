@@ -33,6 +33,7 @@ pub fn unsupported_version_response() -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::messages::ApiKey;
 
     #[test]
     fn produce_is_advertised_from_v0_but_only_v3_and_later_are_accepted() {

@@ -4,8 +4,8 @@
 
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
+use super::hosted_partition;
 use crate::server::{partition_error_code, Broker};
 
 pub async fn handle(
@@ -17,21 +17,10 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.name.0;
-        let known = image.topics.get(name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let partition =
-                (p.partition_index >= 0).then(|| broker.replicas.get(name, p.partition_index as u32)).flatten();
-            let result = match (known, partition) {
-                (None, _) => Err(ResponseError::UnknownTopicOrPartition),
-                (Some(t), None) if p.partition_index < 0 || p.partition_index as usize >= t.partitions.len() => {
-                    Err(ResponseError::UnknownTopicOrPartition)
-                }
-                (Some(_), None) => Err(ResponseError::NotLeaderOrFollower),
-                (Some(_), Some(partition)) => {
-                    partition.delete_records_before(p.offset).map_err(|e| partition_error_code(&e))
-                }
-            };
+            let result = hosted_partition(broker, &image, name, p.partition_index)
+                .and_then(|partition| partition.delete_records_before(p.offset).map_err(|e| partition_error_code(&e)));
             let response = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
             partitions.push(match result {
                 Ok(low_watermark) => response.with_low_watermark(low_watermark),

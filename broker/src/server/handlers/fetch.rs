@@ -10,6 +10,7 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
+use super::hosted_partition;
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -47,7 +48,6 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.topic.0;
-        let known = image.topics.get(name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for fetch in &topic.partitions {
             let mut data = PartitionData::default().with_partition_index(fetch.partition).with_high_watermark(-1);
@@ -56,14 +56,9 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
             } else {
                 data = data.with_aborted_transactions(None);
             }
-            let partition = (fetch.partition >= 0).then(|| broker.replicas.get(name, fetch.partition as u32)).flatten();
-            let code = match (known, partition) {
-                (None, _) => Some(ResponseError::UnknownTopicOrPartition),
-                (Some(t), None) if fetch.partition < 0 || fetch.partition as usize >= t.partitions.len() => {
-                    Some(ResponseError::UnknownTopicOrPartition)
-                }
-                (Some(_), None) => Some(ResponseError::NotLeaderOrFollower),
-                (Some(_), Some(partition)) => {
+            let code = match hosted_partition(broker, &image, name, fetch.partition) {
+                Err(code) => Some(code),
+                Ok(partition) => {
                     let limit = (fetch.partition_max_bytes.max(0) as usize).min(remaining);
                     let result = partition.check_leader_epoch(fetch.current_leader_epoch).and_then(|()| {
                         // Kafka's KIP-74 rule: only the first partition with data may exceed the limits.

@@ -4,8 +4,8 @@
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
+use super::hosted_partition;
 use crate::partition::OffsetSpec;
 use crate::server::{partition_error_code, Broker};
 
@@ -26,8 +26,6 @@ pub async fn handle(
                 .with_partition_index(p.partition_index)
                 .with_timestamp(-1)
                 .with_offset(-1);
-            let partition =
-                (p.partition_index >= 0).then(|| broker.replicas.get(name, p.partition_index as u32)).flatten();
             let spec = match p.timestamp {
                 -2 | -4 => Some(OffsetSpec::Earliest),
                 -1 => Some(OffsetSpec::Latest),
@@ -36,21 +34,16 @@ pub async fn handle(
                 ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
                 _ => None,
             };
-            let result = match (image.topics.get(name), partition) {
-                (None, _) => Err(ResponseError::UnknownTopicOrPartition),
-                (Some(t), None) if p.partition_index < 0 || p.partition_index as usize >= t.partitions.len() => {
-                    Err(ResponseError::UnknownTopicOrPartition)
-                }
-                (Some(_), None) => Err(ResponseError::NotLeaderOrFollower),
-                (Some(_), Some(partition)) => partition
+            let result = hosted_partition(broker, &image, name, p.partition_index).and_then(|partition| {
+                partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .and_then(|()| match spec {
                         Some(spec) => partition.list_offset(spec),
                         None => Ok(None),
                     })
                     .map(|found| (found, partition.leader_epoch()))
-                    .map_err(|e| partition_error_code(&e)),
-            };
+                    .map_err(|e| partition_error_code(&e))
+            });
             response = match result {
                 Ok((Some((offset, timestamp)), leader_epoch)) => response
                     .with_offset(offset)

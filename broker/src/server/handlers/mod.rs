@@ -55,3 +55,20 @@ pub(crate) fn validate_topic_name(name: &str) -> Result<(), &'static str> {
     }
     Ok(())
 }
+
+/// The hosted partition a request names, or the error Kafka gives: UNKNOWN_TOPIC_OR_PARTITION
+/// for a topic or partition index the metadata does not know, NOT_LEADER_OR_FOLLOWER for one
+/// this node does not host.
+pub(crate) fn hosted_partition(
+    broker: &crate::server::Broker,
+    image: &crate::controller::MetadataImage,
+    topic: &str,
+    partition: i32,
+) -> Result<std::sync::Arc<crate::partition::Partition>, kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError;
+    let known = image.topics.get(topic).ok_or(ResponseError::UnknownTopicOrPartition)?;
+    if partition < 0 || partition as usize >= known.partitions.len() {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    broker.replicas.get(topic, partition as u32).ok_or(ResponseError::NotLeaderOrFollower)
+}

@@ -4,8 +4,8 @@
 
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
+use super::hosted_partition;
 use crate::server::{partition_error_code, Broker};
 
 pub async fn handle(
@@ -17,21 +17,14 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.topic.0;
-        let known = image.topics.get(name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let partition = (p.partition >= 0).then(|| broker.replicas.get(name, p.partition as u32)).flatten();
-            let result = match (known, partition) {
-                (None, _) => Err(ResponseError::UnknownTopicOrPartition),
-                (Some(t), None) if p.partition < 0 || p.partition as usize >= t.partitions.len() => {
-                    Err(ResponseError::UnknownTopicOrPartition)
-                }
-                (Some(_), None) => Err(ResponseError::NotLeaderOrFollower),
-                (Some(_), Some(partition)) => partition
+            let result = hosted_partition(broker, &image, name, p.partition).and_then(|partition| {
+                partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .map(|()| partition.end_offset_for_epoch(p.leader_epoch))
-                    .map_err(|e| partition_error_code(&e)),
-            };
+                    .map_err(|e| partition_error_code(&e))
+            });
             // Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET (-1) on errors.
             let response =
                 EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);

@@ -6,6 +6,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
+use super::hosted_partition;
 use super::str_bytes;
 use crate::log::AppendOrigin;
 use crate::partition::Acks;
@@ -27,24 +28,16 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
     let mut appended = false;
     for topic in &request.topic_data {
         let name: &str = &topic.name.0;
-        let known = image.topics.get(name);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in &topic.partition_data {
             let mut response = PartitionProduceResponse::default().with_index(data.index).with_base_offset(-1);
-            let partition = (data.index >= 0).then(|| broker.replicas.get(name, data.index as u32)).flatten();
-            let result = match (known, partition) {
-                (None, _) => Err((ResponseError::UnknownTopicOrPartition, None)),
-                (Some(t), None) if data.index < 0 || data.index as usize >= t.partitions.len() => {
-                    Err((ResponseError::UnknownTopicOrPartition, None))
-                }
-                (Some(_), None) => Err((ResponseError::NotLeaderOrFollower, None)),
-                (Some(_), Some(partition)) => {
+            let result =
+                hosted_partition(broker, &image, name, data.index).map_err(|code| (code, None)).and_then(|partition| {
                     let records = data.records.clone().unwrap_or_else(Bytes::new);
                     partition
                         .append_as_leader(&records, acks, AppendOrigin::Client)
                         .map_err(|e| (partition_error_code(&e), Some(e.to_string())))
-                }
-            };
+                });
             match result {
                 Ok((info, log_start_offset)) => {
                     appended = true;
