@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod group;
 pub mod log;
 pub mod node;
 pub mod partition;

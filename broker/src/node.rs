@@ -106,6 +106,7 @@ impl Node {
             },
             controller: controller.clone(),
             replicas: replicas.clone(),
+            groups: Arc::new(crate::group::GroupCoordinator::new(replicas.clone())),
             reconcile: Box::new(reconcile),
         });
         let (shutdown, shutdown_rx) = watch::channel(false);

@@ -43,6 +43,8 @@ pub struct Broker {
     pub settings: ServerSettings,
     pub controller: Controller,
     pub replicas: Arc<ReplicaManager>,
+    /// Consumer groups and committed offsets.
+    pub groups: Arc<crate::group::GroupCoordinator>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it.
     pub reconcile: Box<dyn Fn(&MetadataImage) + Send + Sync>,

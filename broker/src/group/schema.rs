@@ -1,0 +1,1 @@
+//! Kafka's `__consumer_offsets` key/value schemas. Placeholder until the group issue lands.
