@@ -313,10 +313,6 @@ fn round_trip_with_every_codec_keeps_records_byte_identical() {
             "lz4" => Compression::Lz4,
             _ => Compression::Zstd,
         };
-        // FIXME: librdkafka enables LZ4 only when the broker advertises FindCoordinator v0, which
-        // comes with the group APIs; until then its lz4 batches arrive uncompressed. Expect Lz4
-        // here once FindCoordinator is advertised.
-        let expected_codec = if expected_codec == Compression::Lz4 { Compression::None } else { expected_codec };
         for batch in &batches {
             assert_eq!(batch.compression(), expected_codec, "{codec}: batch at offset {}", batch.base_offset());
         }

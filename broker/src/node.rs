@@ -128,8 +128,9 @@ impl Node {
             }
         }));
 
-        // Housekeeping: retention, compaction, time-based flush.
+        // Housekeeping: retention, compaction, time-based flush, expiry of committed offsets.
         let housekeeping = replicas.clone();
+        let groups = broker.groups.clone();
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -141,7 +142,20 @@ impl Node {
                     _ = ticker.tick() => {}
                 }
                 let replicas = housekeeping.clone();
-                let _ = tokio::task::spawn_blocking(move || replicas.maintain()).await;
+                let groups = groups.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    replicas.maintain();
+                    // Offsets of groups without members expire after offsets.retention.minutes.
+                    groups.offsets.expire(
+                        crate::group::offsets::now_ms(),
+                        crate::group::offsets::DEFAULT_OFFSETS_RETENTION_MS,
+                        |group| {
+                            use crate::group::membership::GroupState;
+                            matches!(groups.membership.state(group), None | Some(GroupState::Empty | GroupState::Dead))
+                        },
+                    );
+                })
+                .await;
             }
         }));
 

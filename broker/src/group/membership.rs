@@ -1,11 +1,831 @@
-//! Group membership and rebalances (classic protocol). Placeholder until the group issue lands.
+//! Group membership and rebalances (classic protocol): the group state machine (Empty,
+//! PreparingRebalance, CompletingRebalance, Stable, Dead), generations, protocol selection,
+//! KIP-394 member ids, static membership (KIP-345), session timeouts and heartbeats.
+//!
+//! The state lives under one std `Mutex` that is never held across an `.await`: a JoinGroup or
+//! SyncGroup that must wait is parked as a `oneshot::Sender` inside its member and the handler
+//! awaits the receiver after the lock is released. Time is passed in (`now`) so the state
+//! machine can be driven deterministically in tests; the handlers use [`now`], which follows
+//! tokio's clock. A background sweep (spawned lazily on first use, ending when the membership
+//! is dropped) expires sessions, drops stale pending member ids and ends rebalances whose
+//! rebalance timeout has passed.
+//!
+//! Invariants: a member has at most one parked join and one parked sync; every parked request
+//! is answered exactly once (a dropped sender is answered by the handler as a retriable error);
+//! a group is in Empty exactly when it has no members. This module does no I/O and knows no
+//! wire format beyond Kafka's error codes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::oneshot;
+
+use super::schema::{GroupMetadataValue, MemberMetadata};
+
+/// Kafka's `group.min.session.timeout.ms` default.
+pub const GROUP_MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
+/// Kafka's `group.max.session.timeout.ms` default.
+pub const GROUP_MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
+/// `group.max.size`: Kafka's default is unbounded; an unbounded client-driven map is a bug.
+pub const GROUP_MAX_SIZE: usize = 1_000;
+/// Bound on the protocols a member may list and on the bytes of their metadata.
+pub const MEMBER_PROTOCOLS_MAX: usize = 64;
+pub const MEMBER_METADATA_MAX_BYTES: usize = 1 << 20;
+/// How often the background sweep runs.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The clock of the handlers: tokio's (so paused-time tests control it) as a std `Instant`.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Bounds applied to joining members.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub max_size: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS,
+            max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS,
+            max_size: GROUP_MAX_SIZE,
+        }
+    }
+}
+
+/// Kafka's group states, with Kafka's names (as ListGroups and DescribeGroups report them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// An answer now, or one that arrives when the rebalance gets there.
+pub enum Reply<T> {
+    Now(T),
+    Parked(oneshot::Receiver<T>),
+}
+
+/// A JoinGroup, already decoded.
+#[derive(Debug, Clone, Default)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    /// (name, metadata) in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// KIP-394 (JoinGroup v4+): a new dynamic member first gets MEMBER_ID_REQUIRED.
+    pub require_known_member_id: bool,
+    /// JoinGroup v9+: a static leader rejoining a stable group gets the members and is told
+    /// not to assign.
+    pub supports_skip_assignment: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResult {
+    pub error: Option<ResponseError>,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Only the leader gets the members (and their metadata for the selected protocol).
+    pub members: Vec<JoinedMember>,
+    pub skip_assignment: bool,
+}
+
+impl JoinResult {
+    pub fn error(error: ResponseError, member_id: &str) -> JoinResult {
+        JoinResult {
+            error: Some(error),
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+            skip_assignment: false,
+        }
+    }
+}
+
+/// A SyncGroup, already decoded.
+#[derive(Debug, Clone, Default)]
+pub struct SyncRequest {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    /// (member id, assignment); only the leader's are used.
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncResult {
+    pub error: Option<ResponseError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    pub fn error(error: ResponseError) -> SyncResult {
+        SyncResult { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+    }
+}
+
+/// One member of a LeaveGroup.
+#[derive(Debug, Clone)]
+pub struct LeavingMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    /// The selected protocol while Stable, "" otherwise (as Kafka).
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+}
+
+struct Member {
+    member_id: String,
+    group_instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocol_type: String,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    /// Order of joining: the leader is the earliest member.
+    joined_seq: u64,
+    session_deadline: Instant,
+    join_waiter: Option<oneshot::Sender<JoinResult>>,
+    sync_waiter: Option<oneshot::Sender<SyncResult>>,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols.iter().find(|(name, _)| name == protocol).map(|(_, m)| m.clone()).unwrap_or_default()
+    }
+
+    fn supports(&self, protocol: &str) -> bool {
+        self.protocols.iter().any(|(name, _)| name == protocol)
+    }
+
+    fn awaiting(&self) -> bool {
+        self.join_waiter.is_some() || self.sync_waiter.is_some()
+    }
+}
+
+struct Group {
+    state: GroupState,
+    generation_id: i32,
+    protocol_type: Option<String>,
+    protocol_name: Option<String>,
+    leader_id: Option<String>,
+    members: BTreeMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, until the member joins with them.
+    pending: HashMap<String, Instant>,
+    /// group.instance.id → current member id.
+    static_members: HashMap<String, String>,
+    rebalance_deadline: Option<Instant>,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            state: GroupState::Empty,
+            generation_id: 0,
+            protocol_type: None,
+            protocol_name: None,
+            leader_id: None,
+            members: BTreeMap::new(),
+            pending: HashMap::new(),
+            static_members: HashMap::new(),
+            rebalance_deadline: None,
+        }
+    }
+
+    /// Kafka's `supportsProtocols`.
+    fn supports_protocols(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocol_type.is_empty() && !protocols.is_empty();
+        }
+        self.protocol_type.as_deref() == Some(protocol_type)
+            && protocols.iter().any(|(name, _)| self.members.values().all(|m| m.supports(name)))
+    }
+
+    /// Kafka's `isStaticMemberFenced`: the instance id is registered to another member id.
+    fn is_fenced(&self, member_id: &str, group_instance_id: Option<&str>) -> bool {
+        match group_instance_id.and_then(|instance| self.static_members.get(instance)) {
+            Some(current) => current != member_id,
+            None => false,
+        }
+    }
+
+    /// Kafka's `selectProtocol`: among the protocols every member supports, the one most
+    /// members prefer (each votes for its first supported candidate); ties go to the
+    /// leader's preference order.
+    fn select_protocol(&self) -> Option<String> {
+        let first =
+            self.leader_id.as_ref().and_then(|id| self.members.get(id)).or_else(|| self.members.values().next())?;
+        let candidates: Vec<&str> = first
+            .protocols
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| self.members.values().all(|m| m.supports(name)))
+            .collect();
+        let mut votes: HashMap<&str, usize> = HashMap::new();
+        for member in self.members.values() {
+            if let Some((name, _)) = member.protocols.iter().find(|(name, _)| candidates.contains(&name.as_str())) {
+                *votes.entry(name.as_str()).or_default() += 1;
+            }
+        }
+        let mut best: Option<(&str, usize)> = None;
+        for candidate in candidates {
+            let count = votes.get(candidate).copied().unwrap_or(0);
+            if best.is_none_or(|(_, b)| count > b) {
+                best = Some((candidate, count));
+            }
+        }
+        best.map(|(name, _)| name.to_string())
+    }
+
+    fn max_rebalance_timeout(&self) -> Duration {
+        self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or(Duration::ZERO)
+    }
+
+    fn current_result(&self, member_id: &str, with_members: bool) -> JoinResult {
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        let members = if with_members {
+            self.members
+                .values()
+                .map(|m| JoinedMember {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    metadata: m.metadata_for(&protocol),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinResult {
+            error: None,
+            generation_id: self.generation_id,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader_id.clone().unwrap_or_default(),
+            member_id: member_id.to_string(),
+            members,
+            skip_assignment: false,
+        }
+    }
+
+    /// Starts (or keeps) a rebalance: parked syncs learn of it, the deadline is set.
+    fn prepare_rebalance(&mut self, now: Instant) {
+        if self.state == GroupState::CompletingRebalance {
+            for member in self.members.values_mut() {
+                member.assignment = Bytes::new();
+                if let Some(tx) = member.sync_waiter.take() {
+                    let _ = tx.send(SyncResult::error(ResponseError::RebalanceInProgress));
+                }
+            }
+        }
+        if self.state != GroupState::PreparingRebalance {
+            self.rebalance_deadline = Some(now + self.max_rebalance_timeout());
+        }
+        self.state = GroupState::PreparingRebalance;
+    }
+
+    /// Ends the join phase once every known member has rejoined (and no member id handed out
+    /// with MEMBER_ID_REQUIRED is still outstanding) or the rebalance timeout has passed.
+    fn maybe_complete_join(&mut self, now: Instant) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.join_waiter.is_some()) && self.pending.is_empty();
+        let timed_out = self.rebalance_deadline.is_some_and(|d| now >= d);
+        if !all_joined && !timed_out {
+            return;
+        }
+        let stragglers: Vec<String> =
+            self.members.values().filter(|m| m.join_waiter.is_none()).map(|m| m.member_id.clone()).collect();
+        for id in stragglers {
+            self.remove_member(&id, ResponseError::UnknownMemberId);
+        }
+        if timed_out {
+            self.pending.clear();
+        }
+        self.generation_id += 1;
+        self.rebalance_deadline = None;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol_name = None;
+            self.leader_id = None;
+            return;
+        }
+        self.state = GroupState::CompletingRebalance;
+        if self.leader_id.as_ref().is_none_or(|id| !self.members.contains_key(id)) {
+            self.leader_id = self.members.values().min_by_key(|m| m.joined_seq).map(|m| m.member_id.clone());
+        }
+        self.protocol_name = self.select_protocol();
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let is_leader = self.leader_id.as_deref() == Some(id.as_str());
+            let result = self.current_result(&id, is_leader);
+            if let Some(member) = self.members.get_mut(&id) {
+                member.session_deadline = now + member.session_timeout;
+                if let Some(tx) = member.join_waiter.take() {
+                    let _ = tx.send(result);
+                }
+            }
+        }
+    }
+
+    /// Removes a member; its parked requests get `error`; the leader moves to the earliest
+    /// remaining member.
+    fn remove_member(&mut self, member_id: &str, error: ResponseError) {
+        let Some(mut member) = self.members.remove(member_id) else { return };
+        if let Some(tx) = member.join_waiter.take() {
+            let _ = tx.send(JoinResult::error(error, member_id));
+        }
+        if let Some(tx) = member.sync_waiter.take() {
+            let _ = tx.send(SyncResult::error(error));
+        }
+        if let Some(instance) = &member.group_instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
+                self.static_members.remove(instance);
+            }
+        }
+        if self.leader_id.as_deref() == Some(member_id) {
+            self.leader_id = self.members.values().min_by_key(|m| m.joined_seq).map(|m| m.member_id.clone());
+        }
+    }
+
+    /// What a membership change does to the group (Kafka's `removeMemberAndUpdateGroup`).
+    fn after_departure(&mut self, now: Instant) {
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now);
+                self.maybe_complete_join(now);
+            }
+            GroupState::PreparingRebalance => self.maybe_complete_join(now),
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+}
+
+struct Groups {
+    groups: HashMap<String, Group>,
+    next_seq: u64,
+}
 
 /// The membership state of every group this node coordinates.
-pub struct Membership {}
+pub struct Membership {
+    inner: Arc<Mutex<Groups>>,
+    config: GroupConfig,
+    sweeper_started: AtomicBool,
+}
 
 impl Membership {
     pub fn new() -> Membership {
-        Membership {}
+        Membership::with_config(GroupConfig::default())
+    }
+
+    pub fn with_config(config: GroupConfig) -> Membership {
+        Membership {
+            inner: Arc::new(Mutex::new(Groups { groups: HashMap::new(), next_seq: 0 })),
+            config,
+            sweeper_started: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Groups> {
+        // A panic while holding the lock is a bug elsewhere; the state is still usable.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Spawns the sweep on the current tokio runtime the first time a group is used.
+    fn ensure_sweeper(&self) {
+        if self.sweeper_started.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if self.sweeper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Mutex<Groups>> = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let mut groups = inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                sweep_groups(&mut groups, now());
+            }
+        });
+    }
+
+    /// Expires sessions and pending member ids and ends timed-out rebalances (the background
+    /// sweep calls this; tests call it with their own clock).
+    pub fn sweep(&self, now: Instant) {
+        sweep_groups(&mut self.lock(), now);
+    }
+
+    /// JoinGroup.
+    pub fn join(&self, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
+        self.ensure_sweeper();
+        let error = |e| Reply::Now(JoinResult::error(e, &request.member_id));
+        if request.session_timeout_ms < self.config.min_session_timeout_ms
+            || request.session_timeout_ms > self.config.max_session_timeout_ms
+        {
+            return error(ResponseError::InvalidSessionTimeout);
+        }
+        if request.protocols.len() > MEMBER_PROTOCOLS_MAX
+            || request.protocols.iter().map(|(_, m)| m.len()).sum::<usize>() > MEMBER_METADATA_MAX_BYTES
+        {
+            return error(ResponseError::InvalidRequest);
+        }
+        let mut guard = self.lock();
+        let groups = &mut *guard;
+        if !request.member_id.is_empty() && !groups.groups.contains_key(&request.group_id) {
+            return error(ResponseError::UnknownMemberId);
+        }
+        let group = groups.groups.entry(request.group_id.clone()).or_insert_with(Group::new);
+        if group.state == GroupState::Dead {
+            return error(ResponseError::CoordinatorNotAvailable);
+        }
+        if !group.supports_protocols(&request.protocol_type, &request.protocols) {
+            return error(ResponseError::InconsistentGroupProtocol);
+        }
+        let seq = &mut groups.next_seq;
+        if request.member_id.is_empty() {
+            if let Some(instance) = request.group_instance_id.clone() {
+                if let Some(old_id) = group.static_members.get(&instance).cloned() {
+                    return rejoin_static(group, old_id, request, now);
+                }
+            } else if request.require_known_member_id {
+                let member_id = new_member_id(&request.client_id);
+                group.pending.insert(member_id.clone(), now + session_timeout(&request));
+                return Reply::Now(JoinResult::error(ResponseError::MemberIdRequired, &member_id));
+            }
+            if group.members.len() >= self.config.max_size {
+                return error(ResponseError::GroupMaxSizeReached);
+            }
+            let member_id = new_member_id(&request.client_id);
+            return add_member(group, member_id, request, seq, now);
+        }
+        if group.is_fenced(&request.member_id, request.group_instance_id.as_deref()) {
+            return error(ResponseError::FencedInstanceId);
+        }
+        if group.pending.remove(&request.member_id).is_some() {
+            if group.members.len() >= self.config.max_size {
+                return error(ResponseError::GroupMaxSizeReached);
+            }
+            let member_id = request.member_id.clone();
+            return add_member(group, member_id, request, seq, now);
+        }
+        if !group.members.contains_key(&request.member_id) {
+            return error(ResponseError::UnknownMemberId);
+        }
+        rejoin_existing(group, request, now)
+    }
+
+    /// SyncGroup.
+    pub fn sync(&self, request: SyncRequest, now: Instant) -> Reply<SyncResult> {
+        self.ensure_sweeper();
+        let mut groups = self.lock();
+        let Some(group) = groups.groups.get_mut(&request.group_id) else {
+            return Reply::Now(SyncResult::error(ResponseError::UnknownMemberId));
+        };
+        if group.state == GroupState::Dead {
+            return Reply::Now(SyncResult::error(ResponseError::CoordinatorNotAvailable));
+        }
+        if group.is_fenced(&request.member_id, request.group_instance_id.as_deref()) {
+            return Reply::Now(SyncResult::error(ResponseError::FencedInstanceId));
+        }
+        if !group.members.contains_key(&request.member_id) {
+            return Reply::Now(SyncResult::error(ResponseError::UnknownMemberId));
+        }
+        if request.generation_id != group.generation_id {
+            return Reply::Now(SyncResult::error(ResponseError::IllegalGeneration));
+        }
+        let type_mismatch = request.protocol_type.as_ref().is_some_and(|t| group.protocol_type.as_ref() != Some(t));
+        let name_mismatch = request.protocol_name.as_ref().is_some_and(|n| group.protocol_name.as_ref() != Some(n));
+        if type_mismatch || name_mismatch {
+            return Reply::Now(SyncResult::error(ResponseError::InconsistentGroupProtocol));
+        }
+        let ok = |assignment: Bytes, group: &Group| SyncResult {
+            error: None,
+            protocol_type: group.protocol_type.clone(),
+            protocol_name: group.protocol_name.clone(),
+            assignment,
+        };
+        match group.state {
+            GroupState::Empty | GroupState::Dead => Reply::Now(SyncResult::error(ResponseError::UnknownMemberId)),
+            GroupState::PreparingRebalance => Reply::Now(SyncResult::error(ResponseError::RebalanceInProgress)),
+            GroupState::Stable => {
+                let Some(member) = group.members.get_mut(&request.member_id) else {
+                    return Reply::Now(SyncResult::error(ResponseError::UnknownMemberId));
+                };
+                member.session_deadline = now + member.session_timeout;
+                let assignment = member.assignment.clone();
+                Reply::Now(ok(assignment, group))
+            }
+            GroupState::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                if let Some(member) = group.members.get_mut(&request.member_id) {
+                    member.session_deadline = now + member.session_timeout;
+                    member.sync_waiter = Some(tx);
+                }
+                if group.leader_id.as_deref() == Some(request.member_id.as_str()) {
+                    let assignments: HashMap<&str, &Bytes> =
+                        request.assignments.iter().map(|(id, a)| (id.as_str(), a)).collect();
+                    for member in group.members.values_mut() {
+                        member.assignment =
+                            assignments.get(member.member_id.as_str()).map(|a| (*a).clone()).unwrap_or_default();
+                    }
+                    group.state = GroupState::Stable;
+                    let protocol_type = group.protocol_type.clone();
+                    let protocol_name = group.protocol_name.clone();
+                    for member in group.members.values_mut() {
+                        if let Some(tx) = member.sync_waiter.take() {
+                            let _ = tx.send(SyncResult {
+                                error: None,
+                                protocol_type: protocol_type.clone(),
+                                protocol_name: protocol_name.clone(),
+                                assignment: member.assignment.clone(),
+                            });
+                        }
+                    }
+                }
+                Reply::Parked(rx)
+            }
+        }
+    }
+
+    /// Heartbeat: keeps the session alive; REBALANCE_IN_PROGRESS tells the member to rejoin.
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        now: Instant,
+    ) -> Result<(), ResponseError> {
+        self.ensure_sweeper();
+        let mut groups = self.lock();
+        let group = groups.groups.get_mut(group_id).ok_or(ResponseError::UnknownMemberId)?;
+        match group.state {
+            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
+            GroupState::Empty => return Err(ResponseError::UnknownMemberId),
+            _ => {}
+        }
+        if group.is_fenced(member_id, group_instance_id) {
+            return Err(ResponseError::FencedInstanceId);
+        }
+        let member = group.members.get_mut(member_id).ok_or(ResponseError::UnknownMemberId)?;
+        if generation_id != group.generation_id {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        member.session_deadline = now + member.session_timeout;
+        match group.state {
+            GroupState::PreparingRebalance => Err(ResponseError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// LeaveGroup: one result per leaving member, in request order.
+    pub fn leave(&self, group_id: &str, leaving: &[LeavingMember], now: Instant) -> Vec<Result<(), ResponseError>> {
+        let mut groups = self.lock();
+        let Some(group) = groups.groups.get_mut(group_id) else {
+            return leaving.iter().map(|_| Err(ResponseError::UnknownMemberId)).collect();
+        };
+        if group.state == GroupState::Dead {
+            return leaving.iter().map(|_| Err(ResponseError::CoordinatorNotAvailable)).collect();
+        }
+        let mut departed = false;
+        let results = leaving
+            .iter()
+            .map(|leaver| {
+                let member_id = match &leaver.group_instance_id {
+                    Some(instance) => {
+                        let current =
+                            group.static_members.get(instance).cloned().ok_or(ResponseError::UnknownMemberId)?;
+                        if !leaver.member_id.is_empty() && leaver.member_id != current {
+                            return Err(ResponseError::FencedInstanceId);
+                        }
+                        current
+                    }
+                    None => leaver.member_id.clone(),
+                };
+                if group.pending.remove(&member_id).is_some() {
+                    departed = true;
+                    return Ok(());
+                }
+                if !group.members.contains_key(&member_id) {
+                    return Err(ResponseError::UnknownMemberId);
+                }
+                group.remove_member(&member_id, ResponseError::UnknownMemberId);
+                departed = true;
+                Ok(())
+            })
+            .collect();
+        if departed {
+            group.after_departure(now);
+        }
+        results
+    }
+
+    /// The checks OffsetCommit applies to a group-managed commit (Kafka's
+    /// `handleCommitOffsets`/`doCommitOffsets`). Kafka accepts commits from current members
+    /// while PreparingRebalance (eager clients commit in their revoke callback, before
+    /// rejoining) and refuses them with REBALANCE_IN_PROGRESS while CompletingRebalance.
+    pub fn validate_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation_id: i32,
+        group_instance_id: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        let groups = self.lock();
+        let Some(group) = groups.groups.get(group_id) else {
+            // Not group-managed (assign() consumers) when the generation is -1.
+            return if generation_id < 0 { Ok(()) } else { Err(ResponseError::IllegalGeneration) };
+        };
+        if group.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if group.is_fenced(member_id, group_instance_id) {
+            return Err(ResponseError::FencedInstanceId);
+        }
+        if generation_id < 0 && group.state == GroupState::Empty {
+            return Ok(());
+        }
+        if !group.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation_id != group.generation_id {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        match group.state {
+            GroupState::CompletingRebalance => Err(ResponseError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every group with its protocol type and state (ListGroups).
+    pub fn list(&self) -> Vec<GroupListing> {
+        let groups = self.lock();
+        let mut listed: Vec<GroupListing> = groups
+            .groups
+            .iter()
+            .filter(|(_, g)| g.state != GroupState::Dead)
+            .map(|(id, g)| GroupListing {
+                group_id: id.clone(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                state: g.state,
+            })
+            .collect();
+        listed.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        listed
+    }
+
+    /// DescribeGroups; `None` for a group this node does not know.
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.lock();
+        let group = groups.groups.get(group_id)?;
+        let stable = group.state == GroupState::Stable;
+        let protocol = if stable { group.protocol_name.clone().unwrap_or_default() } else { String::new() };
+        let members = group
+            .members
+            .values()
+            .map(|m| MemberDescription {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: if stable { m.metadata_for(&protocol) } else { Bytes::new() },
+                assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+            })
+            .collect();
+        Some(GroupDescription {
+            state: group.state,
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            protocol,
+            members,
+        })
+    }
+
+    /// DeleteGroups: only an Empty group can go (NON_EMPTY_GROUP otherwise);
+    /// GROUP_ID_NOT_FOUND for one this node does not know.
+    pub fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
+        let mut groups = self.lock();
+        let group = groups.groups.get_mut(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+        match group.state {
+            GroupState::Empty => {
+                groups.groups.remove(group_id);
+                Ok(())
+            }
+            GroupState::Dead => Err(ResponseError::GroupIdNotFound),
+            _ => Err(ResponseError::NonEmptyGroup),
+        }
+    }
+
+    /// What `__consumer_offsets` stores for a Stable group (Kafka's GroupMetadata value);
+    /// `None` in any other state.
+    pub fn metadata_value(&self, group_id: &str, current_state_timestamp: i64) -> Option<GroupMetadataValue> {
+        let groups = self.lock();
+        let group = groups.groups.get(group_id)?;
+        if group.state != GroupState::Stable {
+            return None;
+        }
+        let protocol = group.protocol_name.clone().unwrap_or_default();
+        Some(GroupMetadataValue {
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            generation: group.generation_id,
+            protocol: group.protocol_name.clone(),
+            leader: group.leader_id.clone(),
+            current_state_timestamp,
+            members: group
+                .members
+                .values()
+                .map(|m| MemberMetadata {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    subscription: m.metadata_for(&protocol).to_vec(),
+                    assignment: m.assignment.to_vec(),
+                })
+                .collect(),
+        })
+    }
+
+    /// The group's state, if known (for tests and the offsets store).
+    pub fn state(&self, group_id: &str) -> Option<GroupState> {
+        self.lock().groups.get(group_id).map(|g| g.state)
     }
 }
 
@@ -14,3 +834,160 @@ impl Default for Membership {
         Membership::new()
     }
 }
+
+fn session_timeout(request: &JoinRequest) -> Duration {
+    Duration::from_millis(request.session_timeout_ms.max(0) as u64)
+}
+
+/// Kafka's member ids: `<client_id>-<uuid>`.
+fn new_member_id(client_id: &str) -> String {
+    format!("{client_id}-{}", uuid::Uuid::new_v4())
+}
+
+fn sweep_groups(groups: &mut Groups, now: Instant) {
+    for group in groups.groups.values_mut() {
+        group.pending.retain(|_, deadline| *deadline > now);
+        let expired: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| !m.awaiting() && m.session_deadline <= now)
+            .map(|m| m.member_id.clone())
+            .collect();
+        let departed = !expired.is_empty();
+        for id in expired {
+            tracing::debug!(member = %id, "member session expired");
+            group.remove_member(&id, ResponseError::UnknownMemberId);
+        }
+        if departed {
+            group.after_departure(now);
+        } else {
+            group.maybe_complete_join(now);
+        }
+    }
+}
+
+fn add_member(
+    group: &mut Group,
+    member_id: String,
+    request: JoinRequest,
+    seq: &mut u64,
+    now: Instant,
+) -> Reply<JoinResult> {
+    let (tx, rx) = oneshot::channel();
+    *seq += 1;
+    if group.members.is_empty() {
+        group.protocol_type = Some(request.protocol_type.clone());
+    }
+    if let Some(instance) = &request.group_instance_id {
+        group.static_members.insert(instance.clone(), member_id.clone());
+    }
+    if group.leader_id.is_none() {
+        group.leader_id = Some(member_id.clone());
+    }
+    let member = Member {
+        member_id: member_id.clone(),
+        group_instance_id: request.group_instance_id.clone(),
+        client_id: request.client_id,
+        client_host: request.client_host,
+        session_timeout: session_timeout_ms(request.session_timeout_ms),
+        rebalance_timeout: session_timeout_ms(request.rebalance_timeout_ms),
+        protocol_type: request.protocol_type,
+        protocols: request.protocols,
+        assignment: Bytes::new(),
+        joined_seq: *seq,
+        session_deadline: now + session_timeout_ms(request.session_timeout_ms),
+        join_waiter: Some(tx),
+        sync_waiter: None,
+    };
+    group.members.insert(member_id, member);
+    group.prepare_rebalance(now);
+    group.maybe_complete_join(now);
+    Reply::Parked(rx)
+}
+
+fn session_timeout_ms(ms: i32) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// Parks `member_id`'s join with updated protocols and makes the group rebalance.
+fn park_and_rebalance(group: &mut Group, member_id: &str, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
+    let (tx, rx) = oneshot::channel();
+    if let Some(member) = group.members.get_mut(member_id) {
+        member.protocols = request.protocols;
+        member.protocol_type = request.protocol_type;
+        member.session_timeout = session_timeout_ms(request.session_timeout_ms);
+        member.rebalance_timeout = session_timeout_ms(request.rebalance_timeout_ms);
+        member.session_deadline = now + member.session_timeout;
+        // A repeated join replaces the earlier one; the earlier handler sees a closed channel.
+        member.join_waiter = Some(tx);
+    }
+    group.prepare_rebalance(now);
+    group.maybe_complete_join(now);
+    Reply::Parked(rx)
+}
+
+fn rejoin_existing(group: &mut Group, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
+    let member_id = request.member_id.clone();
+    let Some(member) = group.members.get_mut(&member_id) else {
+        return Reply::Now(JoinResult::error(ResponseError::UnknownMemberId, &member_id));
+    };
+    let unchanged = member.protocols == request.protocols;
+    let is_leader = group.leader_id.as_deref() == Some(member_id.as_str());
+    match group.state {
+        GroupState::CompletingRebalance if unchanged => {
+            // The member lost our response: send it again.
+            member.session_deadline = now + member.session_timeout;
+            Reply::Now(group.current_result(&member_id, is_leader))
+        }
+        GroupState::Stable if unchanged && !is_leader => {
+            member.session_deadline = now + member.session_timeout;
+            Reply::Now(group.current_result(&member_id, false))
+        }
+        GroupState::Empty | GroupState::Dead => {
+            Reply::Now(JoinResult::error(ResponseError::UnknownMemberId, &member_id))
+        }
+        _ => park_and_rebalance(group, &member_id, request, now),
+    }
+}
+
+/// A static member rejoining with an empty member id: it gets a new id, the old one is fenced,
+/// and in a Stable group with unchanged protocols it gets its previous assignment back without
+/// a rebalance.
+fn rejoin_static(group: &mut Group, old_id: String, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
+    let Some(mut member) = group.members.remove(&old_id) else {
+        return Reply::Now(JoinResult::error(ResponseError::UnknownMemberId, &request.member_id));
+    };
+    let new_id = new_member_id(&request.client_id);
+    if let Some(tx) = member.join_waiter.take() {
+        let _ = tx.send(JoinResult::error(ResponseError::FencedInstanceId, &old_id));
+    }
+    if let Some(tx) = member.sync_waiter.take() {
+        let _ = tx.send(SyncResult::error(ResponseError::FencedInstanceId));
+    }
+    let unchanged = member.protocols == request.protocols;
+    member.member_id = new_id.clone();
+    member.client_id = request.client_id.clone();
+    member.client_host = request.client_host.clone();
+    member.session_timeout = session_timeout_ms(request.session_timeout_ms);
+    member.rebalance_timeout = session_timeout_ms(request.rebalance_timeout_ms);
+    member.session_deadline = now + member.session_timeout;
+    group.members.insert(new_id.clone(), member);
+    if let Some(instance) = &request.group_instance_id {
+        group.static_members.insert(instance.clone(), new_id.clone());
+    }
+    if group.leader_id.as_deref() == Some(old_id.as_str()) {
+        group.leader_id = Some(new_id.clone());
+    }
+    if group.state == GroupState::Stable && unchanged {
+        let is_leader = group.leader_id.as_deref() == Some(new_id.as_str());
+        let skip = is_leader && request.supports_skip_assignment;
+        let mut result = group.current_result(&new_id, skip);
+        result.skip_assignment = skip;
+        return Reply::Now(result);
+    }
+    park_and_rebalance(group, &new_id, request, now)
+}
+
+#[cfg(test)]
+#[path = "membership_tests.rs"]
+mod tests;

@@ -23,7 +23,12 @@ struct MappedFile {
     mmap: Option<MmapMut>,
     entry_size: usize,
     entries: usize,
+    /// Entries the index may hold (`segment.index.bytes`), the limit that makes the log roll.
     max_entries: usize,
+    /// Entries the file and its map cover now. A writable index is extended to `max_entries`
+    /// only by `reserve`, right before its first append: opening after a clean shutdown must
+    /// leave the files as they were, since the log is only marked dirty on its first mutation.
+    mapped_entries: usize,
     /// The file did not end on an entry boundary when opened: a torn or cut file, which the
     /// sanity checks report (as Kafka's do) so that the index is rebuilt.
     torn: bool,
@@ -31,16 +36,12 @@ struct MappedFile {
 
 impl MappedFile {
     /// Opens or creates the file. An existing file's length decides its entry count; a writable
-    /// file is then extended to `max_bytes` so appends need no remap.
+    /// index may grow to `max_bytes` (see `reserve`).
     fn open(path: &Path, entry_size: usize, max_bytes: usize, writable: bool) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let len = file.metadata()?.len() as usize;
         let entries = len / entry_size;
         let max_entries = if writable { (max_bytes / entry_size).max(entries) } else { entries };
-        let mapped_len = max_entries * entry_size;
-        if mapped_len != len {
-            file.set_len(mapped_len as u64)?;
-        }
         let torn = !len.is_multiple_of(entry_size);
         let mut index = MappedFile {
             path: path.to_path_buf(),
@@ -49,6 +50,7 @@ impl MappedFile {
             entry_size,
             entries,
             max_entries,
+            mapped_entries: entries,
             torn,
         };
         index.remap()?;
@@ -67,7 +69,7 @@ impl MappedFile {
     }
 
     fn remap(&mut self) -> io::Result<()> {
-        let len = self.max_entries * self.entry_size;
+        let len = self.mapped_entries * self.entry_size;
         self.mmap = None;
         if len > 0 {
             let file = self.file()?;
@@ -91,6 +93,7 @@ impl MappedFile {
     fn push(&mut self, bytes: &[u8]) {
         assert_eq!(bytes.len(), self.entry_size);
         assert!(!self.is_full(), "caller checks is_full before appending");
+        assert!(self.entries < self.mapped_entries, "caller reserves before appending");
         let at = self.entries * self.entry_size;
         let map = self.mmap.as_mut().expect("a non-full index is mapped");
         map[at..at + self.entry_size].copy_from_slice(bytes);
@@ -134,6 +137,7 @@ impl MappedFile {
         self.flush()?;
         self.mmap = None;
         self.max_entries = self.entries;
+        self.mapped_entries = self.entries;
         let len = (self.entries * self.entry_size) as u64;
         let file = self.file()?;
         file.set_len(len)?;
@@ -143,17 +147,23 @@ impl MappedFile {
         Ok(())
     }
 
-    /// Extends a trimmed file again so it can take entries (the segment became active again
-    /// after a truncation).
+    /// Lets a trimmed index take entries again (the segment became active again); the file
+    /// grows at the next `reserve`.
     fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
-        let max_entries = (max_bytes / self.entry_size).max(self.entries);
-        if max_entries == self.max_entries {
+        self.max_entries = (max_bytes / self.entry_size).max(self.entries);
+        Ok(())
+    }
+
+    /// Preallocates the file to `max_entries` (Kafka's `segment.index.bytes`) and maps it, so
+    /// appends need no remap; a no-op once done.
+    fn reserve(&mut self) -> io::Result<()> {
+        if self.mapped_entries >= self.max_entries {
             return Ok(());
         }
         self.mmap = None;
-        self.max_entries = max_entries;
-        let len = (max_entries * self.entry_size) as u64;
+        let len = (self.max_entries * self.entry_size) as u64;
         self.file()?.set_len(len)?;
+        self.mapped_entries = self.max_entries;
         self.remap()
     }
 
@@ -286,6 +296,9 @@ impl OffsetIndex {
     pub fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
         self.file.grow(max_bytes)
     }
+    pub fn reserve(&mut self) -> io::Result<()> {
+        self.file.reserve()
+    }
 }
 
 /// An entry of the time index: batches up to `offset` hold timestamps up to `timestamp`.
@@ -399,6 +412,9 @@ impl TimeIndex {
     pub fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
         self.file.grow(max_bytes)
     }
+    pub fn reserve(&mut self) -> io::Result<()> {
+        self.file.reserve()
+    }
 }
 
 #[cfg(test)]
@@ -410,6 +426,7 @@ mod tests {
         // Proves lookup returns the last entry at or below the target, or the segment start.
         let dir = tempfile::tempdir().unwrap();
         let mut index = OffsetIndex::open(&dir.path().join("a.index"), 100, 1024, true).unwrap();
+        index.reserve().unwrap();
         assert_eq!(index.lookup(150), OffsetPosition { offset: 100, position: 0 });
         index.append(109, 4096);
         index.append(130, 9000);
@@ -428,6 +445,7 @@ mod tests {
         let path = dir.path().join("b.index");
         {
             let mut index = OffsetIndex::open(&path, 0, 800, true).unwrap();
+            index.reserve().unwrap();
             index.append(3, 100);
             index.append(7, 200);
             index.trim().unwrap();
@@ -450,6 +468,7 @@ mod tests {
         // Proves entries are added only for larger timestamps and lookup floors by timestamp.
         let dir = tempfile::tempdir().unwrap();
         let mut index = TimeIndex::open(&dir.path().join("a.timeindex"), 10, 120, true).unwrap();
+        index.reserve().unwrap();
         assert!(index.maybe_append(1_000, 12));
         assert!(!index.maybe_append(900, 13));
         assert!(index.maybe_append(2_000, 20));

@@ -520,3 +520,26 @@ fn follower_append_keeps_offsets_and_rejects_going_backwards() {
     assert_eq!(log.log_end_offset(), 11);
     assert!(matches!(log.append_as_follower(&replicated), Err(LogError::NonMonotonicOffsets { .. })));
 }
+
+#[test]
+fn clean_reopen_leaves_index_files_alone_until_the_first_append() {
+    // Regression: opening after a clean shutdown preallocated the active indexes, so a crash
+    // before any append left zero-filled indexes that every later open had to rebuild.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), small_config(), &clock);
+    for i in 0..30 {
+        log.append_as_leader(&value_batch(1, 300, T0 + i), 0, AppendOrigin::Client).unwrap();
+    }
+    let active = *log.segment_base_offsets().last().unwrap();
+    log.close().unwrap();
+    let index = dir.path().join(format!("{active:020}.index"));
+    let time_index = dir.path().join(format!("{active:020}.timeindex"));
+    let sizes = || (std::fs::metadata(&index).unwrap().len(), std::fs::metadata(&time_index).unwrap().len());
+    let closed = sizes();
+    drop(open(dir.path(), small_config(), &clock)); // a crash right after a clean open
+    assert_eq!(sizes(), closed);
+    let log = open(dir.path(), small_config(), &clock);
+    assert!(log.open_report().clean_shutdown, "nothing was mutated, so the shutdown still counts as clean");
+    assert_eq!(read_all(&log, 0).len(), 30);
+}

@@ -203,6 +203,8 @@ impl Segment {
         // the rebuilt entries (a missing or cut index file); `open` trims them again afterwards.
         self.index.grow(self.settings.segment_index_bytes as usize)?;
         self.time_index.grow(self.settings.segment_index_bytes as usize)?;
+        self.index.reserve()?;
+        self.time_index.reserve()?;
         self.index.reset();
         self.time_index.reset();
         let size = self.size;
@@ -293,6 +295,10 @@ impl Segment {
         assert!(header.base_offset >= self.next_offset, "offsets grow within a segment");
         assert!(header.last_offset() - self.base_offset <= i32::MAX as i64, "relative offset fits");
         assert!(!self.index.is_full(), "the log rolls before the index fills up");
+        // The first append after opening preallocates the index files (before the write, so a
+        // failure here leaves the segment untouched).
+        self.index.reserve()?;
+        self.time_index.reserve()?;
         let position = self.size;
         if let Err(e) = write_batch(&self.log, header_bytes, body) {
             if let Err(cut) = self.log.set_len(position) {
@@ -373,6 +379,7 @@ impl Segment {
         if self.max_timestamp != NO_TIMESTAMP {
             // Kafka's rule on roll: the last entry holds the segment's largest timestamp even
             // if it was added since the last interval.
+            self.time_index.reserve()?;
             self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
         }
         self.flush()?;

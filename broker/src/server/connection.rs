@@ -145,6 +145,17 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>
         AlterConfigs => alter_configs,
         IncrementalAlterConfigs => incremental_alter_configs,
         DescribeCluster => describe_cluster,
+        FindCoordinator => find_coordinator,
+        OffsetCommit => offset_commit,
+        OffsetFetch => offset_fetch,
+        OffsetDelete => offset_delete,
+        JoinGroup => join_group,
+        SyncGroup => sync_group,
+        Heartbeat => heartbeat,
+        LeaveGroup => leave_group,
+        ListGroups => list_groups,
+        DescribeGroups => describe_groups,
+        DeleteGroups => delete_groups,
     };
     Ok(response)
 }

@@ -3,6 +3,7 @@
 use kafka_protocol::ResponseError;
 
 use crate::controller::ControllerError;
+use crate::group::offsets::OffsetError;
 use crate::log::{BatchError, LogError};
 use crate::partition::PartitionError;
 
@@ -50,5 +51,24 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
         | ControllerError::NotAVoter { .. }
         | ControllerError::InvalidConfig(_)
         | ControllerError::Raft(_) => ResponseError::UnknownServerError,
+    }
+}
+
+/// A failed `__consumer_offsets` operation, as Kafka's group coordinator maps append errors:
+/// storage or leadership problems send the client to find the coordinator again.
+pub fn offset_error_code(error: &OffsetError) -> ResponseError {
+    match error {
+        OffsetError::NotCoordinator { .. } => ResponseError::NotCoordinator,
+        OffsetError::Partition(e) => match e {
+            PartitionError::NotEnoughReplicas { .. } => ResponseError::CoordinatorNotAvailable,
+            PartitionError::Closed { .. } => ResponseError::NotCoordinator,
+            PartitionError::Log(LogError::MessageTooLarge { .. } | LogError::RecordBatchTooLarge { .. }) => {
+                ResponseError::InvalidCommitOffsetSize
+            }
+            PartitionError::Log(LogError::Io { .. } | LogError::Offline { .. }) => ResponseError::NotCoordinator,
+            other => partition_error_code(other),
+        },
+        OffsetError::Batch { .. } => ResponseError::UnknownServerError,
+        OffsetError::Encode(_) => ResponseError::InvalidRequest,
     }
 }

@@ -1,0 +1,48 @@
+//! DeleteGroups (v0-2): deletes Empty groups (NON_EMPTY_GROUP otherwise) with their committed
+//! offsets and stored metadata; GROUP_ID_NOT_FOUND for a group nobody knows.
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::join_group::check_coordinator;
+use crate::server::{offset_error_code, Broker};
+
+pub async fn handle(
+    broker: &Broker,
+    _header: &RequestHeader,
+    request: DeleteGroupsRequest,
+) -> Option<DeleteGroupsResponse> {
+    let mut results = Vec::with_capacity(request.groups_names.len());
+    for group_id in &request.groups_names {
+        let group = group_id.0.to_string();
+        let outcome = match check_coordinator(broker, &group) {
+            Err(code) => Err(code),
+            Ok(()) => delete(broker, group).await,
+        };
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group_id.clone())
+                .with_error_code(outcome.err().map_or(0, |e| e.code())),
+        );
+    }
+    Some(DeleteGroupsResponse::default().with_results(results))
+}
+
+async fn delete(broker: &Broker, group: String) -> Result<(), ResponseError> {
+    let known_in_memory = match broker.groups.membership.delete(&group) {
+        Ok(()) => true,
+        Err(ResponseError::GroupIdNotFound) => false,
+        Err(code) => return Err(code),
+    };
+    let groups = broker.groups.clone();
+    // Tombstones are appended to a log: off the async workers.
+    let stored = tokio::task::spawn_blocking(move || groups.offsets.delete_group(&group))
+        .await
+        .map_err(|_| ResponseError::UnknownServerError)?;
+    match stored {
+        Ok(known_in_store) if known_in_memory || known_in_store => Ok(()),
+        Ok(_) => Err(ResponseError::GroupIdNotFound),
+        Err(e) => Err(offset_error_code(&e)),
+    }
+}

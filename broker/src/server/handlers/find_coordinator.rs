@@ -1,0 +1,134 @@
+//! FindCoordinator: the coordinator of a group is the leader of partition
+//! `partition_for(group)` of `__consumer_offsets`, which is created on first use. v4+ batch
+//! several keys. Transaction coordinators (key type 1) do not exist yet:
+//! COORDINATOR_NOT_AVAILABLE.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::{broker_id, create_topics, str_bytes};
+use crate::group::{partition_for, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS};
+use crate::server::Broker;
+
+/// Key type of a group coordinator.
+const KEY_TYPE_GROUP: i8 = 0;
+/// Key type of a transaction coordinator.
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// Topic configs of `__consumer_offsets`, as Kafka creates it.
+pub(crate) fn offsets_topic_configs() -> BTreeMap<String, String> {
+    [("cleanup.policy", "compact"), ("segment.bytes", "104857600"), ("compression.type", "producer")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Creates `__consumer_offsets` through the metadata quorum if the image does not have it yet.
+pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), ResponseError> {
+    if broker.controller.image().topics.contains_key(OFFSETS_TOPIC) {
+        return Ok(());
+    }
+    // FIXME: replication factor 1 until replication lands (Kafka's default is 3).
+    match create_topics::create(broker, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS as i32, 1, offsets_topic_configs())
+        .await
+    {
+        Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
+            broker.reconcile_now();
+            Ok(())
+        }
+        Err(code) => {
+            tracing::warn!(?code, "could not create __consumer_offsets");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
+    }
+}
+
+/// (node id, host, port) of the coordinator of `group`.
+async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, String, i32), ResponseError> {
+    ensure_offsets_topic(broker).await?;
+    let image = broker.controller.image();
+    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let partition = partition_for(group, topic.partitions.len() as u32);
+    let leader = topic
+        .partitions
+        .get(partition as usize)
+        .and_then(|p| p.leader)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let endpoint = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    if leader == broker.settings.node_id {
+        // Load the group's partition now, off the async workers, so the requests that follow
+        // find it in memory. A failure shows up again, with its code, on those requests.
+        let groups = broker.groups.clone();
+        let loaded = tokio::task::spawn_blocking(move || groups.offsets.ensure_loaded(partition)).await;
+        if let Ok(Err(e)) = loaded {
+            tracing::debug!(partition, error = %e, "could not load __consumer_offsets partition");
+        }
+    }
+    Ok((broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32))
+}
+
+async fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, String, i32), ResponseError> {
+    match key_type {
+        KEY_TYPE_GROUP if key.is_empty() => Err(ResponseError::InvalidRequest),
+        KEY_TYPE_GROUP => group_coordinator(broker, key).await,
+        KEY_TYPE_TRANSACTION => Err(ResponseError::CoordinatorNotAvailable),
+        _ => Err(ResponseError::InvalidRequest),
+    }
+}
+
+pub async fn handle(
+    broker: &Broker,
+    header: &RequestHeader,
+    request: FindCoordinatorRequest,
+) -> Option<FindCoordinatorResponse> {
+    let version = header.request_api_version;
+    if version >= 4 {
+        let mut coordinators = Vec::with_capacity(request.coordinator_keys.len());
+        for key in &request.coordinator_keys {
+            let entry = Coordinator::default().with_key(key.clone());
+            coordinators.push(match coordinator(broker, request.key_type, key).await {
+                Ok((node_id, host, port)) => entry.with_node_id(node_id).with_host(str_bytes(&host)).with_port(port),
+                Err(code) => entry
+                    .with_node_id(BrokerId(-1))
+                    .with_host(str_bytes(""))
+                    .with_port(-1)
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str_bytes(&code.to_string()))),
+            });
+        }
+        return Some(FindCoordinatorResponse::default().with_coordinators(coordinators));
+    }
+    let response = FindCoordinatorResponse::default();
+    Some(match coordinator(broker, request.key_type, &request.key).await {
+        Ok((node_id, host, port)) => response.with_node_id(node_id).with_host(str_bytes(&host)).with_port(port),
+        Err(code) => {
+            let response =
+                response.with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1).with_error_code(code.code());
+            if version >= 1 {
+                response.with_error_message(Some(str_bytes(&code.to_string())))
+            } else {
+                response
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::LogConfig;
+
+    #[test]
+    fn offsets_topic_configs_are_valid() {
+        // Proves every config we create __consumer_offsets with is a known, valid topic config.
+        let mut config = LogConfig::default();
+        for (name, value) in offsets_topic_configs() {
+            config.set(&name, &value).unwrap();
+        }
+        assert!(config.cleanup_policy.compact);
+        assert_eq!(config.segment_bytes, 104_857_600);
+    }
+}

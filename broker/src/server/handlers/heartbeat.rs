@@ -1,0 +1,22 @@
+//! Heartbeat (v0-4): keeps a member's session alive; REBALANCE_IN_PROGRESS is how members
+//! learn that they must rejoin.
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse, RequestHeader};
+
+use super::join_group::check_coordinator;
+use crate::group::membership;
+use crate::server::Broker;
+
+pub async fn handle(broker: &Broker, _header: &RequestHeader, request: HeartbeatRequest) -> Option<HeartbeatResponse> {
+    let group: &str = &request.group_id.0;
+    let outcome = check_coordinator(broker, group).and_then(|()| {
+        broker.groups.membership.heartbeat(
+            group,
+            &request.member_id,
+            request.group_instance_id.as_deref(),
+            request.generation_id,
+            membership::now(),
+        )
+    });
+    Some(HeartbeatResponse::default().with_error_code(outcome.err().map_or(0, |e| e.code())))
+}

@@ -1,0 +1,98 @@
+//! JoinGroup (v0-9): hands the request to the group's membership state machine and, when the
+//! join must wait for the rest of the group, awaits the parked answer (no lock held).
+//! Also home of `check_coordinator`, the coordinator check every group API shares.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::group::membership::{self, JoinRequest, JoinResult, Reply};
+use crate::group::{partition_for, OFFSETS_TOPIC};
+use crate::server::Broker;
+
+/// Slack on top of the rebalance timeout before a parked join gives up on the sweep.
+const PARKED_SLACK: Duration = Duration::from_secs(5);
+
+/// This node coordinates `group` when it leads the group's `__consumer_offsets` partition.
+/// COORDINATOR_NOT_AVAILABLE until FindCoordinator has created the topic; NOT_COORDINATOR
+/// when another node leads the partition.
+pub(crate) fn check_coordinator(broker: &Broker, group: &str) -> Result<(), ResponseError> {
+    if group.is_empty() {
+        return Err(ResponseError::InvalidGroupId);
+    }
+    let image = broker.controller.image();
+    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let partition = partition_for(group, topic.partitions.len() as u32);
+    let leader = topic.partitions.get(partition as usize).and_then(|p| p.leader);
+    if leader != Some(broker.settings.node_id) || broker.replicas.get(OFFSETS_TOPIC, partition).is_none() {
+        return Err(ResponseError::NotCoordinator);
+    }
+    Ok(())
+}
+
+pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupRequest) -> Option<JoinGroupResponse> {
+    let version = header.request_api_version;
+    let group: &str = &request.group_id.0;
+    let member_id = request.member_id.to_string();
+    if let Err(code) = check_coordinator(broker, group) {
+        return Some(response(JoinResult::error(code, &member_id), version));
+    }
+    // v0 has no rebalance timeout: Kafka uses the session timeout.
+    let rebalance_timeout_ms = if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms };
+    let join = JoinRequest {
+        group_id: group.to_string(),
+        member_id: member_id.clone(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        client_id: header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default(),
+        // FIXME: handlers do not see the peer address yet; Kafka reports "/<ip>" here.
+        client_host: String::new(),
+        session_timeout_ms: request.session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        require_known_member_id: version >= 4,
+        supports_skip_assignment: version >= 9,
+    };
+    let result = match broker.groups.membership.join(join, membership::now()) {
+        Reply::Now(result) => result,
+        Reply::Parked(rx) => {
+            let wait = Duration::from_millis(rebalance_timeout_ms.max(0) as u64) + PARKED_SLACK;
+            match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(result)) => result,
+                // Replaced by a newer join of the same member, or the rebalance did not end in
+                // time: the client retries the join.
+                Ok(Err(_)) | Err(_) => JoinResult::error(ResponseError::RebalanceInProgress, &member_id),
+            }
+        }
+    };
+    Some(response(result, version))
+}
+
+fn response(result: JoinResult, version: i16) -> JoinGroupResponse {
+    let members = result
+        .members
+        .into_iter()
+        .map(|m| {
+            JoinGroupResponseMember::default()
+                .with_member_id(str_bytes(&m.member_id))
+                .with_group_instance_id(if version >= 5 { m.group_instance_id.as_deref().map(str_bytes) } else { None })
+                .with_metadata(m.metadata)
+        })
+        .collect();
+    JoinGroupResponse::default()
+        .with_error_code(result.error.map_or(0, |e| e.code()))
+        .with_generation_id(result.generation_id)
+        .with_protocol_type(if version >= 7 { result.protocol_type.as_deref().map(str_bytes) } else { None })
+        .with_protocol_name(match (version >= 7, result.protocol_name) {
+            (true, name) => name.as_deref().map(str_bytes),
+            // Before v7 the name is a non-nullable string.
+            (false, name) => Some(str_bytes(name.as_deref().unwrap_or(""))),
+        })
+        .with_leader(str_bytes(&result.leader))
+        .with_skip_assignment(version >= 9 && result.skip_assignment)
+        .with_member_id(str_bytes(&result.member_id))
+        .with_members(members)
+}

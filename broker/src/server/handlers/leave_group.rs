@@ -1,0 +1,54 @@
+//! LeaveGroup (v0-5): removes members (one in v0-2, a batch with instance ids in v3+) and
+//! makes the group rebalance.
+
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, RequestHeader};
+
+use super::join_group::check_coordinator;
+use super::str_bytes;
+use crate::group::membership::{self, LeavingMember};
+use crate::server::Broker;
+
+/// Bound on the members one request may remove.
+const LEAVING_MAX: usize = 1000;
+
+pub async fn handle(broker: &Broker, header: &RequestHeader, request: LeaveGroupRequest) -> Option<LeaveGroupResponse> {
+    let version = header.request_api_version;
+    let group: &str = &request.group_id.0;
+    if let Err(code) = check_coordinator(broker, group) {
+        return Some(LeaveGroupResponse::default().with_error_code(code.code()));
+    }
+    let leaving: Vec<LeavingMember> = if version >= 3 {
+        if request.members.len() > LEAVING_MAX {
+            return Some(
+                LeaveGroupResponse::default().with_error_code(kafka_protocol::ResponseError::InvalidRequest.code()),
+            );
+        }
+        request
+            .members
+            .iter()
+            .map(|m| LeavingMember {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
+            })
+            .collect()
+    } else {
+        vec![LeavingMember { member_id: request.member_id.to_string(), group_instance_id: None }]
+    };
+    let results = broker.groups.membership.leave(group, &leaving, membership::now());
+    if version < 3 {
+        let code = results.first().and_then(|r| r.err()).map_or(0, |e| e.code());
+        return Some(LeaveGroupResponse::default().with_error_code(code));
+    }
+    let members = leaving
+        .iter()
+        .zip(results)
+        .map(|(m, result)| {
+            MemberResponse::default()
+                .with_member_id(str_bytes(&m.member_id))
+                .with_group_instance_id(m.group_instance_id.as_deref().map(str_bytes))
+                .with_error_code(result.err().map_or(0, |e| e.code()))
+        })
+        .collect();
+    Some(LeaveGroupResponse::default().with_members(members))
+}

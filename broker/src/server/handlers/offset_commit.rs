@@ -1,0 +1,104 @@
+//! OffsetCommit: stores a group's offsets as one batch in its `__consumer_offsets` partition.
+//! Partitions the metadata does not know get UNKNOWN_TOPIC_OR_PARTITION, metadata above
+//! `offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE; the rest are committed together or
+//! fail together. Member and generation checks are the membership layer's
+//! (`Membership::validate_commit`): generation -1 is a consumer without a group (`assign()`).
+//! `retention_time_ms` (v2-4) is ignored, as Kafka does since 2.1.
+
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::find_coordinator::ensure_offsets_topic;
+use crate::group::offsets::{now_ms, CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::server::{offset_error_code, Broker};
+
+/// Whether the committing member may commit for `group` at `generation_id`: the membership
+/// layer applies Kafka's checks (a consumer without a group, generation -1, may commit while
+/// the group has no members).
+fn validate_member(
+    broker: &Broker,
+    group: &str,
+    member_id: &str,
+    generation_id: i32,
+    group_instance_id: Option<&str>,
+) -> Result<(), ResponseError> {
+    broker.groups.membership.validate_commit(group, member_id, generation_id, group_instance_id)
+}
+
+pub async fn handle(
+    broker: &Broker,
+    header: &RequestHeader,
+    request: OffsetCommitRequest,
+) -> Option<OffsetCommitResponse> {
+    let version = header.request_api_version;
+    let group: &str = &request.group_id.0;
+    let group_error = if group.is_empty() {
+        Err(ResponseError::InvalidGroupId)
+    } else {
+        match ensure_offsets_topic(broker).await {
+            Ok(()) => validate_member(
+                broker,
+                group,
+                &request.member_id,
+                request.generation_id_or_member_epoch,
+                request.group_instance_id.as_deref(),
+            ),
+            Err(code) => Err(code),
+        }
+    };
+
+    let image = broker.controller.image();
+    let now = now_ms();
+    // Per partition: Err(code) decided now, or Ok(()) = part of the commit.
+    let mut results: Vec<(usize, i32, Result<(), ResponseError>)> = Vec::new();
+    let mut commits = Vec::new();
+    for (t, topic) in request.topics.iter().enumerate() {
+        let name: &str = &topic.name.0;
+        let known = image.topics.get(name);
+        for p in &topic.partitions {
+            let metadata = p.committed_metadata.as_deref().unwrap_or("");
+            let result = if let Err(code) = group_error {
+                Err(code)
+            } else if known.is_none_or(|k| p.partition_index < 0 || p.partition_index as usize >= k.partitions.len()) {
+                Err(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                Err(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                commits.push((
+                    name.to_string(),
+                    p.partition_index,
+                    CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: if version >= 6 { p.committed_leader_epoch } else { -1 },
+                        metadata: metadata.to_string(),
+                        commit_timestamp: now,
+                    },
+                ));
+                Ok(())
+            };
+            results.push((t, p.partition_index, result));
+        }
+    }
+    let commit_result = if commits.is_empty() {
+        Ok(())
+    } else {
+        broker.groups.offsets.commit(group, commits).map_err(|e| {
+            tracing::debug!(group, error = %e, "offset commit failed");
+            offset_error_code(&e)
+        })
+    };
+
+    let mut topics: Vec<OffsetCommitResponseTopic> =
+        request.topics.iter().map(|topic| OffsetCommitResponseTopic::default().with_name(topic.name.clone())).collect();
+    for (t, partition_index, result) in results {
+        let code = match result.and(commit_result) {
+            Ok(()) => 0,
+            Err(code) => code.code(),
+        };
+        topics[t]
+            .partitions
+            .push(OffsetCommitResponsePartition::default().with_partition_index(partition_index).with_error_code(code));
+    }
+    Some(OffsetCommitResponse::default().with_topics(topics))
+}

@@ -1,0 +1,68 @@
+//! SyncGroup (v0-5): the leader hands in the assignments, every member gets its own. A
+//! follower's request is parked until the leader's arrives (or the rebalance restarts). Once a
+//! generation is complete the group's metadata is written to `__consumer_offsets`.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{RequestHeader, SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::ResponseError;
+
+use super::join_group::check_coordinator;
+use super::str_bytes;
+use crate::group::membership::{self, Reply, SyncRequest, SyncResult};
+use crate::group::offsets::now_ms;
+use crate::server::Broker;
+
+/// How long a follower waits for the leader's assignments. Kafka bounds it by the rebalance
+/// timeout; the member's session (which the leader also has) ends it earlier in practice.
+const PARKED_MAX: Duration = Duration::from_secs(300);
+
+pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupRequest) -> Option<SyncGroupResponse> {
+    let version = header.request_api_version;
+    let group = request.group_id.0.to_string();
+    if let Err(code) = check_coordinator(broker, &group) {
+        return Some(response(SyncResult::error(code), version));
+    }
+    let is_leader_sync = !request.assignments.is_empty();
+    let sync = SyncRequest {
+        group_id: group.clone(),
+        generation_id: request.generation_id,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        protocol_type: request.protocol_type.as_ref().map(|s| s.to_string()),
+        protocol_name: request.protocol_name.as_ref().map(|s| s.to_string()),
+        assignments: request.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
+    };
+    let result = match broker.groups.membership.sync(sync, membership::now()) {
+        Reply::Now(result) => result,
+        Reply::Parked(rx) => match tokio::time::timeout(PARKED_MAX, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) | Err(_) => SyncResult::error(ResponseError::RebalanceInProgress),
+        },
+    };
+    if result.error.is_none() && is_leader_sync {
+        persist_group(broker, &group).await;
+    }
+    Some(response(result, version))
+}
+
+/// Writes the group's current generation to `__consumer_offsets` (off the async workers: it
+/// appends to a log). A failure is logged: the group works on from memory.
+async fn persist_group(broker: &Broker, group: &str) {
+    let Some(value) = broker.groups.membership.metadata_value(group, now_ms()) else { return };
+    let groups = broker.groups.clone();
+    let group = group.to_string();
+    let stored = tokio::task::spawn_blocking(move || groups.offsets.store_group_metadata(&group, value)).await;
+    if let Ok(Err(e)) = stored {
+        tracing::debug!(error = %e, "could not store group metadata");
+    }
+}
+
+fn response(result: SyncResult, version: i16) -> SyncGroupResponse {
+    let v5 = version >= 5;
+    SyncGroupResponse::default()
+        .with_error_code(result.error.map_or(0, |e| e.code()))
+        .with_protocol_type(if v5 { result.protocol_type.as_deref().map(str_bytes) } else { None })
+        .with_protocol_name(if v5 { result.protocol_name.as_deref().map(str_bytes) } else { None })
+        .with_assignment(result.assignment)
+}

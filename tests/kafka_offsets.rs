@@ -1,0 +1,387 @@
+//! Committed offsets with librdkafka (through `rdkafka`) against the real `runnel` binary:
+//! consumers without a group membership (`assign()`) commit and fetch offsets, which live in
+//! `__consumer_offsets` and survive a clean restart and a SIGKILL. Also every supported
+//! version of FindCoordinator, OffsetCommit, OffsetFetch and OffsetDelete, sent raw, and a
+//! subscribed group resuming at its committed offset after a broker restart.
+//! Every test starts its own node; waits are on conditions with deadlines, never fixed sleeps.
+
+mod support;
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, GroupId, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use support::Runnel;
+
+/// Longest wait for any one step (a debug build on a loaded 2-core machine).
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+}
+
+fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config
+}
+
+fn new_consumer(node: &Runnel, group: &str) -> BaseConsumer {
+    client_config(node, &[("group.id", group), ("enable.auto.commit", "false"), ("enable.auto.offset.store", "false")])
+        .create()
+        .expect("consumer")
+}
+
+fn create_topic(node: &Runnel, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = client_config(node, &[]).create().expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(DEADLINE)).request_timeout(Some(DEADLINE));
+    let results =
+        block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &options))
+            .expect("CreateTopics");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
+    }
+}
+
+fn offsets(topic: &str, offsets: &[(i32, i64)]) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for (partition, offset) in offsets {
+        list.add_partition_offset(topic, *partition, Offset::Offset(*offset)).unwrap();
+    }
+    list
+}
+
+fn committed(consumer: &BaseConsumer, topic: &str, partitions: &[i32]) -> Vec<(i32, Offset)> {
+    let mut wanted = TopicPartitionList::new();
+    for p in partitions {
+        wanted.add_partition(topic, *p);
+    }
+    let list = consumer.committed_offsets(wanted, DEADLINE).expect("committed offsets");
+    let mut found: Vec<(i32, Offset)> = list.elements().iter().map(|e| (e.partition(), e.offset())).collect();
+    found.sort_by_key(|(p, _)| *p);
+    found
+}
+
+#[test]
+fn assign_only_commits_survive_restart_and_kill9() {
+    // Proves commits of a group-less consumer are stored durably and fetched back after a
+    // clean restart and after a SIGKILL, per group, with unknown partitions reported as Invalid.
+    let mut node = Runnel::start(&[]);
+    create_topic(&node, "orders", 3);
+
+    let consumer = new_consumer(&node, "billing");
+    consumer.assign(&offsets("orders", &[(0, 0), (1, 0), (2, 0)])).unwrap();
+    consumer.commit(&offsets("orders", &[(0, 5), (1, 7)]), CommitMode::Sync).expect("commit");
+    consumer.commit(&offsets("orders", &[(0, 6)]), CommitMode::Sync).expect("second commit");
+    let other = new_consumer(&node, "audit");
+    other.commit(&offsets("orders", &[(2, 42)]), CommitMode::Sync).expect("commit of another group");
+    let expected_billing = vec![(0, Offset::Offset(6)), (1, Offset::Offset(7)), (2, Offset::Invalid)];
+    assert_eq!(committed(&consumer, "orders", &[0, 1, 2]), expected_billing);
+    drop(consumer);
+    drop(other);
+
+    assert!(node.terminate(), "clean shutdown");
+    node.restart();
+    let consumer = new_consumer(&node, "billing");
+    assert_eq!(committed(&consumer, "orders", &[0, 1, 2]), expected_billing);
+    let other = new_consumer(&node, "audit");
+    assert_eq!(
+        committed(&other, "orders", &[0, 1, 2]),
+        vec![(0, Offset::Invalid), (1, Offset::Invalid), (2, Offset::Offset(42))]
+    );
+    consumer.commit(&offsets("orders", &[(1, 8)]), CommitMode::Sync).expect("commit after restart");
+    drop(consumer);
+    drop(other);
+
+    node.kill9();
+    node.restart();
+    let consumer = new_consumer(&node, "billing");
+    assert_eq!(
+        committed(&consumer, "orders", &[0, 1, 2]),
+        vec![(0, Offset::Offset(6)), (1, Offset::Offset(8)), (2, Offset::Invalid)]
+    );
+}
+
+#[test]
+fn commit_to_an_unknown_topic_fails() {
+    // Proves a commit naming a topic the cluster does not know is refused, not stored.
+    let node = Runnel::start(&[]);
+    let consumer = new_consumer(&node, "billing");
+    let error = consumer.commit(&offsets("no-such-topic", &[(0, 1)]), CommitMode::Sync);
+    assert!(error.is_err(), "{error:?}");
+}
+
+/// One client connection speaking the Kafka protocol synchronously (raw requests built with
+/// `kafka-protocol`, so every supported version can be exercised).
+struct Conn {
+    stream: std::net::TcpStream,
+    next_correlation_id: i32,
+}
+
+impl Conn {
+    fn open(node: &Runnel) -> Conn {
+        let stream = std::net::TcpStream::connect(node.kafka_addr).expect("connect to runnel");
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        Conn { stream, next_correlation_id: 1 }
+    }
+
+    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let api = ApiKey::try_from(R::KEY).unwrap();
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("runnel-kafka-offsets")));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, api.request_header_version(version)).unwrap();
+        request.encode(&mut buf, version).unwrap();
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf).unwrap();
+
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("a response");
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut frame).unwrap();
+        let mut frame = Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, correlation_id);
+        let response = R::Response::decode(&mut frame, version).unwrap();
+        assert!(frame.is_empty(), "{api:?} v{version} response has trailing bytes");
+        response
+    }
+}
+
+fn name(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_GROUP_ID: i16 = 24;
+
+#[test]
+fn every_supported_version_of_the_offset_apis() {
+    // Proves FindCoordinator v0-6, OffsetCommit v2-9, OffsetFetch v1-9 and OffsetDelete v0
+    // answer correctly and encode only fields their version has.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "events", 2);
+    let mut conn = Conn::open(&node);
+    let port = node.kafka_addr.port() as i32;
+
+    for version in 0..=6i16 {
+        let request = FindCoordinatorRequest::default();
+        let response = if version >= 4 {
+            let request = request.with_coordinator_keys(vec![name("g1"), name("")]);
+            let response = conn.call(version, &request);
+            assert_eq!(response.coordinators.len(), 2);
+            assert_eq!(response.coordinators[0].error_code, 0, "v{version}");
+            assert_eq!(response.coordinators[0].port, port);
+            assert_ne!(response.coordinators[1].error_code, 0, "an empty group id is refused");
+            response
+        } else {
+            let response = conn.call(version, &request.with_key(name("g1")));
+            assert_eq!((response.error_code, response.port), (0, port), "v{version}");
+            response
+        };
+        drop(response);
+    }
+    let transactional =
+        conn.call(4, &FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![name("tx")]));
+    assert_eq!(transactional.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
+
+    for version in 2..=9i16 {
+        let partitions = vec![
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(version as i64 * 10)
+                .with_committed_leader_epoch(if version >= 6 { 0 } else { -1 })
+                .with_committed_metadata(Some(name("meta"))),
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(1)
+                .with_committed_offset(1)
+                .with_committed_metadata(Some(name(&"x".repeat(5000)))),
+            OffsetCommitRequestPartition::default().with_partition_index(7).with_committed_offset(1),
+        ];
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(name("raw")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default().with_name(TopicName(name("events"))).with_partitions(partitions),
+                OffsetCommitRequestTopic::default().with_name(TopicName(name("missing"))).with_partitions(vec![
+                    OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1),
+                ]),
+            ]);
+        let response = conn.call(version, &request);
+        let codes: Vec<Vec<i16>> =
+            response.topics.iter().map(|t| t.partitions.iter().map(|p| p.error_code).collect()).collect();
+        assert_eq!(
+            codes,
+            vec![vec![0, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION], vec![UNKNOWN_TOPIC_OR_PARTITION]],
+            "OffsetCommit v{version}"
+        );
+    }
+    let empty_group = conn.call(
+        9,
+        &OffsetCommitRequest::default().with_generation_id_or_member_epoch(-1).with_topics(vec![
+            OffsetCommitRequestTopic::default().with_name(TopicName(name("events"))).with_partitions(vec![
+                OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1),
+            ]),
+        ]),
+    );
+    assert_eq!(empty_group.topics[0].partitions[0].error_code, INVALID_GROUP_ID);
+
+    // Committed by v9 last: offset 90, leader epoch 0, metadata "meta"; partition 1 has none.
+    for version in 1..=9i16 {
+        let rows: Vec<(i32, i64, i32, Option<String>, i16)> = if version >= 8 {
+            let request = OffsetFetchRequest::default().with_groups(vec![
+                OffsetFetchRequestGroup::default().with_group_id(GroupId(name("raw"))).with_topics(Some(vec![
+                    OffsetFetchRequestTopics::default()
+                        .with_name(TopicName(name("events")))
+                        .with_partition_indexes(vec![0, 1]),
+                ])),
+                OffsetFetchRequestGroup::default().with_group_id(GroupId(name("raw"))).with_topics(None),
+            ]);
+            let response = conn.call(version, &request);
+            assert_eq!(response.groups.len(), 2);
+            let all = &response.groups[1].topics;
+            assert_eq!(all.len(), 1, "null topics lists every committed partition");
+            assert_eq!(all[0].partitions.len(), 1);
+            response.groups[0].topics[0]
+                .partitions
+                .iter()
+                .map(|p| {
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata.as_ref().map(|m| m.to_string()),
+                        p.error_code,
+                    )
+                })
+                .collect()
+        } else {
+            let request = OffsetFetchRequest::default().with_group_id(GroupId(name("raw"))).with_topics(Some(vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(name("events")))
+                    .with_partition_indexes(vec![0, 1]),
+            ]));
+            let response = conn.call(version, &request);
+            assert_eq!(response.error_code, 0);
+            response.topics[0]
+                .partitions
+                .iter()
+                .map(|p| {
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata.as_ref().map(|m| m.to_string()),
+                        p.error_code,
+                    )
+                })
+                .collect()
+        };
+        let epoch = if version >= 5 { 0 } else { -1 };
+        assert_eq!(
+            rows,
+            vec![(0, 90, epoch, Some("meta".to_string()), 0), (1, -1, -1, Some(String::new()), 0)],
+            "OffsetFetch v{version}"
+        );
+    }
+
+    let deleted = conn.call(
+        0,
+        &OffsetDeleteRequest::default().with_group_id(GroupId(name("raw"))).with_topics(vec![
+            OffsetDeleteRequestTopic::default()
+                .with_name(TopicName(name("events")))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        ]),
+    );
+    assert_eq!(deleted.error_code, 0);
+    assert_eq!(deleted.topics[0].partitions[0].error_code, 0);
+    let after = conn.call(7, &OffsetFetchRequest::default().with_group_id(GroupId(name("raw"))).with_topics(None));
+    assert!(after.topics.is_empty(), "{after:?}");
+}
+
+/// Polls until `count` records arrived or the deadline passes; returns their (partition, offset).
+fn poll_records(consumer: &BaseConsumer, count: usize) -> Vec<(i32, i64)> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    while seen.len() < count {
+        assert!(Instant::now() < deadline, "only {} of {count} records within {DEADLINE:?}", seen.len());
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a record");
+            seen.push((message.partition(), message.offset()));
+        }
+    }
+    seen
+}
+
+fn subscribed_consumer(node: &Runnel, group: &str, topic: &str) -> BaseConsumer {
+    let consumer: BaseConsumer = client_config(
+        node,
+        &[
+            ("group.id", group),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "300"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create()
+    .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    consumer
+}
+
+#[test]
+fn a_group_resumes_at_its_committed_offset_after_a_broker_restart() {
+    // Proves a subscribed (group-managed) consumer's commit survives a broker restart: the
+    // group's next consumer starts at the committed offset, not at auto.offset.reset=earliest.
+    let mut node = Runnel::start(&[]);
+    create_topic(&node, "ledger", 1);
+    let producer: BaseProducer = client_config(&node, &[]).create().expect("producer");
+    for i in 0..10 {
+        producer.send(BaseRecord::<(), _>::to("ledger").payload(&format!("record {i}"))).expect("send");
+    }
+    producer.flush(DEADLINE).expect("flush");
+    drop(producer);
+
+    let consumer = subscribed_consumer(&node, "resume", "ledger");
+    let first = poll_records(&consumer, 4);
+    assert_eq!(first, (0..4).map(|o| (0, o)).collect::<Vec<_>>());
+    // Processed four records: commit the next position, 4, with the member's generation.
+    consumer.commit(&offsets("ledger", &[(0, 4)]), CommitMode::Sync).expect("group commit");
+    drop(consumer);
+
+    assert!(node.terminate(), "clean shutdown");
+    node.restart();
+    let consumer = subscribed_consumer(&node, "resume", "ledger");
+    let resumed = poll_records(&consumer, 6);
+    assert_eq!(resumed, (4..10).map(|o| (0, o)).collect::<Vec<_>>());
+}
