@@ -180,3 +180,78 @@ fn kcat_with_an_old_librdkafka_negotiates_and_round_trips() {
         .collect();
     assert_eq!(text.lines().collect::<Vec<_>>(), expected);
 }
+
+#[test]
+fn kafka_consumer_groups_tool_lists_describes_resets_and_deletes() {
+    // Proves kafka-consumer-groups.sh: --list, --describe (offsets, log end, lag match what was
+    // produced and committed), --reset-offsets --to-earliest --execute, --delete.
+    let Some(cli) = kafka_cli() else { return };
+    let node = Runnel::start(&[]);
+    let b = node.bootstrap();
+    let (ok, out) =
+        run(&cli, &["topics", "--bootstrap-server", &b, "--create", "--topic", "ledger", "--partitions", "1"], None);
+    assert!(ok, "{out}");
+    let (ok, out) =
+        run(&cli, &["console-producer", "--bootstrap-server", &b, "--topic", "ledger"], Some("r1\nr2\nr3\nr4\nr5\n"));
+    assert!(ok, "{out}");
+    let (ok, out) = run(
+        &cli,
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            &b,
+            "--topic",
+            "ledger",
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--timeout-ms",
+            "30000",
+        ],
+        None,
+    );
+    assert!(ok && out.contains("Processed a total of 3 messages"), "{out}");
+    let (ok, out) = run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--list"], None);
+    assert!(ok && out.lines().any(|l| l.trim() == "billing"), "{out}");
+    // The console consumer commits what it consumed: 3 of 5 (it may have fetched more, but it
+    // commits the position after the records it processed).
+    let describe = |cli: &PathBuf| {
+        let (ok, out) =
+            run(cli, &["consumer-groups", "--bootstrap-server", &b, "--describe", "--group", "billing"], None);
+        assert!(ok, "{out}");
+        let row =
+            out.lines().find(|l| l.starts_with("billing ")).unwrap_or_else(|| panic!("no row in {out}")).to_string();
+        let cols: Vec<String> = row.split_whitespace().map(str::to_string).collect();
+        // GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+        (cols[3].clone(), cols[4].clone(), cols[5].clone())
+    };
+    let (current, end, lag) = describe(&cli);
+    assert_eq!(end, "5");
+    let current: i64 = current.parse().expect("a committed offset");
+    assert!((3..=5).contains(&current), "committed {current}");
+    assert_eq!(lag.parse::<i64>().unwrap(), 5 - current);
+    let (ok, out) = run(
+        &cli,
+        &[
+            "consumer-groups",
+            "--bootstrap-server",
+            &b,
+            "--group",
+            "billing",
+            "--reset-offsets",
+            "--to-earliest",
+            "--topic",
+            "ledger",
+            "--execute",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    assert_eq!(describe(&cli), ("0".to_string(), "5".to_string(), "5".to_string()));
+    let (ok, out) = run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--delete", "--group", "billing"], None);
+    assert!(ok && out.contains("successful"), "{out}");
+    let (ok, out) = run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--list"], None);
+    assert!(ok && !out.lines().any(|l| l.trim() == "billing"), "{out}");
+}
