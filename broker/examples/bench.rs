@@ -5,21 +5,44 @@
 //! Options: `--records N` (default 1000000), `--sizes 100,1024`, `--acks 1,all`,
 //! `--partitions P` (default 6), `--linger-ms L` (default 5), `--batch-size B` (default 65536).
 //! Each (size, acks) pair runs on a fresh topic; the consumer then reads that topic back.
+//!
+//! `--mode groups` benchmarks the group coordinator instead, on 12-partition topics:
+//! - commit throughput: `--groups G` (default 8) consumers, one per group, each `assign()`s all
+//!   12 partitions and commits them synchronously in a tight loop for `--seconds D` (default 10);
+//!   one OffsetCommit of 12 partitions counts as one commit;
+//! - rebalance time: `--members M` (default 10) consumers subscribe to one topic in a fresh
+//!   group; the time from the first subscribe until every member holds a non-empty assignment
+//!   and together they hold all 12 partitions once, repeated `--repeats R` (default 3) times.
+//!   `--strategy range|cooperative-sticky` (default range).
+//!
 //! Only loopback addresses are accepted.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Records,
+    Groups,
+}
+
 struct Options {
     bootstrap: String,
+    mode: Mode,
+    groups: usize,
+    seconds: u64,
+    members: usize,
+    repeats: usize,
+    strategy: String,
     records: usize,
     sizes: Vec<usize>,
     acks: Vec<String>,
@@ -31,6 +54,12 @@ struct Options {
 fn parse_args() -> Options {
     let mut options = Options {
         bootstrap: "127.0.0.1:9092".into(),
+        mode: Mode::Records,
+        groups: 8,
+        seconds: 10,
+        members: 10,
+        repeats: 3,
+        strategy: "range".into(),
         records: 1_000_000,
         sizes: vec![100, 1024],
         acks: vec!["1".into(), "all".into()],
@@ -44,6 +73,18 @@ fn parse_args() -> Options {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
             "--bootstrap" => options.bootstrap = value,
+            "--mode" => {
+                options.mode = match value.as_str() {
+                    "records" => Mode::Records,
+                    "groups" => Mode::Groups,
+                    other => panic!("--mode records|groups, not {other}"),
+                }
+            }
+            "--groups" => options.groups = value.parse().expect("--groups G"),
+            "--seconds" => options.seconds = value.parse().expect("--seconds D"),
+            "--members" => options.members = value.parse().expect("--members M"),
+            "--repeats" => options.repeats = value.parse().expect("--repeats R"),
+            "--strategy" => options.strategy = value,
             "--records" => options.records = value.parse().expect("--records N"),
             "--sizes" => options.sizes = value.split(',').map(|s| s.parse().expect("--sizes a,b")).collect(),
             "--acks" => options.acks = value.split(',').map(str::to_string).collect(),
@@ -93,10 +134,10 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-fn create_topic(options: &Options, name: &str) {
+fn create_topic(options: &Options, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &options.bootstrap).create().expect("admin client");
-    let topic = NewTopic::new(name, options.partitions, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let results = runtime.block_on(admin.create_topics([&topic], &AdminOptions::new())).expect("create topic");
     for result in results {
@@ -180,6 +221,204 @@ fn consume(options: &Options, topic: &str, size: usize) -> (f64, f64) {
 
 fn main() {
     let options = parse_args();
+    match options.mode {
+        Mode::Records => records_main(&options),
+        Mode::Groups => groups_main(&options),
+    }
+}
+
+/// Partitions of the topics of `--mode groups`, as the benchmark asks.
+const GROUP_BENCH_PARTITIONS: i32 = 12;
+
+fn group_consumer_config(options: &Options, group: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &options.bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("partition.assignment.strategy", &options.strategy);
+    config
+}
+
+struct CommitResult {
+    commits: usize,
+    errors: usize,
+    latencies_us: Vec<u32>,
+}
+
+/// One group's tight commit loop: every partition of `topic` at offset `i` for the i-th commit.
+fn commit_loop(options: &Options, topic: &str, group: &str, start: &Barrier) -> CommitResult {
+    let consumer: BaseConsumer = group_consumer_config(options, group).create().expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..GROUP_BENCH_PARTITIONS {
+        assignment.add_partition(topic, p);
+    }
+    consumer.assign(&assignment).expect("assign");
+    let offsets = |i: i64| {
+        let mut list = TopicPartitionList::new();
+        for p in 0..GROUP_BENCH_PARTITIONS {
+            list.add_partition_offset(topic, p, Offset::Offset(i)).expect("offset");
+        }
+        list
+    };
+    // Warm up until the coordinator answers (the offsets topic may be created on first use).
+    let warm_deadline = Instant::now() + Duration::from_secs(60);
+    while consumer.commit(&offsets(0), CommitMode::Sync).is_err() {
+        assert!(Instant::now() < warm_deadline, "group {group}: no successful commit within 60 s");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    start.wait();
+    let end = Instant::now() + Duration::from_secs(options.seconds);
+    let mut result = CommitResult { commits: 0, errors: 0, latencies_us: Vec::with_capacity(1 << 16) };
+    let mut i = 1i64;
+    while Instant::now() < end {
+        let list = offsets(i);
+        let sent = Instant::now();
+        match consumer.commit(&list, CommitMode::Sync) {
+            Ok(()) => {
+                result.latencies_us.push(sent.elapsed().as_micros() as u32);
+                result.commits += 1;
+            }
+            Err(_) => result.errors += 1,
+        }
+        i += 1;
+    }
+    result
+}
+
+/// Commits/s of `options.groups` groups committing at once; returns (total, per group, p50, p99).
+fn commit_throughput(options: &Options, run: u32) -> (f64, Vec<f64>, usize, f64, f64) {
+    let topic = format!("bench-groups-{run}-commits");
+    create_topic(options, &topic, GROUP_BENCH_PARTITIONS);
+    let start = Barrier::new(options.groups + 1);
+    let results: Vec<CommitResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..options.groups)
+            .map(|g| {
+                let (topic, start) = (&topic, &start);
+                scope.spawn(move || commit_loop(options, topic, &format!("bench-{run}-commit-{g}"), start))
+            })
+            .collect();
+        start.wait();
+        handles.into_iter().map(|h| h.join().expect("commit thread")).collect()
+    });
+    let seconds = options.seconds as f64;
+    let per_group: Vec<f64> = results.iter().map(|r| r.commits as f64 / seconds).collect();
+    let errors = results.iter().map(|r| r.errors).sum();
+    let mut latencies: Vec<u32> = results.into_iter().flat_map(|r| r.latencies_us).collect();
+    latencies.sort_unstable();
+    (per_group.iter().sum(), per_group, errors, percentile(&latencies, 0.5), percentile(&latencies, 0.99))
+}
+
+/// Whether the members' assignments are each non-empty, disjoint and together all partitions.
+fn balanced(assignments: &[Vec<i32>]) -> bool {
+    let total: usize = assignments.iter().map(Vec::len).sum();
+    let union: std::collections::BTreeSet<i32> = assignments.iter().flatten().copied().collect();
+    assignments.iter().all(|a| !a.is_empty())
+        && total == GROUP_BENCH_PARTITIONS as usize
+        && union.len() == GROUP_BENCH_PARTITIONS as usize
+        && union.iter().all(|p| (0..GROUP_BENCH_PARTITIONS).contains(p))
+}
+
+/// Seconds from the first subscribe of `options.members` consumers of a fresh `group` until the
+/// group is balanced.
+fn rebalance_time(options: &Options, topic: &str, group: &str) -> f64 {
+    struct State {
+        assignments: Vec<Vec<i32>>,
+        first_subscribe: Option<Instant>,
+        balanced_at: Option<Instant>,
+    }
+    let state =
+        Mutex::new(State { assignments: vec![Vec::new(); options.members], first_subscribe: None, balanced_at: None });
+    let stop = AtomicBool::new(false);
+    let ready = Barrier::new(options.members);
+    let deadline = Duration::from_secs(120);
+    std::thread::scope(|scope| {
+        for member in 0..options.members {
+            let (state, stop, ready) = (&state, &stop, &ready);
+            scope.spawn(move || {
+                let consumer: BaseConsumer = group_consumer_config(options, group).create().expect("consumer");
+                ready.wait();
+                let subscribed = Instant::now();
+                consumer.subscribe(&[topic]).expect("subscribe");
+                {
+                    let mut state = state.lock().expect("lock");
+                    state.first_subscribe = Some(state.first_subscribe.map_or(subscribed, |t| t.min(subscribed)));
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = consumer.poll(Duration::from_millis(10));
+                    let assigned: Vec<i32> = consumer
+                        .assignment()
+                        .map(|list| list.elements().iter().map(|e| e.partition()).collect())
+                        .unwrap_or_default();
+                    let now = Instant::now();
+                    let mut state = state.lock().expect("lock");
+                    state.assignments[member] = assigned;
+                    if state.balanced_at.is_none() && balanced(&state.assignments) {
+                        state.balanced_at = Some(now);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if now.duration_since(subscribed) > deadline {
+                        stop.store(true, Ordering::Relaxed);
+                        panic!("group {group} not balanced within {deadline:?}: {:?}", state.assignments);
+                    }
+                }
+            });
+        }
+    });
+    let state = state.into_inner().expect("lock");
+    let first = state.first_subscribe.expect("subscribed");
+    state.balanced_at.expect("balanced").duration_since(first).as_secs_f64()
+}
+
+fn groups_main(options: &Options) {
+    let run = std::process::id();
+    let (total, per_group, errors, p50, p99) = commit_throughput(options, run);
+    let per_group_text: Vec<String> = per_group.iter().map(|c| format!("{c:.0}")).collect();
+    println!("| benchmark | groups | seconds | commits/s total | commits/s per group | errors | p50 ms | p99 ms |");
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| commit (12 partitions) | {} | {} | {total:.0} | {} | {errors} | {p50:.2} | {p99:.2} |",
+        options.groups,
+        options.seconds,
+        per_group_text.join(" / ")
+    );
+    println!();
+
+    let topic = format!("bench-groups-{run}-rebalance");
+    create_topic(options, &topic, GROUP_BENCH_PARTITIONS);
+    let mut times = Vec::with_capacity(options.repeats);
+    println!("| benchmark | members | strategy | repeat | seconds |");
+    println!("|---|---|---|---|---|");
+    for repeat in 0..options.repeats {
+        let seconds = rebalance_time(options, &topic, &format!("bench-{run}-rebalance-{repeat}"));
+        println!("| rebalance | {} | {} | {} | {seconds:.3} |", options.members, options.strategy, repeat + 1);
+        times.push(seconds);
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    println!("| rebalance | {} | {} | median | {median:.3} |", options.members, options.strategy);
+
+    let per_group_json: Vec<String> = per_group.iter().map(|c| format!("{c:.1}")).collect();
+    println!(
+        "RESULT {{\"benchmark\":\"commit\",\"groups\":{},\"partitions\":{GROUP_BENCH_PARTITIONS},\"seconds\":{},\"commits_per_s\":{total:.1},\"commits_per_s_per_group\":[{}],\"errors\":{errors},\"p50_ms\":{p50:.3},\"p99_ms\":{p99:.3}}}",
+        options.groups,
+        options.seconds,
+        per_group_json.join(",")
+    );
+    let times_json: Vec<String> = times.iter().map(|t| format!("{t:.3}")).collect();
+    println!(
+        "RESULT {{\"benchmark\":\"rebalance\",\"members\":{},\"partitions\":{GROUP_BENCH_PARTITIONS},\"strategy\":\"{}\",\"seconds\":[{}],\"median_s\":{median:.3}}}",
+        options.members,
+        options.strategy,
+        times_json.join(",")
+    );
+}
+
+fn records_main(options: &Options) {
     let run = std::process::id();
     println!("| step | size | acks | records/s | MB/s | p50 ms | p99 ms | p999 ms |");
     println!("|---|---|---|---|---|---|---|---|");
@@ -187,10 +426,10 @@ fn main() {
     for &size in &options.sizes {
         for acks in &options.acks {
             let topic = format!("bench-{run}-{size}-{acks}");
-            create_topic(&options, &topic);
-            let (rps, mbps, [p50, p99, p999]) = produce(&options, &topic, size, acks);
+            create_topic(options, &topic, options.partitions);
+            let (rps, mbps, [p50, p99, p999]) = produce(options, &topic, size, acks);
             println!("| produce | {size} | {acks} | {rps:.0} | {mbps:.1} | {p50:.2} | {p99:.2} | {p999:.2} |");
-            let (crps, cmbps) = consume(&options, &topic, size);
+            let (crps, cmbps) = consume(options, &topic, size);
             println!("| consume | {size} | {acks} | {crps:.0} | {cmbps:.1} | | | |");
             results.lock().expect("lock").push((size, acks.clone(), rps, mbps, p50, p99, p999, crps, cmbps));
         }
