@@ -385,3 +385,42 @@ fn a_group_resumes_at_its_committed_offset_after_a_broker_restart() {
     let resumed = poll_records(&consumer, 6);
     assert_eq!(resumed, (4..10).map(|o| (0, o)).collect::<Vec<_>>());
 }
+
+#[test]
+fn offsets_of_groups_without_members_expire_after_offsets_retention_minutes() {
+    // Proves offsets.retention.minutes end to end: with retention 0 and fast housekeeping, an
+    // empty group's commits disappear (and stay gone after a restart), as Kafka expires them.
+    let mut node = Runnel::start(&["--offsets-retention-minutes", "0", "--housekeeping-interval-ms", "50"]);
+    create_topic(&node, "ephemeral", 1);
+    let consumer = new_consumer(&node, "gone-soon");
+    consumer.commit(&offsets("ephemeral", &[(0, 3)]), CommitMode::Sync).expect("commit");
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(30), || committed(&consumer, "ephemeral", &[0])
+            == vec![(0, Offset::Invalid)]),
+        "the committed offset never expired"
+    );
+    drop(consumer);
+    // The commit was really stored, then expired: in __consumer_offsets the group's key has a
+    // value and, after it, a tombstone.
+    let reader = new_consumer(&node, "offsets-reader");
+    let mut all = TopicPartitionList::new();
+    for p in 0..50 {
+        all.add_partition_offset("__consumer_offsets", p, Offset::Beginning).unwrap();
+    }
+    reader.assign(&all).unwrap();
+    let mut values: Vec<bool> = Vec::new();
+    let found = support::wait_until(std::time::Duration::from_secs(30), || {
+        while let Some(Ok(message)) = reader.poll(std::time::Duration::from_millis(50)) {
+            let key = message.key().unwrap_or_default();
+            if key.windows(b"gone-soon".len()).any(|w| w == b"gone-soon") && key.ends_with(&0i32.to_be_bytes()) {
+                values.push(message.payload().is_some());
+            }
+        }
+        values.len() >= 2
+    });
+    assert!(found && values[0] && !values[values.len() - 1], "commit then tombstone, got {values:?}");
+    assert!(node.terminate(), "clean shutdown");
+    node.restart();
+    let consumer = new_consumer(&node, "gone-soon");
+    assert_eq!(committed(&consumer, "ephemeral", &[0]), vec![(0, Offset::Invalid)]);
+}

@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
+    /// `offsets.retention.minutes`: committed offsets of groups without members expire after
+    /// this long [default: 10080, 7 days].
+    #[arg(long, env = "RUNNEL_OFFSETS_RETENTION_MINUTES")]
+    pub offsets_retention_minutes: Option<u64>,
     /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
@@ -79,6 +83,7 @@ struct FileConfig {
     auto_create_topics_enable: Option<bool>,
     socket_request_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
+    offsets_retention_minutes: Option<u64>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -121,6 +126,7 @@ pub struct NodeConfig {
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
+    pub offsets_retention_minutes: u64,
     pub log_defaults: LogConfig,
 }
 
@@ -184,6 +190,10 @@ impl NodeConfig {
                 .or(file.socket_request_max_bytes)
                 .unwrap_or(104_857_600),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
+            offsets_retention_minutes: args
+                .offsets_retention_minutes
+                .or(file.offsets_retention_minutes)
+                .unwrap_or(7 * 24 * 60),
             log_defaults,
         })
     }

@@ -133,6 +133,7 @@ impl Node {
         let groups = broker.groups.clone();
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let mut stop = shutdown_rx.clone();
+        let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -143,17 +144,14 @@ impl Node {
                 }
                 let replicas = housekeeping.clone();
                 let groups = groups.clone();
+                let retention_ms = offsets_retention_ms;
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain();
                     // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(
-                        crate::group::offsets::now_ms(),
-                        crate::group::offsets::DEFAULT_OFFSETS_RETENTION_MS,
-                        |group| {
-                            use crate::group::membership::GroupState;
-                            matches!(groups.membership.state(group), None | Some(GroupState::Empty | GroupState::Dead))
-                        },
-                    );
+                    groups.offsets.expire(crate::group::offsets::now_ms(), retention_ms, |group| {
+                        use crate::group::membership::GroupState;
+                        matches!(groups.membership.state(group), None | Some(GroupState::Empty | GroupState::Dead))
+                    });
                 })
                 .await;
             }
