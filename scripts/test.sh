@@ -26,4 +26,14 @@ if [[ -x $KAFKA_HARNESS/setup.sh || -f $KAFKA_HARNESS/setup.sh ]] && command -v 
     bash "$KAFKA_HARNESS/setup.sh" || echo "warning: Kafka jars unavailable; Kafka tool tests will SKIP" >&2
 fi
 
-cargo test --workspace --all-targets --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary (cargo prints one "test result" line per binary, the
+# last of which is often an empty doc-test run).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"
