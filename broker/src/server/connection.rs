@@ -7,10 +7,11 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::response::{pass_through_of, Frame, ResponseBuf};
 use super::{handlers, versions, Broker};
 
 /// Why a connection is closed.
@@ -82,7 +83,7 @@ async fn handle_connection(
         reader.read_exact(&mut frame).await?;
         let frame = frame.freeze();
         if let Some(response) = handle_frame(&broker, frame).await? {
-            writer.write_all(&response).await?;
+            response.write_to(&mut writer).await?;
         }
         tracing::trace!(%peer, "request handled");
     }
@@ -90,7 +91,7 @@ async fn handle_connection(
 
 /// Decodes one request frame, runs its handler and returns the framed response (or none, for
 /// acks=0 produce).
-async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>, ConnectionError> {
     if frame.len() < 8 {
         return Err(ConnectionError::Malformed(format!("frame of {} bytes has no request header", frame.len())));
     }
@@ -161,22 +162,21 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Bytes>
 }
 
 /// `[size][response header][body]` in one buffer.
-fn frame_response(
+fn frame_response<T: Encodable + 'static>(
     correlation_id: i32,
     header_version: i16,
-    body: &impl Encodable,
+    body: &T,
     version: i16,
-) -> Result<Bytes, ConnectionError> {
+) -> Result<Frame, ConnectionError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let encode_error = |e: anyhow::Error| ConnectionError::Malformed(format!("response: {e}"));
-    // Sized up front: a fetch response carries megabytes of records, and growing the buffer
-    // by doubling would copy them again and again.
+    // Sized up front: the copied part is allocated once; fetched records are not copied at all.
     let size = header.compute_size(header_version).map_err(encode_error)?
         + body.compute_size(version).map_err(encode_error)?;
-    let mut buf = BytesMut::with_capacity(4 + size);
+    let mut buf = ResponseBuf::new(4 + size, pass_through_of(body));
     buf.put_i32(size as i32);
     header.encode(&mut buf, header_version).map_err(encode_error)?;
     body.encode(&mut buf, version).map_err(encode_error)?;
     debug_assert_eq!(buf.len(), 4 + size);
-    Ok(buf.freeze())
+    Ok(buf.into_frame())
 }

@@ -11,6 +11,7 @@
 mod connection;
 mod errors;
 pub mod handlers;
+mod response;
 pub mod versions;
 
 use std::sync::Arc;
