@@ -141,6 +141,7 @@ fn groups_are_listed_and_described() {
     assert_eq!(groups[0].protocol_type(), "consumer");
     assert_eq!(groups[0].state(), "Stable");
     assert_eq!(groups[0].members().len(), 1);
+    assert_eq!(groups[0].members()[0].client_host(), "/127.0.0.1", "Kafka's /<ip> form");
 }
 
 fn consumer_with(node: &Runnel, group: &str, topic: &str, extra: &[(&str, &str)]) -> BaseConsumer {
@@ -334,6 +335,7 @@ fn every_supported_version_of_the_group_apis() {
         assert_eq!(&*described.groups[0].protocol_data, "range");
         assert_eq!(described.groups[0].members[0].member_assignment, Bytes::from_static(b"assignment"));
         assert_eq!(&*described.groups[0].members[0].client_id, "raw");
+        assert_eq!(&*described.groups[0].members[0].client_host, "/127.0.0.1");
         assert_eq!((described.groups[1].error_code, &*described.groups[1].group_state), (0, "Dead"));
 
         let leave_version = version.min(5);

@@ -14,6 +14,17 @@ use tokio::sync::watch;
 use super::response::{pass_through_of, Frame, ResponseBuf};
 use super::{handlers, versions, Broker};
 
+tokio::task_local! {
+    /// The client address of the request being handled (Kafka reports it as a group member's
+    /// `client_host`).
+    static PEER: SocketAddr;
+}
+
+/// The address of the client whose request is being handled, in Kafka's `/<ip>` form.
+pub fn client_host() -> String {
+    PEER.try_with(|peer| format!("/{}", peer.ip())).unwrap_or_default()
+}
+
 /// Why a connection is closed.
 #[derive(Debug, thiserror::Error)]
 enum ConnectionError {
@@ -82,7 +93,7 @@ async fn handle_connection(
         let mut frame = BytesMut::zeroed(size as usize);
         reader.read_exact(&mut frame).await?;
         let frame = frame.freeze();
-        if let Some(response) = handle_frame(&broker, frame).await? {
+        if let Some(response) = PEER.scope(peer, handle_frame(&broker, frame)).await? {
             response.write_to(&mut writer).await?;
         }
         tracing::trace!(%peer, "request handled");

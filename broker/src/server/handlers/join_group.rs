@@ -47,8 +47,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
         member_id: member_id.clone(),
         group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
         client_id: header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default(),
-        // FIXME: handlers do not see the peer address yet; Kafka reports "/<ip>" here.
-        client_host: String::new(),
+        client_host: crate::server::client_host(),
         session_timeout_ms: request.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: request.protocol_type.to_string(),
