@@ -8,7 +8,6 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -16,10 +15,10 @@ use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, SyncGroupRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -27,7 +26,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use support::Runnel;
+use support::{RawConn, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -204,48 +203,6 @@ fn cooperative_sticky_keeps_unmoved_partitions() {
     }
 }
 
-/// One connection sending raw requests, for the versions librdkafka does not use.
-struct Conn {
-    stream: std::net::TcpStream,
-    next_correlation_id: i32,
-}
-
-impl Conn {
-    fn open(node: &Runnel) -> Conn {
-        let stream = std::net::TcpStream::connect(node.kafka_addr).expect("connect to runnel");
-        stream.set_read_timeout(Some(DEADLINE)).unwrap();
-        Conn { stream, next_correlation_id: 1 }
-    }
-
-    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id += 1;
-        let api = ApiKey::try_from(R::KEY).unwrap();
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("raw")));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header.encode(&mut buf, api.request_header_version(version)).unwrap();
-        request.encode(&mut buf, version).unwrap();
-        let size = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).unwrap();
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).expect("a response");
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut frame).unwrap();
-        let mut frame = Bytes::from(frame);
-        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, correlation_id);
-        let response = R::Response::decode(&mut frame, version).unwrap();
-        assert!(frame.is_empty(), "{api:?} v{version} response has trailing bytes");
-        response
-    }
-}
-
 fn name(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -276,7 +233,7 @@ fn every_supported_version_of_the_group_apis() {
     // v0-5, ListGroups v0-5 and DeleteGroups v0-2 answer correctly and encode only fields their
     // version has; and the error codes of the common mistakes.
     let node = Runnel::start(&[]);
-    let mut conn = Conn::open(&node);
+    let mut conn = RawConn::open(&node, "raw");
 
     let early = conn.call(5, &join_request("early", ""));
     assert_eq!(early.error_code, COORDINATOR_NOT_AVAILABLE, "before __consumer_offsets exists");
@@ -410,7 +367,7 @@ fn a_crashed_member_loses_its_partitions_after_its_session_timeout() {
     create_topic(&node, "crash", 12);
     let a = group_consumer(&node, "crash-group", "crash");
     await_balanced(&[&a], 12);
-    let mut conn = Conn::open(&node);
+    let mut conn = RawConn::open(&node, "raw");
     let crashed = std::thread::spawn(move || {
         let mut join = join_request("crash-group", "").with_session_timeout_ms(6000);
         join.protocols[0].metadata = subscription("crash");

@@ -8,27 +8,24 @@
 mod support;
 
 use std::future::Future;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, GroupId, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-    RequestHeader, ResponseHeader, TopicName,
+    FindCoordinatorRequest, GroupId, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use support::Runnel;
+use support::{RawConn, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -131,50 +128,6 @@ fn commit_to_an_unknown_topic_fails() {
     assert!(error.is_err(), "{error:?}");
 }
 
-/// One client connection speaking the Kafka protocol synchronously (raw requests built with
-/// `kafka-protocol`, so every supported version can be exercised).
-struct Conn {
-    stream: std::net::TcpStream,
-    next_correlation_id: i32,
-}
-
-impl Conn {
-    fn open(node: &Runnel) -> Conn {
-        let stream = std::net::TcpStream::connect(node.kafka_addr).expect("connect to runnel");
-        stream.set_read_timeout(Some(DEADLINE)).unwrap();
-        Conn { stream, next_correlation_id: 1 }
-    }
-
-    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id += 1;
-        let api = ApiKey::try_from(R::KEY).unwrap();
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("runnel-kafka-offsets")));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header.encode(&mut buf, api.request_header_version(version)).unwrap();
-        request.encode(&mut buf, version).unwrap();
-        let size = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).unwrap();
-
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).expect("a response");
-        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut frame).unwrap();
-        let mut frame = Bytes::from(frame);
-        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, correlation_id);
-        let response = R::Response::decode(&mut frame, version).unwrap();
-        assert!(frame.is_empty(), "{api:?} v{version} response has trailing bytes");
-        response
-    }
-}
-
 fn name(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
@@ -190,7 +143,7 @@ fn every_supported_version_of_the_offset_apis() {
     // answer correctly and encode only fields their version has.
     let node = Runnel::start(&[]);
     create_topic(&node, "events", 2);
-    let mut conn = Conn::open(&node);
+    let mut conn = RawConn::open(&node, "runnel-kafka-offsets");
     let port = node.kafka_addr.port() as i32;
 
     for version in 0..=6i16 {

@@ -143,3 +143,54 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
     condition()
 }
+
+/// One client connection speaking the Kafka protocol synchronously: raw requests built with
+/// `kafka-protocol`, so every supported version can be exercised (librdkafka picks one).
+pub struct RawConn {
+    stream: std::net::TcpStream,
+    next_correlation_id: i32,
+    client_id: &'static str,
+}
+
+impl RawConn {
+    pub fn open(node: &Runnel, client_id: &'static str) -> RawConn {
+        let stream = std::net::TcpStream::connect(node.kafka_addr).expect("connect to runnel");
+        stream.set_read_timeout(Some(START_TIMEOUT)).expect("read timeout");
+        RawConn { stream, next_correlation_id: 1, client_id }
+    }
+
+    /// Sends `request` at `version` and returns the decoded response, checking the correlation
+    /// id and that the response has no trailing bytes (no field its version lacks).
+    pub fn call<R: kafka_protocol::protocol::Request>(&mut self, version: i16, request: &R) -> R::Response {
+        use bytes::BufMut;
+        use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+        use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+        use std::io::{Read, Write};
+
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let api = ApiKey::try_from(R::KEY).expect("known api key");
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str(self.client_id)));
+        let mut buf = bytes::BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, api.request_header_version(version)).expect("encode header");
+        request.encode(&mut buf, version).expect("encode request");
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf).expect("send request");
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).expect("a response");
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut frame).expect("the whole response");
+        let mut frame = bytes::Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version)).expect("header");
+        assert_eq!(header.correlation_id, correlation_id);
+        let response = R::Response::decode(&mut frame, version).expect("decode response");
+        assert!(frame.is_empty(), "{api:?} v{version} response has trailing bytes");
+        response
+    }
+}
