@@ -10,7 +10,6 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,26 +29,13 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, Timestamp, TopicPartitionList};
 use runnel::log::batch::BatchIter;
 use runnel::log::{Compression, RecordBatch};
-use support::{wait_until, Runnel};
+use support::{block_on, client_config, wait_until, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
-}
-
-fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
-    for (key, value) in extra {
-        config.set(*key, *value);
-    }
-    config
 }
 
 fn new_producer(node: &Runnel, extra: &[(&str, &str)]) -> FutureProducer {

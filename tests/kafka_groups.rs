@@ -7,7 +7,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -20,56 +19,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use support::{RawConn, Runnel};
+use rdkafka::{Offset, TopicPartitionList};
+use support::{client_config, create_topic, group_consumer, RawConn, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
-}
-
-fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
-    for (key, value) in extra {
-        config.set(*key, *value);
-    }
-    config
-}
-
-fn create_topic(node: &Runnel, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = client_config(node, &[]).create().expect("admin client");
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE)).request_timeout(Some(DEADLINE));
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let results = block_on(admin.create_topics(&[topic], &options)).expect("CreateTopics");
-    for result in results {
-        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
-    }
-}
-
-fn group_consumer(node: &Runnel, group: &str, topic: &str) -> BaseConsumer {
-    let consumer: BaseConsumer = client_config(
-        node,
-        &[
-            ("group.id", group),
-            ("session.timeout.ms", "6000"),
-            ("heartbeat.interval.ms", "300"),
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "earliest"),
-        ],
-    )
-    .create()
-    .expect("consumer");
-    consumer.subscribe(&[topic]).expect("subscribe");
-    consumer
-}
 
 fn assigned(consumer: &BaseConsumer) -> Vec<i32> {
     consumer.assignment().map(|list| list.elements().iter().map(|e| e.partition()).collect()).unwrap_or_default()

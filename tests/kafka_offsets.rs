@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
@@ -20,44 +19,18 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use support::{RawConn, Runnel};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use support::{client_config, create_topic, group_consumer, RawConn, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
-}
-
-fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
-    for (key, value) in extra {
-        config.set(*key, *value);
-    }
-    config
-}
 
 fn new_consumer(node: &Runnel, group: &str) -> BaseConsumer {
     client_config(node, &[("group.id", group), ("enable.auto.commit", "false"), ("enable.auto.offset.store", "false")])
         .create()
         .expect("consumer")
-}
-
-fn create_topic(node: &Runnel, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = client_config(node, &[]).create().expect("admin client");
-    let options = AdminOptions::new().operation_timeout(Some(DEADLINE)).request_timeout(Some(DEADLINE));
-    let results =
-        block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &options))
-            .expect("CreateTopics");
-    for result in results {
-        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
-    }
 }
 
 fn offsets(topic: &str, offsets: &[(i32, i64)]) -> TopicPartitionList {
@@ -295,23 +268,6 @@ fn poll_records(consumer: &BaseConsumer, count: usize) -> Vec<(i32, i64)> {
     seen
 }
 
-fn subscribed_consumer(node: &Runnel, group: &str, topic: &str) -> BaseConsumer {
-    let consumer: BaseConsumer = client_config(
-        node,
-        &[
-            ("group.id", group),
-            ("session.timeout.ms", "6000"),
-            ("heartbeat.interval.ms", "300"),
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "earliest"),
-        ],
-    )
-    .create()
-    .expect("consumer");
-    consumer.subscribe(&[topic]).expect("subscribe");
-    consumer
-}
-
 #[test]
 fn a_group_resumes_at_its_committed_offset_after_a_broker_restart() {
     // Proves a subscribed (group-managed) consumer's commit survives a broker restart: the
@@ -325,7 +281,7 @@ fn a_group_resumes_at_its_committed_offset_after_a_broker_restart() {
     producer.flush(DEADLINE).expect("flush");
     drop(producer);
 
-    let consumer = subscribed_consumer(&node, "resume", "ledger");
+    let consumer = group_consumer(&node, "resume", "ledger");
     let first = poll_records(&consumer, 4);
     assert_eq!(first, (0..4).map(|o| (0, o)).collect::<Vec<_>>());
     // Processed four records: commit the next position, 4, with the member's generation.
@@ -334,7 +290,7 @@ fn a_group_resumes_at_its_committed_offset_after_a_broker_restart() {
 
     assert!(node.terminate(), "clean shutdown");
     node.restart();
-    let consumer = subscribed_consumer(&node, "resume", "ledger");
+    let consumer = group_consumer(&node, "resume", "ledger");
     let resumed = poll_records(&consumer, 6);
     assert_eq!(resumed, (4..10).map(|o| (0, o)).collect::<Vec<_>>());
 }

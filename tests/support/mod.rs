@@ -194,3 +194,50 @@ impl RawConn {
         response
     }
 }
+
+/// Runs a future to completion on a fresh current-thread runtime (rdkafka's admin calls).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(future)
+}
+
+/// A librdkafka client config pointed at `node`, plus `extra` settings.
+pub fn client_config(node: &Runnel, extra: &[(&str, &str)]) -> rdkafka::ClientConfig {
+    let mut config = rdkafka::ClientConfig::new();
+    config.set("bootstrap.servers", node.bootstrap()).set("broker.address.family", "v4");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config
+}
+
+/// Creates a topic with replication factor 1 through librdkafka's AdminClient.
+pub fn create_topic(node: &Runnel, name: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        client_config(node, &[]).create().expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(START_TIMEOUT)).request_timeout(Some(START_TIMEOUT));
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let results = block_on(admin.create_topics(&[topic], &options)).expect("CreateTopics");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
+    }
+}
+
+/// A group member subscribed to `topic`: 6 s session, manual commits, from the earliest offset.
+pub fn group_consumer(node: &Runnel, group: &str, topic: &str) -> rdkafka::consumer::BaseConsumer {
+    use rdkafka::consumer::Consumer;
+    let consumer: rdkafka::consumer::BaseConsumer = client_config(
+        node,
+        &[
+            ("group.id", group),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "300"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create()
+    .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    consumer
+}
