@@ -29,6 +29,9 @@ pub struct ServeArgs {
     /// Port advertised to clients [default: the listener's port].
     #[arg(long, env = "RUNNEL_ADVERTISED_PORT")]
     pub advertised_port: Option<u16>,
+    /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
+    #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
     /// Metadata quorum (raft) listener address [default: 127.0.0.1:9093].
     #[arg(long, env = "RUNNEL_CONTROLLER_LISTEN")]
     pub controller_listen: Option<SocketAddr>,
@@ -74,6 +77,7 @@ struct FileConfig {
     kafka_listen: Option<SocketAddr>,
     advertised_host: Option<String>,
     advertised_port: Option<u16>,
+    http_listen: Option<SocketAddr>,
     controller_listen: Option<SocketAddr>,
     voters: Option<String>,
     data_dir: Option<PathBuf>,
@@ -117,6 +121,7 @@ pub struct NodeConfig {
     pub kafka_listen: SocketAddr,
     pub advertised_host: Option<String>,
     pub advertised_port: Option<u16>,
+    pub http_listen: SocketAddr,
     pub controller_listen: SocketAddr,
     pub voters: BTreeMap<u64, String>,
     pub data_dir: PathBuf,
@@ -171,6 +176,10 @@ impl NodeConfig {
                 .unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
             advertised_host: args.advertised_host.clone().or(file.advertised_host),
             advertised_port: args.advertised_port.or(file.advertised_port),
+            http_listen: args
+                .http_listen
+                .or(file.http_listen)
+                .unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid default")),
             controller_listen,
             voters,
             data_dir: args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")),

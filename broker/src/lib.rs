@@ -5,10 +5,13 @@
 //! Layers are folders and dependencies flow one way:
 //! `log ← partition ← controller ← server ← node`, with `config` read by `node` and `main`.
 
+pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod group;
+pub mod http;
 pub mod log;
+pub mod metrics;
 pub mod node;
 pub mod partition;
 pub mod server;

@@ -1,5 +1,5 @@
-//! `runnel`: the broker binary. `runnel serve` runs a node; more subcommands (topics, produce,
-//! consume, groups, transforms) come with the HTTP API.
+//! `runnel`: the broker binary. `runnel serve` runs a node; the other subcommands (topic,
+//! produce, consume, group, cluster) talk to a node over its HTTP API (`runnel::cli`).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Run a node (a single-node cluster with no flags).
     Serve(ServeArgs),
+    #[command(flatten)]
+    Client(runnel::cli::Command),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,13 +40,15 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(serve(config))
         }
+        // They print their own errors and choose the exit code (1 API error, 3 unreachable).
+        Command::Client(command) => std::process::exit(runnel::cli::run(command)),
     }
 }
 
 async fn serve(config: NodeConfig) -> anyhow::Result<()> {
     let node = Node::start(config).await.context("starting the node")?;
     // One machine-readable line on stdout, for scripts and tests that start us on port 0.
-    println!("READY kafka={} controller={}", node.kafka_addr(), node.controller_addr());
+    println!("READY kafka={} controller={} http={}", node.kafka_addr(), node.controller_addr(), node.http_addr());
     wait_for_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await.context("shutting down")?;

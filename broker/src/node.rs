@@ -34,6 +34,12 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("binding the HTTP listener {addr}: {source}")]
+    BindHttp {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("metadata quorum: {0}")]
     Controller(#[from] ControllerError),
 }
@@ -41,6 +47,7 @@ pub enum NodeError {
 /// A running node.
 pub struct Node {
     kafka_addr: SocketAddr,
+    http_addr: SocketAddr,
     controller_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -68,6 +75,11 @@ impl Node {
             .map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
         let kafka_addr =
             listener.local_addr().map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
+        let http_listener = TcpListener::bind(config.http_listen)
+            .await
+            .map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
+        let http_addr =
+            http_listener.local_addr().map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
         let advertised_host = config.advertised_host.clone().unwrap_or_else(|| kafka_addr.ip().to_string());
         let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
 
@@ -107,6 +119,7 @@ impl Node {
             controller: controller.clone(),
             replicas: replicas.clone(),
             groups: Arc::new(crate::group::GroupCoordinator::new(replicas.clone())),
+            metrics: crate::metrics::Metrics::new(),
             reconcile: Box::new(reconcile),
         });
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -157,13 +170,30 @@ impl Node {
             }
         }));
 
+        // Throughput rates for the dashboard, sampled from the counters once a second.
+        let sampled = broker.metrics.clone();
+        let mut stop = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = ticker.tick() => sampled.sample_rates(),
+                }
+            }
+        }));
+
+        tasks.push(tokio::spawn(crate::http::serve(http_listener, broker.clone(), shutdown_rx.clone())));
         tasks.push(tokio::spawn(server::serve(listener, broker.clone(), shutdown_rx)));
-        tracing::info!(node_id = config.node_id, %kafka_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
-        Ok(Node { kafka_addr, controller_addr: controller.local_addr(), shutdown, tasks, broker })
+        tracing::info!(node_id = config.node_id, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
+        Ok(Node { kafka_addr, http_addr, controller_addr: controller.local_addr(), shutdown, tasks, broker })
     }
 
     pub fn kafka_addr(&self) -> SocketAddr {
         self.kafka_addr
+    }
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
     }
     pub fn controller_addr(&self) -> SocketAddr {
         self.controller_addr

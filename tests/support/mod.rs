@@ -15,6 +15,8 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Runnel {
     child: Option<Child>,
     pub kafka_addr: SocketAddr,
+    /// The HTTP listener (REST API, dashboard, /metrics).
+    pub http_addr: SocketAddr,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
     _temp: Option<tempfile::TempDir>,
@@ -33,8 +35,13 @@ impl Runnel {
     /// Starts a node on `data_dir` (kept by the caller).
     pub fn start_in(data_dir: &Path, extra_args: &[&str]) -> Runnel {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, kafka_addr) = spawn(data_dir, &extra_args);
-        Runnel { child: Some(child), kafka_addr, data_dir: data_dir.to_path_buf(), extra_args, _temp: None }
+        let (child, kafka_addr, http_addr) = spawn(data_dir, &extra_args);
+        Runnel { child: Some(child), kafka_addr, http_addr, data_dir: data_dir.to_path_buf(), extra_args, _temp: None }
+    }
+
+    /// `http://<http_addr>`: the base URL of the REST API.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
     }
 
     pub fn bootstrap(&self) -> String {
@@ -64,9 +71,10 @@ impl Runnel {
     /// Starts the node again on the same data dir (new ports).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the node before restarting it");
-        let (child, kafka_addr) = spawn(&self.data_dir, &self.extra_args);
+        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &self.extra_args);
         self.child = Some(child);
         self.kafka_addr = kafka_addr;
+        self.http_addr = http_addr;
     }
 }
 
@@ -79,12 +87,12 @@ impl Drop for Runnel {
     }
 }
 
-fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr) {
+fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--kafka-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0"])
+        .args(["--kafka-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
         .args(extra_args)
         .env("RUNNEL_LOG_LEVEL", std::env::var("RUNNEL_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())
@@ -109,12 +117,14 @@ fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr) {
             panic!("runnel did not print READY within {START_TIMEOUT:?}");
         }
     };
-    let kafka = ready
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix("kafka="))
-        .and_then(|a| a.parse().ok())
-        .expect("READY line names the kafka address");
-    (child, kafka)
+    let address = |name: &str| -> SocketAddr {
+        ready
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("READY line names the {name} address"))
+    };
+    (child, address("kafka"), address("http"))
 }
 
 fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
@@ -240,4 +250,82 @@ pub fn group_consumer(node: &Runnel, group: &str, topic: &str) -> rdkafka::consu
     .expect("consumer");
     consumer.subscribe(&[topic]).expect("subscribe");
     consumer
+}
+
+/// A blocking HTTP client for a node's REST API (reqwest on its own runtime).
+pub struct HttpApi {
+    runtime: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    pub base: String,
+}
+
+/// One HTTP answer: status, body text, and the body as JSON when it is JSON.
+#[derive(Debug)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub text: String,
+    pub json: serde_json::Value,
+}
+
+impl HttpApi {
+    pub fn new(node: &Runnel) -> HttpApi {
+        HttpApi::at(&node.http_url())
+    }
+
+    pub fn at(base: &str) -> HttpApi {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        HttpApi { runtime, client, base: base.trim_end_matches('/').to_string() }
+    }
+
+    /// Any request; `body` is sent with `content_type` when given.
+    pub fn call(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> HttpAnswer {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self.client.request(method, format!("{}{}", self.base, path));
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        self.runtime.block_on(async {
+            let response = request.send().await.expect("HTTP request");
+            let status = response.status().as_u16();
+            let content_type =
+                response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let text = response.text().await.expect("HTTP body");
+            let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+            HttpAnswer { status, content_type, text, json }
+        })
+    }
+
+    pub fn get(&self, path: &str) -> HttpAnswer {
+        self.call("GET", path, None, None)
+    }
+
+    pub fn delete(&self, path: &str) -> HttpAnswer {
+        self.call("DELETE", path, None, None)
+    }
+
+    /// POST/PUT of a JSON value with `content_type` (application/json when `None`).
+    pub fn send_json(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &serde_json::Value,
+    ) -> HttpAnswer {
+        let body = serde_json::to_vec(body).expect("JSON");
+        self.call(method, path, Some(content_type.unwrap_or("application/json")), Some(body))
+    }
+
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> HttpAnswer {
+        self.send_json("POST", path, None, body)
+    }
+
+    /// The cluster id (for v3 paths).
+    pub fn cluster_id(&self) -> String {
+        self.get("/v1/cluster").json["cluster_id"].as_str().expect("cluster id").to_string()
+    }
 }

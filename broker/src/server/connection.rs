@@ -40,6 +40,19 @@ enum ConnectionError {
     UnsupportedVersion { api: ApiKey, version: i16 },
 }
 
+impl ConnectionError {
+    /// The `reason` label of the errors metric.
+    fn reason(&self) -> &'static str {
+        match self {
+            ConnectionError::Io(_) => "io",
+            ConnectionError::TooLarge { .. } => "too_large",
+            ConnectionError::Malformed(_) => "malformed",
+            ConnectionError::UnknownApi(_) => "unknown_api",
+            ConnectionError::UnsupportedVersion { .. } => "unsupported_version",
+        }
+    }
+}
+
 /// Accepts connections until `shutdown` turns true; each connection runs in its own task.
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     loop {
@@ -52,11 +65,18 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
+                    let metrics = broker.metrics.clone();
+                    metrics.connections.inc();
+                    metrics.connections_created.inc();
                     match handle_connection(stream, peer, broker, shutdown).await {
                         Ok(()) => tracing::debug!(%peer, "connection closed"),
                         Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection closed"),
-                        Err(e) => tracing::warn!(%peer, error = %e, "closing connection"),
+                        Err(e) => {
+                            metrics.kafka_request_error(e.reason());
+                            tracing::warn!(%peer, error = %e, "closing connection");
+                        }
                     }
+                    metrics.connections.dec();
                 });
             }
             Err(e) => {
@@ -93,9 +113,12 @@ async fn handle_connection(
         let mut frame = BytesMut::zeroed(size as usize);
         reader.read_exact(&mut frame).await?;
         let frame = frame.freeze();
+        let started = std::time::Instant::now();
+        let api_key = if frame.len() >= 2 { i16::from_be_bytes([frame[0], frame[1]]) } else { -1 };
         if let Some(response) = PEER.scope(peer, handle_frame(&broker, frame)).await? {
             response.write_to(&mut writer).await?;
         }
+        broker.metrics.kafka_request(api_key, started.elapsed().as_secs_f64());
         tracing::trace!(%peer, "request handled");
     }
 }

@@ -27,14 +27,23 @@ pub async fn handle(broker: &Broker, _header: &RequestHeader, request: FetchRequ
         appends.borrow_and_update();
         let (response, bytes, has_error) = read_once(broker, &request);
         if bytes >= request.min_bytes.max(0) as usize || has_error || tokio::time::Instant::now() >= deadline {
-            return Some(response);
+            return Some(count_out(broker, response));
         }
         match tokio::time::timeout_at(deadline, appends.changed()).await {
             Ok(Ok(())) => continue,
             // Deadline passed, or the broker is shutting down: answer with what we have.
-            _ => return Some(read_once(broker, &request).0),
+            _ => return Some(count_out(broker, read_once(broker, &request).0)),
         }
     }
+}
+
+/// Bytes out per topic, for the response that is actually sent.
+fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
+    for topic in &response.responses {
+        let bytes: usize = topic.partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
+        broker.metrics.record_out(&topic.topic.0, bytes as u64);
+    }
+    response
 }
 
 /// One pass over the requested partitions: the response, its record bytes, and whether any

@@ -41,6 +41,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
             match result {
                 Ok((info, log_start_offset)) => {
                     appended = true;
+                    broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64);
                     response = response
                         .with_base_offset(info.first_offset)
                         .with_log_append_time_ms(info.log_append_time)

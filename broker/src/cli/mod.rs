@@ -1,0 +1,117 @@
+//! The `runnel` CLI subcommands other than `serve`: they talk to a node over its HTTP API — `/v1`
+//! for administration and reads, the Confluent v2 API for produce and for consuming in a group.
+//!
+//! Owns: the clap types of these subcommands, dispatch, exit codes, rendering. Invariant: it
+//! never reaches into broker internals, only HTTP through [`client::Client`], so every command
+//! works the same against a remote node. Exit codes: 0 ok, 1 API or input error, 2 usage error
+//! (clap's), 3 node unreachable — scripts can tell "retry later" from "wrong request".
+
+mod api;
+mod client;
+mod cluster;
+mod consume;
+mod group;
+mod output;
+mod produce;
+mod topic;
+
+use clap::{Args, Subcommand};
+
+pub use output::Output;
+
+/// Exit code when nothing answers at `--url`.
+pub const EXIT_UNREACHABLE: i32 = 3;
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, list, describe, configure and delete topics.
+    Topic(topic::TopicCommand),
+    /// Write records from a file or stdin to a topic (one per line).
+    Produce(produce::ProduceArgs),
+    /// Print a topic's records to stdout, one per line.
+    Consume(consume::ConsumeArgs),
+    /// List, describe (with lag) and delete consumer groups.
+    Group(group::GroupCommand),
+    /// Show the cluster's nodes and health.
+    Cluster(cluster::ClusterCommand),
+}
+
+/// Where the node is and how to print its answers; accepted anywhere after the subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct Connection {
+    /// Base URL of a node's HTTP API.
+    #[arg(long, env = "RUNNEL_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    pub url: String,
+    /// Output format of admin commands.
+    #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+/// `--format` of produce and consume: how records map to lines.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// One record value per line (`key<SEP>value` with --key-separator when producing).
+    #[default]
+    Lines,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Runs `command` and returns the process exit code; errors are printed on stderr.
+pub fn run(command: Command) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let result = runtime.block_on(dispatch(command));
+    // Partition readers may still be parked in long polls; they hold nothing worth waiting for.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => 0,
+        Err(error) => report(&error),
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Topic(command) => topic::run(command).await,
+        Command::Produce(args) => produce::run(args).await,
+        Command::Consume(args) => consume::run(args).await,
+        Command::Group(command) => group::run(command).await,
+        Command::Cluster(command) => cluster::run(command).await,
+    }
+}
+
+/// Prints `error` and picks the exit code.
+fn report(error: &anyhow::Error) -> i32 {
+    // The reader went away (`| head`): what it read was all it wanted.
+    let broken_pipe = error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if broken_pipe {
+        return 0;
+    }
+    let unreachable = error.chain().find_map(|cause| match cause.downcast_ref::<client::ApiError>() {
+        Some(e @ client::ApiError::Unreachable { .. }) => Some(e),
+        _ => None,
+    });
+    if let Some(unreachable) = unreachable {
+        // reqwest's cause chain ("error sending request…: tcp connect error…") adds noise, not
+        // information, to this one.
+        eprintln!("error: {unreachable}");
+        return EXIT_UNREACHABLE;
+    }
+    eprintln!("error: {error:#}");
+    1
+}
+
+/// `key=value` as `--config` and `--set` take it; the value may itself contain `=`.
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got '{text}'")),
+    }
+}

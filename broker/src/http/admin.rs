@@ -1,0 +1,303 @@
+//! Topic and group administration shared by the v1 and v3 routes (and the state gauges of
+//! `/metrics`): create/delete topics and alter configs through the Kafka handlers; partition
+//! state, group membership and lag read from the node, in one place so every view agrees.
+
+use std::collections::BTreeMap;
+
+use bytes::Buf;
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::{ConsumerProtocolAssignment, DeleteTopicsRequest, IncrementalAlterConfigsRequest};
+use kafka_protocol::protocol::Decodable;
+
+use super::error::{ApiError, ApiResult};
+use super::{kafka, Http};
+use crate::controller::TopicImage;
+use crate::group::OFFSETS_TOPIC;
+use crate::server::handlers::{self, create_topics};
+use crate::server::Broker;
+
+pub async fn create_topic(
+    http: &Http,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+) -> ApiResult<()> {
+    let assignment = create_topics::Assignment::Auto { partitions, replication_factor };
+    create_topics::validate_and_create(&http.broker, name, assignment, configs, false)
+        .await
+        .map_err(|(code, message)| ApiError::kafka(code, Some(&message)))?;
+    http.broker.reconcile_now();
+    Ok(())
+}
+
+pub async fn delete_topic(http: &Http, name: &str) -> ApiResult<()> {
+    if !http.broker.controller.image().topics.contains_key(name) {
+        return Err(ApiError::unknown_topic(name));
+    }
+    let request =
+        DeleteTopicsRequest::default().with_timeout_ms(30_000).with_topic_names(vec![handlers::topic_name(name)]);
+    let response = handlers::delete_topics::handle(&http.broker, &kafka::header(kafka::DELETE_TOPICS), request)
+        .await
+        .ok_or_else(|| ApiError::internal("DeleteTopics returned no response"))?;
+    match response.responses.first() {
+        Some(r) if r.error_code != 0 => Err(ApiError::kafka_code(r.error_code, r.error_message.as_deref())),
+        Some(_) => {
+            http.broker.metrics.forget_topic(name);
+            Ok(())
+        }
+        None => Err(ApiError::internal("DeleteTopics answered nothing")),
+    }
+}
+
+/// One effective config of a topic.
+pub struct ConfigEntry {
+    pub name: &'static str,
+    pub value: String,
+    /// Set on the topic (else the broker default).
+    pub is_override: bool,
+}
+
+pub fn topic_configs(broker: &Broker, topic: &TopicImage) -> Vec<ConfigEntry> {
+    broker
+        .topic_log_config(&topic.configs)
+        .entries()
+        .into_iter()
+        .map(|(name, value)| ConfigEntry { name, value, is_override: topic.configs.contains_key(name) })
+        .collect()
+}
+
+/// Sets and deletes topic config overrides through IncrementalAlterConfigs (validated, then
+/// committed through the metadata quorum).
+pub async fn alter_topic_configs(
+    http: &Http,
+    topic: &str,
+    set: &[(String, String)],
+    delete: &[String],
+) -> ApiResult<()> {
+    if !http.broker.controller.image().topics.contains_key(topic) {
+        return Err(ApiError::unknown_topic(topic));
+    }
+    let configs = set
+        .iter()
+        .map(|(name, value)| {
+            AlterableConfig::default()
+                .with_name(handlers::str_bytes(name))
+                .with_config_operation(0)
+                .with_value(Some(handlers::str_bytes(value)))
+        })
+        .chain(delete.iter().map(|name| {
+            AlterableConfig::default().with_name(handlers::str_bytes(name)).with_config_operation(1).with_value(None)
+        }))
+        .collect();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(handlers::str_bytes(topic))
+        .with_configs(configs)]);
+    let response = handlers::incremental_alter_configs::handle(
+        &http.broker,
+        &kafka::header(kafka::INCREMENTAL_ALTER_CONFIGS),
+        request,
+    )
+    .await
+    .ok_or_else(|| ApiError::internal("IncrementalAlterConfigs returned no response"))?;
+    match response.responses.first() {
+        Some(r) if r.error_code != 0 => Err(ApiError::kafka_code(r.error_code, r.error_message.as_deref())),
+        _ => {
+            http.broker.reconcile_now();
+            Ok(())
+        }
+    }
+}
+
+/// A partition as the dashboard shows it.
+pub struct PartitionState {
+    pub partition: u32,
+    pub leader: Option<u64>,
+    pub replicas: Vec<u64>,
+    pub isr: Vec<u64>,
+    pub leader_epoch: i32,
+    /// From the local replica; `None` when this node does not host the partition.
+    pub log_start_offset: Option<i64>,
+    pub high_watermark: Option<i64>,
+    pub log_end_offset: Option<i64>,
+    pub size_bytes: Option<u64>,
+    pub under_replicated: bool,
+    pub offline: bool,
+}
+
+pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionState> {
+    topic
+        .partitions
+        .iter()
+        .map(|p| {
+            let hosted = broker.replicas.get(&topic.name, p.partition);
+            PartitionState {
+                partition: p.partition,
+                leader: p.leader,
+                replicas: p.replicas.clone(),
+                isr: hosted.as_ref().map_or_else(|| p.isr.clone(), |h| h.isr()),
+                leader_epoch: p.leader_epoch,
+                log_start_offset: hosted.as_ref().map(|h| h.log_start_offset()),
+                high_watermark: hosted.as_ref().map(|h| h.high_watermark()),
+                log_end_offset: hosted.as_ref().map(|h| h.log_end_offset()),
+                size_bytes: hosted.as_ref().map(|h| h.size_bytes()),
+                under_replicated: p.isr.len() < p.replicas.len(),
+                offline: p.leader.is_none(),
+            }
+        })
+        .collect()
+}
+
+pub fn is_internal(topic: &str) -> bool {
+    topic.starts_with("__")
+}
+
+/// One member of a group with its decoded assignment.
+pub struct Member {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Vec<(String, Vec<i32>)>,
+}
+
+/// A group as HTTP shows it: membership from the coordinator, offsets with lag.
+pub struct GroupView {
+    pub group_id: String,
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub coordinator: Option<u64>,
+    pub members: Vec<Member>,
+    pub offsets: Vec<LagRow>,
+}
+
+impl GroupView {
+    pub fn total_lag(&self) -> i64 {
+        self.offsets.iter().map(|o| o.lag.unwrap_or(0)).sum()
+    }
+}
+
+pub struct LagRow {
+    pub topic: String,
+    pub partition: i32,
+    pub committed_offset: i64,
+    /// The high watermark (what consumers can reach), as kafka-consumer-groups.sh reports it.
+    pub log_end_offset: Option<i64>,
+    pub lag: Option<i64>,
+    pub metadata: String,
+    /// The member the partition is assigned to, if any.
+    pub member: Option<usize>,
+}
+
+/// Kafka's ConsumerProtocolAssignment (a version prefix, then the body); empty for other
+/// protocol types or malformed bytes.
+pub fn decode_assignment(bytes: &[u8]) -> Vec<(String, Vec<i32>)> {
+    let mut buf = bytes::Bytes::copy_from_slice(bytes);
+    if buf.remaining() < 2 {
+        return Vec::new();
+    }
+    let version = buf.get_i16();
+    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
+        Ok(assignment) => {
+            assignment.assigned_partitions.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect()
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Loads every `__consumer_offsets` partition this node hosts (a no-op once loaded), so group
+/// listings are complete after a restart before any client asked about a group.
+async fn load_offsets(http: &Http) {
+    let broker = http.broker.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        let partitions = broker.controller.image().topics.get(OFFSETS_TOPIC).map_or(0, |t| t.partitions.len() as u32);
+        for p in 0..partitions {
+            if broker.replicas.get(OFFSETS_TOPIC, p).is_some() {
+                let _ = broker.groups.offsets.ensure_loaded(p);
+            }
+        }
+    })
+    .await;
+}
+
+/// Every group known here: with members or with committed offsets.
+pub async fn group_ids(http: &Http) -> Vec<String> {
+    load_offsets(http).await;
+    let mut ids: Vec<String> = http.broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
+    ids.extend(http.broker.groups.offsets.groups_with_offsets());
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// The group, or 404 when neither membership nor offsets know it.
+pub async fn group(http: &Http, group_id: &str) -> ApiResult<GroupView> {
+    load_offsets(http).await;
+    group_loaded(&http.broker, group_id).ok_or_else(|| ApiError::unknown_group(group_id))
+}
+
+/// [`group`] without loading offsets first (the metrics scrape loads them once itself).
+pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
+    let description = broker.groups.membership.describe(group_id);
+    let committed = broker.groups.offsets.fetch(group_id, None).unwrap_or_default();
+    if description.is_none() && committed.is_empty() {
+        return None;
+    }
+    let image = broker.controller.image();
+    let coordinator = image.topics.get(OFFSETS_TOPIC).and_then(|t| {
+        t.partitions.get(crate::group::partition_for(group_id, t.partitions.len() as u32) as usize)?.leader
+    });
+    let (state, protocol_type, protocol, members) = match description {
+        Some(d) => (
+            d.state.name(),
+            d.protocol_type,
+            d.protocol,
+            d.members
+                .into_iter()
+                .map(|m| Member {
+                    assignment: decode_assignment(&m.assignment),
+                    member_id: m.member_id,
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                })
+                .collect(),
+        ),
+        None => ("Empty", String::new(), String::new(), Vec::new()),
+    };
+    let owner = |topic: &str, partition: i32| {
+        members.iter().position(|m: &Member| m.assignment.iter().any(|(t, ps)| t == topic && ps.contains(&partition)))
+    };
+    let mut offsets: Vec<LagRow> = committed
+        .into_iter()
+        .map(|(topic, partition, c)| {
+            let high_watermark =
+                u32::try_from(partition).ok().and_then(|p| broker.replicas.get(&topic, p)).map(|p| p.high_watermark());
+            LagRow {
+                member: owner(&topic, partition),
+                lag: high_watermark.map(|hw| (hw - c.offset).max(0)),
+                log_end_offset: high_watermark,
+                committed_offset: c.offset,
+                metadata: c.metadata,
+                topic,
+                partition,
+            }
+        })
+        .collect();
+    offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    Some(GroupView { group_id: group_id.to_string(), state, protocol_type, protocol, coordinator, members, offsets })
+}
+
+pub async fn delete_group(http: &Http, group_id: &str) -> ApiResult<()> {
+    use kafka_protocol::messages::{DeleteGroupsRequest, GroupId};
+    let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(handlers::str_bytes(group_id))]);
+    let response = handlers::delete_groups::handle(&http.broker, &kafka::header(kafka::DELETE_GROUPS), request)
+        .await
+        .ok_or_else(|| ApiError::internal("DeleteGroups returned no response"))?;
+    match response.results.first() {
+        Some(r) if r.error_code != 0 => Err(ApiError::kafka_code(r.error_code, Some(&format!("group '{group_id}'")))),
+        _ => Ok(()),
+    }
+}

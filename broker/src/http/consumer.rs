@@ -1,0 +1,985 @@
+//! HTTP consumer instances (Confluent REST Proxy v2): each is a real member of its consumer
+//! group. A task per subscribed instance runs the classic group protocol through the same
+//! JoinGroup / SyncGroup / Heartbeat / LeaveGroup handlers a Kafka client reaches, offers the
+//! `range` and `roundrobin` assignors (what librdkafka and the Java client offer by default),
+//! computes the assignment when it is elected leader, and so rebalances with Kafka-protocol
+//! members of the same group.
+//!
+//! Invariants: a poll never holds the instance state across its long wait (a rebalance must
+//! not wait for a poll); records of a partition are returned only while it is assigned, and
+//! positions only move forward by what a response returned (or by an explicit seek); the
+//! number of instances is bounded and idle ones expire after `consumer.instance.timeout.ms`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    consumer_protocol_assignment, fetch_request, join_group_request, leave_group_request, offset_commit_request,
+    offset_fetch_request, sync_group_request, BrokerId, ConsumerProtocolAssignment, ConsumerProtocolSubscription,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
+use tokio::sync::{watch, Notify};
+
+use super::error::{ApiError, ApiResult};
+use super::records::{self, ReadRecord};
+use super::{kafka, Http, LONG_POLL_MAX_MS};
+use crate::server::handlers::{self, str_bytes, topic_name};
+
+/// At most this many instances on a node (each holds a group membership and a task).
+const MAX_INSTANCES: usize = 1_000;
+const SESSION_TIMEOUT_MS: i32 = 30_000;
+const REBALANCE_TIMEOUT_MS: i32 = 30_000;
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// Confluent's `consumer.instance.timeout.ms` default.
+pub const INSTANCE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// Confluent's `consumer.request.timeout.ms` default: how long a poll waits for records.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// Default and ceiling of `max_bytes` of one poll.
+pub const POLL_MAX_BYTES: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Binary,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+    None,
+}
+
+pub struct Settings {
+    pub format: Format,
+    pub offset_reset: OffsetReset,
+    pub auto_commit: bool,
+    pub instance_timeout: Duration,
+    pub request_timeout_ms: u64,
+}
+
+type TopicPartition = (String, i32);
+
+#[derive(Default)]
+struct State {
+    subscription: Vec<String>,
+    /// Partitions assigned by hand (`POST .../assignments`): no group membership.
+    manual: bool,
+    member_id: String,
+    generation_id: i32,
+    assignment: Vec<TopicPartition>,
+    /// Next offset to fetch, per assigned partition.
+    positions: HashMap<TopicPartition, i64>,
+    /// Offset after the last record returned, per partition (what an empty commit commits).
+    consumed: HashMap<TopicPartition, i64>,
+    /// Changes on every assignment change and seek: a poll that started before drops its result.
+    epoch: u64,
+}
+
+pub struct Instance {
+    pub group: String,
+    pub name: String,
+    pub settings: Settings,
+    state: Mutex<State>,
+    last_used: Mutex<Instant>,
+    /// Wakes a parked poll when the assignment changes.
+    changed: Notify,
+    /// Polls of one instance run one at a time.
+    poll_lock: tokio::sync::Mutex<()>,
+    /// Stops the membership task.
+    stop: watch::Sender<bool>,
+    member_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Instance {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+
+    pub fn subscription(&self) -> Vec<String> {
+        self.lock().subscription.clone()
+    }
+
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        let mut assignment = self.lock().assignment.clone();
+        assignment.sort();
+        assignment
+    }
+}
+
+pub struct Consumers {
+    instances: Mutex<HashMap<(String, String), Arc<Instance>>>,
+}
+
+impl Consumers {
+    pub fn new() -> Consumers {
+        Consumers { instances: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Instance>>> {
+        self.instances.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn not_found(group: &str, name: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        40403,
+        format!("consumer instance '{name}' of group '{group}' not found"),
+    )
+}
+
+pub fn create(http: &Http, group: &str, name: &str, settings: Settings) -> ApiResult<Arc<Instance>> {
+    if group.is_empty() {
+        return Err(ApiError::invalid("group id is empty"));
+    }
+    let mut instances = http.consumers.lock();
+    if instances.contains_key(&(group.to_string(), name.to_string())) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            40902,
+            format!("consumer instance '{name}' already exists in group '{group}'"),
+        ));
+    }
+    if instances.len() >= MAX_INSTANCES {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            50302,
+            format!("too many consumer instances on this node (at most {MAX_INSTANCES})"),
+        ));
+    }
+    let (stop, _) = watch::channel(false);
+    let instance = Arc::new(Instance {
+        group: group.to_string(),
+        name: name.to_string(),
+        settings,
+        state: Mutex::new(State::default()),
+        last_used: Mutex::new(Instant::now()),
+        changed: Notify::new(),
+        poll_lock: tokio::sync::Mutex::new(()),
+        stop,
+        member_task: Mutex::new(None),
+    });
+    instances.insert((group.to_string(), name.to_string()), instance.clone());
+    Ok(instance)
+}
+
+pub fn get(http: &Http, group: &str, name: &str) -> ApiResult<Arc<Instance>> {
+    let instance = http
+        .consumers
+        .lock()
+        .get(&(group.to_string(), name.to_string()))
+        .cloned()
+        .ok_or_else(|| not_found(group, name))?;
+    instance.touch();
+    Ok(instance)
+}
+
+/// Removes an instance: commits what it returned (with auto commit) and leaves the group.
+pub async fn delete(http: &Arc<Http>, group: &str, name: &str) -> ApiResult<()> {
+    let instance =
+        http.consumers.lock().remove(&(group.to_string(), name.to_string())).ok_or_else(|| not_found(group, name))?;
+    close(http, &instance).await;
+    Ok(())
+}
+
+async fn close(http: &Arc<Http>, instance: &Arc<Instance>) {
+    if instance.settings.auto_commit {
+        let _ = commit_consumed(http, instance).await;
+    }
+    stop_membership(instance).await;
+    let (member_id, manual) = {
+        let state = instance.lock();
+        (state.member_id.clone(), state.manual)
+    };
+    if !member_id.is_empty() && !manual {
+        leave(http, &instance.group, &member_id).await;
+    }
+}
+
+/// Expires instances idle for longer than their instance timeout (checked every second).
+pub async fn expire_idle(http: Arc<Http>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        let expired: Vec<Arc<Instance>> = {
+            let mut instances = http.consumers.lock();
+            let keys: Vec<(String, String)> = instances
+                .iter()
+                .filter(|(_, i)| i.idle_for() > i.settings.instance_timeout)
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| instances.remove(k)).collect()
+        };
+        for instance in expired {
+            tracing::info!(group = %instance.group, instance = %instance.name, "consumer instance expired");
+            close(&http, &instance).await;
+        }
+    }
+}
+
+/// Closes every instance (node shutdown).
+pub async fn close_all(http: &Arc<Http>) {
+    let all: Vec<Arc<Instance>> = http.consumers.lock().drain().map(|(_, i)| i).collect();
+    for instance in all {
+        close(http, &instance).await;
+    }
+}
+
+async fn stop_membership(instance: &Instance) {
+    let _ = instance.stop.send(true);
+    let task = instance.member_task.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(task) = task {
+        let _ = task.await;
+    }
+}
+
+/// Subscribes to `topics` (replacing any subscription or manual assignment) and starts the
+/// group membership.
+pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<String>) -> ApiResult<()> {
+    if topics.is_empty() {
+        return Err(ApiError::invalid("subscribe to at least one topic"));
+    }
+    let image = http.broker.controller.image();
+    if let Some(unknown) = topics.iter().find(|t| !image.topics.contains_key(t.as_str())) {
+        return Err(ApiError::unknown_topic(unknown));
+    }
+    unsubscribe(http, instance).await;
+    {
+        let mut state = instance.lock();
+        state.subscription = topics;
+        state.manual = false;
+    }
+    let _ = instance.stop.send(false);
+    let task = tokio::spawn(run_membership(http.clone(), instance.clone(), instance.stop.subscribe()));
+    *instance.member_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    Ok(())
+}
+
+/// Drops the subscription or manual assignment (leaving the group).
+pub async fn unsubscribe(http: &Arc<Http>, instance: &Arc<Instance>) {
+    if instance.settings.auto_commit {
+        let _ = commit_consumed(http, instance).await;
+    }
+    stop_membership(instance).await;
+    let member_id = {
+        let mut state = instance.lock();
+        let member_id = std::mem::take(&mut state.member_id);
+        let manual = state.manual;
+        *state = State { epoch: state.epoch + 1, ..State::default() };
+        if manual {
+            String::new()
+        } else {
+            member_id
+        }
+    };
+    instance.changed.notify_waiters();
+    if !member_id.is_empty() {
+        leave(http, &instance.group, &member_id).await;
+    }
+}
+
+/// Assigns partitions by hand (no group membership; offsets still commit to the group).
+pub async fn assign(http: &Arc<Http>, instance: &Arc<Instance>, partitions: Vec<TopicPartition>) -> ApiResult<()> {
+    let image = http.broker.controller.image();
+    for (topic, partition) in &partitions {
+        let known = image.topics.get(topic).ok_or_else(|| ApiError::unknown_topic(topic))?;
+        if *partition < 0 || *partition as usize >= known.partitions.len() {
+            return Err(ApiError::unknown_partition(topic, *partition as i64));
+        }
+    }
+    unsubscribe(http, instance).await;
+    let positions = initial_positions(http, instance, &partitions).await?;
+    let mut state = instance.lock();
+    state.manual = true;
+    state.assignment = partitions;
+    state.positions = positions;
+    state.epoch += 1;
+    Ok(())
+}
+
+/// Where each newly assigned partition starts: the group's committed offset, else the reset
+/// policy (earliest = log start offset, latest = high watermark; none leaves it unset and a
+/// poll fails).
+async fn initial_positions(
+    http: &Http,
+    instance: &Instance,
+    partitions: &[TopicPartition],
+) -> ApiResult<HashMap<TopicPartition, i64>> {
+    let committed = fetch_committed(http, &instance.group, partitions).await?;
+    let mut positions = HashMap::new();
+    for tp in partitions {
+        let position = match committed.get(tp) {
+            Some((offset, _)) if *offset >= 0 => Some(*offset),
+            _ => reset_position(http, tp, instance.settings.offset_reset),
+        };
+        if let Some(position) = position {
+            positions.insert(tp.clone(), position);
+        }
+    }
+    Ok(positions)
+}
+
+fn reset_position(http: &Http, (topic, partition): &TopicPartition, reset: OffsetReset) -> Option<i64> {
+    let hosted = u32::try_from(*partition).ok().and_then(|p| http.broker.replicas.get(topic, p))?;
+    match reset {
+        OffsetReset::Earliest => Some(hosted.log_start_offset()),
+        OffsetReset::Latest => Some(hosted.high_watermark()),
+        OffsetReset::None => None,
+    }
+}
+
+/// Moves positions (assigned partitions only).
+pub fn seek(instance: &Instance, offsets: Vec<(TopicPartition, i64)>) -> ApiResult<()> {
+    let mut state = instance.lock();
+    for (tp, _) in &offsets {
+        if !state.assignment.contains(tp) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                40905,
+                format!("partition {}-{} is not assigned to this consumer", tp.0, tp.1),
+            ));
+        }
+    }
+    for (tp, offset) in offsets {
+        state.positions.insert(tp, offset.max(0));
+    }
+    state.epoch += 1;
+    drop(state);
+    instance.changed.notify_waiters();
+    Ok(())
+}
+
+pub fn seek_to(http: &Http, instance: &Instance, partitions: Vec<TopicPartition>, reset: OffsetReset) -> ApiResult<()> {
+    let offsets = partitions
+        .into_iter()
+        .map(|tp| {
+            let offset =
+                reset_position(http, &tp, reset).ok_or_else(|| ApiError::unknown_partition(&tp.0, tp.1 as i64))?;
+            Ok((tp, offset))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    seek(instance, offsets)
+}
+
+/// One polled record.
+pub struct Polled {
+    pub topic: String,
+    pub record: ReadRecord,
+}
+
+/// Returns records from the assigned partitions, waiting up to `timeout_ms` for some.
+pub async fn poll(
+    http: &Arc<Http>,
+    instance: &Arc<Instance>,
+    timeout_ms: u64,
+    max_bytes: usize,
+) -> ApiResult<Vec<Polled>> {
+    let _serial = instance.poll_lock.lock().await;
+    {
+        let state = instance.lock();
+        if state.subscription.is_empty() && !state.manual {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                40904,
+                "consumer is neither subscribed nor assigned partitions",
+            ));
+        }
+    }
+    if instance.settings.auto_commit {
+        // Commit what earlier polls returned (the Java client's auto commit on poll).
+        commit_consumed(http, instance).await?;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms.min(LONG_POLL_MAX_MS));
+    loop {
+        let changed = instance.changed.notified();
+        let (epoch, positions) = {
+            let state = instance.lock();
+            // Partitions without a position (reset policy none) fail the poll, as Kafka's
+            // NoOffsetForPartitionException does.
+            if let Some(tp) = state.assignment.iter().find(|tp| !state.positions.contains_key(*tp)) {
+                if instance.settings.offset_reset == OffsetReset::None {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        40906,
+                        format!("no committed offset for {}-{} and auto.offset.reset is none", tp.0, tp.1),
+                    ));
+                }
+            }
+            let positions: Vec<(TopicPartition, i64)> =
+                state.assignment.iter().filter_map(|tp| state.positions.get(tp).map(|p| (tp.clone(), *p))).collect();
+            (state.epoch, positions)
+        };
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if positions.is_empty() {
+            // Nothing assigned yet (joining) or revoked: wait for an assignment or the deadline.
+            tokio::select! {
+                _ = changed => continue,
+                _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+            }
+        }
+        let request = fetch_request(&positions, remaining.as_millis() as i32, max_bytes);
+        let response = tokio::select! {
+            response = super::v1::fetch(http, request) => response?,
+            _ = changed => continue,
+        };
+        let mut polled = Vec::new();
+        let mut advanced: Vec<(TopicPartition, i64)> = Vec::new();
+        let mut out_of_range: Vec<TopicPartition> = Vec::new();
+        let mut budget = max_bytes;
+        for topic in response.responses {
+            let name = topic.topic.0.to_string();
+            for data in topic.partitions {
+                let tp = (name.clone(), data.partition_index);
+                let Some(&(_, position)) = positions.iter().find(|(p, _)| *p == tp) else { continue };
+                if data.error_code == ResponseError::OffsetOutOfRange.code() {
+                    out_of_range.push(tp);
+                    continue;
+                }
+                let bytes = data.records.unwrap_or_default();
+                if data.error_code != 0 || bytes.is_empty() || budget == 0 {
+                    continue;
+                }
+                let mut read = Vec::new();
+                let next = records::decode(data.partition_index, bytes, position, usize::MAX, &mut read);
+                let mut taken = 0;
+                let mut next_position = position;
+                for record in read {
+                    let size =
+                        record.key.as_ref().map_or(0, |k| k.len()) + record.value.as_ref().map_or(0, |v| v.len());
+                    if taken > 0 && size > budget {
+                        break;
+                    }
+                    budget = budget.saturating_sub(size);
+                    taken += 1;
+                    next_position = record.offset + 1;
+                    polled.push(Polled { topic: name.clone(), record });
+                }
+                if taken == 0 && next > position {
+                    // Only control batches or compacted gaps: skip past them.
+                    next_position = next;
+                }
+                if next_position > position {
+                    advanced.push((tp, next_position));
+                }
+            }
+        }
+        {
+            let mut state = instance.lock();
+            if state.epoch != epoch {
+                // Reassigned or sought meanwhile: what we read may belong to someone else now.
+                continue;
+            }
+            for (tp, next) in &advanced {
+                state.positions.insert(tp.clone(), *next);
+                state.consumed.insert(tp.clone(), *next);
+            }
+            for tp in &out_of_range {
+                match reset_position(http, tp, instance.settings.offset_reset) {
+                    Some(position) => {
+                        state.positions.insert(tp.clone(), position);
+                    }
+                    None => {
+                        return Err(ApiError::new(
+                            axum::http::StatusCode::CONFLICT,
+                            40907,
+                            format!("offset of {}-{} is out of range and auto.offset.reset is none", tp.0, tp.1),
+                        ));
+                    }
+                }
+            }
+        }
+        // Nothing yet (only control batches, or positions were reset): wait on until the deadline.
+        if !polled.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(polled);
+        }
+    }
+}
+
+fn fetch_request(positions: &[(TopicPartition, i64)], max_wait_ms: i32, max_bytes: usize) -> FetchRequest {
+    let mut topics: BTreeMap<&str, Vec<fetch_request::FetchPartition>> = BTreeMap::new();
+    let per_partition = (max_bytes / positions.len().max(1)).clamp(64 << 10, 8 << 20) as i32;
+    for ((topic, partition), offset) in positions {
+        topics.entry(topic).or_default().push(
+            fetch_request::FetchPartition::default()
+                .with_partition(*partition)
+                .with_fetch_offset(*offset)
+                .with_partition_max_bytes(per_partition)
+                .with_current_leader_epoch(-1),
+        );
+    }
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms.max(0))
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes.min(i32::MAX as usize) as i32)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| fetch_request::FetchTopic::default().with_topic(topic_name(t)).with_partitions(ps))
+                .collect(),
+        )
+}
+
+/// Commits the given offsets (as they are: the next offset to read).
+pub async fn commit(http: &Http, instance: &Instance, offsets: Vec<(TopicPartition, i64, String)>) -> ApiResult<()> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let (generation, member_id) = {
+        let state = instance.lock();
+        if state.manual || state.member_id.is_empty() {
+            (-1, String::new())
+        } else {
+            (state.generation_id, state.member_id.clone())
+        }
+    };
+    let mut topics: BTreeMap<String, Vec<offset_commit_request::OffsetCommitRequestPartition>> = BTreeMap::new();
+    for ((topic, partition), offset, metadata) in offsets {
+        topics.entry(topic).or_default().push(
+            offset_commit_request::OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(str_bytes(&metadata))),
+        );
+    }
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(str_bytes(&instance.group)))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(str_bytes(&member_id))
+        .with_retention_time_ms(-1)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    offset_commit_request::OffsetCommitRequestTopic::default()
+                        .with_name(topic_name(&t))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        );
+    ensure_coordinator(http, &instance.group).await;
+    let response = handlers::offset_commit::handle(&http.broker, &kafka::header(kafka::OFFSET_COMMIT), request)
+        .await
+        .ok_or_else(|| ApiError::internal("OffsetCommit returned no response"))?;
+    for topic in response.topics {
+        for p in topic.partitions {
+            if p.error_code != 0 {
+                let detail = format!("committing {}-{}", topic.name.0, p.partition_index);
+                return Err(match ResponseError::try_from_code(p.error_code) {
+                    // The group moved on without this member: its assignment is stale.
+                    Some(
+                        ResponseError::RebalanceInProgress
+                        | ResponseError::IllegalGeneration
+                        | ResponseError::UnknownMemberId,
+                    ) => ApiError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        40908,
+                        format!("{detail}: the group is rebalancing; poll again"),
+                    ),
+                    _ => ApiError::kafka_code(p.error_code, Some(&detail)),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Commits the offsets after the records returned so far.
+pub async fn commit_consumed(http: &Http, instance: &Instance) -> ApiResult<()> {
+    let offsets: Vec<(TopicPartition, i64, String)> = {
+        let state = instance.lock();
+        state
+            .consumed
+            .iter()
+            .filter(|(tp, _)| state.assignment.contains(tp))
+            .map(|(tp, o)| (tp.clone(), *o, String::new()))
+            .collect()
+    };
+    commit(http, instance, offsets).await
+}
+
+/// Committed offsets (offset, metadata) of the group for `partitions`.
+pub async fn fetch_committed(
+    http: &Http,
+    group: &str,
+    partitions: &[TopicPartition],
+) -> ApiResult<HashMap<TopicPartition, (i64, String)>> {
+    if partitions.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in partitions {
+        topics.entry(t).or_default().push(*p);
+    }
+    let request = OffsetFetchRequest::default().with_group_id(GroupId(str_bytes(group))).with_topics(Some(
+        topics
+            .into_iter()
+            .map(|(t, ps)| {
+                offset_fetch_request::OffsetFetchRequestTopic::default()
+                    .with_name(topic_name(t))
+                    .with_partition_indexes(ps)
+            })
+            .collect(),
+    ));
+    ensure_coordinator(http, group).await;
+    let response = handlers::offset_fetch::handle(&http.broker, &kafka::header(kafka::OFFSET_FETCH), request)
+        .await
+        .ok_or_else(|| ApiError::internal("OffsetFetch returned no response"))?;
+    if response.error_code != 0 {
+        return Err(ApiError::kafka_code(response.error_code, Some(&format!("offsets of group '{group}'"))));
+    }
+    let mut committed = HashMap::new();
+    for topic in response.topics {
+        for p in topic.partitions {
+            if p.error_code == 0 {
+                committed.insert(
+                    (topic.name.0.to_string(), p.partition_index),
+                    (p.committed_offset, p.metadata.map(|m| m.to_string()).unwrap_or_default()),
+                );
+            }
+        }
+    }
+    Ok(committed)
+}
+
+/// FindCoordinator creates `__consumer_offsets` on first use; group calls need it.
+async fn ensure_coordinator(http: &Http, group: &str) {
+    let request = FindCoordinatorRequest::default().with_key(str_bytes(group)).with_key_type(0);
+    let _ = handlers::find_coordinator::handle(&http.broker, &kafka::header(kafka::FIND_COORDINATOR), request).await;
+}
+
+async fn leave(http: &Http, group: &str, member_id: &str) {
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_members(vec![leave_group_request::MemberIdentity::default().with_member_id(str_bytes(member_id))]);
+    let _ = handlers::leave_group::handle(&http.broker, &kafka::header(kafka::LEAVE_GROUP), request).await;
+}
+
+/// Kafka's embedded protocol encoding: a big-endian i16 version, then the message.
+fn encode_versioned<M: Encodable>(message: &M, version: i16) -> Bytes {
+    let mut buf = BytesMut::new();
+    buf.put_i16(version);
+    if message.encode(&mut buf, version).is_err() {
+        return Bytes::new();
+    }
+    buf.freeze()
+}
+
+fn decode_subscription(bytes: &Bytes) -> Vec<String> {
+    let mut buf = bytes.clone();
+    if buf.remaining() < 2 {
+        return Vec::new();
+    }
+    let version = buf.get_i16().clamp(0, 3);
+    ConsumerProtocolSubscription::decode(&mut buf, version)
+        .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Kafka's RangeAssignor: per topic, members subscribed to it in member-id order each get a
+/// consecutive range; the first `partitions % members` get one more.
+pub fn assign_range(
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    partitions: &BTreeMap<String, u32>,
+) -> BTreeMap<String, Vec<TopicPartition>> {
+    let mut result: BTreeMap<String, Vec<TopicPartition>> =
+        subscriptions.keys().map(|m| (m.clone(), Vec::new())).collect();
+    let topics: BTreeSet<&String> = subscriptions.values().flatten().collect();
+    for topic in topics {
+        let Some(&count) = partitions.get(topic) else { continue };
+        let members: Vec<&String> = subscriptions.iter().filter(|(_, ts)| ts.contains(topic)).map(|(m, _)| m).collect();
+        let (per, extra) = (count as usize / members.len(), count as usize % members.len());
+        let mut next = 0;
+        for (i, member) in members.iter().enumerate() {
+            let n = per + usize::from(i < extra);
+            let owned = result.entry((*member).clone()).or_default();
+            owned.extend((next..next + n).map(|p| (topic.clone(), p as i32)));
+            next += n;
+        }
+    }
+    result
+}
+
+/// Kafka's RoundRobinAssignor: all partitions in topic order dealt to subscribed members in
+/// member-id order.
+pub fn assign_round_robin(
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    partitions: &BTreeMap<String, u32>,
+) -> BTreeMap<String, Vec<TopicPartition>> {
+    let mut result: BTreeMap<String, Vec<TopicPartition>> =
+        subscriptions.keys().map(|m| (m.clone(), Vec::new())).collect();
+    let members: Vec<&String> = subscriptions.keys().collect();
+    let topics: BTreeSet<&String> = subscriptions.values().flatten().collect();
+    let mut cursor = 0;
+    for topic in topics {
+        let Some(&count) = partitions.get(topic) else { continue };
+        for p in 0..count {
+            for _ in 0..members.len() {
+                let member = members[cursor % members.len()];
+                cursor += 1;
+                if subscriptions[member].contains(topic) {
+                    result.entry(member.clone()).or_default().push((topic.clone(), p as i32));
+                    break;
+                }
+            }
+        }
+    }
+    result
+}
+
+fn encode_assignment(partitions: &[TopicPartition]) -> Bytes {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in partitions {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
+        by_topic
+            .into_iter()
+            .map(|(t, ps)| {
+                consumer_protocol_assignment::TopicPartition::default().with_topic(topic_name(t)).with_partitions(ps)
+            })
+            .collect(),
+    );
+    encode_versioned(&assignment, 0)
+}
+
+enum Step {
+    Rejoin,
+    Stop,
+}
+
+/// The group membership of a subscribed instance: join, sync, heartbeat; rejoin on rebalance.
+async fn run_membership(http: Arc<Http>, instance: Arc<Instance>, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let step = tokio::select! {
+            step = join_and_sync(&http, &instance) => step,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match step {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(error) => {
+                tracing::debug!(group = %instance.group, instance = %instance.name, %error, "HTTP consumer join failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        }
+        match heartbeat_until_rebalance(&http, &instance, &mut stop).await {
+            Step::Rejoin => {
+                if instance.settings.auto_commit {
+                    let _ = commit_consumed(&http, &instance).await;
+                }
+                revoke(&instance);
+            }
+            Step::Stop => return,
+        }
+    }
+}
+
+/// Eager protocol: a rejoining member gives up its partitions first.
+fn revoke(instance: &Instance) {
+    let mut state = instance.lock();
+    state.assignment.clear();
+    state.positions.clear();
+    state.consumed.clear();
+    state.epoch += 1;
+    drop(state);
+    instance.changed.notify_waiters();
+}
+
+async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
+    ensure_coordinator(http, &instance.group).await;
+    let (topics, mut member_id) = {
+        let state = instance.lock();
+        (state.subscription.clone(), state.member_id.clone())
+    };
+    let subscription = encode_versioned(
+        &ConsumerProtocolSubscription::default().with_topics(topics.iter().map(|t| str_bytes(t)).collect()),
+        0,
+    );
+    let protocols: Vec<join_group_request::JoinGroupRequestProtocol> = ["range", "roundrobin"]
+        .iter()
+        .map(|name| {
+            join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_metadata(subscription.clone())
+        })
+        .collect();
+    let joined = loop {
+        let request = JoinGroupRequest::default()
+            .with_group_id(GroupId(str_bytes(&instance.group)))
+            .with_session_timeout_ms(SESSION_TIMEOUT_MS)
+            .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
+            .with_member_id(str_bytes(&member_id))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(protocols.clone());
+        let response = handlers::join_group::handle(&http.broker, &kafka::header(kafka::JOIN_GROUP), request)
+            .await
+            .ok_or("JoinGroup returned no response")?;
+        match ResponseError::try_from_code(response.error_code) {
+            None => break response,
+            Some(ResponseError::MemberIdRequired) => member_id = response.member_id.to_string(),
+            Some(ResponseError::UnknownMemberId) => member_id.clear(),
+            Some(e) => return Err(format!("JoinGroup: {e:?}")),
+        }
+    };
+    let member_id = joined.member_id.to_string();
+    let protocol = joined.protocol_name.as_ref().map(|p| p.to_string()).unwrap_or_default();
+    let assignments = if joined.leader == joined.member_id {
+        let subscriptions: BTreeMap<String, Vec<String>> =
+            joined.members.iter().map(|m| (m.member_id.to_string(), decode_subscription(&m.metadata))).collect();
+        let image = http.broker.controller.image();
+        let partitions: BTreeMap<String, u32> = subscriptions
+            .values()
+            .flatten()
+            .filter_map(|t| image.topics.get(t).map(|ti| (t.clone(), ti.partitions.len() as u32)))
+            .collect();
+        let plan = if protocol == "roundrobin" {
+            assign_round_robin(&subscriptions, &partitions)
+        } else {
+            assign_range(&subscriptions, &partitions)
+        };
+        plan.into_iter()
+            .map(|(member, owned)| {
+                sync_group_request::SyncGroupRequestAssignment::default()
+                    .with_member_id(str_bytes(&member))
+                    .with_assignment(encode_assignment(&owned))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let request = SyncGroupRequest::default()
+        .with_group_id(GroupId(str_bytes(&instance.group)))
+        .with_generation_id(joined.generation_id)
+        .with_member_id(str_bytes(&member_id))
+        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+        .with_protocol_name(Some(str_bytes(&protocol)))
+        .with_assignments(assignments);
+    let synced = handlers::sync_group::handle(&http.broker, &kafka::header(kafka::SYNC_GROUP), request)
+        .await
+        .ok_or("SyncGroup returned no response")?;
+    if synced.error_code != 0 {
+        // Keep the member id: the next join is a rejoin of the same member.
+        instance.lock().member_id = member_id;
+        return Err(format!("SyncGroup: {:?}", ResponseError::try_from_code(synced.error_code)));
+    }
+    let assignment: Vec<TopicPartition> = super::admin::decode_assignment(&synced.assignment)
+        .into_iter()
+        .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+        .collect();
+    {
+        let mut state = instance.lock();
+        state.member_id = member_id;
+        state.generation_id = joined.generation_id;
+    }
+    let positions = initial_positions(http, instance, &assignment).await.map_err(|e| e.message)?;
+    let mut state = instance.lock();
+    state.assignment = assignment;
+    state.positions = positions;
+    state.consumed.clear();
+    state.epoch += 1;
+    drop(state);
+    instance.changed.notify_waiters();
+    Ok(())
+}
+
+async fn heartbeat_until_rebalance(http: &Http, instance: &Instance, stop: &mut watch::Receiver<bool>) -> Step {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
+            _ = stop.wait_for(|s| *s) => return Step::Stop,
+        }
+        let (generation, member_id) = {
+            let state = instance.lock();
+            (state.generation_id, state.member_id.clone())
+        };
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(str_bytes(&instance.group)))
+            .with_generation_id(generation)
+            .with_member_id(str_bytes(&member_id));
+        let Some(response) = handlers::heartbeat::handle(&http.broker, &kafka::header(kafka::HEARTBEAT), request).await
+        else {
+            continue;
+        };
+        match ResponseError::try_from_code(response.error_code) {
+            None => {}
+            Some(ResponseError::RebalanceInProgress) => return Step::Rejoin,
+            Some(
+                ResponseError::UnknownMemberId | ResponseError::IllegalGeneration | ResponseError::FencedInstanceId,
+            ) => {
+                instance.lock().member_id.clear();
+                return Step::Rejoin;
+            }
+            Some(_) => return Step::Rejoin,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subs(entries: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        entries.iter().map(|(m, ts)| (m.to_string(), ts.iter().map(|t| t.to_string()).collect())).collect()
+    }
+
+    #[test]
+    fn range_gives_consecutive_ranges_extra_to_the_first() {
+        // Proves Kafka's RangeAssignor layout: 7 partitions over 3 members → 3/2/2.
+        let plan =
+            assign_range(&subs(&[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]), &BTreeMap::from([("t".into(), 7)]));
+        let ps = |m: &str| plan[m].iter().map(|(_, p)| *p).collect::<Vec<_>>();
+        assert_eq!(ps("a"), vec![0, 1, 2]);
+        assert_eq!(ps("b"), vec![3, 4]);
+        assert_eq!(ps("c"), vec![5, 6]);
+    }
+
+    #[test]
+    fn round_robin_deals_only_to_subscribers() {
+        // Proves round robin skips members not subscribed to a topic and covers every partition once.
+        let plan = assign_round_robin(
+            &subs(&[("a", &["t", "u"]), ("b", &["t"])]),
+            &BTreeMap::from([("t".into(), 4), ("u".into(), 2)]),
+        );
+        let mut all: Vec<TopicPartition> = plan.values().flatten().cloned().collect();
+        all.sort();
+        assert_eq!(all.len(), 6);
+        assert!(plan["b"].iter().all(|(t, _)| t == "t"));
+        assert_eq!(plan["a"].iter().filter(|(t, _)| t == "u").count(), 2);
+    }
+
+    #[test]
+    fn subscription_round_trips_through_kafka_encoding() {
+        // Proves the embedded protocol encoding (version prefix + message) decodes back.
+        let bytes = encode_versioned(
+            &ConsumerProtocolSubscription::default().with_topics(vec![str_bytes("a"), str_bytes("b")]),
+            0,
+        );
+        assert_eq!(decode_subscription(&bytes), vec!["a".to_string(), "b".to_string()]);
+        let assignment = encode_assignment(&[("a".into(), 1), ("a".into(), 2)]);
+        assert_eq!(super::super::admin::decode_assignment(&assignment), vec![("a".to_string(), vec![1, 2])]);
+    }
+}

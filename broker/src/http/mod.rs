@@ -1,0 +1,163 @@
+//! The HTTP API (axum), in the same process as the Kafka listener: Confluent REST Proxy shapes
+//! (`v3`: clusters, topics, partitions, configs, records, consumer-group lag; `v2`: produce and
+//! consumer instances), Runnel's own `/v1` (cluster health, partition detail, groups with lag,
+//! a record browser), `/metrics` (Prometheus), `/openapi.json` (generated from the handlers by
+//! utoipa, so it cannot drift from the routes) and the dashboard (`/`, assets embedded from
+//! `ui/`).
+//!
+//! Invariants: this is the only module that knows JSON; every failure leaves through
+//! `error::ApiError` (one status/code mapping); request bodies are bounded by
+//! `socket.request.max.bytes` and long polls by `LONG_POLL_MAX_MS`; everything that touches
+//! partitions or groups goes through the Kafka handlers in process (`kafka.rs`), so HTTP
+//! clients get Kafka's semantics, not a second implementation of them.
+
+mod admin;
+mod consumer;
+pub mod error;
+mod kafka;
+mod observe;
+pub mod records;
+mod ui;
+mod v1;
+mod v2;
+mod v3;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use self::error::ApiError;
+use crate::server::Broker;
+
+/// Upper bound of any long poll (`timeout`, `wait_ms`), as Kafka bounds `max_wait_ms`.
+pub const LONG_POLL_MAX_MS: u64 = 30_000;
+
+/// What every HTTP handler can reach.
+pub struct Http {
+    pub broker: Arc<Broker>,
+    consumers: consumer::Consumers,
+    /// Keyless records of one request go to one partition; the next request moves on (the
+    /// Java client's sticky partitioner, per request).
+    sticky: AtomicU32,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Http {
+    fn next_sticky_partition(&self, partitions: u32) -> i32 {
+        (self.sticky.fetch_add(1, Ordering::Relaxed) % partitions.max(1)) as i32
+    }
+}
+
+type State = Arc<Http>;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Runnel HTTP API",
+        description = "Topics, records, consumer groups and cluster health of a Runnel node. \
+            v3 and v2 follow the Confluent REST Proxy; v1 is Runnel's own. Errors are \
+            {\"error_code\": int, \"message\": string}."
+    ),
+    tags(
+        (name = "v1", description = "Runnel's own: cluster health, partitions, groups with lag, record browser"),
+        (name = "v3", description = "Confluent REST Proxy v3: clusters, topics, configs, records, consumer-group lag"),
+        (name = "v2", description = "Confluent REST Proxy v2: produce and consumer instances"),
+        (name = "ops", description = "Metrics"),
+    )
+)]
+struct ApiDoc;
+
+/// The API routes with their OpenAPI document.
+fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
+    let (router, doc) = OpenApiRouter::<State>::with_openapi(ApiDoc::openapi())
+        .routes(routes!(v1::cluster))
+        .routes(routes!(v1::list_topics, v1::create_topic))
+        .routes(routes!(v1::describe_topic, v1::delete_topic))
+        .routes(routes!(v1::topic_configs, v1::alter_topic_configs))
+        .routes(routes!(v1::browse_records))
+        .routes(routes!(v1::list_groups))
+        .routes(routes!(v1::describe_group, v1::delete_group))
+        .routes(routes!(v3::list_clusters))
+        .routes(routes!(v3::get_cluster))
+        .routes(routes!(v3::list_topics, v3::create_topic))
+        .routes(routes!(v3::get_topic, v3::delete_topic))
+        .routes(routes!(v3::list_partitions))
+        .routes(routes!(v3::get_partition))
+        .routes(routes!(v3::list_topic_configs, v3::update_topic_configs))
+        .routes(routes!(v3::get_topic_config, v3::set_topic_config, v3::reset_topic_config))
+        .routes(routes!(v3::produce_records))
+        .routes(routes!(v3::list_groups))
+        .routes(routes!(v3::get_group))
+        .routes(routes!(v3::group_lags))
+        .routes(routes!(v3::group_lag_summary))
+        .routes(routes!(v2::produce))
+        .routes(routes!(v2::create_consumer))
+        .routes(routes!(v2::delete_consumer))
+        .routes(routes!(v2::subscribe, v2::subscription, v2::unsubscribe))
+        .routes(routes!(v2::assign, v2::assignments))
+        .routes(routes!(v2::poll_records))
+        .routes(routes!(v2::commit_offsets, v2::committed_offsets))
+        .routes(routes!(v2::seek))
+        .routes(routes!(v2::seek_to_beginning))
+        .routes(routes!(v2::seek_to_end))
+        .routes(routes!(observe::metrics))
+        .with_state(state.clone())
+        .split_for_parts();
+    (router, doc)
+}
+
+/// The whole router: API, OpenAPI document, dashboard, JSON 404/405, metrics per route and
+/// the body limit.
+pub fn router(state: State) -> Router {
+    let body_max = state.broker.settings.request_max_bytes;
+    let (api, doc) = api(state.clone());
+    let doc = Arc::new(doc);
+    api.route("/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
+        .merge(ui::routes())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::track))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_max))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, 40405, "no such route (see /openapi.json)")
+}
+
+async fn method_not_allowed() -> impl IntoResponse {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, 40501, "method not allowed on this route (see /openapi.json)")
+}
+
+/// Serves HTTP until `shutdown` turns true; in-flight long polls end early then.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
+    let state = Arc::new(Http {
+        consumers: consumer::Consumers::new(),
+        broker,
+        sticky: AtomicU32::new(0),
+        shutdown: shutdown.clone(),
+    });
+    let reaper = tokio::spawn(consumer::expire_idle(state.clone()));
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let mut stop = shutdown.clone();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "HTTP server stopped");
+    }
+    reaper.abort();
+    consumer::close_all(&state).await;
+}

@@ -1,0 +1,602 @@
+//! Runnel's own endpoints: cluster health, topics with per-partition state (leader, replicas,
+//! ISR, epochs, offsets, sizes), topic configs, a record browser, and consumer groups with
+//! per-partition lag. The dashboard and the CLI use these.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::FetchRequest;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::admin;
+use super::error::{ApiError, ApiResult, JsonBody, Path, Query};
+use super::records::{self, text_or_base64, ReadRecord};
+use super::{kafka, LONG_POLL_MAX_MS};
+use crate::server::handlers;
+
+#[derive(Serialize, ToSchema)]
+pub struct Node {
+    pub node_id: u64,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+    pub is_controller: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Cluster {
+    pub cluster_id: String,
+    /// The node that answered.
+    pub node_id: u64,
+    /// Leader of the metadata quorum.
+    pub controller_id: Option<u64>,
+    pub version: String,
+    pub uptime_ms: u64,
+    pub nodes: Vec<Node>,
+    pub topics: usize,
+    pub partitions: usize,
+    pub under_replicated_partitions: usize,
+    pub offline_partitions: usize,
+    pub bytes_in_per_sec: f64,
+    pub bytes_out_per_sec: f64,
+    pub messages_in_per_sec: f64,
+    /// Open Kafka protocol connections to this node.
+    pub connections: i64,
+}
+
+/// Cluster health: nodes, controller, partition counts, throughput.
+#[utoipa::path(get, path = "/v1/cluster", tag = "v1", responses((status = 200, body = Cluster)))]
+pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
+    let broker = &http.broker;
+    let image = broker.controller.image();
+    let controller_id = broker.controller.leader_id();
+    let partitions = image.topics.values().flat_map(|t| &t.partitions);
+    let rates = broker.metrics.rates();
+    Json(Cluster {
+        cluster_id: broker.settings.cluster_id.clone(),
+        node_id: broker.settings.node_id,
+        controller_id,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        uptime_ms: broker.metrics.uptime_ms(),
+        nodes: image
+            .brokers
+            .values()
+            .map(|b| Node {
+                node_id: b.node_id,
+                host: b.host.clone(),
+                port: b.port,
+                rack: b.rack.clone(),
+                is_controller: Some(b.node_id) == controller_id,
+            })
+            .collect(),
+        topics: image.topics.len(),
+        partitions: partitions.clone().count(),
+        under_replicated_partitions: partitions.clone().filter(|p| p.isr.len() < p.replicas.len()).count(),
+        offline_partitions: partitions.filter(|p| p.leader.is_none()).count(),
+        bytes_in_per_sec: rates.bytes_in_per_sec,
+        bytes_out_per_sec: rates.bytes_out_per_sec,
+        messages_in_per_sec: rates.messages_in_per_sec,
+        connections: broker.metrics.connections.get(),
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TopicSummary {
+    pub name: String,
+    pub topic_id: String,
+    pub internal: bool,
+    pub partitions: usize,
+    pub replication_factor: usize,
+    pub size_bytes: u64,
+    /// Sum over partitions of high watermark minus log start offset.
+    pub messages: i64,
+    pub messages_in_per_sec: f64,
+    pub bytes_in_per_sec: f64,
+    pub under_replicated_partitions: usize,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TopicList {
+    pub topics: Vec<TopicSummary>,
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct ListTopicsQuery {
+    /// Include internal topics (`__consumer_offsets`).
+    #[serde(default)]
+    pub internal: bool,
+}
+
+/// Topics with partition counts, sizes, message counts and rates.
+#[utoipa::path(get, path = "/v1/topics", tag = "v1", params(ListTopicsQuery), responses((status = 200, body = TopicList)))]
+pub async fn list_topics(State(http): State<super::State>, Query(query): Query<ListTopicsQuery>) -> Json<TopicList> {
+    let broker = &http.broker;
+    let image = broker.controller.image();
+    let rates = broker.metrics.rates();
+    let topics = image
+        .topics
+        .values()
+        .filter(|t| query.internal || !admin::is_internal(&t.name))
+        .map(|t| {
+            let (mut size_bytes, mut messages) = (0u64, 0i64);
+            for p in &t.partitions {
+                if let Some(hosted) = broker.replicas.get(&t.name, p.partition) {
+                    size_bytes += hosted.size_bytes();
+                    messages += hosted.high_watermark() - hosted.log_start_offset();
+                }
+            }
+            let (messages_in_per_sec, bytes_in_per_sec) = rates.topics.get(&t.name).copied().unwrap_or((0.0, 0.0));
+            TopicSummary {
+                name: t.name.clone(),
+                topic_id: uuid::Uuid::from_bytes(t.topic_id).to_string(),
+                internal: admin::is_internal(&t.name),
+                partitions: t.partitions.len(),
+                replication_factor: t.partitions.first().map_or(0, |p| p.replicas.len()),
+                size_bytes,
+                messages,
+                messages_in_per_sec,
+                bytes_in_per_sec,
+                under_replicated_partitions: t.partitions.iter().filter(|p| p.isr.len() < p.replicas.len()).count(),
+            }
+        })
+        .collect();
+    Json(TopicList { topics })
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTopic {
+    pub name: String,
+    /// Default: the broker's `num.partitions`.
+    pub partitions: Option<i32>,
+    /// Default: the broker's `default.replication.factor`.
+    pub replication_factor: Option<i16>,
+    /// Topic config overrides, Kafka names (`retention.ms`, `cleanup.policy`, ...).
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PartitionDetail {
+    pub partition: u32,
+    pub leader: Option<u64>,
+    pub replicas: Vec<u64>,
+    pub isr: Vec<u64>,
+    pub leader_epoch: i32,
+    pub log_start_offset: Option<i64>,
+    pub high_watermark: Option<i64>,
+    pub log_end_offset: Option<i64>,
+    pub size_bytes: Option<u64>,
+    pub under_replicated: bool,
+    pub offline: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TopicDetail {
+    pub name: String,
+    pub topic_id: String,
+    pub internal: bool,
+    pub replication_factor: usize,
+    /// Overrides only; `GET /v1/topics/{topic}/configs` lists every effective value.
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionDetail>,
+}
+
+fn topic_detail(http: &super::Http, name: &str) -> ApiResult<TopicDetail> {
+    let image = http.broker.controller.image();
+    let topic = image.topics.get(name).ok_or_else(|| ApiError::unknown_topic(name))?;
+    Ok(TopicDetail {
+        name: topic.name.clone(),
+        topic_id: uuid::Uuid::from_bytes(topic.topic_id).to_string(),
+        internal: admin::is_internal(&topic.name),
+        replication_factor: topic.partitions.first().map_or(0, |p| p.replicas.len()),
+        configs: topic.configs.clone(),
+        partitions: admin::partition_states(&http.broker, topic)
+            .into_iter()
+            .map(|p| PartitionDetail {
+                partition: p.partition,
+                leader: p.leader,
+                replicas: p.replicas,
+                isr: p.isr,
+                leader_epoch: p.leader_epoch,
+                log_start_offset: p.log_start_offset,
+                high_watermark: p.high_watermark,
+                log_end_offset: p.log_end_offset,
+                size_bytes: p.size_bytes,
+                under_replicated: p.under_replicated,
+                offline: p.offline,
+            })
+            .collect(),
+    })
+}
+
+/// Creates a topic.
+#[utoipa::path(post, path = "/v1/topics", tag = "v1", request_body = NewTopic, responses(
+    (status = 201, body = TopicDetail),
+    (status = 409, description = "topic exists", body = super::error::ErrorBody),
+    (status = 422, description = "invalid name, partition count, replication factor or config", body = super::error::ErrorBody)))]
+pub async fn create_topic(
+    State(http): State<super::State>,
+    JsonBody(topic): JsonBody<NewTopic>,
+) -> ApiResult<(StatusCode, Json<TopicDetail>)> {
+    admin::create_topic(
+        &http,
+        &topic.name,
+        topic.partitions.unwrap_or(-1),
+        topic.replication_factor.unwrap_or(-1),
+        topic.configs,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(topic_detail(&http, &topic.name)?)))
+}
+
+/// A topic with the state of each partition.
+#[utoipa::path(get, path = "/v1/topics/{topic}", tag = "v1", params(("topic" = String, Path)),
+    responses((status = 200, body = TopicDetail), (status = 404, body = super::error::ErrorBody)))]
+pub async fn describe_topic(
+    State(http): State<super::State>,
+    Path(topic): Path<String>,
+) -> ApiResult<Json<TopicDetail>> {
+    topic_detail(&http, &topic).map(Json)
+}
+
+/// Deletes a topic.
+#[utoipa::path(delete, path = "/v1/topics/{topic}", tag = "v1", params(("topic" = String, Path)),
+    responses((status = 204), (status = 404, body = super::error::ErrorBody)))]
+pub async fn delete_topic(State(http): State<super::State>, Path(topic): Path<String>) -> ApiResult<StatusCode> {
+    admin::delete_topic(&http, &topic).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ConfigValue {
+    pub name: String,
+    pub value: String,
+    /// "topic" (an override) or "default" (the broker's default).
+    pub source: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ConfigList {
+    pub configs: Vec<ConfigValue>,
+}
+
+/// Every effective config of a topic, with where its value comes from.
+#[utoipa::path(get, path = "/v1/topics/{topic}/configs", tag = "v1", params(("topic" = String, Path)),
+    responses((status = 200, body = ConfigList), (status = 404, body = super::error::ErrorBody)))]
+pub async fn topic_configs(State(http): State<super::State>, Path(topic): Path<String>) -> ApiResult<Json<ConfigList>> {
+    let image = http.broker.controller.image();
+    let known = image.topics.get(&topic).ok_or_else(|| ApiError::unknown_topic(&topic))?;
+    let configs = admin::topic_configs(&http.broker, known)
+        .into_iter()
+        .map(|c| ConfigValue {
+            name: c.name.to_string(),
+            value: c.value,
+            source: if c.is_override { "topic" } else { "default" }.to_string(),
+        })
+        .collect();
+    Ok(Json(ConfigList { configs }))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigChanges {
+    /// Overrides to set.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Overrides to remove (back to the broker default).
+    #[serde(default)]
+    pub delete: Vec<String>,
+}
+
+/// Sets and removes topic config overrides.
+#[utoipa::path(put, path = "/v1/topics/{topic}/configs", tag = "v1", params(("topic" = String, Path)),
+    request_body = ConfigChanges,
+    responses((status = 204), (status = 404, body = super::error::ErrorBody), (status = 422, body = super::error::ErrorBody)))]
+pub async fn alter_topic_configs(
+    State(http): State<super::State>,
+    Path(topic): Path<String>,
+    JsonBody(changes): JsonBody<ConfigChanges>,
+) -> ApiResult<StatusCode> {
+    let set: Vec<(String, String)> = changes.set.into_iter().collect();
+    admin::alter_topic_configs(&http, &topic, &set, &changes.delete).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct BrowseQuery {
+    /// Default 0.
+    pub partition: Option<i32>,
+    /// First offset; default the log start offset. Negative: that many records before the
+    /// high watermark.
+    pub offset: Option<i64>,
+    /// Records to return, 1..=1000 (default 50).
+    pub limit: Option<usize>,
+    /// Wait up to this many ms (at most 30000) for records when there are none at `offset`.
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Header {
+    pub key: String,
+    pub value: Option<String>,
+    /// "utf8" or "base64".
+    pub encoding: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BrowsedRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<String>,
+    /// "utf8" or "base64".
+    pub key_encoding: String,
+    pub value: Option<String>,
+    pub value_encoding: String,
+    pub headers: Vec<Header>,
+}
+
+impl From<ReadRecord> for BrowsedRecord {
+    fn from(r: ReadRecord) -> BrowsedRecord {
+        let (key, key_encoding) = split(r.key.as_deref().map(text_or_base64));
+        let (value, value_encoding) = split(r.value.as_deref().map(text_or_base64));
+        BrowsedRecord {
+            partition: r.partition,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key,
+            key_encoding,
+            value,
+            value_encoding,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(key, value)| {
+                    let (value, encoding) = split(value.as_deref().map(text_or_base64));
+                    Header { key, value, encoding }
+                })
+                .collect(),
+        }
+    }
+}
+
+fn split(text: Option<(String, &'static str)>) -> (Option<String>, String) {
+    match text {
+        Some((text, encoding)) => (Some(text), encoding.to_string()),
+        None => (None, "utf8".to_string()),
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BrowsedRecords {
+    pub topic: String,
+    pub partition: i32,
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Where the next page starts.
+    pub next_offset: i64,
+    pub records: Vec<BrowsedRecord>,
+}
+
+/// Reads records of one partition (for browsing; consumers use the v2 consumer API or Kafka).
+#[utoipa::path(get, path = "/v1/topics/{topic}/records", tag = "v1", params(("topic" = String, Path), BrowseQuery),
+    responses((status = 200, body = BrowsedRecords), (status = 404, body = super::error::ErrorBody)))]
+pub async fn browse_records(
+    State(http): State<super::State>,
+    Path(topic): Path<String>,
+    Query(query): Query<BrowseQuery>,
+) -> ApiResult<Json<BrowsedRecords>> {
+    let partition_index = query.partition.unwrap_or(0);
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_parameter("limit must be between 1 and 1000"));
+    }
+    let image = http.broker.controller.image();
+    let partition = handlers::hosted_partition(&http.broker, &image, &topic, partition_index).map_err(|code| {
+        if image.topics.contains_key(&topic) {
+            ApiError::unknown_partition(&topic, partition_index as i64)
+        } else {
+            ApiError::kafka(code, Some(&format!("topic '{topic}'")))
+        }
+    })?;
+    let log_start_offset = partition.log_start_offset();
+    let offset = match query.offset {
+        None => log_start_offset,
+        Some(o) if o < 0 => (partition.high_watermark() + o).max(log_start_offset),
+        Some(o) => o.max(log_start_offset),
+    };
+    let wait_ms = query.wait_ms.unwrap_or(0).min(LONG_POLL_MAX_MS);
+    let mut records = Vec::new();
+    let mut next_offset = offset;
+    // A fetch returns whole batches of at most ~1 MiB; a page may need a few.
+    for _ in 0..16 {
+        let request = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(if records.is_empty() { wait_ms as i32 } else { 0 })
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default().with_topic(handlers::topic_name(&topic)).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(partition_index)
+                    .with_fetch_offset(next_offset)
+                    .with_partition_max_bytes(1 << 20)
+                    .with_current_leader_epoch(-1),
+            ])]);
+        let response = fetch(&http, request).await?;
+        let Some(data) = response.responses.into_iter().flat_map(|t| t.partitions).next() else { break };
+        if data.error_code != 0 {
+            return Err(ApiError::kafka_code(data.error_code, Some(&format!("reading {topic}-{partition_index}"))));
+        }
+        let bytes = data.records.unwrap_or_default();
+        if bytes.is_empty() {
+            break;
+        }
+        let before = next_offset;
+        next_offset = records::decode(partition_index, bytes, next_offset, limit, &mut records);
+        if records.len() >= limit || next_offset == before || next_offset >= data.high_watermark {
+            break;
+        }
+    }
+    Ok(Json(BrowsedRecords {
+        topic,
+        partition: partition_index,
+        log_start_offset: partition.log_start_offset(),
+        high_watermark: partition.high_watermark(),
+        next_offset,
+        records: records.into_iter().map(BrowsedRecord::from).collect(),
+    }))
+}
+
+/// A Fetch through the Kafka handler, ended early when the node shuts down.
+pub(super) async fn fetch(
+    http: &super::Http,
+    request: FetchRequest,
+) -> ApiResult<kafka_protocol::messages::FetchResponse> {
+    let mut stop = http.shutdown.clone();
+    let header = kafka::header(kafka::FETCH);
+    let call = handlers::fetch::handle(&http.broker, &header, request);
+    tokio::select! {
+        response = call => response.ok_or_else(|| ApiError::internal("fetch returned no response")),
+        _ = stop.wait_for(|s| *s) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, 50301, "node is shutting down")),
+        _ = tokio::time::sleep(Duration::from_millis(LONG_POLL_MAX_MS + 5_000)) =>
+            Err(ApiError::new(StatusCode::GATEWAY_TIMEOUT, 50401, "fetch timed out")),
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GroupSummary {
+    pub group_id: String,
+    /// Kafka's state names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead.
+    pub state: String,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: usize,
+    pub total_lag: i64,
+    pub coordinator: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GroupList {
+    pub groups: Vec<GroupSummary>,
+}
+
+/// Consumer groups with their state and total lag.
+#[utoipa::path(get, path = "/v1/groups", tag = "v1", responses((status = 200, body = GroupList)))]
+pub async fn list_groups(State(http): State<super::State>) -> Json<GroupList> {
+    let mut groups = Vec::new();
+    for id in admin::group_ids(&http).await {
+        if let Some(g) = admin::group_loaded(&http.broker, &id) {
+            groups.push(GroupSummary {
+                total_lag: g.total_lag(),
+                group_id: g.group_id,
+                state: g.state.to_string(),
+                protocol_type: g.protocol_type,
+                protocol: g.protocol,
+                members: g.members.len(),
+                coordinator: g.coordinator,
+            });
+        }
+    }
+    Json(GroupList { groups })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Assignment {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Vec<Assignment>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub committed_offset: i64,
+    /// The partition's high watermark.
+    pub log_end_offset: Option<i64>,
+    pub lag: Option<i64>,
+    pub member_id: Option<String>,
+    pub metadata: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GroupDetail {
+    pub group_id: String,
+    pub state: String,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub coordinator: Option<u64>,
+    pub members: Vec<GroupMember>,
+    pub offsets: Vec<GroupOffset>,
+    pub total_lag: i64,
+}
+
+/// A group's members, assignments, committed offsets and lag per partition.
+#[utoipa::path(get, path = "/v1/groups/{group}", tag = "v1", params(("group" = String, Path)),
+    responses((status = 200, body = GroupDetail), (status = 404, body = super::error::ErrorBody)))]
+pub async fn describe_group(
+    State(http): State<super::State>,
+    Path(group): Path<String>,
+) -> ApiResult<Json<GroupDetail>> {
+    let g = admin::group(&http, &group).await?;
+    let total_lag = g.total_lag();
+    let member_ids: Vec<String> = g.members.iter().map(|m| m.member_id.clone()).collect();
+    Ok(Json(GroupDetail {
+        group_id: g.group_id,
+        state: g.state.to_string(),
+        protocol_type: g.protocol_type,
+        protocol: g.protocol,
+        coordinator: g.coordinator,
+        members: g
+            .members
+            .into_iter()
+            .map(|m| GroupMember {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                assignment: m
+                    .assignment
+                    .into_iter()
+                    .map(|(topic, partitions)| Assignment { topic, partitions })
+                    .collect(),
+            })
+            .collect(),
+        offsets: g
+            .offsets
+            .into_iter()
+            .map(|o| GroupOffset {
+                member_id: o.member.map(|i| member_ids[i].clone()),
+                topic: o.topic,
+                partition: o.partition,
+                committed_offset: o.committed_offset,
+                log_end_offset: o.log_end_offset,
+                lag: o.lag,
+                metadata: o.metadata,
+            })
+            .collect(),
+        total_lag,
+    }))
+}
+
+/// Deletes an empty group and its committed offsets.
+#[utoipa::path(delete, path = "/v1/groups/{group}", tag = "v1", params(("group" = String, Path)),
+    responses((status = 204), (status = 404, body = super::error::ErrorBody), (status = 409, description = "the group has members", body = super::error::ErrorBody)))]
+pub async fn delete_group(State(http): State<super::State>, Path(group): Path<String>) -> ApiResult<StatusCode> {
+    admin::delete_group(&http, &group).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,437 @@
+//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster) against the real
+//! binary: a node started by `support::Runnel`, the CLI run as a separate process pointed at
+//! its HTTP listener, outputs parsed and exit codes checked.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::Runnel;
+
+/// A CLI run that takes longer than this is hung, not slow.
+const CLI_TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The stdout of a run that must have succeeded.
+    fn ok(self) -> String {
+        assert_eq!(self.code, 0, "runnel exited {}; stderr: {}", self.code, self.stderr);
+        self.stdout
+    }
+
+    fn json(self) -> Value {
+        let stdout = self.ok();
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+    }
+}
+
+/// Runs `runnel <args>` against `node` (through `RUNNEL_URL`, as a user would set it once).
+fn cli(node: &Runnel, args: &[&str]) -> Run {
+    cli_with(Some(node), args, None)
+}
+
+fn cli_with(node: Option<&Runnel>, args: &[&str], stdin: Option<Vec<u8>>) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runnel"));
+    command.args(args).env_remove("RUNNEL_URL");
+    if let Some(node) = node {
+        command.env("RUNNEL_URL", node.http_url());
+    }
+    let mut child = command
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn runnel");
+    let writer = stdin.map(|input| {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        })
+    });
+    let stdout = read_in_background(child.stdout.take().expect("piped stdout"));
+    let stderr = read_in_background(child.stderr.take().expect("piped stderr"));
+    let mut status = None;
+    let finished = support::wait_until(CLI_TIMEOUT, || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    if !finished {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("runnel {args:?} did not finish within {CLI_TIMEOUT:?}");
+    }
+    if let Some(writer) = writer {
+        writer.join().expect("stdin writer");
+    }
+    let code = status.and_then(|s| s.code()).expect("exited, not killed by a signal");
+    Run {
+        code,
+        stdout: String::from_utf8(stdout.join().expect("stdout reader")).expect("UTF-8 stdout"),
+        stderr: String::from_utf8_lossy(&stderr.join().expect("stderr reader")).into_owned(),
+    }
+}
+
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Sum over partitions of high watermark − log start offset, from `topic describe --output json`.
+fn message_count(node: &Runnel, topic: &str) -> i64 {
+    let described = cli(node, &["topic", "describe", topic, "--output", "json"]).json();
+    described["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| p["high_watermark"].as_i64().expect("hw") - p["log_start_offset"].as_i64().expect("log start"))
+        .sum()
+}
+
+#[test]
+fn hundred_thousand_records_round_trip_through_produce_and_consume() {
+    // Proves a 100,000-line file produced with `runnel produce --file` comes back from
+    // `runnel consume --from-beginning` byte for byte and in order (one partition), with the
+    // count visible in `topic describe`.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "big", "-p", "1"]).ok();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.txt");
+    let mut file = String::with_capacity(100_000 * 80);
+    for i in 0..100_000 {
+        file.push_str(&format!("record {i:06} {}\n", "x".repeat(i % 97)));
+    }
+    std::fs::write(&path, &file).expect("write the input file");
+
+    let produced = cli(&node, &["produce", "big", "--file", path.to_str().expect("UTF-8 path")]);
+    assert_eq!(produced.code, 0, "produce failed: {}", produced.stderr);
+    assert!(produced.stderr.starts_with("produced 100000 records ("), "summary: {}", produced.stderr);
+    assert!(produced.stderr.contains(" records/s"), "summary: {}", produced.stderr);
+    assert_eq!(message_count(&node, "big"), 100_000);
+
+    // Without -n: stops at the high watermark.
+    let consumed = cli(&node, &["consume", "big", "--from-beginning"]).ok();
+    assert!(
+        consumed == file,
+        "consumed output differs from the input file ({} vs {} bytes)",
+        consumed.len(),
+        file.len()
+    );
+    // With -n: stops after that many, even mid-page.
+    let first = cli(&node, &["consume", "big", "--from-beginning", "-n", "1500"]).ok();
+    assert_eq!(first.lines().count(), 1500);
+    assert!(file.starts_with(&first));
+    // Default start is the end: nothing new, nothing printed, exit 0.
+    assert_eq!(cli(&node, &["consume", "big"]).ok(), "");
+    // A negative offset counts back from the end.
+    let last = cli(&node, &["consume", "big", "--offset=-2"]).ok();
+    assert_eq!(last, file.lines().skip(99_998).map(|l| format!("{l}\n")).collect::<String>());
+}
+
+#[test]
+fn keyed_records_keep_their_order_per_partition() {
+    // Proves `--key-separator` sends keys, that keyed lines spread over partitions by key, and
+    // that `consume --format json` shows partition, offset, key and value with each partition
+    // in input order.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "keyed", "-p", "3"]).ok();
+    let mut input = String::new();
+    for i in 0..3000 {
+        input.push_str(&format!("key-{}|value {i}\n", i % 7));
+    }
+    let produced = cli_with(
+        Some(&node),
+        &["produce", "keyed", "--key-separator", "|", "--batch", "100"],
+        Some(input.into_bytes()),
+    );
+    assert_eq!(produced.code, 0, "produce failed: {}", produced.stderr);
+    assert_eq!(message_count(&node, "keyed"), 3000);
+
+    let out = cli(&node, &["consume", "keyed", "--from-beginning", "--format", "json"]).ok();
+    let records: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(records.len(), 3000);
+    let mut partition_of_key = std::collections::HashMap::new();
+    let mut last_seen: std::collections::HashMap<i64, (i64, i64)> = std::collections::HashMap::new();
+    let mut used_partitions = std::collections::HashSet::new();
+    for r in &records {
+        assert_eq!(r["topic"], "keyed");
+        let partition = r["partition"].as_i64().expect("partition");
+        let offset = r["offset"].as_i64().expect("offset");
+        let key = r["key"].as_str().expect("key").to_string();
+        let value = r["value"].as_str().expect("value");
+        let i: i64 = value.strip_prefix("value ").expect("value text").parse().expect("number");
+        assert_eq!(key, format!("key-{}", i % 7));
+        assert!(r["timestamp"].as_i64().is_some(), "timestamp in {r}");
+        assert_eq!(*partition_of_key.entry(key).or_insert(partition), partition, "a key stays in one partition");
+        if let Some((last_offset, last_i)) = last_seen.insert(partition, (offset, i)) {
+            assert!(offset > last_offset && i > last_i, "partition {partition} out of order at offset {offset}");
+        }
+        used_partitions.insert(partition);
+    }
+    assert!(used_partitions.len() > 1, "7 keys over 3 partitions use more than one");
+
+    // One partition only.
+    let p0 = cli(&node, &["consume", "keyed", "-p", "0", "--from-beginning", "--format", "json"]).ok();
+    assert!(p0.lines().all(|l| l.contains("\"partition\":0")));
+    assert_eq!(p0.lines().count(), records.iter().filter(|r| r["partition"] == 0).count());
+}
+
+#[test]
+fn json_format_produces_embedded_json_values() {
+    // Proves `produce --format json` sends each line's value as JSON (objects stay objects)
+    // to the partition the line names, and blank lines are skipped.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "events", "-p", "2"]).ok();
+    let input = "{\"key\":\"a\",\"value\":{\"n\":1},\"partition\":1}\n\n{\"value\":[1,2,3],\"partition\":1}\n";
+    let produced = cli_with(Some(&node), &["produce", "events", "--format", "json"], Some(input.into()));
+    assert_eq!(produced.code, 0, "produce failed: {}", produced.stderr);
+    let out = cli(&node, &["consume", "events", "-p", "1", "--from-beginning", "--format", "json"]).ok();
+    let records: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(records.len(), 2, "{out}");
+    let value: Value = serde_json::from_str(records[0]["value"].as_str().expect("value text")).expect("JSON value");
+    assert_eq!(value, serde_json::json!({"n": 1}));
+    assert_eq!(records[1]["value"], "[1,2,3]");
+    assert_eq!(records[1]["key"], Value::Null);
+
+    // A line that is not JSON fails with its line number, exit 1.
+    let bad =
+        cli_with(Some(&node), &["produce", "events", "--format", "json"], Some(b"{\"value\":1}\nnot json\n".to_vec()));
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("line 2"), "stderr: {}", bad.stderr);
+}
+
+#[test]
+fn topic_admin_commands_round_trip_as_json() {
+    // Proves topic create/list/describe/config/delete through the CLI with `--output json`,
+    // and the table output's headers.
+    let node = Runnel::start(&[]);
+    let created = cli(
+        &node,
+        &["topic", "create", "orders", "-p", "3", "-r", "1", "-c", "retention.ms=60000", "--output", "json"],
+    )
+    .json();
+    assert_eq!(created["name"], "orders");
+    assert_eq!(created["partitions"].as_array().expect("partitions").len(), 3);
+    assert_eq!(created["configs"]["retention.ms"], "60000");
+
+    let listed = cli(&node, &["topic", "list", "--output", "json"]).json();
+    let names: Vec<&str> =
+        listed["topics"].as_array().expect("topics").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["orders"]);
+    let table = cli(&node, &["topic", "list"]).ok();
+    assert!(table.starts_with("TOPIC "), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("orders ") && l.contains(" 3 ")), "{table}");
+
+    let described = cli(&node, &["topic", "describe", "orders", "--output", "json"]).json();
+    assert_eq!(described["replication_factor"], 1);
+    for (i, p) in described["partitions"].as_array().expect("partitions").iter().enumerate() {
+        assert_eq!(p["partition"], i as i64);
+        assert_eq!(p["high_watermark"], 0);
+    }
+    let table = cli(&node, &["topic", "describe", "orders"]).ok();
+    assert!(table.contains("HIGH-WATERMARK") && table.contains("retention.ms=60000"), "{table}");
+
+    let configs =
+        cli(&node, &["topic", "config", "orders", "--set", "retention.ms=5000", "--set", "cleanup.policy=compact"])
+            .ok();
+    assert!(configs.contains("retention.ms") && configs.contains("5000"), "{configs}");
+    let configs = cli(&node, &["topic", "config", "orders", "--delete", "cleanup.policy", "--output", "json"]).json();
+    let config = |name: &str| -> Value {
+        configs["configs"].as_array().expect("configs").iter().find(|c| c["name"] == name).cloned().expect(name)
+    };
+    assert_eq!(config("retention.ms")["value"], "5000");
+    assert_eq!(config("retention.ms")["source"], "topic");
+    assert_eq!(config("cleanup.policy")["source"], "default");
+
+    let exists = cli(&node, &["topic", "create", "orders"]);
+    assert_eq!(exists.code, 1);
+    assert!(exists.stderr.starts_with("error: ") && exists.stderr.contains("(40901)"), "{}", exists.stderr);
+
+    assert_eq!(cli(&node, &["topic", "delete", "orders", "--output", "json"]).json()["deleted"], "orders");
+    let listed = cli(&node, &["topic", "list", "--output", "json"]).json();
+    assert_eq!(listed["topics"], serde_json::json!([]));
+}
+
+#[test]
+fn errors_have_messages_and_distinct_exit_codes() {
+    // Proves the error contract: an API error exits 1 with `error: <message> (<code>)` on
+    // stderr, a closed port exits 3 with the connect message, a usage error exits 2.
+    let node = Runnel::start(&[]);
+    let unknown = cli(&node, &["topic", "describe", "nope"]);
+    assert_eq!(unknown.code, 1);
+    assert_eq!(unknown.stdout, "");
+    assert!(unknown.stderr.starts_with("error: "), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("nope") && unknown.stderr.trim_end().ends_with("(40401)"), "{}", unknown.stderr);
+    let consume_unknown = cli(&node, &["consume", "nope"]);
+    assert_eq!(consume_unknown.code, 1, "{}", consume_unknown.stderr);
+
+    // A port nobody listens on: bind one, then close it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    let url = format!("http://{closed}");
+    let unreachable = cli_with(None, &["cluster", "status", "--url", &url], None);
+    assert_eq!(unreachable.code, 3, "stderr: {}", unreachable.stderr);
+    assert_eq!(unreachable.stderr, format!("error: cannot reach runnel at {url}: is it running?\n"));
+
+    let usage = cli(&node, &["topic", "create"]);
+    assert_eq!(usage.code, 2, "stderr: {}", usage.stderr);
+
+    let status = cli(&node, &["cluster", "status", "--output", "json"]).json();
+    assert_eq!(status["nodes"].as_array().expect("nodes").len(), 1);
+    let table = cli(&node, &["cluster", "status"]).ok();
+    assert!(table.contains("NODE") && table.contains(&node.kafka_addr.port().to_string()), "{table}");
+}
+
+#[test]
+fn group_describe_shows_the_lag_of_a_consumer() {
+    // Proves `group list` and `group describe` show a group's committed offset, log end offset
+    // and lag per partition after a librdkafka member consumed and committed part of a topic.
+    use rdkafka::consumer::{CommitMode, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "billing-in", "-p", "2"]).ok();
+    let input: String = (0..10).map(|i| format!("r{i}\n")).collect();
+    let produced = cli_with(Some(&node), &["produce", "billing-in", "-p", "0"], Some(input.into_bytes()));
+    assert_eq!(produced.code, 0, "{}", produced.stderr);
+
+    let consumer = support::group_consumer(&node, "billing", "billing-in");
+    let mut seen = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen < 4 && Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a message");
+            assert_eq!(message.partition(), 0);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4, "the member read 4 records");
+    let mut offsets = TopicPartitionList::new();
+    offsets.add_partition_offset("billing-in", 0, Offset::Offset(4)).expect("tpl");
+    consumer.commit(&offsets, CommitMode::Sync).expect("commit");
+
+    let mut described = Value::Null;
+    let stable = support::wait_until(Duration::from_secs(30), || {
+        // Keeps the member's session alive; commits stay manual, so the committed offset stays 4.
+        if let Some(message) = consumer.poll(Duration::from_millis(10)) {
+            message.expect("a message");
+        }
+        described = cli(&node, &["group", "describe", "billing", "--output", "json"]).json();
+        described["state"] == "Stable" && described["members"].as_array().is_some_and(|m| m.len() == 1)
+    });
+    assert!(stable, "group never showed one stable member: {described}");
+    let partition0 = described["offsets"]
+        .as_array()
+        .expect("offsets")
+        .iter()
+        .find(|o| o["topic"] == "billing-in" && o["partition"] == 0)
+        .cloned()
+        .expect("partition 0 offsets");
+    assert_eq!(partition0["committed_offset"], 4);
+    assert_eq!(partition0["log_end_offset"], 10);
+    assert_eq!(partition0["lag"], 6);
+    assert_eq!(described["total_lag"], 6);
+
+    let table = cli(&node, &["group", "describe", "billing"]).ok();
+    let row = table.lines().find(|l| l.starts_with("billing-in ") && l.split_whitespace().nth(1) == Some("0"));
+    let cells: Vec<&str> =
+        row.unwrap_or_else(|| panic!("no partition 0 row in:\n{table}")).split_whitespace().collect();
+    assert_eq!(cells[2..5], ["4", "10", "6"], "CURRENT-OFFSET LOG-END-OFFSET LAG in:\n{table}");
+    assert!(table.contains("Total lag:   6"), "{table}");
+
+    let listed = cli(&node, &["group", "list", "--output", "json"]).json();
+    let billing = listed["groups"].as_array().expect("groups").iter().find(|g| g["group_id"] == "billing").cloned();
+    assert_eq!(billing.expect("billing listed")["total_lag"], 6);
+    assert!(cli(&node, &["group", "list"]).ok().lines().any(|l| l.starts_with("billing ")));
+
+    // A group with a member cannot be deleted; the API's reason reaches stderr.
+    let refused = cli(&node, &["group", "delete", "billing"]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.starts_with("error: "), "{}", refused.stderr);
+    drop(consumer);
+    let unknown = cli(&node, &["group", "describe", "no-such-group"]);
+    assert_eq!(unknown.code, 1);
+    assert!(unknown.stderr.contains("(40404)"), "{}", unknown.stderr);
+}
+
+#[test]
+fn consume_in_a_group_commits_what_it_printed_and_resumes_there() {
+    // Proves `consume --group` prints records, commits exactly what it printed (a -n limit
+    // mid-batch included), leaves the group on exit, and a second run resumes at the commit.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "jobs", "-p", "1"]).ok();
+    let input: String = (0..20).map(|i| format!("job {i}\n")).collect();
+    let produced = cli_with(Some(&node), &["produce", "jobs"], Some(input.clone().into_bytes()));
+    assert_eq!(produced.code, 0, "{}", produced.stderr);
+
+    let first = cli(&node, &["consume", "jobs", "-g", "workers", "--from-beginning", "-n", "5"]).ok();
+    assert_eq!(first, input.lines().take(5).map(|l| format!("{l}\n")).collect::<String>());
+    let described = cli(&node, &["group", "describe", "workers", "--output", "json"]).json();
+    assert_eq!(described["offsets"][0]["committed_offset"], 5, "{described}");
+    assert_eq!(described["members"], serde_json::json!([]), "the instance left the group");
+
+    let rest = cli(&node, &["consume", "jobs", "--group", "workers"]).ok();
+    assert_eq!(rest, input.lines().skip(5).map(|l| format!("{l}\n")).collect::<String>());
+    let described = cli(&node, &["group", "describe", "workers", "--output", "json"]).json();
+    assert_eq!(described["total_lag"], 0, "{described}");
+}
+
+#[test]
+fn follow_waits_for_records_produced_later() {
+    // Proves `consume --follow` long-polls: it prints a record produced while it runs, keeps
+    // waiting at the end instead of exiting, prints later ones too and exits once -n arrived.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "live", "-p", "2"]).ok();
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_runnel"))
+        .args(["consume", "live", "--from-beginning", "-f", "-n", "3", "--url", &node.http_url()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the follower");
+    let stdout = follower.stdout.take().expect("piped stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let produce = |input: &[u8]| {
+        let produced = cli_with(Some(&node), &["produce", "live"], Some(input.to_vec()));
+        assert_eq!(produced.code, 0, "{}", produced.stderr);
+    };
+    produce(b"a\n");
+    assert_eq!(lines.recv_timeout(Duration::from_secs(60)).expect("the first record"), "a");
+    // It printed everything there was and is still running: it waits at the end.
+    assert!(follower.try_wait().expect("try_wait").is_none(), "a follower does not stop at the end");
+    produce(b"b\nc\n");
+    let mut rest = vec![
+        lines.recv_timeout(Duration::from_secs(60)).expect("a later record"),
+        lines.recv_timeout(Duration::from_secs(60)).expect("a later record"),
+    ];
+    rest.sort();
+    assert_eq!(rest, ["b", "c"]);
+    let mut status = None;
+    let exited = support::wait_until(Duration::from_secs(60), || {
+        status = follower.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    if !exited {
+        let _ = follower.kill();
+        panic!("the follower did not exit after 3 records");
+    }
+    assert!(status.expect("status").success());
+}

@@ -1,0 +1,460 @@
+//! The web dashboard in a real browser: Debian's headless Chromium, driven through WebDriver
+//! (chromedriver's W3C endpoints over `reqwest`), against the real `runnel` binary with data
+//! produced and committed by librdkafka. What the pages show is compared with what the test
+//! produced and with the HTTP API's own answers.
+//!
+//! Without /usr/bin/chromium and /usr/bin/chromedriver the test prints SKIP and passes, unless
+//! RUNNEL_REQUIRE_BROWSER=1 (scripts/test.sh sets it after installing them), where it fails.
+//! Waits are on conditions with deadlines (`support::wait_until`), never fixed sleeps.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{client_config, create_topic, wait_until, Runnel};
+
+/// Longest wait for any one step (a debug build and a browser on a loaded 2-core machine).
+const DEADLINE: Duration = Duration::from_secs(60);
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The W3C name of the key that holds an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+const ARTIFACTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-artifacts");
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 3;
+const RECORDS_PER_PARTITION: i64 = 10;
+const GROUP: &str = "billing";
+const COMMITTED: i64 = 4;
+/// The key of record 1 of partition 0: markup that must be shown as text, never parsed.
+const HTML_KEY: &str = r#"<b>bold</b> & "quoted" <img src=x>"#;
+/// The value of record 9 of partition 0: not UTF-8, so the API and page show base64.
+const BINARY_VALUE: &[u8] = &[0xff, 0x00, 0xfe];
+
+#[test]
+fn dashboard_shows_cluster_topics_records_and_group_lag_and_manages_topics() {
+    // Proves the dashboard in Chromium shows the cluster id, topics, partition high watermarks,
+    // records (escaped, base64 marked) and a group's committed lag as produced and committed
+    // through Kafka, polls live (lag chart samples grow), and creates and deletes a topic.
+    if !browser_available() {
+        return;
+    }
+    let node = Runnel::start(&[]);
+    let base = node.http_url();
+    create_topic(&node, TOPIC, PARTITIONS);
+    produce(&node);
+    commit_offsets(&node);
+
+    let browser = Browser::start();
+    let api = |path: &str| browser.http_json(Method::GET, &format!("{base}{path}"), None);
+
+    // Every partition has all its records before the browser looks.
+    let hws_ready = wait_until(DEADLINE, || {
+        let (status, topic) = api(&format!("/v1/topics/{TOPIC}"));
+        status == StatusCode::OK
+            && topic["partitions"].as_array().is_some_and(|parts| {
+                parts.len() == PARTITIONS as usize
+                    && parts.iter().all(|p| p["high_watermark"].as_i64() == Some(RECORDS_PER_PARTITION))
+            })
+    });
+    assert!(hws_ready, "GET /v1/topics/{TOPIC} never showed {RECORDS_PER_PARTITION} records per partition");
+    let (_, cluster) = api("/v1/cluster");
+    let cluster_id = cluster["cluster_id"].as_str().expect("cluster_id").to_string();
+    let node_id = cluster["node_id"].as_i64().expect("node_id").to_string();
+
+    // Overview.
+    browser.navigate(&format!("{base}/"));
+    browser.wait_for_text(r#"[data-testid="cluster-id"]"#, &cluster_id);
+    browser.wait_for_count(r#"[data-testid="node-row"][data-controller="true"]"#, 1);
+
+    // Topics list: the row, its figures, internal topics hidden until asked for, the filter.
+    browser.click(r#"a[data-nav="topics"]"#);
+    let orders_row = format!(r#"[data-testid="topic-row"][data-topic="{TOPIC}"]"#);
+    browser.wait_for_text(&format!(r#"{orders_row} [data-field="partitions"]"#), &PARTITIONS.to_string());
+    let total = (PARTITIONS as i64 * RECORDS_PER_PARTITION).to_string();
+    browser.wait_for_text(&format!(r#"{orders_row} [data-field="messages"]"#), &total);
+    let offsets_row = r#"[data-testid="topic-row"][data-topic="__consumer_offsets"]"#;
+    assert_eq!(browser.count(offsets_row), 0, "internal topics are hidden by default");
+    browser.click(r#"[data-testid="show-internal"]"#);
+    browser.wait_for_count(offsets_row, 1);
+    browser.type_into(r#"[data-testid="topic-filter"]"#, "consumer");
+    browser.wait_for_count(&orders_row, 0);
+    browser.wait_for_count(offsets_row, 1);
+    browser.clear_input(r#"[data-testid="topic-filter"]"#);
+    browser.wait_for_count(&orders_row, 1);
+
+    // Topic detail: partition table, then the message browser.
+    browser.click(&format!(r#"{orders_row} [data-field="name"] a"#));
+    for partition in 0..PARTITIONS {
+        let row = format!(r#"[data-testid="partition-row"][data-partition="{partition}"]"#);
+        let hw = RECORDS_PER_PARTITION.to_string();
+        browser.wait_for_text(&format!(r#"{row} [data-field="high_watermark"]"#), &hw);
+        browser.wait_for_text(&format!(r#"{row} [data-field="log_end_offset"]"#), &hw);
+        browser.wait_for_text(&format!(r#"{row} [data-field="log_start_offset"]"#), "0");
+        browser.wait_for_text(&format!(r#"{row} [data-field="leader"]"#), &node_id);
+    }
+    // The page opens the first partition holding records (0) from its log start.
+    browser.wait_for_count(r#"[data-testid="record-row"]"#, RECORDS_PER_PARTITION as usize);
+    let record = |offset: i64, field: &str| {
+        format!(r#"[data-testid="record-row"][data-offset="{offset}"] [data-field="{field}"]"#)
+    };
+    browser.wait_for_text(&format!("{} .text", record(0, "key")), "key-0-0");
+    browser.wait_for_text(&format!("{} .text", record(0, "value")), r#"{"partition":0,"n":0}"#);
+    browser.wait_for_text(&record(0, "headers"), "source: dashboard-test");
+    browser.wait_for_text(&format!("{} .text", record(1, "key")), HTML_KEY);
+    assert_eq!(browser.count(&format!("{} b, {} img", record(1, "key"), record(1, "key"))), 0, "keys are escaped");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(BINARY_VALUE);
+    browser.wait_for_text(&format!("{} .text", record(9, "value")), &b64);
+    browser.wait_for_count(&format!(r#"{} [data-encoding="base64"]"#, record(9, "value")), 1);
+    assert_eq!(browser.count(&format!(r#"{} [data-encoding="base64"]"#, record(0, "value"))), 0);
+    // The last three records of partition 2: a negative offset counts back from the high watermark.
+    browser.click(r#"select[name="partition"] option[value="2"]"#);
+    browser.type_into(r#"#records-form input[name="offset"]"#, "-3");
+    browser.click(r#"[data-testid="records-fetch"]"#);
+    browser.wait_for_count(r#"[data-testid="record-row"][data-partition="2"]"#, 3);
+    browser.wait_for_text(&format!("{} .text", record(7, "key")), "key-2-7");
+    browser.wait_for_count(&record(6, "key"), 0);
+    let topic_png = browser.screenshot("dashboard-topic.png");
+
+    // Groups list and group detail: lag as committed, and the lag chart sampling live.
+    browser.click(r#"a[data-nav="groups"]"#);
+    let lag = (PARTITIONS as i64 * (RECORDS_PER_PARTITION - COMMITTED)).to_string();
+    let group_row = format!(r#"[data-testid="group-row"][data-group="{GROUP}"]"#);
+    browser.wait_for_text(&format!(r#"{group_row} [data-field="total_lag"]"#), &lag);
+    browser.click(&format!(r#"{group_row} [data-field="group_id"] a"#));
+    browser.wait_for_text(r#"[data-testid="group-total-lag"]"#, &lag);
+    for partition in 0..PARTITIONS {
+        let row = format!(r#"[data-testid="offset-row"][data-topic="{TOPIC}"][data-partition="{partition}"]"#);
+        browser.wait_for_text(&format!(r#"{row} [data-field="committed_offset"]"#), &COMMITTED.to_string());
+        browser
+            .wait_for_text(&format!(r#"{row} [data-field="lag"]"#), &(RECORDS_PER_PARTITION - COMMITTED).to_string());
+    }
+    let sampled = wait_until(DEADLINE, || {
+        browser
+            .attribute(r#"[data-testid="lag-chart"]"#, "data-samples")
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+            >= 3
+    });
+    assert!(sampled, "the lag chart never collected 3 samples: the page does not poll");
+    browser.wait_for_count(r#"[data-testid="lag-chart"] svg polyline"#, 1);
+    let group_png = browser.screenshot("dashboard-group.png");
+
+    // Create a topic through the form; the API then has it as requested.
+    browser.click(r#"a[data-nav="topics"]"#);
+    let form = r#"[data-testid="create-topic-form"]"#;
+    let created = "created-in-browser";
+    browser.type_into(&format!(r#"{form} input[name="name"]"#), created);
+    browser.type_into(&format!(r#"{form} input[name="partitions"]"#), "4");
+    browser.type_into(&format!(r#"{form} input[name="replication_factor"]"#), "1");
+    browser.type_into(&format!(r#"{form} textarea[name="configs"]"#), "retention.ms=3600000");
+    browser.click(r#"[data-testid="create-topic-submit"]"#);
+    let exists = wait_until(DEADLINE, || {
+        let (status, topic) = api(&format!("/v1/topics/{created}"));
+        status == StatusCode::OK
+            && topic["partitions"].as_array().map(Vec::len) == Some(4)
+            && topic["replication_factor"] == json!(1)
+            && topic["configs"]["retention.ms"] == json!("3600000")
+    });
+    assert!(exists, "GET /v1/topics/{created} never showed 4 partitions and retention.ms=3600000");
+    browser.wait_for_count(&format!(r#"[data-testid="topic-row"][data-topic="{created}"]"#), 1);
+    // The same name again: the page shows the API's own error message.
+    let (status, conflict) = browser.http_json(
+        Method::POST,
+        &format!("{base}/v1/topics"),
+        Some(json!({"name": created, "partitions": 4, "replication_factor": 1, "configs": {}})),
+    );
+    assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
+    let message = conflict["message"].as_str().expect("error message").to_string();
+    browser.type_into(&format!(r#"{form} input[name="name"]"#), created);
+    browser.click(r#"[data-testid="create-topic-submit"]"#);
+    browser.wait_for_text(r#"[data-testid="create-topic-status"].error"#, &message);
+
+    // Delete it from its page, through the confirm dialog; the API then no longer knows it.
+    browser.click(&format!(r#"[data-testid="topic-row"][data-topic="{created}"] [data-field="name"] a"#));
+    browser.wait_for_text(r#"[data-testid="topic-name"]"#, created);
+    browser.click(r#"[data-testid="delete-topic"]"#);
+    browser.accept_confirm(&format!(r#"Delete topic "{created}""#));
+    let deleted = wait_until(DEADLINE, || api(&format!("/v1/topics/{created}")).0 == StatusCode::NOT_FOUND);
+    assert!(deleted, "GET /v1/topics/{created} still answers after the page deleted it");
+    browser.wait_for_count(r#"[data-testid="topics-table"]"#, 1);
+    browser.wait_for_count(&format!(r#"[data-testid="topic-row"][data-topic="{created}"]"#), 0);
+
+    println!("screenshots: {} {}", topic_png.display(), group_png.display());
+}
+
+/// Whether the test can run; SKIP (or, with RUNNEL_REQUIRE_BROWSER=1, fail) when it cannot.
+fn browser_available() -> bool {
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER].into_iter().filter(|p| !Path::new(p).exists()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var("RUNNEL_REQUIRE_BROWSER").as_deref() == Ok("1") {
+        panic!(
+            "RUNNEL_REQUIRE_BROWSER=1 but {} missing (apt-get install chromium chromium-driver)",
+            missing.join(" and ")
+        );
+    }
+    println!("SKIP: chromium/chromedriver not installed");
+    false
+}
+
+/// 10 records on each partition, in order: record n of partition p has key `key-p-n` and a
+/// JSON value, except record 0 of partition 0 (a header), 1 (markup as key) and 9 (binary value).
+fn produce(node: &Runnel) {
+    let producer: BaseProducer = client_config(node, &[]).create().expect("producer");
+    for partition in 0..PARTITIONS {
+        for n in 0..RECORDS_PER_PARTITION {
+            let key = if (partition, n) == (0, 1) { HTML_KEY.to_string() } else { format!("key-{partition}-{n}") };
+            let json_value = format!(r#"{{"partition":{partition},"n":{n}}}"#);
+            let value = if (partition, n) == (0, 9) { BINARY_VALUE } else { json_value.as_bytes() };
+            let mut record = BaseRecord::<str, [u8]>::to(TOPIC).partition(partition).key(key.as_str()).payload(value);
+            if (partition, n) == (0, 0) {
+                record =
+                    record.headers(OwnedHeaders::new().insert(Header { key: "source", value: Some("dashboard-test") }));
+            }
+            producer.send(record).map_err(|(e, _)| e).expect("send");
+            // One in flight at a time keeps offsets in send order (librdkafka may retry out of order).
+            producer.flush(DEADLINE).expect("flush");
+        }
+    }
+}
+
+/// Group `GROUP` commits offset `COMMITTED` on every partition, without joining (no members).
+fn commit_offsets(node: &Runnel) {
+    let consumer: BaseConsumer =
+        client_config(node, &[("group.id", GROUP), ("enable.auto.commit", "false")]).create().expect("consumer");
+    let mut offsets = TopicPartitionList::new();
+    for partition in 0..PARTITIONS {
+        offsets.add_partition_offset(TOPIC, partition, Offset::Offset(COMMITTED)).expect("offset");
+    }
+    consumer.commit(&offsets, CommitMode::Sync).expect("commit");
+}
+
+/// A port nobody listens on right now (the OS picks it; chromedriver binds it next).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// One chromedriver process and one browser session in it; dropping it ends both.
+struct Browser {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    driver: Child,
+    driver_url: String,
+    session: Option<String>,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn chromedriver");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let http = reqwest::Client::builder().timeout(DEADLINE).build().expect("http client");
+        let mut browser =
+            Browser { runtime, http, driver, driver_url: format!("http://127.0.0.1:{port}"), session: None };
+        let ready = wait_until(DEADLINE, || {
+            let (status, body) = browser.http_json(Method::GET, &format!("{}/status", browser.driver_url), None);
+            status == StatusCode::OK && body["value"]["ready"] == json!(true)
+        });
+        assert!(ready, "chromedriver on port {port} not ready within {DEADLINE:?}");
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"],
+            },
+        }}});
+        let session = browser.command(Method::POST, "/session", Some(capabilities)).expect("new WebDriver session");
+        browser.session = Some(session["sessionId"].as_str().expect("sessionId").to_string());
+        browser
+    }
+
+    /// Any HTTP request with an optional JSON body: (status, JSON body or Null). Transport
+    /// errors read as status 599 so that waits keep polling.
+    fn http_json(&self, method: Method, url: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.runtime.block_on(async {
+            let mut request = self.http.request(method, url);
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    (status, response.json::<Value>().await.unwrap_or(Value::Null))
+                }
+                Err(_) => (StatusCode::from_u16(599).expect("status"), Value::Null),
+            }
+        })
+    }
+
+    /// A WebDriver command: its `value`, or the WebDriver error as text.
+    fn command(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = match &self.session {
+            Some(id) if path != "/session" => format!("{}/session/{id}{path}", self.driver_url),
+            _ => format!("{}{path}", self.driver_url),
+        };
+        // chromedriver wants a JSON body on every POST.
+        let body = if method == Method::POST { Some(body.unwrap_or_else(|| json!({}))) } else { body };
+        let (status, reply) = self.http_json(method, &url, body);
+        if status.is_success() {
+            Ok(reply["value"].clone())
+        } else {
+            Err(format!("{status}: {} {}", reply["value"]["error"], reply["value"]["message"]))
+        }
+    }
+
+    fn navigate(&self, url: &str) {
+        self.command(Method::POST, "/url", Some(json!({"url": url})))
+            .unwrap_or_else(|e| panic!("navigate to {url}: {e}"));
+    }
+
+    fn find_all(&self, css: &str) -> Result<Vec<String>, String> {
+        let found = self.command(Method::POST, "/elements", Some(json!({"using": "css selector", "value": css})))?;
+        Ok(found.as_array().into_iter().flatten().filter_map(|e| e[ELEMENT].as_str().map(String::from)).collect())
+    }
+
+    fn find(&self, css: &str) -> Result<String, String> {
+        let found = self.command(Method::POST, "/element", Some(json!({"using": "css selector", "value": css})))?;
+        found[ELEMENT].as_str().map(String::from).ok_or_else(|| format!("no element reference for {css}"))
+    }
+
+    /// How many elements match now (0 while the page is between renders).
+    fn count(&self, css: &str) -> usize {
+        self.find_all(css).map(|found| found.len()).unwrap_or(0)
+    }
+
+    /// The rendered text of the first match, if there is one (and it did not go stale).
+    fn text(&self, css: &str) -> Option<String> {
+        let element = self.find(css).ok()?;
+        let text = self.command(Method::GET, &format!("/element/{element}/text"), None).ok()?;
+        text.as_str().map(|t| t.trim().to_string())
+    }
+
+    fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        let element = self.find(css).ok()?;
+        let value = self.command(Method::GET, &format!("/element/{element}/attribute/{name}"), None).ok()?;
+        value.as_str().map(String::from)
+    }
+
+    fn wait_for_text(&self, css: &str, expected: &str) {
+        let mut seen = None;
+        let matched = wait_until(DEADLINE, || {
+            seen = self.text(css);
+            seen.as_deref() == Some(expected)
+        });
+        assert!(matched, "{css}: expected text {expected:?}, last saw {seen:?} (page: {})", self.page_state());
+    }
+
+    fn wait_for_count(&self, css: &str, expected: usize) {
+        let mut seen = 0;
+        let matched = wait_until(DEADLINE, || {
+            seen = self.count(css);
+            seen == expected
+        });
+        assert!(matched, "{css}: expected {expected} matches, last saw {seen} (page: {})", self.page_state());
+    }
+
+    /// Clicks the first match once it exists (a poll may re-render it between find and click).
+    fn click(&self, css: &str) {
+        let mut error = String::new();
+        let clicked = wait_until(DEADLINE, || {
+            let result = self.find(css).and_then(|e| self.command(Method::POST, &format!("/element/{e}/click"), None));
+            result.map_err(|e| error = e).is_ok()
+        });
+        assert!(clicked, "click {css}: {error} (page: {})", self.page_state());
+    }
+
+    /// Replaces the contents of an input (Element Clear, then Element Send Keys).
+    fn type_into(&self, css: &str, text: &str) {
+        let mut error = String::new();
+        let typed = wait_until(DEADLINE, || {
+            let result = self.find(css).and_then(|e| {
+                self.command(Method::POST, &format!("/element/{e}/clear"), None)?;
+                self.command(Method::POST, &format!("/element/{e}/value"), Some(json!({"text": text})))
+            });
+            result.map_err(|e| error = e).is_ok()
+        });
+        assert!(typed, "type into {css}: {error} (page: {})", self.page_state());
+    }
+
+    /// Accepts the open confirm() dialog once it is there, checking it starts with `prefix`.
+    fn accept_confirm(&self, prefix: &str) {
+        let mut text = None;
+        let shown = wait_until(DEADLINE, || {
+            text = self.command(Method::GET, "/alert/text", None).ok().and_then(|t| t.as_str().map(String::from));
+            text.is_some()
+        });
+        assert!(shown, "no confirm dialog appeared");
+        let text = text.unwrap_or_default();
+        assert!(text.starts_with(prefix), "confirm dialog says {text:?}, expected it to start with {prefix:?}");
+        self.command(Method::POST, "/alert/accept", None).expect("accept the confirm dialog");
+    }
+
+    /// Empties an input the way a user does, firing `input` (Element Clear fires only `change`).
+    fn clear_input(&self, css: &str) {
+        let script = "const e = document.querySelector(arguments[0]); e.value = ''; \
+                      e.dispatchEvent(new Event('input', {bubbles: true}));";
+        self.command(Method::POST, "/execute/sync", Some(json!({"script": script, "args": [css]})))
+            .unwrap_or_else(|e| panic!("clear {css}: {e}"));
+    }
+
+    /// Where the page is, for failure messages: its hash and the dashboard's live status.
+    fn page_state(&self) -> String {
+        let script = "return location.hash + ' · ' + (document.getElementById('live')?.title || '') \
+                      + ' · ' + (document.getElementById('banner')?.textContent || 'no error banner');";
+        self.command(Method::POST, "/execute/sync", Some(json!({"script": script, "args": []})))
+            .map(|v| v.as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|e| format!("unknown: {e}"))
+    }
+
+    /// Saves a PNG of the viewport to target/test-artifacts/`name` and returns its path.
+    fn screenshot(&self, name: &str) -> PathBuf {
+        self.try_screenshot(name).unwrap_or_else(|e| panic!("screenshot {name}: {e}"))
+    }
+
+    fn try_screenshot(&self, name: &str) -> Result<PathBuf, String> {
+        let png = self.command(Method::GET, "/screenshot", None)?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().ok_or("screenshot is not a string")?)
+            .map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(ARTIFACTS).map_err(|e| e.to_string())?;
+        let path = Path::new(ARTIFACTS).join(name);
+        std::fs::write(&path, png).map_err(|e| e.to_string())?;
+        Ok(path.canonicalize().unwrap_or(path))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // A failing test leaves a picture of what the page showed.
+        if std::thread::panicking() && self.session.is_some() {
+            if let Ok(path) = self.try_screenshot("dashboard-failure.png") {
+                eprintln!("screenshot of the failure: {}", path.display());
+            }
+        }
+        // Ending the session closes Chromium; killing only the driver could leave it running.
+        if self.session.is_some() {
+            let _ = self.command(Method::DELETE, "", None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}

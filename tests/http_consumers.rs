@@ -1,0 +1,194 @@
+//! HTTP consumer instances (Confluent v2) against the real binary: real group members that
+//! share partitions with librdkafka members, commit, resume, seek and expire.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::Message;
+use serde_json::{json, Value};
+use support::{wait_until, HttpApi, Runnel};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const V2: Option<&str> = Some("application/vnd.kafka.v2+json");
+
+fn produce(api: &HttpApi, topic: &str, partitions: i32, per_partition: i32) {
+    for p in 0..partitions {
+        let records: Vec<Value> =
+            (0..per_partition).map(|i| json!({"partition": p, "value": {"p": p, "i": i}})).collect();
+        let answer = api.send_json("POST", &format!("/topics/{topic}"), None, &json!({"records": records}));
+        assert_eq!(answer.status, 200, "{}", answer.text);
+    }
+}
+
+fn create_instance(api: &HttpApi, group: &str, name: &str, extra: Value) -> String {
+    let mut body = json!({"name": name, "format": "json", "auto.offset.reset": "earliest"});
+    body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    let answer = api.send_json("POST", &format!("/consumers/{group}"), V2, &body);
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert!(answer.json["base_uri"].as_str().unwrap().ends_with(&format!("/consumers/{group}/instances/{name}")));
+    format!("/consumers/{group}/instances/{name}")
+}
+
+fn assigned(api: &HttpApi, base: &str) -> BTreeSet<i64> {
+    api.get(&format!("{base}/assignments")).json["partitions"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| p["partition"].as_i64().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn http_and_librdkafka_members_split_one_group() {
+    // Proves an HTTP consumer is a real group member: with a librdkafka member in the same
+    // group the 6 partitions are split between them with no overlap and no gap, each reads
+    // only its own partitions, and together they read every record once.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "shared", 6);
+    produce(&api, "shared", 6, 5);
+
+    let base = create_instance(&api, "mixed", "web", json!({"auto.commit.enable": "false"}));
+    assert_eq!(api.post(&format!("{base}/subscription"), &json!({"topics": ["shared"]})).status, 204);
+    assert_eq!(api.get(&format!("{base}/subscription")).json["topics"], json!(["shared"]));
+    assert!(wait_until(TIMEOUT, || assigned(&api, &base).len() == 6), "HTTP member alone gets all 6 partitions");
+
+    let kafka = support::group_consumer(&node, "mixed", "shared");
+    let mut kafka_records: Vec<(i32, i64)> = Vec::new();
+    let mut http_records: Vec<(i64, i64)> = Vec::new();
+    // Keep both members polling (librdkafka joins during poll; the HTTP member rejoins on its
+    // heartbeat) until both hold partitions and together everything was read.
+    assert!(
+        wait_until(TIMEOUT, || {
+            if let Some(Ok(m)) = kafka.poll(Duration::from_millis(100)) {
+                kafka_records.push((m.partition(), m.offset()));
+            }
+            let polled = api.get(&format!("{base}/records?timeout=100"));
+            for r in polled.json.as_array().into_iter().flatten() {
+                http_records.push((r["partition"].as_i64().unwrap(), r["offset"].as_i64().unwrap()));
+            }
+            let kafka_assignment = kafka.assignment().map(|a| a.count()).unwrap_or(0);
+            let http_assignment = assigned(&api, &base).len();
+            kafka_assignment > 0 && http_assignment > 0 && kafka_assignment + http_assignment == 6 && {
+                // Everything read since the split: each member's records of its own partitions.
+                let mine: BTreeSet<i64> = assigned(&api, &base);
+                let theirs: BTreeSet<i64> =
+                    kafka.assignment().unwrap().elements().iter().map(|e| e.partition() as i64).collect();
+                let covered = |p: i64| {
+                    let reader: Vec<i64> = if mine.contains(&p) {
+                        http_records.iter().filter(|(q, _)| *q == p).map(|(_, o)| *o).collect()
+                    } else {
+                        kafka_records.iter().filter(|(q, _)| *q as i64 == p).map(|(_, o)| *o).collect()
+                    };
+                    (0..5).all(|o| reader.contains(&o))
+                };
+                mine.is_disjoint(&theirs) && (0..6).all(covered)
+            }
+        }),
+        "members did not split the partitions: http {:?}, kafka {:?}",
+        assigned(&api, &base),
+        kafka.assignment().ok()
+    );
+    let group = api.get("/v1/groups/mixed");
+    let members = group.json["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{}", group.text);
+    assert!(members.iter().any(|m| m["client_id"] == "runnel-http"));
+    let partitions: BTreeSet<i64> = members
+        .iter()
+        .flat_map(|m| m["assignment"].as_array().unwrap().iter())
+        .flat_map(|a| a["partitions"].as_array().unwrap().iter().map(|p| p.as_i64().unwrap()))
+        .collect();
+    assert_eq!(partitions, (0..6).collect());
+    assert_eq!(api.delete(&base).status, 204);
+    // The HTTP member left: librdkafka gets all six partitions.
+    assert!(wait_until(TIMEOUT, || {
+        let _ = kafka.poll(Duration::from_millis(100));
+        kafka.assignment().map(|a| a.count()).unwrap_or(0) == 6
+    }));
+}
+
+#[test]
+fn commits_resume_and_seeks() {
+    // Proves committed offsets (explicit and "everything returned") survive the instance,
+    // a new instance resumes after them, and seeks move positions as asked.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "log", 1);
+    produce(&api, "log", 1, 10);
+    let base = create_instance(&api, "resumers", "first", json!({"auto.commit.enable": "false"}));
+    api.post(&format!("{base}/subscription"), &json!({"topics": ["log"]}));
+    let mut offsets = Vec::new();
+    assert!(wait_until(TIMEOUT, || {
+        let polled = api.get(&format!("{base}/records?timeout=200&max_bytes=30"));
+        offsets.extend(polled.json.as_array().into_iter().flatten().map(|r| r["offset"].as_i64().unwrap()));
+        !offsets.is_empty()
+    }));
+    assert!(offsets.len() < 10, "max_bytes bounds a poll: got {}", offsets.len());
+    // Explicit commit of the record at offset 3 → committed offset 4.
+    let commit =
+        api.post(&format!("{base}/offsets"), &json!({"offsets": [{"topic": "log", "partition": 0, "offset": 3}]}));
+    assert_eq!(commit.status, 200, "{}", commit.text);
+    let committed = api.call(
+        "GET",
+        &format!("{base}/offsets"),
+        Some("application/json"),
+        Some(br#"{"partitions":[{"topic":"log","partition":0}]}"#.to_vec()),
+    );
+    assert_eq!(committed.json["offsets"][0]["offset"], 4, "{}", committed.text);
+    assert_eq!(api.delete(&base).status, 204);
+
+    let second = create_instance(&api, "resumers", "second", json!({}));
+    api.post(&format!("{second}/subscription"), &json!({"topics": ["log"]}));
+    let mut seen = Vec::new();
+    assert!(wait_until(TIMEOUT, || {
+        let polled = api.get(&format!("{second}/records?timeout=200"));
+        seen.extend(polled.json.as_array().into_iter().flatten().map(|r| r["offset"].as_i64().unwrap()));
+        seen.len() >= 6
+    }));
+    assert_eq!(seen, (4..10).collect::<Vec<_>>(), "resumes at the committed offset");
+    // Seek back to offset 8, then to the beginning.
+    let seek =
+        api.post(&format!("{second}/positions"), &json!({"offsets": [{"topic": "log", "partition": 0, "offset": 8}]}));
+    assert_eq!(seek.status, 204, "{}", seek.text);
+    let again = api.get(&format!("{second}/records?timeout=2000"));
+    assert_eq!(
+        again.json.as_array().unwrap().iter().map(|r| r["offset"].as_i64().unwrap()).collect::<Vec<_>>(),
+        vec![8, 9]
+    );
+    api.post(&format!("{second}/positions/beginning"), &json!({"partitions": [{"topic": "log", "partition": 0}]}));
+    let from_start = api.get(&format!("{second}/records?timeout=2000"));
+    assert_eq!(from_start.json[0]["offset"], 0);
+    assert_eq!(from_start.json[0]["value"], json!({"p": 0, "i": 0}));
+    api.post(&format!("{second}/positions/end"), &json!({"partitions": [{"topic": "log", "partition": 0}]}));
+    assert_eq!(api.get(&format!("{second}/records?timeout=100")).json, json!([]));
+    // Seeking a partition the instance does not own is a conflict.
+    let foreign =
+        api.post(&format!("{second}/positions"), &json!({"offsets": [{"topic": "log", "partition": 5, "offset": 0}]}));
+    assert_eq!(foreign.status, 409);
+    // Auto commit (the default) committed everything returned once the instance is deleted.
+    assert_eq!(api.delete(&second).status, 204);
+    let group = api.get("/v1/groups/resumers");
+    assert_eq!(group.json["offsets"][0]["committed_offset"], 10, "{}", group.text);
+    assert_eq!(group.json["total_lag"], 0);
+}
+
+#[test]
+fn idle_instances_expire_and_leave_their_group() {
+    // Proves an instance unused for consumer.instance.timeout.ms is deleted and leaves the
+    // group, while a used one stays.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "quiet", 1);
+    let idle = create_instance(&api, "expiring", "idle", json!({"consumer.instance.timeout.ms": 1500}));
+    api.post(&format!("{idle}/subscription"), &json!({"topics": ["quiet"]}));
+    assert!(wait_until(TIMEOUT, || api.get("/v1/groups/expiring").json["members"]
+        .as_array()
+        .is_some_and(|m| m.len() == 1)));
+    // Watch the group, not the instance: any request to the instance keeps it alive.
+    assert!(
+        wait_until(TIMEOUT, || api.get("/v1/groups/expiring").json["state"] == "Empty"),
+        "idle instance did not leave its group"
+    );
+    assert_eq!(api.get(&format!("{idle}/subscription")).status, 404);
+}

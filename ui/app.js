@@ -1,0 +1,1012 @@
+// Runnel dashboard: a single page over the broker's /v1 HTTP API.
+//
+// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>) pick a view; the current
+// view polls its endpoint every POLL_MS while the tab is visible and re-renders only the parts
+// that show data, so inputs (filters, forms, the message browser) keep their state.
+// Every string that comes from the API is user data: it goes through esc() before it reaches
+// innerHTML. Big tables are built as one string per render, with delegated listeners.
+"use strict";
+
+(() => {
+  const POLL_MS = 2000;
+  /** Samples kept for sparklines (3 minutes at 2 s) and for the lag chart (20 minutes). */
+  const SPARK_SAMPLES = 90;
+  const LAG_SAMPLES = 600;
+  /** Characters of a key/value shown before the cell offers "show all". */
+  const CELL_CHARS = 300;
+
+  // ---------------------------------------------------------------------------------------
+  // Formatting
+  // ---------------------------------------------------------------------------------------
+
+  const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => ESCAPES[c]);
+  const intFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+  const oneDecimal = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
+  const DASH = "–";
+
+  const fmtInt = (n) => (n == null || Number.isNaN(n) ? DASH : intFormat.format(n));
+
+  function fmtBytes(n) {
+    if (n == null || Number.isNaN(n)) return DASH;
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let value = n;
+    let unit = 0;
+    while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    if (unit === 0) return `${intFormat.format(value)} B`;
+    const digits = Math.abs(value) < 10 ? 2 : Math.abs(value) < 100 ? 1 : 0;
+    return `${value.toFixed(digits)} ${units[unit]}`;
+  }
+
+  /** A per-second count: 0/s, 3.5/s, 1,234/s, 12.3k/s, 4.5M/s. */
+  function fmtRate(n) {
+    if (n == null || Number.isNaN(n)) return DASH;
+    if (n === 0) return "0/s";
+    if (n < 10) return `${oneDecimal.format(n)}/s`;
+    if (n < 10000) return `${intFormat.format(n)}/s`;
+    if (n < 1e6) return `${oneDecimal.format(n / 1e3)}k/s`;
+    return `${oneDecimal.format(n / 1e6)}M/s`;
+  }
+
+  const fmtByteRate = (n) => (n == null || Number.isNaN(n) ? DASH : `${fmtBytes(n < 1024 ? Math.round(n) : n)}/s`);
+
+  function fmtDuration(ms) {
+    if (ms == null || ms < 0) return DASH;
+    const s = Math.floor(ms / 1000);
+    const d = Math.floor(s / 86400);
+    const h = Math.floor((s % 86400) / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    if (d > 0) return `${d}d ${h}h`;
+    if (h > 0) return `${h}h ${m}m`;
+    if (m > 0) return `${m}m ${s % 60}s`;
+    return `${s}s`;
+  }
+
+  function fmtAgo(ms) {
+    const delta = Date.now() - ms;
+    if (Math.abs(delta) < 1000) return "just now";
+    return delta >= 0 ? `${fmtDuration(delta)} ago` : `in ${fmtDuration(-delta)}`;
+  }
+
+  /** ISO time in UTC, millisecond precision, as the broker stores it. */
+  const fmtIso = (ms) => new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
+
+  /** A right-aligned number cell; zeros are muted so the figures that matter stand out. */
+  const num = (value, field, text) =>
+    `<td class="num${value === 0 ? " zero" : ""}" data-field="${field}">${text ?? fmtInt(value)}</td>`;
+  const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? "" : "s"}`;
+  const topicHref = (name) => `#/topics/${encodeURIComponent(name)}`;
+  const groupHref = (id) => `#/groups/${encodeURIComponent(id)}`;
+
+  function stateBadge(state) {
+    const tone = { Stable: "ok", Empty: "neutral", Dead: "bad" }[state] || "warn";
+    return `<span class="badge ${tone}" data-field="state">${esc(state)}</span>`;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // API
+  // ---------------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(message, status, code) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  /** JSON request; non-2xx answers throw ApiError carrying the API's own `message`. */
+  async function api(path, { method = "GET", body, signal } = {}) {
+    const headers = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method,
+      headers,
+      signal,
+      cache: "no-store",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    let data = null;
+    if (text) {
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = null;
+      }
+    }
+    if (!response.ok) {
+      const message = (data && data.message) || `${response.status} ${response.statusText}`.trim();
+      throw new ApiError(message, response.status, data && data.error_code);
+    }
+    return data;
+  }
+
+  const isAbort = (e) => e && e.name === "AbortError";
+
+  // ---------------------------------------------------------------------------------------
+  // Charts (inline SVG)
+  // ---------------------------------------------------------------------------------------
+
+  function sparkline(values) {
+    const w = 200;
+    const h = 40;
+    const baseline = `<line class="base" x1="0" x2="${w}" y1="${h - 1}" y2="${h - 1}"/>`;
+    if (values.length === 0) return `<svg class="spark" viewBox="0 0 ${w} ${h}" aria-hidden="true">${baseline}</svg>`;
+    const max = Math.max(...values, 1e-9);
+    // Few samples fill the width at a fixed pace instead of a sliver at the right edge.
+    const step = values.length > 1 ? w / (Math.max(30, values.length) - 1) : 0;
+    const x0 = w - step * (values.length - 1);
+    const points = values.map((v, i) => `${(x0 + i * step).toFixed(1)},${(h - 2 - (v / max) * (h - 4)).toFixed(1)}`);
+    const area = `M${x0.toFixed(1)},${h} L${points.join(" L")} L${w},${h} Z`;
+    return `<svg class="spark" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none" aria-hidden="true">
+      ${baseline}<path class="area" d="${area}"/><polyline class="line" points="${points.join(" ")}"/></svg>`;
+  }
+
+  /** Total lag over time: samples [{t, lag}], drawn to the container's width. */
+  function lagChart(samples, width) {
+    const w = Math.max(320, Math.floor(width));
+    const h = 200;
+    const pad = { left: 56, right: 16, top: 14, bottom: 26 };
+    const plotW = w - pad.left - pad.right;
+    const plotH = h - pad.top - pad.bottom;
+    const maxLag = Math.max(1, ...samples.map((s) => s.lag));
+    const niceMax = niceCeil(maxLag);
+    const tEnd = samples.length ? samples[samples.length - 1].t : Date.now();
+    const tStart = samples.length ? Math.min(samples[0].t, tEnd - 60000) : tEnd - 60000;
+    const span = Math.max(1, tEnd - tStart);
+    const x = (t) => pad.left + ((t - tStart) / span) * plotW;
+    const y = (v) => pad.top + plotH - (v / niceMax) * plotH;
+    let grid = "";
+    for (let i = 0; i <= 4; i++) {
+      const v = (niceMax * i) / 4;
+      grid += `<line class="grid" x1="${pad.left}" x2="${w - pad.right}" y1="${y(v)}" y2="${y(v)}"/>`;
+      grid += `<text class="axis" x="${pad.left - 8}" y="${y(v) + 4}" text-anchor="end">${fmtInt(v)}</text>`;
+    }
+    grid += `<text class="axis" x="${pad.left}" y="${h - 6}">${esc(fmtDuration(tEnd - tStart))} ago</text>`;
+    grid += `<text class="axis" x="${w - pad.right}" y="${h - 6}" text-anchor="end">now</text>`;
+    let plot = "";
+    if (samples.length === 1) {
+      plot = `<circle class="dot" cx="${x(samples[0].t)}" cy="${y(samples[0].lag)}" r="3.5"/>`;
+    } else if (samples.length > 1) {
+      const pts = samples.map((s) => `${x(s.t).toFixed(1)},${y(s.lag).toFixed(1)}`);
+      const last = samples[samples.length - 1];
+      plot = `<path class="area" d="M${x(samples[0].t).toFixed(1)},${y(0)} L${pts.join(" L")} L${x(last.t).toFixed(1)},${y(0)} Z"/>
+        <polyline class="line" points="${pts.join(" ")}"/>
+        <circle class="dot" cx="${x(last.t).toFixed(1)}" cy="${y(last.lag).toFixed(1)}" r="3.5"/>`;
+    }
+    return `<svg viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img"
+      aria-label="Total lag over the last ${esc(fmtDuration(span))}">${grid}${plot}</svg>`;
+  }
+
+  /** 1, 2, 5 × 10^n at or above `v`, so axis labels are round numbers. */
+  function niceCeil(v) {
+    const p = 10 ** Math.floor(Math.log10(v));
+    for (const m of [1, 2, 4, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Tables
+  // ---------------------------------------------------------------------------------------
+
+  /** Sort state for one table; headers carry data-sort="<key>" and one listener per thead. */
+  function sortable(thead, state, onChange) {
+    const mark = () => {
+      for (const th of thead.querySelectorAll("th[data-sort]")) {
+        th.setAttribute("aria-sort", th.dataset.sort === state.key ? (state.dir > 0 ? "ascending" : "descending") : "none");
+      }
+    };
+    thead.addEventListener("click", (event) => {
+      const th = event.target.closest("th[data-sort]");
+      if (!th) return;
+      if (state.key === th.dataset.sort) state.dir = -state.dir;
+      else {
+        state.key = th.dataset.sort;
+        state.dir = th.classList.contains("num") ? -1 : 1;
+      }
+      mark();
+      onChange();
+    });
+    mark();
+  }
+
+  function sortRows(rows, state) {
+    const { key, dir } = state;
+    return rows.slice().sort((a, b) => {
+      const x = a[key];
+      const y = b[key];
+      if (typeof x === "number" && typeof y === "number") return (x - y) * dir;
+      return String(x ?? "").localeCompare(String(y ?? "")) * dir;
+    });
+  }
+
+  /** Rows link to a page: a click anywhere on a row (not on a control) follows its link. */
+  function rowLinks(tbody) {
+    tbody.addEventListener("click", (event) => {
+      if (event.target.closest("a, button, input, select, textarea")) return;
+      if (window.getSelection && String(window.getSelection()).length > 0) return;
+      const link = event.target.closest("tr")?.querySelector("a[href^='#/']");
+      if (link) location.hash = link.getAttribute("href");
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Views: { mount(root), refresh(signal), unmount() }
+  // ---------------------------------------------------------------------------------------
+
+  const clusterSamples = { bytesIn: [], bytesOut: [], messagesIn: [] };
+  const pushSample = (list, value, cap) => {
+    list.push(value);
+    if (list.length > cap) list.splice(0, list.length - cap);
+  };
+
+  function overviewView() {
+    let root;
+    return {
+      title: "Overview",
+      mount(el) {
+        root = el;
+        root.innerHTML = `<div class="loading">Loading cluster…</div>`;
+      },
+      async refresh(signal) {
+        const c = await api("/v1/cluster", { signal });
+        pushSample(clusterSamples.bytesIn, c.bytes_in_per_sec || 0, SPARK_SAMPLES);
+        pushSample(clusterSamples.bytesOut, c.bytes_out_per_sec || 0, SPARK_SAMPLES);
+        pushSample(clusterSamples.messagesIn, c.messages_in_per_sec || 0, SPARK_SAMPLES);
+        const nodes = (c.nodes || [])
+          .slice()
+          .sort((a, b) => a.node_id - b.node_id)
+          .map(
+            (n) => `<tr data-testid="node-row" data-node="${esc(n.node_id)}" data-controller="${n.is_controller ? "true" : "false"}">
+              <td class="num" data-field="node_id">${fmtInt(n.node_id)}</td>
+              <td data-field="host">${esc(n.host)}</td>
+              <td class="num" data-field="port">${esc(n.port)}</td>
+              <td data-field="rack">${n.rack == null ? `<span class="muted">${DASH}</span>` : esc(n.rack)}</td>
+              <td data-field="role">${n.is_controller ? `<span class="badge accent">controller</span>` : `<span class="muted">broker</span>`}
+                ${n.node_id === c.node_id ? `<span class="badge neutral">this node</span>` : ""}</td></tr>`,
+          )
+          .join("");
+        const urp = c.under_replicated_partitions || 0;
+        const offline = c.offline_partitions || 0;
+        root.innerHTML = `
+          <div class="page-head">
+            <div><h1>Cluster</h1>
+              <p class="sub">ID <code data-testid="cluster-id">${esc(c.cluster_id)}</code>
+                · Runnel ${esc(c.version)} · up ${esc(fmtDuration(c.uptime_ms))}</p></div>
+          </div>
+          <section class="stats">
+            ${stat("Nodes", fmtInt((c.nodes || []).length), "cluster-nodes")}
+            ${stat("Controller", `node ${fmtInt(c.controller_id)}`, "cluster-controller")}
+            ${stat("Topics", fmtInt(c.topics), "cluster-topics", "#/topics")}
+            ${stat("Partitions", fmtInt(c.partitions), "cluster-partitions")}
+            ${stat("Under-replicated", fmtInt(urp), "cluster-under-replicated", null, urp > 0 ? "warn" : "")}
+            ${stat("Offline partitions", fmtInt(offline), "cluster-offline", null, offline > 0 ? "bad" : "")}
+            ${stat("Connections", fmtInt(c.connections), "cluster-connections")}
+          </section>
+          <section class="throughput">
+            ${meter("Bytes in", fmtByteRate(c.bytes_in_per_sec), clusterSamples.bytesIn, "bytes-in")}
+            ${meter("Bytes out", fmtByteRate(c.bytes_out_per_sec), clusterSamples.bytesOut, "bytes-out")}
+            ${meter("Messages in", fmtRate(c.messages_in_per_sec), clusterSamples.messagesIn, "messages-in")}
+          </section>
+          <section class="card flush">
+            <h2>Nodes</h2>
+            <table class="data"><thead><tr><th class="num">ID</th><th>Host</th><th class="num">Port</th><th>Rack</th><th>Role</th></tr></thead>
+            <tbody>${nodes}</tbody></table>
+          </section>`;
+      },
+    };
+  }
+
+  function stat(label, value, testid, href, tone = "") {
+    const inner = `<span class="label">${esc(label)}</span><span class="value" data-testid="${testid}">${value}</span>`;
+    return href
+      ? `<a class="stat ${tone}" href="${href}">${inner}</a>`
+      : `<div class="stat ${tone}">${inner}</div>`;
+  }
+
+  function meter(label, value, samples, testid) {
+    return `<div class="meter"><div><span class="label">${esc(label)}</span>
+      <span class="value" data-testid="${testid}">${esc(value)}</span></div>${sparkline(samples)}</div>`;
+  }
+
+  // Topics list state survives navigation (filter text, internal toggle, sort order).
+  const topicsState = { filter: "", internal: false, sort: { key: "name", dir: 1 } };
+
+  function topicsView() {
+    let root;
+    let topics = null;
+    let lastRender = null;
+    const render = () => {
+      if (!topics) return;
+      const needle = topicsState.filter.trim().toLowerCase();
+      const shown = sortRows(needle ? topics.filter((t) => t.name.toLowerCase().includes(needle)) : topics, topicsState.sort);
+      const html = shown
+        .map((t) => {
+          const urp = t.under_replicated_partitions || 0;
+          return `<tr data-testid="topic-row" data-topic="${esc(t.name)}"${urp > 0 ? ` class="warn"` : ""}>
+            <td data-field="name"><a href="${topicHref(t.name)}">${esc(t.name)}</a>${t.internal ? ` <span class="badge neutral">internal</span>` : ""}</td>
+            ${num(t.partitions, "partitions")}${num(t.replication_factor, "replication_factor")}
+            ${num(t.size_bytes, "size_bytes", fmtBytes(t.size_bytes))}${num(t.messages, "messages")}
+            ${num(t.messages_in_per_sec, "messages_in_per_sec", fmtRate(t.messages_in_per_sec))}
+            <td class="num" data-field="under_replicated_partitions">${urp > 0 ? `<span class="badge warn">${fmtInt(urp)}</span>` : `<span class="muted">0</span>`}</td></tr>`;
+        })
+        .join("");
+      // Polls that change nothing leave the DOM alone (keeps text selections and hover).
+      if (html === lastRender) return;
+      lastRender = html;
+      root.querySelector("tbody").innerHTML = html;
+      root.querySelector("[data-testid=topics-empty]").hidden = shown.length > 0;
+      root.querySelector("[data-testid=topics-empty]").textContent = topics.length
+        ? "No topic matches the filter."
+        : "No topics yet. Create one above.";
+      root.querySelector("#topic-count").textContent =
+        shown.length === topics.length ? plural(topics.length, "topic") : `${fmtInt(shown.length)} of ${plural(topics.length, "topic")}`;
+    };
+    return {
+      title: "Topics",
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <div class="page-head"><div><h1>Topics</h1><p class="sub" id="topic-count">Loading…</p></div></div>
+          <section class="card">
+            <h2>Create topic</h2>
+            <form class="create-form" data-testid="create-topic-form" id="create-topic-form" autocomplete="off" novalidate>
+              <label class="field name">Name<input name="name" placeholder="orders" spellcheck="false" maxlength="249"></label>
+              <label class="field small">Partitions<input name="partitions" type="number" min="1" value="1" inputmode="numeric"></label>
+              <label class="field small">Replication factor<input name="replication_factor" type="number" min="1" value="1" inputmode="numeric"></label>
+              <label class="field grow"><span>Configs <span class="hint">key=value, one per line</span></span>
+                <textarea name="configs" rows="1" spellcheck="false" placeholder="retention.ms=604800000"></textarea></label>
+              <button type="submit" class="primary" data-testid="create-topic-submit">Create topic</button>
+            </form>
+            <p class="form-status" data-testid="create-topic-status" role="status" hidden></p>
+          </section>
+          <div class="toolbar">
+            <input type="search" class="filter" data-testid="topic-filter" placeholder="Filter topics by name" aria-label="Filter topics" spellcheck="false">
+            <label class="check"><input type="checkbox" data-testid="show-internal"> Show internal topics</label>
+          </div>
+          <section class="card flush">
+            <table class="data" data-testid="topics-table">
+              <thead><tr>
+                <th data-sort="name">Name</th><th class="num" data-sort="partitions">Partitions</th>
+                <th class="num" data-sort="replication_factor">Replication</th><th class="num" data-sort="size_bytes">Size</th>
+                <th class="num" data-sort="messages">Messages</th><th class="num" data-sort="messages_in_per_sec">Messages/s</th>
+                <th class="num" data-sort="under_replicated_partitions">Under-replicated</th>
+              </tr></thead>
+              <tbody></tbody>
+            </table>
+            <p class="empty" data-testid="topics-empty" hidden></p>
+          </section>`;
+        const filter = root.querySelector("[data-testid=topic-filter]");
+        filter.value = topicsState.filter;
+        filter.addEventListener("input", () => {
+          topicsState.filter = filter.value;
+          render();
+        });
+        const internal = root.querySelector("[data-testid=show-internal]");
+        internal.checked = topicsState.internal;
+        internal.addEventListener("change", () => {
+          topicsState.internal = internal.checked;
+          refreshNow();
+        });
+        sortable(root.querySelector("thead"), topicsState.sort, render);
+        rowLinks(root.querySelector("tbody"));
+        root.querySelector("form").addEventListener("submit", createTopic);
+      },
+      async refresh(signal) {
+        const internal = topicsState.internal;
+        const data = await api(`/v1/topics?internal=${internal}`, { signal });
+        if (internal !== topicsState.internal) return; // toggled while in flight; next poll is queued
+        topics = data.topics || [];
+        render();
+      },
+    };
+  }
+
+  /** key=value lines (blank lines and # comments skipped) → {key: value}; throws on a bad line. */
+  function parseConfigs(text) {
+    const configs = {};
+    text.split(/\r?\n/).forEach((raw, i) => {
+      const line = raw.trim();
+      if (!line || line.startsWith("#")) return;
+      const eq = line.indexOf("=");
+      if (eq <= 0) throw new Error(`Configs line ${i + 1}: expected key=value, got "${line}"`);
+      configs[line.slice(0, eq).trim()] = line.slice(eq + 1).trim();
+    });
+    return configs;
+  }
+
+  /** Integers go as numbers; anything else goes as typed so the API's validation message shows. */
+  const asInt = (text) => (/^\s*-?\d+\s*$/.test(text) ? Number(text) : text);
+
+  async function createTopic(event) {
+    event.preventDefault();
+    const form = event.currentTarget;
+    const status = form.parentElement.querySelector("[data-testid=create-topic-status]");
+    const button = form.querySelector("button[type=submit]");
+    const show = (tone, html) => {
+      status.hidden = false;
+      status.className = `form-status ${tone}`;
+      status.innerHTML = html;
+    };
+    let body;
+    try {
+      body = {
+        name: form.elements.name.value.trim(),
+        partitions: asInt(form.elements.partitions.value),
+        replication_factor: asInt(form.elements.replication_factor.value),
+        configs: parseConfigs(form.elements.configs.value),
+      };
+    } catch (e) {
+      show("error", esc(e.message));
+      return;
+    }
+    button.disabled = true;
+    show("pending", "Creating…");
+    try {
+      const created = await api("/v1/topics", { method: "POST", body });
+      show("ok", `Created <a href="${topicHref(created.name || body.name)}">${esc(created.name || body.name)}</a>.`);
+      form.elements.name.value = "";
+      form.elements.configs.value = "";
+      refreshNow();
+    } catch (e) {
+      show("error", esc(e.message));
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function topicView(name) {
+    let root;
+    let detail = null;
+    let configs = null;
+    let partitionCount = -1;
+    let records = [];
+    let nextOffset = null;
+    let showDefaults = false;
+    const base = `/v1/topics/${encodeURIComponent(name)}`;
+
+    const renderPartitions = () => {
+      const parts = detail.partitions || [];
+      const totalSize = parts.reduce((sum, p) => sum + (p.size_bytes || 0), 0);
+      const messages = parts.reduce((sum, p) => sum + (p.high_watermark - p.log_start_offset), 0);
+      const urp = parts.filter((p) => p.under_replicated).length;
+      const offline = parts.filter((p) => p.offline).length;
+      root.querySelector("#topic-stats").innerHTML = `
+        ${stat("Partitions", fmtInt(parts.length), "topic-partitions")}
+        ${stat("Replication factor", fmtInt(detail.replication_factor), "topic-replication-factor")}
+        ${stat("Size", fmtBytes(totalSize), "topic-size")}
+        ${stat("Messages", fmtInt(messages), "topic-messages")}
+        ${stat("Under-replicated", fmtInt(urp), "topic-under-replicated", null, urp > 0 ? "warn" : "")}
+        ${stat("Offline", fmtInt(offline), "topic-offline", null, offline > 0 ? "bad" : "")}`;
+      root.querySelector("#topic-id").textContent = detail.topic_id || "";
+      root.querySelector("#topic-internal").hidden = !detail.internal;
+      const rows = parts
+        .slice()
+        .sort((a, b) => a.partition - b.partition)
+        .map((p) => {
+          const flag = p.offline ? "bad" : p.under_replicated ? "warn" : "";
+          const ids = (list) => esc((list || []).join(", "));
+          return `<tr data-testid="partition-row" data-partition="${p.partition}"${flag ? ` class="${flag}"` : ""}
+              data-under-replicated="${p.under_replicated ? "true" : "false"}">
+            ${num(p.partition, "partition")}
+            <td class="num" data-field="leader">${p.leader == null || p.leader < 0 ? `<span class="badge bad">none</span>` : fmtInt(p.leader)}</td>
+            <td class="num" data-field="replicas">${ids(p.replicas)}</td>
+            <td class="num" data-field="isr">${ids(p.isr)}</td>
+            ${num(p.leader_epoch, "leader_epoch")}${num(p.log_start_offset, "log_start_offset")}
+            ${num(p.high_watermark, "high_watermark")}${num(p.log_end_offset, "log_end_offset")}
+            ${num(p.size_bytes, "size_bytes", fmtBytes(p.size_bytes))}
+            <td data-field="status">${p.offline ? `<span class="badge bad">offline</span>` : p.under_replicated ? `<span class="badge warn">under-replicated</span>` : `<span class="badge ok">in sync</span>`}</td>
+          </tr>`;
+        })
+        .join("");
+      root.querySelector("[data-testid=partitions-table] tbody").innerHTML = rows;
+      if (parts.length !== partitionCount) {
+        // The message browser's partition picker follows the partition count, keeping the choice.
+        const select = root.querySelector("select[name=partition]");
+        const chosen = select.value;
+        select.innerHTML = parts.map((p) => `<option value="${p.partition}">${p.partition}</option>`).join("");
+        if (chosen !== "" && parts.some((p) => String(p.partition) === chosen)) select.value = chosen;
+        else {
+          // First visit: open the first partition that holds records rather than an empty one.
+          const first = parts.find((p) => p.high_watermark > p.log_start_offset);
+          if (first) select.value = String(first.partition);
+        }
+        partitionCount = parts.length;
+      }
+    };
+
+    const renderConfigs = () => {
+      const list = configs || Object.entries(detail.configs || {}).map(([k, v]) => ({ name: k, value: v, source: "topic" }));
+      const overrides = list.filter((c) => c.source === "topic");
+      const defaults = list.length - overrides.length;
+      const sorted = (showDefaults ? list : overrides)
+        .slice()
+        .sort((a, b) => (a.source === "topic" ? 0 : 1) - (b.source === "topic" ? 0 : 1) || a.name.localeCompare(b.name));
+      root.querySelector("#configs-toggle").hidden = defaults === 0;
+      root.querySelector("#configs-toggle span").textContent = `Show defaults (${fmtInt(defaults)})`;
+      const body = sorted
+        .map(
+          (c) => `<tr data-testid="config-row" data-config="${esc(c.name)}"${c.source === "topic" ? ` class="override"` : ""}>
+            <td data-field="name"><code>${esc(c.name)}</code></td><td data-field="value" class="wrap">${c.value == null ? `<span class="muted">null</span>` : esc(c.value)}</td>
+            <td data-field="source">${c.source === "topic" ? `<span class="badge accent">topic</span>` : `<span class="muted">${esc(c.source || "default")}</span>`}</td></tr>`,
+        )
+        .join("");
+      root.querySelector("#configs").innerHTML = body
+        ? `<table class="data" data-testid="configs-table"><thead><tr><th>Name</th><th>Value</th><th>Source</th></tr></thead><tbody>${body}</tbody></table>`
+        : `<p class="empty">No overrides: every setting has its broker default.</p>`;
+    };
+
+    const renderRecords = (meta, empty) => {
+      const rows = records
+        .map((r, i) => {
+          const headers = (r.headers || [])
+            .map((h, j) => `<div class="hdr"><span class="hk">${esc(h.key)}</span>: ${payload(h.value, h.encoding, i, `h${j}`)}</div>`)
+            .join("");
+          return `<tr data-testid="record-row" data-offset="${esc(r.offset)}" data-partition="${esc(r.partition)}">
+            ${num(r.offset, "offset")}
+            <td data-field="timestamp" class="nowrap">${r.timestamp == null || r.timestamp < 0 ? DASH : `${esc(fmtIso(r.timestamp))}<div class="muted small">${esc(fmtAgo(r.timestamp))}</div>`}</td>
+            <td data-field="key" class="payload">${payload(r.key, r.key_encoding, i, "k")}</td>
+            <td data-field="value" class="payload">${payload(r.value, r.value_encoding, i, "v")}</td>
+            <td data-field="headers" class="payload">${headers || `<span class="muted">${DASH}</span>`}</td></tr>`;
+        })
+        .join("");
+      root.querySelector("#records").innerHTML = rows
+        ? `<table class="data records" data-testid="records-table"><thead><tr><th class="num">Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th></tr></thead><tbody>${rows}</tbody></table>`
+        : `<p class="empty" data-testid="records-empty">${esc(empty)}</p>`;
+      root.querySelector("#records-meta").textContent = meta;
+      root.querySelector("#records-next").disabled = nextOffset == null || records.length === 0;
+    };
+
+    const fetchRecords = async (offsetOverride) => {
+      const form = root.querySelector("#records-form");
+      const partition = form.elements.partition.value;
+      const offset = offsetOverride ?? form.elements.offset.value.trim();
+      const limit = form.elements.limit.value.trim() || "50";
+      const params = new URLSearchParams({ partition, limit });
+      if (offset !== "") params.set("offset", offset);
+      const status = root.querySelector("#records-meta");
+      status.textContent = "Loading…";
+      status.className = "meta";
+      try {
+        const data = await api(`${base}/records?${params}`);
+        records = data.records || [];
+        nextOffset = data.next_offset;
+        if (offsetOverride != null) form.elements.offset.value = String(offsetOverride);
+        renderRecords(
+          `${plural(records.length, "record")} · partition ${data.partition} · log start ${fmtInt(data.log_start_offset)} · high watermark ${fmtInt(data.high_watermark)}`,
+          data.high_watermark === data.log_start_offset
+            ? `Partition ${data.partition} is empty.`
+            : "No records from this offset up to the high watermark.",
+        );
+      } catch (e) {
+        status.textContent = e.message;
+        status.className = "meta error";
+      }
+    };
+
+    return {
+      title: name,
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <nav class="crumbs"><a href="#/topics">Topics</a><span>/</span></nav>
+          <div class="page-head">
+            <div><h1 data-testid="topic-name">${esc(name)} <span class="badge neutral" id="topic-internal" hidden>internal</span></h1>
+              <p class="sub">Topic ID <code id="topic-id"></code></p></div>
+            <button type="button" class="danger" data-testid="delete-topic">Delete topic</button>
+          </div>
+          <div class="stack" id="topic-body">
+            <section class="stats" id="topic-stats"></section>
+            <section class="card flush">
+              <h2>Partitions</h2>
+              <table class="data" data-testid="partitions-table"><thead><tr>
+                <th class="num">Partition</th><th class="num">Leader</th><th class="num">Replicas</th><th class="num">ISR</th>
+                <th class="num">Leader epoch</th><th class="num">Log start</th><th class="num">High watermark</th>
+                <th class="num">Log end</th><th class="num">Size</th><th>Status</th></tr></thead><tbody></tbody></table>
+            </section>
+            <section class="card flush">
+              <div class="card-head"><h2>Configuration</h2>
+                <label class="check" id="configs-toggle" hidden><input type="checkbox" data-testid="show-default-configs"><span>Show defaults</span></label></div>
+              <div id="configs"><p class="empty">Loading…</p></div>
+            </section>
+            <section class="card" data-testid="message-browser">
+              <h2>Messages</h2>
+              <form class="records-form" id="records-form" data-testid="records-form" autocomplete="off">
+                <label class="field small">Partition<select name="partition"></select></label>
+                <label class="field small">Offset<input name="offset" placeholder="log start" inputmode="numeric" title="Empty: from the log start. Negative: that many before the high watermark."></label>
+                <label class="field small">Limit<input name="limit" type="number" min="1" max="1000" value="50"></label>
+                <button type="submit" class="primary" data-testid="records-fetch">Fetch</button>
+                <button type="button" id="records-next" data-testid="records-next" disabled>Next page →</button>
+                <button type="button" id="records-tail" data-testid="records-tail">Latest</button>
+                <span class="meta" id="records-meta"></span>
+              </form>
+              <div id="records"></div>
+            </section>
+          </div>`;
+        root.querySelector("#configs-toggle input").addEventListener("change", (e) => {
+          showDefaults = e.target.checked;
+          if (detail) renderConfigs();
+        });
+        const form = root.querySelector("#records-form");
+        form.addEventListener("submit", (e) => {
+          e.preventDefault();
+          fetchRecords();
+        });
+        root.querySelector("#records-next").addEventListener("click", () => fetchRecords(String(nextOffset)));
+        root.querySelector("#records-tail").addEventListener("click", () => {
+          const limit = Number(form.elements.limit.value) || 50;
+          form.elements.offset.value = "";
+          fetchRecords(String(-limit));
+        });
+        // Long keys/values are cut in the table; a click on the marker shows the whole text.
+        root.querySelector("#records").addEventListener("click", (e) => {
+          const more = e.target.closest("[data-more]");
+          if (!more) return;
+          const [index, kind, header] = more.dataset.more.split(":");
+          const r = records[Number(index)];
+          if (!r) return;
+          const text = kind === "k" ? r.key : kind === "v" ? r.value : r.headers[Number(header)]?.value;
+          more.parentElement.querySelector(".text").textContent = text ?? "";
+          more.remove();
+        });
+        root.querySelector("[data-testid=delete-topic]").addEventListener("click", async () => {
+          if (!window.confirm(`Delete topic "${name}" and all of its data? This cannot be undone.`)) return;
+          try {
+            await api(base, { method: "DELETE" });
+            location.hash = "#/topics";
+          } catch (e) {
+            showBanner(`Could not delete ${name}: ${e.message}`, "action");
+          }
+        });
+        api(`${base}/configs`)
+          .then((data) => {
+            configs = data.configs || [];
+            if (detail) renderConfigs();
+          })
+          .catch(() => {
+            configs = null; // fall back to the overrides in the topic detail
+          });
+      },
+      async refresh(signal) {
+        let data;
+        try {
+          data = await api(base, { signal });
+        } catch (e) {
+          if (e.status === 404) {
+            root.querySelector("#topic-body").innerHTML = `<div class="notfound" data-testid="not-found">
+              <h2>Topic not found</h2><p>${esc(e.message)}</p><p><a href="#/topics">Back to topics</a></p></div>`;
+            root.querySelector("[data-testid=delete-topic]").hidden = true;
+            root.querySelector(".page-head .sub").hidden = true;
+            return;
+          }
+          throw e;
+        }
+        if (!root.querySelector("#topic-stats")) return; // not-found page is showing
+        const first = detail == null;
+        detail = data;
+        renderPartitions();
+        if (first || configs == null) renderConfigs();
+        if (first) fetchRecords();
+      },
+    };
+  }
+
+  /** A key, value or header value; base64 ones are marked, long ones cut with a "more" link. */
+  function payload(value, encoding, index, kind) {
+    if (value == null) return `<span class="null">null</span>`;
+    const b64 = encoding === "base64" ? `<span class="badge b64" data-encoding="base64" title="Not UTF-8: shown as base64">base64</span> ` : "";
+    const s = String(value);
+    if (s.length <= CELL_CHARS) return `${b64}<span class="text">${esc(s)}</span>`;
+    const marker = kind.startsWith("h") ? `${index}:h:${kind.slice(1)}` : `${index}:${kind}`;
+    const more = `<button type="button" class="link" data-more="${marker}">show all ${fmtInt(s.length)} chars</button>`;
+    return `${b64}<span class="text">${esc(s.slice(0, CELL_CHARS))}…</span> ${more}`;
+  }
+
+  const groupsState = { filter: "", sort: { key: "group_id", dir: 1 } };
+
+  function groupsView() {
+    let root;
+    let groups = null;
+    let lastRender = null;
+    const render = () => {
+      if (!groups) return;
+      const needle = groupsState.filter.trim().toLowerCase();
+      const shown = sortRows(needle ? groups.filter((g) => g.group_id.toLowerCase().includes(needle)) : groups, groupsState.sort);
+      const html = shown
+        .map(
+          (g) => `<tr data-testid="group-row" data-group="${esc(g.group_id)}">
+            <td data-field="group_id"><a href="${groupHref(g.group_id)}">${esc(g.group_id)}</a></td>
+            <td>${stateBadge(g.state)}</td>
+            <td data-field="protocol_type">${esc(g.protocol_type) || `<span class="muted">${DASH}</span>`}</td>
+            <td data-field="protocol">${esc(g.protocol) || `<span class="muted">${DASH}</span>`}</td>
+            ${num(g.members, "members")}
+            <td class="num" data-field="total_lag">${g.total_lag > 0 ? `<strong>${fmtInt(g.total_lag)}</strong>` : fmtInt(g.total_lag)}</td>
+            ${num(g.coordinator, "coordinator")}</tr>`,
+        )
+        .join("");
+      if (html === lastRender) return;
+      lastRender = html;
+      root.querySelector("tbody").innerHTML = html;
+      const empty = root.querySelector("[data-testid=groups-empty]");
+      empty.hidden = shown.length > 0;
+      empty.textContent = groups.length ? "No group matches the filter." : "No consumer groups yet.";
+      root.querySelector("#group-count").textContent =
+        shown.length === groups.length ? plural(groups.length, "group") : `${fmtInt(shown.length)} of ${plural(groups.length, "group")}`;
+    };
+    return {
+      title: "Consumer groups",
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <div class="page-head"><div><h1>Consumer groups</h1><p class="sub" id="group-count">Loading…</p></div></div>
+          <div class="toolbar">
+            <input type="search" class="filter" data-testid="group-filter" placeholder="Filter groups by id" aria-label="Filter groups" spellcheck="false">
+          </div>
+          <section class="card flush">
+            <table class="data" data-testid="groups-table"><thead><tr>
+              <th data-sort="group_id">Group</th><th data-sort="state">State</th><th data-sort="protocol_type">Type</th>
+              <th data-sort="protocol">Assignor</th><th class="num" data-sort="members">Members</th>
+              <th class="num" data-sort="total_lag">Total lag</th><th class="num" data-sort="coordinator">Coordinator</th>
+            </tr></thead><tbody></tbody></table>
+            <p class="empty" data-testid="groups-empty" hidden></p>
+          </section>`;
+        const filter = root.querySelector("[data-testid=group-filter]");
+        filter.value = groupsState.filter;
+        filter.addEventListener("input", () => {
+          groupsState.filter = filter.value;
+          render();
+        });
+        sortable(root.querySelector("thead"), groupsState.sort, render);
+        rowLinks(root.querySelector("tbody"));
+      },
+      async refresh(signal) {
+        const data = await api("/v1/groups", { signal });
+        groups = data.groups || [];
+        render();
+      },
+    };
+  }
+
+  function groupView(id) {
+    let root;
+    let group = null;
+    const samples = [];
+    const base = `/v1/groups/${encodeURIComponent(id)}`;
+    const drawChart = () => {
+      const box = root.querySelector("[data-testid=lag-chart]");
+      if (!box) return;
+      box.dataset.samples = String(samples.length);
+      box.innerHTML = lagChart(samples, box.clientWidth || 800);
+    };
+    const onResize = () => drawChart();
+    return {
+      title: id,
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <nav class="crumbs"><a href="#/groups">Consumer groups</a><span>/</span></nav>
+          <div class="page-head"><div><h1 data-testid="group-id">${esc(id)}</h1><p class="sub" id="group-sub">Loading…</p></div></div>
+          <div class="stack" id="group-body">
+            <section class="stats" id="group-stats"></section>
+            <section class="card">
+              <h2>Total lag over time <span class="hint">sampled every ${POLL_MS / 1000} s while this page is open</span></h2>
+              <div class="chart" data-testid="lag-chart" data-samples="0"></div>
+            </section>
+            <section class="card flush"><h2>Members</h2><div id="members"></div></section>
+            <section class="card flush"><h2>Partitions</h2><div id="offsets"></div></section>
+          </div>`;
+        window.addEventListener("resize", onResize);
+      },
+      unmount() {
+        window.removeEventListener("resize", onResize);
+      },
+      async refresh(signal) {
+        try {
+          group = await api(base, { signal });
+        } catch (e) {
+          if (e.status === 404) {
+            root.querySelector("#group-body").innerHTML = `<div class="notfound" data-testid="not-found">
+              <h2>Group not found</h2><p>${esc(e.message)}</p><p><a href="#/groups">Back to consumer groups</a></p></div>`;
+            root.querySelector("#group-sub").textContent = "";
+            return;
+          }
+          throw e;
+        }
+        if (!root.querySelector("#group-stats")) return;
+        const g = group;
+        pushSample(samples, { t: Date.now(), lag: g.total_lag || 0 }, LAG_SAMPLES);
+        root.querySelector("#group-sub").textContent = [
+          g.protocol_type ? `${g.protocol_type} protocol` : "offsets only (no protocol)",
+          g.protocol ? `assignor ${g.protocol}` : null,
+          `coordinator node ${fmtInt(g.coordinator)}`,
+        ]
+          .filter(Boolean)
+          .join(" · ");
+        const members = g.members || [];
+        const offsets = (g.offsets || []).slice().sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+        const maxLag = Math.max(1, ...offsets.map((o) => o.lag || 0));
+        root.querySelector("#group-stats").innerHTML = `
+          <div class="stat"><span class="label">State</span><span class="value" data-testid="group-state">${stateBadge(g.state)}</span></div>
+          ${stat("Members", fmtInt(members.length), "group-members")}
+          ${stat("Total lag", fmtInt(g.total_lag), "group-total-lag", null, g.total_lag > 0 ? "accent" : "")}
+          ${stat("Partitions", fmtInt(offsets.length), "group-partitions")}
+          ${stat("Topics", fmtInt(new Set(offsets.map((o) => o.topic)).size), "group-topics")}`;
+        drawChart();
+        const memberById = new Map(members.map((m) => [m.member_id, m]));
+        root.querySelector("#members").innerHTML = members.length
+          ? `<table class="data" data-testid="members-table"><thead><tr><th>Member</th><th>Client</th><th>Host</th><th>Instance</th><th>Assignment</th></tr></thead><tbody>${members
+              .map(
+                (m) => `<tr data-testid="member-row" data-member="${esc(m.member_id)}">
+                  <td data-field="member_id" class="wrap"><code>${esc(m.member_id)}</code></td>
+                  <td data-field="client_id">${esc(m.client_id)}</td><td data-field="client_host">${esc(m.client_host)}</td>
+                  <td data-field="group_instance_id">${m.group_instance_id == null ? `<span class="muted">${DASH}</span>` : esc(m.group_instance_id)}</td>
+                  <td data-field="assignment">${(m.assignment || [])
+                    .map((a) => `<div><a href="${topicHref(a.topic)}">${esc(a.topic)}</a> <span class="muted">[${esc((a.partitions || []).join(", "))}]</span></div>`)
+                    .join("") || `<span class="muted">nothing assigned</span>`}</td></tr>`,
+              )
+              .join("")}</tbody></table>`
+          : `<p class="empty">No active members. Committed offsets are kept${g.state === "Empty" ? " while the group is empty" : ""}.</p>`;
+        root.querySelector("#offsets").innerHTML = offsets.length
+          ? `<table class="data" data-testid="offsets-table"><thead><tr><th>Topic</th><th class="num">Partition</th><th class="num">Committed</th>
+              <th class="num">Log end</th><th class="num">Lag</th><th class="bar-col"></th><th>Member</th></tr></thead><tbody>${offsets
+              .map((o) => {
+                const m = o.member_id == null ? null : memberById.get(o.member_id);
+                return `<tr data-testid="offset-row" data-topic="${esc(o.topic)}" data-partition="${o.partition}">
+                  <td data-field="topic"><a href="${topicHref(o.topic)}">${esc(o.topic)}</a></td>
+                  ${num(o.partition, "partition")}
+                  <td class="num" data-field="committed_offset">${o.committed_offset == null || o.committed_offset < 0 ? `<span class="muted">none</span>` : fmtInt(o.committed_offset)}</td>
+                  ${num(o.log_end_offset, "log_end_offset")}${num(o.lag, "lag")}
+                  <td class="bar-col"><span class="bar" style="width:${(((o.lag || 0) / maxLag) * 100).toFixed(1)}%"></span></td>
+                  <td data-field="member_id">${o.member_id == null ? `<span class="muted">${DASH}</span>` : `<code title="${esc(o.member_id)}">${esc(m ? m.client_id || o.member_id : o.member_id)}</code>`}</td></tr>`;
+              })
+              .join("")}</tbody></table>`
+          : `<p class="empty">No committed offsets.</p>`;
+      },
+    };
+  }
+
+  function notFoundView() {
+    return {
+      title: "Not found",
+      mount(el) {
+        el.innerHTML = `<div class="notfound"><h2>No such page</h2><p><a href="#/">Back to the overview</a></p></div>`;
+      },
+      async refresh() {},
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Router and polling
+  // ---------------------------------------------------------------------------------------
+
+  function route() {
+    const hash = location.hash.replace(/^#\/?/, "");
+    const parts = hash.split("?")[0].split("/").filter(Boolean);
+    let decoded;
+    try {
+      decoded = parts.map(decodeURIComponent);
+    } catch {
+      return { nav: null, view: notFoundView() };
+    }
+    const [section, ...rest] = decoded;
+    if (!section) return { nav: "overview", view: overviewView() };
+    if (section === "topics" && rest.length === 0) return { nav: "topics", view: topicsView() };
+    if (section === "topics") return { nav: "topics", view: topicView(rest.join("/")) };
+    if (section === "groups" && rest.length === 0) return { nav: "groups", view: groupsView() };
+    if (section === "groups") return { nav: "groups", view: groupView(rest.join("/")) };
+    return { nav: null, view: notFoundView() };
+  }
+
+  const main = document.getElementById("view");
+  let current = null; // { view, controller }: a tick whose `current` was replaced drops its result
+  let timer = null;
+  let running = false;
+  let rerun = false;
+
+  function navigate() {
+    if (current) {
+      current.controller.abort();
+      current.view.unmount?.();
+    }
+    clearTimeout(timer);
+    timer = null;
+    hideBanner();
+    const { nav, view } = route();
+    current = { view, controller: new AbortController() };
+    for (const a of document.querySelectorAll("[data-nav]")) {
+      a.classList.toggle("active", a.dataset.nav === nav);
+      if (a.dataset.nav === nav) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
+    document.title = view.title === "Overview" ? "Runnel" : `${view.title} · Runnel`;
+    main.innerHTML = "";
+    const el = document.createElement("div");
+    el.className = "page";
+    main.appendChild(el);
+    view.mount(el);
+    window.scrollTo(0, 0);
+    running = false; // a tick of the old view may still be awaiting; it no longer owns `current`
+    tick();
+  }
+
+  async function tick() {
+    clearTimeout(timer);
+    timer = null;
+    if (document.visibilityState === "hidden") {
+      setLive("paused", "Paused", "Polling stops while the tab is hidden");
+      return;
+    }
+    if (running) {
+      rerun = true;
+      return;
+    }
+    running = true;
+    rerun = false;
+    const mine = current;
+    try {
+      await mine.view.refresh(mine.controller.signal);
+      if (mine !== current) return;
+      const now = new Date();
+      setLive("live", "Live", `Updated ${now.toLocaleTimeString()} · every ${POLL_MS / 1000} s`);
+    } catch (e) {
+      if (mine !== current || isAbort(e)) return;
+      setLive("error", "Unreachable", e.message);
+      showBanner(e.message, "poll");
+    } finally {
+      if (mine === current) {
+        running = false;
+        if (document.visibilityState !== "hidden") timer = setTimeout(tick, rerun ? 0 : POLL_MS);
+      }
+    }
+  }
+
+  /** Polls the current view now (after a form changed what it shows). */
+  function refreshNow() {
+    if (running) rerun = true;
+    else tick();
+  }
+
+  function setLive(state, text, title) {
+    const el = document.getElementById("live");
+    el.dataset.state = state;
+    el.title = title || "";
+    document.getElementById("live-text").textContent = text;
+    if (state === "live") hideBanner("poll");
+  }
+
+  /** An error line above the page; "poll" banners go away with the next good poll. */
+  function showBanner(message, kind) {
+    let banner = document.getElementById("banner");
+    if (!banner) {
+      banner = document.createElement("div");
+      banner.id = "banner";
+      banner.className = "banner error";
+      banner.setAttribute("role", "alert");
+      banner.dataset.testid = "error-banner";
+      main.prepend(banner);
+    }
+    banner.dataset.kind = kind;
+    banner.textContent = message;
+  }
+
+  function hideBanner(kind) {
+    const banner = document.getElementById("banner");
+    if (banner && (kind == null || banner.dataset.kind === kind)) banner.remove();
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden") {
+      clearTimeout(timer);
+      timer = null;
+      setLive("paused", "Paused", "Polling stops while the tab is hidden");
+    } else if (!running) {
+      tick();
+    }
+  });
+  window.addEventListener("hashchange", navigate);
+  navigate();
+})();
