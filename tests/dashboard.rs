@@ -321,9 +321,11 @@ impl Browser {
         }
     }
 
+    #[track_caller]
     fn navigate(&self, url: &str) {
-        self.command(Method::POST, "/url", Some(json!({"url": url})))
-            .unwrap_or_else(|e| panic!("navigate to {url}: {e}"));
+        if let Err(e) = self.command(Method::POST, "/url", Some(json!({"url": url}))) {
+            panic!("navigate to {url}: {e}");
+        }
     }
 
     fn find_all(&self, css: &str) -> Result<Vec<String>, String> {
@@ -354,6 +356,7 @@ impl Browser {
         value.as_str().map(String::from)
     }
 
+    #[track_caller]
     fn wait_for_text(&self, css: &str, expected: &str) {
         let mut seen = None;
         let matched = wait_until(DEADLINE, || {
@@ -363,6 +366,7 @@ impl Browser {
         assert!(matched, "{css}: expected text {expected:?}, last saw {seen:?} (page: {})", self.page_state());
     }
 
+    #[track_caller]
     fn wait_for_count(&self, css: &str, expected: usize) {
         let mut seen = 0;
         let matched = wait_until(DEADLINE, || {
@@ -373,6 +377,7 @@ impl Browser {
     }
 
     /// Clicks the first match once it exists (a poll may re-render it between find and click).
+    #[track_caller]
     fn click(&self, css: &str) {
         let mut error = String::new();
         let clicked = wait_until(DEADLINE, || {
@@ -383,6 +388,7 @@ impl Browser {
     }
 
     /// Replaces the contents of an input (Element Clear, then Element Send Keys).
+    #[track_caller]
     fn type_into(&self, css: &str, text: &str) {
         let mut error = String::new();
         let typed = wait_until(DEADLINE, || {
@@ -396,6 +402,7 @@ impl Browser {
     }
 
     /// Accepts the open confirm() dialog once it is there, checking it starts with `prefix`.
+    #[track_caller]
     fn accept_confirm(&self, prefix: &str) {
         let mut text = None;
         let shown = wait_until(DEADLINE, || {
@@ -409,11 +416,13 @@ impl Browser {
     }
 
     /// Empties an input the way a user does, firing `input` (Element Clear fires only `change`).
+    #[track_caller]
     fn clear_input(&self, css: &str) {
         let script = "const e = document.querySelector(arguments[0]); e.value = ''; \
                       e.dispatchEvent(new Event('input', {bubbles: true}));";
-        self.command(Method::POST, "/execute/sync", Some(json!({"script": script, "args": [css]})))
-            .unwrap_or_else(|e| panic!("clear {css}: {e}"));
+        if let Err(e) = self.command(Method::POST, "/execute/sync", Some(json!({"script": script, "args": [css]}))) {
+            panic!("clear {css}: {e}");
+        }
     }
 
     /// Where the page is, for failure messages: its hash and the dashboard's live status.

@@ -292,6 +292,8 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
 
 pub async fn delete_group(http: &Http, group_id: &str) -> ApiResult<()> {
     use kafka_protocol::messages::{DeleteGroupsRequest, GroupId};
+    // 404 for a group nobody knows, even before `__consumer_offsets` exists.
+    group(http, group_id).await?;
     let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(handlers::str_bytes(group_id))]);
     let response = handlers::delete_groups::handle(&http.broker, &kafka::header(kafka::DELETE_GROUPS), request)
         .await

@@ -434,10 +434,12 @@ pub async fn commit_offsets(
                 .offsets
                 .into_iter()
                 .map(|o| {
-                    if o.offset < 0 {
-                        return Err(ApiError::invalid("offset must not be negative"));
-                    }
-                    Ok(((o.topic, o.partition), o.offset + 1, o.metadata.unwrap_or_default()))
+                    let next = o
+                        .offset
+                        .checked_add(1)
+                        .filter(|_| o.offset >= 0)
+                        .ok_or_else(|| ApiError::invalid("offset must be between 0 and 2^63 - 2"))?;
+                    Ok(((o.topic, o.partition), next, o.metadata.unwrap_or_default()))
                 })
                 .collect::<ApiResult<Vec<_>>>()?;
             consumer::commit(&http, &instance, offsets).await?;

@@ -575,7 +575,13 @@ fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     let mut t = clock.splitn(3, ':');
     let (hh, mm): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
     let seconds: f64 = t.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || !(0.0..61.0).contains(&seconds) {
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || hh > 23
+        || mm > 59
+        || !(0.0..61.0).contains(&seconds)
+    {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm).
