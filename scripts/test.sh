@@ -4,7 +4,10 @@
 #   Debian when missing and apt-get is usable;
 # - Apache Kafka's jars from Maven Central (`../shared/bench/kafka/setup.sh`) when Java and
 #   Maven are present, for the Kafka CLI tool tests and DumpLogSegments checks (those tests
-#   print SKIP and pass where the jars cannot be had).
+#   print SKIP and pass where the jars cannot be had);
+# - Chromium and ChromeDriver from Debian (the dashboard's real-browser test) and schemathesis
+#   from PyPI into target/py (the OpenAPI fuzz test). Once installed, those tests are required:
+#   RUNNEL_REQUIRE_BROWSER / RUNNEL_REQUIRE_TOOLS make them fail instead of skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +15,8 @@ need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v kcat >/dev/null || need_apt+=(kcat)
 command -v g++ >/dev/null || need_apt+=(g++)
+[[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
+[[ -x /usr/bin/chromedriver ]] || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
     if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
         echo "installing ${need_apt[*]} from Debian"
@@ -19,6 +24,21 @@ if ((${#need_apt[@]})); then
     else
         echo "warning: missing ${need_apt[*]} and cannot apt-get install them" >&2
     fi
+fi
+
+if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
+    export RUNNEL_REQUIRE_BROWSER=1
+fi
+
+# schemathesis in a venv of our own (never the system's site-packages).
+venv=target/py
+if [[ ! -x $venv/bin/schemathesis ]] && command -v python3 >/dev/null; then
+    echo "installing schemathesis into $venv"
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q schemathesis; } ||
+        echo "warning: cannot install schemathesis; its test will SKIP" >&2
+fi
+if [[ -x $venv/bin/schemathesis ]]; then
+    export RUNNEL_SCHEMATHESIS=$PWD/$venv/bin/schemathesis RUNNEL_REQUIRE_TOOLS=1
 fi
 
 KAFKA_HARNESS=../shared/bench/kafka
