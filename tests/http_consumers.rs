@@ -93,7 +93,7 @@ fn http_and_librdkafka_members_split_one_group() {
     let group = api.get("/v1/groups/mixed");
     let members = group.json["members"].as_array().unwrap();
     assert_eq!(members.len(), 2, "{}", group.text);
-    assert!(members.iter().any(|m| m["client_id"] == "runnel-http"));
+    assert!(members.iter().any(|m| m["client_id"] == "runnel-http" && m["client_host"] == "/127.0.0.1"));
     let partitions: BTreeSet<i64> = members
         .iter()
         .flat_map(|m| m["assignment"].as_array().unwrap().iter())

@@ -99,8 +99,14 @@ async fn produce(client: &reqwest::Client, options: &Options, topic: &str, recor
     let (path, content_type) = if batch > 1 {
         (format!("{}/topics/{topic}", options.url), "application/vnd.kafka.binary.v2+json")
     } else {
-        let cluster: Value =
-            client.get(format!("{}/v1/cluster", options.url)).send().await.expect("cluster").json().await.expect("json");
+        let cluster: Value = client
+            .get(format!("{}/v1/cluster", options.url))
+            .send()
+            .await
+            .expect("cluster")
+            .json()
+            .await
+            .expect("json");
         let id = cluster["cluster_id"].as_str().expect("cluster id").to_string();
         (format!("{}/v3/clusters/{id}/topics/{topic}/records", options.url), "application/json")
     };
@@ -184,7 +190,8 @@ async fn main() {
             let mut bytes = 0;
             while !stop.load(Ordering::Relaxed) {
                 let sent = Instant::now();
-                let text = client.get(format!("{url}/metrics")).send().await.expect("scrape").text().await.expect("body");
+                let text =
+                    client.get(format!("{url}/metrics")).send().await.expect("scrape").text().await.expect("body");
                 latencies.push(sent.elapsed());
                 bytes = text.len();
             }

@@ -61,6 +61,8 @@ pub struct Settings {
     pub auto_commit: bool,
     pub instance_timeout: Duration,
     pub request_timeout_ms: u64,
+    /// The HTTP client that created the instance (the member's `client_host`).
+    pub peer: std::net::SocketAddr,
 }
 
 type TopicPartition = (String, i32);
@@ -264,7 +266,8 @@ pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<S
         state.manual = false;
     }
     let _ = instance.stop.send(false);
-    let task = tokio::spawn(run_membership(http.clone(), instance.clone(), instance.stop.subscribe()));
+    let membership = run_membership(http.clone(), instance.clone(), instance.stop.subscribe());
+    let task = tokio::spawn(crate::server::as_peer(instance.settings.peer, membership));
     *instance.member_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -183,6 +183,7 @@ fn boolean(field: &str, value: Option<Value>, default: bool) -> ApiResult<bool> 
     responses((status = 200, body = CreatedConsumer), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_consumer(
     State(http): State<super::State>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     Path(group): Path<String>,
     JsonBody(request): JsonBody<CreateConsumer>,
@@ -220,6 +221,7 @@ pub async fn create_consumer(
             consumer::REQUEST_TIMEOUT_MS_DEFAULT,
         )?
         .min(super::LONG_POLL_MAX_MS),
+        peer,
     };
     consumer::create(&http, &group, &name, settings)?;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");

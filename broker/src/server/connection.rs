@@ -25,6 +25,12 @@ pub fn client_host() -> String {
     PEER.try_with(|peer| format!("/{}", peer.ip())).unwrap_or_default()
 }
 
+/// Runs `future` as if for a client at `peer` (what `client_host` reports), for requests that
+/// reach the handlers without a Kafka connection (HTTP consumer instances).
+pub async fn as_peer<F: std::future::Future>(peer: SocketAddr, future: F) -> F::Output {
+    PEER.scope(peer, future).await
+}
+
 /// Why a connection is closed.
 #[derive(Debug, thiserror::Error)]
 enum ConnectionError {

@@ -16,7 +16,7 @@ pub mod versions;
 
 use std::sync::Arc;
 
-pub use self::connection::{client_host, serve};
+pub use self::connection::{as_peer, client_host, serve};
 pub use self::errors::{controller_error_code, log_error_code, offset_error_code, partition_error_code};
 use crate::controller::{Controller, MetadataImage};
 use crate::log::LogConfig;
