@@ -359,58 +359,9 @@ fn log_append_time_topic_stamps_records_with_broker_time() {
     }
 }
 
-/// Kafka's `Utils.murmur2` (the Java client's default partitioner hash).
-fn murmur2(data: &[u8]) -> i32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    let length = data.len();
-    let mut h: u32 = SEED ^ length as u32;
-    let mut chunks = data.chunks_exact(4);
-    for chunk in &mut chunks {
-        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    let tail = chunks.remainder();
-    if tail.len() >= 3 {
-        h ^= (tail[2] as u32) << 16;
-    }
-    if tail.len() >= 2 {
-        h ^= (tail[1] as u32) << 8;
-    }
-    if !tail.is_empty() {
-        h ^= tail[0] as u32;
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h as i32
-}
-
 /// The partition Kafka's default partitioner picks for a non-null key.
 fn java_partition(key: &[u8], partitions: i32) -> i32 {
-    (murmur2(key) & 0x7fff_ffff) % partitions
-}
-
-#[test]
-fn murmur2_matches_kafkas_test_vectors() {
-    // Proves the test's murmur2 is Kafka's (vectors from Kafka's UtilsTest.testMurmur2).
-    let cases: [(&[u8], i32); 6] = [
-        (b"21", -973932308),
-        (b"foobar", -790332482),
-        (b"a-little-bit-long-string", -985981536),
-        (b"a-little-bit-longer-string", -1486304829),
-        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-        (b"abc", 479470107),
-    ];
-    for (data, hash) in cases {
-        assert_eq!(murmur2(data), hash, "{:?}", String::from_utf8_lossy(data));
-    }
+    runnel::http::records::partition_for_key(key, partitions as u32)
 }
 
 #[test]

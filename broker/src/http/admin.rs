@@ -110,7 +110,8 @@ pub async fn alter_topic_configs(
     }
 }
 
-/// A partition as the dashboard shows it.
+/// A partition as the dashboard shows it (`GET /v1/topics/{topic}`).
+#[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct PartitionState {
     pub partition: u32,
     pub leader: Option<u64>,

@@ -214,3 +214,24 @@ pub fn decode_base64(field: &str, text: &str) -> ApiResult<Bytes> {
 pub fn json_bytes(value: &serde_json::Value) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_kafkas_test_vectors() {
+        // Proves our murmur2 is Kafka's (vectors from Kafka's UtilsTest.testMurmur2).
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973932308),
+            (b"foobar", -790332482),
+            (b"a-little-bit-long-string", -985981536),
+            (b"a-little-bit-longer-string", -1486304829),
+            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (b"abc", 479470107),
+        ];
+        for (data, hash) in cases {
+            assert_eq!(murmur2(data), hash, "{:?}", String::from_utf8_lossy(data));
+        }
+    }
+}

@@ -162,21 +162,6 @@ pub struct NewTopic {
 }
 
 #[derive(Serialize, ToSchema)]
-pub struct PartitionDetail {
-    pub partition: u32,
-    pub leader: Option<u64>,
-    pub replicas: Vec<u64>,
-    pub isr: Vec<u64>,
-    pub leader_epoch: i32,
-    pub log_start_offset: Option<i64>,
-    pub high_watermark: Option<i64>,
-    pub log_end_offset: Option<i64>,
-    pub size_bytes: Option<u64>,
-    pub under_replicated: bool,
-    pub offline: bool,
-}
-
-#[derive(Serialize, ToSchema)]
 pub struct TopicDetail {
     pub name: String,
     pub topic_id: String,
@@ -184,7 +169,7 @@ pub struct TopicDetail {
     pub replication_factor: usize,
     /// Overrides only; `GET /v1/topics/{topic}/configs` lists every effective value.
     pub configs: BTreeMap<String, String>,
-    pub partitions: Vec<PartitionDetail>,
+    pub partitions: Vec<admin::PartitionState>,
 }
 
 fn topic_detail(http: &super::Http, name: &str) -> ApiResult<TopicDetail> {
@@ -196,22 +181,7 @@ fn topic_detail(http: &super::Http, name: &str) -> ApiResult<TopicDetail> {
         internal: admin::is_internal(&topic.name),
         replication_factor: topic.partitions.first().map_or(0, |p| p.replicas.len()),
         configs: topic.configs.clone(),
-        partitions: admin::partition_states(&http.broker, topic)
-            .into_iter()
-            .map(|p| PartitionDetail {
-                partition: p.partition,
-                leader: p.leader,
-                replicas: p.replicas,
-                isr: p.isr,
-                leader_epoch: p.leader_epoch,
-                log_start_offset: p.log_start_offset,
-                high_watermark: p.high_watermark,
-                log_end_offset: p.log_end_offset,
-                size_bytes: p.size_bytes,
-                under_replicated: p.under_replicated,
-                offline: p.offline,
-            })
-            .collect(),
+        partitions: admin::partition_states(&http.broker, topic),
     })
 }
 
