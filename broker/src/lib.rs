@@ -17,3 +17,4 @@ pub mod metrics;
 pub mod node;
 pub mod partition;
 pub mod server;
+pub mod transform;

@@ -40,6 +40,8 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("WebAssembly runtime: {0}")]
+    Runtime(#[from] runnel_runtime::RuntimeError),
     #[error("metadata quorum: {0}")]
     Controller(#[from] ControllerError),
 }
@@ -106,6 +108,9 @@ impl Node {
                 .await?;
         }
 
+        let runtime =
+            runnel_runtime::Runtime::new(runnel_runtime::RuntimeConfig::new(data_dir.join("transforms-cache")))?;
+        let transforms = crate::transform::TransformManager::new(runtime);
         let broker = Arc::new(Broker {
             settings: ServerSettings {
                 node_id: config.node_id,
@@ -120,8 +125,18 @@ impl Node {
             replicas: replicas.clone(),
             groups: Arc::new(crate::group::GroupCoordinator::new(replicas.clone())),
             metrics: crate::metrics::Metrics::new(),
+            transforms: transforms.clone(),
             reconcile: Box::new(reconcile),
         });
+        transforms.attach(Arc::new(crate::transform::Host {
+            node_id: config.node_id,
+            replicas: replicas.clone(),
+            groups: broker.groups.clone(),
+            metrics: broker.metrics.clone(),
+            controller: controller.clone(),
+            ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
+        }));
+        transforms.reconcile(&controller.image()).await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -137,7 +152,9 @@ impl Node {
                 }
                 let image = images.borrow_and_update().clone();
                 let broker = follower.clone();
-                let _ = tokio::task::spawn_blocking(move || (broker.reconcile)(&image)).await;
+                let reconciled = image.clone();
+                let _ = tokio::task::spawn_blocking(move || (broker.reconcile)(&reconciled)).await;
+                follower.transforms.reconcile(&image).await;
             }
         }));
 
@@ -205,6 +222,7 @@ impl Node {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.broker.transforms.shutdown().await;
         let replicas = self.broker.replicas.clone();
         let _ = tokio::task::spawn_blocking(move || replicas.shutdown()).await;
         let controller = self.broker.controller.clone();
@@ -293,4 +311,23 @@ fn new_cluster_id() -> String {
         bits <<= 6;
     }
     String::from_utf8(out).expect("ASCII alphabet")
+}
+
+/// FindCoordinator creates `__consumer_offsets` on first use; transforms commit positions there.
+fn ensure_offsets_topic(
+    broker: std::sync::Weak<Broker>,
+) -> Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync> {
+    Box::new(move || {
+        let broker = broker.clone();
+        Box::pin(async move {
+            let Some(broker) = broker.upgrade() else { return };
+            let header = kafka_protocol::messages::RequestHeader::default()
+                .with_request_api_key(kafka_protocol::messages::ApiKey::FindCoordinator as i16)
+                .with_request_api_version(3);
+            let request = kafka_protocol::messages::FindCoordinatorRequest::default()
+                .with_key(server::handlers::str_bytes(crate::transform::OFFSETS_KEY))
+                .with_key_type(0);
+            let _ = server::handlers::find_coordinator::handle(&broker, &header, request).await;
+        })
+    })
 }

@@ -9,13 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use super::record::{ApplyOutcome, MetadataRecord, NodeId};
+use super::record::{ApplyOutcome, MetadataRecord, NodeId, TransformImage};
 
 /// The cluster metadata as of raft log index `applied_index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataImage {
     pub brokers: BTreeMap<NodeId, BrokerInfo>,
     pub topics: BTreeMap<String, TopicImage>,
+    /// Deployed WASM transforms by name.
+    pub transforms: BTreeMap<String, TransformImage>,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
     /// cluster, its initial membership, has index 0 too).
     pub applied_index: u64,
@@ -129,6 +131,31 @@ impl MetadataImage {
                     ApplyOutcome::Applied
                 }
                 None => ApplyOutcome::UnknownTopic,
+            },
+            MetadataRecord::DeployTransform { name, spec, module, sha256 } => {
+                let version = self.transforms.get(name).map_or(1, |t| t.version + 1);
+                let paused = false;
+                let transform = TransformImage {
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    module: module.clone(),
+                    sha256: sha256.clone(),
+                    version,
+                    paused,
+                };
+                self.transforms.insert(name.clone(), transform);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::SetTransformPaused { name, paused } => match self.transforms.get_mut(name) {
+                Some(t) => {
+                    t.paused = *paused;
+                    ApplyOutcome::Applied
+                }
+                None => ApplyOutcome::UnknownTransform,
+            },
+            MetadataRecord::DeleteTransform { name } => match self.transforms.remove(name) {
+                Some(_) => ApplyOutcome::Applied,
+                None => ApplyOutcome::UnknownTransform,
             },
             MetadataRecord::PartitionChange { topic, partition, leader, isr } => {
                 let Some(p) =

@@ -36,7 +36,9 @@ use tokio::time::Instant;
 pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
-pub use self::record::{ApplyOutcome, MetadataRecord, NodeId};
+pub use self::record::{
+    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, StartPosition, TransformImage, TransformSpec,
+};
 
 use self::disk::{DirLock, StoreError};
 use self::log_store::LogStore;

@@ -30,6 +30,85 @@ pub enum MetadataRecord {
     /// Leader / ISR change of one partition; bumps `leader_epoch` when the leader changes, always
     /// bumps `partition_epoch`.
     PartitionChange { topic: String, partition: u32, leader: Option<NodeId>, isr: Vec<NodeId> },
+    /// Deploys (or redeploys, replacing) a WASM transform: its module travels in the record so
+    /// every node has it. The version is one more than the replaced deployment's.
+    DeployTransform { name: String, spec: TransformSpec, module: ModuleBytes, sha256: String },
+    /// Pauses or resumes a transform.
+    SetTransformPaused { name: String, paused: bool },
+    /// Removes a transform (its committed positions stay in its group until they expire).
+    DeleteTransform { name: String },
+}
+
+/// What a transform does, as deployed (validated by the proposer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformSpec {
+    pub input_topic: String,
+    /// Index = the `topic` index a guest writes to.
+    pub output_topics: Vec<String>,
+    pub parameters: BTreeMap<String, String>,
+    /// Where a partition starts when the transform has no committed position for it.
+    pub start: StartPosition,
+    pub error_policy: ErrorPolicy,
+    /// Linear memory cap per instance.
+    pub memory_bytes: u64,
+    /// Deadline of one guest call (one batch).
+    pub call_timeout_ms: u64,
+    /// Records per guest call at most.
+    pub batch_records_max: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPosition {
+    Earliest,
+    Latest,
+}
+
+/// What happens to a batch the guest fails on (trap, deadline, memory cap, error, bad output).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ErrorPolicy {
+    /// The partition stops at the failing batch and retries it with backoff (nothing skipped).
+    Retry,
+    /// The failing batch's input records go to `topic` with the error in headers; processing
+    /// goes on after them.
+    DeadLetter { topic: String },
+    /// The failing batch is skipped (counted, logged).
+    Skip,
+}
+
+/// Module bytes, shared (the image is cloned on every change) and base64 in JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleBytes(pub std::sync::Arc<Vec<u8>>);
+
+impl Serialize for ModuleBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.0.as_slice()))
+    }
+}
+
+impl<'de> Deserialize<'de> for ModuleBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use base64::Engine;
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(|bytes| ModuleBytes(std::sync::Arc::new(bytes)))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A deployed transform in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformImage {
+    pub name: String,
+    pub spec: TransformSpec,
+    pub module: ModuleBytes,
+    pub sha256: String,
+    /// 1 for the first deployment, +1 per redeploy.
+    pub version: u64,
+    pub paused: bool,
 }
 
 /// The deterministic result of applying one record to the image.
@@ -44,4 +123,6 @@ pub enum ApplyOutcome {
     UnknownTopic,
     /// `CreatePartitions` that would not increase the partition count; the image is unchanged.
     InvalidPartitionCount { current: u32 },
+    /// A transform record names a transform that does not exist; the image is unchanged.
+    UnknownTransform,
 }

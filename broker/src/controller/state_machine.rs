@@ -43,6 +43,9 @@ struct ImageDto {
     applied_index: u64,
     brokers: Vec<BrokerDto>,
     topics: Vec<TopicDto>,
+    /// Absent in snapshots written before transforms existed.
+    #[serde(default)]
+    transforms: Vec<super::record::TransformImage>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -101,6 +104,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
                 configs: t.configs.clone(),
             })
             .collect(),
+        transforms: image.transforms.values().cloned().collect(),
     };
     serde_json::to_vec(&dto).map_err(StoreError::Encode)
 }
@@ -145,6 +149,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
                 (t.name.clone(), TopicImage { name: t.name, topic_id: t.topic_id, partitions, configs: t.configs })
             })
             .collect(),
+        transforms: dto.transforms.into_iter().map(|t| (t.name.clone(), t)).collect(),
     })
 }
 

@@ -17,6 +17,7 @@ pub mod error;
 mod kafka;
 mod observe;
 pub mod records;
+mod transforms;
 mod ui;
 mod v1;
 mod v2;
@@ -111,6 +112,11 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
         .routes(routes!(v2::seek))
         .routes(routes!(v2::seek_to_beginning))
         .routes(routes!(v2::seek_to_end))
+        .routes(routes!(transforms::list))
+        .routes(routes!(transforms::deploy, transforms::describe, transforms::delete))
+        .routes(routes!(transforms::pause))
+        .routes(routes!(transforms::resume))
+        .routes(routes!(transforms::logs))
         .routes(routes!(observe::metrics))
         .with_state(state.clone())
         .split_for_parts();

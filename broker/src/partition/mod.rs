@@ -10,6 +10,7 @@
 
 mod epoch_cache;
 mod manager;
+pub mod partitioner;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};

@@ -46,6 +46,8 @@ pub struct Broker {
     pub replicas: Arc<ReplicaManager>,
     /// Consumer groups and committed offsets.
     pub groups: Arc<crate::group::GroupCoordinator>,
+    /// Deployed WASM transforms running on this node.
+    pub transforms: Arc<crate::transform::TransformManager>,
     /// Prometheus metrics (request latency per API, bytes in/out per topic, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a

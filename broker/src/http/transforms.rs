@@ -1,0 +1,454 @@
+//! `/v1/transforms`: deploy (module + config), list, describe with per-partition status, pause,
+//! resume, delete, logs.
+//!
+//! A deployment is validated here (names, topics, limits, the module: a component of the
+//! transform world that compiles) before its record goes through the metadata quorum; the
+//! compile also warms the on-disk cache of precompiled modules.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Multipart, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, Path, Query};
+use crate::controller::{ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec};
+use crate::server::handlers::validate_topic_name;
+
+const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
+const MEMORY_BYTES_MAX: u64 = 1 << 30;
+const CALL_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+const CALL_TIMEOUT_MS_MAX: u64 = 60_000;
+const BATCH_RECORDS_DEFAULT: u32 = 1_000;
+const BATCH_RECORDS_MAX: u32 = 100_000;
+
+/// A deployment's configuration (the `config` part of the upload).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployConfig {
+    pub input_topic: String,
+    /// The guest's output topic index i writes to `output_topics[i]`.
+    pub output_topics: Vec<String>,
+    /// Parameters handed to the guest's `init` (also its only environment variables).
+    #[serde(default, alias = "environment")]
+    pub parameters: BTreeMap<String, String>,
+    /// "earliest" (default) or "latest": where a partition starts without a committed position.
+    pub start: Option<String>,
+    /// "retry" (default: stop and retry with backoff), "skip", or "dead_letter" with
+    /// `dead_letter_topic`.
+    pub error_policy: Option<String>,
+    pub dead_letter_topic: Option<String>,
+    /// Linear memory cap per instance (default 64 MiB, at most 1 GiB).
+    pub memory_bytes: Option<u64>,
+    /// Deadline of one guest call, ms (default 2000, at most 60000).
+    pub call_timeout_ms: Option<u64>,
+    /// Records per guest call at most (default 1000, at most 100000).
+    pub batch_records_max: Option<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransformPartition {
+    pub partition: i32,
+    /// starting, running, failed, paused, stopped.
+    pub state: String,
+    pub position: i64,
+    pub high_watermark: i64,
+    pub lag: i64,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub records_in_per_sec: f64,
+    pub records_out_per_sec: f64,
+    pub errors: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub last_error: Option<String>,
+    pub last_error_ms: Option<i64>,
+    pub memory_bytes: u64,
+    pub module_from_cache: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransformDetail {
+    pub name: String,
+    pub version: u64,
+    pub sha256: String,
+    pub module_bytes: usize,
+    pub input_topic: String,
+    pub output_topics: Vec<String>,
+    pub parameters: BTreeMap<String, String>,
+    pub start: String,
+    pub error_policy: String,
+    pub dead_letter_topic: Option<String>,
+    pub memory_bytes: u64,
+    pub call_timeout_ms: u64,
+    pub batch_records_max: u32,
+    pub paused: bool,
+    /// running (every partition), failed (any partition), paused, starting.
+    pub state: String,
+    pub lag: i64,
+    pub records_in_per_sec: f64,
+    pub records_out_per_sec: f64,
+    pub errors: u64,
+    pub partitions: Vec<TransformPartition>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransformList {
+    pub transforms: Vec<TransformDetail>,
+}
+
+fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> TransformDetail {
+    let partitions: Vec<TransformPartition> = http
+        .broker
+        .transforms
+        .status(&transform.name)
+        .into_iter()
+        .map(|s| TransformPartition {
+            partition: s.partition,
+            state: s.state.to_string(),
+            position: s.position,
+            high_watermark: s.high_watermark,
+            lag: s.lag(),
+            records_in: s.records_in,
+            records_out: s.records_out,
+            bytes_in: s.bytes_in,
+            bytes_out: s.bytes_out,
+            records_in_per_sec: s.records_in_per_sec,
+            records_out_per_sec: s.records_out_per_sec,
+            errors: s.errors,
+            skipped: s.skipped,
+            dead_lettered: s.dead_lettered,
+            last_error: s.last_error,
+            last_error_ms: s.last_error_ms,
+            memory_bytes: s.memory_bytes,
+            module_from_cache: s.module_from_cache,
+        })
+        .collect();
+    let state = if transform.paused {
+        "paused"
+    } else if partitions.iter().any(|p| p.state == "failed") {
+        "failed"
+    } else if !partitions.is_empty() && partitions.iter().all(|p| p.state == "running") {
+        "running"
+    } else {
+        "starting"
+    };
+    let spec = &transform.spec;
+    let (error_policy, dead_letter_topic) = match &spec.error_policy {
+        ErrorPolicy::Retry => ("retry", None),
+        ErrorPolicy::Skip => ("skip", None),
+        ErrorPolicy::DeadLetter { topic } => ("dead_letter", Some(topic.clone())),
+    };
+    TransformDetail {
+        name: transform.name.clone(),
+        version: transform.version,
+        sha256: transform.sha256.clone(),
+        module_bytes: transform.module.0.len(),
+        input_topic: spec.input_topic.clone(),
+        output_topics: spec.output_topics.clone(),
+        parameters: spec.parameters.clone(),
+        start: match spec.start {
+            StartPosition::Earliest => "earliest",
+            StartPosition::Latest => "latest",
+        }
+        .to_string(),
+        error_policy: error_policy.to_string(),
+        dead_letter_topic,
+        memory_bytes: spec.memory_bytes,
+        call_timeout_ms: spec.call_timeout_ms,
+        batch_records_max: spec.batch_records_max,
+        paused: transform.paused,
+        state: state.to_string(),
+        lag: partitions.iter().map(|p| p.lag).sum(),
+        records_in_per_sec: partitions.iter().map(|p| p.records_in_per_sec).sum(),
+        records_out_per_sec: partitions.iter().map(|p| p.records_out_per_sec).sum(),
+        errors: partitions.iter().map(|p| p.errors).sum(),
+        partitions,
+    }
+}
+
+fn unknown(name: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, 40408, format!("transform '{name}' not found"))
+}
+
+/// Reads the upload: multipart (`config` JSON part + `module` part), or JSON with
+/// `module_base64` next to the config fields.
+async fn read_upload(request: Request) -> ApiResult<(DeployConfig, Vec<u8>)> {
+    let content_type =
+        request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    if content_type.starts_with("multipart/form-data") {
+        let mut multipart = <Multipart as axum::extract::FromRequest<()>>::from_request(request, &())
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, 40001, format!("malformed multipart body: {e}")))?;
+        let (mut config, mut module) = (None, None);
+        loop {
+            let field = multipart.next_field().await.map_err(|e| {
+                let status = e.status();
+                if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(status, 41301, "upload is larger than the limit (socket.request.max.bytes)")
+                } else {
+                    ApiError::new(StatusCode::BAD_REQUEST, 40001, format!("malformed multipart body: {e}"))
+                }
+            })?;
+            let Some(field) = field else { break };
+            let name = field.name().unwrap_or("").to_string();
+            let bytes = field
+                .bytes()
+                .await
+                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, 40001, format!("reading part '{name}': {e}")))?;
+            match name.as_str() {
+                "config" => config = Some(parse_json::<DeployConfig>(&bytes)?),
+                "module" => module = Some(bytes.to_vec()),
+                other => return Err(ApiError::invalid(format!("unexpected part '{other}' (config and module)"))),
+            }
+        }
+        let config = config.ok_or_else(|| ApiError::invalid("the 'config' part (JSON) is missing"))?;
+        let module = module.ok_or_else(|| ApiError::invalid("the 'module' part (the .wasm component) is missing"))?;
+        return Ok((config, module));
+    }
+    super::error::check_json_content_type(request.headers())?;
+    let body = read_body(request, &()).await?;
+    let mut value: serde_json::Value = parse_json(&body)?;
+    let module = value
+        .as_object_mut()
+        .and_then(|o| o.remove("module_base64"))
+        .and_then(|m| m.as_str().map(str::to_string))
+        .ok_or_else(|| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, 42201, "module_base64 (string) is missing"))?;
+    let module = super::records::decode_base64("module_base64", &module)?.to_vec();
+    let config: DeployConfig = serde_json::from_value(value).map_err(super::error::json_error)?;
+    Ok((config, module))
+}
+
+fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<TransformSpec> {
+    validate_topic_name(name).map_err(|m| ApiError::invalid(format!("transform name: {m}")))?;
+    let image = http.broker.controller.image();
+    let topic_exists = |topic: &str| -> ApiResult<()> {
+        if image.topics.contains_key(topic) {
+            Ok(())
+        } else {
+            Err(ApiError::unknown_topic(topic))
+        }
+    };
+    topic_exists(&config.input_topic)?;
+    if config.output_topics.is_empty() {
+        return Err(ApiError::invalid("output_topics is empty"));
+    }
+    for (i, topic) in config.output_topics.iter().enumerate() {
+        topic_exists(topic)?;
+        if topic == &config.input_topic {
+            return Err(ApiError::invalid(format!("output topic '{topic}' is the input topic (a loop)")));
+        }
+        if config.output_topics[..i].contains(topic) {
+            return Err(ApiError::invalid(format!("output topic '{topic}' is listed twice")));
+        }
+    }
+    let start = match config.start.as_deref().unwrap_or("earliest") {
+        "earliest" => StartPosition::Earliest,
+        "latest" => StartPosition::Latest,
+        other => return Err(ApiError::invalid(format!("start '{other}': earliest or latest"))),
+    };
+    let error_policy = match (config.error_policy.as_deref().unwrap_or("retry"), config.dead_letter_topic) {
+        ("retry", None) => ErrorPolicy::Retry,
+        ("skip", None) => ErrorPolicy::Skip,
+        ("dead_letter", Some(topic)) => {
+            topic_exists(&topic)?;
+            if topic == config.input_topic {
+                return Err(ApiError::invalid("the dead-letter topic cannot be the input topic"));
+            }
+            ErrorPolicy::DeadLetter { topic }
+        }
+        ("dead_letter", None) => return Err(ApiError::invalid("error_policy dead_letter needs dead_letter_topic")),
+        ("retry" | "skip", Some(_)) => {
+            return Err(ApiError::invalid("dead_letter_topic is only for error_policy dead_letter"))
+        }
+        (other, _) => return Err(ApiError::invalid(format!("error_policy '{other}': retry, skip or dead_letter"))),
+    };
+    let memory_bytes = config.memory_bytes.unwrap_or(MEMORY_BYTES_DEFAULT);
+    if !(1 << 20..=MEMORY_BYTES_MAX).contains(&memory_bytes) {
+        return Err(ApiError::invalid(format!("memory_bytes must be between 1 MiB and {MEMORY_BYTES_MAX}")));
+    }
+    let call_timeout_ms = config.call_timeout_ms.unwrap_or(CALL_TIMEOUT_MS_DEFAULT);
+    if !(1..=CALL_TIMEOUT_MS_MAX).contains(&call_timeout_ms) {
+        return Err(ApiError::invalid(format!("call_timeout_ms must be between 1 and {CALL_TIMEOUT_MS_MAX}")));
+    }
+    let batch_records_max = config.batch_records_max.unwrap_or(BATCH_RECORDS_DEFAULT);
+    if !(1..=BATCH_RECORDS_MAX).contains(&batch_records_max) {
+        return Err(ApiError::invalid(format!("batch_records_max must be between 1 and {BATCH_RECORDS_MAX}")));
+    }
+    Ok(TransformSpec {
+        input_topic: config.input_topic,
+        output_topics: config.output_topics,
+        parameters: config.parameters,
+        start,
+        error_policy,
+        memory_bytes,
+        call_timeout_ms,
+        batch_records_max,
+    })
+}
+
+/// Deploys a transform, or redeploys it (a new version resumes from the committed positions).
+/// Body: `multipart/form-data` with a `config` part (JSON) and a `module` part (the
+/// wasm32-wasip2 component), or JSON with the config fields and `module_base64`.
+#[utoipa::path(put, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path)),
+    request_body(content = DeployConfig, description = "multipart: `config` (this JSON) + `module` (.wasm); or JSON with `module_base64`"),
+    responses((status = 201, body = TransformDetail), (status = 200, description = "redeployed", body = TransformDetail),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, description = "invalid config or module", body = ErrorBody)))]
+pub async fn deploy(
+    State(http): State<super::State>,
+    Path(name): Path<String>,
+    request: Request,
+) -> ApiResult<Response> {
+    let (config, module) = read_upload(request).await?;
+    let spec = validate(&http, &name, config)?;
+    let runtime = http.broker.transforms.runtime().clone();
+    let module = std::sync::Arc::new(module);
+    let checked = module.clone();
+    // Validation and compilation off the async workers (compiling takes up to seconds).
+    tokio::task::spawn_blocking(move || {
+        let info = runtime.inspect(&checked)?;
+        if !matches!(info.kind, runnel_runtime::ModuleKind::Transform) {
+            return Err(runnel_runtime::RuntimeError::WrongWorld(
+                "the component exports the assignor world; a transform must export runnel:transform/transformer".into(),
+            ));
+        }
+        runtime.transform(&checked).map(|_| ())
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("validation task: {e}")))?
+    .map_err(|e| match e {
+        runnel_runtime::RuntimeError::TooLarge { .. } => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, 41301, e.to_string())
+        }
+        other => ApiError::invalid(format!("module: {other}")),
+    })?;
+    let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
+    let existed = http.broker.controller.image().transforms.contains_key(&name);
+    let record = MetadataRecord::DeployTransform { name: name.clone(), spec, module: ModuleBytes(module), sha256 };
+    match http.broker.controller.propose(record).await {
+        Ok(ApplyOutcome::Applied) => {}
+        Ok(other) => return Err(ApiError::internal(format!("deploy: unexpected outcome {other:?}"))),
+        Err(e) => return Err(ApiError::kafka(crate::server::controller_error_code(&e), Some(&e.to_string()))),
+    }
+    let image = http.broker.controller.image();
+    http.broker.transforms.reconcile(&image).await;
+    let transform = image.transforms.get(&name).ok_or_else(|| unknown(&name))?;
+    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(detail(&http, transform))).into_response())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every transform with its aggregate state.
+#[utoipa::path(get, path = "/v1/transforms", tag = "v1", responses((status = 200, body = TransformList)))]
+pub async fn list(State(http): State<super::State>) -> Json<TransformList> {
+    let image = http.broker.controller.image();
+    Json(TransformList { transforms: image.transforms.values().map(|t| detail(&http, t)).collect() })
+}
+
+/// A transform with the status of each input partition.
+#[utoipa::path(get, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path)),
+    responses((status = 200, body = TransformDetail), (status = 404, body = ErrorBody)))]
+pub async fn describe(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<Json<TransformDetail>> {
+    let image = http.broker.controller.image();
+    let transform = image.transforms.get(&name).ok_or_else(|| unknown(&name))?;
+    Ok(Json(detail(&http, transform)))
+}
+
+async fn set_paused(http: &super::Http, name: &str, paused: bool) -> ApiResult<StatusCode> {
+    let record = MetadataRecord::SetTransformPaused { name: name.to_string(), paused };
+    propose_known(http, name, record).await
+}
+
+async fn propose_known(http: &super::Http, name: &str, record: MetadataRecord) -> ApiResult<StatusCode> {
+    match http.broker.controller.propose(record).await {
+        Ok(ApplyOutcome::Applied) => {
+            http.broker.transforms.reconcile(&http.broker.controller.image()).await;
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Ok(ApplyOutcome::UnknownTransform) => Err(unknown(name)),
+        Ok(other) => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+        Err(e) => Err(ApiError::kafka(crate::server::controller_error_code(&e), Some(&e.to_string()))),
+    }
+}
+
+/// Stops processing (positions are kept).
+#[utoipa::path(post, path = "/v1/transforms/{name}/pause", tag = "v1", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn pause(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    set_paused(&http, &name, true).await
+}
+
+/// Resumes from the committed positions.
+#[utoipa::path(post, path = "/v1/transforms/{name}/resume", tag = "v1", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn resume(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    set_paused(&http, &name, false).await
+}
+
+/// Removes a transform.
+#[utoipa::path(delete, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    propose_known(&http, &name, MetadataRecord::DeleteTransform { name: name.clone() }).await
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct LogsQuery {
+    /// Lines to return, newest last (default 200, at most 1000).
+    pub limit: Option<usize>,
+    /// Only lines of this input partition.
+    pub partition: Option<i32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LogLine {
+    pub timestamp_ms: i64,
+    pub level: String,
+    pub partition: Option<i32>,
+    pub message: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Logs {
+    pub lines: Vec<LogLine>,
+}
+
+/// Recent guest log lines (log calls, stdout, stderr) and host events of a transform.
+#[utoipa::path(get, path = "/v1/transforms/{name}/logs", tag = "v1", params(("name" = String, Path), LogsQuery),
+    responses((status = 200, body = Logs), (status = 404, body = ErrorBody)))]
+pub async fn logs(
+    State(http): State<super::State>,
+    Path(name): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> ApiResult<Json<Logs>> {
+    if !http.broker.controller.image().transforms.contains_key(&name) {
+        return Err(unknown(&name));
+    }
+    let limit = query.limit.unwrap_or(200).clamp(1, 1000);
+    let lines = http
+        .broker
+        .transforms
+        .logs(&name)
+        .tail(usize::MAX)
+        .into_iter()
+        .filter(|l| query.partition.is_none_or(|p| l.partition == Some(p)))
+        .map(|l| LogLine {
+            timestamp_ms: l.timestamp_ms,
+            level: l.level.to_string(),
+            partition: l.partition,
+            message: l.message,
+        })
+        .collect::<Vec<_>>();
+    let skip = lines.len().saturating_sub(limit);
+    Ok(Json(Logs { lines: lines.into_iter().skip(skip).collect() }))
+}

@@ -1,0 +1,291 @@
+//! Runs deployed WASM transforms on the input partitions this node leads.
+//!
+//! A transform is a `TransformImage` in the metadata image (module bytes included, so every
+//! node has it). `TransformManager::reconcile` keeps one worker per (transform, input
+//! partition led here) running the image's version, and stops workers of paused, deleted or
+//! replaced deployments. A worker (`worker.rs`) reads committed input from its position, calls
+//! the guest once per batch, appends the outputs, and checkpoints the position in the
+//! transform's own group `__runnel_transform_<name>` (at-least-once: outputs are appended
+//! before the position moves; the transactional step wraps these two).
+//!
+//! Invariants: guests run only through `runnel_runtime` (no wasmtime type here); a failing
+//! guest affects only its own transform partition (state, logs, metrics, error policy); no
+//! input record is skipped unless the error policy says so; compiled modules are shared by
+//! all partitions of a deployment and cached on disk by the runtime.
+
+mod worker;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use runnel_runtime::{Runtime, TransformModule};
+use tokio::sync::watch;
+
+use crate::controller::{Controller, MetadataImage, TransformImage};
+use crate::group::GroupCoordinator;
+use crate::metrics::Metrics;
+use crate::partition::ReplicaManager;
+
+/// The group that holds a transform's input positions.
+pub fn group_of(transform: &str) -> String {
+    format!("__runnel_transform_{transform}")
+}
+
+/// The group key FindCoordinator is asked about when a worker needs `__consumer_offsets`.
+pub const OFFSETS_KEY: &str = "__runnel_transforms";
+
+/// Lines of guest and host log kept per transform.
+const LOG_LINES_MAX: usize = 1_000;
+
+/// What workers need from the node.
+pub struct Host {
+    pub node_id: u64,
+    pub replicas: Arc<ReplicaManager>,
+    pub groups: Arc<GroupCoordinator>,
+    pub metrics: Arc<Metrics>,
+    pub controller: Controller,
+    /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
+    /// committed.
+    pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+}
+
+/// State of one transform partition as HTTP, CLI and UI show it.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionStatus {
+    pub partition: i32,
+    /// starting, running, failed, paused, stopped.
+    pub state: &'static str,
+    /// Next input offset to process (the committed position once checkpointed).
+    pub position: i64,
+    pub high_watermark: i64,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub errors: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub last_error: Option<String>,
+    pub last_error_ms: Option<i64>,
+    pub records_in_per_sec: f64,
+    pub records_out_per_sec: f64,
+    pub memory_bytes: u64,
+    /// Whether the compiled module came from the on-disk cache.
+    pub module_from_cache: bool,
+}
+
+impl PartitionStatus {
+    pub fn lag(&self) -> i64 {
+        (self.high_watermark - self.position).max(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    pub timestamp_ms: i64,
+    pub level: &'static str,
+    /// The input partition whose worker logged, if any.
+    pub partition: Option<i32>,
+    pub message: String,
+}
+
+/// Recent log lines of one transform (guest `log` calls, guest stdout/stderr, host events).
+#[derive(Default)]
+pub struct LogBuffer {
+    lines: Mutex<VecDeque<LogLine>>,
+}
+
+impl LogBuffer {
+    pub fn push(&self, level: &'static str, partition: Option<i32>, message: String) {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() >= LOG_LINES_MAX {
+            lines.pop_front();
+        }
+        lines.push_back(LogLine { timestamp_ms: crate::group::offsets::now_ms(), level, partition, message });
+    }
+
+    /// The newest `limit` lines, oldest first.
+    pub fn tail(&self, limit: usize) -> Vec<LogLine> {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.iter().skip(lines.len().saturating_sub(limit)).cloned().collect()
+    }
+}
+
+struct Worker {
+    version: u64,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+pub struct TransformManager {
+    runtime: Runtime,
+    host: std::sync::OnceLock<Arc<Host>>,
+    /// Compiled modules by sha256 (shared by every partition and version using them).
+    modules: Mutex<HashMap<String, TransformModule>>,
+    workers: Mutex<HashMap<(String, i32), Worker>>,
+    status: Mutex<BTreeMap<(String, i32), Arc<Mutex<PartitionStatus>>>>,
+    logs: Mutex<HashMap<String, Arc<LogBuffer>>>,
+    /// Serializes reconciles (the image follower and HTTP handlers both call it).
+    reconciling: tokio::sync::Mutex<()>,
+}
+
+impl TransformManager {
+    pub fn new(runtime: Runtime) -> Arc<TransformManager> {
+        Arc::new(TransformManager {
+            runtime,
+            host: std::sync::OnceLock::new(),
+            modules: Mutex::new(HashMap::new()),
+            workers: Mutex::new(HashMap::new()),
+            status: Mutex::new(BTreeMap::new()),
+            logs: Mutex::new(HashMap::new()),
+            reconciling: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Connects the manager to the node (once, after the broker exists).
+    pub fn attach(&self, host: Arc<Host>) {
+        let _ = self.host.set(host);
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The compiled module of `transform` (compiles or loads from the cache on first use).
+    pub async fn module(&self, transform: &TransformImage) -> Result<TransformModule, runnel_runtime::RuntimeError> {
+        if let Some(module) = self.modules.lock().unwrap_or_else(|p| p.into_inner()).get(&transform.sha256) {
+            return Ok(module.clone());
+        }
+        let runtime = self.runtime.clone();
+        let bytes = transform.module.0.clone();
+        let module = tokio::task::spawn_blocking(move || runtime.transform(&bytes))
+            .await
+            .map_err(|e| runnel_runtime::RuntimeError::Compile(format!("compile task failed: {e}")))??;
+        self.modules.lock().unwrap_or_else(|p| p.into_inner()).insert(transform.sha256.clone(), module.clone());
+        Ok(module)
+    }
+
+    pub fn logs(&self, transform: &str) -> Arc<LogBuffer> {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner()).entry(transform.to_string()).or_default().clone()
+    }
+
+    /// Status of every partition of `transform` this node has run.
+    pub fn status(&self, transform: &str) -> Vec<PartitionStatus> {
+        let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status
+            .range((transform.to_string(), i32::MIN)..=(transform.to_string(), i32::MAX))
+            .map(|(_, s)| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect()
+    }
+
+    fn status_slot(&self, transform: &str, partition: i32) -> Arc<Mutex<PartitionStatus>> {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((transform.to_string(), partition))
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(PartitionStatus { partition, state: "starting", ..Default::default() }))
+            })
+            .clone()
+    }
+
+    /// Starts and stops workers to match `image`: one per (running transform, input partition
+    /// this node leads), at the image's version.
+    pub async fn reconcile(self: &Arc<Self>, image: &MetadataImage) {
+        let Some(host) = self.host.get().cloned() else { return };
+        let _serial = self.reconciling.lock().await;
+        let mut wanted: HashMap<(String, i32), &TransformImage> = HashMap::new();
+        for transform in image.transforms.values() {
+            let Some(topic) = image.topics.get(&transform.spec.input_topic) else { continue };
+            for p in &topic.partitions {
+                if p.leader == Some(host.node_id) && host.replicas.get(&topic.name, p.partition).is_some() {
+                    wanted.insert((transform.name.clone(), p.partition as i32), transform);
+                }
+            }
+        }
+        // Stop what is no longer wanted as it runs.
+        let stale: Vec<((String, i32), Worker)> = {
+            let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<(String, i32)> = workers
+                .iter()
+                .filter(|(key, worker)| match wanted.get(*key) {
+                    Some(t) => t.paused || t.version != worker.version,
+                    None => true,
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.into_iter().filter_map(|k| workers.remove(&k).map(|w| (k, w))).collect()
+        };
+        for ((name, partition), worker) in stale {
+            let _ = worker.stop.send(true);
+            let _ = worker.task.await;
+            let slot = self.status_slot(&name, partition);
+            let mut status = slot.lock().unwrap_or_else(|p| p.into_inner());
+            status.state = match image.transforms.get(&name) {
+                Some(t) if t.paused => "paused",
+                _ => "stopped",
+            };
+        }
+        // Forget the status and logs of deleted transforms.
+        {
+            let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            status.retain(|(name, _), _| image.transforms.contains_key(name));
+            self.logs.lock().unwrap_or_else(|p| p.into_inner()).retain(|name, _| image.transforms.contains_key(name));
+        }
+        for ((name, partition), transform) in wanted {
+            if transform.paused {
+                self.status_slot(&name, partition).lock().unwrap_or_else(|p| p.into_inner()).state = "paused";
+                continue;
+            }
+            if self.workers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(name.clone(), partition)) {
+                continue;
+            }
+            let logs = self.logs(&name);
+            let module = match self.module(transform).await {
+                Ok(module) => module,
+                Err(e) => {
+                    let slot = self.status_slot(&name, partition);
+                    let mut status = slot.lock().unwrap_or_else(|p| p.into_inner());
+                    status.state = "failed";
+                    status.last_error = Some(format!("module: {e}"));
+                    logs.push("error", Some(partition), format!("cannot load the module: {e}"));
+                    continue;
+                }
+            };
+            let (stop, stop_rx) = watch::channel(false);
+            let status = self.status_slot(&name, partition);
+            {
+                let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+                s.state = "starting";
+                s.module_from_cache = module.from_cache();
+            }
+            let task = tokio::spawn(worker::run(worker::Worker {
+                host: host.clone(),
+                transform: Arc::new(transform.clone()),
+                module,
+                partition,
+                status,
+                logs,
+                stop: stop_rx,
+            }));
+            self.workers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((name, partition), Worker { version: transform.version, stop, task });
+        }
+    }
+
+    /// Stops every worker (node shutdown).
+    pub async fn shutdown(&self) {
+        let workers: Vec<Worker> =
+            self.workers.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, w)| w).collect();
+        for worker in &workers {
+            let _ = worker.stop.send(true);
+        }
+        for worker in workers {
+            let _ = worker.task.await;
+        }
+    }
+}

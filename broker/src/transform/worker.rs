@@ -1,0 +1,574 @@
+//! One transform partition: read → guest (once per batch) → append outputs → checkpoint.
+//!
+//! Order per batch: the outputs are appended (acks=all) before the input position moves, and
+//! the position is committed at most every `COMMIT_INTERVAL` or when caught up; after a crash
+//! the batch since the last commit is processed again (at-least-once, duplicates possible).
+//! Guest calls run on the blocking pool (a call may take up to its deadline); the instance is
+//! moved there and back, never shared.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use runnel_runtime::{
+    GuestError, InputBatch, InstanceSetup, Level, Limits, OutputBatch, Span, TransformInstance, TransformModule,
+};
+use tokio::sync::watch;
+
+use super::{group_of, Host, LogBuffer, PartitionStatus};
+use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
+use crate::group::offsets::{now_ms, CommittedOffset};
+use crate::log::batch::BatchIter;
+use crate::log::records::BatchBuilder;
+use crate::log::{AppendOrigin, Compression};
+use crate::partition::partitioner::partition_for_key;
+use crate::partition::{Acks, Partition, PartitionError};
+
+/// Bytes read from the input per batch at most.
+const READ_BYTES_MAX: usize = 4 << 20;
+const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+pub(super) struct Worker {
+    pub host: Arc<Host>,
+    pub transform: Arc<TransformImage>,
+    pub module: TransformModule,
+    pub partition: i32,
+    pub status: Arc<Mutex<PartitionStatus>>,
+    pub logs: Arc<LogBuffer>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Why a batch could not be completed.
+#[derive(Debug, thiserror::Error)]
+enum BatchFailure {
+    #[error("{0}")]
+    Guest(#[from] GuestError),
+    #[error("output topic '{topic}' partition {partition}: {source}")]
+    Append {
+        topic: String,
+        partition: i32,
+        #[source]
+        source: PartitionError,
+    },
+    #[error("output topic '{0}' does not exist or is not hosted here")]
+    MissingOutput(String),
+    #[error("output record targets partition {partition} of '{topic}', which has {count}")]
+    BadPartition { topic: String, partition: i32, count: usize },
+    #[error("encoding output records: {0}")]
+    Encode(String),
+}
+
+impl BatchFailure {
+    /// The `kind` label of the errors metric.
+    fn kind(&self) -> &'static str {
+        match self {
+            BatchFailure::Guest(GuestError::Deadline { .. }) => "deadline",
+            BatchFailure::Guest(GuestError::MemoryLimit { .. }) => "memory",
+            BatchFailure::Guest(GuestError::Trap(_)) => "trap",
+            BatchFailure::Guest(GuestError::Failed(_)) => "guest_error",
+            BatchFailure::Guest(GuestError::Init(_)) => "init",
+            BatchFailure::Guest(_) | BatchFailure::BadPartition { .. } | BatchFailure::MissingOutput(_) => {
+                "invalid_output"
+            }
+            BatchFailure::Append { .. } | BatchFailure::Encode(_) => "append",
+        }
+    }
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Trace => "trace",
+        Level::Debug => "debug",
+        Level::Info => "info",
+        Level::Warn => "warn",
+        Level::Error => "error",
+    }
+}
+
+impl Worker {
+    fn update(&self, f: impl FnOnce(&mut PartitionStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn name(&self) -> &str {
+        &self.transform.name
+    }
+
+    /// Sleeps `duration` unless stopped first; returns whether to go on.
+    async fn pause(&mut self, duration: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = self.stop.wait_for(|s| *s) => return false,
+        }
+        !*self.stop.borrow()
+    }
+
+    fn instantiate_setup(&self) -> InstanceSetup {
+        let logs = self.logs.clone();
+        let partition = self.partition;
+        let spec = &self.transform.spec;
+        InstanceSetup {
+            parameters: spec.parameters.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            output_topics: spec.output_topics.clone(),
+            limits: Limits {
+                memory_bytes: spec.memory_bytes as usize,
+                call_timeout: Duration::from_millis(spec.call_timeout_ms),
+                ..Limits::default()
+            },
+            log: Arc::new(move |level: Level, line: &str| {
+                logs.push(level_name(level), Some(partition), line.to_string())
+            }),
+        }
+    }
+
+    /// The committed position, else the start position of the deployment.
+    async fn start_position(&self, input: &Partition) -> i64 {
+        let groups = self.host.groups.clone();
+        let group = group_of(self.name());
+        let topic = self.transform.spec.input_topic.clone();
+        let partition = self.partition;
+        let committed = tokio::task::spawn_blocking(move || {
+            let shard = groups.offsets.partition_of(&group);
+            groups.offsets.ensure_loaded(shard).ok()?;
+            groups.offsets.fetch(&group, Some(&[(topic, partition)])).ok()?.into_iter().next().map(|(_, _, c)| c.offset)
+        })
+        .await
+        .ok()
+        .flatten();
+        match committed {
+            Some(offset) => offset.max(input.log_start_offset()),
+            None => match self.transform.spec.start {
+                StartPosition::Earliest => input.log_start_offset(),
+                StartPosition::Latest => input.high_watermark(),
+            },
+        }
+    }
+
+    async fn commit(&self, position: i64) {
+        let groups = self.host.groups.clone();
+        let group = group_of(self.name());
+        let topic = self.transform.spec.input_topic.clone();
+        let partition = self.partition;
+        let committed =
+            CommittedOffset { offset: position, leader_epoch: -1, metadata: String::new(), commit_timestamp: now_ms() };
+        let result =
+            tokio::task::spawn_blocking(move || groups.offsets.commit(&group, vec![(topic, partition, committed)]))
+                .await;
+        if let Ok(Err(e)) = result {
+            self.logs.push("warn", Some(self.partition), format!("checkpoint at {position} failed: {e}"));
+        }
+    }
+}
+
+pub(super) async fn run(mut w: Worker) {
+    let spec = w.transform.spec.clone();
+    let metrics = w.host.metrics.clone();
+    let labels = [w.transform.name.clone(), w.partition.to_string()];
+    (w.host.ensure_offsets_topic)().await;
+    let Some(input) = w.host.replicas.get(&spec.input_topic, w.partition as u32) else {
+        w.update(|s| s.state = "stopped");
+        return;
+    };
+    let mut position = w.start_position(&input).await;
+    w.update(|s| {
+        s.position = position;
+        s.high_watermark = input.high_watermark();
+    });
+    w.logs.push(
+        "info",
+        Some(w.partition),
+        format!(
+            "version {} starting at offset {position} of {}-{}",
+            w.transform.version, spec.input_topic, w.partition
+        ),
+    );
+    let mut instance: Option<TransformInstance> = None;
+    let mut backoff = BACKOFF_MIN;
+    let mut committed = position;
+    let mut last_commit = Instant::now();
+    let mut appends = w.host.replicas.subscribe_appends();
+    let mut window = (Instant::now(), 0u64, 0u64);
+    loop {
+        if *w.stop.borrow() {
+            break;
+        }
+        if instance.is_none() {
+            let module = w.module.clone();
+            let setup = w.instantiate_setup();
+            match tokio::task::spawn_blocking(move || module.instantiate(setup)).await {
+                Ok(Ok(created)) => {
+                    instance = Some(created);
+                    w.update(|s| s.state = "running");
+                }
+                Ok(Err(e)) => {
+                    let failure = BatchFailure::Guest(e);
+                    fail(&w, &failure);
+                    if !w.pause(backoff).await {
+                        break;
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+                Err(_) => break,
+            }
+        }
+        appends.borrow_and_update();
+        let read = match input.read(position, READ_BYTES_MAX) {
+            Ok(read) => read,
+            Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { .. })) => {
+                let start = input.log_start_offset();
+                w.logs.push(
+                    "warn",
+                    Some(w.partition),
+                    format!("offset {position} is gone (retention); resuming at {start}"),
+                );
+                position = start;
+                continue;
+            }
+            Err(e) => {
+                w.logs.push("error", Some(w.partition), format!("reading input: {e}"));
+                if !w.pause(backoff).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        w.update(|s| s.high_watermark = read.high_watermark);
+        metrics.transform_lag.with_label_values(&labels).set((read.high_watermark - position).max(0));
+        if read.records.is_empty() {
+            if committed != position {
+                w.commit(position).await;
+                committed = position;
+                last_commit = Instant::now();
+            }
+            tokio::select! {
+                _ = appends.changed() => {}
+                _ = w.stop.wait_for(|s| *s) => break,
+                // Re-check now and then: the high watermark may move without an append here.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            continue;
+        }
+        let (batch, next) = decode(w.partition, read.records, position, spec.batch_records_max as usize);
+        if batch.records.is_empty() {
+            position = next.max(position);
+            continue;
+        }
+        let records_in = batch.records.len() as u64;
+        let bytes_in = batch.data.len() as u64;
+        let Some(mut current) = instance.take() else { continue };
+        let started = Instant::now();
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = current.process(&batch);
+            (current, batch, result)
+        })
+        .await;
+        let Ok((current, batch, result)) = joined else { break };
+        metrics.transform_call_seconds.with_label_values(&[w.name()]).observe(started.elapsed().as_secs_f64());
+        w.update(|s| s.memory_bytes = current.memory_bytes() as u64);
+        metrics.transform_memory_bytes.with_label_values(&labels).set(current.memory_bytes() as i64);
+        let outcome = match result {
+            Ok(output) => append_outputs(&w, &output).map(|written| (written, output.data.len() as u64)),
+            Err(e) => Err(BatchFailure::Guest(e)),
+        };
+        match outcome {
+            Ok((written, bytes_out)) => {
+                instance = Some(current);
+                backoff = BACKOFF_MIN;
+                position = next;
+                metrics.transform_records_in.with_label_values(&[w.name()]).inc_by(records_in);
+                metrics.transform_records_out.with_label_values(&[w.name()]).inc_by(written);
+                metrics.transform_bytes_in.with_label_values(&[w.name()]).inc_by(bytes_in);
+                metrics.transform_bytes_out.with_label_values(&[w.name()]).inc_by(bytes_out);
+                window.1 += records_in;
+                window.2 += written;
+                w.update(|s| {
+                    s.state = "running";
+                    s.position = position;
+                    s.records_in += records_in;
+                    s.records_out += written;
+                    s.bytes_in += bytes_in;
+                    s.bytes_out += bytes_out;
+                });
+            }
+            Err(failure) => {
+                // A guest that trapped, ran out of time or memory is poisoned: start afresh.
+                // One that returned an error or bad output can go on.
+                if matches!(
+                    failure,
+                    BatchFailure::Guest(GuestError::Failed(_)) | BatchFailure::Guest(GuestError::InvalidOutput(_))
+                ) {
+                    instance = Some(current);
+                }
+                fail(&w, &failure);
+                match &spec.error_policy {
+                    ErrorPolicy::Retry => {
+                        instance = None;
+                        if !w.pause(backoff).await {
+                            break;
+                        }
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
+                    ErrorPolicy::Skip => {
+                        w.logs.push(
+                            "warn",
+                            Some(w.partition),
+                            format!("skipped offsets {position}..{next} (error policy skip)"),
+                        );
+                        w.update(|s| s.skipped += records_in);
+                        position = next;
+                    }
+                    ErrorPolicy::DeadLetter { topic } => match dead_letter(&w, topic, &batch, &failure) {
+                        Ok(()) => {
+                            w.update(|s| s.dead_lettered += records_in);
+                            position = next;
+                        }
+                        Err(e) => {
+                            w.logs.push(
+                                "error",
+                                Some(w.partition),
+                                format!("dead letter topic '{topic}': {e}; retrying"),
+                            );
+                            if !w.pause(backoff).await {
+                                break;
+                            }
+                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                            continue;
+                        }
+                    },
+                }
+                w.update(|s| s.position = position);
+            }
+        }
+        if window.0.elapsed() >= Duration::from_secs(1) {
+            let seconds = window.0.elapsed().as_secs_f64();
+            let (records_in, records_out) = (window.1, window.2);
+            w.update(|s| {
+                s.records_in_per_sec = records_in as f64 / seconds;
+                s.records_out_per_sec = records_out as f64 / seconds;
+            });
+            window = (Instant::now(), 0, 0);
+        }
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            w.commit(position).await;
+            committed = position;
+            last_commit = Instant::now();
+        }
+    }
+    if committed != position {
+        w.commit(position).await;
+    }
+    w.update(|s| {
+        if s.state == "running" || s.state == "starting" {
+            s.state = "stopped";
+        }
+        s.records_in_per_sec = 0.0;
+        s.records_out_per_sec = 0.0;
+    });
+    let _ = metrics.transform_lag.remove_label_values(&[&labels[0], &labels[1]]);
+    let _ = metrics.transform_memory_bytes.remove_label_values(&[&labels[0], &labels[1]]);
+}
+
+fn fail(w: &Worker, failure: &BatchFailure) {
+    let message = failure.to_string();
+    tracing::warn!(transform = %w.transform.name, partition = w.partition, error = %message, "transform batch failed");
+    w.logs.push("error", Some(w.partition), message.clone());
+    w.host.metrics.transform_errors.with_label_values(&[w.transform.name.as_str(), failure.kind()]).inc();
+    w.update(|s| {
+        s.state = "failed";
+        s.errors += 1;
+        s.last_error = Some(message);
+        s.last_error_ms = Some(now_ms());
+    });
+}
+
+/// Decodes fetched batches from `position` into one guest batch of at most `max_records`
+/// records; returns it with the offset after the last record it holds (or after the batches
+/// seen, when they held only control records).
+fn decode(partition: i32, bytes: Bytes, position: i64, max_records: usize) -> (InputBatch, i64) {
+    let mut batch = InputBatch::new(partition);
+    let mut next = position;
+    let mut headers: Vec<(String, Option<Bytes>)> = Vec::new();
+    'batches: for record_batch in BatchIter::new(bytes) {
+        let Ok(record_batch) = record_batch else { break };
+        if record_batch.header().attributes.is_control() {
+            next = next.max(record_batch.last_offset() + 1);
+            continue;
+        }
+        let Ok(records) = record_batch.record_iter() else { break };
+        for record in records {
+            let Ok(record) = record else { break 'batches };
+            if record.offset < position {
+                continue;
+            }
+            if batch.records.len() >= max_records.max(1) {
+                break 'batches;
+            }
+            headers.clear();
+            headers.extend(record.headers.into_iter().map(|h| (h.key, h.value)));
+            let borrowed: Vec<(&str, Option<&[u8]>)> =
+                headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &borrowed);
+            next = record.offset + 1;
+        }
+        if batch.records.len() < max_records.max(1) {
+            next = next.max(record_batch.last_offset() + 1);
+        }
+    }
+    (batch, next)
+}
+
+/// Appends the guest's output records, one batch per (topic, partition); returns the number of
+/// records written.
+fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure> {
+    let spec = &w.transform.spec;
+    let now = now_ms();
+    let mut targets: BTreeMap<(u32, i32), BatchBuilder> = BTreeMap::new();
+    let mut counts: Vec<Option<usize>> = vec![None; spec.output_topics.len()];
+    for record in &output.records {
+        // The runtime checked the index against the output topics it was given.
+        let Some(topic) = spec.output_topics.get(record.topic as usize) else {
+            return Err(BatchFailure::Guest(GuestError::InvalidOutput(format!("output topic index {}", record.topic))));
+        };
+        let count = match counts[record.topic as usize] {
+            Some(count) => count,
+            None => {
+                let image = w.host.controller.image();
+                let count = image
+                    .topics
+                    .get(topic)
+                    .map(|t| t.partitions.len())
+                    .ok_or_else(|| BatchFailure::MissingOutput(topic.clone()))?;
+                counts[record.topic as usize] = Some(count);
+                count
+            }
+        };
+        let key = span(&output.data, &record.key);
+        let partition = match (record.partition, key) {
+            (p, _) if p >= 0 => {
+                if p as usize >= count {
+                    return Err(BatchFailure::BadPartition { topic: topic.clone(), partition: p, count });
+                }
+                p
+            }
+            (_, Some(key)) => partition_for_key(key, count as u32),
+            (_, None) => w.partition.rem_euclid(count as i32),
+        };
+        let headers = decode_headers(&output.data, &record.headers);
+        let borrowed: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        let timestamp = if record.timestamp >= 0 { record.timestamp } else { now };
+        targets.entry((record.topic, partition)).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
+            timestamp,
+            key,
+            span(&output.data, &record.value),
+            &borrowed,
+        );
+    }
+    let mut written = 0u64;
+    for ((topic_index, partition), builder) in targets {
+        let topic = &spec.output_topics[topic_index as usize];
+        let records = builder.len() as u64;
+        let batch = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
+        append(w, topic, partition, batch.into_bytes(), records)?;
+        written += records;
+    }
+    Ok(written)
+}
+
+fn append(w: &Worker, topic: &str, partition: i32, bytes: Bytes, records: u64) -> Result<(), BatchFailure> {
+    let hosted =
+        w.host.replicas.get(topic, partition as u32).ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
+    let (info, _) = hosted
+        .append_as_leader(&bytes, Acks::All, AppendOrigin::Client)
+        .map_err(|source| BatchFailure::Append { topic: topic.to_string(), partition, source })?;
+    w.host.metrics.record_in(topic, info.bytes, records);
+    w.host.replicas.notify_append();
+    Ok(())
+}
+
+/// Sends the failed batch's input records to the dead-letter topic with the error in headers
+/// (`runnel.error`, `runnel.transform`, `runnel.source.topic`, `runnel.source.partition`,
+/// `runnel.source.offset`), keyed and timestamped as they came.
+fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailure) -> Result<(), BatchFailure> {
+    let count = w
+        .host
+        .controller
+        .image()
+        .topics
+        .get(topic)
+        .map(|t| t.partitions.len())
+        .ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
+    let error = failure.to_string();
+    let source_partition = w.partition.to_string();
+    let mut builders: BTreeMap<i32, BatchBuilder> = BTreeMap::new();
+    for record in &batch.records {
+        let key = span(&batch.data, &record.key);
+        let partition = match key {
+            Some(key) => partition_for_key(key, count as u32),
+            None => w.partition.rem_euclid(count as i32),
+        };
+        let offset = record.offset.to_string();
+        let mut headers = decode_headers(&batch.data, &record.headers);
+        headers.push(("runnel.error".into(), Some(error.as_bytes().to_vec())));
+        headers.push(("runnel.transform".into(), Some(w.transform.name.as_bytes().to_vec())));
+        headers.push(("runnel.source.topic".into(), Some(w.transform.spec.input_topic.as_bytes().to_vec())));
+        headers.push(("runnel.source.partition".into(), Some(source_partition.as_bytes().to_vec())));
+        headers.push(("runnel.source.offset".into(), Some(offset.into_bytes())));
+        let borrowed: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        builders.entry(partition).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
+            record.timestamp,
+            key,
+            span(&batch.data, &record.value),
+            &borrowed,
+        );
+    }
+    for (partition, builder) in builders {
+        let records = builder.len() as u64;
+        let built = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
+        append(w, topic, partition, built.into_bytes(), records)?;
+    }
+    w.logs.push(
+        "warn",
+        Some(w.partition),
+        format!("{} records sent to dead-letter topic '{topic}'", batch.records.len()),
+    );
+    Ok(())
+}
+
+/// The bytes of a span (`None` for null or out of bounds; the runtime validated output spans).
+fn span<'a>(data: &'a [u8], span: &Span) -> Option<&'a [u8]> {
+    let len = usize::try_from(span.len).ok()?;
+    let start = span.offset as usize;
+    data.get(start..start.checked_add(len)?)
+}
+
+/// The WIT header encoding: u32 LE count, then per header u32 LE key length, key, s32 LE value
+/// length (-1 = null), value. Malformed input yields the headers decoded so far.
+fn decode_headers(data: &[u8], encoded: &Span) -> Vec<(String, Option<Vec<u8>>)> {
+    let Some(mut rest) = span(data, encoded) else { return Vec::new() };
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        rest = tail;
+        Some(head)
+    };
+    let mut headers = Vec::new();
+    let Some(count) = take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { return headers };
+    for _ in 0..count {
+        let Some(key_len) = take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize) else { break };
+        let Some(key) = take(key_len).map(|k| String::from_utf8_lossy(k).into_owned()) else { break };
+        let Some(value_len) = take(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { break };
+        let value = match usize::try_from(value_len) {
+            Ok(n) => match take(n) {
+                Some(v) => Some(v.to_vec()),
+                None => break,
+            },
+            Err(_) => None,
+        };
+        headers.push((key, value));
+    }
+    headers
+}

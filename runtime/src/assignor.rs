@@ -1,0 +1,296 @@
+//! Server-side consumer group assignors (KIP-848 `group.remote.assignor`) written as guests.
+//!
+//! Invariant: an assignment returned by [`AssignorInstance::assign`] assigns every partition of
+//! every subscribed topic (one that is in the metadata and that some member subscribes to)
+//! exactly once, to a member subscribed to its topic, and lists every member exactly once.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use crate::bindings::assignor::runnel::transform::assignment as wit;
+use crate::bindings::assignor::{Assignor, AssignorPre};
+use crate::guest::Guest;
+use crate::host::{self, HostState};
+use crate::runtime::{Loaded, RuntimeInner};
+use crate::{GuestError, Limits, LogSink, RuntimeError};
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicPartitions {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Member {
+    pub member_id: String,
+    pub rack: Option<String>,
+    /// Topics the member subscribes to.
+    pub subscriptions: Vec<String>,
+    /// Partitions the member owns now (empty for a new member).
+    pub owned: Vec<TopicPartitions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicMetadata {
+    pub name: String,
+    /// Size in bytes of each partition (index = partition id; the length is the count).
+    pub partition_sizes: Vec<u64>,
+    /// Racks of each partition's replicas (index = partition id); empty when unknown.
+    pub partition_racks: Vec<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberAssignment {
+    pub member_id: String,
+    pub partitions: Vec<TopicPartitions>,
+}
+
+/// A compiled assignor. Cheap to clone.
+#[derive(Clone)]
+pub struct AssignorModule {
+    inner: Arc<ModuleInner>,
+}
+
+struct ModuleInner {
+    runtime: Arc<RuntimeInner>,
+    pre: AssignorPre<HostState>,
+    sha256: String,
+    from_cache: bool,
+}
+
+impl AssignorModule {
+    pub(crate) fn new(runtime: Arc<RuntimeInner>, loaded: Loaded) -> Result<Self, RuntimeError> {
+        let instance_pre = runtime.assignor_linker.instantiate_pre(&loaded.component).map_err(|e| {
+            RuntimeError::WrongWorld(format!("the assignor's imports do not match what Runnel provides: {e:#}"))
+        })?;
+        let pre = AssignorPre::new(instance_pre)
+            .map_err(|e| RuntimeError::WrongWorld(format!("the assignor's exports do not match the WIT: {e:#}")))?;
+        Ok(AssignorModule {
+            inner: Arc::new(ModuleInner { runtime, pre, sha256: loaded.sha256, from_cache: loaded.from_cache }),
+        })
+    }
+
+    /// True when this module was loaded from a precompiled artifact instead of compiled.
+    pub fn from_cache(&self) -> bool {
+        self.inner.from_cache
+    }
+
+    /// Hex SHA-256 of the module bytes.
+    pub fn sha256(&self) -> &str {
+        &self.inner.sha256
+    }
+
+    pub fn instantiate(&self, limits: Limits, log: LogSink) -> Result<AssignorInstance, GuestError> {
+        let state = HostState::new(&limits, &[], log);
+        let store = host::new_store(&self.inner.runtime.engine, state);
+        let mut guest = Guest::new(store, limits);
+        let pre = &self.inner.pre;
+        let bindings = guest.call(|store| pre.instantiate(store))?;
+        Ok(AssignorInstance { guest, bindings })
+    }
+}
+
+impl fmt::Debug for AssignorModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AssignorModule")
+            .field("sha256", &self.inner.sha256)
+            .field("from_cache", &self.inner.from_cache)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running assignor; reuse it across rebalances.
+pub struct AssignorInstance {
+    guest: Guest,
+    bindings: Assignor,
+}
+
+impl AssignorInstance {
+    /// The name clients select the assignor by (`group.remote.assignor`).
+    pub fn name(&mut self) -> Result<String, GuestError> {
+        let bindings = &self.bindings;
+        self.guest.call(|store| bindings.runnel_transform_partition_assignor().call_name(store))
+    }
+
+    /// Computes every member's assignment and checks it (see the module invariant). Members the
+    /// guest left out get an empty assignment.
+    pub fn assign(
+        &mut self,
+        members: &[Member],
+        topics: &[TopicMetadata],
+    ) -> Result<Vec<MemberAssignment>, GuestError> {
+        let wit_members: Vec<wit::Member> = members
+            .iter()
+            .map(|m| wit::Member {
+                member_id: m.member_id.clone(),
+                rack: m.rack.clone(),
+                subscriptions: m.subscriptions.clone(),
+                owned: m.owned.iter().map(to_wit).collect(),
+            })
+            .collect();
+        let wit_topics: Vec<wit::TopicMetadata> = topics
+            .iter()
+            .map(|t| wit::TopicMetadata {
+                name: t.name.clone(),
+                partition_sizes: t.partition_sizes.clone(),
+                partition_racks: t.partition_racks.clone(),
+            })
+            .collect();
+        let bindings = &self.bindings;
+        let result = self
+            .guest
+            .call(|store| bindings.runnel_transform_partition_assignor().call_assign(store, &wit_members, &wit_topics))?
+            .map_err(GuestError::Failed)?;
+        let assignment = result
+            .into_iter()
+            .map(|a| MemberAssignment {
+                member_id: a.member_id,
+                partitions: a
+                    .partitions
+                    .into_iter()
+                    .map(|p| TopicPartitions { topic: p.topic, partitions: p.partitions })
+                    .collect(),
+            })
+            .collect();
+        validate_assignment(members, topics, assignment).map_err(GuestError::InvalidOutput)
+    }
+
+    /// Current size of the instance's linear memories, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.guest.memory_bytes()
+    }
+}
+
+impl fmt::Debug for AssignorInstance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AssignorInstance").field("memory_bytes", &self.memory_bytes()).finish_non_exhaustive()
+    }
+}
+
+fn to_wit(p: &TopicPartitions) -> wit::TopicPartitions {
+    wit::TopicPartitions { topic: p.topic.clone(), partitions: p.partitions.clone() }
+}
+
+/// Checks an assignment against the module invariant and completes it with the members the
+/// guest left out.
+pub(crate) fn validate_assignment(
+    members: &[Member],
+    topics: &[TopicMetadata],
+    mut assignment: Vec<MemberAssignment>,
+) -> Result<Vec<MemberAssignment>, String> {
+    let subscriptions: HashMap<&str, HashSet<&str>> =
+        members.iter().map(|m| (m.member_id.as_str(), m.subscriptions.iter().map(String::as_str).collect())).collect();
+    let partition_counts: HashMap<&str, usize> =
+        topics.iter().map(|t| (t.name.as_str(), t.partition_sizes.len())).collect();
+
+    let mut listed: HashSet<&str> = HashSet::new();
+    let mut assigned: HashSet<(&str, i32)> = HashSet::new();
+    for member in &assignment {
+        let id = member.member_id.as_str();
+        let Some(subscribed) = subscriptions.get(id) else {
+            return Err(format!("assignment for unknown member `{id}`"));
+        };
+        if !listed.insert(id) {
+            return Err(format!("member `{id}` is listed more than once"));
+        }
+        for tp in &member.partitions {
+            let topic = tp.topic.as_str();
+            let Some(&count) = partition_counts.get(topic) else {
+                return Err(format!("member `{id}` is assigned unknown topic `{topic}`"));
+            };
+            if !subscribed.contains(topic) {
+                return Err(format!("member `{id}` is assigned `{topic}` but does not subscribe to it"));
+            }
+            for &partition in &tp.partitions {
+                if partition < 0 || partition as usize >= count {
+                    return Err(format!("`{topic}` has {count} partitions; partition {partition} does not exist"));
+                }
+                if !assigned.insert((topic, partition)) {
+                    return Err(format!("partition {topic}-{partition} is assigned more than once"));
+                }
+            }
+        }
+    }
+
+    let subscribed_topics: HashSet<&str> = subscriptions.values().flatten().copied().collect();
+    for topic in topics {
+        let name = topic.name.as_str();
+        if !subscribed_topics.contains(name) {
+            continue;
+        }
+        for partition in 0..topic.partition_sizes.len() as i32 {
+            if !assigned.contains(&(name, partition)) {
+                return Err(format!("partition {name}-{partition} is not assigned to any member"));
+            }
+        }
+    }
+
+    let missing: Vec<MemberAssignment> = members
+        .iter()
+        .filter(|m| !listed.contains(m.member_id.as_str()))
+        .map(|m| MemberAssignment { member_id: m.member_id.clone(), partitions: Vec::new() })
+        .collect();
+    assignment.extend(missing);
+    Ok(assignment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, topics: &[&str]) -> Member {
+        Member {
+            member_id: id.into(),
+            subscriptions: topics.iter().map(|t| t.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn topic(name: &str, partitions: usize) -> TopicMetadata {
+        TopicMetadata { name: name.into(), partition_sizes: vec![0; partitions], partition_racks: Vec::new() }
+    }
+
+    fn assign(id: &str, parts: &[(&str, &[i32])]) -> MemberAssignment {
+        MemberAssignment {
+            member_id: id.into(),
+            partitions: parts
+                .iter()
+                .map(|(t, p)| TopicPartitions { topic: t.to_string(), partitions: p.to_vec() })
+                .collect(),
+        }
+    }
+
+    /// A complete assignment passes, and members the guest left out are added empty.
+    #[test]
+    fn valid_assignment_is_completed_with_missing_members() {
+        let members = [member("a", &["t"]), member("b", &["t", "u"]), member("c", &["u"])];
+        let topics = [topic("t", 2), topic("u", 1), topic("unsubscribed", 3)];
+        let result =
+            validate_assignment(&members, &topics, vec![assign("a", &[("t", &[0, 1])]), assign("b", &[("u", &[0])])]);
+        let result = result.unwrap();
+        assert_eq!(result.len(), 3);
+        assert_eq!(result[2], assign("c", &[]));
+    }
+
+    /// Each way an assignment can break the invariant is reported with what is wrong.
+    #[test]
+    fn invalid_assignments_are_rejected() {
+        let members = [member("a", &["t"]), member("b", &["t"]), member("c", &["u"])];
+        let topics = [topic("t", 2), topic("u", 1)];
+        let cases = [
+            (vec![assign("x", &[])], "unknown member `x`"),
+            (vec![assign("a", &[("t", &[0, 1])]), assign("a", &[])], "listed more than once"),
+            (vec![assign("a", &[("v", &[0])])], "unknown topic `v`"),
+            (vec![assign("a", &[("u", &[0])])], "does not subscribe"),
+            (vec![assign("a", &[("t", &[2])])], "partition 2 does not exist"),
+            (vec![assign("a", &[("t", &[-1])])], "partition -1 does not exist"),
+            (vec![assign("a", &[("t", &[0, 1])]), assign("b", &[("t", &[1])])], "t-1 is assigned more than once"),
+            (vec![assign("a", &[("t", &[0, 1])])], "u-0 is not assigned"),
+        ];
+        for (assignment, expected) in cases {
+            let err = validate_assignment(&members, &topics, assignment).unwrap_err();
+            assert!(err.contains(expected), "{err:?} should contain {expected:?}");
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Host bindings generated from `sdk/wit/runnel.wit`, one module per world (both import
+//! `logging`, so each gets its own generated `Host` trait and its own linker).
+
+pub(crate) mod transform {
+    wasmtime::component::bindgen!({ path: "../sdk/wit", world: "transform" });
+}
+
+pub(crate) mod assignor {
+    wasmtime::component::bindgen!({ path: "../sdk/wit", world: "assignor" });
+}
+
+use crate::host::HostState;
+use crate::Level;
+
+// The `types` and `assignment` interfaces hold only records: nothing to implement.
+impl transform::runnel::transform::types::Host for HostState {}
+impl assignor::runnel::transform::assignment::Host for HostState {}
+
+impl transform::runnel::transform::logging::Host for HostState {
+    fn log(&mut self, level: transform::runnel::transform::logging::Level, message: String) {
+        use transform::runnel::transform::logging::Level as L;
+        let level = match level {
+            L::Trace => Level::Trace,
+            L::Debug => Level::Debug,
+            L::Info => Level::Info,
+            L::Warn => Level::Warn,
+            L::Error => Level::Error,
+        };
+        HostState::log(self, level, &message);
+    }
+}
+
+impl assignor::runnel::transform::logging::Host for HostState {
+    fn log(&mut self, level: assignor::runnel::transform::logging::Level, message: String) {
+        use assignor::runnel::transform::logging::Level as L;
+        let level = match level {
+            L::Trace => Level::Trace,
+            L::Debug => Level::Debug,
+            L::Info => Level::Info,
+            L::Warn => Level::Warn,
+            L::Error => Level::Error,
+        };
+        HostState::log(self, level, &message);
+    }
+}

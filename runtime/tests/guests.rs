@@ -1,0 +1,408 @@
+//! Runs real guest components (examples/ and tests/guests/, built for wasm32-wasip2 with the
+//! `wasm` profile) through the runtime: the data round trip, every containment path (deadline,
+//! memory cap, trap, panic, invalid and oversized output, failed init, poisoning), the
+//! precompiled cache and log capture.
+//!
+//! The guests are built once per test run by one `cargo build` into `target/wasm`. A guest
+//! crate that does not exist yet (or is still the `//! stub` placeholder) makes its tests print
+//! SKIP instead of failing; a guest that exists but does not build fails them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use runnel_runtime::{
+    GuestError, InputBatch, InstanceSetup, Level, Limits, LogSink, Member, ModuleKind, OutputBatch, Runtime,
+    RuntimeConfig, RuntimeError, TopicMetadata, TopicPartitions, TransformInstance, TransformModule,
+};
+
+/// (crate name, directory relative to the workspace root)
+const GUESTS: &[(&str, &str)] = &[
+    ("runnel-example-identity", "examples/identity"),
+    ("runnel-example-assignor", "examples/assignor"),
+    ("runnel-example-filter", "examples/filter"),
+    ("runnel-guest-spin", "tests/guests/spin"),
+    ("runnel-guest-membomb", "tests/guests/membomb"),
+    ("runnel-guest-trap", "tests/guests/trap"),
+    ("runnel-guest-panic", "tests/guests/panic"),
+    ("runnel-guest-badtopic", "tests/guests/badtopic"),
+    ("runnel-guest-oversized", "tests/guests/oversized"),
+    ("runnel-guest-failinit", "tests/guests/failinit"),
+];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("runtime/ has a parent").to_path_buf()
+}
+
+fn is_present(dir: &str) -> bool {
+    let lib = workspace_root().join(dir).join("src/lib.rs");
+    match std::fs::read_to_string(lib) {
+        Ok(source) => source.trim() != "//! stub",
+        Err(_) => false,
+    }
+}
+
+/// Builds every present guest with one cargo command (the first test to get here waits for it;
+/// the others wait on the lock) and returns each one's bytes.
+fn guest_bytes() -> &'static HashMap<&'static str, Vec<u8>> {
+    static GUEST_BYTES: OnceLock<HashMap<&'static str, Vec<u8>>> = OnceLock::new();
+    GUEST_BYTES.get_or_init(|| {
+        let present: Vec<&str> = GUESTS.iter().filter(|(_, dir)| is_present(dir)).map(|(name, _)| *name).collect();
+        if present.is_empty() {
+            return HashMap::new();
+        }
+        let root = workspace_root();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut command = Command::new(cargo);
+        command.current_dir(&root).args(["build", "--profile", "wasm", "--target", "wasm32-wasip2", "--target-dir"]);
+        command.arg(root.join("target/wasm"));
+        for name in &present {
+            command.args(["-p", name]);
+        }
+        let started = Instant::now();
+        let status = command.status().expect("run cargo build for the guests");
+        assert!(status.success(), "building the guests failed: {command:?}");
+        eprintln!("built {} guest(s) in {:?}", present.len(), started.elapsed());
+        present
+            .into_iter()
+            .map(|name| {
+                let path = root.join("target/wasm/wasm32-wasip2/wasm").join(format!("{}.wasm", name.replace('-', "_")));
+                let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+                (name, bytes)
+            })
+            .collect()
+    })
+}
+
+/// The guest's bytes, or None (after printing SKIP) when its crate is not written yet.
+fn guest(name: &str) -> Option<Vec<u8>> {
+    let bytes = guest_bytes().get(name).cloned();
+    if bytes.is_none() {
+        eprintln!("SKIP: guest crate `{name}` does not exist yet (or is a stub)");
+    }
+    bytes
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    runtime: Runtime,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig::new(dir.path())).unwrap();
+    Fixture { _dir: dir, runtime }
+}
+
+type Lines = Arc<Mutex<Vec<(Level, String)>>>;
+
+fn capture() -> (LogSink, Lines) {
+    let lines: Lines = Arc::default();
+    let sink_lines = lines.clone();
+    (Arc::new(move |level, line: &str| sink_lines.lock().unwrap().push((level, line.to_string()))), lines)
+}
+
+fn setup(limits: Limits, log: LogSink) -> InstanceSetup {
+    InstanceSetup {
+        parameters: vec![("greeting".into(), "hello".into())],
+        output_topics: vec!["out-a".into(), "out-b".into()],
+        limits,
+        log,
+    }
+}
+
+fn small_batch() -> InputBatch {
+    let mut batch = InputBatch::new(0);
+    batch.push(0, 1_000, Some(b"k"), Some(b"v"), &[("h", Some(b"x"))]);
+    batch
+}
+
+fn transform(fixture: &Fixture, bytes: &[u8]) -> TransformModule {
+    fixture.runtime.transform(bytes).unwrap()
+}
+
+/// Instantiates and processes one small batch: whichever step fails is the guest's failure.
+fn first_batch(module: &TransformModule, limits: Limits) -> (Result<OutputBatch, GuestError>, Lines) {
+    let (log, lines) = capture();
+    let result = module.instantiate(setup(limits, log)).and_then(|mut instance| instance.process(&small_batch()));
+    (result, lines)
+}
+
+fn instance(module: &TransformModule, limits: Limits) -> (TransformInstance, Lines) {
+    let (log, lines) = capture();
+    (module.instantiate(setup(limits, log)).unwrap(), lines)
+}
+
+/// Every field of every record, nulls and empty values included, survives the trip through the
+/// identity guest; the instance is reused across batches.
+#[test]
+fn identity_round_trips_records() {
+    let Some(bytes) = guest("runnel-example-identity") else { return };
+    let fixture = fixture();
+    let info = fixture.runtime.inspect(&bytes).unwrap();
+    assert_eq!(info.kind, ModuleKind::Transform);
+    assert_eq!(info.size, bytes.len());
+    let module = transform(&fixture, &bytes);
+    assert!(module.from_cache(), "inspect compiled and cached it");
+    let (mut instance, _) = instance(&module, Limits::default());
+
+    type Rec = (Option<&'static [u8]>, Option<&'static [u8]>, Vec<(&'static str, Option<&'static [u8]>)>);
+    let records: Vec<Rec> = vec![
+        (Some(b"k1"), Some(b"v1"), vec![("h1", Some(b"x")), ("null", None), ("empty", Some(b""))]),
+        (None, Some(b""), vec![]),
+        (Some(b""), None, vec![("\u{e9}t\u{e9}", Some(&[0, 255, 1]))]),
+        (None, None, vec![]),
+    ];
+    let mut batch = InputBatch::new(7);
+    for round in 0..3 {
+        batch.clear();
+        for (i, (key, value, headers)) in records.iter().enumerate() {
+            batch.push(100 + i as i64, 1_700_000_000_000 + i as i64, *key, *value, headers);
+        }
+        let output = instance.process(&batch).unwrap();
+        assert_eq!(output.records.len(), records.len(), "round {round}");
+        for (record, (key, value, headers)) in output.records.iter().zip(&records) {
+            assert_eq!(record.topic, 0);
+            assert_eq!(output.key(record), *key);
+            assert_eq!(output.value(record), *value);
+            assert_eq!(output.headers(record).collect::<Vec<_>>(), *headers);
+        }
+        let timestamps: Vec<i64> = output.records.iter().map(|r| r.timestamp).collect();
+        assert!(
+            timestamps == [1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002, 1_700_000_000_003]
+                || timestamps.iter().all(|&t| t == -1),
+            "timestamps are copied or left to the broker: {timestamps:?}"
+        );
+    }
+    // A large batch goes through in one call too.
+    batch.clear();
+    let value = vec![7u8; 1000];
+    for i in 0..5_000 {
+        batch.push(i, 0, None, Some(&value), &[]);
+    }
+    let output = instance.process(&batch).unwrap();
+    assert_eq!(output.records.len(), 5_000);
+    assert!(output.records.iter().all(|r| output.value(r) == Some(&value[..])));
+    assert!(instance.memory_bytes() > 0);
+    eprintln!("identity instance memory after a 5 MB batch: {} bytes", instance.memory_bytes());
+}
+
+/// The second runtime on the same cache directory loads the artifact instead of compiling it.
+#[test]
+fn second_runtime_loads_from_the_cache() {
+    let Some(bytes) = guest("runnel-example-identity") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let first = Runtime::new(RuntimeConfig::new(dir.path())).unwrap();
+    let started = Instant::now();
+    let compiled = first.transform(&bytes).unwrap();
+    let compile_time = started.elapsed();
+    assert!(!compiled.from_cache());
+
+    let second = Runtime::new(RuntimeConfig::new(dir.path())).unwrap();
+    let started = Instant::now();
+    let loaded = second.transform(&bytes).unwrap();
+    let load_time = started.elapsed();
+    assert!(loaded.from_cache());
+    assert_eq!(loaded.sha256(), compiled.sha256());
+    eprintln!("identity ({} bytes): compile {compile_time:?}, load from cache {load_time:?}", bytes.len());
+    // The cached module works.
+    let (mut instance, _) = instance(&loaded, Limits::default());
+    assert_eq!(instance.process(&small_batch()).unwrap().records.len(), 1);
+}
+
+/// An infinite loop is stopped at the call deadline, and the instance is poisoned afterwards.
+#[test]
+fn spin_hits_the_deadline_and_poisons_the_instance() {
+    let Some(bytes) = guest("runnel-guest-spin") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let timeout = Duration::from_millis(300);
+    let limits = Limits { call_timeout: timeout, ..Limits::default() };
+    let (mut instance, _) = instance(&module, limits);
+    let started = Instant::now();
+    let error = instance.process(&small_batch()).unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(error, GuestError::Deadline { timeout });
+    assert!(elapsed >= timeout, "stopped early: {elapsed:?}");
+    assert!(elapsed < timeout + Duration::from_secs(1), "stopped late: {elapsed:?}");
+    eprintln!("spin stopped after {elapsed:?} (deadline {timeout:?})");
+    match instance.process(&small_batch()) {
+        Err(GuestError::Trap(message)) => assert!(message.contains("poisoned"), "{message}"),
+        other => panic!("expected the poisoned-instance error, got {other:?}"),
+    }
+    // A fresh instance of the same module is usable again (and spins again).
+    let (mut fresh, _) = self::instance(&module, limits);
+    assert_eq!(fresh.process(&small_batch()).unwrap_err(), GuestError::Deadline { timeout });
+}
+
+/// A guest that allocates without bound is stopped at the memory cap, reported as such.
+#[test]
+fn membomb_hits_the_memory_limit() {
+    let Some(bytes) = guest("runnel-guest-membomb") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let limit = 32 * 1024 * 1024;
+    let limits = Limits { memory_bytes: limit, ..Limits::default() };
+    let (result, _) = first_batch(&module, limits);
+    assert_eq!(result.unwrap_err(), GuestError::MemoryLimit { limit });
+}
+
+/// A guest trap (unreachable/abort) is a Trap and poisons the instance.
+#[test]
+fn trap_is_reported() {
+    let Some(bytes) = guest("runnel-guest-trap") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let (mut instance, _) = instance(&module, Limits::default());
+    let error = instance.process(&small_batch()).unwrap_err();
+    assert!(matches!(error, GuestError::Trap(_)), "{error:?}");
+    eprintln!("trap: {error}");
+    let again = instance.process(&small_batch()).unwrap_err();
+    assert!(matches!(&again, GuestError::Trap(m) if m.contains("poisoned")), "{again:?}");
+}
+
+/// A guest panic is a Trap whose message quotes the panic message (from the guest's stderr),
+/// and the panic output also reaches the log sink.
+#[test]
+fn panic_message_reaches_the_error_and_the_log() {
+    let Some(bytes) = guest("runnel-guest-panic") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let (result, lines) = first_batch(&module, Limits::default());
+    let error = result.unwrap_err();
+    eprintln!("panic: {error}");
+    match &error {
+        GuestError::Trap(message) => assert!(message.contains("boom"), "{message}"),
+        other => panic!("expected a Trap, got {other:?}"),
+    }
+    let lines = lines.lock().unwrap();
+    assert!(lines.iter().any(|(_, line)| line.contains("boom")), "log lines: {lines:?}");
+}
+
+/// Writing to an output topic index that does not exist is invalid output; the instance stays
+/// usable because the guest itself returned normally.
+#[test]
+fn badtopic_is_invalid_output() {
+    let Some(bytes) = guest("runnel-guest-badtopic") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let (mut instance, _) = instance(&module, Limits::default());
+    for _ in 0..2 {
+        match instance.process(&small_batch()) {
+            Err(GuestError::InvalidOutput(message)) => assert!(message.contains("topic index 99"), "{message}"),
+            other => panic!("expected InvalidOutput, got {other:?}"),
+        }
+    }
+}
+
+/// More output data than the limit is OutputTooLarge.
+#[test]
+fn oversized_output_is_refused() {
+    let Some(bytes) = guest("runnel-guest-oversized") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let limits = Limits { memory_bytes: 128 * 1024 * 1024, ..Limits::default() };
+    let (result, _) = first_batch(&module, limits);
+    match result {
+        Err(GuestError::OutputTooLarge { size, limit }) => {
+            assert_eq!(limit, limits.output_bytes);
+            assert!(size > limit);
+        }
+        other => panic!("expected OutputTooLarge, got {other:?}"),
+    }
+}
+
+/// An `init` that returns an error fails instantiation with that message.
+#[test]
+fn failinit_fails_instantiation() {
+    let Some(bytes) = guest("runnel-guest-failinit") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let (log, lines) = capture();
+    match module.instantiate(setup(Limits::default(), log)) {
+        Err(GuestError::Init(message)) => eprintln!("failinit: {message}"),
+        other => panic!("expected Init, got {other:?}"),
+    }
+    eprintln!("failinit log: {:?}", lines.lock().unwrap());
+}
+
+/// The example assignor is recognised as one, refused as a transform, and produces an
+/// assignment that passes the host's checks.
+#[test]
+fn assignor_assigns_every_partition() {
+    let Some(bytes) = guest("runnel-example-assignor") else { return };
+    let fixture = fixture();
+    assert_eq!(fixture.runtime.inspect(&bytes).unwrap().kind, ModuleKind::Assignor);
+    match fixture.runtime.transform(&bytes) {
+        Err(RuntimeError::WrongWorld(message)) => {
+            assert!(message.contains("transformer"), "{message}");
+            eprintln!("assignor as a transform: {message}");
+        }
+        other => panic!("expected WrongWorld, got {other:?}"),
+    }
+    let module = fixture.runtime.assignor(&bytes).unwrap();
+    let (log, _) = capture();
+    let mut instance = module.instantiate(Limits::default(), log).unwrap();
+    let name = instance.name().unwrap();
+    assert!(!name.is_empty());
+    let members: Vec<Member> = (0..3)
+        .map(|i| Member {
+            member_id: format!("m{i}"),
+            rack: Some(format!("r{}", i % 2)),
+            subscriptions: vec!["a".into(), "b".into()],
+            owned: if i == 0 { vec![TopicPartitions { topic: "a".into(), partitions: vec![0] }] } else { vec![] },
+        })
+        .collect();
+    let topics = vec![
+        TopicMetadata {
+            name: "a".into(),
+            partition_sizes: vec![10, 20, 30, 40],
+            partition_racks: vec![vec!["r0".into()], vec!["r1".into()], vec![], vec!["r0".into(), "r1".into()]],
+        },
+        TopicMetadata { name: "b".into(), partition_sizes: vec![5; 5], partition_racks: vec![] },
+    ];
+    let assignment = instance.assign(&members, &topics).unwrap();
+    assert_eq!(assignment.len(), 3);
+    let assigned: usize = assignment.iter().flat_map(|m| &m.partitions).map(|tp| tp.partitions.len()).sum();
+    assert_eq!(assigned, 9);
+    eprintln!("assignor `{name}`: {assignment:?}");
+}
+
+/// A transform uploaded where an assignor is expected is refused, naming the missing export.
+#[test]
+fn transform_is_not_an_assignor() {
+    let Some(bytes) = guest("runnel-example-identity") else { return };
+    let fixture = fixture();
+    match fixture.runtime.assignor(&bytes) {
+        Err(RuntimeError::WrongWorld(message)) => assert!(message.contains("partition-assignor"), "{message}"),
+        other => panic!("expected WrongWorld, got {other:?}"),
+    }
+}
+
+/// A guest's `log` import calls reach the log sink with their level, during the call.
+#[test]
+fn guest_log_calls_reach_the_log_sink() {
+    let Some(bytes) = guest("runnel-example-filter") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let (log, lines) = capture();
+    let setup = InstanceSetup {
+        parameters: vec![("field".into(), "a".into()), ("op".into(), "exists".into())],
+        output_topics: vec!["out".into()],
+        limits: Limits::default(),
+        log,
+    };
+    let mut instance = module.instantiate(setup).unwrap();
+    let mut batch = InputBatch::new(0);
+    batch.push(41, 0, None, Some(b"not json"), &[]);
+    batch.push(42, 0, None, Some(br#"{"a": 1}"#), &[]);
+    let output = instance.process(&batch).unwrap();
+    assert_eq!(output.records.len(), 1);
+    let lines = lines.lock().unwrap();
+    assert!(
+        lines.iter().any(|(level, line)| *level == Level::Warn && line.contains("not JSON") && line.contains("41")),
+        "log lines: {lines:?}"
+    );
+}

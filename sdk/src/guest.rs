@@ -1,0 +1,91 @@
+//! The wasm32 exports: wit-bindgen `Guest` impls that adapt the WIT functions to
+//! [`Transform`]/[`Assignor`]. `export_transform!`/`export_assignor!` instantiate them in the
+//! user's crate (the export symbols must be emitted there, once per component).
+
+use core::any::Any;
+use core::cell::RefCell;
+use core::marker::PhantomData;
+
+use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPartitions};
+use crate::bindings::assignor::exports::runnel::transform::partition_assignor as wit_assignor;
+use crate::bindings::assignor::runnel::transform::assignment as wit_assignment;
+use crate::bindings::transform::exports::runnel::transform::transformer as wit_transformer;
+use crate::raw::{InputBatch, OutputBatch};
+use crate::transform::{Instance, Transform};
+
+thread_local! {
+    // The instance `init` built; a component instance is single-threaded and the host calls
+    // `process` only after `init`. `dyn Any` because a static cannot be generic over `T`.
+    static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+/// The type `export_transform!` exports for `T`.
+pub struct TransformExport<T>(PhantomData<T>);
+
+impl<T: Transform> wit_transformer::Guest for TransformExport<T> {
+    fn init(parameters: Vec<(String, String)>, output_topics: Vec<String>) -> Result<(), String> {
+        let instance = Instance::<T>::new(parameters, output_topics).map_err(|e| e.into_message())?;
+        INSTANCE.with(|slot| *slot.borrow_mut() = Some(Box::new(instance)));
+        Ok(())
+    }
+
+    fn process(batch: InputBatch) -> Result<OutputBatch, String> {
+        INSTANCE.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let instance = slot
+                .as_mut()
+                .and_then(|i| i.downcast_mut::<Instance<T>>())
+                .ok_or_else(|| "process called before a successful init".to_string())?;
+            let (data, records) = instance.process(&batch).map_err(|e| e.into_message())?;
+            Ok(OutputBatch { data, records })
+        })
+    }
+}
+
+/// The type `export_assignor!` exports for `A`.
+pub struct AssignorExport<A>(PhantomData<A>);
+
+impl<A: Assignor> wit_assignor::Guest for AssignorExport<A> {
+    fn name() -> String {
+        A::name().to_string()
+    }
+
+    fn assign(
+        members: Vec<wit_assignment::Member>,
+        topics: Vec<wit_assignment::TopicMetadata>,
+    ) -> Result<Vec<wit_assignment::MemberAssignment>, String> {
+        let members: Vec<Member> = members
+            .into_iter()
+            .map(|m| Member {
+                member_id: m.member_id,
+                rack: m.rack,
+                subscriptions: m.subscriptions,
+                owned: m
+                    .owned
+                    .into_iter()
+                    .map(|tp| TopicPartitions { topic: tp.topic, partitions: tp.partitions })
+                    .collect(),
+            })
+            .collect();
+        let topics: Vec<TopicMetadata> = topics
+            .into_iter()
+            .map(|t| TopicMetadata {
+                name: t.name,
+                partition_sizes: t.partition_sizes,
+                partition_racks: t.partition_racks,
+            })
+            .collect();
+        let result = A::assign(&members, &topics).map_err(|e| e.into_message())?;
+        Ok(result
+            .into_iter()
+            .map(|a: MemberAssignment| wit_assignment::MemberAssignment {
+                member_id: a.member_id,
+                partitions: a
+                    .partitions
+                    .into_iter()
+                    .map(|tp| wit_assignment::TopicPartitions { topic: tp.topic, partitions: tp.partitions })
+                    .collect(),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,270 @@
+//! Native test support: run a [`Transform`] or [`Assignor`] in plain `cargo test`, no wasm.
+//!
+//! [`Harness`] drives the same batch code the guest runs and then checks the output the way the
+//! host does (topic indices, spans, header encoding), so a transform that passes here produces
+//! batches the broker accepts.
+
+use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata};
+use crate::log::Level;
+use crate::raw::{self, Headers, InputBatch, InputRecord, NULL};
+use crate::transform::{Instance, Transform};
+use crate::{Error, Payload};
+
+/// Runs a transform natively on batches of [`TestRecord`]s.
+///
+/// ```
+/// use runnel_sdk::testing::{Harness, TestRecord};
+/// use runnel_sdk::{Config, Error, Output, Record, Transform};
+///
+/// struct Identity;
+///
+/// impl Transform for Identity {
+///     fn init(_: &Config) -> Result<Self, Error> {
+///         Ok(Identity)
+///     }
+///
+///     fn process(&mut self, record: &Record<'_>, out: &mut Output<'_>) -> Result<(), Error> {
+///         out.forward(record);
+///         Ok(())
+///     }
+/// }
+///
+/// let mut harness = Harness::<Identity>::new(&[("k", "v")], &["out-a", "out-b"])?.partition(3);
+/// let written = harness.process(&[TestRecord::new().key("k").value("v").header("h", "x").timestamp(7)])?;
+/// assert_eq!(written[0].topic, "out-a");
+/// assert_eq!(written[0].key.as_deref(), Some(&b"k"[..]));
+/// assert_eq!(written[0].headers, [("h".to_string(), Some(b"x".to_vec()))]);
+/// assert_eq!(written[0].timestamp, Some(7));
+/// # Ok::<(), Error>(())
+/// ```
+pub struct Harness<T> {
+    instance: Instance<T>,
+    output_topics: Vec<String>,
+    partition: i32,
+    next_offset: i64,
+}
+
+impl<T: Transform> Harness<T> {
+    /// Initializes the transform with these parameters and output topics (what `init` gets).
+    pub fn new(parameters: &[(&str, &str)], output_topics: &[&str]) -> Result<Self, Error> {
+        let params = parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let outputs: Vec<String> = output_topics.iter().map(|t| t.to_string()).collect();
+        let instance = Instance::new(params, outputs.clone())?;
+        Ok(Harness { instance, output_topics: outputs, partition: 0, next_offset: 0 })
+    }
+
+    /// The input partition of later batches (default 0).
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = partition;
+        self
+    }
+
+    /// The transform, to inspect its state.
+    pub fn transform(&self) -> &T {
+        &self.instance.transform
+    }
+
+    /// Runs one batch and returns what it wrote, in order. Records without an explicit offset
+    /// get consecutive offsets continuing from the previous batch.
+    pub fn process(&mut self, records: &[TestRecord]) -> Result<Vec<Written>, Error> {
+        let mut batch = InputBatch { partition: self.partition, data: Vec::new(), records: Vec::new() };
+        for r in records {
+            let offset = r.offset.unwrap_or(self.next_offset);
+            self.next_offset = offset + 1;
+            let key = raw::append(&mut batch.data, r.key.as_deref());
+            let value = raw::append(&mut batch.data, r.value.as_deref());
+            let headers = if r.headers.is_empty() {
+                NULL
+            } else {
+                let mut encoded = (r.headers.len() as u32).to_le_bytes().to_vec();
+                for (name, value) in &r.headers {
+                    raw::encode_header(&mut encoded, name, value.as_deref());
+                }
+                raw::append(&mut batch.data, Some(&encoded))
+            };
+            batch.records.push(InputRecord { offset, timestamp: r.timestamp, key, value, headers });
+        }
+        let (data, descriptors) = self.instance.process(&batch)?;
+        descriptors.iter().map(|d| self.decode(&data, d)).collect()
+    }
+
+    /// Reads one output record back, rejecting what the host would reject.
+    fn decode(&self, data: &[u8], d: &raw::OutputRecord) -> Result<Written, Error> {
+        let topic = self.output_topics.get(d.topic as usize).ok_or_else(|| {
+            Error::new(format_args!(
+                "invalid output: topic index {} but {} output topics",
+                d.topic,
+                self.output_topics.len()
+            ))
+        })?;
+        let read = |span: raw::Span, what: &str| -> Result<Option<Vec<u8>>, Error> {
+            if span.len < -1 || (span.len >= 0 && raw::slice(data, span).is_none()) {
+                return Err(Error::new(format_args!("invalid output: {what} span {span:?} outside data")));
+            }
+            Ok(raw::slice(data, span).map(<[u8]>::to_vec))
+        };
+        let key = read(d.key, "key")?;
+        let value = read(d.value, "value")?;
+        let encoded = read(d.headers, "headers")?.unwrap_or_default();
+        if !raw::headers_well_formed(&encoded) {
+            return Err(Error::new("invalid output: malformed header encoding"));
+        }
+        let headers = Headers::new(&encoded).map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec))).collect();
+        Ok(Written {
+            topic: topic.clone(),
+            key,
+            value,
+            headers,
+            partition: (d.partition >= 0).then_some(d.partition),
+            timestamp: (d.timestamp >= 0).then_some(d.timestamp),
+        })
+    }
+}
+
+/// An input record for [`Harness::process`]: null key and value, no headers and timestamp 0
+/// unless set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestRecord {
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+    timestamp: i64,
+    offset: Option<i64>,
+}
+
+impl TestRecord {
+    /// A record with null key and value.
+    pub fn new() -> Self {
+        TestRecord::default()
+    }
+
+    /// The key (`None` = null).
+    pub fn key(mut self, key: impl Payload) -> Self {
+        self.key = key.payload().map(<[u8]>::to_vec);
+        self
+    }
+
+    /// The value (`None` = null).
+    pub fn value(mut self, value: impl Payload) -> Self {
+        self.value = value.payload().map(<[u8]>::to_vec);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &str, value: impl Payload) -> Self {
+        self.headers.push((name.to_string(), value.payload().map(<[u8]>::to_vec)));
+        self
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn timestamp(mut self, timestamp: i64) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+
+    /// An explicit offset (later records without one continue from it).
+    pub fn offset(mut self, offset: i64) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+}
+
+/// A record a transform wrote, as the host would append it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The output topic's name.
+    pub topic: String,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// `None`: the host picks the partition (by key).
+    pub partition: Option<i32>,
+    /// `None`: the time of the append.
+    pub timestamp: Option<i64>,
+}
+
+impl Written {
+    /// The key as UTF-8 (`None` when null or not UTF-8).
+    pub fn key_str(&self) -> Option<&str> {
+        self.key.as_deref().and_then(|k| core::str::from_utf8(k).ok())
+    }
+
+    /// The value as UTF-8 (`None` when null or not UTF-8).
+    pub fn value_str(&self) -> Option<&str> {
+        self.value.as_deref().and_then(|v| core::str::from_utf8(v).ok())
+    }
+
+    /// The value of the last header with this name (`None` when absent or null).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().rev().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
+    }
+}
+
+/// Runs an assignor natively and checks its result as the host does ([`check_assignment`]).
+pub fn assign<A: Assignor>(members: &[Member], topics: &[TopicMetadata]) -> Result<Vec<MemberAssignment>, Error> {
+    let result = A::assign(members, topics)?;
+    check_assignment(members, topics, &result)?;
+    Ok(result)
+}
+
+/// The host's check of an assignment: every partition of every topic some member subscribes
+/// to is assigned exactly once, to a member subscribed to that topic; nothing else is assigned.
+///
+/// ```
+/// use runnel_sdk::assign::{Member, MemberAssignment, TopicMetadata, TopicPartitions};
+/// use runnel_sdk::testing::check_assignment;
+///
+/// let members = [Member::new("a", &["t"])];
+/// let topics = [TopicMetadata::new("t", &[0, 0])];
+/// let half = vec![MemberAssignment {
+///     member_id: "a".into(),
+///     partitions: vec![TopicPartitions { topic: "t".into(), partitions: vec![0] }],
+/// }];
+/// assert!(check_assignment(&members, &topics, &half).unwrap_err().message().contains("t-1"));
+/// ```
+pub fn check_assignment(
+    members: &[Member],
+    topics: &[TopicMetadata],
+    assignments: &[MemberAssignment],
+) -> Result<(), Error> {
+    let mut owner: std::collections::HashMap<(&str, i32), &str> = Default::default();
+    for a in assignments {
+        let member = members
+            .iter()
+            .find(|m| m.member_id == a.member_id)
+            .ok_or_else(|| Error::new(format_args!("assignment for unknown member `{}`", a.member_id)))?;
+        for tp in &a.partitions {
+            let topic = topics
+                .iter()
+                .find(|t| t.name == tp.topic)
+                .ok_or_else(|| Error::new(format_args!("assignment of unknown topic `{}`", tp.topic)))?;
+            if !member.subscribes_to(&tp.topic) {
+                return Err(Error::new(format_args!("`{}` is not subscribed to `{}`", a.member_id, tp.topic)));
+            }
+            for &p in &tp.partitions {
+                if p < 0 || p as usize >= topic.partition_count() {
+                    return Err(Error::new(format_args!("`{}` has no partition {p}", tp.topic)));
+                }
+                if let Some(prev) = owner.insert((&tp.topic, p), &a.member_id) {
+                    return Err(Error::new(format_args!(
+                        "{}-{p} assigned to both `{prev}` and `{}`",
+                        tp.topic, a.member_id
+                    )));
+                }
+            }
+        }
+    }
+    for topic in topics.iter().filter(|t| members.iter().any(|m| m.subscribes_to(&t.name))) {
+        for p in 0..topic.partition_count() as i32 {
+            if !owner.contains_key(&(topic.name.as_str(), p)) {
+                return Err(Error::new(format_args!("{}-{p} is not assigned", topic.name)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The lines logged on this thread since the last call (natively, logging also prints them).
+pub fn take_logs() -> Vec<(Level, String)> {
+    crate::log::imp::CAPTURED.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
