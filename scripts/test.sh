@@ -7,7 +7,8 @@
 #   print SKIP and pass where the jars cannot be had);
 # - Chromium and ChromeDriver from Debian (the dashboard's real-browser test) and schemathesis
 #   from PyPI into target/py (the OpenAPI fuzz test). Once installed, those tests are required:
-#   RUNNEL_REQUIRE_BROWSER / RUNNEL_REQUIRE_TOOLS make them fail instead of skip.
+#   RUNNEL_REQUIRE_BROWSER / RUNNEL_REQUIRE_TOOLS make them fail instead of skip;
+# - the wasm32-wasip2 target (rustup), for the transform examples and test guests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +40,12 @@ if [[ ! -x $venv/bin/schemathesis ]] && command -v python3 >/dev/null; then
 fi
 if [[ -x $venv/bin/schemathesis ]]; then
     export RUNNEL_SCHEMATHESIS=$PWD/$venv/bin/schemathesis RUNNEL_REQUIRE_TOOLS=1
+fi
+
+# WebAssembly guests (examples/, tests/guests/) build for wasm32-wasip2.
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-wasip2; then
+    echo "installing the wasm32-wasip2 target"
+    rustup target add wasm32-wasip2
 fi
 
 KAFKA_HARNESS=../shared/bench/kafka

@@ -1,10 +1,10 @@
 //! Runnel broker library: the storage engine, the partition layer, the metadata quorum,
 //! consumer groups, the Kafka protocol server, the HTTP API and metrics, the node that composes
-//! them, and the `runnel` CLI. Transactions, replication and transforms come as the roadmap
-//! (`shared/DESIGN.md` §7) adds them.
+//! them, WASM transforms (through `runnel_runtime`), and the `runnel` CLI. Transactions and
+//! replication come as the roadmap (`shared/DESIGN.md` §7) adds them.
 //!
 //! Layers are folders and dependencies flow one way:
-//! `log ← partition ← controller ← group ← server ← http ← node`, with `metrics` written by
+//! `log ← partition ← controller ← group ← transform ← server ← http ← node`, with `metrics` written by
 //! `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
 
 pub mod cli;
