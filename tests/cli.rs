@@ -1,10 +1,11 @@
-//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster) against the real
-//! binary: a node started by `support::Runnel`, the CLI run as a separate process pointed at
-//! its HTTP listener, outputs parsed and exit codes checked.
+//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster, transform) against the
+//! real binary: a node started by `support::Runnel`, the CLI run as a separate process pointed
+//! at its HTTP listener, outputs parsed and exit codes checked.
 
 mod support;
 
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,8 +40,16 @@ fn cli(node: &Runnel, args: &[&str]) -> Run {
 }
 
 fn cli_with(node: Option<&Runnel>, args: &[&str], stdin: Option<Vec<u8>>) -> Run {
+    cli_in(None, node, args, stdin, CLI_TIMEOUT)
+}
+
+/// The general form: `dir` is the working directory (ours if None).
+fn cli_in(dir: Option<&Path>, node: Option<&Runnel>, args: &[&str], stdin: Option<Vec<u8>>, timeout: Duration) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_runnel"));
     command.args(args).env_remove("RUNNEL_URL");
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
     if let Some(node) = node {
         command.env("RUNNEL_URL", node.http_url());
     }
@@ -59,14 +68,14 @@ fn cli_with(node: Option<&Runnel>, args: &[&str], stdin: Option<Vec<u8>>) -> Run
     let stdout = read_in_background(child.stdout.take().expect("piped stdout"));
     let stderr = read_in_background(child.stderr.take().expect("piped stderr"));
     let mut status = None;
-    let finished = support::wait_until(CLI_TIMEOUT, || {
+    let finished = support::wait_until(timeout, || {
         status = child.try_wait().expect("try_wait");
         status.is_some()
     });
     if !finished {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("runnel {args:?} did not finish within {CLI_TIMEOUT:?}");
+        panic!("runnel {args:?} did not finish within {timeout:?}");
     }
     if let Some(writer) = writer {
         writer.join().expect("stdin writer");
@@ -434,4 +443,134 @@ fn follow_waits_for_records_produced_later() {
         panic!("the follower did not exit after 3 records");
     }
     assert!(status.expect("status").success());
+}
+
+/// Building a guest from scratch (the SDK, wit-bindgen, LTO) on a loaded 2-core machine.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+
+#[test]
+fn transform_commands_build_deploy_run_pause_and_delete_the_identity_example() {
+    // Proves `transform build` compiles runnel-example-identity from the workspace root and
+    // prints its .wasm, `transform deploy` runs it (records produced with `runnel produce` come
+    // out on the output topic), describe/list show it running with lag 0, logs (also --follow)
+    // show its lines, pause/resume lose nothing, delete removes it, and a missing topic is a
+    // 404 with exit 1.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "clicks", "-p", "2"]).ok();
+    cli(&node, &["topic", "create", "clicks-copy", "-p", "2"]).ok();
+
+    // Its own target dir: the workspace's target/ is locked by the build running this test.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let build_args = ["transform", "build", "--package", "runnel-example-identity", "--target-dir", "target/wasm"];
+    let built = cli_in(Some(&root), None, &build_args, None, BUILD_TIMEOUT).ok();
+    let module = built.trim_end().to_string();
+    assert_eq!(built.lines().count(), 1, "one path: {built}");
+    assert!(module.ends_with("wasm32-wasip2/wasm/runnel_example_identity.wasm"), "{module}");
+    assert!(Path::new(&module).is_file(), "{module} does not exist");
+
+    let missing = cli(&node, &["transform", "deploy", "copy", "-m", &module, "--input", "nope", "-o", "clicks-copy"]);
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert_eq!(missing.stderr, "error: topic 'nope' not found (40401)\n");
+
+    let deploy =
+        ["transform", "deploy", "copy", "--module", &module, "--input", "clicks", "--output-topic", "clicks-copy"];
+    let deployed = cli(&node, &[&deploy[..], &["--param", "mode=copy", "--batch-records", "50"]].concat()).ok();
+    assert!(deployed.starts_with("created transform 'copy': version 1, "), "{deployed}");
+    assert!(deployed.contains("clicks → clicks-copy"), "{deployed}");
+
+    let input: String = (0..20).map(|i| format!("click {i}\n")).collect();
+    let produced = cli_with(Some(&node), &["produce", "clicks"], Some(input.clone().into_bytes()));
+    assert_eq!(produced.code, 0, "{}", produced.stderr);
+    let copied = |count: usize| {
+        let mut out = String::new();
+        let arrived = support::wait_until(Duration::from_secs(90), || {
+            out = cli(&node, &["consume", "clicks-copy", "--from-beginning"]).ok();
+            out.lines().count() >= count
+        });
+        assert!(arrived, "clicks-copy never held {count} records: {out}");
+        let mut lines: Vec<String> = out.lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+    let mut expected: Vec<String> = input.lines().map(String::from).collect();
+    expected.sort();
+    assert_eq!(copied(20), expected);
+
+    let mut described = Value::Null;
+    let caught_up = support::wait_until(Duration::from_secs(60), || {
+        described = cli(&node, &["transform", "describe", "copy", "--output", "json"]).json();
+        described["state"] == "running" && described["lag"] == 0
+    });
+    assert!(caught_up, "never running with lag 0: {described}");
+    assert_eq!(described["parameters"], serde_json::json!({"mode": "copy"}));
+    assert_eq!(described["batch_records_max"], 50);
+    let partitions = described["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), 2);
+    assert_eq!(partitions.iter().map(|p| p["records_in"].as_u64().expect("records_in")).sum::<u64>(), 20);
+    let table = cli(&node, &["transform", "describe", "copy"]).ok();
+    assert!(table.contains("PARTITION") && table.contains("LAST-ERROR"), "{table}");
+    for partition in ["0", "1"] {
+        let row = table.lines().find(|l| l.split_whitespace().next() == Some(partition) && l.contains(" running "));
+        assert!(row.is_some(), "no running row for partition {partition}:\n{table}");
+    }
+    let listed = cli(&node, &["transform", "list", "--output", "json"]).json();
+    assert_eq!(listed["transforms"][0]["name"], "copy");
+    assert_eq!(listed["transforms"][0]["output_topics"], serde_json::json!(["clicks-copy"]));
+    let table = cli(&node, &["transform", "list"]).ok();
+    assert!(table.starts_with("TRANSFORM ") && table.lines().any(|l| l.starts_with("copy ")), "{table}");
+
+    let logs = cli(&node, &["transform", "logs", "copy"]).ok();
+    assert!(logs.contains("version 1 starting at offset"), "{logs}");
+    let logs = cli(&node, &["transform", "logs", "copy", "-p", "1", "--output", "json"]).json();
+    let lines = logs["lines"].as_array().expect("lines");
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["partition"] == 1), "{logs}");
+
+    // A follower of partition 0 sees the line of the worker that resume starts.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_runnel"))
+        .args(["transform", "logs", "copy", "-f", "-p", "0", "--url", &node.http_url()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the log follower");
+    let stdout = follower.stdout.take().expect("piped stdout");
+    let (lines_tx, followed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let first = followed.recv_timeout(Duration::from_secs(60)).expect("the follower prints the existing lines");
+    assert!(first.contains(" p0 ") && first.contains("starting at offset"), "{first}");
+
+    assert_eq!(cli(&node, &["transform", "pause", "copy"]).ok(), "paused transform 'copy'\n");
+    let described = cli(&node, &["transform", "describe", "copy", "--output", "json"]).json();
+    assert_eq!(described["state"], "paused", "{described}");
+    let more: String = (20..30).map(|i| format!("click {i}\n")).collect();
+    let produced = cli_with(Some(&node), &["produce", "clicks"], Some(more.clone().into_bytes()));
+    assert_eq!(produced.code, 0, "{}", produced.stderr);
+    assert_eq!(cli(&node, &["transform", "resume", "copy", "--output", "json"]).json()["resumed"], "copy");
+    expected.extend(more.lines().map(String::from));
+    expected.sort();
+    assert_eq!(copied(30), expected, "records produced while paused are copied after resume");
+
+    let restarted = support::wait_until(Duration::from_secs(60), || {
+        followed.recv_timeout(Duration::from_millis(500)).is_ok_and(|l| l.contains("starting at offset"))
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
+    assert!(restarted, "the follower never printed the resumed worker's start line");
+
+    let redeployed = cli(&node, &deploy).ok();
+    assert!(redeployed.starts_with("redeployed transform 'copy': version 2, "), "{redeployed}");
+
+    assert_eq!(cli(&node, &["transform", "delete", "copy"]).ok(), "deleted transform 'copy'\n");
+    let gone = cli(&node, &["transform", "describe", "copy"]);
+    assert_eq!(gone.code, 1);
+    assert!(gone.stderr.starts_with("error: ") && gone.stderr.contains("(40408)"), "{}", gone.stderr);
+    assert_eq!(cli(&node, &["transform", "list", "--output", "json"]).json()["transforms"], serde_json::json!([]));
 }

@@ -1,7 +1,8 @@
 //! The web dashboard in a real browser: Debian's headless Chromium, driven through WebDriver
 //! (chromedriver's W3C endpoints over `reqwest`), against the real `runnel` binary with data
 //! produced and committed by librdkafka. What the pages show is compared with what the test
-//! produced and with the HTTP API's own answers.
+//! produced and with the HTTP API's own answers; a WASM transform (the identity example, built
+//! by the test) deployed over HTTP is shown and paused from its page.
 //!
 //! Without /usr/bin/chromium and /usr/bin/chromedriver the test prints SKIP and passes, unless
 //! RUNNEL_REQUIRE_BROWSER=1 (scripts/test.sh sets it after installing them), where it fails.
@@ -12,6 +13,7 @@ mod support;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine;
@@ -191,6 +193,116 @@ fn dashboard_shows_cluster_topics_records_and_group_lag_and_manages_topics() {
     browser.wait_for_count(&format!(r#"[data-testid="topic-row"][data-topic="{created}"]"#), 0);
 
     println!("screenshots: {} {}", topic_png.display(), group_png.display());
+}
+
+#[test]
+fn dashboard_shows_a_running_transform_and_pauses_it() {
+    // Proves the Transforms tab lists a deployed identity transform as running, its page shows
+    // the records it read (as the API counts them), its logs and live throughput, and its Pause
+    // button pauses it (the API then reports it paused).
+    if !browser_available() {
+        return;
+    }
+    let node = Runnel::start(&[]);
+    let base = node.http_url();
+    create_topic(&node, "clicks", 2);
+    create_topic(&node, "clicks-copy", 2);
+    let module = identity_component();
+
+    let browser = Browser::start();
+    let api = |path: &str| browser.http_json(Method::GET, &format!("{base}{path}"), None);
+    let config = json!({
+        "input_topic": "clicks",
+        "output_topics": ["clicks-copy"],
+        "parameters": {"note": "<i>not markup</i>"},
+        "module_base64": base64::engine::general_purpose::STANDARD.encode(&module),
+    });
+    let (status, deployed) = browser.http_json(Method::PUT, &format!("{base}/v1/transforms/copy"), Some(config));
+    assert_eq!(status, StatusCode::CREATED, "{deployed}");
+
+    const CLICKS: u64 = 12;
+    let producer: BaseProducer = client_config(&node, &[]).create().expect("producer");
+    for n in 0..CLICKS {
+        let (key, value) = (format!("user-{n}"), format!("click {n}"));
+        let record = BaseRecord::<str, str>::to("clicks").key(key.as_str()).payload(value.as_str());
+        producer.send(record).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(DEADLINE).expect("flush");
+    let mut transform = Value::Null;
+    let caught_up = wait_until(DEADLINE, || {
+        transform = api("/v1/transforms/copy").1;
+        let records_in: u64 =
+            transform["partitions"].as_array().into_iter().flatten().filter_map(|p| p["records_in"].as_u64()).sum();
+        transform["state"] == "running" && transform["lag"] == 0 && records_in == CLICKS
+    });
+    assert!(caught_up, "GET /v1/transforms/copy never showed {CLICKS} records in with lag 0: {transform}");
+
+    // Overview count, then the list.
+    browser.navigate(&format!("{base}/"));
+    browser.wait_for_text(r#"[data-testid="cluster-transforms"]"#, "1");
+    browser.click(r#"a[data-nav="transforms"]"#);
+    let row = r#"[data-testid="transform-row"][data-transform="copy"]"#;
+    browser.wait_for_text(&format!(r#"{row} [data-field="state"]"#), "running");
+    browser.wait_for_count(&format!(r#"{row} .badge.ok[data-state="running"]"#), 1);
+    browser.wait_for_text(&format!(r#"{row} [data-field="topics"]"#), "clicks → clicks-copy");
+    browser.wait_for_text(&format!(r#"{row} [data-field="lag"]"#), "0");
+    browser.wait_for_text(&format!(r#"{row} [data-field="version"]"#), "1");
+
+    // Its page: counts, partitions, parameters as text, logs, a throughput sparkline that polls.
+    browser.click(&format!(r#"{row} [data-field="name"] a"#));
+    browser.wait_for_text(r#"[data-testid="transform-name"]"#, "copy");
+    browser.wait_for_text(r#"[data-testid="transform-records-in"]"#, &CLICKS.to_string());
+    browser.wait_for_text(r#"[data-testid="transform-state"]"#, "running");
+    browser.wait_for_count(r#"[data-testid="transform-partition-row"]"#, 2);
+    for partition in 0..2 {
+        let row = format!(r#"[data-testid="transform-partition-row"][data-partition="{partition}"]"#);
+        browser.wait_for_text(&format!(r#"{row} [data-field="lag"]"#), "0");
+        browser.wait_for_text(&format!(r#"{row} [data-field="state"]"#), "running");
+    }
+    assert_eq!(browser.count(r#"#transform-config i"#), 0, "parameters are escaped");
+    // One start line per partition at least.
+    let logged = wait_until(DEADLINE, || browser.count(r#"[data-testid="transform-logs"] .log-line"#) >= 2);
+    assert!(logged, "the logs panel never showed the workers' start lines (page: {})", browser.page_state());
+    let sampled = wait_until(DEADLINE, || {
+        browser
+            .attribute(r#"[data-testid="transform-throughput"]"#, "data-samples")
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+            >= 3
+    });
+    assert!(sampled, "the throughput sparkline never collected 3 samples: the page does not poll");
+    browser.wait_for_count(r#"[data-testid="transform-throughput"] svg polyline"#, 2);
+    let png = browser.screenshot("dashboard-transform.png");
+
+    // Pause from the page: the API reports it paused, and the page follows.
+    browser.click(r#"[data-testid="transform-pause"]"#);
+    let paused = wait_until(DEADLINE, || {
+        let (_, t) = api("/v1/transforms/copy");
+        t["paused"] == json!(true) && t["state"] == "paused"
+    });
+    assert!(paused, "GET /v1/transforms/copy never reported paused after the Pause button");
+    browser.wait_for_text(r#"[data-testid="transform-state"]"#, "paused");
+    browser.wait_for_count(r#"[data-testid="transform-resume"]:not([hidden])"#, 1);
+
+    println!("screenshot: {}", png.display());
+}
+
+static GUEST_BUILD: Mutex<()> = Mutex::new(());
+
+/// runnel-example-identity built for wasm32-wasip2 (profile `wasm`), in its own target dir so
+/// it does not wait on the lock of the build running this test.
+fn identity_component() -> Vec<u8> {
+    let _serial = GUEST_BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2"])
+        .args(["-p", "runnel-example-identity", "--target-dir", "target/wasm"])
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building runnel-example-identity failed (rustup target add wasm32-wasip2?)");
+    let file = root.join("target/wasm/wasm32-wasip2/wasm/runnel_example_identity.wasm");
+    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 /// Whether the test can run; SKIP (or, with RUNNEL_REQUIRE_BROWSER=1, fail) when it cannot.

@@ -1,6 +1,7 @@
 // Runnel dashboard: a single page over the broker's /v1 HTTP API.
 //
-// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>) pick a view; the current
+// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>, #/transforms,
+// #/transforms/<name>) pick a view; the current
 // view polls its endpoint every POLL_MS while the tab is visible and re-renders only the parts
 // that show data, so inputs (filters, forms, the message browser) keep their state.
 // Every string that comes from the API is user data: it goes through esc() before it reaches
@@ -80,10 +81,17 @@
   const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? "" : "s"}`;
   const topicHref = (name) => `#/topics/${encodeURIComponent(name)}`;
   const groupHref = (id) => `#/groups/${encodeURIComponent(id)}`;
+  const transformHref = (name) => `#/transforms/${encodeURIComponent(name)}`;
 
   function stateBadge(state) {
     const tone = { Stable: "ok", Empty: "neutral", Dead: "bad" }[state] || "warn";
     return `<span class="badge ${tone}" data-field="state">${esc(state)}</span>`;
+  }
+
+  /** A transform's or partition's state: running green, failed red, paused/stopped grey. */
+  function transformBadge(state) {
+    const tone = { running: "ok", failed: "bad", paused: "neutral", stopped: "neutral" }[state] || "warn";
+    return `<span class="badge ${tone}" data-field="state" data-state="${esc(state)}">${esc(state)}</span>`;
   }
 
   // ---------------------------------------------------------------------------------------
@@ -253,7 +261,14 @@
         root.innerHTML = `<div class="loading">Loading cluster…</div>`;
       },
       async refresh(signal) {
-        const c = await api("/v1/cluster", { signal });
+        // The transforms count is a bonus: a node without the endpoint still shows its cluster.
+        const [c, transforms] = await Promise.all([
+          api("/v1/cluster", { signal }),
+          api("/v1/transforms", { signal }).catch((e) => {
+            if (isAbort(e)) throw e;
+            return null;
+          }),
+        ]);
         pushSample(clusterSamples.bytesIn, c.bytes_in_per_sec || 0, SPARK_SAMPLES);
         pushSample(clusterSamples.bytesOut, c.bytes_out_per_sec || 0, SPARK_SAMPLES);
         pushSample(clusterSamples.messagesIn, c.messages_in_per_sec || 0, SPARK_SAMPLES);
@@ -286,6 +301,8 @@
             ${stat("Under-replicated", fmtInt(urp), "cluster-under-replicated", null, urp > 0 ? "warn" : "")}
             ${stat("Offline partitions", fmtInt(offline), "cluster-offline", null, offline > 0 ? "bad" : "")}
             ${stat("Connections", fmtInt(c.connections), "cluster-connections")}
+            ${stat("Transforms", transforms ? fmtInt((transforms.transforms || []).length) : DASH, "cluster-transforms", "#/transforms",
+              transforms && (transforms.transforms || []).some((t) => t.state === "failed") ? "bad" : "")}
           </section>
           <section class="throughput">
             ${meter("Bytes in", fmtByteRate(c.bytes_in_per_sec), clusterSamples.bytesIn, "bytes-in")}
@@ -869,6 +886,245 @@
     };
   }
 
+  const transformsState = { filter: "", sort: { key: "name", dir: 1 } };
+
+  function transformsView() {
+    let root;
+    let transforms = null;
+    let lastRender = null;
+    const render = () => {
+      if (!transforms) return;
+      const needle = transformsState.filter.trim().toLowerCase();
+      const rows = transforms.map((t) => ({ ...t, outputs: (t.output_topics || []).join(", ") }));
+      const matches = (t) =>
+        t.name.toLowerCase().includes(needle) || t.input_topic.toLowerCase().includes(needle) || t.outputs.toLowerCase().includes(needle);
+      const shown = sortRows(needle ? rows.filter(matches) : rows, transformsState.sort);
+      const html = shown
+        .map(
+          (t) => `<tr data-testid="transform-row" data-transform="${esc(t.name)}"${t.state === "failed" ? ` class="bad"` : ""}>
+            <td data-field="name"><a href="${transformHref(t.name)}">${esc(t.name)}</a></td>
+            <td data-field="topics"><a href="${topicHref(t.input_topic)}">${esc(t.input_topic)}</a> <span class="muted">→</span>
+              ${(t.output_topics || []).map((o) => `<a href="${topicHref(o)}">${esc(o)}</a>`).join(", ")}</td>
+            <td>${transformBadge(t.state)}</td>
+            ${num(t.lag, "lag")}
+            ${num(t.records_in_per_sec, "records_in_per_sec", fmtRate(t.records_in_per_sec))}
+            ${num(t.records_out_per_sec, "records_out_per_sec", fmtRate(t.records_out_per_sec))}
+            <td class="num" data-field="errors">${t.errors > 0 ? `<span class="badge bad">${fmtInt(t.errors)}</span>` : `<span class="muted">0</span>`}</td>
+            ${num(t.version, "version")}</tr>`,
+        )
+        .join("");
+      if (html === lastRender) return;
+      lastRender = html;
+      root.querySelector("tbody").innerHTML = html;
+      const empty = root.querySelector("[data-testid=transforms-empty]");
+      empty.hidden = shown.length > 0;
+      empty.innerHTML = transforms.length
+        ? "No transform matches the filter."
+        : "No transforms yet. Build one with <code>runnel transform build</code> and deploy it with <code>runnel transform deploy</code>.";
+      root.querySelector("#transform-count").textContent =
+        shown.length === transforms.length
+          ? plural(transforms.length, "transform")
+          : `${fmtInt(shown.length)} of ${plural(transforms.length, "transform")}`;
+    };
+    return {
+      title: "Transforms",
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <div class="page-head"><div><h1>Transforms</h1><p class="sub" id="transform-count">Loading…</p></div></div>
+          <div class="toolbar">
+            <input type="search" class="filter" data-testid="transform-filter" placeholder="Filter by name or topic" aria-label="Filter transforms" spellcheck="false">
+          </div>
+          <section class="card flush">
+            <table class="data" data-testid="transforms-table"><thead><tr>
+              <th data-sort="name">Name</th><th data-sort="input_topic">Input → outputs</th><th data-sort="state">State</th>
+              <th class="num" data-sort="lag">Lag</th><th class="num" data-sort="records_in_per_sec">In/s</th>
+              <th class="num" data-sort="records_out_per_sec">Out/s</th><th class="num" data-sort="errors">Errors</th>
+              <th class="num" data-sort="version">Version</th>
+            </tr></thead><tbody></tbody></table>
+            <p class="empty" data-testid="transforms-empty" hidden></p>
+          </section>`;
+        const filter = root.querySelector("[data-testid=transform-filter]");
+        filter.value = transformsState.filter;
+        filter.addEventListener("input", () => {
+          transformsState.filter = filter.value;
+          render();
+        });
+        sortable(root.querySelector("thead"), transformsState.sort, render);
+        rowLinks(root.querySelector("tbody"));
+      },
+      async refresh(signal) {
+        const data = await api("/v1/transforms", { signal });
+        transforms = data.transforms || [];
+        render();
+      },
+    };
+  }
+
+  const LOG_LEVELS = new Set(["error", "warn", "info", "debug", "trace"]);
+
+  function transformView(name) {
+    let root;
+    let detail = null;
+    let lastLogs = null;
+    let busy = false;
+    const samples = { in: [], out: [] };
+    const base = `/v1/transforms/${encodeURIComponent(name)}`;
+
+    const renderDetail = () => {
+      const t = detail;
+      const parts = (t.partitions || []).slice().sort((a, b) => a.partition - b.partition);
+      const sum = (key) => parts.reduce((total, p) => total + (p[key] || 0), 0);
+      root.querySelector("#transform-sub").innerHTML = `version ${fmtInt(t.version)} · module ${esc(fmtBytes(t.module_bytes))}
+        · sha256 <code title="${esc(t.sha256)}">${esc(String(t.sha256 || "").slice(0, 12))}</code>`;
+      const pause = root.querySelector("[data-testid=transform-pause]");
+      const resume = root.querySelector("[data-testid=transform-resume]");
+      pause.hidden = t.paused;
+      resume.hidden = !t.paused;
+      pause.disabled = resume.disabled = busy;
+      root.querySelector("#transform-stats").innerHTML = `
+        <div class="stat"><span class="label">State</span><span class="value" data-testid="transform-state">${transformBadge(t.state)}</span></div>
+        ${stat("Lag", fmtInt(t.lag), "transform-lag", null, t.lag > 0 ? "accent" : "")}
+        ${stat("Records in", fmtInt(sum("records_in")), "transform-records-in")}
+        ${stat("Records out", fmtInt(sum("records_out")), "transform-records-out")}
+        ${stat("Errors", fmtInt(t.errors), "transform-errors", null, t.errors > 0 ? "bad" : "")}
+        ${stat("Skipped · dead-lettered", `${fmtInt(sum("skipped"))} · ${fmtInt(sum("dead_lettered"))}`, "transform-dropped", null,
+          sum("skipped") + sum("dead_lettered") > 0 ? "warn" : "")}
+        ${stat("Memory", fmtBytes(sum("memory_bytes")), "transform-memory")}`;
+      root.querySelector("#transform-throughput").innerHTML = `
+        ${meter("Records in", fmtRate(t.records_in_per_sec), samples.in, "transform-in-rate")}
+        ${meter("Records out", fmtRate(t.records_out_per_sec), samples.out, "transform-out-rate")}`;
+      root.querySelector("#transform-throughput").dataset.samples = String(samples.in.length);
+      const params = Object.entries(t.parameters || {});
+      const errorPolicy =
+        t.error_policy === "dead_letter" && t.dead_letter_topic != null
+          ? `dead_letter → <a href="${topicHref(t.dead_letter_topic)}">${esc(t.dead_letter_topic)}</a>`
+          : esc(t.error_policy);
+      const config = [
+        ["Input topic", `<a href="${topicHref(t.input_topic)}" data-field="input_topic">${esc(t.input_topic)}</a>`],
+        ["Output topics", (t.output_topics || []).map((o, i) => `<span class="muted">${i}:</span> <a href="${topicHref(o)}">${esc(o)}</a>`).join("<br>")],
+        ["Parameters", params.length ? params.map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join("<br>") : `<span class="muted">none</span>`],
+        ["Start", esc(t.start)],
+        ["Error policy", errorPolicy],
+        ["Memory limit", `${esc(fmtBytes(t.memory_bytes))} per instance`],
+        ["Call timeout", `${fmtInt(t.call_timeout_ms)} ms`],
+        ["Batch", `${fmtInt(t.batch_records_max)} records per call at most`],
+      ];
+      root.querySelector("#transform-config").innerHTML = `<dl class="config">${config
+        .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${v}</dd>`)
+        .join("")}</dl>`;
+      root.querySelector("#transform-partitions").innerHTML = parts.length
+        ? `<table class="data" data-testid="transform-partitions-table"><thead><tr><th class="num">Partition</th><th>State</th>
+            <th class="num">Position</th><th class="num">High watermark</th><th class="num">Lag</th><th class="num">Records in</th>
+            <th class="num">In/s</th><th class="num">Out/s</th><th class="num">Errors</th><th class="num">Memory</th><th>Last error</th>
+            </tr></thead><tbody>${parts
+              .map(
+                (p) => `<tr data-testid="transform-partition-row" data-partition="${esc(p.partition)}"${p.state === "failed" ? ` class="bad"` : ""}>
+                  ${num(p.partition, "partition")}<td>${transformBadge(p.state)}</td>
+                  ${num(p.position, "position")}${num(p.high_watermark, "high_watermark")}${num(p.lag, "lag")}
+                  ${num(p.records_in, "records_in")}
+                  ${num(p.records_in_per_sec, "records_in_per_sec", fmtRate(p.records_in_per_sec))}
+                  ${num(p.records_out_per_sec, "records_out_per_sec", fmtRate(p.records_out_per_sec))}
+                  ${num(p.errors, "errors")}${num(p.memory_bytes, "memory_bytes", fmtBytes(p.memory_bytes))}
+                  <td data-field="last_error" class="wrap">${p.last_error == null ? `<span class="muted">${DASH}</span>` : `<span class="error-text">${esc(p.last_error)}</span>${p.last_error_ms == null ? "" : `<div class="muted small">${esc(fmtAgo(p.last_error_ms))}</div>`}`}</td></tr>`,
+              )
+              .join("")}</tbody></table>`
+        : `<p class="empty">No input partition is led by this node, or none has started yet.</p>`;
+    };
+
+    const renderLogs = (lines) => {
+      const box = root.querySelector("[data-testid=transform-logs]");
+      const html = lines
+        .map((l) => {
+          const level = LOG_LEVELS.has(l.level) ? l.level : "info";
+          const time = new Date(l.timestamp_ms).toISOString().slice(11, 23);
+          return `<div class="log-line" data-level="${level}"><span class="ts" title="${esc(fmtIso(l.timestamp_ms))}">${time}</span>
+            <span class="lvl">${level.toUpperCase()}</span><span class="part">${l.partition == null ? "host" : `p${esc(l.partition)}`}</span><span class="msg">${esc(l.message)}</span></div>`;
+        })
+        .join("");
+      if (html === lastLogs) return;
+      lastLogs = html;
+      // Follow the tail unless the reader scrolled up to look at something.
+      const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 24;
+      box.innerHTML = html || `<p class="empty">No log lines yet.</p>`;
+      box.dataset.lines = String(lines.length);
+      if (atBottom) box.scrollTop = box.scrollHeight;
+    };
+
+    const act = async (action, label) => {
+      busy = true;
+      if (detail) renderDetail();
+      try {
+        await api(`${base}/${action}`, { method: "POST" });
+      } catch (e) {
+        showBanner(`Could not ${label} ${name}: ${e.message}`, "action");
+      } finally {
+        busy = false;
+        refreshNow();
+      }
+    };
+
+    return {
+      title: name,
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <nav class="crumbs"><a href="#/transforms">Transforms</a><span>/</span></nav>
+          <div class="page-head">
+            <div><h1 data-testid="transform-name">${esc(name)}</h1><p class="sub" id="transform-sub">Loading…</p></div>
+            <div class="actions">
+              <button type="button" data-testid="transform-pause" hidden>Pause</button>
+              <button type="button" class="primary" data-testid="transform-resume" hidden>Resume</button>
+              <button type="button" class="danger" data-testid="delete-transform">Delete transform</button>
+            </div>
+          </div>
+          <div class="stack" id="transform-body">
+            <section class="stats" id="transform-stats"></section>
+            <section class="throughput two" id="transform-throughput" data-testid="transform-throughput" data-samples="0"></section>
+            <section class="card flush"><h2>Partitions</h2><div id="transform-partitions"></div></section>
+            <section class="card"><h2>Configuration</h2><div id="transform-config"></div></section>
+            <section class="card">
+              <h2>Logs <span class="hint">the last 200 lines, refreshed every ${POLL_MS / 1000} s</span></h2>
+              <div class="logs" data-testid="transform-logs" data-lines="0" tabindex="0" aria-label="Transform logs"></div>
+            </section>
+          </div>`;
+        root.querySelector("[data-testid=transform-pause]").addEventListener("click", () => act("pause", "pause"));
+        root.querySelector("[data-testid=transform-resume]").addEventListener("click", () => act("resume", "resume"));
+        root.querySelector("[data-testid=delete-transform]").addEventListener("click", async () => {
+          if (!window.confirm(`Delete transform "${name}"? Its output topics and their records stay.`)) return;
+          try {
+            await api(base, { method: "DELETE" });
+            location.hash = "#/transforms";
+          } catch (e) {
+            showBanner(`Could not delete ${name}: ${e.message}`, "action");
+          }
+        });
+      },
+      async refresh(signal) {
+        let data;
+        let logs;
+        try {
+          [data, logs] = await Promise.all([api(base, { signal }), api(`${base}/logs?limit=200`, { signal })]);
+        } catch (e) {
+          if (e.status === 404) {
+            root.querySelector("#transform-body").innerHTML = `<div class="notfound" data-testid="not-found">
+              <h2>Transform not found</h2><p>${esc(e.message)}</p><p><a href="#/transforms">Back to transforms</a></p></div>`;
+            root.querySelector(".page-head .actions").hidden = true;
+            root.querySelector("#transform-sub").textContent = "";
+            return;
+          }
+          throw e;
+        }
+        if (!root.querySelector("#transform-stats")) return; // not-found page is showing
+        detail = data;
+        pushSample(samples.in, data.records_in_per_sec || 0, SPARK_SAMPLES);
+        pushSample(samples.out, data.records_out_per_sec || 0, SPARK_SAMPLES);
+        renderDetail();
+        renderLogs(logs.lines || []);
+      },
+    };
+  }
+
   function notFoundView() {
     return {
       title: "Not found",
@@ -898,6 +1154,8 @@
     if (section === "topics") return { nav: "topics", view: topicView(rest.join("/")) };
     if (section === "groups" && rest.length === 0) return { nav: "groups", view: groupsView() };
     if (section === "groups") return { nav: "groups", view: groupView(rest.join("/")) };
+    if (section === "transforms" && rest.length === 0) return { nav: "transforms", view: transformsView() };
+    if (section === "transforms") return { nav: "transforms", view: transformView(rest.join("/")) };
     return { nav: null, view: notFoundView() };
   }
 

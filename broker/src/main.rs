@@ -1,5 +1,5 @@
 //! `runnel`: the broker binary. `runnel serve` runs a node; the other subcommands (topic,
-//! produce, consume, group, cluster) talk to a node over its HTTP API (`runnel::cli`).
+//! produce, consume, group, cluster, transform) talk to a node over its HTTP API (`runnel::cli`).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};

@@ -230,3 +230,66 @@ pub struct GroupOffset {
     pub lag: Option<i64>,
     pub member_id: Option<String>,
 }
+
+#[derive(Deserialize)]
+pub struct TransformList {
+    pub transforms: Vec<Transform>,
+}
+
+/// `GET /v1/transforms/{name}`: a deployment, its aggregate state and its input partitions.
+#[derive(Deserialize)]
+pub struct Transform {
+    pub name: String,
+    pub version: u64,
+    pub sha256: String,
+    pub module_bytes: u64,
+    pub input_topic: String,
+    pub output_topics: Vec<String>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    pub start: String,
+    pub error_policy: String,
+    pub dead_letter_topic: Option<String>,
+    pub memory_bytes: u64,
+    pub call_timeout_ms: u64,
+    pub batch_records_max: u32,
+    /// running, failed, paused or starting.
+    pub state: String,
+    pub lag: i64,
+    pub records_in_per_sec: f64,
+    pub records_out_per_sec: f64,
+    pub errors: u64,
+    #[serde(default)]
+    pub partitions: Vec<TransformPartition>,
+}
+
+#[derive(Deserialize)]
+pub struct TransformPartition {
+    pub partition: i32,
+    pub state: String,
+    pub position: i64,
+    pub high_watermark: i64,
+    pub lag: i64,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub records_in_per_sec: f64,
+    pub records_out_per_sec: f64,
+    pub errors: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub last_error: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct TransformLogs {
+    pub lines: Vec<TransformLogLine>,
+}
+
+/// A guest log line or host event; also what `transform logs --follow --output json` prints.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+pub struct TransformLogLine {
+    pub timestamp_ms: i64,
+    pub level: String,
+    pub partition: Option<i32>,
+    pub message: String,
+}

@@ -121,9 +121,22 @@ impl Client {
         body: Body,
         timeout: Duration,
     ) -> Result<T, ApiError> {
+        self.call_with_status(method, url, body, timeout).await.map(|(_, value)| value)
+    }
+
+    /// [`Client::call`] that also returns the success status, for endpoints whose 2xx code
+    /// carries meaning (201 created vs 200 replaced).
+    pub async fn call_with_status<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Body,
+        timeout: Duration,
+    ) -> Result<(u16, T), ApiError> {
         let path = url.path().to_string();
-        let bytes = self.execute(method.clone(), url, body, timeout).await?;
-        serde_json::from_slice(&bytes).map_err(|source| ApiError::Decode { method, path, source })
+        let (status, bytes) = self.execute(method.clone(), url, body, timeout).await?;
+        let value = serde_json::from_slice(&bytes).map_err(|source| ApiError::Decode { method, path, source })?;
+        Ok((status, value))
     }
 
     /// Sends a request whose answer has no body worth reading (204, or one the caller ignores).
@@ -131,7 +144,13 @@ impl Client {
         self.execute(method, url, body, REQUEST_TIMEOUT).await.map(|_| ())
     }
 
-    async fn execute(&self, method: Method, url: Url, body: Body, timeout: Duration) -> Result<bytes::Bytes, ApiError> {
+    async fn execute(
+        &self,
+        method: Method,
+        url: Url,
+        body: Body,
+        timeout: Duration,
+    ) -> Result<(u16, bytes::Bytes), ApiError> {
         let path = url.path().to_string();
         let mut request = self.http.request(method.clone(), url).timeout(timeout);
         request = match body {
@@ -145,7 +164,7 @@ impl Client {
         let status = response.status();
         let bytes = response.bytes().await.map_err(|source| self.transport_error(&method, &path, source))?;
         if status.is_success() {
-            return Ok(bytes);
+            return Ok((status.as_u16(), bytes));
         }
         Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
             Ok(error) => {

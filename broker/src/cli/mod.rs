@@ -1,5 +1,6 @@
 //! The `runnel` CLI subcommands other than `serve`: they talk to a node over its HTTP API — `/v1`
-//! for administration and reads, the Confluent v2 API for produce and for consuming in a group.
+//! for administration and reads, the Confluent v2 API for produce and for consuming in a group
+//! (`transform build` alone runs the local cargo instead).
 //!
 //! Owns: the clap types of these subcommands, dispatch, exit codes, rendering. Invariant: it
 //! never reaches into broker internals, only HTTP through [`client::Client`], so every command
@@ -14,6 +15,7 @@ mod group;
 mod output;
 mod produce;
 mod topic;
+mod transform;
 
 use clap::{Args, Subcommand};
 
@@ -34,6 +36,8 @@ pub enum Command {
     Group(group::GroupCommand),
     /// Show the cluster's nodes and health.
     Cluster(cluster::ClusterCommand),
+    /// Build, deploy, inspect, pause, resume and delete WASM transforms.
+    Transform(transform::TransformCommand),
 }
 
 /// Where the node is and how to print its answers; accepted anywhere after the subcommand.
@@ -82,6 +86,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Consume(args) => consume::run(args).await,
         Command::Group(command) => group::run(command).await,
         Command::Cluster(command) => cluster::run(command).await,
+        Command::Transform(command) => transform::run(command).await,
     }
 }
 
@@ -108,7 +113,7 @@ fn report(error: &anyhow::Error) -> i32 {
     1
 }
 
-/// `key=value` as `--config` and `--set` take it; the value may itself contain `=`.
+/// `key=value` as `--config`, `--set` and `--param` take it; the value may itself contain `=`.
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),

@@ -109,12 +109,20 @@ fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> 
         .transforms
         .status(&transform.name)
         .into_iter()
-        .map(|s| TransformPartition {
+        .map(|s| {
+            // The live high watermark: a paused or failed worker no longer refreshes its own.
+            let high_watermark = u32::try_from(s.partition)
+                .ok()
+                .and_then(|p| http.broker.replicas.get(&transform.spec.input_topic, p))
+                .map_or(s.high_watermark, |p| p.high_watermark());
+            (s, high_watermark)
+        })
+        .map(|(s, high_watermark)| TransformPartition {
             partition: s.partition,
             state: s.state.to_string(),
             position: s.position,
-            high_watermark: s.high_watermark,
-            lag: s.lag(),
+            high_watermark,
+            lag: (high_watermark - s.position).max(0),
             records_in: s.records_in,
             records_out: s.records_out,
             bytes_in: s.bytes_in,
