@@ -25,8 +25,13 @@ use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;
 use crate::partition::{Acks, Partition, PartitionError};
 
-/// Bytes read from the input per batch at most.
+/// Bytes read from the input per guest batch: sized from the records seen so far so that one
+/// read holds about `batch_records_max` records (a fixed large read would be re-read and mostly
+/// thrown away on every batch).
+const READ_BYTES_MIN: usize = 64 << 10;
 const READ_BYTES_MAX: usize = 4 << 20;
+/// Per-record framing of a v2 record batch, roughly (attributes, deltas, lengths, headers count).
+const RECORD_OVERHEAD_BYTES: f64 = 16.0;
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -191,6 +196,7 @@ pub(super) async fn run(mut w: Worker) {
     let mut last_commit = Instant::now();
     let mut appends = w.host.replicas.subscribe_appends();
     let mut window = (Instant::now(), 0u64, 0u64);
+    let mut bytes_per_record = 256.0f64;
     loop {
         if *w.stop.borrow() {
             break;
@@ -216,7 +222,8 @@ pub(super) async fn run(mut w: Worker) {
             }
         }
         appends.borrow_and_update();
-        let read = match input.read(position, READ_BYTES_MAX) {
+        let read_bytes = (spec.batch_records_max as f64 * bytes_per_record * 1.1) as usize;
+        let read = match input.read(position, read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX)) {
             Ok(read) => read,
             Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { .. })) => {
                 let start = input.log_start_offset();
@@ -259,6 +266,7 @@ pub(super) async fn run(mut w: Worker) {
         }
         let records_in = batch.records.len() as u64;
         let bytes_in = batch.data.len() as u64;
+        bytes_per_record = bytes_in as f64 / records_in as f64 + RECORD_OVERHEAD_BYTES;
         let Some(mut current) = instance.take() else { continue };
         let started = Instant::now();
         let joined = tokio::task::spawn_blocking(move || {

@@ -1,0 +1,359 @@
+//! End-to-end transform benchmark against a running node, over the HTTP API only.
+//!
+//! ```text
+//! target/release/runnel serve --data-dir /tmp/tb --kafka-listen 127.0.0.1:0 \
+//!     --controller-listen 127.0.0.1:0 --http-listen 127.0.0.1:8080      # prints READY ... http=ADDR
+//! cargo run --release -p runnel-broker --example transform_bench -- --url http://127.0.0.1:8080
+//! cargo run --release -p runnel-broker --example transform_bench -- --url http://127.0.0.1:8080 --size 1024
+//! ```
+//!
+//! Options: `--records N` (default 1000000), `--size B` (value bytes, default 100), `--batch R`
+//! (records per produce request, default 500), `--connections C` (concurrent produce requests,
+//! default 8), `--wasm-dir DIR` (built components; default: run `cargo build --profile wasm
+//! --target wasm32-wasip2 -p runnel-example-identity -p runnel-guest-big --target-dir
+//! target/wasm` first), `--timeout S` (deadline of each wait, default 600), `--keep` (leave the
+//! topics and transforms in place).
+//!
+//! Runs, on topics named after this process id:
+//! 1. throughput: produces N records (v2 binary batches) to `tb-in-<pid>` (1 partition, so one
+//!    transform worker, one core), then deploys the identity transform with `start: earliest`
+//!    to `tb-out-<pid>` and polls `GET /v1/topics/tb-out-<pid>` every 10 ms until it holds N
+//!    records. Prints records/s from the start of the PUT (deploy included) and from the first
+//!    output on. Goal: at least 1 M records/s.
+//! 2. deploy-to-first-output: a fresh input topic holding 1 record and a fresh output topic; PUT
+//!    of the 2 MiB `runnel-guest-big` component (JSON with `module_base64`), timed from the start
+//!    of the PUT until the output topic holds the record. Cold: the module's bytes are new to
+//!    the node (a custom section with a nonce is appended, so the node compiles it even if an
+//!    earlier run cached the plain module); warm: the same bytes again under a new transform
+//!    name, on new topics (the node loads its cached artifact). Goal: under 1 s.
+//!
+//! The bench process shares the machine with the node (its produce loop and 10 ms polls are
+//! light next to the transform): run both on an otherwise quiet machine. Only loopback URLs
+//! are accepted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+const IDENTITY: &str = "runnel-example-identity";
+const BIG: &str = "runnel-guest-big";
+const POLL: Duration = Duration::from_millis(10);
+
+struct Options {
+    url: String,
+    records: usize,
+    size: usize,
+    batch: usize,
+    connections: usize,
+    wasm_dir: Option<PathBuf>,
+    timeout: Duration,
+    keep: bool,
+}
+
+fn parse_args() -> Options {
+    let mut options = Options {
+        url: "http://127.0.0.1:8080".into(),
+        records: 1_000_000,
+        size: 100,
+        batch: 500,
+        connections: 8,
+        wasm_dir: None,
+        timeout: Duration::from_secs(600),
+        keep: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--keep" {
+            options.keep = true;
+            continue;
+        }
+        let value = args.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => options.url = value.trim_end_matches('/').to_string(),
+            "--records" => options.records = value.parse().expect("--records N"),
+            "--size" => options.size = value.parse().expect("--size B"),
+            "--batch" => options.batch = value.parse().expect("--batch R"),
+            "--connections" => options.connections = value.parse().expect("--connections C"),
+            "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
+            "--timeout" => options.timeout = Duration::from_secs(value.parse().expect("--timeout S")),
+            other => panic!("unknown flag {other} (see the header of broker/examples/transform_bench.rs)"),
+        }
+    }
+    assert!(
+        options.url.starts_with("http://127.") || options.url.starts_with("http://localhost"),
+        "only loopback URLs"
+    );
+    assert!(options.records > 0 && options.batch > 0 && options.connections > 0);
+    options
+}
+
+/// The components' bytes, built first unless `--wasm-dir` names where they are.
+fn components(options: &Options) -> (Vec<u8>, Vec<u8>) {
+    let dir = match &options.wasm_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("broker/ has a parent").to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut command = Command::new(cargo);
+            command.current_dir(&root).args(["build", "--profile", "wasm", "--target", "wasm32-wasip2"]);
+            command.args(["-p", IDENTITY, "-p", BIG, "--target-dir"]).arg(root.join("target/wasm"));
+            let status = command.status().expect("run cargo build for the guests");
+            assert!(status.success(), "building the guests failed: {command:?}");
+            root.join("target/wasm/wasm32-wasip2/wasm")
+        }
+    };
+    let read = |name: &str| {
+        let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    };
+    (read(IDENTITY), read(BIG))
+}
+
+/// Appends a custom section (ignored by every tool) holding `nonce`: other bytes, so another
+/// SHA-256 and a cache miss on the node, same behaviour.
+fn with_nonce(module: &[u8], nonce: &str) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"runnel-bench-nonce";
+    let mut payload = Vec::new();
+    leb128(name.len(), &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(nonce.as_bytes());
+    let mut out = module.to_vec();
+    out.push(0); // custom section id
+    leb128(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+struct Api {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl Api {
+    async fn create_topic(&self, name: &str, partitions: u32) {
+        let answer = self
+            .client
+            .post(format!("{}/v1/topics", self.url))
+            .json(&json!({"name": name, "partitions": partitions}))
+            .send()
+            .await
+            .expect("create topic");
+        let status = answer.status();
+        assert!(status.is_success(), "create {name}: {status} {}", answer.text().await.unwrap_or_default());
+    }
+
+    /// Sum over partitions of high watermark minus log start offset.
+    async fn messages(&self, topic: &str) -> i64 {
+        let detail: Value = self
+            .client
+            .get(format!("{}/v1/topics/{topic}", self.url))
+            .send()
+            .await
+            .expect("describe topic")
+            .json()
+            .await
+            .expect("topic JSON");
+        let partitions = detail["partitions"].as_array().unwrap_or_else(|| panic!("no partitions in {detail}"));
+        partitions
+            .iter()
+            .map(|p| p["high_watermark"].as_i64().unwrap_or(0) - p["log_start_offset"].as_i64().unwrap_or(0))
+            .sum()
+    }
+
+    /// Produces `records` values of `size` bytes with `connections` concurrent v2 requests.
+    async fn produce(&self, topic: &str, records: usize, size: usize, batch: usize, connections: usize) -> f64 {
+        let value = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; size]);
+        let body = |count: usize| -> Arc<Vec<u8>> {
+            let records: Vec<Value> = (0..count).map(|_| json!({"value": value})).collect();
+            Arc::new(serde_json::to_vec(&json!({"records": records})).expect("json"))
+        };
+        let (full, tail) = (body(batch), body(records % batch));
+        let requests = records.div_ceil(batch);
+        let path = format!("{}/topics/{topic}", self.url);
+        let next = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..connections {
+            let (client, path, full, tail, next) =
+                (self.client.clone(), path.clone(), full.clone(), tail.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= requests {
+                        break;
+                    }
+                    let body = if i + 1 == requests && records % batch != 0 { &tail } else { &full };
+                    let answer = client
+                        .post(&path)
+                        .header("content-type", "application/vnd.kafka.binary.v2+json")
+                        .body(body.as_ref().clone())
+                        .send()
+                        .await
+                        .expect("produce");
+                    let status = answer.status();
+                    assert!(status.is_success(), "produce: {status} {}", answer.text().await.unwrap_or_default());
+                    let _ = answer.bytes().await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("produce task");
+        }
+        records as f64 / start.elapsed().as_secs_f64()
+    }
+
+    async fn deploy(&self, name: &str, module: &[u8], input: &str, output: &str) {
+        let body = json!({
+            "input_topic": input,
+            "output_topics": [output],
+            "start": "earliest",
+            "module_base64": base64::engine::general_purpose::STANDARD.encode(module),
+        });
+        let answer =
+            self.client.put(format!("{}/v1/transforms/{name}", self.url)).json(&body).send().await.expect("deploy");
+        let status = answer.status();
+        assert!(status.is_success(), "deploy {name}: {status} {}", answer.text().await.unwrap_or_default());
+    }
+
+    async fn transform_state(&self, name: &str) -> String {
+        match self.client.get(format!("{}/v1/transforms/{name}", self.url)).send().await {
+            Ok(answer) => answer.text().await.unwrap_or_default(),
+            Err(e) => format!("(GET failed: {e})"),
+        }
+    }
+
+    /// Polls every [`POLL`] until `topic` holds `count` records; returns when it first held at
+    /// least one record and when it held `count`.
+    async fn wait_for(&self, topic: &str, count: i64, transform: &str, deadline: Instant) -> (Instant, Instant) {
+        let mut first = None;
+        loop {
+            let messages = self.messages(topic).await;
+            let now = Instant::now();
+            if messages > 0 && first.is_none() {
+                first = Some(now);
+            }
+            if messages >= count {
+                assert_eq!(messages, count, "{topic} holds more records than were produced");
+                return (first.unwrap_or(now), now);
+            }
+            assert!(
+                now < deadline,
+                "{topic} holds {messages} of {count} records at the deadline; transform: {}",
+                self.transform_state(transform).await
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn delete(&self, path: &str) {
+        let _ = self.client.delete(format!("{}{path}", self.url)).send().await;
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// Deploys `module` on a fresh topic pair whose input holds one record; seconds from the start
+/// of the PUT to the PUT's answer and to the record in the output.
+async fn first_output(api: &Api, name: &str, module: &[u8], deadline: Duration) -> (f64, f64) {
+    let (input, output) = (format!("{name}-in"), format!("{name}-out"));
+    api.create_topic(&input, 1).await;
+    api.create_topic(&output, 1).await;
+    api.produce(&input, 1, 100, 1, 1).await;
+    let started = Instant::now();
+    api.deploy(name, module, &input, &output).await;
+    let answered = started.elapsed().as_secs_f64();
+    let (_, done) = api.wait_for(&output, 1, name, started + deadline).await;
+    (answered, (done - started).as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() {
+    let options = parse_args();
+    let (identity, big) = components(&options);
+    let api = Api { client: reqwest::Client::builder().build().expect("client"), url: options.url.clone() };
+    let pid = std::process::id();
+    let n = options.records;
+
+    let (input, output, name) = (format!("tb-in-{pid}"), format!("tb-out-{pid}"), format!("tb-identity-{pid}"));
+    api.create_topic(&input, 1).await;
+    api.create_topic(&output, 1).await;
+    let produce_rate = api.produce(&input, n, options.size, options.batch, options.connections).await;
+    assert_eq!(api.messages(&input).await, n as i64, "{input} holds what was produced");
+    println!(
+        "produced {n} records of {} B to {input} (1 partition): {:.0} records/s over HTTP",
+        options.size, produce_rate
+    );
+
+    println!("\n1. identity transform end to end (goal: >= 1 M records/s)");
+    let started = Instant::now();
+    api.deploy(&name, &identity, &input, &output).await;
+    let deployed = started.elapsed();
+    let (first, done) = api.wait_for(&output, n as i64, &name, started + options.timeout).await;
+    let total = (done - started).as_secs_f64();
+    let steady = (done - first).as_secs_f64();
+    let rate = n as f64 / total;
+    println!(
+        "   {n} x {} B: {:.2} s from the start of the PUT (answered in {:.0} ms, first output after {:.0} ms) \
+         = {:.3} M records/s; {:.3} M records/s from the first output on; {:.2}x goal: {}",
+        options.size,
+        total,
+        deployed.as_secs_f64() * 1000.0,
+        (first - started).as_secs_f64() * 1000.0,
+        rate / 1e6,
+        if steady > 0.0 { n as f64 / steady / 1e6 } else { f64::INFINITY },
+        rate / 1e6,
+        verdict(rate >= 1e6)
+    );
+
+    println!("\n2. deploy-to-first-output, {} KiB component (goal: < 1 s)", big.len() / 1024);
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    let fresh = with_nonce(&big, &format!("{pid}-{nanos}"));
+    let deadline = Duration::from_secs(60).min(options.timeout);
+    let cold_name = format!("tb-big-cold-{pid}");
+    let warm_name = format!("tb-big-warm-{pid}");
+    for (label, name) in [("cold (compile)", &cold_name), ("warm (cached)", &warm_name)] {
+        let (answered, total) = first_output(&api, name, &fresh, deadline).await;
+        println!(
+            "   {label:<15} PUT answered in {:>6.1} ms, first output after {:>6.1} ms; {:.3}x of 1 s: {}",
+            answered * 1000.0,
+            total * 1000.0,
+            total,
+            verdict(total < 1.0)
+        );
+    }
+
+    if !options.keep {
+        for transform in [&name, &cold_name, &warm_name] {
+            api.delete(&format!("/v1/transforms/{transform}")).await;
+        }
+        let mut topics = vec![input, output];
+        for transform in [&cold_name, &warm_name] {
+            topics.extend([format!("{transform}-in"), format!("{transform}-out")]);
+        }
+        for topic in topics {
+            api.delete(&format!("/v1/topics/{topic}")).await;
+        }
+    }
+}
