@@ -288,6 +288,9 @@ pub struct TransformLogs {
 /// A guest log line or host event; also what `transform logs --follow --output json` prints.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
 pub struct TransformLogLine {
+    /// The node's cursor for this line (`after=` asks for the lines past it).
+    #[serde(default)]
+    pub seq: u64,
     pub timestamp_ms: i64,
     pub level: String,
     pub partition: Option<i32>,

@@ -451,43 +451,33 @@ fn render_transform(t: &Transform) -> String {
 }
 
 async fn logs(client: &Client, args: LogsArgs, output: Output) -> anyhow::Result<()> {
-    let fetch = |limit: u32| {
+    let fetch = |limit: u32, after: u64| {
         let mut url = client.url(&["v1", "transforms", &args.name, "logs"]);
-        url.query_pairs_mut().append_pair("limit", &limit.to_string());
+        url.query_pairs_mut().append_pair("limit", &limit.to_string()).append_pair("after", &after.to_string());
         if let Some(partition) = args.partition {
             url.query_pairs_mut().append_pair("partition", &partition.to_string());
         }
         url
     };
     if !args.follow {
-        let raw: serde_json::Value = client.get(fetch(args.lines)).await?;
+        let raw: serde_json::Value = client.get(fetch(args.lines, 0)).await?;
         if output == Output::Json {
             return print_json(&raw);
         }
         let logs: TransformLogs = serde_json::from_value(raw)?;
         return print_log_lines(&logs.lines, output);
     }
-    // Following: the endpoint has no cursor, so each poll takes the newest lines and prints
-    // those after its overlap with the previous answer. Over 1000 lines a second, some are
-    // missed; the buffer on the node is bounded anyway.
-    let mut previous: TransformLogs = client.get(fetch(LOG_LINES_MAX)).await?;
-    let skip = previous.lines.len().saturating_sub(args.lines as usize);
-    print_log_lines(&previous.lines[skip..], output)?;
+    // Following: each poll asks for the lines after the last `seq` printed (the node keeps
+    // the newest 1,000; a follower slower than that misses the ones that scrolled out).
+    let first: TransformLogs = client.get(fetch(args.lines, 0)).await?;
+    print_log_lines(&first.lines, output)?;
+    let mut last = first.lines.last().map_or(0, |l| l.seq);
     loop {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
-        let latest: TransformLogs = client.get(fetch(LOG_LINES_MAX)).await?;
-        let new = new_lines(&previous.lines, &latest.lines);
-        print_log_lines(new, output)?;
-        previous = latest;
+        let latest: TransformLogs = client.get(fetch(LOG_LINES_MAX, last)).await?;
+        print_log_lines(&latest.lines, output)?;
+        last = latest.lines.last().map_or(last, |l| l.seq);
     }
-}
-
-/// The lines of `latest` after the longest run that ends `previous` and starts `latest`: both
-/// are windows on the same append-only buffer, `latest` the later one.
-fn new_lines<'a>(previous: &[TransformLogLine], latest: &'a [TransformLogLine]) -> &'a [TransformLogLine] {
-    let longest = previous.len().min(latest.len());
-    let overlap = (1..=longest).rev().find(|&k| previous[previous.len() - k..] == latest[..k]).unwrap_or(0);
-    &latest[overlap..]
 }
 
 /// One line each: table mode `time LEVEL partition message`, json mode one object per line.
@@ -516,25 +506,6 @@ fn print_log_lines(lines: &[TransformLogLine], output: Output) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line(timestamp_ms: i64, message: &str) -> TransformLogLine {
-        TransformLogLine { timestamp_ms, level: "info".into(), partition: Some(0), message: message.into() }
-    }
-
-    #[test]
-    fn follow_prints_only_lines_after_the_previous_window() {
-        // Proves `logs --follow` finds new lines by overlap: appended ones, none when nothing
-        // changed, all when the old window scrolled out, repeated messages counted right.
-        let l = [line(1, "a"), line(2, "b"), line(3, "c"), line(4, "d")];
-        assert_eq!(new_lines(&l[..2], &l[..3]), &l[2..3]);
-        assert!(new_lines(&l[..2], &l[..2]).is_empty());
-        // The window moved on: `a` fell out of the node's buffer (or past the limit).
-        assert_eq!(new_lines(&l[..2], &l[1..]), &l[2..]);
-        assert_eq!(new_lines(&l[..1], &l[2..]), &l[2..]);
-        assert_eq!(new_lines(&[], &l[..1]), &l[..1]);
-        let same = [line(5, "same"), line(5, "same"), line(5, "same")];
-        assert_eq!(new_lines(&same[..2], &same), &same[..1]);
-    }
 
     #[test]
     fn build_reads_the_component_path_from_cargo_messages() {

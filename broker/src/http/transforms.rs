@@ -416,10 +416,14 @@ pub struct LogsQuery {
     pub limit: Option<usize>,
     /// Only lines of this input partition.
     pub partition: Option<i32>,
+    /// Only lines after this `seq` (a follower passes the last `seq` it printed).
+    pub after: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct LogLine {
+    /// Increases by one per line of this transform on this node.
+    pub seq: u64,
     pub timestamp_ms: i64,
     pub level: String,
     pub partition: Option<i32>,
@@ -447,16 +451,15 @@ pub async fn logs(
         .broker
         .transforms
         .logs(&name)
-        .tail(usize::MAX)
+        .tail(limit, query.after.unwrap_or(0), |l| query.partition.is_none_or(|p| l.partition == Some(p)))
         .into_iter()
-        .filter(|l| query.partition.is_none_or(|p| l.partition == Some(p)))
         .map(|l| LogLine {
+            seq: l.seq,
             timestamp_ms: l.timestamp_ms,
             level: l.level.to_string(),
             partition: l.partition,
             message: l.message,
         })
-        .collect::<Vec<_>>();
-    let skip = lines.len().saturating_sub(limit);
-    Ok(Json(Logs { lines: lines.into_iter().skip(skip).collect() }))
+        .collect();
+    Ok(Json(Logs { lines }))
 }

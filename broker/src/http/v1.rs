@@ -47,6 +47,8 @@ pub struct Cluster {
     pub messages_in_per_sec: f64,
     /// Open Kafka protocol connections to this node.
     pub connections: i64,
+    /// Deployed WASM transforms.
+    pub transforms: usize,
 }
 
 /// Cluster health: nodes, controller, partition counts, throughput.
@@ -82,6 +84,7 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
         bytes_out_per_sec: rates.bytes_out_per_sec,
         messages_in_per_sec: rates.messages_in_per_sec,
         connections: broker.metrics.connections.get(),
+        transforms: image.transforms.len(),
     })
 }
 

@@ -84,6 +84,8 @@ impl PartitionStatus {
 
 #[derive(Debug, Clone)]
 pub struct LogLine {
+    /// Position in the transform's log on this node (1, 2, ...): a cursor for followers.
+    pub seq: u64,
     pub timestamp_ms: i64,
     pub level: &'static str,
     /// The input partition whose worker logged, if any.
@@ -94,22 +96,33 @@ pub struct LogLine {
 /// Recent log lines of one transform (guest `log` calls, guest stdout/stderr, host events).
 #[derive(Default)]
 pub struct LogBuffer {
-    lines: Mutex<VecDeque<LogLine>>,
+    lines: Mutex<(u64, VecDeque<LogLine>)>,
 }
 
 impl LogBuffer {
     pub fn push(&self, level: &'static str, partition: Option<i32>, message: String) {
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let (last, lines) = &mut *guard;
         if lines.len() >= LOG_LINES_MAX {
             lines.pop_front();
         }
-        lines.push_back(LogLine { timestamp_ms: crate::group::offsets::now_ms(), level, partition, message });
+        *last += 1;
+        lines.push_back(LogLine {
+            seq: *last,
+            timestamp_ms: crate::group::offsets::now_ms(),
+            level,
+            partition,
+            message,
+        });
     }
 
-    /// The newest `limit` lines, oldest first.
-    pub fn tail(&self, limit: usize) -> Vec<LogLine> {
-        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.iter().skip(lines.len().saturating_sub(limit)).cloned().collect()
+    /// The newest `limit` lines after `after` that pass `keep`, oldest first.
+    pub fn tail(&self, limit: usize, after: u64, keep: impl Fn(&LogLine) -> bool) -> Vec<LogLine> {
+        let guard = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let mut newest: Vec<LogLine> =
+            guard.1.iter().rev().take_while(|l| l.seq > after).filter(|l| keep(l)).take(limit).cloned().collect();
+        newest.reverse();
+        newest
     }
 }
 
