@@ -7,12 +7,10 @@
 //! line by line (stdout as Info, stderr as Warn), each line at most [`MAX_LINE_BYTES`]. Its
 //! linear memories together never exceed the instance's memory limit.
 //!
-//! FIXME(deadline): the epoch deadline interrupts wasm code only. A guest blocked inside a host
-//! call is not interrupted until it returns; the one such call a guest can reach is a WASI
-//! sleep (`monotonic-clock.subscribe-*` + `poll`), so `std::thread::sleep(1h)` holds the
-//! calling thread for an hour before the deadline trap. The fix is to shadow the two
-//! `subscribe-*` functions in the linker with versions that clamp the wait to the rest of the
-//! call's budget; it needs a sleeping test guest to prove it.
+//! Sleeps: the epoch deadline interrupts wasm code only, and the one blocking host call a guest
+//! can reach is a WASI sleep (`monotonic-clock.subscribe-*` + `poll`). `shadow_sleeps` makes
+//! every such wait end at once, so a guest that sleeps (even in a loop) keeps running wasm and
+//! meets its call deadline instead of parking a broker thread.
 
 use std::io;
 use std::pin::Pin;
@@ -332,4 +330,28 @@ mod tests {
         let pieces: Vec<&str> = split_at_char_boundaries("ééé", 5).collect();
         assert_eq!(pieces, vec!["éé", "é"]);
     }
+}
+
+/// The WASI clock interface whose `subscribe-*` functions `shadow_sleeps` replaces (the version
+/// wasmtime-wasi 48 defines; guests importing older 0.2.x versions are linked to it).
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replaces `subscribe-duration` and `subscribe-instant` with versions whose pollable is ready
+/// at once: a transform or assignor has nothing to wait for, and a host wait would outlive the
+/// call deadline (which only interrupts wasm code).
+pub(crate) fn shadow_sleeps(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::clocks::{WasiClocksCtxView, WasiClocksView};
+    use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host;
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap("subscribe-duration", |mut store: wasmtime::StoreContextMut<'_, HostState>, (_,): (u64,)| {
+        let mut view: WasiClocksCtxView<'_> = store.data_mut().clocks();
+        Ok((view.subscribe_duration(0)?,))
+    })?;
+    clock.func_wrap("subscribe-instant", |mut store: wasmtime::StoreContextMut<'_, HostState>, (_,): (u64,)| {
+        let mut view: WasiClocksCtxView<'_> = store.data_mut().clocks();
+        Ok((view.subscribe_duration(0)?,))
+    })?;
+    linker.allow_shadowing(false);
+    Ok(())
 }

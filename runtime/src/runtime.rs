@@ -130,6 +130,7 @@ impl Runtime {
         let mut assignor_linker = Linker::new(&engine);
         for linker in [&mut transform_linker, &mut assignor_linker] {
             wasmtime_wasi::p2::add_to_linker_sync(linker).map_err(link_error)?;
+            crate::host::shadow_sleeps(linker).map_err(link_error)?;
         }
         bindings::transform::Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut transform_linker, |s| s)
             .map_err(link_error)?;

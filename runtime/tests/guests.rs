@@ -24,6 +24,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("runnel-example-assignor", "examples/assignor"),
     ("runnel-example-filter", "examples/filter"),
     ("runnel-guest-spin", "tests/guests/spin"),
+    ("runnel-guest-sleep", "tests/guests/sleep"),
     ("runnel-guest-membomb", "tests/guests/membomb"),
     ("runnel-guest-trap", "tests/guests/trap"),
     ("runnel-guest-panic", "tests/guests/panic"),
@@ -235,6 +236,29 @@ fn spin_hits_the_deadline_and_poisons_the_instance() {
     // A fresh instance of the same module is usable again (and spins again).
     let (mut fresh, _) = self::instance(&module, limits);
     assert_eq!(fresh.process(&small_batch()).unwrap_err(), GuestError::Deadline { timeout });
+}
+
+/// A guest that sleeps (a host wait the epoch cannot interrupt) still meets its deadline: WASI
+/// sleeps end at once, so it spins in wasm until the deadline stops it.
+#[test]
+fn sleep_hits_the_deadline_instead_of_blocking_in_the_host() {
+    let Some(bytes) = guest("runnel-guest-sleep") else { return };
+    let fixture = fixture();
+    let module = transform(&fixture, &bytes);
+    let timeout = Duration::from_millis(300);
+    let limits = Limits { call_timeout: timeout, ..Limits::default() };
+    let (mut instance, _) = instance(&module, limits);
+    // On a thread: if sleeps blocked in the host, the call would not return for an hour.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let result = instance.process(&small_batch());
+        let _ = tx.send((result, started.elapsed()));
+    });
+    let (result, elapsed) = rx.recv_timeout(Duration::from_secs(30)).expect("the sleeping guest was not stopped");
+    assert_eq!(result.unwrap_err(), GuestError::Deadline { timeout });
+    assert!(elapsed < timeout + Duration::from_secs(1), "stopped late: {elapsed:?}");
+    eprintln!("sleep stopped after {elapsed:?} (deadline {timeout:?})");
 }
 
 /// A guest that allocates without bound is stopped at the memory cap, reported as such.
