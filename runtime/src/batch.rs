@@ -150,10 +150,29 @@ impl OutputBatch {
 
     /// The record's headers in order, as (name, value); a null value is `None`.
     pub fn headers(&self, record: &OutputRecord) -> Headers<'_> {
-        match slice(&self.data, record.headers) {
-            Ok(Some(bytes)) if !bytes.is_empty() => Headers::new(bytes),
-            _ => Headers::EMPTY,
-        }
+        headers_of(&self.data, record.headers)
+    }
+}
+
+impl InputBatch {
+    pub fn key(&self, record: &InputRecord) -> Option<&[u8]> {
+        slice(&self.data, record.key).ok().flatten()
+    }
+
+    pub fn value(&self, record: &InputRecord) -> Option<&[u8]> {
+        slice(&self.data, record.value).ok().flatten()
+    }
+
+    /// The record's headers in order, as (name, value); a null value is `None`.
+    pub fn headers(&self, record: &InputRecord) -> Headers<'_> {
+        headers_of(&self.data, record.headers)
+    }
+}
+
+fn headers_of(data: &[u8], span: Span) -> Headers<'_> {
+    match slice(data, span) {
+        Ok(Some(bytes)) if !bytes.is_empty() => Headers::new(bytes),
+        _ => Headers::EMPTY,
     }
 }
 

@@ -39,6 +39,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use self::error::ApiError;
+pub use self::v3::format_rfc3339_ms;
 use crate::server::Broker;
 
 /// Upper bound of any long poll (`timeout`, `wait_ms`), as Kafka bounds `max_wait_ms`.

@@ -15,8 +15,7 @@ use kafka_protocol::messages::ProduceRequest;
 
 use super::error::{ApiError, ApiResult};
 use super::{kafka, Http};
-use crate::log::batch::BatchIter;
-use crate::log::records::BatchBuilder;
+use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::Compression;
 use crate::server::handlers;
 
@@ -122,44 +121,20 @@ pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiRes
     Ok(results.into_iter().map(|r| r.unwrap_or_else(|| Err(ApiError::internal("record was not answered")))).collect())
 }
 
-/// Decodes the records of fetched batches at or after `from_offset`, at most `limit` of them;
-/// control batches are skipped. Returns the offset after the last record taken (or after the
-/// last batch seen when no record was taken, so a caller never re-reads an all-control range).
+/// Decodes the records of fetched batches at or after `from_offset`, at most `limit` of them
+/// (see [`for_each_record`]); returns the offset to read next.
 pub fn decode(partition: i32, bytes: Bytes, from_offset: i64, limit: usize, out: &mut Vec<ReadRecord>) -> i64 {
-    let mut next = from_offset;
-    for batch in BatchIter::new(bytes) {
-        let Ok(batch) = batch else { break };
-        if out.len() >= limit {
-            break;
-        }
-        if batch.header().attributes.is_control() {
-            next = next.max(batch.last_offset() + 1);
-            continue;
-        }
-        let Ok(iter) = batch.record_iter() else { break };
-        for record in iter {
-            let Ok(record) = record else { break };
-            if record.offset < from_offset {
-                continue;
-            }
-            if out.len() >= limit {
-                return next;
-            }
-            next = record.offset + 1;
-            out.push(ReadRecord {
-                partition,
-                offset: record.offset,
-                timestamp: record.timestamp,
-                key: record.key,
-                value: record.value,
-                headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
-            });
-        }
-        if out.len() < limit {
-            next = next.max(batch.last_offset() + 1);
-        }
-    }
-    next
+    let limit = limit.saturating_sub(out.len());
+    for_each_record(bytes, from_offset, limit, |record| {
+        out.push(ReadRecord {
+            partition,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            key: record.key,
+            value: record.value,
+            headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+        })
+    })
 }
 
 /// Bytes as JSON text: a UTF-8 string, else base64. Returns (text, "utf8" | "base64").

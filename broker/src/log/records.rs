@@ -115,6 +115,43 @@ impl RecordBatch {
     }
 }
 
+/// Visits the data records of back-to-back batches (a fetched slice) at or after `from_offset`,
+/// at most `limit` of them; control batches are skipped and decoding stops at the first
+/// malformed batch. Returns the offset after the last record visited, or after the batches
+/// seen when none of their records were wanted (so a reader never re-reads a range of control
+/// records or records below `from_offset`).
+pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, mut visit: impl FnMut(Record)) -> i64 {
+    let mut next = from_offset;
+    let mut visited = 0;
+    for batch in crate::log::batch::BatchIter::new(bytes) {
+        let Ok(batch) = batch else { break };
+        if visited >= limit {
+            break;
+        }
+        if batch.header().attributes.is_control() {
+            next = next.max(batch.last_offset() + 1);
+            continue;
+        }
+        let Ok(records) = batch.record_iter() else { break };
+        for record in records {
+            let Ok(record) = record else { return next };
+            if record.offset < from_offset {
+                continue;
+            }
+            if visited >= limit {
+                return next;
+            }
+            next = record.offset + 1;
+            visited += 1;
+            visit(record);
+        }
+        if visited < limit {
+            next = next.max(batch.last_offset() + 1);
+        }
+    }
+    next
+}
+
 /// Lazily decodes the records of one batch; see [`RecordBatch::record_iter`].
 ///
 /// Yields exactly `record_count` records, then one error if bytes are left over. The first error

@@ -12,15 +12,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use runnel_runtime::{
-    GuestError, InputBatch, InstanceSetup, Level, Limits, OutputBatch, Span, TransformInstance, TransformModule,
+    GuestError, InputBatch, InstanceSetup, Level, Limits, OutputBatch, TransformInstance, TransformModule,
 };
 use tokio::sync::watch;
 
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
 use crate::group::offsets::{now_ms, CommittedOffset};
-use crate::log::batch::BatchIter;
-use crate::log::records::BatchBuilder;
+use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;
 use crate::partition::{Acks, Partition, PartitionError};
@@ -395,38 +394,14 @@ fn fail(w: &Worker, failure: &BatchFailure) {
 }
 
 /// Decodes fetched batches from `position` into one guest batch of at most `max_records`
-/// records; returns it with the offset after the last record it holds (or after the batches
-/// seen, when they held only control records).
+/// records; returns it with the offset to read next (see [`for_each_record`]).
 fn decode(partition: i32, bytes: Bytes, position: i64, max_records: usize) -> (InputBatch, i64) {
     let mut batch = InputBatch::new(partition);
-    let mut next = position;
-    let mut headers: Vec<(String, Option<Bytes>)> = Vec::new();
-    'batches: for record_batch in BatchIter::new(bytes) {
-        let Ok(record_batch) = record_batch else { break };
-        if record_batch.header().attributes.is_control() {
-            next = next.max(record_batch.last_offset() + 1);
-            continue;
-        }
-        let Ok(records) = record_batch.record_iter() else { break };
-        for record in records {
-            let Ok(record) = record else { break 'batches };
-            if record.offset < position {
-                continue;
-            }
-            if batch.records.len() >= max_records.max(1) {
-                break 'batches;
-            }
-            headers.clear();
-            headers.extend(record.headers.into_iter().map(|h| (h.key, h.value)));
-            let borrowed: Vec<(&str, Option<&[u8]>)> =
-                headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
-            batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &borrowed);
-            next = record.offset + 1;
-        }
-        if batch.records.len() < max_records.max(1) {
-            next = next.max(record_batch.last_offset() + 1);
-        }
-    }
+    let next = for_each_record(bytes, position, max_records.max(1), |record| {
+        let headers: Vec<(&str, Option<&[u8]>)> =
+            record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+    });
     (batch, next)
 }
 
@@ -455,7 +430,7 @@ fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure>
                 count
             }
         };
-        let key = span(&output.data, &record.key);
+        let key = output.key(record);
         let partition = match (record.partition, key) {
             (p, _) if p >= 0 => {
                 if p as usize >= count {
@@ -466,13 +441,12 @@ fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure>
             (_, Some(key)) => partition_for_key(key, count as u32),
             (_, None) => w.partition.rem_euclid(count as i32),
         };
-        let headers = decode_headers(&output.data, &record.headers);
-        let borrowed: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        let borrowed: Vec<(&str, Option<&[u8]>)> = output.headers(record).collect();
         let timestamp = if record.timestamp >= 0 { record.timestamp } else { now };
         targets.entry((record.topic, partition)).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
             timestamp,
             key,
-            span(&output.data, &record.value),
+            output.value(record),
             &borrowed,
         );
     }
@@ -514,24 +488,23 @@ fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailu
     let source_partition = w.partition.to_string();
     let mut builders: BTreeMap<i32, BatchBuilder> = BTreeMap::new();
     for record in &batch.records {
-        let key = span(&batch.data, &record.key);
+        let key = batch.key(record);
         let partition = match key {
             Some(key) => partition_for_key(key, count as u32),
             None => w.partition.rem_euclid(count as i32),
         };
         let offset = record.offset.to_string();
-        let mut headers = decode_headers(&batch.data, &record.headers);
-        headers.push(("runnel.error".into(), Some(error.as_bytes().to_vec())));
-        headers.push(("runnel.transform".into(), Some(w.transform.name.as_bytes().to_vec())));
-        headers.push(("runnel.source.topic".into(), Some(w.transform.spec.input_topic.as_bytes().to_vec())));
-        headers.push(("runnel.source.partition".into(), Some(source_partition.as_bytes().to_vec())));
-        headers.push(("runnel.source.offset".into(), Some(offset.into_bytes())));
-        let borrowed: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        let mut headers: Vec<(&str, Option<&[u8]>)> = batch.headers(record).collect();
+        headers.push(("runnel.error", Some(error.as_bytes())));
+        headers.push(("runnel.transform", Some(w.transform.name.as_bytes())));
+        headers.push(("runnel.source.topic", Some(w.transform.spec.input_topic.as_bytes())));
+        headers.push(("runnel.source.partition", Some(source_partition.as_bytes())));
+        headers.push(("runnel.source.offset", Some(offset.as_bytes())));
         builders.entry(partition).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
             record.timestamp,
             key,
-            span(&batch.data, &record.value),
-            &borrowed,
+            batch.value(record),
+            &headers,
         );
     }
     for (partition, builder) in builders {
@@ -545,38 +518,4 @@ fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailu
         format!("{} records sent to dead-letter topic '{topic}'", batch.records.len()),
     );
     Ok(())
-}
-
-/// The bytes of a span (`None` for null or out of bounds; the runtime validated output spans).
-fn span<'a>(data: &'a [u8], span: &Span) -> Option<&'a [u8]> {
-    let len = usize::try_from(span.len).ok()?;
-    let start = span.offset as usize;
-    data.get(start..start.checked_add(len)?)
-}
-
-/// The WIT header encoding: u32 LE count, then per header u32 LE key length, key, s32 LE value
-/// length (-1 = null), value. Malformed input yields the headers decoded so far.
-fn decode_headers(data: &[u8], encoded: &Span) -> Vec<(String, Option<Vec<u8>>)> {
-    let Some(mut rest) = span(data, encoded) else { return Vec::new() };
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
-        rest = tail;
-        Some(head)
-    };
-    let mut headers = Vec::new();
-    let Some(count) = take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { return headers };
-    for _ in 0..count {
-        let Some(key_len) = take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize) else { break };
-        let Some(key) = take(key_len).map(|k| String::from_utf8_lossy(k).into_owned()) else { break };
-        let Some(value_len) = take(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { break };
-        let value = match usize::try_from(value_len) {
-            Ok(n) => match take(n) {
-                Some(v) => Some(v.to_vec()),
-                None => break,
-            },
-            Err(_) => None,
-        };
-        headers.push((key, value));
-    }
-    headers
 }
