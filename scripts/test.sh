@@ -2,9 +2,10 @@
 # The whole test suite (README: "Run the tests"). Needs only Rust; installs the rest itself:
 # - cmake (builds librdkafka for the rdkafka client tests) and kcat (old-client test), from
 #   Debian when missing and apt-get is usable;
-# - Apache Kafka's jars from Maven Central (`../shared/bench/kafka/setup.sh`) when Java and
-#   Maven are present, for the Kafka CLI tool tests and DumpLogSegments checks (those tests
-#   print SKIP and pass where the jars cannot be had);
+# - Apache Kafka's jars (the version in scripts/kafka-version) from Maven Central with
+#   scripts/kafka-jars.sh into target/kafka/, Java 17 and Maven from Debian when missing, for
+#   the Kafka CLI tool tests and DumpLogSegments checks; once fetched those tests are required
+#   (RUNNEL_KAFKA_LIB), they print SKIP only where the jars cannot be had;
 # - Chromium and ChromeDriver from Debian (the dashboard's real-browser test) and schemathesis
 #   from PyPI into target/py (the OpenAPI fuzz test). Once installed, those tests are required:
 #   RUNNEL_REQUIRE_BROWSER / RUNNEL_REQUIRE_TOOLS make them fail instead of skip;
@@ -18,6 +19,8 @@ command -v kcat >/dev/null || need_apt+=(kcat)
 command -v g++ >/dev/null || need_apt+=(g++)
 [[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
 [[ -x /usr/bin/chromedriver ]] || need_apt+=(chromium-driver)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
 if ((${#need_apt[@]})); then
     if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
         echo "installing ${need_apt[*]} from Debian"
@@ -48,9 +51,10 @@ if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx w
     rustup target add wasm32-wasip2
 fi
 
-KAFKA_HARNESS=../shared/bench/kafka
-if [[ -x $KAFKA_HARNESS/setup.sh || -f $KAFKA_HARNESS/setup.sh ]] && command -v java >/dev/null && command -v mvn >/dev/null; then
-    bash "$KAFKA_HARNESS/setup.sh" || echo "warning: Kafka jars unavailable; Kafka tool tests will SKIP" >&2
+if kafka_lib=$(bash scripts/kafka-jars.sh); then
+    export RUNNEL_KAFKA_LIB=$kafka_lib
+else
+    echo "warning: Kafka jars unavailable; the Kafka tool tests will SKIP" >&2
 fi
 
 log=$(mktemp)

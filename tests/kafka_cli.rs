@@ -1,58 +1,32 @@
-//! Kafka's own CLI tools (Java, from Maven Central via `shared/bench/kafka/setup.sh`) against the
-//! real `runnel` binary. Where Java or the jars are missing, each test prints SKIP and passes;
-//! `scripts/test.sh` installs the jars when Java and Maven are present.
+//! Kafka's own CLI tools (Java; the jars `scripts/kafka-jars.sh` fetches from Maven Central, run
+//! through `scripts/kafka-tool.sh`) and kcat against the real `runnel` binary. Where the jars were
+//! never fetched each Kafka tool test prints SKIP and passes; once they are there (always under
+//! `scripts/test.sh`) the tests are required.
 
 mod support;
+#[path = "support/kafka_tools.rs"]
+mod kafka_tools;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
+use kafka_tools::KafkaTools;
 use support::Runnel;
 
-fn kafka_cli() -> Option<PathBuf> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/kafka/kafka-cli.sh");
-    let home = std::env::var_os("KAFKA_ANCHOR_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kafka-anchor")))?;
-    let has_jars = std::fs::read_dir(home.join("lib"))
-        .ok()?
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-"));
-    let has_java = Command::new("java").arg("-version").stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    if !script.exists() || !has_jars || !has_java {
-        eprintln!("SKIP: Kafka CLI tools unavailable (script {}, jars {has_jars}, java {has_java})", script.display());
-        return None;
+/// The Kafka tools, or `None` after printing why the test skips.
+fn kafka_cli() -> Option<KafkaTools> {
+    match kafka_tools::kafka_tools() {
+        Ok(tools) => Some(tools),
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            None
+        }
     }
-    Some(script)
 }
 
-/// Runs a CLI tool with a deadline; returns (success, stdout + stderr).
-fn run(script: &PathBuf, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    let mut child = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .env("KAFKA_HEAP_OPTS", "-Xmx256M")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kafka-cli.sh");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child.stdin.take().expect("piped").write_all(input.as_bytes()).expect("write stdin");
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while child.try_wait().ok().flatten().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::park_timeout(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("collect output");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+/// Runs the tool `args[0]` with the rest as its arguments; returns (success, stdout + stderr).
+fn run(tools: &KafkaTools, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    let output = tools.run(args[0], &args[1..], stdin);
+    (output.success, output.text())
 }
 
 #[test]
@@ -217,7 +191,7 @@ fn kafka_consumer_groups_tool_lists_describes_resets_and_deletes() {
     assert!(ok && out.lines().any(|l| l.trim() == "billing"), "{out}");
     // The console consumer commits what it consumed: 3 of 5 (it may have fetched more, but it
     // commits the position after the records it processed).
-    let describe = |cli: &PathBuf| {
+    let describe = |cli: &KafkaTools| {
         let (ok, out) =
             run(cli, &["consumer-groups", "--bootstrap-server", &b, "--describe", "--group", "billing"], None);
         assert!(ok, "{out}");
