@@ -272,6 +272,26 @@ fn topic_admin_commands_round_trip_as_json() {
 }
 
 #[test]
+fn connection_flags_before_the_subcommand_are_accepted() {
+    // Proves --url and --output work before the subcommand (`runnel --url U topic list`) as well
+    // as after it, and mixed, with no RUNNEL_URL to fall back on.
+    let node = Runnel::start(&[]);
+    let url = node.http_url();
+    cli(&node, &["topic", "create", "early", "--partitions", "2"]).ok();
+    for args in [
+        vec!["--url", &url, "--output", "json", "topic", "list"],
+        vec!["topic", "list", "--url", &url, "--output", "json"],
+        vec!["--url", &url, "topic", "--output", "json", "list"],
+        vec!["--output", "json", "topic", "list", "--url", &url],
+    ] {
+        let listed = cli_with(None, &args, None).json();
+        assert_eq!(listed["topics"][0]["name"], "early", "runnel {args:?}: {listed}");
+    }
+    let status = cli_with(None, &["--url", &url, "cluster", "status"], None).ok();
+    assert!(status.contains("NODE"), "{status}");
+}
+
+#[test]
 fn errors_have_messages_and_distinct_exit_codes() {
     // Proves the error contract: an API error exits 1 with `error: <message> (<code>)` on
     // stderr, a closed port exits 3 with the connect message, a usage error exits 2.

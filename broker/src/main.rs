@@ -12,6 +12,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "runnel", version, about = "A Kafka-compatible streaming log broker")]
 struct Cli {
+    /// The client subcommands' --url and --output, global so they may precede the subcommand
+    /// (`serve` ignores them).
+    #[command(flatten)]
+    connection: runnel::cli::Connection,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,7 +45,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(serve(config))
         }
         // They print their own errors and choose the exit code (1 API error, 3 unreachable).
-        Command::Client(command) => std::process::exit(runnel::cli::run(command)),
+        Command::Client(command) => std::process::exit(runnel::cli::run(command, &cli.connection)),
     }
 }
 

@@ -9,8 +9,6 @@ use super::Connection;
 
 #[derive(Args, Debug)]
 pub struct ClusterCommand {
-    #[command(flatten)]
-    conn: Connection,
     #[command(subcommand)]
     action: ClusterAction,
 }
@@ -21,12 +19,12 @@ enum ClusterAction {
     Status,
 }
 
-pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
-    let client = Client::new(&command.conn.url)?;
+pub async fn run(command: ClusterCommand, conn: &Connection) -> anyhow::Result<()> {
+    let client = Client::new(&conn.url)?;
     match command.action {
         ClusterAction::Status => {
             let raw: serde_json::Value = client.get(client.url(&["v1", "cluster"])).await?;
-            if command.conn.output == Output::Json {
+            if conn.output == Output::Json {
                 return print_json(&raw);
             }
             let cluster: Cluster = serde_json::from_value(raw)?;

@@ -43,8 +43,6 @@ const PAGES_BUFFERED: usize = 8;
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
-    #[command(flatten)]
-    conn: Connection,
     /// Topic to read.
     topic: String,
     /// Read only this partition.
@@ -71,8 +69,8 @@ pub struct ConsumeArgs {
     format: RecordFormat,
 }
 
-pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    let client = Client::new(&args.conn.url)?;
+pub async fn run(args: ConsumeArgs, conn: &Connection) -> anyhow::Result<()> {
+    let client = Client::new(&conn.url)?;
     let mut out =
         Printer { out: BufWriter::with_capacity(1 << 16, std::io::stdout()), format: args.format, printed: 0 };
     let result = match &args.group {

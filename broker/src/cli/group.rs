@@ -14,8 +14,6 @@ use super::Connection;
 
 #[derive(Args, Debug)]
 pub struct GroupCommand {
-    #[command(flatten)]
-    conn: Connection,
     #[command(subcommand)]
     action: GroupAction,
 }
@@ -32,9 +30,9 @@ enum GroupAction {
     Delete { group: String },
 }
 
-pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
-    let client = Client::new(&command.conn.url)?;
-    let output = command.conn.output;
+pub async fn run(command: GroupCommand, conn: &Connection) -> anyhow::Result<()> {
+    let client = Client::new(&conn.url)?;
+    let output = conn.output;
     match command.action {
         GroupAction::List => {
             let raw: serde_json::Value = client.get(client.url(&["v1", "groups"])).await?;

@@ -40,13 +40,15 @@ pub enum Command {
     Transform(transform::TransformCommand),
 }
 
-/// Where the node is and how to print its answers; accepted anywhere after the subcommand.
+/// Where the node is and how to print its answers. Flattened into the top-level command with
+/// `global = true`, so the flags go before the subcommand or anywhere after it
+/// (`runnel --url U topic list`, `runnel topic list --url U`), as one parsed value for all.
 #[derive(Args, Debug, Clone)]
 pub struct Connection {
-    /// Base URL of a node's HTTP API.
+    /// Base URL of a node's HTTP API (the client subcommands; `serve` ignores it).
     #[arg(long, env = "RUNNEL_URL", default_value = "http://127.0.0.1:8080", global = true)]
     pub url: String,
-    /// Output format of admin commands.
+    /// Output format of admin commands (`serve` ignores it).
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
 }
@@ -61,8 +63,9 @@ pub enum RecordFormat {
     Json,
 }
 
-/// Runs `command` and returns the process exit code; errors are printed on stderr.
-pub fn run(command: Command) -> i32 {
+/// Runs `command` against the node at `conn.url` and returns the process exit code; errors are
+/// printed on stderr.
+pub fn run(command: Command, conn: &Connection) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -70,7 +73,7 @@ pub fn run(command: Command) -> i32 {
             return 1;
         }
     };
-    let result = runtime.block_on(dispatch(command));
+    let result = runtime.block_on(dispatch(command, conn));
     // Partition readers may still be parked in long polls; they hold nothing worth waiting for.
     runtime.shutdown_background();
     match result {
@@ -79,14 +82,14 @@ pub fn run(command: Command) -> i32 {
     }
 }
 
-async fn dispatch(command: Command) -> anyhow::Result<()> {
+async fn dispatch(command: Command, conn: &Connection) -> anyhow::Result<()> {
     match command {
-        Command::Topic(command) => topic::run(command).await,
-        Command::Produce(args) => produce::run(args).await,
-        Command::Consume(args) => consume::run(args).await,
-        Command::Group(command) => group::run(command).await,
-        Command::Cluster(command) => cluster::run(command).await,
-        Command::Transform(command) => transform::run(command).await,
+        Command::Topic(command) => topic::run(command, conn).await,
+        Command::Produce(args) => produce::run(args, conn).await,
+        Command::Consume(args) => consume::run(args, conn).await,
+        Command::Group(command) => group::run(command, conn).await,
+        Command::Cluster(command) => cluster::run(command, conn).await,
+        Command::Transform(command) => transform::run(command, conn).await,
     }
 }
 

@@ -38,8 +38,6 @@ const BATCHES_AHEAD: usize = 2;
 
 #[derive(Args, Debug)]
 pub struct ProduceArgs {
-    #[command(flatten)]
-    conn: Connection,
     /// Topic to write to.
     topic: String,
     /// Read records from this file instead of stdin.
@@ -70,14 +68,14 @@ struct Batch {
     lines: Vec<u64>,
 }
 
-pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+pub async fn run(args: ProduceArgs, conn: &Connection) -> anyhow::Result<()> {
     if args.format == RecordFormat::Json && args.key_separator.is_some() {
         anyhow::bail!("--key-separator applies to --format lines only (json lines carry their own key)");
     }
     if args.key_separator.as_deref() == Some("") {
         anyhow::bail!("--key-separator must not be empty");
     }
-    let client = Client::new(&args.conn.url)?;
+    let client = Client::new(&conn.url)?;
     let (input, input_len): (Box<dyn Read + Send>, Option<u64>) = match &args.file {
         Some(path) => {
             let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;

@@ -13,8 +13,6 @@ use super::{parse_key_value, Connection};
 
 #[derive(Args, Debug)]
 pub struct TopicCommand {
-    #[command(flatten)]
-    conn: Connection,
     #[command(subcommand)]
     action: TopicAction,
 }
@@ -58,9 +56,9 @@ enum TopicAction {
     },
 }
 
-pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
-    let client = Client::new(&command.conn.url)?;
-    let output = command.conn.output;
+pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()> {
+    let client = Client::new(&conn.url)?;
+    let output = conn.output;
     match command.action {
         TopicAction::Create { name, partitions, replication_factor, config } => {
             let mut body = json!({ "name": name });

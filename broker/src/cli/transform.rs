@@ -30,8 +30,6 @@ const LOG_LINES_MAX: u32 = 1000;
 
 #[derive(Args, Debug)]
 pub struct TransformCommand {
-    #[command(flatten)]
-    conn: Connection,
     #[command(subcommand)]
     action: TransformAction,
 }
@@ -143,12 +141,12 @@ struct LogsArgs {
     follow: bool,
 }
 
-pub async fn run(command: TransformCommand) -> anyhow::Result<()> {
-    let output = command.conn.output;
+pub async fn run(command: TransformCommand, conn: &Connection) -> anyhow::Result<()> {
+    let output = conn.output;
     match command.action {
         // Needs no node: a build works with none running.
         TransformAction::Build(args) => build(args, output),
-        action => run_remote(&Client::new(&command.conn.url)?, action, output).await,
+        action => run_remote(&Client::new(&conn.url)?, action, output).await,
     }
 }
 
