@@ -5,7 +5,9 @@
 //! utoipa, so it cannot drift from the routes) and the dashboard (`/`, assets embedded from
 //! `ui/`).
 //!
-//! Invariants: this is the only module that knows JSON; every failure leaves through
+//! Invariants: the only module of the node that speaks JSON to clients (the types it sends
+//! are its own; no type of `log/`, `partition/`, `group/`, `server/` or `transform/` derives
+//! `Serialize`, see the test below); every failure leaves through
 //! `error::ApiError` (one status/code mapping); request bodies are bounded by
 //! `socket.request.max.bytes` and long polls by `LONG_POLL_MAX_MS`; everything that touches
 //! partitions or groups goes through the Kafka handlers in process (`kafka.rs`), so HTTP
@@ -167,4 +169,42 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: watch::
     }
     reaper.abort();
     consumer::close_all(&state).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Every source file under `dir` (recursively) that names serde.
+    fn files_naming_serde(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).expect("read the source dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files_naming_serde(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                // A derive or impl of Serialize, or a use of serde / serde_json (not the verb
+                // "serializes" in a comment).
+                let names_serde = ["serde", "Serialize)", "Serialize,", "Serialize for"];
+                if names_serde.iter().any(|needle| text.contains(needle)) {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn serde_is_used_only_by_http_cli_the_controller_encoding_and_the_config_file() {
+        // Proves ARCHITECTURE.md's JSON invariant: outside http/, serde appears only in cli/ (an
+        // HTTP client), controller/ (its raft log, snapshot and RPC encoding) and config.rs (TOML).
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        files_naming_serde(&src, &mut found);
+        let allowed = |path: &str| {
+            let relative = path.strip_prefix(&*src.display().to_string()).unwrap_or(path).trim_start_matches('/');
+            ["http/", "cli/", "controller/"].iter().any(|dir| relative.starts_with(dir)) || relative == "config.rs"
+        };
+        let stray: Vec<&String> = found.iter().filter(|path| !allowed(path)).collect();
+        assert!(stray.is_empty(), "serde outside http/, cli/, controller/ and config.rs: {stray:?}");
+    }
 }
