@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::log::{ConfigError, LogConfig};
+use crate::server::ConnectionLimits;
 
 /// Flags and environment variables of `runnel serve`. Every field is optional so that the
 /// file and the defaults can fill what is not given.
@@ -56,6 +57,23 @@ pub struct ServeArgs {
     /// `socket.request.max.bytes` [default: 104857600].
     #[arg(long, env = "RUNNEL_SOCKET_REQUEST_MAX_BYTES")]
     pub socket_request_max_bytes: Option<usize>,
+    /// `queued.max.request.bytes`: bytes of requests being read or waiting to be handled, over
+    /// all connections; at least `socket.request.max.bytes` [default: 536870912; Kafka's -1,
+    /// unbounded, is not accepted].
+    #[arg(long, env = "RUNNEL_QUEUED_MAX_REQUEST_BYTES")]
+    pub queued_max_request_bytes: Option<usize>,
+    /// `max.connections`: Kafka connections of the node; beyond it accepting waits for one to
+    /// close [default: 10000].
+    #[arg(long, env = "RUNNEL_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// `max.connections.per.ip`: connections from one address; more are closed at once
+    /// [default: 10000].
+    #[arg(long, env = "RUNNEL_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
+    /// `connections.max.idle.ms`: a connection that reads and writes nothing for this long is
+    /// closed [default: 600000].
+    #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_IDLE_MS")]
+    pub connections_max_idle_ms: Option<u64>,
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
@@ -86,6 +104,10 @@ struct FileConfig {
     default_replication_factor: Option<u16>,
     auto_create_topics_enable: Option<bool>,
     socket_request_max_bytes: Option<usize>,
+    queued_max_request_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
+    connections_max_idle_ms: Option<u64>,
     housekeeping_interval_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     #[serde(default)]
@@ -112,6 +134,13 @@ pub enum ConfigFileError {
     LogSyntax(String),
     #[error("invalid voters {0:?}: expected id@host:port,...")]
     Voters(String),
+    #[error("{name} must be positive")]
+    NotPositive { name: &'static str },
+    #[error(
+        "queued.max.request.bytes {queued_max_request_bytes} must be at least socket.request.max.bytes \
+         {socket_request_max_bytes}: a request larger than the pool could never be read"
+    )]
+    QueuedMaxRequestBytesBelowRequestMax { queued_max_request_bytes: usize, socket_request_max_bytes: usize },
 }
 
 /// The resolved settings of a node.
@@ -130,6 +159,9 @@ pub struct NodeConfig {
     pub default_replication_factor: u16,
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
+    /// `queued.max.request.bytes`, `max.connections`, `max.connections.per.ip`,
+    /// `connections.max.idle.ms`.
+    pub connection_limits: ConnectionLimits,
     pub housekeeping_interval_ms: u64,
     pub offsets_retention_minutes: u64,
     pub log_defaults: LogConfig,
@@ -147,6 +179,9 @@ impl NodeConfig {
             }
             None => FileConfig::default(),
         };
+        let socket_request_max_bytes =
+            args.socket_request_max_bytes.or(file.socket_request_max_bytes).unwrap_or(104_857_600);
+        let connection_limits = resolve_connection_limits(args, &file, socket_request_max_bytes)?;
         let node_id = args.node_id.or(file.node_id).unwrap_or(1);
         let controller_listen = args
             .controller_listen
@@ -194,10 +229,8 @@ impl NodeConfig {
                 .auto_create_topics_enable
                 .or(file.auto_create_topics_enable)
                 .unwrap_or(true),
-            socket_request_max_bytes: args
-                .socket_request_max_bytes
-                .or(file.socket_request_max_bytes)
-                .unwrap_or(104_857_600),
+            socket_request_max_bytes,
+            connection_limits,
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
             offsets_retention_minutes: args
                 .offsets_retention_minutes
@@ -206,6 +239,49 @@ impl NodeConfig {
             log_defaults,
         })
     }
+}
+
+fn resolve_connection_limits(
+    args: &ServeArgs,
+    file: &FileConfig,
+    socket_request_max_bytes: usize,
+) -> Result<ConnectionLimits, ConfigFileError> {
+    let defaults = ConnectionLimits::default();
+    let limits = ConnectionLimits {
+        queued_max_request_bytes: args
+            .queued_max_request_bytes
+            .or(file.queued_max_request_bytes)
+            .unwrap_or(defaults.queued_max_request_bytes),
+        max_connections: args.max_connections.or(file.max_connections).unwrap_or(defaults.max_connections),
+        max_connections_per_ip: args
+            .max_connections_per_ip
+            .or(file.max_connections_per_ip)
+            .unwrap_or(defaults.max_connections_per_ip),
+        connections_max_idle_ms: args
+            .connections_max_idle_ms
+            .or(file.connections_max_idle_ms)
+            .unwrap_or(defaults.connections_max_idle_ms),
+    };
+    for (name, value) in [
+        ("socket.request.max.bytes", socket_request_max_bytes as u64),
+        ("queued.max.request.bytes", limits.queued_max_request_bytes as u64),
+        ("max.connections", limits.max_connections as u64),
+        ("max.connections.per.ip", limits.max_connections_per_ip as u64),
+        ("connections.max.idle.ms", limits.connections_max_idle_ms),
+    ] {
+        if value == 0 {
+            return Err(ConfigFileError::NotPositive { name });
+        }
+    }
+    // Every frame's bytes are taken from the pool before its body is read: a frame the pool
+    // cannot hold would wait forever.
+    if limits.queued_max_request_bytes < socket_request_max_bytes {
+        return Err(ConfigFileError::QueuedMaxRequestBytesBelowRequestMax {
+            queued_max_request_bytes: limits.queued_max_request_bytes,
+            socket_request_max_bytes,
+        });
+    }
+    Ok(limits)
 }
 
 fn parse_voters(text: &str) -> Result<BTreeMap<u64, String>, ConfigFileError> {
@@ -258,5 +334,30 @@ mod tests {
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Log(_))));
         let args = ServeArgs { voters: Some("1-localhost".into()), ..ServeArgs::default() };
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Voters(_))));
+    }
+
+    #[test]
+    fn queued_max_request_bytes_below_socket_request_max_bytes_is_refused() {
+        // Proves the request pool must hold the largest frame, and limits must be positive.
+        let args = ServeArgs {
+            socket_request_max_bytes: Some(1 << 20),
+            queued_max_request_bytes: Some(1 << 19),
+            ..ServeArgs::default()
+        };
+        assert!(matches!(
+            NodeConfig::resolve(&args),
+            Err(ConfigFileError::QueuedMaxRequestBytesBelowRequestMax {
+                queued_max_request_bytes: 524_288,
+                socket_request_max_bytes: 1_048_576
+            })
+        ));
+        let args = ServeArgs { max_connections_per_ip: Some(0), ..ServeArgs::default() };
+        assert!(matches!(
+            NodeConfig::resolve(&args),
+            Err(ConfigFileError::NotPositive { name: "max.connections.per.ip" })
+        ));
+        let limits = NodeConfig::resolve(&ServeArgs::default()).unwrap().connection_limits;
+        assert_eq!(limits.connections_max_idle_ms, 600_000);
+        assert_eq!(limits.queued_max_request_bytes, 536_870_912);
     }
 }

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Latency buckets (seconds) shared by Kafka API and HTTP request histograms: 50 µs to 30 s.
@@ -50,6 +50,16 @@ pub struct Metrics {
     apis: Mutex<HashMap<i16, (IntCounter, Histogram)>>,
     pub connections: IntGauge,
     pub connections_created: IntCounter,
+    /// Connections closed as soon as accepted, per reason (`max_connections_per_ip`).
+    pub connections_rejected: IntCounterVec,
+    /// Connections closed after `connections.max.idle.ms` without traffic.
+    pub connections_idle_expired: IntCounter,
+    /// Time the acceptor waited for a free slot at `max.connections`.
+    pub acceptor_blocked_seconds: Counter,
+    /// The `queued.max.request.bytes` pool: bytes granted to requests being read or handled, and
+    /// bytes left.
+    pub memory_pool_used_bytes: IntGauge,
+    pub memory_pool_available_bytes: IntGauge,
     http_requests: IntCounterVec,
     http_request_seconds: HistogramVec,
     pub isr_shrinks: IntCounter,
@@ -186,6 +196,36 @@ impl Metrics {
                 &r,
                 "kafka_server_socketserver_connection_creation_total",
                 "Kafka protocol connections accepted",
+            ),
+            connections_rejected: counter_vec(
+                &r,
+                "kafka_server_socketserver_connection_rejected_total",
+                "Kafka protocol connections closed as soon as accepted, per reason",
+                &["reason"],
+            ),
+            connections_idle_expired: counter(
+                &r,
+                "kafka_server_socketserver_connection_idle_expired_total",
+                "Kafka protocol connections closed after connections.max.idle.ms without traffic",
+            ),
+            acceptor_blocked_seconds: {
+                let metric = Counter::new(
+                    "kafka_network_acceptor_blocked_seconds_total",
+                    "Time the Kafka listener stopped accepting because max.connections were open",
+                )
+                .expect("valid metric");
+                r.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
+            memory_pool_used_bytes: gauge(
+                &r,
+                "kafka_network_socketserver_memory_pool_used_bytes",
+                "Bytes of queued.max.request.bytes held by requests being read or handled",
+            ),
+            memory_pool_available_bytes: gauge(
+                &r,
+                "kafka_network_socketserver_memory_pool_available_bytes",
+                "Bytes of queued.max.request.bytes free for the next requests",
             ),
             http_requests: counter_vec(
                 &r,

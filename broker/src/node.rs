@@ -120,6 +120,7 @@ impl Node {
                 default_replication_factor: config.default_replication_factor,
                 auto_create_topics: config.auto_create_topics_enable,
                 log_defaults: config.log_defaults.clone(),
+                connection_limits: config.connection_limits.clone(),
             },
             controller: controller.clone(),
             replicas: replicas.clone(),

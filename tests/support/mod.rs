@@ -88,7 +88,9 @@ impl Drop for Runnel {
 }
 
 fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+    // RUNNEL_TEST_BINARY runs the suite against another build (e.g. the one before a change).
+    let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
+    let mut child = Command::new(binary)
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
@@ -165,6 +167,12 @@ pub struct RawConn {
 impl RawConn {
     pub fn open(node: &Runnel, client_id: &'static str) -> RawConn {
         let stream = std::net::TcpStream::connect(node.kafka_addr).expect("connect to runnel");
+        stream.set_read_timeout(Some(START_TIMEOUT)).expect("read timeout");
+        RawConn { stream, next_correlation_id: 1, client_id }
+    }
+
+    /// A connection the caller opened (e.g. bound to another loopback source address).
+    pub fn from_stream(stream: std::net::TcpStream, client_id: &'static str) -> RawConn {
         stream.set_read_timeout(Some(START_TIMEOUT)).expect("read timeout");
         RawConn { stream, next_correlation_id: 1, client_id }
     }

@@ -1,18 +1,43 @@
 //! Accepting connections and serving one: 4-byte size framing, header decoding, dispatch,
 //! response framing. Requests of a connection are handled one at a time, in order.
+//!
+//! Bounds (Kafka's settings, `ConnectionLimits`): at `max.connections` the acceptor stops
+//! accepting until a connection closes; a connection beyond `max.connections.per.ip` is closed
+//! as soon as it is accepted; `connections.max.idle.ms` without traffic closes a connection.
+//! A frame's bytes are taken from the `queued.max.request.bytes` pool after its size is read
+//! and before its body is: while the pool is empty the connection reads nothing more (Kafka
+//! mutes it) and the bytes wait in the kernel's socket buffer. They go back to the pool when
+//! the response is written. The body buffer grows as bytes arrive, never to a size the client
+//! declared before sending it.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, BufReader};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::response::{pass_through_of, Frame, ResponseBuf};
-use super::{handlers, versions, Broker};
+use super::{handlers, versions, Broker, ConnectionLimits};
+
+/// The smallest allocation step of a frame body. A body buffer is sized by the bytes that have
+/// arrived (in the read-ahead buffer and the kernel's), at least this, and doubles as more come:
+/// a request sent at once is read with one allocation, one that trickles in costs at most twice
+/// its bytes (the allocator makes every allocated byte resident, so allocations must track
+/// arrivals).
+const FRAME_CHUNK_BYTES: usize = 64 << 10;
+
+/// Read-ahead buffer of a connection: a fixed cost per connection (`max.connections` of them),
+/// enough to read a small request's size and body with one syscall. Larger bodies bypass it.
+const READ_BUFFER_BYTES: usize = 16 << 10;
 
 tokio::task_local! {
     /// The client address of the request being handled (Kafka reports it as a group member's
@@ -44,6 +69,8 @@ enum ConnectionError {
     UnknownApi(i16),
     #[error("unsupported version {version} of {api:?}")]
     UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error("no traffic for connections.max.idle.ms {idle_ms}")]
+    IdleExpired { idle_ms: u64 },
 }
 
 impl ConnectionError {
@@ -55,28 +82,157 @@ impl ConnectionError {
             ConnectionError::Malformed(_) => "malformed",
             ConnectionError::UnknownApi(_) => "unknown_api",
             ConnectionError::UnsupportedVersion { .. } => "unsupported_version",
+            ConnectionError::IdleExpired { .. } => "idle",
+        }
+    }
+}
+
+/// The `queued.max.request.bytes` pool, shared by every connection of the listener.
+struct MemoryPool {
+    bytes: Arc<Semaphore>,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Bytes of the pool held by one request until it is dropped (its response written).
+struct PoolGrant {
+    _permit: OwnedSemaphorePermit,
+    bytes: usize,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl MemoryPool {
+    fn new(capacity_bytes: usize, metrics: Arc<crate::metrics::Metrics>) -> MemoryPool {
+        // The semaphore counts at most usize::MAX >> 3 permits; any real pool is far below.
+        let capacity_bytes = capacity_bytes.min(Semaphore::MAX_PERMITS);
+        metrics.memory_pool_available_bytes.set(capacity_bytes as i64);
+        metrics.memory_pool_used_bytes.set(0);
+        MemoryPool { bytes: Arc::new(Semaphore::new(capacity_bytes)), metrics }
+    }
+
+    /// Waits until `bytes` are free (first come, first served) and takes them. `bytes` is a
+    /// frame size already checked against `socket.request.max.bytes` (an i32, at most the pool).
+    async fn acquire(&self, bytes: usize) -> PoolGrant {
+        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        // The semaphore is never closed, so acquiring only waits.
+        let permit = match self.bytes.clone().acquire_many_owned(permits).await {
+            Ok(permit) => permit,
+            Err(_) => unreachable!("the request memory pool is never closed"),
+        };
+        self.metrics.memory_pool_used_bytes.add(bytes as i64);
+        self.metrics.memory_pool_available_bytes.sub(bytes as i64);
+        PoolGrant { _permit: permit, bytes, metrics: self.metrics.clone() }
+    }
+}
+
+impl Drop for PoolGrant {
+    fn drop(&mut self) {
+        self.metrics.memory_pool_used_bytes.sub(self.bytes as i64);
+        self.metrics.memory_pool_available_bytes.add(self.bytes as i64);
+    }
+}
+
+/// State shared by the acceptor and every connection task.
+struct Listener {
+    limits: ConnectionLimits,
+    pool: MemoryPool,
+    /// One permit per connection allowed by `max.connections`.
+    slots: Arc<Semaphore>,
+    /// Open connections per client address, for `max.connections.per.ip`.
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A connection's place in the per-address count, given back on drop.
+struct IpSlot {
+    listener: Arc<Listener>,
+    ip: IpAddr,
+}
+
+impl Listener {
+    /// Counts a connection from `ip`, or refuses it at `max.connections.per.ip`.
+    fn take_ip_slot(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
+        let mut per_ip = self.per_ip.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = per_ip.entry(ip).or_insert(0);
+        if *count >= self.limits.max_connections_per_ip {
+            return None;
+        }
+        *count += 1;
+        Some(IpSlot { listener: self.clone(), ip })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut per_ip = self.listener.per_ip.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = per_ip.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                per_ip.remove(&self.ip);
+            }
         }
     }
 }
 
 /// Accepts connections until `shutdown` turns true; each connection runs in its own task.
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let limits = broker.settings.connection_limits.clone();
+    let shared = Arc::new(Listener {
+        pool: MemoryPool::new(limits.queued_max_request_bytes, broker.metrics.clone()),
+        slots: Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS))),
+        per_ip: Mutex::new(HashMap::new()),
+        limits,
+    });
     loop {
+        // max.connections: like Kafka's acceptor, wait for a free slot before accepting; the
+        // clients that arrive meanwhile wait in the listen backlog.
+        let slot = match shared.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                tracing::debug!(max_connections = shared.limits.max_connections, "at max.connections: not accepting");
+                let blocked = std::time::Instant::now();
+                let slot = tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                    slot = shared.slots.clone().acquire_owned() => slot,
+                };
+                broker.metrics.acceptor_blocked_seconds.inc_by(blocked.elapsed().as_secs_f64());
+                match slot {
+                    Ok(slot) => slot,
+                    // Never closed; without slots there is nothing left to accept.
+                    Err(_) => return,
+                }
+            }
+        };
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Some(ip_slot) = shared.take_ip_slot(peer.ip()) else {
+                    // Kafka closes it at once (TooManyConnectionsException).
+                    broker.metrics.connections_rejected.with_label_values(&["max_connections_per_ip"]).inc();
+                    tracing::info!(
+                        %peer,
+                        max_connections_per_ip = shared.limits.max_connections_per_ip,
+                        "closing connection: its address has max.connections.per.ip open"
+                    );
+                    drop(stream);
+                    continue;
+                };
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
+                let shared = shared.clone();
                 tokio::spawn(async move {
+                    let _slots = (slot, ip_slot);
                     let metrics = broker.metrics.clone();
                     metrics.connections.inc();
                     metrics.connections_created.inc();
-                    match handle_connection(stream, peer, broker, shutdown).await {
+                    match handle_connection(stream, peer, broker, &shared, shutdown).await {
                         Ok(()) => tracing::debug!(%peer, "connection closed"),
                         Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection closed"),
+                        Err(e @ ConnectionError::IdleExpired { .. }) => {
+                            metrics.connections_idle_expired.inc();
+                            tracing::debug!(%peer, error = %e, "closing idle connection");
+                        }
                         Err(e) => {
                             metrics.kafka_request_error(e.reason());
                             tracing::warn!(%peer, error = %e, "closing connection");
@@ -98,15 +254,20 @@ async fn handle_connection(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
+    listener: &Listener,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let (reader, mut writer) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 << 10, reader);
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let max = broker.settings.request_max_bytes;
+    let idle_ms = listener.limits.connections_max_idle_ms;
+    let idle = Duration::from_millis(idle_ms);
+    let mut last_traffic = Instant::now();
     loop {
         let size = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            _ = tokio::time::sleep_until(last_traffic + idle) => return Err(ConnectionError::IdleExpired { idle_ms }),
             size = reader.read_i32() => match size {
                 Ok(size) => size,
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
@@ -116,17 +277,74 @@ async fn handle_connection(
         if size < 0 || size as usize > max {
             return Err(ConnectionError::TooLarge { size: size as i64, max });
         }
-        let mut frame = BytesMut::zeroed(size as usize);
-        reader.read_exact(&mut frame).await?;
-        let frame = frame.freeze();
+        let size = size as usize;
+        // Waiting for the pool is the broker's doing, not the client's: it does not count as
+        // idle time.
+        let grant = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            grant = listener.pool.acquire(size) => grant,
+        };
+        last_traffic = Instant::now();
+        let frame = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            frame = read_body(&mut reader, size, idle_ms, &mut last_traffic) => frame?,
+        };
         let started = std::time::Instant::now();
         let api_key = if frame.len() >= 2 { i16::from_be_bytes([frame[0], frame[1]]) } else { -1 };
         if let Some(response) = PEER.scope(peer, handle_frame(&broker, frame)).await? {
-            response.write_to(&mut writer).await?;
+            // A client that stops reading its responses would hold the connection (and its
+            // request's pool bytes) forever: the write too must end within the idle time.
+            tokio::time::timeout(idle, response.write_to(&mut writer))
+                .await
+                .map_err(|_| ConnectionError::IdleExpired { idle_ms })??;
         }
+        drop(grant);
+        last_traffic = Instant::now();
         broker.metrics.kafka_request(api_key, started.elapsed().as_secs_f64());
         tracing::trace!(%peer, "request handled");
     }
+}
+
+/// Bytes that reached this connection and are not read yet: the read-ahead buffer's plus the
+/// kernel's (FIONREAD). Sizing a buffer by them is sizing it by bytes that arrived.
+fn arrived_bytes(reader: &BufReader<OwnedReadHalf>) -> usize {
+    let fd = AsRef::<TcpStream>::as_ref(reader.get_ref()).as_raw_fd();
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer; `fd` is open while `reader` lives.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+    let in_kernel = if rc == 0 { queued.max(0) as usize } else { 0 };
+    reader.buffer().len() + in_kernel
+}
+
+/// Reads a frame body of `size` bytes, allocating as the bytes arrive: a client that declares a
+/// large frame and sends a little of it holds a little memory. Each read must bring bytes
+/// within `connections.max.idle.ms` of the previous traffic.
+async fn read_body(
+    reader: &mut BufReader<OwnedReadHalf>,
+    size: usize,
+    idle_ms: u64,
+    last_traffic: &mut Instant,
+) -> Result<Bytes, ConnectionError> {
+    let idle = Duration::from_millis(idle_ms);
+    let mut body: Vec<u8> = Vec::new();
+    while body.len() < size {
+        if body.len() == body.capacity() {
+            // What arrived, or double what was read, never past the frame: the capacity stays
+            // at most `size`.
+            let step = arrived_bytes(reader).max(body.len()).max(FRAME_CHUNK_BYTES);
+            body.reserve_exact((size - body.len()).min(step));
+        }
+        let room = (body.capacity() - body.len()).min(size - body.len());
+        let read = tokio::time::timeout_at(*last_traffic + idle, (&mut *reader).take(room as u64).read_buf(&mut body))
+            .await
+            .map_err(|_| ConnectionError::IdleExpired { idle_ms })??;
+        if read == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        *last_traffic = Instant::now();
+    }
+    debug_assert_eq!(body.len(), size);
+    Ok(Bytes::from(body))
 }
 
 /// Decodes one request frame, runs its handler and returns the framed response (or none, for

@@ -6,6 +6,10 @@
 //! `socket.request.max.bytes`, a malformed header or body, an unknown API key, or an
 //! unsupported version (other than ApiVersions, which answers UNSUPPORTED_VERSION as the spec
 //! prescribes) closes only that connection. No handler panics on client input.
+//! What clients can make the listener hold is bounded (`ConnectionLimits`): connections in all
+//! and per address, idle time, and the bytes of requests being read or handled, which are taken
+//! from one pool before a frame's body is read (no buffer is sized by a length the client
+//! declared before its bytes arrive).
 //! Error codes are mapped from typed errors in exactly one place: `errors.rs`.
 
 mod connection;
@@ -37,6 +41,38 @@ pub struct ServerSettings {
     pub auto_create_topics: bool,
     /// Broker-level defaults of every topic config.
     pub log_defaults: LogConfig,
+    /// Bounds on connections and on the request bytes they hold.
+    pub connection_limits: ConnectionLimits,
+}
+
+/// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,
+/// Runnel's is a bound no ordinary client reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `queued.max.request.bytes`: bytes of requests being read or handled, over all
+    /// connections (Kafka's memory pool; Kafka's default -1 is unbounded).
+    pub queued_max_request_bytes: usize,
+    /// `max.connections`: at the limit, accepting waits until a connection closes.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`: a connection beyond it is closed at once.
+    pub max_connections_per_ip: usize,
+    /// `connections.max.idle.ms`: a connection that reads and writes nothing this long is closed.
+    pub connections_max_idle_ms: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            // Five requests of the largest default size (socket.request.max.bytes, 100 MiB), or
+            // hundreds of ordinary ones of about 1 MB.
+            queued_max_request_bytes: 512 << 20,
+            // Kafka: unbounded (2147483647). Far above what clients of one node open, below the
+            // file descriptors a server is usually given.
+            max_connections: 10_000,
+            max_connections_per_ip: 10_000,
+            connections_max_idle_ms: 600_000,
+        }
+    }
 }
 
 /// Everything a request handler can reach.

@@ -213,6 +213,34 @@ fn describe_broker(settings: &ServerSettings) -> Vec<Described> {
             ConfigType::Int,
             "Largest request the server accepts.",
         ),
+        (
+            "queued.max.request.bytes",
+            settings.connection_limits.queued_max_request_bytes.to_string(),
+            Some("-1".to_string()),
+            ConfigType::Long,
+            "Bytes of requests being read or handled over all connections.",
+        ),
+        (
+            "max.connections",
+            settings.connection_limits.max_connections.to_string(),
+            Some("2147483647".to_string()),
+            ConfigType::Int,
+            "Connections the broker accepts; beyond it accepting waits.",
+        ),
+        (
+            "max.connections.per.ip",
+            settings.connection_limits.max_connections_per_ip.to_string(),
+            Some("2147483647".to_string()),
+            ConfigType::Int,
+            "Connections allowed from one address.",
+        ),
+        (
+            "connections.max.idle.ms",
+            settings.connection_limits.connections_max_idle_ms.to_string(),
+            Some("600000".to_string()),
+            ConfigType::Long,
+            "Idle connections are closed after this many milliseconds.",
+        ),
     ];
     for info in &TOPIC_CONFIGS {
         if let Some(value) = settings.log_defaults.get(info.name) {
@@ -430,6 +458,7 @@ mod tests {
             default_replication_factor: 1,
             auto_create_topics: true,
             log_defaults: LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() },
+            connection_limits: crate::server::ConnectionLimits::default(),
         };
         let described = describe_broker(&settings);
         let find = |name: &str| described.iter().find(|d| d.name == name).unwrap().clone();
