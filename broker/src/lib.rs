@@ -1,11 +1,12 @@
 //! Runnel broker library: the storage engine, the partition layer, the metadata quorum,
 //! consumer groups, the Kafka protocol server, the HTTP API and metrics, the node that composes
-//! them, WASM transforms (through `runnel_runtime`), and the `runnel` CLI. Transactions and
-//! replication come as the roadmap (`shared/DESIGN.md` §7) adds them.
+//! them, WASM transforms (through `runnel_runtime`), and the `runnel` CLI. The pure cores of
+//! replication exist (`replication`, `controller::election`); their wiring and transactions come
+//! as the roadmap (`shared/DESIGN.md` §7) adds them.
 //!
 //! Layers are folders and dependencies flow one way:
-//! `log ← partition ← controller ← group ← transform ← server ← http ← node`, with `metrics` written by
-//! `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
+//! `log ← partition/replication ← controller ← group ← transform ← server ← http ← node`, with
+//! `metrics` written by `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
 
 pub mod cli;
 pub mod config;
@@ -16,5 +17,6 @@ pub mod log;
 pub mod metrics;
 pub mod node;
 pub mod partition;
+pub mod replication;
 pub mod server;
 pub mod transform;

@@ -12,6 +12,7 @@
 //! `ControllerError` only. This module must not touch partition data or client connections.
 
 mod disk;
+pub mod election;
 mod error;
 mod image;
 mod log_store;
