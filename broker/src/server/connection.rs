@@ -307,7 +307,11 @@ async fn handle_connection(
 
 /// Bytes that reached this connection and are not read yet: the read-ahead buffer's plus the
 /// kernel's (FIONREAD). Sizing a buffer by them is sizing it by bytes that arrived.
-fn arrived_bytes(reader: &BufReader<OwnedReadHalf>) -> usize {
+fn arrived_bytes(reader: &BufReader<OwnedReadHalf>, wanted: usize) -> usize {
+    if reader.buffer().len() >= wanted {
+        // A small request read ahead whole: no syscall needed.
+        return reader.buffer().len();
+    }
     let fd = AsRef::<TcpStream>::as_ref(reader.get_ref()).as_raw_fd();
     let mut queued: libc::c_int = 0;
     // SAFETY: FIONREAD writes one c_int through the pointer; `fd` is open while `reader` lives.
@@ -331,7 +335,7 @@ async fn read_body(
         if body.len() == body.capacity() {
             // What arrived, or double what was read, never past the frame: the capacity stays
             // at most `size`.
-            let step = arrived_bytes(reader).max(body.len()).max(FRAME_CHUNK_BYTES);
+            let step = arrived_bytes(reader, size - body.len()).max(body.len()).max(FRAME_CHUNK_BYTES);
             body.reserve_exact((size - body.len()).min(step));
         }
         let room = (body.capacity() - body.len()).min(size - body.len());
