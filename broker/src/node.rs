@@ -295,9 +295,9 @@ fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) 
     }
     let cluster_id = cluster_id.map(str::to_string).unwrap_or_else(new_cluster_id);
     let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)?;
+    // fsynced and renamed durably: after a power loss a half-written or vanished file would
+    // give this directory a new cluster id.
+    crate::log::durable::write_atomically(&path, text.as_bytes()).map_err(io)?;
     Ok(cluster_id)
 }
 

@@ -123,17 +123,15 @@ pub(crate) enum Durability {
 /// Replaces `dir/name` with `bytes` through `dir/name.tmp` and a rename.
 pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8], durability: Durability) -> Result<(), StoreError> {
     let path = dir.join(name);
+    if durability == Durability::Durable {
+        // The one write-fsync-rename-fsync sequence of the node.
+        return crate::log::durable::write_atomically(&path, bytes).map_err(StoreError::io("write atomically", &path));
+    }
     let tmp = dir.join(format!("{name}.tmp"));
     let mut file = File::create(&tmp).map_err(StoreError::io("create", &tmp))?;
     file.write_all(bytes).map_err(StoreError::io("write", &tmp))?;
-    if durability == Durability::Durable {
-        file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
-    }
     drop(file);
     std::fs::rename(&tmp, &path).map_err(StoreError::io("rename into place", &path))?;
-    if durability == Durability::Durable {
-        sync_dir(dir)?;
-    }
     Ok(())
 }
 

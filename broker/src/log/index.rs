@@ -118,8 +118,18 @@ impl MappedFile {
         lo.checked_sub(1)
     }
 
+    /// Drops entries past `entries`, zeroing their bytes: a cut-back or truncated index must
+    /// read as the index that never had them (a crash then finds zeros, which fail the sanity
+    /// check, rather than stale entries).
     fn truncate_entries(&mut self, entries: usize) {
-        self.entries = self.entries.min(entries);
+        let keep = self.entries.min(entries);
+        if keep < self.entries {
+            if let Some(map) = self.mmap.as_mut() {
+                let end = (self.entries * self.entry_size).min(map.len());
+                map[keep * self.entry_size..end].fill(0);
+            }
+        }
+        self.entries = keep;
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -287,6 +297,10 @@ impl OffsetIndex {
     pub fn reset(&mut self) {
         self.file.reset();
     }
+    /// Keeps only the first `entries` entries.
+    pub fn truncate_entries(&mut self, entries: usize) {
+        self.file.truncate_entries(entries);
+    }
     pub fn flush(&self) -> io::Result<()> {
         self.file.flush()
     }
@@ -400,6 +414,10 @@ impl TimeIndex {
         Ok(())
     }
 
+    /// Keeps only the first `entries` entries.
+    pub fn truncate_entries(&mut self, entries: usize) {
+        self.file.truncate_entries(entries);
+    }
     pub fn reset(&mut self) {
         self.file.reset();
     }

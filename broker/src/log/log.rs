@@ -26,6 +26,7 @@ use super::batch::{
     MAX_TIMESTAMP_AT,
 };
 use super::config::LogConfig;
+use super::durable::{self, sync_dir};
 use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
 
 /// Where wall-clock time comes from; tests drive a [`ManualClock`].
@@ -93,6 +94,12 @@ pub enum LogError {
     /// INVALID_RECORD: a well-formed batch that breaks the producer rules.
     #[error("invalid record: {reason}")]
     InvalidRecord { reason: &'static str },
+    /// INVALID_RECORD, or INVALID_TIMESTAMP when a timestamp is among the reasons: records of
+    /// well-formed batches break a topic rule (Kafka's `LogValidator`). `record_errors` name
+    /// each record (its index within its batch) for the Produce response's `record_errors`
+    /// (KIP-467), so that clients fail only those and retry nothing; nothing was appended.
+    #[error("{}", invalid_records_message(*.invalid_timestamp, .record_errors))]
+    InvalidRecords { invalid_timestamp: bool, record_errors: Vec<RecordError> },
     /// MESSAGE_TOO_LARGE.
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
@@ -120,6 +127,31 @@ pub enum LogError {
     /// it refuses writes until it is reopened (which recovers it).
     #[error("log {dir} is offline after an I/O failure")]
     Offline { dir: PathBuf },
+}
+
+/// One rejected record: its index within its batch and why, as in Kafka's `RecordError`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: i32,
+    pub message: String,
+}
+
+/// Kafka's top-level messages for a batch with record errors (`LogValidator.processRecordErrors`).
+fn invalid_records_message(invalid_timestamp: bool, errors: &[RecordError]) -> String {
+    if invalid_timestamp {
+        return "One or more records have been rejected due to invalid timestamp".to_string();
+    }
+    let shown: Vec<String> = errors
+        .iter()
+        .take(3)
+        .map(|e| format!("RecordError(batchIndex={}, message='{}')", e.batch_index, e.message))
+        .collect();
+    format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three \
+         errors at most: [{}]",
+        errors.len(),
+        shown.join(", ")
+    )
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LogError + 'a {
@@ -154,20 +186,13 @@ impl Checkpoint {
         })
     }
 
-    /// Writes atomically: temp file, fsync, rename, fsync the directory.
+    /// Writes atomically (see [`durable::write_atomically`]).
     fn write(&self, dir: &Path) -> io::Result<()> {
         let text = format!(
             "runnel-log-checkpoint 1\nlog_start_offset {}\nrecovery_point {}\nclean_shutdown {}\n",
             self.log_start_offset, self.recovery_point, self.clean_shutdown as u8
         );
-        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        {
-            let file = fs::File::create(&tmp)?;
-            io::Write::write_all(&mut &file, text.as_bytes())?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
-        sync_dir(dir)
+        durable::write_atomically(&dir.join(CHECKPOINT_FILE), text.as_bytes())
     }
 }
 
@@ -192,8 +217,12 @@ fn delete_segment_files(dir: &Path, bases: &[i64]) -> Result<u64, LogError> {
     Ok(removed)
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
+/// The state an append started from (see [`Log::undo_append`]).
+struct AppendStart {
+    active_base: i64,
+    active: segment::AppendMark,
+    log_end_offset: i64,
+    recovery_point: i64,
 }
 
 /// What one retention pass removed.
@@ -345,28 +374,35 @@ impl Log {
     }
 
     /// Appends batches from a producer (or a coordinator) as the leader: validates every batch
-    /// first (header, CRC, producer rules, size), then assigns consecutive offsets from the log
-    /// end offset and stamps `partition_leader_epoch`, writing the bytes as they came. Either all
-    /// batches are appended or, on a validation error, none.
+    /// first (header, CRC, producer rules, size, per-record topic rules), then assigns
+    /// consecutive offsets from the log end offset and stamps `partition_leader_epoch`, writing
+    /// the bytes as they came. All or nothing: a validation error writes nothing, and an I/O
+    /// failure part-way (a write, a roll, the flush) cuts every touched segment back to where
+    /// the append started (see [`Log::undo_append`]).
     pub fn append_as_leader(
         &mut self,
         records: &Bytes,
         partition_leader_epoch: i32,
         origin: AppendOrigin,
     ) -> Result<AppendInfo, LogError> {
+        let now = self.clock.now_ms();
         let mut record_count = 0i64;
         let mut offsets_needed = 0i64;
+        let mut record_errors = Vec::new();
+        let mut invalid_timestamp = false;
         let mut rest = &records[..];
         while !rest.is_empty() {
             let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
             self.check_batch(&header, origin)?;
-            if self.config.cleanup_policy.compact && origin == AppendOrigin::Client {
-                let start = records.len() - rest.len();
-                check_keys_present(&records.slice(start..start + header.size()))?;
-            }
+            let start = records.len() - rest.len();
+            let batch_bytes = records.slice(start..start + header.size());
+            self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
             record_count += header.record_count as i64;
             offsets_needed += header.last_offset_delta as i64 + 1;
             rest = &rest[header.size()..];
+        }
+        if !record_errors.is_empty() {
+            return Err(LogError::InvalidRecords { invalid_timestamp, record_errors });
         }
         if offsets_needed == 0 {
             return Err(LogError::InvalidRecord { reason: "no record batches" });
@@ -375,7 +411,6 @@ impl Log {
             return Err(LogError::OffsetOverflow { log_end_offset: self.log_end_offset });
         }
         self.mark_dirty()?;
-        let now = self.clock.now_ms();
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let mut info = AppendInfo {
             first_offset: self.log_end_offset,
@@ -387,28 +422,139 @@ impl Log {
             record_count,
             bytes: records.len() as u64,
         };
-        let mut rest = &records[..];
-        while !rest.is_empty() {
-            let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
-            let (batch, tail) = rest.split_at(size);
-            rest = tail;
-            let mut header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
-            batch::patch_header(&mut header, self.log_end_offset, partition_leader_epoch);
-            let body = &batch[HEADER_SIZE..];
-            if log_append {
-                stamp_log_append_time(&mut header, body, now);
+        let start = self.append_start();
+        let written = (|| {
+            let mut rest = &records[..];
+            while !rest.is_empty() {
+                let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
+                let (batch, tail) = rest.split_at(size);
+                rest = tail;
+                let mut header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
+                batch::patch_header(&mut header, self.log_end_offset, partition_leader_epoch);
+                let body = &batch[HEADER_SIZE..];
+                if log_append {
+                    stamp_log_append_time(&mut header, body, now);
+                }
+                let parsed = BatchHeader::read(&header).expect("61 bytes");
+                self.append_batch(&header, body, &parsed, now)?;
+                if parsed.max_timestamp > info.max_timestamp {
+                    info.max_timestamp = parsed.max_timestamp;
+                    info.offset_of_max_timestamp = parsed.last_offset();
+                }
+                info.last_offset = parsed.last_offset();
+                info.batch_count += 1;
             }
-            let parsed = BatchHeader::read(&header).expect("61 bytes");
-            self.append_batch(&header, body, &parsed, now)?;
-            if parsed.max_timestamp > info.max_timestamp {
-                info.max_timestamp = parsed.max_timestamp;
-                info.offset_of_max_timestamp = parsed.last_offset();
-            }
-            info.last_offset = parsed.last_offset();
-            info.batch_count += 1;
+            self.after_append(record_count)
+        })();
+        if let Err(e) = written {
+            self.undo_append(&start);
+            return Err(e);
         }
-        self.after_append(record_count)?;
         Ok(info)
+    }
+
+    /// Kafka's per-record rules (`LogValidator.validateRecord`): compacted topics need a key on
+    /// every client record; with CreateTime, timestamps must lie within
+    /// `message.timestamp.before.max.ms` / `after.max.ms` of the broker's clock. Records are
+    /// decoded only when a rule applies (a compacted topic, or a bound other than the default
+    /// `i64::MAX`, which is no bound), so the default append path stays decode-free.
+    fn check_records(
+        &self,
+        batch_bytes: &Bytes,
+        origin: AppendOrigin,
+        now: i64,
+        errors: &mut Vec<RecordError>,
+        invalid_timestamp: &mut bool,
+    ) -> Result<(), LogError> {
+        let need_key = self.config.cleanup_policy.compact && origin == AppendOrigin::Client;
+        let create_time = self.config.message_timestamp_type == TimestampType::CreateTime;
+        let before_max = self.config.message_timestamp_before_max_ms;
+        let after_max = self.config.message_timestamp_after_max_ms;
+        let bounded = create_time && (before_max != i64::MAX || after_max != i64::MAX);
+        if !need_key && !bounded {
+            return Ok(());
+        }
+        let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
+        for (index, record) in batch.record_iter().map_err(LogError::CorruptBatch)?.enumerate() {
+            let record = record.map_err(LogError::CorruptBatch)?;
+            let batch_index = index as i32;
+            // One error per record, the key first, as Kafka's `validateRecord` returns.
+            if need_key && record.key.is_none() {
+                errors.push(RecordError {
+                    batch_index,
+                    message: format!(
+                        "Compacted topic cannot accept message without key in topic partition {}.",
+                        self.topic_partition()
+                    ),
+                });
+                continue;
+            }
+            // i128: a client timestamp and the bounds are arbitrary i64s.
+            let (ts, now_wide) = (record.timestamp as i128, now as i128);
+            let too_old = before_max != i64::MAX && now_wide - ts > before_max as i128;
+            let too_new = after_max != i64::MAX && ts - now_wide > after_max as i128;
+            if bounded && record.timestamp != batch::NO_TIMESTAMP && (too_old || too_new) {
+                *invalid_timestamp = true;
+                errors.push(RecordError {
+                    batch_index,
+                    message: format!(
+                        "Timestamp {} of message with offset {} is out of range. The timestamp should be within [{}, {}]",
+                        record.timestamp,
+                        record.offset,
+                        now.saturating_sub(before_max),
+                        now.saturating_add(after_max)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `<topic>-<partition>`, the directory's name, for Kafka's messages.
+    fn topic_partition(&self) -> String {
+        self.dir.file_name().map_or_else(|| self.dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// Where an append starts, for [`Log::undo_append`].
+    fn append_start(&self) -> AppendStart {
+        let (&active_base, active) = self.segments.iter().next_back().expect("a log always has an active segment");
+        AppendStart {
+            active_base,
+            active: active.append_mark(),
+            log_end_offset: self.log_end_offset,
+            recovery_point: self.recovery_point,
+        }
+    }
+
+    /// Puts the log back where `start` found it after a write, roll or flush failed part-way:
+    /// segments rolled since are deleted, the segment that was active is cut back to its size
+    /// and index entries and becomes active again, and the log end offset and recovery point
+    /// are restored; the cut is fsynced so that a crash cannot bring the batches back. Nothing
+    /// of the append stays, so a client's retry appends each batch once. If the undo itself
+    /// fails the log goes offline (a reopen recovers it).
+    fn undo_append(&mut self, start: &AppendStart) {
+        let settings = index_settings(&self.config);
+        let dir = self.dir.clone();
+        let undone = (|| -> io::Result<()> {
+            let rolled: Vec<i64> = self.segments.range(start.active_base + 1..).map(|(base, _)| *base).collect();
+            for base in rolled.into_iter().rev() {
+                let segment = self.segments.remove(&base).expect("listed above");
+                segment.delete_files()?;
+            }
+            let active = self.segments.get_mut(&start.active_base).expect("the segment the append started in");
+            active.cut_back(&start.active, settings)?;
+            sync_dir(&dir)
+        })();
+        self.log_end_offset = start.log_end_offset;
+        self.recovery_point = start.recovery_point;
+        let undone = undone.map_err(io_err("undo a failed append in", &dir)).and_then(|()| self.write_checkpoint(false));
+        match undone {
+            Ok(()) => self.check_invariants(),
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "could not undo a failed append; the log is offline");
+                self.offline = true;
+            }
+        }
     }
 
     /// Appends batches replicated from the leader: offsets and epochs are kept as they are;
@@ -453,23 +599,30 @@ impl Log {
             record_count,
             bytes: records.len() as u64,
         };
-        let mut rest = &records[..];
-        while !rest.is_empty() {
-            let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
-            let (batch, tail) = rest.split_at(size);
-            rest = tail;
-            let header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
-            let parsed = BatchHeader::read(&header).expect("61 bytes");
-            self.append_batch(&header, &batch[HEADER_SIZE..], &parsed, now)?;
-            info.first_offset = info.first_offset.min(parsed.base_offset);
-            info.last_offset = parsed.last_offset();
-            if parsed.max_timestamp > info.max_timestamp {
-                info.max_timestamp = parsed.max_timestamp;
-                info.offset_of_max_timestamp = parsed.last_offset();
+        let start = self.append_start();
+        let written = (|| {
+            let mut rest = &records[..];
+            while !rest.is_empty() {
+                let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
+                let (batch, tail) = rest.split_at(size);
+                rest = tail;
+                let header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
+                let parsed = BatchHeader::read(&header).expect("61 bytes");
+                self.append_batch(&header, &batch[HEADER_SIZE..], &parsed, now)?;
+                info.first_offset = info.first_offset.min(parsed.base_offset);
+                info.last_offset = parsed.last_offset();
+                if parsed.max_timestamp > info.max_timestamp {
+                    info.max_timestamp = parsed.max_timestamp;
+                    info.offset_of_max_timestamp = parsed.last_offset();
+                }
+                info.batch_count += 1;
             }
-            info.batch_count += 1;
+            self.after_append(record_count)
+        })();
+        if let Err(e) = written {
+            self.undo_append(&start);
+            return Err(e);
         }
-        self.after_append(record_count)?;
         Ok(info)
     }
 
@@ -508,13 +661,9 @@ impl Log {
         if self.should_roll(header, now) {
             self.roll_at(header.base_offset)?;
         }
-        let active = self.active_mut();
-        if let Err(source) = active.append(header_bytes, body) {
-            // The segment cut the partial batch; if even that failed it returned the cut's error
-            // and the file may hold garbage past `size`: refuse writes until a reopen recovers.
-            if active.file().metadata().map_or(true, |m| m.len() != active.size()) {
-                self.offline = true;
-            }
+        if let Err(source) = self.active_mut().append(header_bytes, body) {
+            // The segment cut the partial batch (or could not: the caller's `undo_append` cuts
+            // again, and takes the log offline if that fails too).
             return Err(LogError::Io { op: "append to", path: self.dir.clone(), source });
         }
         self.log_end_offset = header.last_offset() + 1;
@@ -908,17 +1057,6 @@ fn stamp_log_append_time(header: &mut [u8; HEADER_SIZE], body: &[u8], now: i64) 
     header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// Compacted topics need a key on every record (Kafka rejects keyless records there).
-fn check_keys_present(batch_bytes: &Bytes) -> Result<(), LogError> {
-    let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
-    for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
-        if record.map_err(LogError::CorruptBatch)?.key.is_none() {
-            return Err(LogError::InvalidRecord { reason: "compacted topic cannot accept a record without a key" });
-        }
-    }
-    Ok(())
-}
-
 pub(super) fn index_settings(config: &LogConfig) -> IndexSettings {
     IndexSettings { index_interval_bytes: config.index_interval_bytes, segment_index_bytes: config.segment_index_bytes }
 }
@@ -981,9 +1119,12 @@ pub(super) fn cleaned_dir(dir: &Path) -> PathBuf {
 /// makes a crash mid-way finish on the next open.
 pub(super) fn commit_cleaned(dir: &Path) -> io::Result<()> {
     let cleaned = dir.join(CLEANED_DIR);
+    // The cleaned files' directory entries, then the marker, then `.cleaned` itself in the
+    // partition directory: the marker must never be durable before what it vouches for, and a
+    // crash during the renames below must find `.cleaned/COMMIT` to finish them.
     sync_dir(&cleaned)?;
-    fs::File::create(cleaned.join(CLEANED_COMMIT))?.sync_all()?;
-    sync_dir(&cleaned)?;
+    durable::write_atomically(&cleaned.join(CLEANED_COMMIT), b"")?;
+    sync_dir(dir)?;
     finish_or_discard_cleaning(dir)
 }
 

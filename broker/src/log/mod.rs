@@ -2,13 +2,14 @@
 //!
 //! Owns: RecordBatch v2 views and codecs (`batch`, `records`), segment files and their sparse
 //! indexes (`segment`, `index`), the partition log with recovery, retention and flushing
-//! (`log`), and key-based compaction (`compaction`).
+//! (`log`), key-based compaction (`compaction`), and crash-safe file replacement (`durable`).
 //! Invariant: `log/` is the only module that writes or fsyncs partition files. It knows nothing
 //! of the network, replication or high watermarks beyond the upper bound a reader passes in.
 
 pub mod batch;
 pub mod compaction;
 pub mod config;
+pub mod durable;
 pub mod index;
 #[allow(clippy::module_inception)]
 mod log;
@@ -18,6 +19,6 @@ pub mod segment;
 pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
 pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
 pub use self::log::{
-    AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RetentionOutcome, SystemClock,
-    CHECKPOINT_FILE,
+    AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
+    SystemClock, CHECKPOINT_FILE,
 };

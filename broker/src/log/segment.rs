@@ -45,6 +45,19 @@ pub enum ScanEnd {
     Truncated { position: u64, reason: String },
 }
 
+/// What a segment looked like before an append, so that a failed append can be undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendMark {
+    size: u64,
+    index_entries: usize,
+    time_index_entries: usize,
+    bytes_since_index_entry: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    first_batch_timestamp: Option<i64>,
+}
+
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
@@ -67,6 +80,10 @@ pub struct Segment {
 impl Segment {
     /// Creates an empty segment, replacing stale files with the same base offset.
     pub fn create(dir: &Path, base_offset: i64, settings: IndexSettings, now_ms: i64) -> io::Result<Segment> {
+        #[cfg(test)]
+        if fault::create_fails() {
+            return Err(io::Error::other("injected segment creation failure"));
+        }
         let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
         let log = OpenOptions::new().read(true).append(true).create(true).open(&log_path)?;
         log.set_len(0)?;
@@ -277,7 +294,15 @@ impl Segment {
     /// Kafka's rule: an entry once more than `index.interval.bytes` were written since the last.
     fn index_batch(&mut self, header: &BatchHeader, position: u64) {
         self.note_timestamp(header);
-        if self.bytes_since_index_entry > self.settings.index_interval_bytes as u64 {
+        // A full index takes no more entries: the log rolls before appending to a non-empty
+        // segment whose index is full (with `segment.index.bytes` below one entry, after every
+        // batch), so this skips entries only for the batch that opens a segment (which is never
+        // indexed anyway) or when a rebuild or compaction meets a segment written with a larger
+        // `segment.index.bytes`. A sparser index is still correct: lookups scan forward from the
+        // floor entry. Both indexes skip together, so the tail after the last offset index entry
+        // still holds every batch the time index does not cover.
+        let index_room = !self.index.is_full() && !self.time_index.is_full();
+        if index_room && self.bytes_since_index_entry > self.settings.index_interval_bytes as u64 {
             self.index.append(header.last_offset(), position as u32);
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
             self.bytes_since_index_entry = 0;
@@ -294,7 +319,6 @@ impl Segment {
         debug_assert_eq!(header.size(), HEADER_SIZE + body.len());
         assert!(header.base_offset >= self.next_offset, "offsets grow within a segment");
         assert!(header.last_offset() - self.base_offset <= i32::MAX as i64, "relative offset fits");
-        assert!(!self.index.is_full(), "the log rolls before the index fills up");
         // The first append after opening preallocates the index files (before the write, so a
         // failure here leaves the segment untouched).
         self.index.reserve()?;
@@ -312,6 +336,41 @@ impl Segment {
         }
         self.size += header.size() as u64;
         self.index_batch(&header, position);
+        Ok(())
+    }
+
+    /// Where the segment stands now, for [`Segment::cut_back`].
+    pub fn append_mark(&self) -> AppendMark {
+        AppendMark {
+            size: self.size,
+            index_entries: self.index.entries(),
+            time_index_entries: self.time_index.entries(),
+            bytes_since_index_entry: self.bytes_since_index_entry,
+            next_offset: self.next_offset,
+            max_timestamp: self.max_timestamp,
+            offset_of_max_timestamp: self.offset_of_max_timestamp,
+            first_batch_timestamp: self.first_batch_timestamp,
+        }
+    }
+
+    /// Undoes every append since `mark` (the log's failed multi-batch append): the file is cut
+    /// back to its old size and fsynced, index entries added since are dropped (their bytes
+    /// zeroed), and the segment takes appends again even if a roll closed it meanwhile.
+    pub fn cut_back(&mut self, mark: &AppendMark, settings: IndexSettings) -> io::Result<()> {
+        assert!(mark.size <= self.size && mark.index_entries <= self.index.entries(), "a mark of this segment's past");
+        self.make_active(settings)?;
+        self.index.reserve()?;
+        self.time_index.reserve()?;
+        self.index.truncate_entries(mark.index_entries);
+        self.time_index.truncate_entries(mark.time_index_entries);
+        self.log.set_len(mark.size)?;
+        self.log.sync_all()?;
+        self.size = mark.size;
+        self.bytes_since_index_entry = mark.bytes_since_index_entry;
+        self.next_offset = mark.next_offset;
+        self.max_timestamp = mark.max_timestamp;
+        self.offset_of_max_timestamp = mark.offset_of_max_timestamp;
+        self.first_batch_timestamp = mark.first_batch_timestamp;
         Ok(())
     }
 
@@ -428,8 +487,9 @@ impl Segment {
     /// append), and falls back to wall-clock age when batches carry no timestamps.
     pub fn time_waited_for_roll(&self, now_ms: i64, batch_max_timestamp: i64) -> i64 {
         match self.first_batch_timestamp {
-            Some(first) => batch_max_timestamp - first,
-            None => now_ms - self.created_ms,
+            // Saturating: client timestamps are arbitrary i64s, and the difference must not wrap.
+            Some(first) => batch_max_timestamp.saturating_sub(first),
+            None => now_ms.saturating_sub(self.created_ms),
         }
     }
     pub fn indexes_full(&self) -> bool {
@@ -552,6 +612,13 @@ thread_local! {
 }
 
 fn write_batch(mut file: &File, header: &[u8; HEADER_SIZE], body: &[u8]) -> io::Result<()> {
+    #[cfg(test)]
+    if fault::write_fails() {
+        // A torn write: half the batch reaches the file before the error, as a full disk does.
+        let half = (HEADER_SIZE + body.len()) / 2;
+        file.write_all(&header[..half.min(HEADER_SIZE)])?;
+        return Err(io::Error::other("injected write failure"));
+    }
     if body.len() > COALESCE_MAX_BYTES {
         return write_all_vectored(file, &mut [IoSlice::new(header), IoSlice::new(body)]);
     }
@@ -574,6 +641,46 @@ fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Re
         }
     }
     Ok(())
+}
+
+/// Test-only failure points: the Nth batch write or segment creation on this thread fails.
+#[cfg(test)]
+pub(crate) mod fault {
+    use std::cell::Cell;
+
+    thread_local! {
+        static WRITES_LEFT: Cell<Option<u32>> = const { Cell::new(None) };
+        static CREATES_LEFT: Cell<Option<u32>> = const { Cell::new(None) };
+    }
+
+    /// The write after `ok_writes` more successful ones fails (`None`: never).
+    pub fn fail_write_after(ok_writes: Option<u32>) {
+        WRITES_LEFT.with(|w| w.set(ok_writes));
+    }
+    /// The segment creation after `ok_creates` more successful ones fails (`None`: never).
+    pub fn fail_create_after(ok_creates: Option<u32>) {
+        CREATES_LEFT.with(|c| c.set(ok_creates));
+    }
+
+    fn take(cell: &'static std::thread::LocalKey<Cell<Option<u32>>>) -> bool {
+        cell.with(|c| match c.get() {
+            Some(0) => {
+                c.set(None);
+                true
+            }
+            Some(n) => {
+                c.set(Some(n - 1));
+                false
+            }
+            None => false,
+        })
+    }
+    pub(super) fn write_fails() -> bool {
+        take(&WRITES_LEFT)
+    }
+    pub(super) fn create_fails() -> bool {
+        take(&CREATES_LEFT)
+    }
 }
 
 /// Why a scan stopped early.

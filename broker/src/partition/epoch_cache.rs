@@ -69,10 +69,9 @@ impl LeaderEpochCache {
         for (epoch, offset) in &self.entries {
             text.push_str(&format!("{epoch} {offset}\n"));
         }
-        let tmp = self.path.with_extension("tmp");
-        fs::write(&tmp, text)?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, &self.path)
+        // OffsetForLeaderEpoch (and follower truncation) trust this file after a power loss
+        // too, so the rename must reach the disk, not only the content.
+        crate::log::durable::write_atomically(&self.path, text.as_bytes())
     }
 }
 

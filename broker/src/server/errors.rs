@@ -4,7 +4,7 @@ use kafka_protocol::ResponseError;
 
 use crate::controller::ControllerError;
 use crate::group::offsets::OffsetError;
-use crate::log::{BatchError, LogError};
+use crate::log::{BatchError, LogError, RecordError};
 use crate::partition::PartitionError;
 
 pub fn log_error_code(error: &LogError) -> ResponseError {
@@ -20,11 +20,23 @@ pub fn log_error_code(error: &LogError) -> ResponseError {
             | BatchError::Decompression { .. } => ResponseError::CorruptMessage,
         },
         LogError::InvalidRecord { .. } => ResponseError::InvalidRecord,
+        // Kafka's `processRecordErrors`: any timestamp error makes the batch INVALID_TIMESTAMP.
+        LogError::InvalidRecords { invalid_timestamp: true, .. } => ResponseError::InvalidTimestamp,
+        LogError::InvalidRecords { invalid_timestamp: false, .. } => ResponseError::InvalidRecord,
         LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         LogError::RecordBatchTooLarge { .. } => ResponseError::RecordListTooLarge,
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::OffsetOverflow { .. } | LogError::NonMonotonicOffsets { .. } => ResponseError::UnknownServerError,
         LogError::Io { .. } | LogError::Offline { .. } => ResponseError::KafkaStorageError,
+    }
+}
+
+/// The records a Produce response names in `record_errors` (KIP-467): empty unless the log
+/// rejected individual records.
+pub fn record_errors(error: &PartitionError) -> &[RecordError] {
+    match error {
+        PartitionError::Log(LogError::InvalidRecords { record_errors, .. }) => record_errors,
+        _ => &[],
     }
 }
 

@@ -21,7 +21,7 @@ pub mod versions;
 use std::sync::Arc;
 
 pub use self::connection::{as_peer, client_host, serve};
-pub use self::errors::{controller_error_code, log_error_code, offset_error_code, partition_error_code};
+pub use self::errors::{controller_error_code, log_error_code, offset_error_code, partition_error_code, record_errors};
 use crate::controller::{Controller, MetadataImage};
 use crate::log::LogConfig;
 use crate::partition::ReplicaManager;

@@ -53,7 +53,7 @@ const fn info(
 }
 
 /// Every topic config of [`LogConfig::NAMES`], in the same order.
-pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 15] = [
+pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 17] = [
     info(
         "cleanup.policy",
         "log.cleanup.policy",
@@ -86,6 +86,18 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 15] = [
         "Log bytes between two offset index entries.",
     ),
     info("max.message.bytes", "message.max.bytes", ConfigType::Int, "Largest record batch size the topic accepts."),
+    info(
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        ConfigType::Long,
+        "How far a CreateTime record timestamp may be ahead of the broker's clock.",
+    ),
+    info(
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        ConfigType::Long,
+        "How far a CreateTime record timestamp may be behind the broker's clock.",
+    ),
     info(
         "message.timestamp.type",
         "log.message.timestamp.type",

@@ -2,7 +2,9 @@
 //! assigned in place) and answers per partition. acks=0 gets no response, as in Kafka.
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
@@ -10,7 +12,7 @@ use super::hosted_partition;
 use super::str_bytes;
 use crate::log::AppendOrigin;
 use crate::partition::Acks;
-use crate::server::{partition_error_code, Broker};
+use crate::server::{partition_error_code, record_errors, Broker};
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceRequest) -> Option<ProduceResponse> {
     let version = header.request_api_version;
@@ -32,12 +34,14 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         for data in &topic.partition_data {
             let mut response = PartitionProduceResponse::default().with_index(data.index).with_base_offset(-1);
             let result =
-                hosted_partition(broker, &image, name, data.index).map_err(|code| (code, None)).and_then(|partition| {
-                    let records = data.records.clone().unwrap_or_else(Bytes::new);
-                    partition
-                        .append_as_leader(&records, acks, AppendOrigin::Client)
-                        .map_err(|e| (partition_error_code(&e), Some(e.to_string())))
-                });
+                hosted_partition(broker, &image, name, data.index).map_err(|code| (code, None, vec![])).and_then(
+                    |partition| {
+                        let records = data.records.clone().unwrap_or_else(Bytes::new);
+                        partition.append_as_leader(&records, acks, AppendOrigin::Client).map_err(|e| {
+                            (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e))
+                        })
+                    },
+                );
             match result {
                 Ok((info, log_start_offset)) => {
                     appended = true;
@@ -47,10 +51,13 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
                         .with_log_append_time_ms(info.log_append_time)
                         .with_log_start_offset(if version >= 5 { log_start_offset } else { -1 });
                 }
-                Err((code, message)) => {
+                Err((code, message, record_errors)) => {
                     response = response.with_error_code(code.code());
                     if version >= 8 {
-                        response = response.with_error_message(message.as_deref().map(str_bytes));
+                        // KIP-467: clients fail only the named records and resend nothing.
+                        response = response
+                            .with_error_message(message.as_deref().map(str_bytes))
+                            .with_record_errors(record_errors);
                     }
                 }
             }
@@ -66,6 +73,18 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         Acks::None => None,
         _ => Some(ProduceResponse::default().with_responses(responses)),
     }
+}
+
+/// The log's per-record errors in the response's shape.
+fn batch_record_errors(error: &crate::partition::PartitionError) -> Vec<BatchIndexAndErrorMessage> {
+    record_errors(error)
+        .iter()
+        .map(|e| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(e.batch_index)
+                .with_batch_index_error_message(Some(str_bytes(&e.message)))
+        })
+        .collect()
 }
 
 fn reject_all(request: &ProduceRequest, code: ResponseError) -> ProduceResponse {
