@@ -2,6 +2,8 @@
 //! be ready (its `READY` line), stop it with SIGTERM or SIGKILL, restart it on the same data.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -94,7 +96,13 @@ fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAd
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--kafka-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        // A cluster member brings its own (its peers must know it before it starts).
+        .args(if extra_args.iter().any(|a| a == "--controller-listen") {
+            &[][..]
+        } else {
+            &["--controller-listen", "127.0.0.1:0"][..]
+        })
         .args(extra_args)
         .env("RUNNEL_LOG_LEVEL", std::env::var("RUNNEL_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())

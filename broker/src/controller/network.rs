@@ -56,6 +56,15 @@ pub enum RpcError {
     ConnectTimeout { addr: String },
     #[error("connection to peer failed")]
     Io(#[source] io::Error),
+    /// A new connection failed before an answer (the peer, or something in between, accepted
+    /// and closed it): as unreachable as a refused connect, so openraft backs off instead of
+    /// retrying in a tight loop.
+    #[error("{addr} closed a new connection without answering")]
+    ClosedUnanswered {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("peer did not answer in time")]
     Timeout,
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
@@ -244,6 +253,7 @@ impl PeerPool {
             ConnPolicy::Pooled => self.take_idle(target),
             ConnPolicy::Fresh => None,
         };
+        let fresh = pooled.is_none();
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
@@ -266,6 +276,9 @@ impl PeerPool {
         };
         let response = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(response)) => response,
+            Ok(Err(RpcError::Io(source))) if fresh => {
+                return Err(RpcError::ClosedUnanswered { addr: addr.to_string(), source })
+            }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(RpcError::Timeout),
         };
@@ -319,7 +332,9 @@ impl PeerClient {
     ) -> RPCError<NodeId, BasicNode, E> {
         tracing::debug!(target = self.target, addr = %self.addr, ?action, error = %e, "raft RPC failed");
         match e {
-            RpcError::Connect { .. } | RpcError::ConnectTimeout { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            RpcError::Connect { .. } | RpcError::ConnectTimeout { .. } | RpcError::ClosedUnanswered { .. } => {
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
             RpcError::Timeout => RPCError::Timeout(RaftTimeout {
                 action,
                 id: self.pool.my_id,
