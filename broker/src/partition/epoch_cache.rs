@@ -2,7 +2,7 @@
 //! `leader-epoch-checkpoint` format (`0`, the entry count, then `epoch start_offset` lines).
 //!
 //! Invariant: entries grow strictly in both epoch and start offset. OffsetForLeaderEpoch and
-//! (later) follower truncation read it.
+//! (later) follower truncation read it; lookups follow Kafka's `endOffsetFor` exactly.
 
 use std::fs;
 use std::io;
@@ -50,18 +50,21 @@ impl LeaderEpochCache {
         self.persist()
     }
 
-    /// Kafka's `endOffsetFor`: for the requested epoch, the largest known epoch at or below it
-    /// and the offset where the next higher epoch starts (the log end offset for the latest).
-    /// `(-1, -1)` when the epoch is older than every entry.
+    /// Kafka's `endOffsetFor` (`replication::truncation::kafka_end_offset_for`), with the
+    /// current leader epoch counted as known from the log end offset when no record carries it
+    /// yet (Kafka writes it into the cache on becoming leader): for the requested epoch, the
+    /// largest known epoch at or below it and the offset where the next higher epoch starts (the
+    /// log end offset for the latest); `(requested, start of the earliest epoch)` when it is older
+    /// than every entry; `(-1, -1)` when it is undefined or newer than anything known.
     pub fn end_offset_for(&self, requested: i32, current_epoch: i32, log_end_offset: i64) -> (i32, i64) {
-        if requested == current_epoch && self.latest_epoch().is_none_or(|latest| latest <= current_epoch) {
-            return (current_epoch, log_end_offset);
+        if requested < 0 {
+            return (-1, -1);
         }
-        let Some(floor) = self.entries.iter().rposition(|&(e, _)| e <= requested) else { return (-1, -1) };
-        match self.entries.get(floor + 1) {
-            Some(&(_, next_start)) => (self.entries[floor].0, next_start),
-            None => (self.entries[floor].0, log_end_offset),
+        let mut starts = self.entries.clone();
+        if current_epoch >= 0 && starts.last().is_none_or(|&(latest, _)| latest < current_epoch) {
+            starts.push((current_epoch, log_end_offset));
         }
+        crate::replication::truncation::kafka_end_offset_for(&starts, log_end_offset, requested).unwrap_or((-1, -1))
     }
 
     fn persist(&self) -> io::Result<()> {
@@ -87,11 +90,14 @@ mod tests {
         cache.assign(1, 0).unwrap();
         cache.assign(3, 10).unwrap();
         cache.assign(2, 20).unwrap(); // older than latest: ignored
-        assert_eq!(cache.end_offset_for(0, 3, 30), (-1, -1));
+        assert_eq!(cache.end_offset_for(0, 3, 30), (0, 0), "older than all: the earliest start");
         assert_eq!(cache.end_offset_for(1, 3, 30), (1, 10));
         assert_eq!(cache.end_offset_for(2, 3, 30), (1, 10));
         assert_eq!(cache.end_offset_for(3, 3, 30), (3, 30));
-        assert_eq!(cache.end_offset_for(5, 3, 30), (3, 30));
+        assert_eq!(cache.end_offset_for(5, 3, 30), (-1, -1), "newer than anything known");
+        assert_eq!(cache.end_offset_for(3, 4, 30), (3, 30), "the current epoch starts at the log end");
+        assert_eq!(cache.end_offset_for(4, 4, 30), (4, 30));
+        assert_eq!(cache.end_offset_for(-1, 3, 30), (-1, -1));
         let reopened = LeaderEpochCache::open(dir.path(), 30).unwrap();
         assert_eq!(reopened.entries, vec![(1, 0), (3, 10)]);
         let truncated = LeaderEpochCache::open(dir.path(), 5).unwrap();
