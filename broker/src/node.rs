@@ -179,7 +179,7 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain();
                     // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(crate::group::offsets::now_ms(), retention_ms, |group| {
+                    groups.offsets.expire(crate::log::now_ms(), retention_ms, |group| {
                         use crate::group::membership::GroupState;
                         matches!(groups.membership.state(group), None | Some(GroupState::Empty | GroupState::Dead))
                     });
@@ -252,12 +252,7 @@ fn reconciler(
             }
         }
         for topic in image.topics.values() {
-            let mut config = log_defaults.clone();
-            for (name, value) in &topic.configs {
-                if let Err(e) = config.set(name, value) {
-                    tracing::warn!(topic = %topic.name, error = %e, "ignoring an invalid topic config");
-                }
-            }
+            let config = crate::server::topic_log_config(&log_defaults, &topic.configs);
             for p in &topic.partitions {
                 if !p.replicas.contains(&node_id) {
                     continue;

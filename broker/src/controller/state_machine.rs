@@ -15,7 +15,6 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -269,7 +268,7 @@ impl StateMachine {
         alive: mpsc::Sender<()>,
     ) -> Result<(StateMachine, watch::Receiver<Arc<MetadataImage>>), StoreError> {
         let loaded = load_snapshot(dir)?;
-        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let millis = crate::log::now_ms().max(0) as u64;
         let snapshots = Arc::new(SnapshotStore {
             dir: dir.to_path_buf(),
             current: Mutex::new(None),

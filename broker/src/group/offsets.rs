@@ -11,13 +11,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 use super::schema::{GroupMetadataValue, OffsetValue, OffsetsRecord, SchemaError};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::log::batch::BatchIter;
+use crate::log::now_ms;
 use crate::log::records::BatchBuilder;
 use crate::log::{AppendOrigin, BatchError, Compression};
 use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
@@ -363,11 +363,6 @@ impl OffsetStore {
         }
         expired
     }
-}
-
-/// Milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], applying each batch to

@@ -16,7 +16,7 @@ use kafka_protocol::messages::ProduceRequest;
 use super::error::{ApiError, ApiResult};
 use super::{kafka, Http};
 use crate::log::records::{for_each_record, BatchBuilder};
-use crate::log::Compression;
+use crate::log::{now_ms, Compression};
 use crate::server::handlers;
 
 pub const BASE64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -52,10 +52,6 @@ pub struct ReadRecord {
 }
 
 pub use crate::partition::partitioner::{murmur2, partition_for_key};
-
-pub fn now_ms() -> i64 {
-    crate::group::offsets::now_ms()
-}
 
 /// Appends `records` to `topic` with acks=all; one result per record, in order. Records of one
 /// partition keep their order and get consecutive offsets.

@@ -34,11 +34,18 @@ pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
 }
 
+/// Wall-clock milliseconds since the epoch: the node's one reading of the system clock (commit
+/// timestamps, group expiry, HTTP record timestamps, [`SystemClock`] for logs), 0 if the clock
+/// is before 1970.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+        now_ms()
     }
 }
 

@@ -22,3 +22,4 @@ pub use self::log::{
     AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
     SystemClock, CHECKPOINT_FILE,
 };
+pub use self::log::now_ms;

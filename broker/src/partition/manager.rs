@@ -35,10 +35,6 @@ impl ReplicaManager {
         }
     }
 
-    pub fn node_id(&self) -> u64 {
-        self.node_id
-    }
-
     fn dir_of(&self, topic: &str, partition: u32) -> PathBuf {
         self.data_dir.join(format!("{topic}-{partition}"))
     }

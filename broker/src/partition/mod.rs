@@ -72,7 +72,6 @@ pub struct Partition {
     topic: Arc<str>,
     index: u32,
     topic_id: [u8; 16],
-    node_id: u64,
     log: Mutex<Option<Log>>,
     epochs: Mutex<LeaderEpochCache>,
     leader_epoch: AtomicI32,
@@ -83,7 +82,8 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Opens (recovering if needed) the log of `topic-index` in `dir`.
+    /// Opens (recovering if needed) the log of `topic-index` in `dir`; the ISR starts as
+    /// `node_id` alone.
     pub(crate) fn open(
         dir: &Path,
         topic: Arc<str>,
@@ -104,7 +104,6 @@ impl Partition {
             topic,
             index,
             topic_id,
-            node_id,
             log: Mutex::new(Some(log)),
             epochs: Mutex::new(epochs),
             leader_epoch: AtomicI32::new(0),
@@ -313,9 +312,5 @@ impl Partition {
             std::fs::remove_dir_all(&dir).map_err(|source| LogError::Io { op: "delete", path: dir, source })?;
         }
         Ok(())
-    }
-
-    pub fn node_id(&self) -> u64 {
-        self.node_id
     }
 }

@@ -18,12 +18,13 @@ pub mod handlers;
 mod response;
 pub mod versions;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use self::connection::{as_peer, client_host, serve};
 pub use self::errors::{controller_error_code, log_error_code, offset_error_code, partition_error_code, record_errors};
 use crate::controller::{Controller, MetadataImage};
-use crate::log::LogConfig;
+use crate::log::{ConfigError, LogConfig};
 use crate::partition::ReplicaManager;
 
 /// Settings the protocol handlers need.
@@ -98,13 +99,54 @@ impl Broker {
     }
 
     /// The effective log config of a topic: broker defaults plus the topic's overrides.
-    pub fn topic_log_config(&self, overrides: &std::collections::BTreeMap<String, String>) -> LogConfig {
-        let mut config = self.settings.log_defaults.clone();
-        for (name, value) in overrides {
-            if let Err(e) = config.set(name, value) {
-                tracing::warn!(error = %e, "ignoring an invalid stored topic config");
-            }
+    pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        topic_log_config(&self.settings.log_defaults, overrides)
+    }
+}
+
+/// The one builder of a topic's effective [`LogConfig`] from the broker defaults and the
+/// topic's overrides in the image (partitions are opened with it, DescribeConfigs and HTTP
+/// show it). Overrides were validated before they were committed; one that no longer parses
+/// (a stored value from another version) is skipped with a warning rather than keeping the
+/// topic's partitions closed.
+pub fn topic_log_config(defaults: &LogConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
+    let mut config = defaults.clone();
+    for (name, value) in overrides {
+        if let Err(e) = config.set(name, value) {
+            tracing::warn!(error = %e, "ignoring an invalid stored topic config");
         }
-        config
+    }
+    config
+}
+
+/// [`topic_log_config`] for overrides a client asks for (CreateTopics, AlterConfigs): the first
+/// invalid one is an error, nothing is skipped.
+pub fn validated_topic_log_config(
+    defaults: &LogConfig,
+    overrides: &BTreeMap<String, String>,
+) -> Result<LogConfig, ConfigError> {
+    defaults.clone().with_overrides(overrides.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_log_config_applies_overrides_over_defaults_and_skips_an_invalid_stored_one() {
+        // Proves the one builder of a topic's config: overrides win over broker defaults, and a
+        // stored override that no longer parses is skipped instead of failing the topic.
+        let defaults = LogConfig { retention_ms: 1_000, segment_bytes: 1 << 20, ..LogConfig::default() };
+        let overrides: BTreeMap<String, String> = [("retention.ms", "5000"), ("segment.ms", "not a number")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let config = topic_log_config(&defaults, &overrides);
+        assert_eq!(config.retention_ms, 5_000);
+        assert_eq!(config.segment_bytes, 1 << 20);
+        assert_eq!(config.segment_ms, defaults.segment_ms);
+        assert!(validated_topic_log_config(&defaults, &overrides).is_err(), "a client's invalid override is an error");
+        let valid: BTreeMap<String, String> = [("retention.ms".to_string(), "5000".to_string())].into();
+        assert_eq!(validated_topic_log_config(&defaults, &valid).expect("valid"), topic_log_config(&defaults, &valid));
     }
 }

@@ -109,7 +109,7 @@ impl LogBuffer {
         *last += 1;
         lines.push_back(LogLine {
             seq: *last,
-            timestamp_ms: crate::group::offsets::now_ms(),
+            timestamp_ms: crate::log::now_ms(),
             level,
             partition,
             message,

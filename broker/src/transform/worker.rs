@@ -18,7 +18,8 @@ use tokio::sync::watch;
 
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
-use crate::group::offsets::{now_ms, CommittedOffset};
+use crate::group::offsets::CommittedOffset;
+use crate::log::now_ms;
 use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;

@@ -117,11 +117,9 @@ pub(crate) fn validate_overrides(
     defaults: &LogConfig,
     overrides: &BTreeMap<String, String>,
 ) -> Result<(), (ResponseError, String)> {
-    let mut config = defaults.clone();
-    for (name, value) in overrides {
-        config.set(name, value).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
-    }
-    Ok(())
+    crate::server::validated_topic_log_config(defaults, overrides)
+        .map(drop)
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))
 }
 
 /// Validates `overrides` and, unless `validate_only`, makes them the topic's whole override

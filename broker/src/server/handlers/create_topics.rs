@@ -103,10 +103,8 @@ pub(crate) async fn validate_and_create(
     if image.topics.contains_key(name) {
         return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
     }
-    let mut log_config = broker.settings.log_defaults.clone();
-    for (key, value) in &configs {
-        log_config.set(key, value).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
-    }
+    let log_config = crate::server::validated_topic_log_config(&broker.settings.log_defaults, &configs)
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
     let brokers: Vec<u64> = image.brokers.keys().copied().collect();
     let replicas = match assignment {
         Assignment::Manual(assignments) => {

@@ -10,7 +10,8 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, Reques
 use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
-use crate::group::offsets::{now_ms, CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::log::now_ms;
 use crate::server::{offset_error_code, Broker};
 
 /// Whether the committing member may commit for `group` at `generation_id`: the membership

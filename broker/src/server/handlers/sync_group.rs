@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 use super::join_group::check_coordinator;
 use super::str_bytes;
 use crate::group::membership::{self, Reply, SyncRequest, SyncResult};
-use crate::group::offsets::now_ms;
+use crate::log::now_ms;
 use crate::server::Broker;
 
 /// How long a follower waits for the leader's assignments. Kafka bounds it by the rebalance
