@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// closed [default: 600000].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
+    /// `fetch.max.bytes`: record bytes of one Fetch response; a request's `max_bytes` is capped
+    /// by it [default: 57671680].
+    #[arg(long, env = "RUNNEL_FETCH_MAX_BYTES")]
+    pub fetch_max_bytes: Option<usize>,
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
@@ -108,6 +112,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     connections_max_idle_ms: Option<u64>,
+    fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     #[serde(default)]
@@ -162,6 +167,8 @@ pub struct NodeConfig {
     /// `queued.max.request.bytes`, `max.connections`, `max.connections.per.ip`,
     /// `connections.max.idle.ms`.
     pub connection_limits: ConnectionLimits,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
     pub offsets_retention_minutes: u64,
     pub log_defaults: LogConfig,
@@ -231,6 +238,7 @@ impl NodeConfig {
                 .unwrap_or(true),
             socket_request_max_bytes,
             connection_limits,
+            fetch_max_bytes: args.fetch_max_bytes.or(file.fetch_max_bytes).unwrap_or(57_671_680),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
             offsets_retention_minutes: args
                 .offsets_retention_minutes

@@ -121,6 +121,7 @@ impl Node {
                 auto_create_topics: config.auto_create_topics_enable,
                 log_defaults: config.log_defaults.clone(),
                 connection_limits: config.connection_limits.clone(),
+                fetch_max_bytes: config.fetch_max_bytes,
             },
             controller: controller.clone(),
             replicas: replicas.clone(),

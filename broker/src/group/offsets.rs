@@ -20,7 +20,7 @@ use crate::log::batch::BatchIter;
 use crate::log::now_ms;
 use crate::log::records::BatchBuilder;
 use crate::log::{AppendOrigin, BatchError, Compression};
-use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
+use crate::partition::{Acks, FirstBatch, Partition, PartitionError, ReplicaManager};
 
 /// Kafka's `offsets.retention.minutes` default: 7 days.
 pub const DEFAULT_OFFSETS_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
@@ -410,7 +410,7 @@ fn load(hosted: &Partition) -> Result<Shard, OffsetError> {
         if next >= high_watermark {
             break;
         }
-        let data = hosted.read(next, LOAD_READ_BYTES)?;
+        let data = hosted.read(next, LOAD_READ_BYTES, FirstBatch::Whole)?;
         if data.records.is_empty() {
             break;
         }
@@ -609,7 +609,7 @@ mod tests {
         let (replicas, store) = open(dir.path());
         store.commit("g", vec![("t".into(), 3, committed(42, 7))]).unwrap();
         let hosted = replicas.get(OFFSETS_TOPIC, store.partition_of("g")).unwrap();
-        let data = hosted.read(0, 1 << 20).unwrap();
+        let data = hosted.read(0, 1 << 20, FirstBatch::Whole).unwrap();
         let batch = BatchIter::new(data.records).next().unwrap().unwrap();
         let records = batch.records().unwrap();
         assert_eq!(records.len(), 1);

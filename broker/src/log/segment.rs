@@ -526,6 +526,15 @@ impl TimeIndex {
     }
 }
 
+/// What a read does with a first batch larger than its byte limit (Kafka's `minOneMessage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstBatch {
+    /// Returned whole, so a consumer always makes progress past a large batch.
+    Whole,
+    /// Not returned: nothing beyond the limit.
+    WithinLimit,
+}
+
 /// `[start, end)` of a segment file, readable without holding the log's lock: the file handle
 /// is shared, and appends only ever add bytes after `end`.
 #[derive(Clone)]
@@ -547,6 +556,21 @@ impl FileSlice {
     /// the first batch whose base offset is `>= upper_bound_offset`, but always the first batch
     /// (when it is below the bound) even if it is larger than `max_bytes`.
     pub fn read_batches(&self, max_bytes: usize, upper_bound_offset: i64) -> io::Result<Bytes> {
+        self.read_batches_limited(max_bytes, upper_bound_offset, FirstBatch::Whole)
+    }
+
+    /// [`FileSlice::read_batches`] with a choice for a first batch larger than `max_bytes`:
+    /// a fetch gives that exception only to the first partition that returns data (KIP-74).
+    /// The buffer is sized by the bytes the slice holds, never by `max_bytes` alone.
+    pub fn read_batches_limited(
+        &self,
+        max_bytes: usize,
+        upper_bound_offset: i64,
+        first_batch: FirstBatch,
+    ) -> io::Result<Bytes> {
+        if max_bytes == 0 && first_batch == FirstBatch::WithinLimit {
+            return Ok(Bytes::new());
+        }
         let want = (max_bytes as u64).min(self.len()) as usize;
         let mut buf = read_exact(&self.file, self.start, want.max(LOG_OVERHEAD.min(self.len() as usize)))?;
         let mut end = 0usize;
@@ -555,7 +579,7 @@ impl FileSlice {
                 break;
             }
             if end + size > buf.len() {
-                if end == 0 && self.start + size as u64 <= self.end {
+                if end == 0 && first_batch == FirstBatch::Whole && self.start + size as u64 <= self.end {
                     // The first batch is larger than max_bytes: return it whole, as Kafka does.
                     buf = read_exact(&self.file, self.start, size)?;
                     end = size;

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
+pub use crate::log::segment::FirstBatch;
 use crate::log::{AppendInfo, AppendOrigin, Clock, Log, LogConfig, LogError};
 
 /// Errors of partition operations; the server maps each to one Kafka error code.
@@ -214,8 +215,15 @@ impl Partition {
         Ok((info, log.log_start_offset()))
     }
 
-    /// Reads up to `max_bytes` from `fetch_offset`, never past the high watermark.
-    pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<FetchedData, PartitionError> {
+    /// Reads up to `max_bytes` from `fetch_offset`, never past the high watermark; a first batch
+    /// larger than `max_bytes` is returned whole only with [`FirstBatch::Whole`] (a fetch grants
+    /// that to its first partition with data, KIP-74).
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        first_batch: FirstBatch,
+    ) -> Result<FetchedData, PartitionError> {
         let high_watermark = self.high_watermark();
         let (slice, log_start_offset, log_end_offset) = {
             let guard = self.log()?;
@@ -223,10 +231,8 @@ impl Partition {
             (log.slice(fetch_offset, high_watermark)?, log.log_start_offset(), log.log_end_offset())
         };
         let records = match slice {
-            Some(slice) => slice.read_batches(max_bytes, high_watermark).map_err(|source| LogError::Io {
-                op: "read",
-                path: format!("{}-{}", self.topic, self.index).into(),
-                source,
+            Some(slice) => slice.read_batches_limited(max_bytes, high_watermark, first_batch).map_err(|source| {
+                LogError::Io { op: "read", path: format!("{}-{}", self.topic, self.index).into(), source }
             })?,
             None => Bytes::new(),
         };

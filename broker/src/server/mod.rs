@@ -44,6 +44,8 @@ pub struct ServerSettings {
     pub log_defaults: LogConfig,
     /// Bounds on connections and on the request bytes they hold.
     pub connection_limits: ConnectionLimits,
+    /// `fetch.max.bytes`: caps a Fetch request's `max_bytes`.
+    pub fetch_max_bytes: usize,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

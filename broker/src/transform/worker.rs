@@ -23,7 +23,7 @@ use crate::log::now_ms;
 use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;
-use crate::partition::{Acks, Partition, PartitionError};
+use crate::partition::{Acks, FirstBatch, Partition, PartitionError};
 
 /// Bytes read from the input per guest batch: sized from the records seen so far so that one
 /// read holds about `batch_records_max` records (a fixed large read would be re-read and mostly
@@ -223,7 +223,7 @@ pub(super) async fn run(mut w: Worker) {
         }
         appends.borrow_and_update();
         let read_bytes = (spec.batch_records_max as f64 * bytes_per_record * 1.1) as usize;
-        let read = match input.read(position, read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX)) {
+        let read = match input.read(position, read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX), FirstBatch::Whole) {
             Ok(read) => read,
             Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { .. })) => {
                 let start = input.log_start_offset();

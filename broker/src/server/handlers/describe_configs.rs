@@ -226,6 +226,13 @@ fn describe_broker(settings: &ServerSettings) -> Vec<Described> {
             "Largest request the server accepts.",
         ),
         (
+            "fetch.max.bytes",
+            settings.fetch_max_bytes.to_string(),
+            Some("57671680".to_string()),
+            ConfigType::Int,
+            "Largest record bytes of one Fetch response; caps the request's max_bytes.",
+        ),
+        (
             "queued.max.request.bytes",
             settings.connection_limits.queued_max_request_bytes.to_string(),
             Some("-1".to_string()),
@@ -471,6 +478,7 @@ mod tests {
             auto_create_topics: true,
             log_defaults: LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() },
             connection_limits: crate::server::ConnectionLimits::default(),
+            fetch_max_bytes: 57_671_680,
         };
         let described = describe_broker(&settings);
         let find = |name: &str| described.iter().find(|d| d.name == name).unwrap().clone();

@@ -1,6 +1,7 @@
 //! Fetch: raw batches from the fetch offset up to the high watermark, with Kafka's long poll
-//! (`max_wait_ms` / `min_bytes`, woken by appends), total and per-partition byte limits, and
-//! the "at least one batch" rule for the first partition with data. Fetch sessions: every
+//! (`max_wait_ms` / `min_bytes`, woken by appends), total and per-partition byte limits (the
+//! total capped by the broker's `fetch.max.bytes`), and the "at least one batch" rule for the
+//! first partition with data (KIP-74). Fetch sessions: every
 //! request is answered as a full fetch with session id 0 ("no session"), which clients accept;
 //! an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.
 
@@ -11,6 +12,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use super::hosted_partition;
+use crate::partition::FirstBatch;
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -48,9 +50,16 @@ fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
 
 /// One pass over the requested partitions: the response, its record bytes, and whether any
 /// partition answered with an error (which ends a long poll at once, as in Kafka).
+///
+/// Sizes follow Kafka's `ReplicaManager.readFromLog`: a running limit starts at the request's
+/// `max_bytes` capped by the broker's `fetch.max.bytes`; each partition reads at most
+/// `min(partition_max_bytes, what is left)`; only until some partition has returned data may a
+/// first batch larger than that limit be returned whole (KIP-74), so the response exceeds
+/// `max_bytes` by at most that one batch.
 fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, bool) {
     let image = broker.controller.image();
-    let mut remaining = if request.max_bytes <= 0 { i32::MAX as usize } else { request.max_bytes as usize };
+    let mut limit_bytes = (request.max_bytes.max(0) as usize).min(broker.settings.fetch_max_bytes);
+    let mut first_batch = FirstBatch::Whole;
     let mut total = 0usize;
     let mut has_error = false;
     let read_committed = request.isolation_level == 1;
@@ -68,24 +77,20 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
             let code = match hosted_partition(broker, &image, name, fetch.partition) {
                 Err(code) => Some(code),
                 Ok(partition) => {
-                    let limit = (fetch.partition_max_bytes.max(0) as usize).min(remaining);
-                    let result = partition.check_leader_epoch(fetch.current_leader_epoch).and_then(|()| {
-                        // Kafka's KIP-74 rule: only the first partition with data may exceed the limits.
-                        let max_bytes = if total == 0 { limit.max(1) } else { limit };
-                        if max_bytes == 0 {
-                            return Ok(None);
-                        }
-                        partition.read(fetch.fetch_offset, max_bytes).map(Some)
-                    });
+                    let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
+                    let result = partition
+                        .check_leader_epoch(fetch.current_leader_epoch)
+                        .and_then(|()| partition.read(fetch.fetch_offset, max_bytes, first_batch));
                     match result {
                         Ok(read) => {
                             data = data
-                                .with_high_watermark(partition.high_watermark())
-                                .with_last_stable_offset(partition.high_watermark())
-                                .with_log_start_offset(partition.log_start_offset());
-                            if let Some(read) = read {
+                                .with_high_watermark(read.high_watermark)
+                                .with_last_stable_offset(read.high_watermark)
+                                .with_log_start_offset(read.log_start_offset);
+                            if !read.records.is_empty() {
+                                first_batch = FirstBatch::WithinLimit;
                                 total += read.records.len();
-                                remaining = remaining.saturating_sub(read.records.len());
+                                limit_bytes = limit_bytes.saturating_sub(read.records.len());
                                 data = data.with_records(Some(read.records));
                             }
                             None
