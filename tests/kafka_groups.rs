@@ -189,16 +189,23 @@ fn every_supported_version_of_the_group_apis() {
     // Proves JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4, LeaveGroup v0-5, DescribeGroups
     // v0-5, ListGroups v0-5 and DeleteGroups v0-2 answer correctly and encode only fields their
     // version has; and the error codes of the common mistakes.
-    let node = Runnel::start(&[]);
+    // No initial rebalance delay: each single-member join here would wait it out.
+    let node = Runnel::start(&["--group-initial-rebalance-delay-ms", "0"]);
     let mut conn = RawConn::open(&node, "raw");
 
     let early = conn.call(5, &join_request("early", ""));
     assert_eq!(early.error_code, COORDINATOR_NOT_AVAILABLE, "before __consumer_offsets exists");
     let found = conn.call(1, &FindCoordinatorRequest::default().with_key(name("early")));
     assert_eq!(found.error_code, 0);
+    for group in ["nope", "listed", "fresh"] {
+        let _ = conn.call(1, &FindCoordinatorRequest::default().with_key(name(group)));
+    }
 
     for version in 0..=9i16 {
         let group = format!("raw-v{version}");
+        // As clients do: FindCoordinator first (it loads the group's partition; a group API
+        // on a partition not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS).
+        let _ = conn.call(1, &FindCoordinatorRequest::default().with_key(name(&group)));
         let mut joined = conn.call(version, &join_request(&group, ""));
         if version >= 4 {
             assert_eq!(joined.error_code, MEMBER_ID_REQUIRED, "v{version}");
@@ -420,4 +427,196 @@ fn a_consumer_crash_between_processing_and_commit_replays_and_never_skips() {
         uncommitted.iter().all(|record| replayed.contains(record)),
         "processed but uncommitted records are replayed: {uncommitted:?}"
     );
+}
+
+/// A consumer context that counts the revocations librdkafka hands to the application.
+#[derive(Default)]
+struct CountRevocations {
+    revocations: std::sync::atomic::AtomicUsize,
+}
+
+impl rdkafka::ClientContext for CountRevocations {}
+
+impl rdkafka::consumer::ConsumerContext for CountRevocations {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &rdkafka::consumer::Rebalance<'_>) {
+        if let rdkafka::consumer::Rebalance::Revoke(list) = rebalance {
+            if list.count() > 0 {
+                self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+fn static_member(node: &Runnel, group: &str, topic: &str, instance: &str) -> BaseConsumer<CountRevocations> {
+    let consumer: BaseConsumer<CountRevocations> = client_config(
+        node,
+        &[
+            ("group.id", group),
+            ("group.instance.id", instance),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "300"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create_with_context(CountRevocations::default())
+    .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    consumer
+}
+
+fn assigned_to<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Vec<i32> {
+    consumer.assignment().map(|list| list.elements().iter().map(|e| e.partition()).collect()).unwrap_or_default()
+}
+
+#[test]
+fn static_member_restart_revokes_nothing_from_the_other_member() {
+    // Proves Kafka's rejoin of a known static member in a Stable group end to end: every round
+    // restarts one of two static members (alternating, so the leader restarts in half of
+    // them); it gets its partitions back and the other, which keeps polling, sees no
+    // revocation and no change.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "static-restart", 4);
+    let group = "static-restart-group";
+    let mut members = [
+        Some(static_member(&node, group, "static-restart", "x")),
+        Some(static_member(&node, group, "static-restart", "y")),
+    ];
+    let balanced = |members: &[Option<BaseConsumer<CountRevocations>>; 2]| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let mut assignments = Vec::new();
+            for member in members.iter().flatten() {
+                let _ = member.poll(Duration::from_millis(10));
+                assignments.push(assigned_to(member));
+            }
+            let union: BTreeSet<i32> = assignments.iter().flatten().copied().collect();
+            if assignments.iter().all(|a| a.len() == 2) && union.len() == 4 {
+                return assignments;
+            }
+            assert!(Instant::now() < deadline, "no balanced assignment within {DEADLINE:?}: {assignments:?}");
+        }
+    };
+    let mut before = balanced(&members);
+    for round in 0..6 {
+        let restarted = round % 2;
+        let other = 1 - restarted;
+        let instance = if restarted == 0 { "x" } else { "y" };
+        let revocations_before =
+            members[other].as_ref().map_or(0, |m| m.context().revocations.load(std::sync::atomic::Ordering::SeqCst));
+        members[restarted] = None; // a static member sends no LeaveGroup on close
+        members[restarted] = Some(static_member(&node, group, "static-restart", instance));
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            for member in members.iter().flatten() {
+                let _ = member.poll(Duration::from_millis(10));
+            }
+            let (Some(back), Some(kept)) = (&members[restarted], &members[other]) else { unreachable!() };
+            let revocations = kept.context().revocations.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                revocations, revocations_before,
+                "round {round}: the member that kept polling got a revocation while {instance} restarted"
+            );
+            assert_eq!(assigned_to(kept), before[other], "round {round}: the other member's assignment changed");
+            if assigned_to(back) == before[restarted] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: {instance} did not get its partitions back");
+        }
+        before = balanced(&members);
+    }
+}
+
+#[test]
+fn static_members_starting_together_revoke_nothing() {
+    // Regression (issue 10): the first rebalance of an empty group completed at once, so of two
+    // static members starting together the first got all 4 partitions and, while the second
+    // waited for its first assignment, had them revoked. Kafka waits
+    // group.initial.rebalance.delay.ms (extended for each newcomer) and gives both their first
+    // assignment in one generation: no revocation. Four fresh groups, each must pass.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "together", 4);
+    for round in 0..4 {
+        let group = format!("together-{round}");
+        let first = static_member(&node, &group, "together", "first");
+        for _ in 0..5 {
+            let _ = first.poll(Duration::from_millis(10));
+        }
+        let second = static_member(&node, &group, "together", "second");
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let _ = first.poll(Duration::from_millis(10));
+            let _ = second.poll(Duration::from_millis(10));
+            let revoked = first.context().revocations.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(revoked, 0, "round {round}: the first member got a revocation: {:?}", assigned_to(&first));
+            let (a, b) = (assigned_to(&first), assigned_to(&second));
+            if a.len() == 2 && b.len() == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: no balanced assignment: {a:?} {b:?}");
+        }
+    }
+}
+
+/// FindCoordinator (which loads the group's `__consumer_offsets` partition), then JoinGroup v5
+/// with `member_id`; retries COORDINATOR_LOAD_IN_PROGRESS. Returns (error code, member id).
+fn raw_join(conn: &mut RawConn, group: &str, member_id: &str, protocols: bool) -> (i16, String) {
+    let _ = conn.call(2, &FindCoordinatorRequest::default().with_key(name(group)));
+    let mut request = join_request(group, member_id);
+    if !protocols {
+        request.protocols.clear();
+    }
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let response = conn.call(5, &request);
+        if response.error_code != kafka_protocol::ResponseError::CoordinatorLoadInProgress.code() {
+            return (response.error_code, response.member_id.to_string());
+        }
+        assert!(Instant::now() < deadline, "{group}: coordinator still loading");
+    }
+}
+
+#[test]
+fn group_limits_refuse_with_a_clear_error_and_other_groups_keep_working() {
+    // Proves group.max.size and group.max.count: a group already at its size (members plus
+    // KIP-394 member ids handed out) refuses a join with GROUP_MAX_SIZE_REACHED; refused joins
+    // and DescribeGroups/OffsetFetch of unknown groups create no group state; once the node
+    // holds group.max.count groups with members, a join needing a new group gets
+    // GROUP_MAX_SIZE_REACHED. A librdkafka group keeps its assignment and commits throughout.
+    use kafka_protocol::ResponseError;
+    let node = Runnel::start(&["--group-max-size", "2", "--group-max-count", "3"]);
+    create_topic(&node, "limited", 2);
+    let working = group_consumer(&node, "working", "limited");
+    await_balanced(&[&working], 2);
+    let mut conn = RawConn::open(&node, "limits");
+
+    // Requests about groups that do not exist leave nothing behind.
+    for i in 0..20 {
+        let group = format!("ghost-{i}");
+        let described = conn.call(5, &DescribeGroupsRequest::default().with_groups(vec![GroupId(name(&group))]));
+        assert_eq!(described.groups[0].group_state.to_string(), "Dead");
+        let (code, _) = raw_join(&mut conn, &group, "", false);
+        assert_eq!(code, ResponseError::InconsistentGroupProtocol.code());
+    }
+    let listed = conn.call(3, &ListGroupsRequest::default());
+    assert_eq!(listed.groups.len(), 1, "only the working group: {:?}", listed.groups);
+
+    // group.max.size = 2: two member ids handed out, the third join is refused.
+    for _ in 0..2 {
+        assert_eq!(raw_join(&mut conn, "crowded", "", true).0, ResponseError::MemberIdRequired.code());
+    }
+    assert_eq!(raw_join(&mut conn, "crowded", "", true).0, ResponseError::GroupMaxSizeReached.code());
+
+    // group.max.count = 3: working, crowded, and one more.
+    assert_eq!(raw_join(&mut conn, "third", "", true).0, ResponseError::MemberIdRequired.code());
+    assert_eq!(raw_join(&mut conn, "fourth", "", true).0, ResponseError::GroupMaxSizeReached.code());
+
+    let before: Vec<i32> = assigned(&working);
+    for offset in 1..=3 {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset("limited", 0, Offset::Offset(offset)).unwrap();
+        working.commit(&list, CommitMode::Sync).expect("the working group still commits");
+        let _ = working.poll(Duration::from_millis(50));
+    }
+    assert_eq!(assigned(&working), before);
 }

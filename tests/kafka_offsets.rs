@@ -139,6 +139,9 @@ fn every_supported_version_of_the_offset_apis() {
     let transactional =
         conn.call(4, &FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![name("tx")]));
     assert_eq!(transactional.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
+    // As clients do: FindCoordinator loads the group's partition before the group's requests
+    // (on a partition not loaded yet they answer COORDINATOR_LOAD_IN_PROGRESS).
+    let _ = conn.call(1, &FindCoordinatorRequest::default().with_key(name("raw")));
 
     for version in 2..=9i16 {
         let partitions = vec![
@@ -332,4 +335,97 @@ fn offsets_of_groups_without_members_expire_after_offsets_retention_minutes() {
     node.restart();
     let consumer = new_consumer(&node, "gone-soon");
     assert_eq!(committed(&consumer, "ephemeral", &[0]), vec![(0, Offset::Invalid)]);
+}
+
+fn admin(node: &Runnel) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    client_config(node, &[]).create().expect("admin client")
+}
+
+fn admin_options() -> rdkafka::admin::AdminOptions {
+    rdkafka::admin::AdminOptions::new().operation_timeout(Some(DEADLINE)).request_timeout(Some(DEADLINE))
+}
+
+#[test]
+fn offsets_topic_created_early_with_another_count_keeps_groups_working() {
+    // Regression (issue 10): the offsets store mapped groups over a constant 50 partitions and
+    // the coordinator lookup over the topic's actual count, so a `__consumer_offsets` a client
+    // created first with 3 partitions left group "early-group" (50 → 43, 3 → 1) with
+    // NOT_COORDINATOR forever. Also proves the changes that would break the topic are refused
+    // with POLICY_VIOLATION (deletion, more partitions, cleanup.policy=delete, creating it with
+    // cleanup.policy=delete) and the group keeps working after each.
+    use rdkafka::admin::{NewPartitions, NewTopic, TopicReplication};
+    use rdkafka::types::RDKafkaErrorCode;
+    let node = Runnel::start(&[]);
+    let admin = admin(&node);
+    let options = admin_options();
+    let delete_policy =
+        NewTopic::new("__consumer_offsets", 3, TopicReplication::Fixed(1)).set("cleanup.policy", "delete");
+    let created = support::block_on(admin.create_topics(&[delete_policy], &options)).expect("CreateTopics");
+    assert_eq!(created[0].as_ref().unwrap_err().1, RDKafkaErrorCode::PolicyViolation);
+    create_topic(&node, "__consumer_offsets", 3);
+    create_topic(&node, "data", 2);
+
+    let consumer = new_consumer(&node, "early-group");
+    let commit_and_check = |value: i64| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            match consumer.commit(&offsets("data", &[(0, value), (1, value + 1)]), CommitMode::Sync) {
+                Ok(()) => break,
+                Err(e) => assert!(Instant::now() < deadline, "commit never succeeded: {e}"),
+            }
+        }
+        assert_eq!(
+            committed(&consumer, "data", &[0, 1]),
+            vec![(0, Offset::Offset(value)), (1, Offset::Offset(value + 1))]
+        );
+    };
+    commit_and_check(5);
+
+    let deleted = support::block_on(admin.delete_topics(&["__consumer_offsets"], &options)).expect("DeleteTopics");
+    assert_eq!(deleted[0].as_ref().unwrap_err().1, RDKafkaErrorCode::PolicyViolation);
+    commit_and_check(6);
+
+    let grown = NewPartitions::new("__consumer_offsets", 6);
+    let grown = support::block_on(admin.create_partitions(&[grown], &options)).expect("CreatePartitions");
+    assert_eq!(grown[0].as_ref().unwrap_err().1, RDKafkaErrorCode::PolicyViolation);
+    commit_and_check(7);
+
+    // rdkafka 0.38 does not surface AlterConfigs errors: raw requests, legacy and incremental.
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::incremental_alter_configs_request as incremental;
+    use kafka_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest};
+    const POLICY_VIOLATION: i16 = 44;
+    let mut conn = RawConn::open(&node, "configs");
+    let legacy = |configs: &[(&str, &str)]| {
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(name("__consumer_offsets"))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| AlterableConfig::default().with_name(name(k)).with_value(Some(name(v))))
+                    .collect(),
+            )])
+    };
+    // A full replacement without cleanup.policy would fall back to the broker default, delete.
+    for configs in [&[("cleanup.policy", "delete")][..], &[("retention.ms", "1000")][..]] {
+        let response = conn.call(1, &legacy(configs));
+        assert_eq!(response.responses[0].error_code, POLICY_VIOLATION, "{configs:?}");
+    }
+    let set_delete =
+        IncrementalAlterConfigsRequest::default().with_resources(vec![incremental::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(name("__consumer_offsets"))
+            .with_configs(vec![incremental::AlterableConfig::default()
+                .with_name(name("cleanup.policy"))
+                .with_config_operation(0)
+                .with_value(Some(name("compact,delete")))])]);
+    assert_eq!(conn.call(1, &set_delete).responses[0].error_code, POLICY_VIOLATION);
+    // A change that keeps it compacted is fine.
+    let response = conn.call(1, &legacy(&[("cleanup.policy", "compact"), ("segment.bytes", "104857600")]));
+    assert_eq!(response.responses[0].error_code, 0);
+    commit_and_check(8);
+
+    let metadata = consumer.fetch_metadata(Some("__consumer_offsets"), DEADLINE).expect("metadata");
+    assert_eq!(metadata.topics()[0].partitions().len(), 3, "still the count groups map over");
 }

@@ -74,10 +74,6 @@ pub struct ServeArgs {
     /// closed [default: 600000].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
-    /// `fetch.max.bytes`: record bytes of one Fetch response; a request's `max_bytes` is capped
-    /// by it [default: 57671680].
-    #[arg(long, env = "RUNNEL_FETCH_MAX_BYTES")]
-    pub fetch_max_bytes: Option<usize>,
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
@@ -85,6 +81,20 @@ pub struct ServeArgs {
     /// this long [default: 10080, 7 days].
     #[arg(long, env = "RUNNEL_OFFSETS_RETENTION_MINUTES")]
     pub offsets_retention_minutes: Option<u64>,
+    /// `offsets.topic.num.partitions`: partitions `__consumer_offsets` is created with
+    /// [default: 50].
+    #[arg(long, env = "RUNNEL_OFFSETS_TOPIC_NUM_PARTITIONS")]
+    pub offsets_topic_num_partitions: Option<u32>,
+    /// `group.max.size`: members per consumer group [default: 1000].
+    #[arg(long, env = "RUNNEL_GROUP_MAX_SIZE")]
+    pub group_max_size: Option<usize>,
+    /// `group.max.count` (Runnel's own): consumer groups a node holds in memory [default: 10000].
+    #[arg(long, env = "RUNNEL_GROUP_MAX_COUNT")]
+    pub group_max_count: Option<usize>,
+    /// `group.initial.rebalance.delay.ms`: the first rebalance of an empty group waits this long
+    /// for more members [default: 3000].
+    #[arg(long, env = "RUNNEL_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
     /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
@@ -112,9 +122,12 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     connections_max_idle_ms: Option<u64>,
-    fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
+    offsets_topic_num_partitions: Option<u32>,
+    group_max_size: Option<usize>,
+    group_max_count: Option<usize>,
+    group_initial_rebalance_delay_ms: Option<u64>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -167,10 +180,10 @@ pub struct NodeConfig {
     /// `queued.max.request.bytes`, `max.connections`, `max.connections.per.ip`,
     /// `connections.max.idle.ms`.
     pub connection_limits: ConnectionLimits,
-    /// `fetch.max.bytes`.
-    pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
     pub offsets_retention_minutes: u64,
+    /// `offsets.topic.num.partitions`, `group.max.size`, `group.max.count`.
+    pub groups: crate::group::GroupSettings,
     pub log_defaults: LogConfig,
 }
 
@@ -238,12 +251,31 @@ impl NodeConfig {
                 .unwrap_or(true),
             socket_request_max_bytes,
             connection_limits,
-            fetch_max_bytes: args.fetch_max_bytes.or(file.fetch_max_bytes).unwrap_or(57_671_680),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
             offsets_retention_minutes: args
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes)
                 .unwrap_or(7 * 24 * 60),
+            groups: {
+                let defaults = crate::group::GroupSettings::default();
+                crate::group::GroupSettings {
+                    offsets_topic_num_partitions: args
+                        .offsets_topic_num_partitions
+                        .or(file.offsets_topic_num_partitions)
+                        .unwrap_or(defaults.offsets_topic_num_partitions)
+                        .max(1),
+                    membership: crate::group::membership::GroupConfig {
+                        max_size: args.group_max_size.or(file.group_max_size).unwrap_or(defaults.membership.max_size),
+                        max_count: args
+                            .group_max_count
+                            .or(file.group_max_count)
+                            .unwrap_or(defaults.membership.max_count),
+                        initial_rebalance_delay_ms: args
+                            .group_initial_rebalance_delay_ms
+                            .or(file.group_initial_rebalance_delay_ms)
+                            .unwrap_or(defaults.membership.initial_rebalance_delay_ms),
+                        ..defaults.membership
+                    },
             log_defaults,
         })
     }

@@ -86,7 +86,18 @@ impl Node {
         let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
 
         let replicas = Arc::new(ReplicaManager::new(config.node_id, &data_dir, Arc::new(SystemClock)));
-        let reconcile = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
+        let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
+        let reconcile = {
+            let partitions = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
+            let groups = groups.clone();
+            // Groups map over the actual partition count of `__consumer_offsets` once it exists.
+            move |image: &crate::controller::MetadataImage| {
+                partitions(image);
+                if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
+                    groups.offsets.set_partition_count(topic.partitions.len() as u32);
+                }
+            }
+        };
         reconcile(&controller.image());
         {
             let image = controller.image();
@@ -121,11 +132,10 @@ impl Node {
                 auto_create_topics: config.auto_create_topics_enable,
                 log_defaults: config.log_defaults.clone(),
                 connection_limits: config.connection_limits.clone(),
-                fetch_max_bytes: config.fetch_max_bytes,
             },
             controller: controller.clone(),
             replicas: replicas.clone(),
-            groups: Arc::new(crate::group::GroupCoordinator::new(replicas.clone())),
+            groups,
             metrics: crate::metrics::Metrics::new(),
             transforms: transforms.clone(),
             reconcile: Box::new(reconcile),
@@ -180,10 +190,7 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain();
                     // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(crate::log::now_ms(), retention_ms, |group| {
-                        use crate::group::membership::GroupState;
-                        matches!(groups.membership.state(group), None | Some(GroupState::Empty | GroupState::Dead))
-                    });
+                    groups.offsets.expire(crate::log::now_ms(), retention_ms, &groups.membership);
                 })
                 .await;
             }

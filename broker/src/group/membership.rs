@@ -30,8 +30,16 @@ use super::schema::{GroupMetadataValue, MemberMetadata};
 pub const GROUP_MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 /// Kafka's `group.max.session.timeout.ms` default.
 pub const GROUP_MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
-/// `group.max.size`: Kafka's default is unbounded; an unbounded client-driven map is a bug.
+/// `group.max.size`: Kafka's default is `Int.MaxValue`, but an unbounded client-driven map is
+/// a bug. 1,000 members is above any consumer group seen in practice (one member per
+/// partition of a large topic) while bounding what one group id can pin in memory.
 pub const GROUP_MAX_SIZE: usize = 1_000;
+/// `group.max.count` (Runnel's own; Kafka has no such bound): groups one node holds in memory.
+/// Groups without members are evicted to make room (their durable state stays in
+/// `__consumer_offsets`); a join that needs a new group beyond it gets GROUP_MAX_SIZE_REACHED.
+pub const GROUP_MAX_COUNT: usize = 10_000;
+/// Kafka's `group.initial.rebalance.delay.ms` default.
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS: u64 = 3_000;
 /// Bound on the protocols a member may list and on the bytes of their metadata.
 pub const MEMBER_PROTOCOLS_MAX: usize = 64;
 pub const MEMBER_METADATA_MAX_BYTES: usize = 1 << 20;
@@ -48,7 +56,13 @@ pub fn now() -> Instant {
 pub struct GroupConfig {
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
+    /// `group.max.size`: members (and member ids handed out with MEMBER_ID_REQUIRED) per group.
     pub max_size: usize,
+    /// `group.max.count`: groups in memory.
+    pub max_count: usize,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of an Empty group waits
+    /// for more members (extended by each newcomer, bounded by the rebalance timeout).
+    pub initial_rebalance_delay_ms: u64,
 }
 
 impl Default for GroupConfig {
@@ -57,6 +71,8 @@ impl Default for GroupConfig {
             min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS,
             max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS,
             max_size: GROUP_MAX_SIZE,
+            max_count: GROUP_MAX_COUNT,
+            initial_rebalance_delay_ms: GROUP_INITIAL_REBALANCE_DELAY_MS,
         }
     }
 }
@@ -211,7 +227,6 @@ struct Member {
     client_host: String,
     session_timeout: Duration,
     rebalance_timeout: Duration,
-    protocol_type: String,
     protocols: Vec<(String, Bytes)>,
     assignment: Bytes,
     /// Order of joining: the leader is the earliest member.
@@ -247,6 +262,22 @@ struct Group {
     /// group.instance.id → current member id.
     static_members: HashMap<String, String>,
     rebalance_deadline: Option<Instant>,
+    /// `group.initial.rebalance.delay.ms` of this node.
+    initial_rebalance_delay: Duration,
+    /// While the first rebalance out of Empty waits for more members (Kafka's
+    /// `InitialDelayedJoin`).
+    initial_join: Option<InitialJoin>,
+}
+
+/// Kafka's `InitialDelayedJoin`: the join phase of a rebalance that started from Empty ends at
+/// `deadline`, or later by another delay if members joined meanwhile, until the rebalance
+/// timeout is used up.
+struct InitialJoin {
+    deadline: Instant,
+    /// Rebalance timeout not used yet.
+    remaining: Duration,
+    /// A member joined since `deadline` was set.
+    newcomers: bool,
 }
 
 impl Group {
@@ -261,6 +292,8 @@ impl Group {
             pending: HashMap::new(),
             static_members: HashMap::new(),
             rebalance_deadline: None,
+            initial_rebalance_delay: Duration::ZERO,
+            initial_join: None,
         }
     }
 
@@ -352,6 +385,18 @@ impl Group {
         if self.state != GroupState::PreparingRebalance {
             self.rebalance_deadline = Some(now + self.max_rebalance_timeout());
         }
+        if self.state == GroupState::Empty && !self.initial_rebalance_delay.is_zero() {
+            // Kafka delays the first rebalance of an Empty group so that members starting
+            // together land in one generation: the first one must not get every partition only
+            // to have them revoked when the next one joins a moment later.
+            let timeout = self.max_rebalance_timeout();
+            let delay = self.initial_rebalance_delay.min(timeout);
+            self.initial_join = Some(InitialJoin {
+                deadline: now + delay,
+                remaining: timeout.saturating_sub(self.initial_rebalance_delay),
+                newcomers: false,
+            });
+        }
         self.state = GroupState::PreparingRebalance;
     }
 
@@ -361,18 +406,44 @@ impl Group {
         if self.state != GroupState::PreparingRebalance {
             return;
         }
+        if let Some(initial) = &mut self.initial_join {
+            if now < initial.deadline {
+                return;
+            }
+            if initial.newcomers && !initial.remaining.is_zero() {
+                let delay = self.initial_rebalance_delay.min(initial.remaining);
+                initial.deadline = now + delay;
+                initial.remaining = initial.remaining.saturating_sub(self.initial_rebalance_delay);
+                initial.newcomers = false;
+                return;
+            }
+            self.initial_join = None;
+        }
         let all_joined = self.members.values().all(|m| m.join_waiter.is_some()) && self.pending.is_empty();
         let timed_out = self.rebalance_deadline.is_some_and(|d| now >= d);
         if !all_joined && !timed_out {
             return;
         }
-        let stragglers: Vec<String> =
-            self.members.values().filter(|m| m.join_waiter.is_none()).map(|m| m.member_id.clone()).collect();
+        // Kafka's `completeClassicGroupJoin`: dynamic members that did not rejoin are removed;
+        // static ones stay members (their session timeout decides), as a restarting static
+        // member must not lose its place or move partitions.
+        let stragglers: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.join_waiter.is_none() && m.group_instance_id.is_none())
+            .map(|m| m.member_id.clone())
+            .collect();
         for id in stragglers {
             self.remove_member(&id, ResponseError::UnknownMemberId);
         }
         if timed_out {
             self.pending.clear();
+        }
+        if !self.members.is_empty() && self.members.values().all(|m| m.join_waiter.is_none()) {
+            // Only static members that have not rejoined: wait another rebalance timeout for
+            // them (or for their sessions to end), as Kafka does.
+            self.rebalance_deadline = Some(now + self.max_rebalance_timeout());
+            return;
         }
         self.generation_id += 1;
         self.rebalance_deadline = None;
@@ -383,8 +454,14 @@ impl Group {
             return;
         }
         self.state = GroupState::CompletingRebalance;
-        if self.leader_id.as_ref().is_none_or(|id| !self.members.contains_key(id)) {
-            self.leader_id = self.members.values().min_by_key(|m| m.joined_seq).map(|m| m.member_id.clone());
+        // The leader must be a member that rejoined (Kafka's `maybeElectNewJoinedLeader`).
+        if self.leader_id.as_ref().and_then(|id| self.members.get(id)).is_none_or(|m| m.join_waiter.is_none()) {
+            self.leader_id = self
+                .members
+                .values()
+                .filter(|m| m.join_waiter.is_some())
+                .min_by_key(|m| m.joined_seq)
+                .map(|m| m.member_id.clone());
         }
         self.protocol_name = self.select_protocol();
         let ids: Vec<String> = self.members.keys().cloned().collect();
@@ -420,6 +497,11 @@ impl Group {
         }
     }
 
+    /// Holds nothing a client is waiting on: no members, no member id handed out.
+    fn is_vacant(&self) -> bool {
+        self.members.is_empty() && self.pending.is_empty() && matches!(self.state, GroupState::Empty | GroupState::Dead)
+    }
+
     /// What a membership change does to the group (Kafka's `removeMemberAndUpdateGroup`).
     fn after_departure(&mut self, now: Instant) {
         match self.state {
@@ -436,6 +518,22 @@ impl Group {
 struct Groups {
     groups: HashMap<String, Group>,
     next_seq: u64,
+}
+
+impl Groups {
+    /// Drops one group without members or pending member ids to make room (its committed
+    /// offsets and stored metadata stay in `__consumer_offsets`). False if there is none.
+    fn evict_one_empty(&mut self) -> bool {
+        let victim = self.groups.iter().find(|(_, g)| g.is_vacant()).map(|(id, _)| id.clone());
+        match victim {
+            Some(id) => {
+                tracing::debug!(group = %id, "evicting a group without members (group.max.count)");
+                self.groups.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The membership state of every group this node coordinates.
@@ -507,10 +605,28 @@ impl Membership {
         }
         let mut guard = self.lock();
         let groups = &mut *guard;
-        if !request.member_id.is_empty() && !groups.groups.contains_key(&request.group_id) {
-            return error(ResponseError::UnknownMemberId);
+        if !groups.groups.contains_key(&request.group_id) {
+            // A group exists only once a join succeeds: a refused join leaves no state behind.
+            if !request.member_id.is_empty() {
+                return error(ResponseError::UnknownMemberId);
+            }
+            if !Group::new().supports_protocols(&request.protocol_type, &request.protocols) {
+                return error(ResponseError::InconsistentGroupProtocol);
+            }
+            if groups.groups.len() >= self.config.max_count && !groups.evict_one_empty() {
+                tracing::warn!(
+                    group = %request.group_id,
+                    max_count = self.config.max_count,
+                    "group.max.count reached: every group in memory has members; refusing a new group"
+                );
+                return error(ResponseError::GroupMaxSizeReached);
+            }
+            groups.groups.insert(request.group_id.clone(), Group::new());
         }
-        let group = groups.groups.entry(request.group_id.clone()).or_insert_with(Group::new);
+        let Some(group) = groups.groups.get_mut(&request.group_id) else {
+            return error(ResponseError::CoordinatorNotAvailable);
+        };
+        group.initial_rebalance_delay = Duration::from_millis(self.config.initial_rebalance_delay_ms);
         if group.state == GroupState::Dead {
             return error(ResponseError::CoordinatorNotAvailable);
         }
@@ -518,17 +634,22 @@ impl Membership {
             return error(ResponseError::InconsistentGroupProtocol);
         }
         let seq = &mut groups.next_seq;
+        // Members plus member ids handed out and not yet used: both are client-driven state.
+        let full = group.members.len() + group.pending.len() >= self.config.max_size;
         if request.member_id.is_empty() {
             if let Some(instance) = request.group_instance_id.clone() {
                 if let Some(old_id) = group.static_members.get(&instance).cloned() {
                     return rejoin_static(group, old_id, request, now);
                 }
             } else if request.require_known_member_id {
+                if full {
+                    return error(ResponseError::GroupMaxSizeReached);
+                }
                 let member_id = new_member_id(&request.client_id);
-                group.pending.insert(member_id.clone(), now + session_timeout(&request));
+                group.pending.insert(member_id.clone(), now + session_timeout_ms(request.session_timeout_ms));
                 return Reply::Now(JoinResult::error(ResponseError::MemberIdRequired, &member_id));
             }
-            if group.members.len() >= self.config.max_size {
+            if full {
                 return error(ResponseError::GroupMaxSizeReached);
             }
             let member_id = new_member_id(&request.client_id);
@@ -823,9 +944,28 @@ impl Membership {
         })
     }
 
+    /// How many groups this node holds in memory.
+    pub fn group_count(&self) -> usize {
+        self.lock().groups.len()
+    }
+
     /// The group's state, if known (for tests and the offsets store).
     pub fn state(&self, group_id: &str) -> Option<GroupState> {
         self.lock().groups.get(group_id).map(|g| g.state)
+    }
+}
+
+/// Offsets expiry runs its tombstone write under the membership lock, after checking that the
+/// group still has no members: a join waits for the write instead of racing it.
+impl super::offsets::EmptyGroupGate for Membership {
+    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut()) -> bool {
+        let groups = self.lock();
+        let empty = groups.groups.get(group_id).is_none_or(|g| g.members.is_empty() && g.pending.is_empty());
+        if empty {
+            write();
+        }
+        drop(groups);
+        empty
     }
 }
 
@@ -835,16 +975,15 @@ impl Default for Membership {
     }
 }
 
-fn session_timeout(request: &JoinRequest) -> Duration {
-    Duration::from_millis(request.session_timeout_ms.max(0) as u64)
-}
-
 /// Kafka's member ids: `<client_id>-<uuid>`.
 fn new_member_id(client_id: &str) -> String {
     format!("{client_id}-{}", uuid::Uuid::new_v4())
 }
 
 fn sweep_groups(groups: &mut Groups, now: Instant) {
+    // A group that never completed a join and has nobody left (pending member ids that never
+    // came back, joins that failed) holds nothing worth keeping.
+    groups.groups.retain(|_, g| !(g.is_vacant() && g.generation_id == 0));
     for group in groups.groups.values_mut() {
         group.pending.retain(|_, deadline| *deadline > now);
         let expired: Vec<String> = group
@@ -891,7 +1030,6 @@ fn add_member(
         client_host: request.client_host,
         session_timeout: session_timeout_ms(request.session_timeout_ms),
         rebalance_timeout: session_timeout_ms(request.rebalance_timeout_ms),
-        protocol_type: request.protocol_type,
         protocols: request.protocols,
         assignment: Bytes::new(),
         joined_seq: *seq,
@@ -900,6 +1038,9 @@ fn add_member(
         sync_waiter: None,
     };
     group.members.insert(member_id, member);
+    if let Some(initial) = &mut group.initial_join {
+        initial.newcomers = true;
+    }
     group.prepare_rebalance(now);
     group.maybe_complete_join(now);
     Reply::Parked(rx)
@@ -914,7 +1055,6 @@ fn park_and_rebalance(group: &mut Group, member_id: &str, request: JoinRequest, 
     let (tx, rx) = oneshot::channel();
     if let Some(member) = group.members.get_mut(member_id) {
         member.protocols = request.protocols;
-        member.protocol_type = request.protocol_type;
         member.session_timeout = session_timeout_ms(request.session_timeout_ms);
         member.rebalance_timeout = session_timeout_ms(request.rebalance_timeout_ms);
         member.session_deadline = now + member.session_timeout;
@@ -950,9 +1090,13 @@ fn rejoin_existing(group: &mut Group, request: JoinRequest, now: Instant) -> Rep
     }
 }
 
-/// A static member rejoining with an empty member id: it gets a new id, the old one is fenced,
-/// and in a Stable group with unchanged protocols it gets its previous assignment back without
-/// a rebalance.
+/// A static member rejoining with an empty member id (Kafka's
+/// `updateStaticMemberThenRebalanceOrCompleteJoin`): it gets a new id, the old one is fenced, its
+/// protocols are updated, and in a Stable group whose selected protocol would not change it gets
+/// its previous assignment back without a rebalance. A client without KIP-814 (JoinGroup < v9)
+/// is answered with the leader as it was before the replacement, so a restarted leader acts as
+/// a follower and syncs; naming it leader with no members would make it assign (or rejoin) and
+/// revoke the other members' partitions, which Kafka never does here.
 fn rejoin_static(group: &mut Group, old_id: String, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
     let Some(mut member) = group.members.remove(&old_id) else {
         return Reply::Now(JoinResult::error(ResponseError::UnknownMemberId, &request.member_id));
@@ -964,8 +1108,9 @@ fn rejoin_static(group: &mut Group, old_id: String, request: JoinRequest, now: I
     if let Some(tx) = member.sync_waiter.take() {
         let _ = tx.send(SyncResult::error(ResponseError::FencedInstanceId));
     }
-    let unchanged = member.protocols == request.protocols;
+    let leader_before = group.leader_id.clone();
     member.member_id = new_id.clone();
+    member.protocols = request.protocols.clone();
     member.client_id = request.client_id.clone();
     member.client_host = request.client_host.clone();
     member.session_timeout = session_timeout_ms(request.session_timeout_ms);
@@ -978,11 +1123,14 @@ fn rejoin_static(group: &mut Group, old_id: String, request: JoinRequest, now: I
     if group.leader_id.as_deref() == Some(old_id.as_str()) {
         group.leader_id = Some(new_id.clone());
     }
-    if group.state == GroupState::Stable && unchanged {
+    if group.state == GroupState::Stable && group.select_protocol() == group.protocol_name {
         let is_leader = group.leader_id.as_deref() == Some(new_id.as_str());
         let skip = is_leader && request.supports_skip_assignment;
         let mut result = group.current_result(&new_id, skip);
         result.skip_assignment = skip;
+        if !request.supports_skip_assignment {
+            result.leader = leader_before.unwrap_or_default();
+        }
         return Reply::Now(result);
     }
     park_and_rebalance(group, &new_id, request, now)

@@ -5,6 +5,12 @@ use super::*;
 const SESSION_MS: i32 = 10_000;
 const REBALANCE_MS: i32 = 30_000;
 
+/// A membership without `group.initial.rebalance.delay.ms`, so joins complete as soon as every
+/// member is in (the delay has its own test).
+fn no_delay() -> Membership {
+    Membership::with_config(GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() })
+}
+
 fn join_request(group: &str, member_id: &str, protocols: &[(&str, &'static [u8])]) -> JoinRequest {
     JoinRequest {
         group_id: group.to_string(),
@@ -81,7 +87,7 @@ fn single_member_stable(m: &Membership, group: &str, t: Instant) -> (String, i32
 fn first_member_becomes_leader_and_gets_its_assignment() {
     // Proves the whole happy path of one member: Empty → PreparingRebalance →
     // CompletingRebalance → Stable, generation 1, leader = the member, protocol selected.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let mut rx = parked(m.join(range("g", ""), t));
     let result = answered(&mut rx);
@@ -99,7 +105,7 @@ fn first_member_becomes_leader_and_gets_its_assignment() {
 fn kip394_member_id_required_then_rejoin() {
     // Proves KIP-394: a v4+ join with no member id gets MEMBER_ID_REQUIRED and an id; the
     // group waits for that pending member before completing the join of others.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let mut first = range("g", "");
     first.require_known_member_id = true;
@@ -125,7 +131,7 @@ fn kip394_member_id_required_then_rejoin() {
 fn followers_wait_for_the_leader_sync() {
     // Proves a follower's SyncGroup is parked until the leader's arrives, then each member
     // gets its own assignment; later syncs of the generation are answered at once.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     let mut rx_b = parked(m.join(range("g", ""), t));
@@ -152,7 +158,7 @@ fn followers_wait_for_the_leader_sync() {
 fn rebalance_timeout_drops_members_that_do_not_rejoin() {
     // Proves a rebalance ends at the rebalance timeout without the members that did not
     // rejoin, and that they are then unknown.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     let mut rx_b = parked(m.join(range("g", ""), t));
@@ -173,7 +179,7 @@ fn rebalance_timeout_drops_members_that_do_not_rejoin() {
 fn session_expiry_removes_a_member_and_rebalances() {
     // Proves a member that stops heartbeating is removed after session.timeout.ms and the
     // others are told to rejoin.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     m.sweep(t + Duration::from_millis(SESSION_MS as u64 - 1));
@@ -188,7 +194,7 @@ fn session_expiry_removes_a_member_and_rebalances() {
 #[test]
 fn pending_member_ids_expire() {
     // Proves a MEMBER_ID_REQUIRED id that never comes back stops blocking the group.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     let mut kip394 = range("g", "");
@@ -208,7 +214,7 @@ fn pending_member_ids_expire() {
 fn leave_group_rebalances_and_reports_each_member() {
     // Proves LeaveGroup removes known members, reports unknown ones, and a follower's parked
     // sync is told to rejoin.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     let mut rx_b = parked(m.join(range("g", ""), t));
@@ -235,7 +241,7 @@ fn leave_group_rebalances_and_reports_each_member() {
 fn protocol_selection_and_inconsistent_protocols() {
     // Proves Kafka's selectProtocol (common protocols, majority preference) and
     // INCONSISTENT_GROUP_PROTOCOL for a member sharing no protocol or another type.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let mut rx_a = parked(m.join(join_request("g", "", &[("range", b""), ("roundrobin", b"")]), t));
     let a = answered(&mut rx_a).member_id;
@@ -262,7 +268,7 @@ fn protocol_selection_and_inconsistent_protocols() {
 fn static_member_rejoin_keeps_its_assignment_and_fences_the_old_id() {
     // Proves KIP-345: a static member restarting with the same instance id gets a new member
     // id and its assignment back without a rebalance; the old id is fenced.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let mut first = range("g", "");
     first.group_instance_id = Some("instance-1".into());
@@ -288,7 +294,7 @@ fn static_member_rejoin_keeps_its_assignment_and_fences_the_old_id() {
 fn validate_commit_follows_kafka() {
     // Proves OffsetCommit's group checks: simple consumers, unknown members, stale
     // generations, and REBALANCE_IN_PROGRESS while CompletingRebalance.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     assert_eq!(m.validate_commit("simple", "", -1, None), Ok(()));
     assert_eq!(m.validate_commit("simple", "", 3, None), Err(ResponseError::IllegalGeneration));
@@ -303,7 +309,7 @@ fn validate_commit_follows_kafka() {
 #[test]
 fn list_describe_delete() {
     // Proves ListGroups/DescribeGroups views and that only Empty groups can be deleted.
-    let m = Membership::new();
+    let m = no_delay();
     let t = Instant::now();
     let (a, _) = single_member_stable(&m, "g", t);
     let listed = m.list();
@@ -321,4 +327,212 @@ fn list_describe_delete() {
     assert_eq!(m.delete("g"), Ok(()));
     assert_eq!(m.delete("g"), Err(ResponseError::GroupIdNotFound));
     assert!(m.describe("g").is_none());
+}
+
+fn with_config(edit: impl FnOnce(&mut GroupConfig)) -> Membership {
+    let mut config = GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() };
+    edit(&mut config);
+    Membership::with_config(config)
+}
+
+#[test]
+fn initial_rebalance_delay_puts_members_starting_together_in_one_generation() {
+    // Regression (issue 10, the static-membership revocation): Kafka's
+    // group.initial.rebalance.delay.ms. The first rebalance of an Empty group waits the delay,
+    // and another one if a member joined meanwhile (bounded by the rebalance timeout), so two
+    // members starting together share generation 1 and the first never gets every partition
+    // only to have them revoked. A rebalance of a Stable group is not delayed.
+    let m = with_config(|c| c.initial_rebalance_delay_ms = 3_000);
+    let t = Instant::now();
+    let ms = |n: u64| t + Duration::from_millis(n);
+    let mut a = range("g", "");
+    a.group_instance_id = Some("a".into());
+    let mut b = range("g", "");
+    b.group_instance_id = Some("b".into());
+    let mut ja = parked(m.join(a, t));
+    m.sweep(ms(1_000));
+    still_parked(&mut ja);
+    let mut jb = parked(m.join(b, ms(1_000)));
+    m.sweep(ms(3_000)); // a newcomer arrived during the delay: one more delay
+    still_parked(&mut ja);
+    still_parked(&mut jb);
+    m.sweep(ms(6_000));
+    let (ra, rb) = (answered(&mut ja), answered(&mut jb));
+    assert_eq!((ra.generation_id, rb.generation_id), (1, 1), "one generation for both");
+    assert_eq!(ra.leader, ra.member_id);
+    assert_eq!(ra.members.len(), 2);
+    m.sync(sync_request("g", &ra.member_id, 1, &[(&ra.member_id, b"A"), (&rb.member_id, b"B")]), ms(6_000));
+    assert_eq!(m.state("g"), Some(GroupState::Stable));
+
+    // A third member joining the Stable group: completes as soon as everyone rejoined.
+    let mut jc = parked(m.join(range("g", ""), ms(7_000)));
+    let mut rejoin_a = range("g", &ra.member_id);
+    rejoin_a.group_instance_id = Some("a".into());
+    let mut rejoin_b = range("g", &rb.member_id);
+    rejoin_b.group_instance_id = Some("b".into());
+    let _ra2 = parked(m.join(rejoin_a, ms(7_000)));
+    let _rb2 = parked(m.join(rejoin_b, ms(7_000)));
+    assert_eq!(answered(&mut jc).generation_id, 2, "no initial delay outside Empty");
+
+    // The delay is bounded by the rebalance timeout even if members keep coming.
+    let m = with_config(|c| c.initial_rebalance_delay_ms = 3_000);
+    let mut first = range("h", "");
+    first.rebalance_timeout_ms = 5_000;
+    let mut j1 = parked(m.join(first.clone(), t));
+    let _j2 = parked(m.join(first.clone(), ms(2_000)));
+    m.sweep(ms(3_000)); // extended by min(3 s, 5 s - 3 s) = 2 s
+    still_parked(&mut j1);
+    let _j3 = parked(m.join(first, ms(4_000)));
+    m.sweep(ms(5_000));
+    assert_eq!(answered(&mut j1).generation_id, 1, "no extension past the rebalance timeout");
+}
+
+/// A Stable group of two static members, `l` (the leader) and `f`: their member ids.
+fn static_pair(m: &Membership, t: Instant) -> (String, String) {
+    let mut l = range("s", "");
+    l.group_instance_id = Some("l".into());
+    let mut f = range("s", "");
+    f.group_instance_id = Some("f".into());
+    let mut jl = parked(m.join(l, t));
+    let mut jf = parked(m.join(f, t));
+    // Both in one generation: past the initial delay and its one extension.
+    m.sweep(t + Duration::from_millis(3_000));
+    m.sweep(t + Duration::from_millis(6_000));
+    let (rl, rf) = (answered(&mut jl), answered(&mut jf));
+    assert_eq!(rl.leader, rl.member_id);
+    m.sync(sync_request("s", &rl.member_id, 1, &[(&rl.member_id, b"L"), (&rf.member_id, b"F")]), t);
+    assert_eq!(m.state("s"), Some(GroupState::Stable));
+    (rl.member_id, rf.member_id)
+}
+
+#[test]
+fn restarted_static_leader_is_answered_as_kafka_does() {
+    // Proves Kafka's updateStaticMemberThenRebalanceOrCompleteJoin for a Stable group: the
+    // restarted static leader gets a new id and no rebalance; before JoinGroup v9 the answer
+    // names the leader as it was before the replacement (so the client syncs as a follower
+    // instead of assigning to an empty member list); v9 names it leader with the members and
+    // skip_assignment. Changed metadata that keeps the selected protocol rebalances nothing.
+    let m = with_config(|c| c.initial_rebalance_delay_ms = 3_000);
+    let t = Instant::now();
+    let (leader, _follower) = static_pair(&m, t);
+    let mut again = join_request("s", "", &[("range", b"changed user data")]);
+    again.group_instance_id = Some("l".into());
+    let old_client = now_result(m.join(again.clone(), t));
+    assert_eq!(old_client.error, None);
+    assert_ne!(old_client.member_id, leader);
+    assert_eq!(old_client.leader, leader, "the leader as it was before the replacement");
+    assert!(old_client.members.is_empty());
+    assert_eq!((old_client.generation_id, m.state("s")), (1, Some(GroupState::Stable)));
+    let mut sync = sync_request("s", &old_client.member_id, 1, &[]);
+    sync.group_instance_id = Some("l".into());
+    assert_eq!(now_result(m.sync(sync, t)).assignment, Bytes::from_static(b"L"));
+
+    again.supports_skip_assignment = true;
+    let v9 = now_result(m.join(again, t));
+    assert_eq!(v9.leader, v9.member_id);
+    assert!(v9.skip_assignment);
+    assert_eq!(v9.members.len(), 2);
+    assert_eq!(m.state("s"), Some(GroupState::Stable));
+
+    // A changed protocol choice does rebalance.
+    let mut other = join_request("s", "", &[("roundrobin", b"x"), ("range", b"x")]);
+    other.group_instance_id = Some("f".into());
+    let _parked = m.join(other, t);
+    assert_eq!(m.state("s"), Some(GroupState::Stable), "range stays the only common protocol");
+}
+
+#[test]
+fn static_members_that_miss_the_rebalance_timeout_stay_members() {
+    // Proves Kafka's completeClassicGroupJoin: when the rebalance timeout ends the join phase,
+    // dynamic members that did not rejoin are removed, static ones stay (with the leader moved
+    // to a member that did rejoin); only their session timeout removes them.
+    let m = with_config(|c| c.initial_rebalance_delay_ms = 3_000);
+    let t = Instant::now();
+    let (leader, follower) = static_pair(&m, t);
+    let dynamic = parked(m.join(range("s", ""), t)); // a third member starts a rebalance
+    let mut rejoin = range("s", &follower);
+    rejoin.group_instance_id = Some("f".into());
+    let mut jf = parked(m.join(rejoin, t));
+    drop(dynamic);
+    let timeout = Duration::from_millis(REBALANCE_MS as u64);
+    // The leader's session stays alive (a Java client's heartbeat thread) but it does not rejoin.
+    for s in (5..30).step_by(5) {
+        let at = t + Duration::from_secs(s);
+        assert_eq!(m.heartbeat("s", &leader, Some("l"), 1, at), Err(ResponseError::RebalanceInProgress));
+        m.sweep(at);
+    }
+    m.sweep(t + timeout);
+    let rf = answered(&mut jf);
+    assert_eq!(rf.generation_id, 2);
+    assert_ne!(rf.leader, leader, "the leader is a member that rejoined");
+    let described = m.describe("s").unwrap();
+    assert!(described.members.iter().any(|d| d.member_id == leader), "the static straggler is still a member");
+    m.sweep(t + timeout + Duration::from_millis(SESSION_MS as u64 + 1));
+    let described = m.describe("s").unwrap();
+    assert!(described.members.iter().all(|d| d.member_id != leader), "its session ended");
+}
+
+#[test]
+fn group_max_size_counts_pending_member_ids_and_keeps_the_members() {
+    // Proves group.max.size: joins past it get GROUP_MAX_SIZE_REACHED, KIP-394 member ids that
+    // never come back count toward it (and expire), and the members stay.
+    let m = with_config(|c| c.max_size = 2);
+    let t = Instant::now();
+    let (member, _) = single_member_stable(&m, "g", t);
+    let mut kip394 = range("g", "");
+    kip394.require_known_member_id = true;
+    assert_eq!(now_result(m.join(kip394.clone(), t)).error, Some(ResponseError::MemberIdRequired));
+    assert_eq!(now_result(m.join(kip394.clone(), t)).error, Some(ResponseError::GroupMaxSizeReached));
+    assert_eq!(now_result(m.join(range("g", ""), t)).error, Some(ResponseError::GroupMaxSizeReached));
+    assert_eq!(m.heartbeat("g", &member, None, 1, t), Ok(()));
+    assert_eq!(m.state("g"), Some(GroupState::Stable));
+    m.sweep(t + Duration::from_millis(SESSION_MS as u64 + 1));
+    let _ = m.heartbeat("g", &member, None, 1, t + Duration::from_millis(SESSION_MS as u64));
+    // The pending id expired: room for one again.
+    let later = t + Duration::from_millis(SESSION_MS as u64 + 2);
+    assert_eq!(now_result(m.join(kip394, later)).error, Some(ResponseError::MemberIdRequired));
+}
+
+#[test]
+fn refused_and_abandoned_joins_leave_no_group_behind() {
+    // Proves that a group exists in memory only once a join is accepted: refused joins,
+    // describes of unknown groups and KIP-394 member ids that never come back leave nothing.
+    let m = no_delay();
+    let t = Instant::now();
+    assert_eq!(
+        now_result(m.join(join_request("bad", "", &[]), t)).error,
+        Some(ResponseError::InconsistentGroupProtocol)
+    );
+    assert_eq!(now_result(m.join(range("unknown-member", "nobody"), t)).error, Some(ResponseError::UnknownMemberId));
+    assert!(m.describe("never").is_none());
+    let mut kip394 = range("abandoned", "");
+    kip394.require_known_member_id = true;
+    for _ in 0..3 {
+        assert_eq!(now_result(m.join(kip394.clone(), t)).error, Some(ResponseError::MemberIdRequired));
+    }
+    assert_eq!(m.state("abandoned"), Some(GroupState::Empty));
+    m.sweep(t + Duration::from_millis(SESSION_MS as u64 + 1));
+    m.sweep(t + Duration::from_millis(SESSION_MS as u64 + 2));
+    assert!(m.list().is_empty(), "{:?}", m.list());
+    assert_eq!(m.group_count(), 0);
+}
+
+#[test]
+fn group_max_count_evicts_groups_without_members_then_refuses() {
+    // Proves group.max.count: at the bound a new group evicts one without members; when
+    // every group has members, a join that needs a new group gets GROUP_MAX_SIZE_REACHED while
+    // the existing groups keep working.
+    let m = with_config(|c| c.max_count = 2);
+    let t = Instant::now();
+    let (a, _) = single_member_stable(&m, "a", t);
+    let (b, generation) = single_member_stable(&m, "b", t);
+    assert_eq!(m.leave("b", &[LeavingMember { member_id: b, group_instance_id: None }], t), vec![Ok(())]);
+    assert_eq!(m.state("b"), Some(GroupState::Empty));
+    assert_eq!(generation, 1);
+    let (_c, _) = single_member_stable(&m, "c", t);
+    assert_eq!(m.state("b"), None, "the empty group made room");
+    assert_eq!(now_result(m.join(range("d", ""), t)).error, Some(ResponseError::GroupMaxSizeReached));
+    assert_eq!(m.state("d"), None);
+    assert_eq!(m.heartbeat("a", &a, None, 1, t), Ok(()));
+    assert_eq!(m.group_count(), 2);
 }

@@ -18,8 +18,27 @@ use crate::partition::ReplicaManager;
 /// The internal topic holding committed offsets and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
-/// Kafka's `offsets.topic.num.partitions` default.
-pub const OFFSETS_TOPIC_PARTITIONS: u32 = 50;
+/// Kafka's `offsets.topic.num.partitions` default: the partition count `__consumer_offsets`
+/// is created with. Once the topic exists its actual count is what groups are mapped over.
+pub const OFFSETS_TOPIC_NUM_PARTITIONS_DEFAULT: u32 = 50;
+
+/// Why `__consumer_offsets` cannot be deleted: groups would lose their offsets and their
+/// coordinator. Kafka 4.x brokers accept the deletion; Kafka's own `kafka-topics.sh` refuses it
+/// with these words, and Runnel refuses it on the broker (POLICY_VIOLATION).
+pub const OFFSETS_TOPIC_DELETE_REFUSED: &str =
+    "Topic __consumer_offsets is a kafka internal topic and is not allowed to be marked for deletion.";
+/// Why partitions cannot be added to `__consumer_offsets`: every group would map to another
+/// partition and lose its offsets (`kafka-topics.sh --alter` refuses it with these words).
+pub const OFFSETS_TOPIC_PARTITIONS_REFUSED: &str = "The number of partitions for the offsets topic cannot be changed.";
+
+/// Whether a `cleanup.policy` keeps `__consumer_offsets` working: compaction only (Kafka
+/// creates it with `compact`); `delete` would drop committed offsets by retention.
+pub fn offsets_topic_cleanup_error(config: &crate::log::LogConfig) -> Option<String> {
+    if config.cleanup_policy.compact && !config.cleanup_policy.delete {
+        return None;
+    }
+    Some(format!("cleanup.policy of internal topic {OFFSETS_TOPIC} must be compact"))
+}
 
 /// Kafka's `partitionFor(groupId)`: `Utils.abs(groupId.hashCode()) % partitions`, with Java's
 /// `String.hashCode` (UTF-16 code units, wrapping `31 * h + c`) and `Utils.abs` (`i & 0x7fffffff`).
@@ -35,13 +54,33 @@ pub fn partition_for(group_id: &str, partitions: u32) -> u32 {
 pub struct GroupCoordinator {
     pub offsets: offsets::OffsetStore,
     pub membership: membership::Membership,
+    /// `offsets.topic.num.partitions`, for creating the topic.
+    pub offsets_topic_num_partitions: u32,
+}
+
+/// The broker settings of the group coordinator.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// `offsets.topic.num.partitions`: partitions `__consumer_offsets` is created with.
+    pub offsets_topic_num_partitions: u32,
+    pub membership: membership::GroupConfig,
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        GroupSettings {
+            offsets_topic_num_partitions: OFFSETS_TOPIC_NUM_PARTITIONS_DEFAULT,
+            membership: membership::GroupConfig::default(),
+        }
+    }
 }
 
 impl GroupCoordinator {
-    pub fn new(replicas: Arc<ReplicaManager>) -> GroupCoordinator {
+    pub fn new(replicas: Arc<ReplicaManager>, settings: GroupSettings) -> GroupCoordinator {
         GroupCoordinator {
-            offsets: offsets::OffsetStore::new(replicas, OFFSETS_TOPIC_PARTITIONS),
-            membership: membership::Membership::new(),
+            offsets: offsets::OffsetStore::new(replicas, settings.offsets_topic_num_partitions.max(1)),
+            membership: membership::Membership::with_config(settings.membership),
+            offsets_topic_num_partitions: settings.offsets_topic_num_partitions.max(1),
         }
     }
 }

@@ -4,13 +4,19 @@
 //! [`Shard`] per partition, behind its own mutex), loading a shard from its partition, and
 //! writing commits, deletions (tombstones) and group metadata as record batches.
 //! Invariants: memory changes only after the batch carrying the change is in the log; a shard
-//! is loaded at most once per partition incarnation (topic id) and loading, appends and memory
-//! updates of one shard are serialized by its mutex, so memory follows log order. The shard
-//! mutex and the partition's log mutex are never held across an `.await` (all functions here
-//! are synchronous). Must not know about membership: callers pass what it needs as arguments.
+//! is loaded at most once per partition incarnation (topic id); while it loads (without its
+//! mutex held, on the blocking pool) every operation on it waits or answers
+//! [`OffsetError::LoadInProgress`], so nothing is appended meanwhile and memory follows log
+//! order. Request paths never load inline: they start the load and answer
+//! COORDINATOR_LOAD_IN_PROGRESS, as Kafka does, so a cold shard does not stall an async worker.
+//! The shard mutex and the partition's log mutex are never held across an `.await` (all
+//! functions here are synchronous). The partition count is `offsets.topic.num.partitions` until
+//! the topic exists, then the topic's actual count (set from the metadata image). Must not know
+//! about membership: callers pass what it needs as arguments.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
 
@@ -45,25 +51,15 @@ pub struct CommittedOffset {
     pub commit_timestamp: i64,
 }
 
-/// One row of [`OffsetStore::lag`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionLag {
-    pub topic: String,
-    pub partition: i32,
-    pub committed_offset: i64,
-    /// `None` when the partition is not hosted here.
-    pub log_end_offset: Option<i64>,
-    pub high_watermark: Option<i64>,
-    /// `log_end_offset - committed_offset`, at least 0.
-    pub lag: Option<i64>,
-}
-
 /// Why an offset operation failed; `server::errors::offset_error_code` maps each to Kafka's code.
 #[derive(Debug, thiserror::Error)]
 pub enum OffsetError {
     /// This node does not host (lead) the group's `__consumer_offsets` partition.
     #[error("partition {partition} of __consumer_offsets is not hosted here")]
     NotCoordinator { partition: u32 },
+    /// The partition is being read into memory; the client retries (COORDINATOR_LOAD_IN_PROGRESS).
+    #[error("partition {partition} of __consumer_offsets is loading")]
+    LoadInProgress { partition: u32 },
     #[error(transparent)]
     Partition(#[from] PartitionError),
     /// A batch of `__consumer_offsets` could not be built or read back.
@@ -83,7 +79,33 @@ pub enum OffsetError {
 struct Shard {
     /// Topic id of the partition incarnation this state was loaded from.
     loaded_from: Option<[u8; 16]>,
+    /// Topic id of the incarnation a load is reading right now (the mutex is not held by it).
+    loading: Option<[u8; 16]>,
     groups: HashMap<String, GroupOffsets>,
+}
+
+/// A shard and the condition its waiters wait on until a load ends.
+#[derive(Default)]
+struct Slot {
+    shard: Mutex<Shard>,
+    load_ended: Condvar,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Shard> {
+        self.shard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What an operation on a shard that is not in memory does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cold {
+    /// Load it (or wait for the load in flight) on this thread: for callers already off the
+    /// async workers (the blocking pool, housekeeping).
+    Wait,
+    /// Start the load on the blocking pool and answer `LoadInProgress` at once: for request
+    /// paths running on an async worker.
+    Start,
 }
 
 #[derive(Default)]
@@ -136,38 +158,122 @@ impl Shard {
 /// Committed offsets of the groups this node coordinates.
 pub struct OffsetStore {
     replicas: Arc<ReplicaManager>,
-    partitions: u32,
-    shards: Vec<Mutex<Shard>>,
+    /// `offsets.topic.num.partitions` until the topic exists, then its actual partition count.
+    partitions: AtomicU32,
+    /// One slot per partition; grows with the partition count, never shrinks.
+    slots: RwLock<Vec<Arc<Slot>>>,
+    /// Loads finished (for tests and logs: concurrent requests share one load).
+    loads: Arc<AtomicUsize>,
 }
 
 impl OffsetStore {
+    /// `partitions` is `offsets.topic.num.partitions`, used until the topic exists.
     pub fn new(replicas: Arc<ReplicaManager>, partitions: u32) -> OffsetStore {
         assert!(partitions > 0, "__consumer_offsets needs at least one partition");
-        OffsetStore { replicas, partitions, shards: (0..partitions).map(|_| Mutex::new(Shard::default())).collect() }
+        OffsetStore {
+            replicas,
+            partitions: AtomicU32::new(partitions),
+            slots: RwLock::new(Vec::new()),
+            loads: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Follows the actual partition count of `__consumer_offsets` (Kafka's `partitionFor` uses
+    /// the topic's count once it exists). Called with every metadata image.
+    pub fn set_partition_count(&self, partitions: u32) {
+        if partitions > 0 && self.partitions.swap(partitions, Ordering::AcqRel) != partitions {
+            tracing::info!(partitions, "__consumer_offsets partition count");
+        }
+    }
+
+    /// The partition count groups are mapped over.
+    pub fn partition_count(&self) -> u32 {
+        self.partitions.load(Ordering::Acquire)
     }
 
     /// The `__consumer_offsets` partition of `group`.
     pub fn partition_of(&self, group: &str) -> u32 {
-        partition_for(group, self.partitions)
+        partition_for(group, self.partition_count())
+    }
+
+    /// How many shard loads have completed.
+    pub fn loads(&self) -> usize {
+        self.loads.load(Ordering::Acquire)
+    }
+
+    fn slot(&self, partition: u32) -> Option<Arc<Slot>> {
+        if partition >= self.partition_count() {
+            return None;
+        }
+        if let Some(slot) = self.slots.read().unwrap_or_else(|p| p.into_inner()).get(partition as usize) {
+            return Some(slot.clone());
+        }
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        while slots.len() <= partition as usize {
+            slots.push(Arc::new(Slot::default()));
+        }
+        Some(slots[partition as usize].clone())
     }
 
     /// Loads partition `partition` of `__consumer_offsets` into memory if not done yet for its
-    /// current incarnation. Idempotent.
+    /// current incarnation, on this thread (or waits for the load in flight). Idempotent.
+    /// Blocks: call it off the async workers.
     pub fn ensure_loaded(&self, partition: u32) -> Result<(), OffsetError> {
-        self.shard(partition).map(|_| ())
+        self.with_shard(partition, Cold::Wait, |_, _| Ok(()))
     }
 
-    /// Locks the shard of `partition`, (re)loading it first if needed.
+    /// Whether `partition` is in memory; if not, starts loading it on the blocking pool and
+    /// answers `LoadInProgress`. Never blocks on the log.
+    pub fn require_loaded(&self, partition: u32) -> Result<(), OffsetError> {
+        self.with_shard(partition, Cold::Start, |_, _| Ok(()))
+    }
+
+    /// Runs `f` on the shard of `partition` under its mutex, once the shard is in memory for
+    /// the partition's current incarnation; `cold` says what to do if it is not.
     // FIXME: "hosted here" stands for "led here" while every partition has one replica; with
     // replication a follower must answer NOT_COORDINATOR and drop its shard on losing leadership.
-    fn shard(&self, partition: u32) -> Result<(MutexGuard<'_, Shard>, Arc<Partition>), OffsetError> {
-        let slot = self.shards.get(partition as usize).ok_or(OffsetError::NotCoordinator { partition })?;
+    fn with_shard<R>(
+        &self,
+        partition: u32,
+        cold: Cold,
+        f: impl FnOnce(&mut Shard, &Partition) -> Result<R, OffsetError>,
+    ) -> Result<R, OffsetError> {
+        let slot = self.slot(partition).ok_or(OffsetError::NotCoordinator { partition })?;
         let hosted = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(OffsetError::NotCoordinator { partition })?;
-        let mut shard = slot.lock().unwrap_or_else(|p| p.into_inner());
-        if shard.loaded_from != Some(hosted.topic_id()) {
-            *shard = load(&hosted)?;
+        let topic_id = hosted.topic_id();
+        let mut shard = slot.lock();
+        loop {
+            if shard.loaded_from == Some(topic_id) {
+                return f(&mut shard, &hosted);
+            }
+            if shard.loading == Some(topic_id) {
+                if cold == Cold::Start {
+                    return Err(OffsetError::LoadInProgress { partition });
+                }
+                shard = slot.load_ended.wait(shard).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            shard.loading = Some(topic_id);
+            drop(shard);
+            let background = match cold {
+                Cold::Start => tokio::runtime::Handle::try_current().ok(),
+                Cold::Wait => None,
+            };
+            match background {
+                Some(runtime) => {
+                    let (slot, hosted, loads) = (slot.clone(), hosted.clone(), self.loads.clone());
+                    runtime.spawn_blocking(move || {
+                        if let Err(e) = load_into(&slot, &hosted, &loads) {
+                            tracing::warn!(partition, error = %e, "could not load __consumer_offsets partition");
+                        }
+                    });
+                    return Err(OffsetError::LoadInProgress { partition });
+                }
+                // No runtime (a plain thread): loading here blocks nothing else.
+                None => load_into(&slot, &hosted, &self.loads)?,
+            }
+            shard = slot.lock();
         }
-        Ok((shard, hosted))
     }
 
     /// Commits offsets of `group` in one batch; memory changes only once it is appended.
@@ -176,7 +282,6 @@ impl OffsetStore {
             return Ok(());
         }
         let partition = self.partition_of(group);
-        let (mut shard, hosted) = self.shard(partition)?;
         let records: Vec<OffsetsRecord> = offsets
             .into_iter()
             .map(|(topic, p, c)| OffsetsRecord::Commit {
@@ -191,11 +296,13 @@ impl OffsetStore {
                 }),
             })
             .collect();
-        append(&hosted, partition, &records)?;
-        for record in records {
-            shard.apply(record);
-        }
-        Ok(())
+        self.with_shard(partition, Cold::Start, |shard, hosted| {
+            append(hosted, partition, &records)?;
+            for record in records {
+                shard.apply(record);
+            }
+            Ok(())
+        })
     }
 
     /// Committed offsets of `group`: of the given partitions (those with a commit), or all.
@@ -204,165 +311,174 @@ impl OffsetStore {
         group: &str,
         partitions: Option<&[(String, i32)]>,
     ) -> Result<Vec<(String, i32, CommittedOffset)>, OffsetError> {
-        let (shard, _) = self.shard(self.partition_of(group))?;
-        let Some(g) = shard.groups.get(group) else {
-            return Ok(Vec::new());
-        };
-        Ok(match partitions {
-            None => g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, c.clone())).collect(),
-            Some(wanted) => wanted
-                .iter()
-                .filter_map(|(t, p)| g.offsets.get(&(t.clone(), *p)).map(|c| (t.clone(), *p, c.clone())))
-                .collect(),
+        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
+            let Some(g) = shard.groups.get(group) else {
+                return Ok(Vec::new());
+            };
+            Ok(match partitions {
+                None => g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, c.clone())).collect(),
+                Some(wanted) => wanted
+                    .iter()
+                    .filter_map(|(t, p)| g.offsets.get(&(t.clone(), *p)).map(|c| (t.clone(), *p, c.clone())))
+                    .collect(),
+            })
         })
     }
 
     /// Deletes the committed offsets of the given partitions (tombstones).
     pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(), OffsetError> {
         let partition = self.partition_of(group);
-        let (mut shard, hosted) = self.shard(partition)?;
-        let Some(g) = shard.groups.get(group) else {
-            return Ok(());
-        };
-        let records: Vec<OffsetsRecord> = partitions
-            .iter()
-            .filter(|(t, p)| g.offsets.contains_key(&(t.clone(), *p)))
-            .map(|(t, p)| OffsetsRecord::Commit {
-                group: group.to_string(),
-                topic: t.clone(),
-                partition: *p,
-                value: None,
-            })
-            .collect();
-        write_all(&mut shard, &hosted, partition, records)
+        self.with_shard(partition, Cold::Start, |shard, hosted| {
+            let Some(g) = shard.groups.get(group) else {
+                return Ok(());
+            };
+            let records: Vec<OffsetsRecord> = partitions
+                .iter()
+                .filter(|(t, p)| g.offsets.contains_key(&(t.clone(), *p)))
+                .map(|(t, p)| OffsetsRecord::Commit {
+                    group: group.to_string(),
+                    topic: t.clone(),
+                    partition: *p,
+                    value: None,
+                })
+                .collect();
+            write_all(shard, hosted, partition, records)
+        })
     }
 
     /// Deletes a group: tombstones for all its offsets and its metadata. Returns whether the
-    /// store knew anything of it.
+    /// store knew anything of it. Blocks while the shard loads: call it off the async workers.
     pub fn delete_group(&self, group: &str) -> Result<bool, OffsetError> {
         let partition = self.partition_of(group);
-        let (mut shard, hosted) = self.shard(partition)?;
-        let Some(g) = shard.groups.get(group) else {
-            return Ok(false);
-        };
-        let mut records: Vec<OffsetsRecord> = g
-            .offsets
-            .keys()
-            .map(|(t, p)| OffsetsRecord::Commit {
-                group: group.to_string(),
-                topic: t.clone(),
-                partition: *p,
-                value: None,
-            })
-            .collect();
-        records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
-        write_all(&mut shard, &hosted, partition, records)?;
-        Ok(true)
+        self.with_shard(partition, Cold::Wait, |shard, hosted| {
+            let Some(records) = group_tombstones(shard, group) else {
+                return Ok(false);
+            };
+            write_all(shard, hosted, partition, records)?;
+            Ok(true)
+        })
     }
 
-    /// Stores a group's metadata after a rebalance (the membership layer calls it).
+    /// Stores a group's metadata after a rebalance (the membership layer calls it). Blocks
+    /// while the shard loads: call it off the async workers.
     pub fn store_group_metadata(&self, group: &str, value: GroupMetadataValue) -> Result<(), OffsetError> {
         let partition = self.partition_of(group);
-        let (mut shard, hosted) = self.shard(partition)?;
-        let records = vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }];
-        write_all(&mut shard, &hosted, partition, records)
+        self.with_shard(partition, Cold::Wait, |shard, hosted| {
+            let records = vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }];
+            write_all(shard, hosted, partition, records)
+        })
     }
 
-    /// The stored metadata of `group`, if any (and if its partition is hosted here).
+    /// The stored metadata of `group`, if any (and if its partition is hosted and loaded here;
+    /// a cold partition starts loading).
     pub fn group_metadata(&self, group: &str) -> Option<GroupMetadataValue> {
-        let (shard, _) = self.shard(self.partition_of(group)).ok()?;
-        shard.groups.get(group).and_then(|g| g.metadata.clone())
+        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
+            Ok(shard.groups.get(group).and_then(|g| g.metadata.clone()))
+        })
+        .ok()
+        .flatten()
     }
 
     /// Every group with committed offsets or stored metadata in the hosted partitions,
-    /// loading them first.
+    /// loading them first. Blocks while they load: call it off the async workers.
     pub fn groups_with_offsets(&self) -> Vec<String> {
         let mut groups = Vec::new();
-        for partition in 0..self.partitions {
-            if let Ok((shard, _)) = self.shard(partition) {
+        for partition in 0..self.partition_count() {
+            let _ = self.with_shard(partition, Cold::Wait, |shard, _| {
                 groups.extend(shard.groups.keys().cloned());
-            }
+                Ok(())
+            });
         }
         groups.sort();
         groups
     }
 
-    /// Lag of every committed partition of `group`: log end offset minus committed offset,
-    /// with the high watermark, from the partitions hosted here.
-    pub fn lag(&self, group: &str) -> Result<Vec<PartitionLag>, OffsetError> {
-        Ok(self
-            .fetch(group, None)?
-            .into_iter()
-            .map(|(topic, partition, committed)| {
-                let hosted = u32::try_from(partition).ok().and_then(|p| self.replicas.get(&topic, p));
-                let log_end_offset = hosted.as_ref().map(|p| p.log_end_offset());
-                PartitionLag {
-                    log_end_offset,
-                    high_watermark: hosted.as_ref().map(|p| p.high_watermark()),
-                    lag: log_end_offset.map(|end| (end - committed.offset).max(0)),
-                    committed_offset: committed.offset,
-                    topic,
-                    partition,
-                }
-            })
-            .collect())
-    }
-
     /// Expires offsets older than `retention_ms` of groups that have no members, and the
-    /// metadata of such groups once no offset is left. `is_empty_group` is asked without any
-    /// lock of this store held. Returns how many offsets expired.
-    pub fn expire(&self, now_ms: i64, retention_ms: i64, is_empty_group: impl Fn(&str) -> bool) -> usize {
+    /// metadata of such groups once no offset is left. Returns how many offsets expired.
+    ///
+    /// A group's tombstones are written inside `gate.run_if_empty(group, ..)`, which runs the
+    /// write only if the group still has no members and keeps members out until it is done
+    /// (Kafka's `cleanupGroupMetadata` holds the group lock): a member that joins after the
+    /// candidates were picked keeps its group's offsets.
+    pub fn expire(&self, now_ms: i64, retention_ms: i64, gate: &dyn EmptyGroupGate) -> usize {
         let mut expired = 0;
-        for partition in 0..self.partitions {
+        let is_old = |c: &CommittedOffset| c.commit_timestamp.saturating_add(retention_ms) < now_ms;
+        for partition in 0..self.partition_count() {
             if self.replicas.get(OFFSETS_TOPIC, partition).is_none() {
                 continue;
             }
-            let candidates: Vec<String> = match self.shard(partition) {
-                Ok((shard, _)) => shard
+            let outcome = self.with_shard(partition, Cold::Wait, |shard, hosted| {
+                let candidates: Vec<String> = shard
                     .groups
                     .iter()
-                    .filter(|(_, g)| {
-                        g.offsets.values().any(|c| c.commit_timestamp.saturating_add(retention_ms) < now_ms)
-                    })
+                    .filter(|(_, g)| g.offsets.values().any(is_old))
                     .map(|(name, _)| name.clone())
-                    .collect(),
-                Err(_) => continue,
-            };
-            let candidates: Vec<String> = candidates.into_iter().filter(|g| is_empty_group(g)).collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            let Ok((mut shard, hosted)) = self.shard(partition) else { continue };
-            let mut records = Vec::new();
-            for group in &candidates {
-                let Some(g) = shard.groups.get(group) else { continue };
-                let old: Vec<&(String, i32)> = g
-                    .offsets
-                    .iter()
-                    .filter(|(_, c)| c.commit_timestamp.saturating_add(retention_ms) < now_ms)
-                    .map(|(k, _)| k)
                     .collect();
-                let all_gone = old.len() == g.offsets.len();
-                for (t, p) in old {
-                    records.push(OffsetsRecord::Commit {
-                        group: group.clone(),
-                        topic: t.clone(),
-                        partition: *p,
-                        value: None,
+                let mut count = 0;
+                for group in candidates {
+                    let Some(records) = expiry_tombstones(shard, &group, is_old) else { continue };
+                    let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
+                    let mut pending = Some(records);
+                    let mut written = Ok(());
+                    let ran = gate.run_if_empty(&group, &mut || {
+                        if let Some(records) = pending.take() {
+                            written = write_all(shard, hosted, partition, records);
+                        }
                     });
+                    match (ran, written) {
+                        (true, Ok(())) => count += offsets,
+                        (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
+                        (false, _) => {}
+                    }
                 }
-                if all_gone && g.metadata.is_some() {
-                    records.push(OffsetsRecord::Group { group: group.clone(), value: None });
-                }
-            }
-            let count = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
-            match write_all(&mut shard, &hosted, partition, records) {
-                Ok(()) => expired += count,
-                Err(e) => tracing::warn!(partition, error = %e, "could not expire offsets"),
-            }
+                Ok(count)
+            });
+            expired += outcome.unwrap_or(0);
         }
         expired
     }
+}
+
+/// Runs an offsets expiry write for a group only while it has no members, keeping members
+/// from joining until the write is done (the membership layer implements it).
+pub trait EmptyGroupGate {
+    /// Runs `write` and answers true if `group` has no members now; false (without running it)
+    /// otherwise.
+    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool;
+}
+
+/// Tombstones of every offset and the metadata of `group`; `None` if the shard has nothing.
+fn group_tombstones(shard: &Shard, group: &str) -> Option<Vec<OffsetsRecord>> {
+    let g = shard.groups.get(group)?;
+    let mut records: Vec<OffsetsRecord> = g
+        .offsets
+        .keys()
+        .map(|(t, p)| OffsetsRecord::Commit { group: group.to_string(), topic: t.clone(), partition: *p, value: None })
+        .collect();
+    records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+    Some(records)
+}
+
+/// Tombstones of the expired offsets of `group`, and of its metadata once none is left.
+fn expiry_tombstones(
+    shard: &Shard,
+    group: &str,
+    is_old: impl Fn(&CommittedOffset) -> bool,
+) -> Option<Vec<OffsetsRecord>> {
+    let g = shard.groups.get(group)?;
+    let old: Vec<&(String, i32)> = g.offsets.iter().filter(|(_, c)| is_old(c)).map(|(k, _)| k).collect();
+    if old.is_empty() {
+        return None;
+    }
+    let all_gone = old.len() == g.offsets.len();
+    let mut records: Vec<OffsetsRecord> = old
+        .into_iter()
+        .map(|(t, p)| OffsetsRecord::Commit { group: group.to_string(), topic: t.clone(), partition: *p, value: None })
+        .collect();
+    if all_gone && g.metadata.is_some() {
+        records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+    }
+    Some(records)
 }
 
 /// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], applying each batch to
@@ -398,11 +514,37 @@ fn append(hosted: &Partition, partition: u32, records: &[OffsetsRecord]) -> Resu
     Ok(())
 }
 
+/// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
+/// wakes its waiters, whether the read worked or not.
+fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(), OffsetError> {
+    let topic_id = hosted.topic_id();
+    let started = std::time::Instant::now();
+    let loaded = load(hosted);
+    let mut shard = slot.lock();
+    if shard.loading == Some(topic_id) {
+        shard.loading = None;
+    }
+    let result = loaded.map(|groups| {
+        shard.groups = groups;
+        shard.loaded_from = Some(topic_id);
+        loads.fetch_add(1, Ordering::AcqRel);
+        tracing::debug!(
+            partition = hosted.index(),
+            groups = shard.groups.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded __consumer_offsets partition"
+        );
+    });
+    drop(shard);
+    slot.load_ended.notify_all();
+    result
+}
+
 /// Reads a `__consumer_offsets` partition from its log start to its high watermark; later
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
-fn load(hosted: &Partition) -> Result<Shard, OffsetError> {
+fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError> {
     let partition = hosted.index();
-    let mut shard = Shard { loaded_from: Some(hosted.topic_id()), groups: HashMap::new() };
+    let mut shard = Shard { loaded_from: Some(hosted.topic_id()), loading: None, groups: HashMap::new() };
     let mut next = hosted.log_start_offset();
     let mut skipped = 0usize;
     loop {
@@ -410,6 +552,7 @@ fn load(hosted: &Partition) -> Result<Shard, OffsetError> {
         if next >= high_watermark {
             break;
         }
+        // Whole: a batch above the read size must not stop the load.
         let data = hosted.read(next, LOAD_READ_BYTES, FirstBatch::Whole)?;
         if data.records.is_empty() {
             break;
@@ -443,8 +586,7 @@ fn load(hosted: &Partition) -> Result<Shard, OffsetError> {
     if skipped > 0 {
         tracing::warn!(partition, skipped, "skipped undecodable __consumer_offsets records");
     }
-    tracing::debug!(partition, groups = shard.groups.len(), "loaded __consumer_offsets partition");
-    Ok(shard)
+    Ok(shard.groups)
 }
 
 #[cfg(test)]
@@ -469,6 +611,19 @@ mod tests {
         }
         let store = OffsetStore::new(replicas.clone(), 4);
         (replicas, store)
+    }
+
+    /// A gate for which the named groups have members.
+    struct WithMembers<'a>(&'a [&'a str]);
+
+    impl EmptyGroupGate for WithMembers<'_> {
+        fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+            if self.0.contains(&group) {
+                return false;
+            }
+            write();
+            true
+        }
     }
 
     fn committed(offset: i64, ts: i64) -> CommittedOffset {
@@ -548,7 +703,7 @@ mod tests {
         let (replicas, store) = open(dir.path());
         store.commit("empty", vec![("t".into(), 0, committed(1, 100)), ("t".into(), 1, committed(1, 900))]).unwrap();
         store.commit("active", vec![("t".into(), 0, committed(1, 100))]).unwrap();
-        assert_eq!(store.expire(1000, 500, |g| g == "empty"), 1);
+        assert_eq!(store.expire(1000, 500, &WithMembers(&["active"])), 1);
         assert_eq!(as_map(store.fetch("empty", None).unwrap()), BTreeMap::from([(("t".into(), 1), 1)]));
         assert_eq!(store.fetch("active", None).unwrap().len(), 1);
         replicas.shutdown();
@@ -623,5 +778,148 @@ mod tests {
                 value: Some(OffsetValue { offset: 42, leader_epoch: 3, metadata: "m42".into(), commit_timestamp: 7 }),
             }
         );
+    }
+
+    #[test]
+    fn expiry_race_a_member_joining_before_the_tombstones_keeps_the_offsets() {
+        // Regression (issue 10): a member that joins after expiry picked its group as empty,
+        // but before the tombstones are written, must keep the group's offsets. The gate below
+        // makes the join land exactly there; the membership re-checks under its lock.
+        use crate::group::membership::{JoinRequest, Membership, Reply};
+        let dir = tempfile::tempdir().unwrap();
+        let (_replicas, store) = open(dir.path());
+        store.commit("g", vec![("t".into(), 0, committed(5, 100))]).unwrap();
+        let membership = Membership::new();
+
+        struct JoinFirst<'a>(&'a Membership);
+        impl EmptyGroupGate for JoinFirst<'_> {
+            fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+                let join = JoinRequest {
+                    group_id: group.to_string(),
+                    client_id: "late".into(),
+                    session_timeout_ms: 10_000,
+                    rebalance_timeout_ms: 10_000,
+                    protocol_type: "consumer".into(),
+                    protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+                    ..JoinRequest::default()
+                };
+                let joined = self.0.join(join, std::time::Instant::now());
+                assert!(matches!(joined, Reply::Parked(_) | Reply::Now(_)));
+                self.0.run_if_empty(group, write)
+            }
+        }
+        assert_eq!(store.expire(1000, 500, &JoinFirst(&membership)), 0);
+        assert_eq!(as_map(store.fetch("g", None).unwrap()), BTreeMap::from([(("t".into(), 0), 5)]));
+        // Without the late member the same expiry runs.
+        assert_eq!(store.expire(1000, 500, &membership_without_members()), 1);
+        assert!(store.fetch("g", None).unwrap().is_empty());
+    }
+
+    fn membership_without_members() -> crate::group::membership::Membership {
+        crate::group::membership::Membership::new()
+    }
+
+    /// Writes `records` commit records of group `g` (1,000 per batch) and returns a replica
+    /// manager over them; a new store over it starts cold.
+    fn many_commits(dir: &std::path::Path, records: usize) -> Arc<ReplicaManager> {
+        let (replicas, store) = open(dir);
+        store.ensure_loaded(store.partition_of("g")).unwrap();
+        for batch in 0..records.div_ceil(1000) {
+            let commits = (0..1000).map(|p| (format!("topic-{batch}"), p, committed(p as i64, 1))).collect();
+            store.commit("g", commits).unwrap();
+        }
+        replicas
+    }
+
+    /// Longest gap between 1 ms ticks of a task on the same single-worker runtime while `work`
+    /// runs on it: how long another connection's request would wait behind it.
+    async fn longest_stall(work: impl FnOnce() + Send + 'static) -> std::time::Duration {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut longest = std::time::Duration::ZERO;
+                let mut last = std::time::Instant::now();
+                while !done.load(Ordering::Acquire) {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    longest = longest.max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+                longest
+            })
+        };
+        tokio::task::yield_now().await;
+        let done_after = done.clone();
+        tokio::spawn(async move {
+            work();
+            done_after.store(true, Ordering::Release);
+        })
+        .await
+        .unwrap();
+        ticker.await.unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn cold_shard_load_runs_off_the_async_worker_once_for_concurrent_requests() {
+        // Regression (issue 10): an OffsetCommit on a cold shard read the whole partition on the
+        // async worker, stalling every other connection on it. Now the request path starts one
+        // load on the blocking pool, answers LoadInProgress (COORDINATOR_LOAD_IN_PROGRESS) at
+        // once, and concurrent requests share that load. Prints the figures of both paths.
+        const RECORDS: usize = 100_000;
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = many_commits(dir.path(), RECORDS);
+        let partition = partition_for("g", 4);
+
+        // The old path: the load inline on the async worker.
+        let inline = Arc::new(OffsetStore::new(replicas.clone(), 4));
+        let started = std::time::Instant::now();
+        let loading = inline.clone();
+        let inline_stall = longest_stall(move || loading.ensure_loaded(partition).unwrap()).await;
+        let load_time = started.elapsed();
+
+        // The request path now.
+        let store = Arc::new(OffsetStore::new(replicas.clone(), 4));
+        let requests = store.clone();
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let seen = answers.clone();
+        let request_stall = longest_stall(move || {
+            let commit = requests.commit("g", vec![("t".into(), 0, committed(1, 1))]);
+            let fetch = requests.fetch("g", None).map(|rows| rows.len());
+            seen.lock().unwrap().push((commit.map_err(|e| e.to_string()), fetch.map_err(|e| e.to_string())));
+        })
+        .await;
+        let (commit, fetch) = answers.lock().unwrap().pop().unwrap();
+        assert_eq!(commit, Err(OffsetError::LoadInProgress { partition }.to_string()));
+        assert_eq!(fetch, Err(OffsetError::LoadInProgress { partition }.to_string()));
+        let waiting = store.clone();
+        tokio::task::spawn_blocking(move || waiting.ensure_loaded(partition)).await.unwrap().unwrap();
+        assert_eq!(store.loads(), 1, "the requests and the waiter shared one load");
+        assert_eq!(store.fetch("g", None).unwrap().len(), RECORDS);
+        eprintln!(
+            "load of {RECORDS} commit records: {load_time:?}; longest stall of another task on the \
+             worker: inline load {inline_stall:?}, request path now {request_stall:?}"
+        );
+    }
+
+    #[test]
+    fn partition_count_follows_the_topic() {
+        // Proves the store maps groups over the count it is told (the topic's actual one), not
+        // over a constant: with 4 partitions hosted and the count set to 4, a group's commits
+        // land in partition_for(group, 4), and a count beyond the slots grows them.
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = Arc::new(ReplicaManager::new(1, dir.path(), Arc::new(SystemClock)));
+        for p in 0..4 {
+            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, config(), 0, vec![1]).unwrap();
+        }
+        let store = OffsetStore::new(replicas, 50);
+        assert_eq!(store.partition_of("billing"), 39);
+        assert!(matches!(
+            store.commit("billing", vec![("t".into(), 0, committed(1, 1))]),
+            Err(OffsetError::NotCoordinator { partition: 39 })
+        ));
+        store.set_partition_count(4);
+        assert_eq!(store.partition_of("billing"), partition_for("billing", 4));
+        store.commit("billing", vec![("t".into(), 0, committed(1, 1))]).unwrap();
+        assert_eq!(store.fetch("billing", None).unwrap().len(), 1);
     }
 }

@@ -71,6 +71,7 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
 pub fn offset_error_code(error: &OffsetError) -> ResponseError {
     match error {
         OffsetError::NotCoordinator { .. } => ResponseError::NotCoordinator,
+        OffsetError::LoadInProgress { .. } => ResponseError::CoordinatorLoadInProgress,
         OffsetError::Partition(e) => match e {
             PartitionError::NotEnoughReplicas { .. } => ResponseError::CoordinatorNotAvailable,
             PartitionError::Closed { .. } => ResponseError::NotCoordinator,

@@ -131,6 +131,12 @@ pub(crate) async fn set_topic_configs(
     validate_only: bool,
 ) -> Result<bool, (ResponseError, String)> {
     validate_overrides(&broker.settings.log_defaults, &overrides)?;
+    if topic == crate::group::OFFSETS_TOPIC {
+        let effective = broker.topic_log_config(&overrides);
+        if let Some(message) = crate::group::offsets_topic_cleanup_error(&effective) {
+            return Err((ResponseError::PolicyViolation, message));
+        }
+    }
     if validate_only {
         return Ok(false);
     }

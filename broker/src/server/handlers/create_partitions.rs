@@ -58,6 +58,10 @@ async fn grow(
     let Some(current) = image.topics.get(name) else {
         return Err((ResponseError::UnknownTopicOrPartition, format!("topic '{name}' does not exist")));
     };
+    if name == crate::group::OFFSETS_TOPIC {
+        // Groups map to partitions by count: growing it would strand every group's offsets.
+        return Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_PARTITIONS_REFUSED.to_string()));
+    }
     let current_count = current.partitions.len();
     let additional = check_count(current_count, topic.count)?;
     let first_new = current_count as u32;

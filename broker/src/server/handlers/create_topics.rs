@@ -103,8 +103,21 @@ pub(crate) async fn validate_and_create(
     if image.topics.contains_key(name) {
         return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
     }
+    let mut configs = configs;
+    if name == crate::group::OFFSETS_TOPIC {
+        // A client may create it first (as with Kafka), with its own partition count, which
+        // groups then map over; its configs start from the ones it needs.
+        let mut internal = super::find_coordinator::offsets_topic_configs();
+        internal.append(&mut configs);
+        configs = internal;
+    }
     let log_config = crate::server::validated_topic_log_config(&broker.settings.log_defaults, &configs)
         .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    if name == crate::group::OFFSETS_TOPIC {
+        if let Some(message) = crate::group::offsets_topic_cleanup_error(&log_config) {
+            return Err((ResponseError::PolicyViolation, message));
+        }
+    }
     let brokers: Vec<u64> = image.brokers.keys().copied().collect();
     let replicas = match assignment {
         Assignment::Manual(assignments) => {

@@ -1,6 +1,7 @@
 //! DeleteTopics: topics by name (v1-5) or by name or topic id (v6) are deleted through the
 //! metadata quorum; reconciling then closes and deletes their partition logs on this node.
-//! Internal (`__`) topics may be deleted, as in KRaft-mode Kafka.
+//! `__consumer_offsets` may not be deleted (POLICY_VIOLATION): Kafka 4.x brokers accept it and
+//! its groups break; Kafka's `kafka-topics.sh` refuses it, and so does Runnel, on the broker.
 
 use std::collections::BTreeSet;
 
@@ -103,6 +104,9 @@ fn duplicates(resolved: &[Resolved]) -> BTreeSet<String> {
 }
 
 async fn delete(broker: &Broker, topic: &str) -> Result<(), (ResponseError, String)> {
+    if topic == crate::group::OFFSETS_TOPIC {
+        return Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_DELETE_REFUSED.to_string()));
+    }
     let record = MetadataRecord::DeleteTopic { name: topic.to_string() };
     match broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => Ok(()),

@@ -9,8 +9,9 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
+use super::join_group::coordinator_partition;
 use super::{broker_id, create_topics, str_bytes};
-use crate::group::{partition_for, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS};
+use crate::group::OFFSETS_TOPIC;
 use crate::server::Broker;
 
 /// Key type of a group coordinator.
@@ -32,9 +33,8 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
         return Ok(());
     }
     // FIXME: replication factor 1 until replication lands (Kafka's default is 3).
-    match create_topics::create(broker, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS as i32, 1, offsets_topic_configs())
-        .await
-    {
+    let partitions = broker.groups.offsets_topic_num_partitions as i32;
+    match create_topics::create(broker, OFFSETS_TOPIC, partitions, 1, offsets_topic_configs()).await {
         Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
             broker.reconcile_now();
             Ok(())
@@ -49,9 +49,9 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
 /// (node id, host, port) of the coordinator of `group`.
 async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, String, i32), ResponseError> {
     ensure_offsets_topic(broker).await?;
+    let partition = coordinator_partition(broker, group)?;
     let image = broker.controller.image();
     let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let partition = partition_for(group, topic.partitions.len() as u32);
     let leader = topic
         .partitions
         .get(partition as usize)

@@ -10,27 +10,40 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::group::membership::{self, JoinRequest, JoinResult, Reply};
-use crate::group::{partition_for, OFFSETS_TOPIC};
-use crate::server::Broker;
+use crate::group::OFFSETS_TOPIC;
+use crate::server::{offset_error_code, Broker};
 
 /// Slack on top of the rebalance timeout before a parked join gives up on the sweep.
 const PARKED_SLACK: Duration = Duration::from_secs(5);
 
 /// This node coordinates `group` when it leads the group's `__consumer_offsets` partition.
 /// COORDINATOR_NOT_AVAILABLE until FindCoordinator has created the topic; NOT_COORDINATOR
-/// when another node leads the partition.
+/// when another node leads the partition; COORDINATOR_LOAD_IN_PROGRESS while the partition is
+/// read into memory (the load runs on the blocking pool, never on this worker).
 pub(crate) fn check_coordinator(broker: &Broker, group: &str) -> Result<(), ResponseError> {
+    let partition = coordinator_partition(broker, group)?;
+    let leader = broker
+        .controller
+        .image()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .and_then(|t| t.partitions.get(partition as usize).and_then(|p| p.leader));
+    if leader != Some(broker.settings.node_id) || broker.replicas.get(OFFSETS_TOPIC, partition).is_none() {
+        return Err(ResponseError::NotCoordinator);
+    }
+    broker.groups.offsets.require_loaded(partition).map_err(|e| offset_error_code(&e))
+}
+
+/// The `__consumer_offsets` partition of `group`, over the topic's actual partition count (the
+/// one source both the coordinator lookup and the offsets store use).
+pub(crate) fn coordinator_partition(broker: &Broker, group: &str) -> Result<u32, ResponseError> {
     if group.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
     let image = broker.controller.image();
     let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let partition = partition_for(group, topic.partitions.len() as u32);
-    let leader = topic.partitions.get(partition as usize).and_then(|p| p.leader);
-    if leader != Some(broker.settings.node_id) || broker.replicas.get(OFFSETS_TOPIC, partition).is_none() {
-        return Err(ResponseError::NotCoordinator);
-    }
-    Ok(())
+    broker.groups.offsets.set_partition_count(topic.partitions.len() as u32);
+    Ok(broker.groups.offsets.partition_of(group))
 }
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupRequest) -> Option<JoinGroupResponse> {
