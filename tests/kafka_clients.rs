@@ -841,3 +841,41 @@ fn a_waiting_fetch_is_woken_by_an_append() {
         "the parked fetch answered after {latency:?}: appends do not wake fetches"
     );
 }
+
+#[test]
+fn keyless_records_to_a_compacted_topic_fail_alone_with_librdkafka() {
+    // Regression (KIP-467): a batch mixing keyed and keyless records on a compacted topic
+    // failed every record with INVALID_RECORD. With record_errors in the Produce response,
+    // librdkafka fails the keyless ones with INVALID_RECORD and the others of the batch with
+    // its "invalid different record" error, so the application knows which records to fix.
+    let node = Runnel::start(&[]);
+    create_topic(&node, "compacted-mixed", 1, &[("cleanup.policy", "compact")]);
+    // One batch for all six: a long linger, and a flush after enqueueing them.
+    let producer = new_producer(&node, &[("linger.ms", "1000"), ("enable.idempotence", "false")]);
+    let keys = [Some("a"), None, Some("b"), Some("c"), None, Some("d")];
+    let futures: Vec<DeliveryFuture> = keys
+        .iter()
+        .map(|key| {
+            let mut record = FutureRecord::<str, str>::to("compacted-mixed").partition(0).payload("value");
+            if let Some(key) = key {
+                record = record.key(*key);
+            }
+            producer.send_result(record).map_err(|(e, _)| e).expect("enqueue a record")
+        })
+        .collect();
+    producer.flush(DEADLINE).expect("flush");
+    let errors: Vec<Option<RDKafkaErrorCode>> = block_on(async move {
+        let mut out = Vec::new();
+        for future in futures {
+            match tokio::time::timeout(DEADLINE, future).await.expect("a delivery report").expect("not dropped") {
+                Ok(_) => out.push(None),
+                Err((KafkaError::MessageProduction(code), _)) => out.push(Some(code)),
+                Err((other, _)) => panic!("unexpected delivery error {other}"),
+            }
+        }
+        out
+    });
+    let different = Some(RDKafkaErrorCode::InvalidDifferentRecord);
+    let invalid = Some(RDKafkaErrorCode::InvalidRecord);
+    assert_eq!(errors, vec![different, invalid, different, different, invalid, different]);
+}

@@ -606,3 +606,162 @@ fn config_errors_are_reported_per_resource() {
     let response = describe_configs(&mut conn, "missing");
     assert_eq!(response.results[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
 }
+
+const INVALID_RECORD: i16 = 87;
+const INVALID_TIMESTAMP: i16 = 32;
+const FETCH_V: i16 = 12;
+
+/// Every record (offset, value) of `topic`-0 from offset 0, fetched with raw Fetch requests.
+fn fetch_all(conn: &mut Conn, topic: &str) -> Vec<(i64, Vec<u8>)> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::FetchRequest;
+    let mut out = Vec::new();
+    let mut next = 0i64;
+    loop {
+        let request = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default().with_topic(topic_name(topic)).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(next)
+                    .with_partition_max_bytes(1 << 20)
+                    .with_current_leader_epoch(-1),
+            ])]);
+        let response = conn.call(FETCH_V, &request);
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(partition.error_code, NONE, "fetch at {next}");
+        let records = partition.records.clone().unwrap_or_default();
+        if records.is_empty() {
+            return out;
+        }
+        for batch in runnel::log::batch::BatchIter::new(records) {
+            let batch = batch.expect("a whole batch");
+            for record in batch.records().expect("records") {
+                if record.offset >= next {
+                    out.push((record.offset, record.value.map(|v| v.to_vec()).unwrap_or_default()));
+                }
+            }
+            next = batch.last_offset() + 1;
+        }
+    }
+}
+
+#[test]
+fn segment_index_bytes_of_four_does_not_kill_produce_connections() {
+    // Regression: a topic with segment.index.bytes=4 (accepted by validation, as in Kafka) made
+    // every produce to it panic in the log and close the connection. Now many batches append
+    // (one segment each), fetch back exactly, and survive a restart.
+    let mut node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    // retention.ms=-1: `batch` stamps 2023 timestamps, which time retention would delete.
+    let configs = [("segment.index.bytes", "4"), ("index.interval.bytes", "0"), ("retention.ms", "-1")];
+    create_topic(&mut conn, "tiny-index", 1, &configs);
+    let mut expected = Vec::new();
+    for i in 0..60usize {
+        let b = batch(1 + i % 3, 20 + i);
+        let count = 1 + i % 3;
+        let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("tiny-index", 0, b.clone())])));
+        assert_eq!(results[0].2, NONE, "batch {i}: {results:?}");
+        let base = results[0].3;
+        for (j, record) in runnel::log::RecordBatch::parse(b).unwrap().records().unwrap().into_iter().enumerate() {
+            expected.push((base + j as i64, record.value.unwrap().to_vec()));
+        }
+        assert_eq!(expected.len(), expected.last().unwrap().0 as usize + 1, "{count} records at {base}");
+    }
+    assert_eq!(fetch_all(&mut conn, "tiny-index"), expected);
+    conn.assert_usable();
+    drop(conn);
+    assert!(node.terminate(), "clean shutdown");
+    node.restart();
+    let mut conn = Conn::open(&node);
+    assert_eq!(fetch_all(&mut conn, "tiny-index"), expected, "after a restart");
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("tiny-index", 0, batch(2, 5))])));
+    assert_eq!(results[0].2, NONE);
+    assert_eq!(results[0].3, expected.len() as i64);
+}
+
+#[test]
+fn keyless_records_on_a_compacted_topic_are_named_in_record_errors() {
+    // Proves KIP-467 record_errors: a batch with keyless records on a compacted topic gets
+    // INVALID_RECORD with one entry per keyless record (its index in the batch), Kafka's
+    // messages, and nothing appended; timestamps out of bounds get INVALID_TIMESTAMP.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "compacted", 1, &[("cleanup.policy", "compact")]);
+    let mut builder = BatchBuilder::new(Compression::None);
+    for (i, key) in [Some("a"), None, Some("c"), None, None].into_iter().enumerate() {
+        builder.push(1_700_000_000_000 + i as i64, key.map(str::as_bytes), Some(b"v"), &[]);
+    }
+    let response =
+        conn.call(PRODUCE_V, &produce_request(-1, vec![("compacted", 0, builder.build().unwrap().into_bytes())]));
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, INVALID_RECORD);
+    let indexes: Vec<i32> = partition.record_errors.iter().map(|e| e.batch_index).collect();
+    assert_eq!(indexes, vec![1, 3, 4]);
+    let message = "Compacted topic cannot accept message without key in topic partition compacted-0.";
+    for e in &partition.record_errors {
+        assert_eq!(e.batch_index_error_message.as_deref(), Some(message));
+    }
+    let top = partition.error_message.as_deref().unwrap_or_default();
+    assert!(top.starts_with("One or more records have been rejected due to 3 record errors in total"), "{top}");
+    assert_eq!(log_end_offset(&mut conn, "compacted", 0), 0, "nothing appended");
+
+    create_topic(&mut conn, "bounded", 1, &[("message.timestamp.before.max.ms", "60000")]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let mut builder = BatchBuilder::new(Compression::Lz4);
+    for ts in [now, now - 3_600_000, now] {
+        builder.push(ts, Some(b"k"), Some(b"v"), &[]);
+    }
+    let response =
+        conn.call(PRODUCE_V, &produce_request(-1, vec![("bounded", 0, builder.build().unwrap().into_bytes())]));
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, INVALID_TIMESTAMP);
+    assert_eq!(partition.record_errors.iter().map(|e| e.batch_index).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        partition.error_message.as_deref(),
+        Some("One or more records have been rejected due to invalid timestamp")
+    );
+}
+
+#[test]
+fn topic_configs_are_validated_with_kafka_4_ranges() {
+    // Proves CreateTopics refuses values outside Kafka 4's ranges with INVALID_CONFIG and
+    // Kafka's message, and accepts the floor values themselves.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    for (name, value, message) in [
+        ("segment.index.bytes", "3", "Invalid value 3 for configuration segment.index.bytes: Value must be at least 4"),
+        (
+            "segment.bytes",
+            "65536",
+            "Invalid value 65536 for configuration segment.bytes: Value must be at least 1048576",
+        ),
+        ("segment.ms", "0", "Invalid value 0 for configuration segment.ms: Value must be at least 1"),
+        (
+            "message.timestamp.after.max.ms",
+            "-1",
+            "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0",
+        ),
+    ] {
+        let request =
+            CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+                .with_name(topic_name("refused"))
+                .with_num_partitions(1)
+                .with_replication_factor(1)
+                .with_configs(vec![CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_string(name.to_string()))
+                    .with_value(Some(StrBytes::from_string(value.to_string())))])]);
+        let result = &conn.call(CREATE_TOPICS_V, &request).topics[0];
+        assert_eq!(result.error_code, INVALID_CONFIG, "{name}={value}");
+        assert_eq!(result.error_message.as_deref(), Some(message));
+    }
+    create_topic(
+        &mut conn,
+        "floors",
+        1,
+        &[("segment.bytes", "1048576"), ("segment.index.bytes", "4"), ("segment.ms", "1"), ("cleanup.policy", "")],
+    );
+}

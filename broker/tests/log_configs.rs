@@ -44,7 +44,8 @@ fn topic_configs() -> impl Strategy<Value = Vec<(&'static str, String)>> {
     let index_interval_bytes =
         prop_oneof![2 => Just(0u32), 2 => 1u32..600, 1 => Just(4096), 1 => Just(i32::MAX as u32)]
             .prop_map(|v| v.to_string());
-    let segment_ms = prop_oneof![2 => Just(1i64), 2 => 2i64..50_000, 1 => Just(604_800_000)].prop_map(|v| v.to_string());
+    let segment_ms =
+        prop_oneof![2 => Just(1i64), 2 => 2i64..50_000, 1 => Just(604_800_000)].prop_map(|v| v.to_string());
     let max_message_bytes =
         prop_oneof![1 => Just(0u32), 1 => 100u32..1_500, 4 => Just(1_048_588)].prop_map(|v| v.to_string());
     let retention_ms = prop_oneof![Just(-1i64), 0i64..100_000, Just(604_800_000)].prop_map(|v| v.to_string());
@@ -105,7 +106,10 @@ struct BatchSpec {
 enum Op {
     Produce(Vec<BatchSpec>),
     /// Fetch everything from `log_start + (end - start) * permille / 1000`, `max_bytes` a read.
-    Fetch { permille: u16, max_bytes: usize },
+    Fetch {
+        permille: u16,
+        max_bytes: usize,
+    },
     Roll,
     AdvanceClock(i64),
     EnforceRetention,
@@ -119,7 +123,8 @@ fn record_spec() -> impl Strategy<Value = RecordSpec> {
 }
 
 fn batch_spec() -> impl Strategy<Value = BatchSpec> {
-    (0u8..5, prop::collection::vec(record_spec(), 1..8)).prop_map(|(compression, records)| BatchSpec { compression, records })
+    (0u8..5, prop::collection::vec(record_spec(), 1..8))
+        .prop_map(|(compression, records)| BatchSpec { compression, records })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -185,8 +190,8 @@ fn expect(config: &LogConfig, batches: &[(Bytes, Vec<(Option<Vec<u8>>, Vec<u8>, 
             let keyless = config.cleanup_policy.compact && key.is_none();
             let before = config.message_timestamp_before_max_ms;
             let after = config.message_timestamp_after_max_ms;
-            let bad_ts = create_time
-                && ((before != i64::MAX && now - ts > before) || (after != i64::MAX && ts - now > after));
+            let bad_ts =
+                create_time && ((before != i64::MAX && now - ts > before) || (after != i64::MAX && ts - now > after));
             // One error per record, the missing key first (Kafka's order).
             invalid_timestamp |= bad_ts && !keyless;
             if keyless || bad_ts {
@@ -307,12 +312,8 @@ impl Case {
             if let Some(bytes) = &stored.bytes {
                 prop_assert_eq!(batch.bytes(), bytes, "bytes of the batch at {}", stored.base);
             }
-            let records: Vec<_> = batch
-                .records()
-                .map_err(fail)?
-                .into_iter()
-                .map(|r| (r.offset, r.key, r.value, r.timestamp))
-                .collect();
+            let records: Vec<_> =
+                batch.records().map_err(fail)?.into_iter().map(|r| (r.offset, r.key, r.value, r.timestamp)).collect();
             prop_assert_eq!(&records, &stored.records);
         }
         Ok(())

@@ -554,7 +554,8 @@ impl Log {
         })();
         self.log_end_offset = start.log_end_offset;
         self.recovery_point = start.recovery_point;
-        let undone = undone.map_err(io_err("undo a failed append in", &dir)).and_then(|()| self.write_checkpoint(false));
+        let undone =
+            undone.map_err(io_err("undo a failed append in", &dir)).and_then(|()| self.write_checkpoint(false));
         match undone {
             Ok(()) => self.check_invariants(),
             Err(e) => {

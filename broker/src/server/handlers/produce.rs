@@ -33,15 +33,14 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in &topic.partition_data {
             let mut response = PartitionProduceResponse::default().with_index(data.index).with_base_offset(-1);
-            let result =
-                hosted_partition(broker, &image, name, data.index).map_err(|code| (code, None, vec![])).and_then(
-                    |partition| {
-                        let records = data.records.clone().unwrap_or_else(Bytes::new);
-                        partition.append_as_leader(&records, acks, AppendOrigin::Client).map_err(|e| {
-                            (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e))
-                        })
-                    },
-                );
+            let result = hosted_partition(broker, &image, name, data.index)
+                .map_err(|code| (code, None, vec![]))
+                .and_then(|partition| {
+                    let records = data.records.clone().unwrap_or_else(Bytes::new);
+                    partition
+                        .append_as_leader(&records, acks, AppendOrigin::Client)
+                        .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))
+                });
             match result {
                 Ok((info, log_start_offset)) => {
                     appended = true;
