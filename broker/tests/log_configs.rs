@@ -156,7 +156,10 @@ fn compression(code: u8) -> Compression {
     [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][code as usize % 5]
 }
 
-fn build(spec: &BatchSpec, now: i64, seed: usize) -> (Bytes, Vec<(Option<Vec<u8>>, Vec<u8>, i64)>) {
+/// A produced batch and its records as (key, value, timestamp).
+type Built = (Bytes, Vec<(Option<Vec<u8>>, Vec<u8>, i64)>);
+
+fn build(spec: &BatchSpec, now: i64, seed: usize) -> Built {
     let mut builder = BatchBuilder::new(compression(spec.compression));
     let mut records = Vec::new();
     for (i, r) in spec.records.iter().enumerate() {
@@ -178,7 +181,7 @@ enum Expect {
     RecordErrors { indexes: Vec<i32>, invalid_timestamp: bool },
 }
 
-fn expect(config: &LogConfig, batches: &[(Bytes, Vec<(Option<Vec<u8>>, Vec<u8>, i64)>)], now: i64) -> Expect {
+fn expect(config: &LogConfig, batches: &[Built], now: i64) -> Expect {
     let mut indexes = Vec::new();
     let mut invalid_timestamp = false;
     let create_time = config.message_timestamp_type == TimestampType::CreateTime;

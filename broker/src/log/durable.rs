@@ -35,12 +35,6 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Renames `from` to `to` (both in `dir`) and fsyncs `dir`.
-pub fn rename_durably(from: &Path, to: &Path, dir: &Path) -> io::Result<()> {
-    fs::rename(from, to)?;
-    sync_dir(dir)
-}
-
 fn parent(path: &Path) -> io::Result<&Path> {
     match path.parent() {
         Some(p) if p.as_os_str().is_empty() => Ok(Path::new(".")),
