@@ -23,7 +23,7 @@ use runnel::log::records::BatchBuilder;
 use runnel::log::{AppendOrigin, Clock, Compression, Log, LogConfig, LogError, ManualClock, TimestampType};
 
 const T0: i64 = 1_700_000_000_000;
-const DEFAULT_CASES: u32 = 48;
+const DEFAULT_CASES: u32 = 128;
 
 fn temp_dir() -> tempfile::TempDir {
     let dir = std::env::var_os("RUNNEL_TEST_TMPDIR")
