@@ -536,7 +536,12 @@ pub enum FirstBatch {
 }
 
 /// `[start, end)` of a segment file, readable without holding the log's lock: the file handle
-/// is shared, and appends only ever add bytes after `end`.
+/// is shared. Appends only add bytes after `end`, and a failed append's cut-back removes only
+/// the bytes that append added (after every `end` handed out before it). Truncation, retention
+/// and compaction can remove or replace bytes before `end`: a read racing them gets a short
+/// read (`UnexpectedEof`) or, if the file was cut and appended to again, the batches now at
+/// those positions. Readers bound reads by the high watermark, which a leader never truncates
+/// below, so on a leader only the first case can happen.
 #[derive(Clone)]
 pub struct FileSlice {
     file: Arc<File>,
