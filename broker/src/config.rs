@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// closed [default: 600000].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
+    /// `fetch.max.bytes`: record bytes of one Fetch response; a request's `max_bytes` is capped
+    /// by it [default: 57671680].
+    #[arg(long, env = "RUNNEL_FETCH_MAX_BYTES")]
+    pub fetch_max_bytes: Option<usize>,
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
@@ -122,6 +126,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     connections_max_idle_ms: Option<u64>,
+    fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_topic_num_partitions: Option<u32>,
@@ -180,6 +185,8 @@ pub struct NodeConfig {
     /// `queued.max.request.bytes`, `max.connections`, `max.connections.per.ip`,
     /// `connections.max.idle.ms`.
     pub connection_limits: ConnectionLimits,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
     pub offsets_retention_minutes: u64,
     /// `offsets.topic.num.partitions`, `group.max.size`, `group.max.count`.
@@ -251,6 +258,7 @@ impl NodeConfig {
                 .unwrap_or(true),
             socket_request_max_bytes,
             connection_limits,
+            fetch_max_bytes: args.fetch_max_bytes.or(file.fetch_max_bytes).unwrap_or(57_671_680),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
             offsets_retention_minutes: args
                 .offsets_retention_minutes
@@ -276,6 +284,8 @@ impl NodeConfig {
                             .unwrap_or(defaults.membership.initial_rebalance_delay_ms),
                         ..defaults.membership
                     },
+                }
+            },
             log_defaults,
         })
     }

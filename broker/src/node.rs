@@ -132,6 +132,7 @@ impl Node {
                 auto_create_topics: config.auto_create_topics_enable,
                 log_defaults: config.log_defaults.clone(),
                 connection_limits: config.connection_limits.clone(),
+                fetch_max_bytes: config.fetch_max_bytes,
             },
             controller: controller.clone(),
             replicas: replicas.clone(),
@@ -248,9 +249,17 @@ fn reconciler(
     node_id: u64,
     log_defaults: LogConfig,
 ) -> impl Fn(&MetadataImage) + Send + Sync + 'static {
-    let lock = Mutex::new(());
+    // The applied index of the newest image reconciled so far. Handlers and the image follower
+    // race to reconcile; an older image reconciled after a newer one would delete the partitions
+    // of a topic recreated since (and reopen them empty once the newer image comes back round),
+    // losing acknowledged records, so older images are skipped.
+    let newest_applied_index = Mutex::new(0u64);
     move |image: &MetadataImage| {
-        let _serial = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut newest = newest_applied_index.lock().unwrap_or_else(|p| p.into_inner());
+        if image.applied_index < *newest {
+            return;
+        }
+        *newest = image.applied_index;
         for partition in replicas.all() {
             let current = image.topics.get(&**partition.topic());
             if current.is_none_or(|t| t.topic_id != partition.topic_id()) {
@@ -334,4 +343,73 @@ fn ensure_offsets_topic(
             let _ = server::handlers::find_coordinator::handle(&broker, &header, request).await;
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{PartitionImage, TopicImage};
+    use crate::log::records::BatchBuilder;
+    use crate::log::{AppendOrigin, Compression};
+    use crate::partition::{Acks, FirstBatch};
+
+    fn image_with(applied_index: u64, topic_id: Option<[u8; 16]>) -> MetadataImage {
+        let mut image = MetadataImage { applied_index, ..MetadataImage::default() };
+        if let Some(topic_id) = topic_id {
+            let partition = PartitionImage {
+                partition: 0,
+                leader: Some(1),
+                leader_epoch: 0,
+                partition_epoch: 0,
+                replicas: vec![1],
+                isr: vec![1],
+            };
+            let topic =
+                TopicImage { name: "t".into(), topic_id, partitions: vec![partition], configs: Default::default() };
+            image.topics.insert("t".into(), topic);
+        }
+        image
+    }
+
+    #[test]
+    fn an_older_image_reconciled_after_a_newer_one_does_not_delete_a_recreated_topic() {
+        // Proves the topic re-creation race is closed: the image follower reconciling the image
+        // "t deleted" after a handler reconciled "t recreated" used to delete the new incarnation
+        // (and reopen it empty later), losing records it had acknowledged.
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = Arc::new(ReplicaManager::new(1, dir.path(), Arc::new(SystemClock)));
+        let reconcile = reconciler(replicas.clone(), 1, LogConfig::default());
+        reconcile(&image_with(5, Some([1; 16])));
+        reconcile(&image_with(7, Some([2; 16])));
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(1_700_000_000_000, None, Some(b"acknowledged"), &[]);
+        let batch = builder.build().unwrap().into_bytes();
+        let hosted = replicas.get("t", 0).unwrap();
+        hosted.append_as_leader(&batch, Acks::All, AppendOrigin::Client).unwrap();
+
+        reconcile(&image_with(6, None));
+        let hosted = replicas.get("t", 0).expect("still hosted");
+        assert_eq!(hosted.topic_id(), [2; 16]);
+        let records = hosted.read(0, 1 << 20, FirstBatch::Whole).unwrap().records;
+        let mut values = Vec::new();
+        crate::log::records::for_each_record(records, 0, usize::MAX, |r| values.push(r.value));
+        assert_eq!(values, vec![Some(bytes::Bytes::from_static(b"acknowledged"))]);
+        // The first incarnation's directory was renamed away, then removed in the background.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let names = || -> Vec<String> {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        while names().iter().any(|n| n.ends_with("-delete")) && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(
+            names().contains(&"t-0".to_string()) && !names().iter().any(|n| n.ends_with("-delete")),
+            "{:?}",
+            names()
+        );
+    }
 }

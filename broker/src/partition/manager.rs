@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
-use super::{Partition, PartitionError};
+use super::{Partition, PartitionError, DELETED_DIR_SUFFIX};
 use crate::log::{Clock, LogConfig};
 
 /// (topic, partition).
@@ -58,8 +58,9 @@ impl ReplicaManager {
             }
             stale => {
                 if let Some(stale) = stale {
-                    // Same name, new topic id: the old topic was deleted and recreated.
-                    stale.delete()?;
+                    // Same name, new topic id: the old topic was deleted and recreated. Its
+                    // directory is renamed away before the new one is created under the name.
+                    remove_deleted_dirs(stale.delete()?.into_iter().collect());
                 }
                 let topic: Arc<str> = Arc::from(topic);
                 let opened = Arc::new(Partition::open(
@@ -92,19 +93,33 @@ impl ReplicaManager {
             let keys: Vec<PartitionKey> = partitions.keys().filter(|(t, _)| &**t == topic).cloned().collect();
             keys.iter().filter_map(|k| partitions.remove(k)).collect()
         };
+        let mut renamed = Vec::new();
+        let mut result = Ok(());
         for partition in removed {
-            partition.delete()?;
+            match partition.delete() {
+                Ok(dir) => renamed.extend(dir),
+                Err(e) => result = Err(e),
+            }
         }
-        Ok(())
+        remove_deleted_dirs(renamed);
+        result
     }
 
     /// Deletes partition directories in the data dir that no topic of `keep` owns (topics
-    /// deleted while this node was down). `keep` answers "is this (topic, partition) hosted?".
+    /// deleted while this node was down), and `-delete` directories whose removal a crash or
+    /// shutdown interrupted. `keep` answers "is this (topic, partition) hosted?".
     pub fn remove_strays(&self, keep: impl Fn(&str, u32) -> bool) {
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else { return };
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            if name.ends_with(DELETED_DIR_SUFFIX) && entry.path().is_dir() {
+                tracing::info!(dir = %entry.path().display(), "removing the directory of a deleted partition");
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "could not delete");
+                }
+                continue;
+            }
             let Some((topic, partition)) = name.rsplit_once('-') else { continue };
             let Ok(partition) = partition.parse::<u32>() else { continue };
             if entry.path().is_dir()
@@ -153,5 +168,28 @@ impl ReplicaManager {
                 tracing::error!(topic = %partition.topic(), partition = partition.index(), error = %e, "unclean close");
             }
         }
+    }
+}
+
+/// Removes renamed (`-delete`) directories on a thread of their own: deleting a large partition
+/// must not hold up the reconciliation that renamed it. If the thread cannot start, removes them
+/// here; anything left (a crash) goes at the next start ([`ReplicaManager::remove_strays`]).
+fn remove_deleted_dirs(dirs: Vec<PathBuf>) {
+    if dirs.is_empty() {
+        return;
+    }
+    let remove = |dirs: Vec<PathBuf>| {
+        for dir in dirs {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not delete a deleted partition's directory");
+            }
+        }
+    };
+    let spawned = std::thread::Builder::new().name("runnel-delete-dirs".into()).spawn({
+        let dirs = dirs.clone();
+        move || remove(dirs)
+    });
+    if spawned.is_err() {
+        remove(dirs);
     }
 }

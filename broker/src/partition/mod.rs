@@ -1,10 +1,14 @@
 //! A partition replica on this node: its log plus leader epoch, high watermark and ISR, and the
 //! [`ReplicaManager`] that owns every partition of the node.
 //!
-//! Invariants: `log_start_offset <= high_watermark <= log_end_offset`; readers never see past
-//! the high watermark; only the leader appends with `append_as_leader`; the leader epoch of
-//! every batch the leader writes is the partition's current leader epoch, and the epoch cache
+//! Invariants: `log_start_offset <= high_watermark <= log_end_offset` (asserted after every
+//! mutation); readers never see past the high watermark; the leader epoch of every batch
+//! `append_as_leader` writes is the partition's current leader epoch, and the epoch cache
 //! (`leader-epoch-checkpoint`, Kafka's format) records where each epoch started.
+//! What is not there yet (replication is the next step): nothing here checks that this node is
+//! the leader (a handler appends to whatever partition it hosts), and the high watermark only
+//! moves while the ISR is this node alone, to the log end offset at each append; with a larger
+//! ISR it stays where it was (opening sets it to the log end offset).
 //! Locks: the log mutex is never held across an `.await`; reads take it only to find the file
 //! slice and read the bytes after releasing it.
 
@@ -12,7 +16,7 @@ mod epoch_cache;
 mod manager;
 pub mod partitioner;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,6 +26,9 @@ pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
 pub use crate::log::segment::FirstBatch;
 use crate::log::{AppendInfo, AppendOrigin, Clock, Log, LogConfig, LogError};
+
+/// Ends the name of a deleted partition's directory until it is removed (Kafka's suffix).
+pub const DELETED_DIR_SUFFIX: &str = "-delete";
 
 /// Errors of partition operations; the server maps each to one Kafka error code.
 #[derive(Debug, thiserror::Error)]
@@ -108,13 +115,26 @@ impl Partition {
             log: Mutex::new(Some(log)),
             epochs: Mutex::new(epochs),
             leader_epoch: AtomicI32::new(0),
-            // A single replica: everything in the log is committed. With replication the
-            // high watermark is restored from the checkpoint and advanced by followers.
+            // Everything in the log counts as committed, which holds for a single replica only:
+            // there is no high watermark checkpoint yet.
             high_watermark: AtomicI64::new(end),
             log_start_offset: AtomicI64::new(start),
             log_end_offset: AtomicI64::new(end),
             isr: Mutex::new(vec![node_id]),
         })
+    }
+
+    /// `log_start_offset <= high_watermark <= log_end_offset`. Called with the log mutex held
+    /// after each mutation (every store of these offsets happens under it, so the three loads
+    /// see one state); three atomic loads, cheap enough to check always.
+    fn assert_offsets(&self) {
+        let (start, high_watermark, end) = (self.log_start_offset(), self.high_watermark(), self.log_end_offset());
+        assert!(
+            start <= high_watermark && high_watermark <= end,
+            "{}-{}: log_start_offset {start} <= high_watermark {high_watermark} <= log_end_offset {end} broken",
+            self.topic,
+            self.index
+        );
     }
 
     fn log(&self) -> Result<MutexGuard<'_, Option<Log>>, PartitionError> {
@@ -184,8 +204,10 @@ impl Partition {
     }
 
     /// Appends a producer's batches as leader. With `acks=all` the ISR must meet
-    /// `min.insync.replicas` first. The high watermark moves to the log end offset once every
-    /// ISR member has the batch: with a single replica, at once.
+    /// `min.insync.replicas` first. With an ISR of one (this node) the high watermark moves to
+    /// the new log end offset at once; with a larger ISR it does not move at all until
+    /// replication advances it (not implemented yet), so those records stay invisible to readers
+    /// while the produce, even with `acks=all`, is acknowledged.
     pub fn append_as_leader(
         &self,
         records: &Bytes,
@@ -212,6 +234,7 @@ impl Partition {
         if isr_len <= 1 {
             self.high_watermark.store(end, Ordering::Release);
         }
+        self.assert_offsets();
         Ok((info, log.log_start_offset()))
     }
 
@@ -274,6 +297,7 @@ impl Partition {
         let log = guard.as_mut().expect("checked by log()");
         let start = log.delete_records_before(target)?;
         self.log_start_offset.store(start, Ordering::Release);
+        self.assert_offsets();
         Ok(start)
     }
 
@@ -285,6 +309,7 @@ impl Partition {
             log.enforce_retention(self.high_watermark())?;
             log.maybe_flush()?;
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+            self.assert_offsets();
             log.compaction_job()
         };
         if let Some(job) = job {
@@ -309,14 +334,29 @@ impl Partition {
         }
     }
 
-    /// Closes the log and deletes the partition directory (topic deletion).
-    pub(crate) fn delete(&self) -> Result<(), PartitionError> {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(log) = log {
-            let dir = log.dir().to_path_buf();
-            drop(log);
-            std::fs::remove_dir_all(&dir).map_err(|source| LogError::Io { op: "delete", path: dir, source })?;
+    /// Closes the log and renames its directory to `<topic>-<partition>.<uuid>-delete`, as
+    /// Kafka does, durably (the data dir is fsynced), so the name is free for a new incarnation
+    /// before anything is removed and a crash cannot bring the old files back under it. Returns
+    /// the renamed directory for the caller to remove (off the reconcile path), `None` if the
+    /// log was already closed.
+    pub(crate) fn delete(&self) -> Result<Option<PathBuf>, PartitionError> {
+        let Some(log) = self.log.lock().unwrap_or_else(|p| p.into_inner()).take() else { return Ok(None) };
+        let dir = log.dir().to_path_buf();
+        drop(log);
+        let io = |op, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| PartitionError::Log(LogError::Io { op, path, source })
+        };
+        let deleted = dir.with_file_name(format!(
+            "{}-{}.{}{DELETED_DIR_SUFFIX}",
+            self.topic,
+            self.index,
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::rename(&dir, &deleted).map_err(io("rename for deletion", &dir))?;
+        if let Some(parent) = deleted.parent() {
+            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io("fsync", parent))?;
         }
-        Ok(())
+        Ok(Some(deleted))
     }
 }

@@ -69,7 +69,9 @@ pub(crate) fn validate_topic_name(name: &str) -> Result<(), &'static str> {
 
 /// The hosted partition a request names, or the error Kafka gives: UNKNOWN_TOPIC_OR_PARTITION
 /// for a topic or partition index the metadata does not know, NOT_LEADER_OR_FOLLOWER for one
-/// this node does not host.
+/// this node does not host, UNKNOWN_TOPIC_OR_PARTITION when the hosted partition belongs to
+/// another incarnation of the topic than the image's (deleted and recreated under the same
+/// name, not reconciled yet): a request must never append to or read from a stale incarnation.
 pub(crate) fn hosted_partition(
     broker: &crate::server::Broker,
     image: &crate::controller::MetadataImage,
@@ -81,5 +83,45 @@ pub(crate) fn hosted_partition(
     if partition < 0 || partition as usize >= known.partitions.len() {
         return Err(ResponseError::UnknownTopicOrPartition);
     }
-    broker.replicas.get(topic, partition as u32).ok_or(ResponseError::NotLeaderOrFollower)
+    let hosted = broker.replicas.get(topic, partition as u32).ok_or(ResponseError::NotLeaderOrFollower)?;
+    check_topic_id(known.topic_id, hosted.topic_id(), None)?;
+    Ok(hosted)
+}
+
+/// Topic ids along a request: the image's id for the name must be the hosted partition's, and
+/// so must the request's where its version carries one (`requested`; all zeros means none, as
+/// in Kafka). A request naming an id the image does not have gets UNKNOWN_TOPIC_ID.
+pub(crate) fn check_topic_id(
+    image_topic_id: [u8; 16],
+    hosted_topic_id: [u8; 16],
+    requested: Option<[u8; 16]>,
+) -> Result<(), kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError;
+    if let Some(requested) = requested.filter(|id| *id != [0; 16]) {
+        if requested != image_topic_id {
+            return Err(ResponseError::UnknownTopicId);
+        }
+    }
+    if hosted_topic_id != image_topic_id {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_topic_id;
+    use kafka_protocol::ResponseError;
+
+    #[test]
+    fn a_stale_incarnation_or_an_unknown_requested_id_is_refused() {
+        // Proves a hosted partition of another incarnation than the image's is never used, and a
+        // request's own topic id must be the image's.
+        let (old, new) = ([1; 16], [2; 16]);
+        assert_eq!(check_topic_id(new, new, None), Ok(()));
+        assert_eq!(check_topic_id(new, new, Some([0; 16])), Ok(()));
+        assert_eq!(check_topic_id(new, new, Some(new)), Ok(()));
+        assert_eq!(check_topic_id(new, old, None), Err(ResponseError::UnknownTopicOrPartition));
+        assert_eq!(check_topic_id(new, new, Some(old)), Err(ResponseError::UnknownTopicId));
+    }
 }
