@@ -133,11 +133,8 @@ impl Cluster {
                 let voters: Vec<String> = ports
                     .keys()
                     .map(|&peer| {
-                        let addr = if peer == id {
-                            format!("127.0.0.1:{port}")
-                        } else {
-                            links[&(id, peer)].addr.to_string()
-                        };
+                        let addr =
+                            if peer == id { format!("127.0.0.1:{port}") } else { links[&(id, peer)].addr.to_string() };
                         format!("{peer}@{addr}")
                     })
                     .collect();
