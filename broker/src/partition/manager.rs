@@ -63,15 +63,21 @@ impl ReplicaManager {
                     remove_deleted_dirs(stale.delete()?.into_iter().collect());
                 }
                 let topic: Arc<str> = Arc::from(topic);
-                let opened = Arc::new(Partition::open(
-                    &self.dir_of(&topic, partition),
-                    topic.clone(),
-                    partition,
-                    topic_id,
-                    self.node_id,
-                    config,
-                    self.clock.clone(),
-                )?);
+                let dir = self.dir_of(&topic, partition);
+                let open = |config| {
+                    Partition::open(&dir, topic.clone(), partition, topic_id, self.node_id, config, self.clock.clone())
+                };
+                let opened = match open(config.clone()) {
+                    Err(PartitionError::InconsistentTopicId { dir, found, expected }) => {
+                        // Files of an older incarnation under the name (deleted while this node
+                        // was down): moved away, never adopted.
+                        tracing::warn!(dir = %dir.display(), found, expected, "removing an older incarnation's partition directory");
+                        remove_deleted_dirs(vec![super::rename_for_deletion(&dir, &topic, partition)?]);
+                        open(config)?
+                    }
+                    other => other?,
+                };
+                let opened = Arc::new(opened);
                 self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert((topic, partition), opened.clone());
                 opened
             }
@@ -191,5 +197,36 @@ fn remove_deleted_dirs(dirs: Vec<PathBuf>) {
     });
     if spawned.is_err() {
         remove(dirs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::records::BatchBuilder;
+    use crate::log::{AppendOrigin, Compression, SystemClock};
+    use crate::partition::Acks;
+
+    #[test]
+    fn a_directory_of_an_older_incarnation_is_never_adopted() {
+        // Proves a partition directory left by a deleted incarnation (the node was down while
+        // the topic was deleted and recreated) is moved away, not opened as the new one.
+        let dir = tempfile::tempdir().unwrap();
+        let old = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
+        let hosted = old.ensure("t", 0, [1; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(1_700_000_000_000, None, Some(b"old incarnation"), &[]);
+        hosted.append_as_leader(&builder.build().unwrap().into_bytes(), Acks::All, AppendOrigin::Client).unwrap();
+        old.shutdown();
+
+        let restarted = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
+        let same = restarted.ensure("t", 0, [1; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        assert_eq!(same.log_end_offset(), 1, "the same incarnation keeps its records");
+        restarted.shutdown();
+
+        let recreated = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
+        let new = recreated.ensure("t", 0, [2; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        assert_eq!(new.topic_id(), [2; 16]);
+        assert_eq!(new.log_end_offset(), 0, "the new incarnation starts empty");
     }
 }

@@ -44,6 +44,11 @@ pub enum PartitionError {
     /// UNKNOWN_LEADER_EPOCH: the request carries a newer leader epoch than ours.
     #[error("leader epoch {requested} is newer than the current {current}")]
     UnknownLeaderEpoch { requested: i32, current: i32 },
+    /// The directory's `partition.metadata` names another topic id: the files belong to an
+    /// older incarnation of the topic (deleted while this node was down or before it could
+    /// rename them away) and must never be adopted by this one.
+    #[error("{dir} holds topic id {found}, not {expected}")]
+    InconsistentTopicId { dir: PathBuf, found: String, expected: String },
     /// KAFKA_STORAGE_ERROR / NOT_LEADER_OR_FOLLOWER during shutdown or deletion.
     #[error("partition {topic}-{partition} is closed")]
     Closed { topic: String, partition: u32 },
@@ -101,7 +106,9 @@ impl Partition {
         config: LogConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, PartitionError> {
+        check_partition_metadata(dir, topic_id)?;
         let log = Log::open(dir, config, clock)?;
+        write_partition_metadata(dir, topic_id)?;
         let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
             op: "open leader-epoch-checkpoint in",
             path: dir.to_path_buf(),
@@ -343,20 +350,65 @@ impl Partition {
         let Some(log) = self.log.lock().unwrap_or_else(|p| p.into_inner()).take() else { return Ok(None) };
         let dir = log.dir().to_path_buf();
         drop(log);
-        let io = |op, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| PartitionError::Log(LogError::Io { op, path, source })
-        };
-        let deleted = dir.with_file_name(format!(
-            "{}-{}.{}{DELETED_DIR_SUFFIX}",
-            self.topic,
-            self.index,
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::rename(&dir, &deleted).map_err(io("rename for deletion", &dir))?;
-        if let Some(parent) = deleted.parent() {
-            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io("fsync", parent))?;
-        }
-        Ok(Some(deleted))
+        rename_for_deletion(&dir, &self.topic, self.index).map(Some)
     }
+}
+
+/// Kafka's file naming the topic id a partition directory belongs to.
+const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PartitionError {
+    let path = path.to_path_buf();
+    move |source| PartitionError::Log(LogError::Io { op, path, source })
+}
+
+/// Kafka's text form of a topic id: URL-safe base64 of the 16 bytes, no padding.
+fn topic_id_text(topic_id: [u8; 16]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id)
+}
+
+/// Refuses a directory whose `partition.metadata` names another topic id. A directory without
+/// the file (new, or written before Runnel kept it) is accepted.
+fn check_partition_metadata(dir: &Path, topic_id: [u8; 16]) -> Result<(), PartitionError> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("read", &path)(e)),
+    };
+    let expected = topic_id_text(topic_id);
+    let found = text.lines().find_map(|l| l.strip_prefix("topic_id:")).map(str::trim).unwrap_or("");
+    if found != expected {
+        return Err(PartitionError::InconsistentTopicId { dir: dir.to_path_buf(), found: found.to_string(), expected });
+    }
+    Ok(())
+}
+
+/// Writes `partition.metadata` (Kafka's format) if it is missing: temp file, fsync, rename,
+/// fsync of the directory, so a directory never names a topic id it does not hold.
+fn write_partition_metadata(dir: &Path, topic_id: [u8; 16]) -> Result<(), PartitionError> {
+    use std::io::Write;
+    let path = dir.join(PARTITION_METADATA_FILE);
+    if path.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
+    let text = format!("version: 0\ntopic_id: {}\n", topic_id_text(topic_id));
+    let mut file = std::fs::File::create(&tmp).map_err(io_error("create", &tmp))?;
+    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io_error("write", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io_error("rename", &tmp))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("fsync", dir))
+}
+
+/// Renames a partition directory to `<topic>-<partition>.<uuid>-delete` durably (the parent is
+/// fsynced), so the name is free before anything is removed and a crash cannot bring the old
+/// files back under it. Returns the new path.
+pub(crate) fn rename_for_deletion(dir: &Path, topic: &str, index: u32) -> Result<PathBuf, PartitionError> {
+    let deleted = dir.with_file_name(format!("{topic}-{index}.{}{DELETED_DIR_SUFFIX}", uuid::Uuid::new_v4().simple()));
+    std::fs::rename(dir, &deleted).map_err(io_error("rename for deletion", dir))?;
+    if let Some(parent) = deleted.parent() {
+        std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(io_error("fsync", parent))?;
+    }
+    Ok(deleted)
 }

@@ -47,6 +47,7 @@ pub fn partition_error_code(error: &PartitionError) -> ResponseError {
         PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
         PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
         PartitionError::Closed { .. } => ResponseError::NotLeaderOrFollower,
+        PartitionError::InconsistentTopicId { .. } => ResponseError::InconsistentTopicId,
     }
 }
 
