@@ -454,6 +454,8 @@ fn static_member(node: &Runnel, group: &str, topic: &str, instance: &str) -> Bas
             ("group.id", group),
             ("group.instance.id", instance),
             ("session.timeout.ms", "10000"),
+            // The rebalance timeout: bounds how long a failing test's close waits on a parked join.
+            ("max.poll.interval.ms", "10000"),
             ("heartbeat.interval.ms", "300"),
             ("enable.auto.commit", "false"),
             ("auto.offset.reset", "earliest"),
@@ -533,10 +535,11 @@ fn static_members_starting_together_revoke_nothing() {
     // static members starting together the first got all 4 partitions and, while the second
     // waited for its first assignment, had them revoked. Kafka waits
     // group.initial.rebalance.delay.ms (extended for each newcomer) and gives both their first
-    // assignment in one generation: no revocation. Four fresh groups, each must pass.
-    let node = Runnel::start(&[]);
+    // assignment in one generation: no revocation. Six fresh groups, each must pass (a 2.5 s
+    // delay keeps the test short; without the delay most runs fail within a few rounds).
+    let node = Runnel::start(&["--group-initial-rebalance-delay-ms", "2500"]);
     create_topic(&node, "together", 4);
-    for round in 0..4 {
+    for round in 0..6 {
         let group = format!("together-{round}");
         let first = static_member(&node, &group, "together", "first");
         for _ in 0..5 {
