@@ -157,12 +157,26 @@ impl MetadataImage {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTransform,
             },
-            MetadataRecord::PartitionChange { topic, partition, leader, isr } => {
+            MetadataRecord::PartitionChange { topic, partition, expected_partition_epoch, leader, isr } => {
                 let Some(p) =
                     self.topics.get_mut(topic).and_then(|t| t.partitions.get_mut(usize::try_from(*partition).ok()?))
                 else {
                     return ApplyOutcome::UnknownTopic;
                 };
+                if *expected_partition_epoch != p.partition_epoch {
+                    return ApplyOutcome::StalePartitionEpoch {
+                        expected: *expected_partition_epoch,
+                        current: p.partition_epoch,
+                    };
+                }
+                let duplicate = isr.iter().enumerate().any(|(i, r)| isr[..i].contains(r));
+                let valid = !isr.is_empty()
+                    && !duplicate
+                    && isr.iter().all(|r| p.replicas.contains(r))
+                    && leader.is_none_or(|l| isr.contains(&l));
+                if !valid {
+                    return ApplyOutcome::InvalidPartitionChange;
+                }
                 if p.leader != *leader {
                     p.leader = *leader;
                     p.leader_epoch = p.leader_epoch.saturating_add(1);
@@ -285,26 +299,46 @@ mod tests {
         assert_eq!(image.apply(&unknown), ApplyOutcome::UnknownTopic);
     }
 
-    // Proves PartitionChange bumps leader_epoch only on a leader change and partition_epoch always.
+    // Proves PartitionChange bumps leader_epoch only on a leader change and partition_epoch always,
+    // applies only against the current partition epoch, and refuses malformed ISRs.
     #[test]
     fn partition_change_epochs() {
         let mut image = MetadataImage::default();
         image.apply(&create("a", 1, vec![vec![1, 2, 3]]));
-        let change = |leader, isr| MetadataRecord::PartitionChange { topic: "a".into(), partition: 0, leader, isr };
-        assert_eq!(image.apply(&change(Some(1), vec![1, 2])), ApplyOutcome::Applied);
+        let change = |expected_partition_epoch, leader, isr| MetadataRecord::PartitionChange {
+            topic: "a".into(),
+            partition: 0,
+            expected_partition_epoch,
+            leader,
+            isr,
+        };
+        assert_eq!(image.apply(&change(0, Some(1), vec![1, 2])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
         assert_eq!((p.leader_epoch, p.partition_epoch, p.isr), (0, 1, vec![1, 2]));
-        assert_eq!(image.apply(&change(Some(2), vec![2])), ApplyOutcome::Applied);
+        assert_eq!(image.apply(&change(1, Some(2), vec![2])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(2), 1, 2));
-        assert_eq!(image.apply(&change(None, vec![])), ApplyOutcome::Applied);
+        assert_eq!(image.apply(&change(2, None, vec![2])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (None, 2, 3));
         let before = image.clone();
-        let bad = MetadataRecord::PartitionChange { topic: "a".into(), partition: 1, leader: None, isr: vec![] };
-        assert_eq!(image.apply(&bad), ApplyOutcome::UnknownTopic);
-        let bad = MetadataRecord::PartitionChange { topic: "b".into(), partition: 0, leader: None, isr: vec![] };
-        assert_eq!(image.apply(&bad), ApplyOutcome::UnknownTopic);
+        // A change computed from an older state (a zombie leader's) loses.
+        assert_eq!(
+            image.apply(&change(2, Some(1), vec![1])),
+            ApplyOutcome::StalePartitionEpoch { expected: 2, current: 3 }
+        );
+        for (leader, isr) in [(None, vec![]), (Some(1), vec![2]), (Some(1), vec![1, 1]), (Some(1), vec![1, 9])] {
+            assert_eq!(image.apply(&change(3, leader, isr)), ApplyOutcome::InvalidPartitionChange);
+        }
+        let unknown = |topic: &str, partition| MetadataRecord::PartitionChange {
+            topic: topic.into(),
+            partition,
+            expected_partition_epoch: 0,
+            leader: None,
+            isr: vec![1],
+        };
+        assert_eq!(image.apply(&unknown("a", 1)), ApplyOutcome::UnknownTopic);
+        assert_eq!(image.apply(&unknown("b", 0)), ApplyOutcome::UnknownTopic);
         assert_eq!(image, before);
     }
 
@@ -327,7 +361,13 @@ mod tests {
             create("a", 2, vec![vec![1]]),
             MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![2]] },
             MetadataRecord::DeleteTopic { name: "zz".into() },
-            MetadataRecord::PartitionChange { topic: "a".into(), partition: 1, leader: Some(1), isr: vec![1] },
+            MetadataRecord::PartitionChange {
+                topic: "a".into(),
+                partition: 1,
+                expected_partition_epoch: 0,
+                leader: Some(1),
+                isr: vec![1],
+            },
         ];
         let (mut x, mut y) = (MetadataImage::default(), MetadataImage::default());
         let ox: Vec<_> = records.iter().map(|r| x.apply(r)).collect();

@@ -27,9 +27,18 @@ pub enum MetadataRecord {
     CreatePartitions { topic: String, new_partitions: Vec<Vec<NodeId>> },
     /// Replaces the topic's whole config override map (the caller computed it, validated).
     SetTopicConfigs { topic: String, configs: BTreeMap<String, String> },
-    /// Leader / ISR change of one partition; bumps `leader_epoch` when the leader changes, always
-    /// bumps `partition_epoch`.
-    PartitionChange { topic: String, partition: u32, leader: Option<NodeId>, isr: Vec<NodeId> },
+    /// Leader / ISR change of one partition, decided from the state whose partition epoch was
+    /// `expected_partition_epoch`: it applies only while that is still the current one, so of two
+    /// changes computed from one state only the first commits (Kafka's AlterPartition rule, and
+    /// what fences a zombie leader's ISR change). Bumps `leader_epoch` when the leader changes,
+    /// always bumps `partition_epoch`.
+    PartitionChange {
+        topic: String,
+        partition: u32,
+        expected_partition_epoch: i32,
+        leader: Option<NodeId>,
+        isr: Vec<NodeId>,
+    },
     /// Deploys (or redeploys, replacing) a WASM transform: its module travels in the record so
     /// every node has it. The version is one more than the replaced deployment's.
     DeployTransform { name: String, spec: TransformSpec, module: ModuleBytes, sha256: String },
@@ -125,4 +134,10 @@ pub enum ApplyOutcome {
     InvalidPartitionCount { current: u32 },
     /// A transform record names a transform that does not exist; the image is unchanged.
     UnknownTransform,
+    /// `PartitionChange` computed from another partition epoch than the current one (Kafka's
+    /// INVALID_UPDATE_VERSION); the image is unchanged.
+    StalePartitionEpoch { expected: i32, current: i32 },
+    /// `PartitionChange` with an empty ISR, a non-replica or duplicate in it, or a leader outside
+    /// it (INVALID_REQUEST); the image is unchanged.
+    InvalidPartitionChange,
 }
