@@ -25,9 +25,9 @@ fn controller_seen_by(cluster: &Cluster, id: u64) -> Option<u64> {
 
 fn topic_names(cluster: &Cluster, id: u64) -> Vec<String> {
     let answer = api(cluster, id).get("/v1/topics");
-    let mut names: Vec<String> = answer.json["topics"].as_array().map_or_else(Vec::new, |topics| {
-        topics.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect()
-    });
+    let mut names: Vec<String> = answer.json["topics"]
+        .as_array()
+        .map_or_else(Vec::new, |topics| topics.iter().filter_map(|t| t["name"].as_str().map(str::to_string)).collect());
     names.sort();
     names
 }
@@ -52,9 +52,8 @@ fn metadata_survives_kill_9_of_the_active_controller() {
     let leader = controller_seen_by(&cluster, 1).expect("a controller");
     cluster.node_mut(leader).kill9();
     let survivors: Vec<u64> = cluster.ids().filter(|&id| id != leader).collect();
-    let new_leader = support::wait_until(DEADLINE, || {
-        controller_seen_by(&cluster, survivors[0]).is_some_and(|c| c != leader)
-    });
+    let new_leader =
+        support::wait_until(DEADLINE, || controller_seen_by(&cluster, survivors[0]).is_some_and(|c| c != leader));
     assert!(new_leader, "no new controller after kill -9 of {leader}");
     assert_eq!(create(&cluster, survivors[0], "after"), 201);
     wait_for_topic(&cluster, survivors[1], "after");
@@ -79,7 +78,11 @@ fn an_isolated_node_cannot_change_metadata_and_catches_up_when_healed() {
     wait_for_topic(&cluster, leader, "majority");
     let refused = create(&cluster, isolated, "minority");
     assert!(refused >= 500, "an isolated node answered {refused} to a metadata change");
-    assert_eq!(api(&cluster, isolated).get("/v1/topics/majority").status, 404, "the minority saw an uncommitted change");
+    assert_eq!(
+        api(&cluster, isolated).get("/v1/topics/majority").status,
+        404,
+        "the minority saw an uncommitted change"
+    );
     cluster.heal();
     wait_for_topic(&cluster, isolated, "majority");
     let expected = topic_names(&cluster, leader);

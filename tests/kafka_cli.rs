@@ -3,9 +3,9 @@
 //! never fetched each Kafka tool test prints SKIP and passes; once they are there (always under
 //! `scripts/test.sh`) the tests are required.
 
-mod support;
 #[path = "support/kafka_tools.rs"]
 mod kafka_tools;
+mod support;
 
 use std::process::{Command, Stdio};
 

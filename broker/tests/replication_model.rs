@@ -155,7 +155,15 @@ impl Sim {
         };
         let nodes = REPLICAS
             .iter()
-            .map(|&id| Node { id, log: Vec::new(), high_watermark: 0, alive: true, paused: false, view: None, role: Role::Down })
+            .map(|&id| Node {
+                id,
+                log: Vec::new(),
+                high_watermark: 0,
+                alive: true,
+                paused: false,
+                view: None,
+                role: Role::Down,
+            })
             .collect();
         let mut sim = Sim {
             rng: Rng(seed),
@@ -208,7 +216,9 @@ impl Sim {
         }
         node.view = Some(state.clone());
         let lost_leadership = match &mut node.role {
-            Role::Leader { state: leader, .. } if state.leader == Some(id) && leader.leader_epoch() == state.leader_epoch => {
+            Role::Leader { state: leader, .. }
+                if state.leader == Some(id) && leader.leader_epoch() == state.leader_epoch =>
+            {
                 leader.on_partition_committed(state.leader_epoch, state.partition_epoch, state.isr.clone());
                 false
             }
@@ -336,7 +346,11 @@ impl Sim {
                 Some(cut) => {
                     if cut.offset < follower.log_end_offset() {
                         self.stats.truncations += 1;
-                        self.trace.push(format!("  node {id} truncates {} -> {}", follower.log_end_offset(), cut.offset));
+                        self.trace.push(format!(
+                            "  node {id} truncates {} -> {}",
+                            follower.log_end_offset(),
+                            cut.offset
+                        ));
                     }
                     follower.log.truncate(cut.offset.max(0) as usize);
                     follower.high_watermark = follower.high_watermark.min(follower.log_end_offset());
@@ -349,7 +363,8 @@ impl Sim {
         let fetch_offset = follower.log_end_offset();
         let leader_end = leader.log.len() as i64;
         let broker_epoch = self.broker_epochs[idx(id)];
-        let fetch = FollowerFetch { replica: id, broker_epoch, fetch_offset, leader_log_end_offset: leader_end, now_ms };
+        let fetch =
+            FollowerFetch { replica: id, broker_epoch, fetch_offset, leader_log_end_offset: leader_end, now_ms };
         match state.on_follower_fetch(fetch) {
             Ok(decision) => {
                 let to = (fetch_offset as usize + max_records).min(leader.log.len());
@@ -384,7 +399,10 @@ impl Sim {
         match checked {
             Ok(()) => {
                 let leader = self.controller.leader;
-                self.apply(PartitionDecision { leader, isr: proposal.new_isr.clone(), unclean: false }, "alter partition");
+                self.apply(
+                    PartitionDecision { leader, isr: proposal.new_isr.clone(), unclean: false },
+                    "alter partition",
+                );
                 self.sync_image(proposer);
             }
             Err(e) => {
@@ -566,7 +584,8 @@ impl Sim {
             let Some(leader) = self.controller.leader else { continue };
             let leader = &self.nodes[idx(leader)];
             let end = leader.log_end_offset();
-            let in_sync = self.nodes.iter().all(|n| n.log_end_offset() == end && n.view.as_ref() == Some(&self.controller));
+            let in_sync =
+                self.nodes.iter().all(|n| n.log_end_offset() == end && n.view.as_ref() == Some(&self.controller));
             if in_sync && leader.high_watermark == end && self.controller.isr.len() == REPLICAS.len() {
                 return true;
             }
@@ -583,7 +602,9 @@ impl Sim {
         for (&offset, &value) in &self.acked {
             match log.get(offset as usize) {
                 Some(entry) if entry.value == value => {}
-                Some(entry) => self.anomalies.push(format!("lost write v{value} at {offset}: the log has v{}", entry.value)),
+                Some(entry) => {
+                    self.anomalies.push(format!("lost write v{value} at {offset}: the log has v{}", entry.value))
+                }
                 None => self.anomalies.push(format!("lost write v{value} at {offset}: the log ends at {}", log.len())),
             }
         }

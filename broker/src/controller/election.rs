@@ -156,21 +156,39 @@ mod tests {
     fn election_prefers_assignment_order_within_the_live_isr() {
         // Proves Kafka's order: first replica that is live and in the ISR.
         let s = state(Some(1), vec![3, 2, 1]);
-        assert_eq!(elect_leader(&s, |r| r != 1, false), PartitionDecision { leader: Some(2), isr: vec![3, 2], unclean: false });
+        assert_eq!(
+            elect_leader(&s, |r| r != 1, false),
+            PartitionDecision { leader: Some(2), isr: vec![3, 2], unclean: false }
+        );
         let s = state(Some(1), vec![1]);
-        assert_eq!(elect_leader(&s, |r| r != 1, false), PartitionDecision { leader: None, isr: vec![1], unclean: false });
-        assert_eq!(elect_leader(&s, |r| r != 1, true), PartitionDecision { leader: Some(2), isr: vec![2], unclean: true });
+        assert_eq!(
+            elect_leader(&s, |r| r != 1, false),
+            PartitionDecision { leader: None, isr: vec![1], unclean: false }
+        );
+        assert_eq!(
+            elect_leader(&s, |r| r != 1, true),
+            PartitionDecision { leader: Some(2), isr: vec![2], unclean: true }
+        );
     }
 
     #[test]
     fn fencing_moves_leadership_and_never_empties_the_isr() {
         // Proves the fenced broker leaves the ISR unless it is the last member.
         let s = state(Some(1), vec![1, 2]);
-        assert_eq!(on_broker_fenced(&s, 1, |_| true, false).unwrap(), PartitionDecision { leader: Some(2), isr: vec![2], unclean: false });
-        assert_eq!(on_broker_fenced(&s, 2, |_| true, false).unwrap(), PartitionDecision { leader: Some(1), isr: vec![1], unclean: false });
+        assert_eq!(
+            on_broker_fenced(&s, 1, |_| true, false).unwrap(),
+            PartitionDecision { leader: Some(2), isr: vec![2], unclean: false }
+        );
+        assert_eq!(
+            on_broker_fenced(&s, 2, |_| true, false).unwrap(),
+            PartitionDecision { leader: Some(1), isr: vec![1], unclean: false }
+        );
         assert_eq!(on_broker_fenced(&s, 3, |_| true, false), None, "not in the ISR");
         let last = state(Some(2), vec![2]);
-        assert_eq!(on_broker_fenced(&last, 2, |_| true, false).unwrap(), PartitionDecision { leader: None, isr: vec![2], unclean: false });
+        assert_eq!(
+            on_broker_fenced(&last, 2, |_| true, false).unwrap(),
+            PartitionDecision { leader: None, isr: vec![2], unclean: false }
+        );
         // It comes back (live again) while the partition is offline: it leads again.
         let offline = state(None, vec![2]);
         assert_eq!(elect_leader(&offline, |_| true, false).leader, Some(2));
@@ -181,9 +199,10 @@ mod tests {
         // Proves AlterPartition's checks: leader, both epochs, ISR shape, fencing, incarnation.
         let s = state(Some(1), vec![1, 2]);
         let registered = |r: NodeId| Some(10 + r as i64);
-        let change = |proposer, leader_epoch, partition_epoch, new_isr: &'static [NodeId], broker_epochs: &'static [i64]| {
-            AlterPartition { proposer, leader_epoch, partition_epoch, new_isr, broker_epochs }
-        };
+        let change =
+            |proposer, leader_epoch, partition_epoch, new_isr: &'static [NodeId], broker_epochs: &'static [i64]| {
+                AlterPartition { proposer, leader_epoch, partition_epoch, new_isr, broker_epochs }
+            };
         assert_eq!(check_alter_partition(&s, change(1, 4, 9, &[1, 2, 3], &[-1, 12, 13]), registered), Ok(()));
         let refused = |c| check_alter_partition(&s, c, registered).unwrap_err();
         assert!(matches!(refused(change(2, 4, 9, &[2], &[-1])), AlterPartitionError::NotLeader { .. }));

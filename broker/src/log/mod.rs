@@ -18,8 +18,8 @@ pub mod segment;
 
 pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
 pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
+pub use self::log::now_ms;
 pub use self::log::{
     AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
     SystemClock, CHECKPOINT_FILE,
 };
-pub use self::log::now_ms;

@@ -38,11 +38,19 @@ pub struct FollowerProgress {
 /// The ISR as the leader sees it: committed, or with one change proposed and not yet committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IsrState {
-    Committed { isr: Vec<ReplicaId> },
+    Committed {
+        isr: Vec<ReplicaId>,
+    },
     /// `adding` was proposed to join `isr`.
-    PendingExpand { isr: Vec<ReplicaId>, adding: ReplicaId },
+    PendingExpand {
+        isr: Vec<ReplicaId>,
+        adding: ReplicaId,
+    },
     /// `removing` were proposed to leave `isr` (they still count until committed).
-    PendingShrink { isr: Vec<ReplicaId>, removing: Vec<ReplicaId> },
+    PendingShrink {
+        isr: Vec<ReplicaId>,
+        removing: Vec<ReplicaId>,
+    },
 }
 
 impl IsrState {
@@ -181,13 +189,16 @@ impl LeaderState {
             .map(|&r| {
                 let in_isr = start.isr.contains(&r);
                 let caught_up = if in_isr { start.now_ms } else { i64::MIN };
-                (r, FollowerProgress {
-                    log_end_offset: -1,
-                    broker_epoch: -1,
-                    last_caught_up_time_ms: caught_up,
-                    last_fetch_leader_log_end_offset: -1,
-                    last_fetch_time_ms: i64::MIN,
-                })
+                (
+                    r,
+                    FollowerProgress {
+                        log_end_offset: -1,
+                        broker_epoch: -1,
+                        last_caught_up_time_ms: caught_up,
+                        last_fetch_leader_log_end_offset: -1,
+                        last_fetch_time_ms: i64::MIN,
+                    },
+                )
             })
             .collect();
         LeaderState {
@@ -290,8 +301,8 @@ impl LeaderState {
             return None;
         }
         let progress = self.followers.get(&replica)?;
-        let in_sync = progress.log_end_offset >= self.high_watermark
-            && progress.log_end_offset >= self.leader_epoch_start_offset;
+        let in_sync =
+            progress.log_end_offset >= self.high_watermark && progress.log_end_offset >= self.leader_epoch_start_offset;
         if !in_sync {
             return None;
         }
@@ -313,9 +324,7 @@ impl LeaderState {
             .iter()
             .copied()
             .filter(|&r| r != self.leader)
-            .filter(|r| {
-                self.followers.get(r).is_some_and(|p| !self.is_caught_up(p, leader_log_end_offset, now_ms))
-            })
+            .filter(|r| self.followers.get(r).is_some_and(|p| !self.is_caught_up(p, leader_log_end_offset, now_ms)))
             .collect();
         if out.is_empty() {
             return None;
@@ -417,8 +426,13 @@ mod tests {
         state.on_follower_fetch(fetch(2, 10, 10, 100)).unwrap();
         assert_eq!(state.maybe_shrink_isr(10, LAG), None, "3 still within the lag time");
         let proposal = state.maybe_shrink_isr(10, LAG + 1).expect("3 is out");
-        let expected =
-            IsrProposal { leader: 1, leader_epoch: 5, partition_epoch: 7, new_isr: vec![1, 2], broker_epochs: vec![-1, 102] };
+        let expected = IsrProposal {
+            leader: 1,
+            leader_epoch: 5,
+            partition_epoch: 7,
+            new_isr: vec![1, 2],
+            broker_epochs: vec![-1, 102],
+        };
         assert_eq!(proposal, expected);
         // While the shrink is pending, 3 still holds the high watermark back.
         assert_eq!(state.maybe_advance_high_watermark(10, LAG + 2), None);

@@ -107,13 +107,7 @@ impl LogBuffer {
             lines.pop_front();
         }
         *last += 1;
-        lines.push_back(LogLine {
-            seq: *last,
-            timestamp_ms: crate::log::now_ms(),
-            level,
-            partition,
-            message,
-        });
+        lines.push_back(LogLine { seq: *last, timestamp_ms: crate::log::now_ms(), level, partition, message });
     }
 
     /// The newest `limit` lines after `after` that pass `keep`, oldest first.
