@@ -429,35 +429,52 @@ impl Log {
             record_count,
             bytes: records.len() as u64,
         };
+        self.write_validated(records, now, &mut info, |header, body, base_offset| {
+            batch::patch_header(header, base_offset, partition_leader_epoch);
+            if log_append {
+                stamp_log_append_time(header, body, now);
+            }
+        })?;
+        Ok(info)
+    }
+
+    /// Writes batches that passed validation, one by one, after `stamp` has rewritten each header
+    /// (given the offset the batch starts at), and notes each in `info`. On any failure the log
+    /// is cut back to where it was: a partition's append is all or nothing.
+    fn write_validated(
+        &mut self,
+        records: &[u8],
+        now: i64,
+        info: &mut AppendInfo,
+        mut stamp: impl FnMut(&mut [u8; HEADER_SIZE], &[u8], i64),
+    ) -> Result<(), LogError> {
         let start = self.append_start();
         let written = (|| {
-            let mut rest = &records[..];
+            let mut rest = records;
             while !rest.is_empty() {
                 let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
                 let (batch, tail) = rest.split_at(size);
                 rest = tail;
                 let mut header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
-                batch::patch_header(&mut header, self.log_end_offset, partition_leader_epoch);
                 let body = &batch[HEADER_SIZE..];
-                if log_append {
-                    stamp_log_append_time(&mut header, body, now);
-                }
+                stamp(&mut header, body, self.log_end_offset);
                 let parsed = BatchHeader::read(&header).expect("61 bytes");
                 self.append_batch(&header, body, &parsed, now)?;
+                info.first_offset = info.first_offset.min(parsed.base_offset);
+                info.last_offset = parsed.last_offset();
                 if parsed.max_timestamp > info.max_timestamp {
                     info.max_timestamp = parsed.max_timestamp;
                     info.offset_of_max_timestamp = parsed.last_offset();
                 }
-                info.last_offset = parsed.last_offset();
                 info.batch_count += 1;
             }
-            self.after_append(record_count)
+            self.after_append(info.record_count)
         })();
         if let Err(e) = written {
             self.undo_append(&start);
             return Err(e);
         }
-        Ok(info)
+        Ok(())
     }
 
     /// Kafka's per-record rules (`LogValidator.validateRecord`): compacted topics need a key on
@@ -607,30 +624,8 @@ impl Log {
             record_count,
             bytes: records.len() as u64,
         };
-        let start = self.append_start();
-        let written = (|| {
-            let mut rest = &records[..];
-            while !rest.is_empty() {
-                let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
-                let (batch, tail) = rest.split_at(size);
-                rest = tail;
-                let header: [u8; HEADER_SIZE] = batch[..HEADER_SIZE].try_into().expect("validated size");
-                let parsed = BatchHeader::read(&header).expect("61 bytes");
-                self.append_batch(&header, &batch[HEADER_SIZE..], &parsed, now)?;
-                info.first_offset = info.first_offset.min(parsed.base_offset);
-                info.last_offset = parsed.last_offset();
-                if parsed.max_timestamp > info.max_timestamp {
-                    info.max_timestamp = parsed.max_timestamp;
-                    info.offset_of_max_timestamp = parsed.last_offset();
-                }
-                info.batch_count += 1;
-            }
-            self.after_append(record_count)
-        })();
-        if let Err(e) = written {
-            self.undo_append(&start);
-            return Err(e);
-        }
+        // A follower keeps the leader's offsets and epochs: nothing to stamp.
+        self.write_validated(records, now, &mut info, |_, _, _| {})?;
         Ok(info)
     }
 
