@@ -852,6 +852,9 @@ fn keyless_records_to_a_compacted_topic_fail_alone_with_librdkafka() {
     create_topic(&node, "compacted-mixed", 1, &[("cleanup.policy", "compact")]);
     // One batch for all six: a long linger, and a flush after enqueueing them.
     let producer = new_producer(&node, &[("linger.ms", "1000"), ("enable.idempotence", "false")]);
+    // Learn the leader first: records enqueued while it is unknown wait in librdkafka's
+    // unassigned queue and can leave it in more than one batch.
+    producer.client().fetch_metadata(Some("compacted-mixed"), DEADLINE).expect("metadata");
     let keys = [Some("a"), None, Some("b"), Some("c"), None, Some("d")];
     let futures: Vec<DeliveryFuture> = keys
         .iter()
