@@ -48,9 +48,22 @@ pub struct ServeArgs {
     /// `num.partitions`: partitions of auto-created topics [default: 1].
     #[arg(long, env = "RUNNEL_NUM_PARTITIONS")]
     pub num_partitions: Option<u32>,
-    /// `default.replication.factor` [default: 1].
+    /// `default.replication.factor`: replicas of auto-created topics and of CreateTopics with
+    /// -1 [default: 1].
     #[arg(long, env = "RUNNEL_DEFAULT_REPLICATION_FACTOR")]
     pub default_replication_factor: Option<u16>,
+    /// `broker.rack`: this broker's rack; replica placement puts the replicas of a partition on
+    /// different racks [default: none].
+    #[arg(long, env = "RUNNEL_RACK")]
+    pub rack: Option<String>,
+    /// `min.insync.replicas`: broker default of the topic config (the same as
+    /// `--log min.insync.replicas=N`, which it overrides) [default: 1].
+    #[arg(long, env = "RUNNEL_MIN_INSYNC_REPLICAS")]
+    pub min_insync_replicas: Option<i32>,
+    /// `unclean.leader.election.enable`: broker default of the topic config (the same as
+    /// `--log unclean.leader.election.enable=...`, which it overrides) [default: false].
+    #[arg(long, env = "RUNNEL_UNCLEAN_LEADER_ELECTION_ENABLE")]
+    pub unclean_leader_election_enable: Option<bool>,
     /// `auto.create.topics.enable` [default: true].
     #[arg(long, env = "RUNNEL_AUTO_CREATE_TOPICS_ENABLE")]
     pub auto_create_topics_enable: Option<bool>,
@@ -89,6 +102,10 @@ pub struct ServeArgs {
     /// [default: 50].
     #[arg(long, env = "RUNNEL_OFFSETS_TOPIC_NUM_PARTITIONS")]
     pub offsets_topic_num_partitions: Option<u32>,
+    /// `offsets.topic.replication.factor`: replicas `__consumer_offsets` is created with, capped
+    /// to the brokers usable at that moment (Kafka refuses instead) [default: 3].
+    #[arg(long, env = "RUNNEL_OFFSETS_TOPIC_REPLICATION_FACTOR")]
+    pub offsets_topic_replication_factor: Option<u16>,
     /// `group.max.size`: members per consumer group [default: 1000].
     #[arg(long, env = "RUNNEL_GROUP_MAX_SIZE")]
     pub group_max_size: Option<usize>,
@@ -120,6 +137,9 @@ struct FileConfig {
     cluster_id: Option<String>,
     num_partitions: Option<u32>,
     default_replication_factor: Option<u16>,
+    rack: Option<String>,
+    min_insync_replicas: Option<i32>,
+    unclean_leader_election_enable: Option<bool>,
     auto_create_topics_enable: Option<bool>,
     socket_request_max_bytes: Option<usize>,
     queued_max_request_bytes: Option<usize>,
@@ -130,6 +150,7 @@ struct FileConfig {
     housekeeping_interval_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_topic_num_partitions: Option<u32>,
+    offsets_topic_replication_factor: Option<u16>,
     group_max_size: Option<usize>,
     group_max_count: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
@@ -180,6 +201,8 @@ pub struct NodeConfig {
     pub cluster_id: Option<String>,
     pub num_partitions: u32,
     pub default_replication_factor: u16,
+    /// `broker.rack` (`None` when unset or empty), registered with the broker.
+    pub rack: Option<String>,
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
     /// `queued.max.request.bytes`, `max.connections`, `max.connections.per.ip`,
@@ -189,7 +212,8 @@ pub struct NodeConfig {
     pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
     pub offsets_retention_minutes: u64,
-    /// `offsets.topic.num.partitions`, `group.max.size`, `group.max.count`.
+    /// `offsets.topic.num.partitions`, `offsets.topic.replication.factor`, `group.max.size`,
+    /// `group.max.count`.
     pub groups: crate::group::GroupSettings,
     pub log_defaults: LogConfig,
 }
@@ -218,17 +242,24 @@ impl NodeConfig {
             Some(text) => parse_voters(&text)?,
             None => BTreeMap::from([(node_id, controller_listen.to_string())]),
         };
+        // Topic config defaults: the file's `[log]` table, then its named keys, then `--log`,
+        // then the named flags (flags win over the file; within one source the named key wins).
         let mut log_defaults = LogConfig::default();
         for (name, value) in &file.log {
-            let value = match value {
-                toml::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            log_defaults.set(name, &value)?;
+            log_defaults.set(name, &toml_text(value))?;
         }
+        set_named_log_defaults(&mut log_defaults, file.min_insync_replicas, file.unclean_leader_election_enable)?;
         for pair in &args.log {
             let (name, value) = pair.split_once('=').ok_or_else(|| ConfigFileError::LogSyntax(pair.clone()))?;
             log_defaults.set(name.trim(), value.trim())?;
+        }
+        set_named_log_defaults(&mut log_defaults, args.min_insync_replicas, args.unclean_leader_election_enable)?;
+        let offsets_topic_replication_factor = args
+            .offsets_topic_replication_factor
+            .or(file.offsets_topic_replication_factor)
+            .unwrap_or(crate::group::OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT);
+        if offsets_topic_replication_factor == 0 {
+            return Err(ConfigFileError::NotPositive { name: "offsets.topic.replication.factor" });
         }
         Ok(NodeConfig {
             node_id,
@@ -252,6 +283,7 @@ impl NodeConfig {
                 .or(file.default_replication_factor)
                 .unwrap_or(1)
                 .max(1),
+            rack: args.rack.clone().or(file.rack).filter(|rack| !rack.is_empty()),
             auto_create_topics_enable: args
                 .auto_create_topics_enable
                 .or(file.auto_create_topics_enable)
@@ -272,6 +304,7 @@ impl NodeConfig {
                         .or(file.offsets_topic_num_partitions)
                         .unwrap_or(defaults.offsets_topic_num_partitions)
                         .max(1),
+                    offsets_topic_replication_factor,
                     membership: crate::group::membership::GroupConfig {
                         max_size: args.group_max_size.or(file.group_max_size).unwrap_or(defaults.membership.max_size),
                         max_count: args
@@ -289,6 +322,29 @@ impl NodeConfig {
             log_defaults,
         })
     }
+}
+
+/// A TOML value as the text a topic config is parsed from (`2` and `"2"` alike).
+fn toml_text(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The topic config defaults that have a flag and a key of their own, validated as topic configs.
+fn set_named_log_defaults(
+    log_defaults: &mut LogConfig,
+    min_insync_replicas: Option<i32>,
+    unclean_leader_election_enable: Option<bool>,
+) -> Result<(), ConfigError> {
+    if let Some(value) = min_insync_replicas {
+        log_defaults.set("min.insync.replicas", &value.to_string())?;
+    }
+    if let Some(enable) = unclean_leader_election_enable {
+        log_defaults.set("unclean.leader.election.enable", &enable.to_string())?;
+    }
+    Ok(())
 }
 
 fn resolve_connection_limits(
@@ -375,6 +431,60 @@ mod tests {
         assert!(config.log_defaults.cleanup_policy.compact);
         assert_eq!(config.voters, BTreeMap::from([(7, "127.0.0.1:9093".to_string())]));
         assert_eq!(config.kafka_listen.port(), 9092);
+    }
+
+    #[test]
+    fn replication_settings_resolve_from_file_and_flags() {
+        // Proves broker.rack, offsets.topic.replication.factor and the named topic defaults
+        // (min.insync.replicas, unclean.leader.election.enable): Kafka's defaults, the file's
+        // keys, flags over the file, named keys over `--log`, and Kafka's validation.
+        let defaults = NodeConfig::resolve(&ServeArgs::default()).unwrap();
+        assert_eq!(defaults.rack, None);
+        assert_eq!(defaults.groups.offsets_topic_replication_factor, 3);
+        assert_eq!(defaults.log_defaults.min_insync_replicas, 1);
+        assert!(!defaults.log_defaults.unclean_leader_election_enable);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(
+            &path,
+            "rack = \"r1\"\noffsets_topic_replication_factor = 2\nmin_insync_replicas = 2\n\
+             unclean_leader_election_enable = true\n[log]\n\"min.insync.replicas\" = 3\n",
+        )
+        .unwrap();
+        let from_file = NodeConfig::resolve(&ServeArgs { config: Some(path.clone()), ..ServeArgs::default() }).unwrap();
+        assert_eq!(from_file.rack.as_deref(), Some("r1"));
+        assert_eq!(from_file.groups.offsets_topic_replication_factor, 2);
+        assert_eq!(from_file.log_defaults.min_insync_replicas, 2, "the named key wins over [log]");
+        assert!(from_file.log_defaults.unclean_leader_election_enable);
+
+        let flags = ServeArgs {
+            config: Some(path),
+            rack: Some("r2".into()),
+            offsets_topic_replication_factor: Some(1),
+            log: vec!["min.insync.replicas=4".into(), "unclean.leader.election.enable=false".into()],
+            ..ServeArgs::default()
+        };
+        let config = NodeConfig::resolve(&flags).unwrap();
+        assert_eq!(config.rack.as_deref(), Some("r2"));
+        assert_eq!(config.groups.offsets_topic_replication_factor, 1);
+        assert_eq!(config.log_defaults.min_insync_replicas, 4, "--log wins over the file");
+        assert!(!config.log_defaults.unclean_leader_election_enable);
+        let named = ServeArgs { min_insync_replicas: Some(5), ..flags };
+        assert_eq!(NodeConfig::resolve(&named).unwrap().log_defaults.min_insync_replicas, 5);
+
+        let empty_rack = ServeArgs { rack: Some(String::new()), ..ServeArgs::default() };
+        assert_eq!(NodeConfig::resolve(&empty_rack).unwrap().rack, None);
+        let zero = ServeArgs { offsets_topic_replication_factor: Some(0), ..ServeArgs::default() };
+        assert!(matches!(
+            NodeConfig::resolve(&zero),
+            Err(ConfigFileError::NotPositive { name: "offsets.topic.replication.factor" })
+        ));
+        let invalid = ServeArgs { min_insync_replicas: Some(0), ..ServeArgs::default() };
+        assert_eq!(
+            NodeConfig::resolve(&invalid).unwrap_err().to_string(),
+            "invalid log default: Invalid value 0 for configuration min.insync.replicas: Value must be at least 1"
+        );
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// is created with. Once the topic exists its actual count is what groups are mapped over.
 pub const OFFSETS_TOPIC_NUM_PARTITIONS_DEFAULT: u32 = 50;
 
+/// Kafka's `offsets.topic.replication.factor` default. Runnel caps it to the usable brokers
+/// when it creates the topic (Kafka refuses until that many brokers are up), so a one-node
+/// cluster keeps working.
+pub const OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT: u16 = 3;
+
 /// Why `__consumer_offsets` cannot be deleted: groups would lose their offsets and their
 /// coordinator. Kafka 4.x brokers accept the deletion; Kafka's own `kafka-topics.sh` refuses it
 /// with these words, and Runnel refuses it on the broker (POLICY_VIOLATION).
@@ -56,6 +61,9 @@ pub struct GroupCoordinator {
     pub membership: membership::Membership,
     /// `offsets.topic.num.partitions`, for creating the topic.
     pub offsets_topic_num_partitions: u32,
+    /// `offsets.topic.replication.factor`, for creating the topic (before the cap to the
+    /// usable brokers).
+    pub offsets_topic_replication_factor: u16,
 }
 
 /// The broker settings of the group coordinator.
@@ -63,6 +71,9 @@ pub struct GroupCoordinator {
 pub struct GroupSettings {
     /// `offsets.topic.num.partitions`: partitions `__consumer_offsets` is created with.
     pub offsets_topic_num_partitions: u32,
+    /// `offsets.topic.replication.factor`: replicas `__consumer_offsets` is created with,
+    /// capped to the usable brokers.
+    pub offsets_topic_replication_factor: u16,
     pub membership: membership::GroupConfig,
 }
 
@@ -70,6 +81,7 @@ impl Default for GroupSettings {
     fn default() -> Self {
         GroupSettings {
             offsets_topic_num_partitions: OFFSETS_TOPIC_NUM_PARTITIONS_DEFAULT,
+            offsets_topic_replication_factor: OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT,
             membership: membership::GroupConfig::default(),
         }
     }
@@ -81,6 +93,7 @@ impl GroupCoordinator {
             offsets: offsets::OffsetStore::new(replicas, settings.offsets_topic_num_partitions.max(1)),
             membership: membership::Membership::with_config(settings.membership),
             offsets_topic_num_partitions: settings.offsets_topic_num_partitions.max(1),
+            offsets_topic_replication_factor: settings.offsets_topic_replication_factor.max(1),
         }
     }
 }

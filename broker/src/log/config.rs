@@ -73,6 +73,9 @@ pub enum InvalidReason {
     AtLeast { min: i64 },
     #[error("String must be one of: {allowed}")]
     NotOneOf { allowed: &'static str },
+    /// Kafka's BOOLEAN type: `true` or `false`, any case, surrounding spaces ignored.
+    #[error("Expected value to be either true or false")]
+    NotABoolean,
 }
 
 /// Settings of one partition log. Field names are Kafka's config names with `.` → `_`.
@@ -112,6 +115,9 @@ pub struct LogConfig {
     pub compression_type: TopicCompression,
     /// `min.insync.replicas`: used by the partition layer for acks=all.
     pub min_insync_replicas: u32,
+    /// `unclean.leader.election.enable`: whether the controller may elect a replica outside the
+    /// ISR when no ISR member is live (losing what only the ISR had).
+    pub unclean_leader_election_enable: bool,
 }
 
 impl Default for LogConfig {
@@ -135,13 +141,14 @@ impl Default for LogConfig {
             message_timestamp_after_max_ms: i64::MAX,
             compression_type: TopicCompression::Producer,
             min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
         }
     }
 }
 
 impl LogConfig {
     /// Names of every config this struct understands, in Kafka's spelling.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "cleanup.policy",
         "compression.type",
         "delete.retention.ms",
@@ -159,6 +166,7 @@ impl LogConfig {
         "segment.bytes",
         "segment.index.bytes",
         "segment.ms",
+        "unclean.leader.election.enable",
     ];
 
     /// Sets one config by its Kafka name, validating the value as Kafka 4's `LogConfig` does
@@ -171,6 +179,13 @@ impl LogConfig {
             match min {
                 Some(min) if v < min => Err(invalid(InvalidReason::AtLeast { min })),
                 _ => Ok(v),
+            }
+        };
+        let boolean = || -> Result<bool, ConfigError> {
+            match value.trim() {
+                v if v.eq_ignore_ascii_case("true") => Ok(true),
+                v if v.eq_ignore_ascii_case("false") => Ok(false),
+                _ => Err(invalid(InvalidReason::NotABoolean)),
             }
         };
         let int = |min: i32| -> Result<u32, ConfigError> {
@@ -227,6 +242,7 @@ impl LogConfig {
                 }
             }
             "min.insync.replicas" => self.min_insync_replicas = int(1)?,
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable = boolean()?,
             _ => return Err(ConfigError::Unknown { name: name.to_string() }),
         }
         Ok(())
@@ -270,6 +286,7 @@ impl LogConfig {
                 TopicCompression::Codec(c) => c.name().to_string(),
             },
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             _ => return None,
         })
     }
@@ -288,7 +305,12 @@ mod tests {
     fn every_name_round_trips_through_set_and_get() {
         // Proves `get` prints what `set` accepts, for every config this struct knows.
         let config = LogConfig::default();
-        let mut copy = LogConfig { segment_bytes: 1, cleanup_policy: CleanupPolicy::COMPACT, ..LogConfig::default() };
+        let mut copy = LogConfig {
+            segment_bytes: 1,
+            cleanup_policy: CleanupPolicy::COMPACT,
+            unclean_leader_election_enable: true,
+            ..LogConfig::default()
+        };
         for (name, value) in config.entries() {
             copy.set(name, &value).unwrap();
         }
@@ -332,11 +354,15 @@ mod tests {
             ("cleanup.policy", "delete, compact"),
             ("compression.type", "uncompressed"),
             ("min.insync.replicas", "1"),
+            ("unclean.leader.election.enable", "TRUE"),
+            ("unclean.leader.election.enable", " false "),
+            ("unclean.leader.election.enable", "True"),
         ];
         for (name, value) in accepted {
             config.set(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
         }
         assert_eq!(config.cleanup_policy, CleanupPolicy { delete: true, compact: true });
+        assert!(config.unclean_leader_election_enable, "the last accepted value, any case");
         let refused = [
             ("segment.bytes", "1048575", "Value must be at least 1048576"),
             ("segment.ms", "0", "Value must be at least 1"),
@@ -351,6 +377,9 @@ mod tests {
             ("compression.type", "none", "String must be one of"),
             ("message.timestamp.type", "createtime", "String must be one of"),
             ("min.insync.replicas", "0", "Value must be at least 1"),
+            ("unclean.leader.election.enable", "yes", "Expected value to be either true or false"),
+            ("unclean.leader.election.enable", "1", "Expected value to be either true or false"),
+            ("unclean.leader.election.enable", "", "Expected value to be either true or false"),
         ];
         for (name, value, reason) in refused {
             let err = config.set(name, value).unwrap_err().to_string();

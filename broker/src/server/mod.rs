@@ -1,5 +1,6 @@
 //! The Kafka protocol server: TCP accept, framing, per-connection in-order request handling,
-//! dispatch by API key to one handler file per Kafka API (`handlers/`).
+//! dispatch by API key to one handler file per Kafka API (`handlers/`), and the replica
+//! placement of the partitions handlers create (`placement`).
 //!
 //! Invariants: a connection handles one request at a time and answers in request order (as
 //! Kafka does: a pipelining client's requests wait in the socket buffer); a frame larger than
@@ -15,6 +16,7 @@
 mod connection;
 mod errors;
 pub mod handlers;
+pub mod placement;
 mod response;
 pub mod versions;
 

@@ -1,6 +1,7 @@
 //! CreatePartitions: grows a topic to `count` partitions (never shrinks), with the client's
-//! replica assignments or round-robin over the registered brokers at the replication factor of
-//! partition 0, committed through the metadata quorum.
+//! replica assignments or placed over the usable brokers (`server::placement`, continuing the
+//! topic's leader rotation) at the replication factor of partition 0, committed through the
+//! metadata quorum.
 
 use std::collections::BTreeSet;
 
@@ -9,9 +10,9 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::create_topics::assign_round_robin;
 use super::str_bytes;
 use crate::controller::{ApplyOutcome, MetadataRecord};
+use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
 
 /// The same bound CreateTopics puts on a topic's partition count.
@@ -66,7 +67,6 @@ async fn grow(
     let additional = check_count(current_count, topic.count)?;
     let first_new = current_count as u32;
     let replication_factor = current.partitions.first().map_or(0, |p| p.replicas.len());
-    let brokers: Vec<u64> = image.brokers.keys().copied().collect();
     let new_partitions = match &topic.assignments {
         Some(assignments) => {
             let assignments: Vec<Vec<i32>> =
@@ -79,17 +79,16 @@ async fn grow(
             } else {
                 replication_factor
             };
-            if replication_factor == 0 || replication_factor > brokers.len() {
-                return Err((
-                    ResponseError::InvalidReplicationFactor,
-                    format!(
-                        "Unable to replicate the partition {replication_factor} time(s): only {} broker(s) are \
-                         registered.",
-                        brokers.len()
-                    ),
-                ));
-            }
-            assign_round_robin(&brokers, additional, replication_factor, first_new)
+            let brokers = placement::usable_brokers(&image);
+            let partition_0_first_replica = current.partitions.first().and_then(|p| p.replicas.first().copied());
+            let spec = PlacementSpec {
+                first_partition: first_new,
+                partitions: additional,
+                replication_factor: i32::try_from(replication_factor).unwrap_or(i32::MAX),
+            };
+            // Kafka answers the placer's own message here, without CreateTopics' prefix.
+            placement::assign_replicas(&brokers, spec, Start::continuing(&brokers, partition_0_first_replica))
+                .map_err(|e| (ResponseError::InvalidReplicationFactor, e.to_string()))?
         }
     };
     if validate_only {

@@ -1,6 +1,6 @@
-//! CreateTopics: validates names, partition counts, replication factors and configs, assigns
-//! replicas round-robin over the registered brokers, and commits a CreateTopic record through
-//! the metadata quorum.
+//! CreateTopics: validates names, partition counts, replication factors and configs, places
+//! replicas over the usable brokers (`server::placement`, Kafka's rack-aware assignment), and
+//! commits a CreateTopic record through the metadata quorum.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +11,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
+use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
 
 pub async fn handle(
@@ -118,7 +119,6 @@ pub(crate) async fn validate_and_create(
             return Err((ResponseError::PolicyViolation, message));
         }
     }
-    let brokers: Vec<u64> = image.brokers.keys().copied().collect();
     let replicas = match assignment {
         Assignment::Manual(assignments) => {
             if assignments.iter().any(|r| r.is_empty() || r.iter().any(|b| !image.brokers.contains_key(b))) {
@@ -130,28 +130,35 @@ pub(crate) async fn validate_and_create(
             assignments
         }
         Assignment::Auto { partitions, replication_factor } => {
-            let partitions = if partitions == -1 { broker.settings.default_partitions as i32 } else { partitions };
-            let replication_factor = if replication_factor == -1 {
-                broker.settings.default_replication_factor as i16
-            } else {
-                replication_factor
-            };
-            if partitions <= 0 {
+            // Kafka's checks and words (ReplicationControlManager.createTopic).
+            if replication_factor == 0 || replication_factor < -1 {
                 return Err((
-                    ResponseError::InvalidPartitions,
-                    "number of partitions must be larger than 0".to_string(),
+                    ResponseError::InvalidReplicationFactor,
+                    "Replication factor must be larger than 0, or -1 to use the default value.".to_string(),
                 ));
             }
+            if partitions == 0 || partitions < -1 {
+                return Err((
+                    ResponseError::InvalidPartitions,
+                    "Number of partitions was set to an invalid non-positive value.".to_string(),
+                ));
+            }
+            let partitions = if partitions == -1 { broker.settings.default_partitions as i32 } else { partitions };
+            let replication_factor = if replication_factor == -1 {
+                broker.settings.default_replication_factor as i32
+            } else {
+                replication_factor as i32
+            };
             if partitions > 100_000 {
                 return Err((ResponseError::InvalidPartitions, "number of partitions is above 100000".to_string()));
             }
-            if replication_factor <= 0 || replication_factor as usize > brokers.len() {
-                return Err((
+            let spec = PlacementSpec { first_partition: 0, partitions: partitions as u32, replication_factor };
+            placement::assign_replicas(&placement::usable_brokers(&image), spec, Start::random()).map_err(|e| {
+                (
                     ResponseError::InvalidReplicationFactor,
-                    format!("replication factor {replication_factor} with {} available brokers", brokers.len()),
-                ));
-            }
-            assign_round_robin(&brokers, partitions as u32, replication_factor as usize, 0)
+                    format!("Unable to replicate the partition {replication_factor} time(s): {e}"),
+                )
+            })?
         }
     };
     let created = Created {
@@ -176,13 +183,6 @@ pub(crate) async fn validate_and_create(
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
-}
-
-/// Replicas of partitions `first..first + count`: partition p starts at broker p mod n.
-pub(crate) fn assign_round_robin(brokers: &[u64], count: u32, replication_factor: usize, first: u32) -> Vec<Vec<u64>> {
-    (first..first + count)
-        .map(|p| (0..replication_factor).map(|i| brokers[(p as usize + i) % brokers.len()]).collect())
-        .collect()
 }
 
 /// Auto-creation with broker defaults (Metadata with allow_auto_topic_creation).

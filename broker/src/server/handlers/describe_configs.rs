@@ -30,6 +30,7 @@ pub(crate) enum ConfigType {
     Boolean = 1,
     String = 2,
     Int = 3,
+    Short = 4,
     Long = 5,
     List = 7,
 }
@@ -53,7 +54,7 @@ const fn info(
 }
 
 /// Every topic config of [`LogConfig::NAMES`], in the same order.
-pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 17] = [
+pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 18] = [
     info(
         "cleanup.policy",
         "log.cleanup.policy",
@@ -136,6 +137,13 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 17] = [
         "Size of a segment's offset and time index files.",
     ),
     info("segment.ms", "log.roll.ms", ConfigType::Long, "Age after which a segment is rolled even if not full."),
+    info(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        ConfigType::Boolean,
+        "Whether a replica outside the ISR may become leader when no ISR member is live, at the cost of losing \
+         records.",
+    ),
 ];
 
 pub(crate) fn topic_config_info(name: &str) -> Option<&'static TopicConfigInfo> {
@@ -190,9 +198,18 @@ fn describe_topic(
         .collect()
 }
 
+/// Broker properties that live outside [`ServerSettings`].
+#[derive(Debug, Clone, Default)]
+struct BrokerProperties {
+    /// `offsets.topic.replication.factor` as configured (before the cap to the usable brokers).
+    offsets_topic_replication_factor: u16,
+    /// `broker.rack`, as this broker registered it.
+    rack: Option<String>,
+}
+
 /// This broker's properties: the log defaults under their broker names plus the server
 /// settings. All read-only: Runnel has no dynamic broker configs.
-fn describe_broker(settings: &ServerSettings) -> Vec<Described> {
+fn describe_broker(settings: &ServerSettings, extra: &BrokerProperties) -> Vec<Described> {
     let kafka_defaults = LogConfig::default();
     // (broker name, value, Kafka's default if it has one, type, documentation)
     let mut properties: Vec<(&'static str, String, Option<String>, ConfigType, &'static str)> = vec![
@@ -209,6 +226,13 @@ fn describe_broker(settings: &ServerSettings) -> Vec<Described> {
             Some("1".to_string()),
             ConfigType::Int,
             "Replication factor of automatically created topics.",
+        ),
+        (
+            "offsets.topic.replication.factor",
+            extra.offsets_topic_replication_factor.to_string(),
+            Some(crate::group::OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT.to_string()),
+            ConfigType::Short,
+            "Replication factor of __consumer_offsets, capped to the brokers usable when it is created.",
         ),
         ("node.id", settings.node_id.to_string(), None, ConfigType::Int, "This node's id."),
         (
@@ -261,6 +285,9 @@ fn describe_broker(settings: &ServerSettings) -> Vec<Described> {
             "Idle connections are closed after this many milliseconds.",
         ),
     ];
+    if let Some(rack) = &extra.rack {
+        properties.push(("broker.rack", rack.clone(), None, ConfigType::String, "Rack of this broker."));
+    }
     for info in &TOPIC_CONFIGS {
         if let Some(value) = settings.log_defaults.get(info.name) {
             properties.push((
@@ -324,7 +351,13 @@ pub async fn handle(
                 Ok(Vec::new())
             }
             RESOURCE_BROKER => match name.parse::<u64>() {
-                Ok(id) if id == broker.settings.node_id => Ok(describe_broker(&broker.settings)),
+                Ok(id) if id == broker.settings.node_id => {
+                    let extra = BrokerProperties {
+                        offsets_topic_replication_factor: broker.groups.offsets_topic_replication_factor,
+                        rack: image.brokers.get(&id).and_then(|b| b.rack.clone()),
+                    };
+                    Ok(describe_broker(&broker.settings, &extra))
+                }
                 Ok(_) => Err((
                     ResponseError::InvalidRequest,
                     format!(
@@ -480,7 +513,8 @@ mod tests {
             connection_limits: crate::server::ConnectionLimits::default(),
             fetch_max_bytes: 57_671_680,
         };
-        let described = describe_broker(&settings);
+        let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
+        let described = describe_broker(&settings, &extra);
         let find = |name: &str| described.iter().find(|d| d.name == name).unwrap().clone();
         assert_eq!(
             (find("num.partitions").value.as_str(), find("num.partitions").source),
@@ -492,5 +526,17 @@ mod tests {
         assert!(described.iter().all(|d| d.read_only));
         assert!(described.windows(2).all(|w| w[0].name < w[1].name), "sorted, no duplicates");
         assert_eq!(find("node.id").synonyms, vec![("node.id", "3".to_string(), SOURCE_STATIC_BROKER_CONFIG)]);
+        let offsets_rf = find("offsets.topic.replication.factor");
+        assert_eq!((offsets_rf.value.as_str(), offsets_rf.source), ("3", SOURCE_DEFAULT_CONFIG));
+        assert_eq!(offsets_rf.config_type, ConfigType::Short);
+        assert_eq!(
+            (find("broker.rack").value.as_str(), find("broker.rack").source),
+            ("r1", SOURCE_STATIC_BROKER_CONFIG)
+        );
+        assert_eq!(find("min.insync.replicas").value, "1");
+        let unclean = find("unclean.leader.election.enable");
+        assert_eq!((unclean.value.as_str(), unclean.config_type), ("false", ConfigType::Boolean));
+        let without_rack = describe_broker(&settings, &BrokerProperties { rack: None, ..extra });
+        assert!(without_rack.iter().all(|d| d.name != "broker.rack"), "broker.rack only when set");
     }
 }

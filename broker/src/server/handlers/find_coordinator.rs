@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 use super::join_group::coordinator_partition;
 use super::{broker_id, create_topics, str_bytes};
 use crate::group::OFFSETS_TOPIC;
-use crate::server::Broker;
+use crate::server::{placement, Broker};
 
 /// Key type of a group coordinator.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -27,14 +27,24 @@ pub(crate) fn offsets_topic_configs() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The replication factor `__consumer_offsets` is created with: `offsets.topic.replication.factor`
+/// capped to the usable brokers, so that a one-node cluster keeps working (Kafka refuses to
+/// create it, and so to coordinate groups, until that many brokers are up). At least 1: with no
+/// usable broker, placement fails and the caller answers COORDINATOR_NOT_AVAILABLE.
+fn offsets_topic_replication_factor(configured: u16, usable_brokers: usize) -> i16 {
+    let capped = usize::from(configured).min(usable_brokers).max(1);
+    i16::try_from(capped).unwrap_or(i16::MAX)
+}
+
 /// Creates `__consumer_offsets` through the metadata quorum if the image does not have it yet.
 pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), ResponseError> {
     if broker.controller.image().topics.contains_key(OFFSETS_TOPIC) {
         return Ok(());
     }
-    // FIXME: replication factor 1 until replication lands (Kafka's default is 3).
     let partitions = broker.groups.offsets_topic_num_partitions as i32;
-    match create_topics::create(broker, OFFSETS_TOPIC, partitions, 1, offsets_topic_configs()).await {
+    let usable = placement::usable_brokers(&broker.controller.image()).len();
+    let replication_factor = offsets_topic_replication_factor(broker.groups.offsets_topic_replication_factor, usable);
+    match create_topics::create(broker, OFFSETS_TOPIC, partitions, replication_factor, offsets_topic_configs()).await {
         Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
             broker.reconcile_now();
             Ok(())
@@ -130,5 +140,17 @@ mod tests {
         }
         assert!(config.cleanup_policy.compact);
         assert_eq!(config.segment_bytes, 104_857_600);
+    }
+
+    #[test]
+    fn offsets_topic_replication_factor_is_capped_to_the_usable_brokers() {
+        // Proves the default 3 becomes 1 on a one-node cluster and stays 3 on larger ones, and
+        // that a cluster with no usable broker still asks for one replica (placement refuses).
+        assert_eq!(offsets_topic_replication_factor(3, 1), 1);
+        assert_eq!(offsets_topic_replication_factor(3, 2), 2);
+        assert_eq!(offsets_topic_replication_factor(3, 5), 3);
+        assert_eq!(offsets_topic_replication_factor(1, 5), 1);
+        assert_eq!(offsets_topic_replication_factor(3, 0), 1);
+        assert_eq!(offsets_topic_replication_factor(u16::MAX, 100_000), i16::MAX);
     }
 }
