@@ -193,3 +193,152 @@ impl Cluster {
         }
     }
 }
+
+/// Process faults for the replication fault tests (issue 11): every node keeps its data dir and
+/// its Kafka, HTTP and controller ports across restarts, so one bootstrap list serves a whole run.
+impl Cluster {
+    /// Every node's Kafka address, comma-separated (librdkafka's `bootstrap.servers`).
+    pub fn bootstrap(&self) -> String {
+        self.nodes.iter().map(|n| n.kafka_addr.to_string()).collect::<Vec<_>>().join(",")
+    }
+
+    /// SIGKILL: a crash, nothing flushed.
+    pub fn kill9(&mut self, id: u64) {
+        self.node_mut(id).kill9();
+    }
+
+    /// SIGTERM and wait for the exit; returns whether the node exited with status 0.
+    pub fn terminate(&mut self, id: u64) -> bool {
+        self.node_mut(id).terminate()
+    }
+
+    /// Starts a stopped node again on its data dir and ports; returns once it is ready.
+    pub fn restart(&mut self, id: u64) {
+        self.node_mut(id).restart_on_same_ports(&[]);
+    }
+
+    /// SIGSTOP: the process stays, its sockets stay open, it answers nothing (a long GC pause,
+    /// a VM freeze).
+    pub fn sigstop(&self, id: u64) {
+        signal(self.node(id), libc::SIGSTOP);
+    }
+
+    /// SIGCONT: a paused node resumes where it was, unaware time passed.
+    pub fn sigcont(&self, id: u64) {
+        signal(self.node(id), libc::SIGCONT);
+    }
+
+    /// A lost disk: kills the node (if running), deletes everything in its data dir, and starts
+    /// it again with the cluster id it had (as an operator formats a replacement disk), same
+    /// node id and ports. It rejoins with empty logs and no metadata state of its own.
+    pub fn wipe_and_restart(&mut self, id: u64) {
+        let node = self.node_mut(id);
+        if node.is_running() {
+            node.kill9();
+        }
+        let meta = std::fs::read_to_string(node.data_dir.join("meta.properties")).expect("meta.properties");
+        let cluster_id = meta
+            .lines()
+            .find_map(|line| line.strip_prefix("cluster.id="))
+            .expect("cluster.id in meta.properties")
+            .trim()
+            .to_string();
+        for entry in std::fs::read_dir(&node.data_dir).expect("data dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove");
+            } else {
+                std::fs::remove_file(&path).expect("remove");
+            }
+        }
+        node.restart_on_same_ports(&["--cluster-id", &cluster_id]);
+    }
+}
+
+fn signal(node: &Runnel, signal: i32) {
+    // SAFETY: kill(2) on our own child's pid (still our child: it is not reaped until killed).
+    let rc = unsafe { libc::kill(node.pid() as i32, signal) };
+    assert_eq!(rc, 0, "kill({}, {signal}): {}", node.pid(), std::io::Error::last_os_error());
+}
+
+/// The seed of a fault run: `RUNNEL_FAULT_SEED` when set (a replay), else random. Printed when
+/// made, and again if the test panics while it is alive (keep it in the test's scope).
+pub struct FaultRng {
+    seed: u64,
+    state: u64,
+}
+
+impl FaultRng {
+    pub fn from_env() -> FaultRng {
+        let seed = match std::env::var("RUNNEL_FAULT_SEED") {
+            Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("RUNNEL_FAULT_SEED={text:?} is not a u64")),
+            Err(_) => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                splitmix64(nanos ^ (u64::from(std::process::id()) << 32))
+            }
+        };
+        eprintln!("RUNNEL_FAULT_SEED={seed}");
+        FaultRng::with_seed(seed)
+    }
+
+    pub fn with_seed(seed: u64) -> FaultRng {
+        // xorshift has a fixed point at 0; splitmix spreads close seeds apart.
+        let state = splitmix64(seed).max(1);
+        FaultRng { seed, state }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// xorshift64*.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0);
+        self.next_u64() % n
+    }
+
+    /// A duration uniform in `[low_ms, high_ms]`.
+    pub fn millis(&mut self, low_ms: u64, high_ms: u64) -> Duration {
+        Duration::from_millis(low_ms + self.below(high_ms - low_ms + 1))
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
+impl Drop for FaultRng {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("fault run failed; replay it with RUNNEL_FAULT_SEED={}", self.seed);
+        }
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE5_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Fault rounds per scenario: `RUNNEL_FAULT_ROUNDS`, else `default` (the suite's short run).
+pub fn fault_rounds(default: usize) -> usize {
+    std::env::var("RUNNEL_FAULT_ROUNDS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}

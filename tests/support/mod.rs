@@ -2,7 +2,9 @@
 //! be ready (its `READY` line), stop it with SIGTERM or SIGKILL, restart it on the same data.
 #![allow(dead_code)]
 
+pub mod checker;
 pub mod cluster;
+pub mod workload;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -78,6 +80,26 @@ impl Runnel {
         self.kafka_addr = kafka_addr;
         self.http_addr = http_addr;
     }
+
+    /// Starts the node again on the same data dir and the same Kafka and HTTP ports (clients
+    /// keep their bootstrap list), with `more_args` for this start only (e.g. `--cluster-id`).
+    pub fn restart_on_same_ports(&mut self, more_args: &[&str]) {
+        assert!(self.child.is_none(), "stop the node before restarting it");
+        let mut args = self.extra_args.clone();
+        args.extend(["--kafka-listen".to_string(), self.kafka_addr.to_string()]);
+        args.extend(["--http-listen".to_string(), self.http_addr.to_string()]);
+        args.extend(more_args.iter().map(|s| s.to_string()));
+        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &args);
+        self.child = Some(child);
+        self.kafka_addr = kafka_addr;
+        self.http_addr = http_addr;
+    }
+
+    /// Whether the process is running (started and not killed or terminated; a SIGSTOPped node
+    /// is running).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
 }
 
 impl Drop for Runnel {
@@ -96,7 +118,17 @@ fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAd
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        // A restart on the same ports brings its own listeners.
+        .args(if extra_args.iter().any(|a| a == "--kafka-listen") {
+            &[][..]
+        } else {
+            &["--kafka-listen", "127.0.0.1:0"][..]
+        })
+        .args(if extra_args.iter().any(|a| a == "--http-listen") {
+            &[][..]
+        } else {
+            &["--http-listen", "127.0.0.1:0"][..]
+        })
         // A cluster member brings its own (its peers must know it before it starts).
         .args(if extra_args.iter().any(|a| a == "--controller-listen") {
             &[][..]
