@@ -94,6 +94,17 @@ pub struct ServeArgs {
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
+    /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
+    /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1500].
+    #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
+    pub broker_session_timeout_ms: Option<u64>,
+    /// `broker.heartbeat.interval.ms` [default: 250].
+    #[arg(long, env = "RUNNEL_BROKER_HEARTBEAT_INTERVAL_MS")]
+    pub broker_heartbeat_interval_ms: Option<u64>,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up with the leader for this long
+    /// leaves the ISR [default: 30000].
+    #[arg(long, env = "RUNNEL_REPLICA_LAG_TIME_MAX_MS")]
+    pub replica_lag_time_max_ms: Option<u64>,
     /// `offsets.retention.minutes`: committed offsets of groups without members expire after
     /// this long [default: 10080, 7 days].
     #[arg(long, env = "RUNNEL_OFFSETS_RETENTION_MINUTES")]
@@ -148,6 +159,9 @@ struct FileConfig {
     connections_max_idle_ms: Option<u64>,
     fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
+    broker_session_timeout_ms: Option<u64>,
+    broker_heartbeat_interval_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_topic_num_partitions: Option<u32>,
     offsets_topic_replication_factor: Option<u16>,
@@ -211,6 +225,10 @@ pub struct NodeConfig {
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
+    /// `broker.session.timeout.ms`, `broker.heartbeat.interval.ms`, `replica.lag.time.max.ms`.
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub replica_lag_time_max_ms: u64,
     pub offsets_retention_minutes: u64,
     /// `offsets.topic.num.partitions`, `offsets.topic.replication.factor`, `group.max.size`,
     /// `group.max.count`.
@@ -292,6 +310,21 @@ impl NodeConfig {
             connection_limits,
             fetch_max_bytes: args.fetch_max_bytes.or(file.fetch_max_bytes).unwrap_or(57_671_680),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
+            broker_session_timeout_ms: args
+                .broker_session_timeout_ms
+                .or(file.broker_session_timeout_ms)
+                .unwrap_or(crate::controller::DEFAULT_BROKER_SESSION_TIMEOUT_MS)
+                .max(1),
+            broker_heartbeat_interval_ms: args
+                .broker_heartbeat_interval_ms
+                .or(file.broker_heartbeat_interval_ms)
+                .unwrap_or(crate::controller::DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS)
+                .max(1),
+            replica_lag_time_max_ms: args
+                .replica_lag_time_max_ms
+                .or(file.replica_lag_time_max_ms)
+                .unwrap_or(crate::partition::DEFAULT_REPLICA_LAG_TIME_MAX_MS as u64)
+                .max(1),
             offsets_retention_minutes: args
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes)

@@ -16,6 +16,7 @@ use crate::config::NodeConfig;
 use crate::controller::{Controller, ControllerConfig, ControllerError, MetadataImage, MetadataRecord};
 use crate::log::{LogConfig, SystemClock};
 use crate::partition::ReplicaManager;
+use crate::replication::fetcher::Fetchers;
 use crate::server::{self, Broker, ServerSettings};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +55,13 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     broker: Arc<Broker>,
+    broker_epoch: i64,
+    /// Set by a controlled shutdown: heartbeats then ask to be fenced.
+    shutting_down: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long a controlled shutdown waits for this node's leaderships to move away.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
@@ -67,6 +74,7 @@ impl Node {
             listen_addr: config.controller_listen,
             voters: config.voters.clone(),
             data_dir: data_dir.clone(),
+            broker_session_timeout_ms: config.broker_session_timeout_ms,
             ..ControllerConfig::default()
         })
         .await?;
@@ -85,14 +93,22 @@ impl Node {
         let advertised_host = config.advertised_host.clone().unwrap_or_else(|| kafka_addr.ip().to_string());
         let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
 
-        let replicas = Arc::new(ReplicaManager::new(config.node_id, &data_dir, Arc::new(SystemClock)));
+        let replicas = Arc::new(ReplicaManager::with_lag_time(
+            config.node_id,
+            &data_dir,
+            Arc::new(SystemClock),
+            config.replica_lag_time_max_ms as i64,
+        ));
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
+        let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone()));
         let reconcile = {
             let partitions = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
             let groups = groups.clone();
+            let fetchers = fetchers.clone();
             // Groups map over the actual partition count of `__consumer_offsets` once it exists.
             move |image: &crate::controller::MetadataImage| {
                 partitions(image);
+                fetchers.update();
                 if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
                     groups.offsets.set_partition_count(topic.partitions.len() as u32);
                 }
@@ -107,17 +123,17 @@ impl Node {
                 })
             });
         }
-        let registered = controller.image().brokers.get(&config.node_id).cloned();
-        if registered.is_none_or(|b| b.host != advertised_host || b.port != advertised_port) {
-            controller
-                .propose(MetadataRecord::RegisterBroker {
-                    node_id: config.node_id,
-                    host: advertised_host.clone(),
-                    port: advertised_port,
-                    rack: None,
-                })
-                .await?;
-        }
+        // Every start is a new incarnation with a new broker epoch; it starts fenced and is
+        // unfenced once the active controller hears its heartbeat.
+        controller
+            .propose(MetadataRecord::RegisterBroker {
+                node_id: config.node_id,
+                host: advertised_host.clone(),
+                port: advertised_port,
+                rack: config.rack.clone(),
+            })
+            .await?;
+        let broker_epoch = controller.image().brokers.get(&config.node_id).map_or(-1, |b| b.broker_epoch);
 
         let runtime =
             runnel_runtime::Runtime::new(runnel_runtime::RuntimeConfig::new(data_dir.join("transforms-cache")))?;
@@ -138,6 +154,7 @@ impl Node {
             replicas: replicas.clone(),
             groups,
             metrics: crate::metrics::Metrics::new(),
+            fetchers: fetchers.clone(),
             transforms: transforms.clone(),
             reconcile: Box::new(reconcile),
         });
@@ -149,9 +166,55 @@ impl Node {
             controller: controller.clone(),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
         }));
-        transforms.reconcile(&controller.image()).await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
+
+        // The broker's lease: heartbeats to the active controller until shutdown, which sends
+        // the last one asking to be fenced (controlled shutdown).
+        let heartbeats = controller.clone();
+        let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
+        let mut stop = shutdown_rx.clone();
+        let shutting_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let wants_shutdown = shutting_down.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = ticker.tick() => {}
+                }
+                let want_shutdown = wants_shutdown.load(std::sync::atomic::Ordering::Acquire);
+                if let Err(e) = heartbeats.heartbeat(broker_epoch, want_shutdown).await {
+                    tracing::debug!(error = %e, "broker heartbeat failed");
+                }
+            }
+        }));
+        // Serving starts once unfenced: before that this node leads nothing, and a single node
+        // would answer every request NOT_LEADER_OR_FOLLOWER.
+        let mut images = controller.subscribe();
+        let unfenced = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let live = images.borrow_and_update().is_live(config.node_id);
+                if live || images.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        if unfenced.is_err() {
+            tracing::warn!(broker_epoch, "not unfenced by the controller within 30 s; serving anyway");
+        }
+        broker.reconcile_now();
+        transforms.reconcile(&controller.image()).await;
+
+        // ISR expiration: followers that fell behind leave the ISRs this node leads.
+        tasks.push(tokio::spawn(crate::replication::isr::expiration_loop(
+            replicas.clone(),
+            controller.clone(),
+            config.replica_lag_time_max_ms as i64,
+            shutdown_rx.clone(),
+        )));
 
         // Follow the metadata image: open, reconfigure and delete partitions as it changes.
         let follower = broker.clone();
@@ -197,27 +260,81 @@ impl Node {
             }
         }));
 
-        // Throughput rates for the dashboard, sampled from the counters once a second.
+        // Throughput rates for the dashboard, sampled from the counters once a second; the high
+        // watermark checkpoint every 5 s (Kafka's replica.high.watermark.checkpoint.interval.ms).
         let sampled = broker.metrics.clone();
+        let checkpointed = replicas.clone();
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            let mut ticks = 0u64;
             loop {
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
                     _ = ticker.tick() => sampled.sample_rates(),
+                }
+                ticks += 1;
+                if ticks % 5 == 0 {
+                    let replicas = checkpointed.clone();
+                    let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
+                    if let Ok(Err(e)) = written {
+                        tracing::warn!(error = %e, "could not write the high watermark checkpoint");
+                    }
                 }
             }
         }));
 
         tasks.push(tokio::spawn(crate::http::serve(http_listener, broker.clone(), shutdown_rx.clone())));
         tasks.push(tokio::spawn(server::serve(listener, broker.clone(), shutdown_rx)));
-        tracing::info!(node_id = config.node_id, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
-        Ok(Node { kafka_addr, http_addr, controller_addr: controller.local_addr(), shutdown, tasks, broker })
+        tracing::info!(node_id = config.node_id, broker_epoch, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
+        Ok(Node {
+            kafka_addr,
+            http_addr,
+            controller_addr: controller.local_addr(),
+            shutdown,
+            tasks,
+            broker,
+            broker_epoch,
+            shutting_down,
+        })
     }
 
     pub fn kafka_addr(&self) -> SocketAddr {
         self.kafka_addr
+    }
+
+    async fn controlled_shutdown(&self) {
+        let controller = &self.broker.controller;
+        let node_id = self.broker.settings.node_id;
+        let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_TIMEOUT;
+        self.shutting_down.store(true, std::sync::atomic::Ordering::Release);
+        let mut images = controller.subscribe();
+        loop {
+            let image = images.borrow_and_update().clone();
+            let fenced = !image.is_live(node_id);
+            // With another live replica to take over; a sole replica stays (nothing can move).
+            let leads_movable = image
+                .topics
+                .values()
+                .flat_map(|t| t.partitions.iter())
+                .any(|p| p.leader == Some(node_id) && p.isr.iter().any(|&r| r != node_id && image.is_live(r)));
+            if fenced && !leads_movable {
+                tracing::info!("controlled shutdown: leaderships moved");
+                return;
+            }
+            if let Err(e) = controller.heartbeat(self.broker_epoch, true).await {
+                tracing::debug!(error = %e, "controlled shutdown heartbeat failed");
+            }
+            let wait = tokio::time::sleep(Duration::from_millis(100));
+            tokio::select! {
+                _ = images.changed() => {}
+                _ = wait => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("controlled shutdown timed out; stopping anyway");
+                return;
+            }
+        }
     }
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
@@ -226,9 +343,14 @@ impl Node {
         self.controller_addr
     }
 
-    /// Stops serving, closes every log cleanly and stops the quorum member.
+    /// Controlled shutdown, then stops serving, closes every log cleanly and stops the quorum
+    /// member: first this node asks the controller to fence it and waits (bounded) until it leads
+    /// no partition with another live replica, so clients move to the new leaders with at most a
+    /// retriable error; followers keep fetching meanwhile.
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        self.controlled_shutdown().await;
         let _ = self.shutdown.send(true);
+        self.broker.fetchers.stop();
         for task in self.tasks {
             let _ = task.await;
         }
@@ -274,14 +396,15 @@ fn reconciler(
                 if !p.replicas.contains(&node_id) {
                     continue;
                 }
-                if let Err(e) = replicas.ensure(
-                    &topic.name,
-                    p.partition,
-                    topic.topic_id,
-                    config.clone(),
-                    p.leader_epoch,
-                    p.isr.clone(),
-                ) {
+                let leadership = crate::partition::LeaderAndIsr {
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    fenced: p.replicas.iter().copied().filter(|&r| !image.is_live(r)).collect(),
+                };
+                if let Err(e) = replicas.ensure(&topic.name, p.partition, topic.topic_id, config.clone(), leadership) {
                     tracing::error!(topic = %topic.name, partition = p.partition, error = %e, "could not open partition");
                 }
             }

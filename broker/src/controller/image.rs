@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use super::election::{check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState};
 use super::record::{ApplyOutcome, MetadataRecord, NodeId, TransformImage};
 
 /// The cluster metadata as of raft log index `applied_index`.
@@ -23,13 +24,20 @@ pub struct MetadataImage {
     pub applied_index: u64,
 }
 
-/// A registered broker endpoint.
+/// A registered broker: its endpoint and the lifecycle the controller tracks for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub node_id: NodeId,
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// The raft index of this incarnation's RegisterBroker record (Kafka's broker epoch: the
+    /// offset of the registration). A restarted process is a new incarnation with a new epoch.
+    pub broker_epoch: i64,
+    /// Fenced brokers lead nothing and are in no ISR (except as the last member of an offline
+    /// partition's). A new registration starts fenced; the controller unfences it on a heartbeat
+    /// of the same epoch and fences it when its lease expires or it shuts down.
+    pub fenced: bool,
 }
 
 /// One topic: its id, partitions and config overrides.
@@ -83,13 +91,78 @@ impl MetadataImage {
         self.topics.get(topic)?.partitions.get(usize::try_from(partition).ok()?)
     }
 
-    /// Applies one record. Deterministic; a rejected record changes nothing. `applied_index` is the
-    /// caller's business (it is the raft index, not a property of the record).
+    /// A broker that may lead and be in an ISR: registered and not fenced.
+    pub fn is_live(&self, node_id: NodeId) -> bool {
+        self.brokers.get(&node_id).is_some_and(|b| !b.fenced)
+    }
+
+    /// The broker epoch of `node_id`'s registration while it is unfenced (what AlterPartition
+    /// checks an ISR member against, KIP-903).
+    pub fn live_broker_epoch(&self, node_id: NodeId) -> Option<i64> {
+        self.brokers.get(&node_id).filter(|b| !b.fenced).map(|b| b.broker_epoch)
+    }
+
+    /// Applies one record. Deterministic; a rejected record changes nothing. The caller sets
+    /// `applied_index` to the record's raft index before applying it (a registration takes it as
+    /// its broker epoch) and keeps it after.
     pub(crate) fn apply(&mut self, record: &MetadataRecord) -> ApplyOutcome {
         match record {
             MetadataRecord::RegisterBroker { node_id, host, port, rack } => {
-                let info = BrokerInfo { node_id: *node_id, host: host.clone(), port: *port, rack: rack.clone() };
+                // The previous incarnation, if any, is gone: fenced first (its leaderships move
+                // and it leaves every ISR), so a restarted replica that lost data can neither
+                // lead nor count toward a high watermark until it has caught up again.
+                if self.brokers.get(node_id).is_some_and(|b| !b.fenced) {
+                    self.fence(*node_id);
+                }
+                let info = BrokerInfo {
+                    node_id: *node_id,
+                    host: host.clone(),
+                    port: *port,
+                    rack: rack.clone(),
+                    broker_epoch: self.applied_index as i64,
+                    fenced: true,
+                };
                 self.brokers.insert(*node_id, info);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::FenceBroker { node_id, broker_epoch } => match self.brokers.get(node_id) {
+                Some(b) if b.broker_epoch == *broker_epoch && !b.fenced => {
+                    self.fence(*node_id);
+                    ApplyOutcome::Applied
+                }
+                _ => ApplyOutcome::StaleBrokerEpoch,
+            },
+            MetadataRecord::UnfenceBroker { node_id, broker_epoch } => match self.brokers.get_mut(node_id) {
+                Some(b) if b.broker_epoch == *broker_epoch && b.fenced => {
+                    b.fenced = false;
+                    self.elect_offline_leaders();
+                    ApplyOutcome::Applied
+                }
+                _ => ApplyOutcome::StaleBrokerEpoch,
+            },
+            MetadataRecord::AlterPartition {
+                topic,
+                partition,
+                proposer,
+                leader_epoch,
+                partition_epoch,
+                new_isr,
+                broker_epochs,
+            } => {
+                let Some(p) = self.partition(topic, *partition) else { return ApplyOutcome::UnknownTopic };
+                let change = AlterPartition {
+                    proposer: *proposer,
+                    leader_epoch: *leader_epoch,
+                    partition_epoch: *partition_epoch,
+                    new_isr,
+                    broker_epochs,
+                };
+                if let Err(e) = check_alter_partition(&partition_state(p), change, |r| self.live_broker_epoch(r)) {
+                    return ApplyOutcome::IsrChangeRejected { reason: e.to_string() };
+                }
+                let p = self.partition_mut(topic, *partition).expect("looked up above");
+                p.isr = new_isr.clone();
+                p.partition_epoch = p.partition_epoch.saturating_add(1);
                 ApplyOutcome::Applied
             }
             MetadataRecord::CreateTopic { name, topic_id, partitions, configs } => {
@@ -177,15 +250,65 @@ impl MetadataImage {
                 if !valid {
                     return ApplyOutcome::InvalidPartitionChange;
                 }
-                if p.leader != *leader {
-                    p.leader = *leader;
-                    p.leader_epoch = p.leader_epoch.saturating_add(1);
-                }
-                p.isr = isr.clone();
-                p.partition_epoch = p.partition_epoch.saturating_add(1);
+                p.apply_decision(*leader, isr.clone());
                 ApplyOutcome::Applied
             }
         }
+    }
+}
+
+impl MetadataImage {
+    fn partition_mut(&mut self, topic: &str, partition: u32) -> Option<&mut PartitionImage> {
+        self.topics.get_mut(topic)?.partitions.get_mut(usize::try_from(partition).ok()?)
+    }
+
+    /// Fences `node_id`: every partition it led elects a new leader from the live ISR (or goes
+    /// offline), and it leaves every ISR it is in unless it is the last member.
+    fn fence(&mut self, node_id: NodeId) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            b.fenced = true;
+        }
+        let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
+        for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
+            if let Some(decision) = on_broker_fenced(&partition_state(p), node_id, |r| live.contains(&r), false) {
+                p.apply_decision(decision.leader, decision.isr);
+            }
+        }
+    }
+
+    /// Every partition without a leader whose ISR has a live member elects one (clean only).
+    fn elect_offline_leaders(&mut self) {
+        let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
+        for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
+            if p.leader.is_none() {
+                let decision = elect_leader(&partition_state(p), |r| live.contains(&r), false);
+                if decision.leader.is_some() {
+                    p.apply_decision(decision.leader, decision.isr);
+                }
+            }
+        }
+    }
+}
+
+impl PartitionImage {
+    /// A new leader and ISR: the leader epoch moves with the leader, the partition epoch always.
+    fn apply_decision(&mut self, leader: Option<NodeId>, isr: Vec<NodeId>) {
+        if self.leader != leader {
+            self.leader = leader;
+            self.leader_epoch = self.leader_epoch.saturating_add(1);
+        }
+        self.isr = isr;
+        self.partition_epoch = self.partition_epoch.saturating_add(1);
+    }
+}
+
+fn partition_state(p: &PartitionImage) -> PartitionState {
+    PartitionState {
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
     }
 }
 

@@ -15,6 +15,7 @@ mod disk;
 pub mod election;
 mod error;
 mod image;
+mod lifecycle;
 mod log_store;
 mod network;
 mod raft_types;
@@ -42,6 +43,7 @@ pub use self::record::{
 };
 
 use self::disk::{DirLock, StoreError};
+use self::lifecycle::Leases;
 use self::log_store::LogStore;
 use self::network::{ConnPolicy, ForwardError, NetworkFactory, PeerPool, RpcRequest, RpcResponse};
 use self::raft_types::Raft;
@@ -49,6 +51,13 @@ use self::state_machine::StateMachine;
 
 /// File name of the raft log inside `data_dir/metadata/` (for crash tests and tooling).
 pub const METADATA_LOG_FILE: &str = log_store::LOG_FILE;
+
+/// `broker.session.timeout.ms`. Kafka's default is 9 s; ours is short enough that a leader killed
+/// without warning is replaced within about two seconds (the lease plus one decision tick), and
+/// five times the default heartbeat interval, so a busy node is not fenced for one late beat.
+pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: u64 = 1500;
+/// `broker.heartbeat.interval.ms` (Kafka: 2 s).
+pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 250;
 
 /// Pause between retries while the cluster has no (reachable) leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
@@ -78,6 +87,9 @@ pub struct ControllerConfig {
     /// Entries kept in the log behind a snapshot, so slightly lagging followers catch up from the
     /// log instead of receiving a snapshot.
     pub log_entries_kept_after_snapshot: u64,
+    /// A broker without a heartbeat for this long is fenced by the active controller
+    /// (`broker.session.timeout.ms`).
+    pub broker_session_timeout_ms: u64,
 }
 
 impl ControllerConfig {
@@ -99,6 +111,7 @@ impl ControllerConfig {
             propose_timeout_ms: 10_000,
             snapshot_interval_entries: 1000,
             log_entries_kept_after_snapshot: 1000,
+            broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
         }
     }
 
@@ -146,6 +159,8 @@ struct Inner {
     metrics: watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
     pool: Arc<PeerPool>,
     propose_timeout: Duration,
+    leases: Arc<Leases>,
+    stopped: std::sync::atomic::AtomicBool,
     server: Mutex<Option<JoinHandle<()>>>,
     /// Closed once the state machine and its snapshot builders are gone.
     state_machine_alive: Mutex<Option<mpsc::Receiver<()>>>,
@@ -237,7 +252,8 @@ impl Controller {
         let raft = Raft::new(node_id, raft_config, NetworkFactory::new(pool.clone()), log_store, state_machine)
             .await
             .map_err(fatal_error)?;
-        let server = server::spawn(listener, raft.clone(), node_id);
+        let leases = Arc::new(Leases::default());
+        let server = server::spawn(listener, raft.clone(), node_id, leases.clone());
         let controller = Controller {
             inner: Arc::new(Inner {
                 node_id,
@@ -247,6 +263,8 @@ impl Controller {
                 image_rx,
                 pool,
                 propose_timeout: Duration::from_millis(config.propose_timeout_ms),
+                leases,
+                stopped: std::sync::atomic::AtomicBool::new(false),
                 server: Mutex::new(Some(server)),
                 state_machine_alive: Mutex::new(Some(alive_rx)),
             }),
@@ -255,6 +273,15 @@ impl Controller {
             let _ = controller.clone().shutdown().await;
             return Err(e);
         }
+        // The loop holds the controller weakly: dropping the last handle still stops the node.
+        let weak = Arc::downgrade(&controller.inner);
+        let session = Duration::from_millis(config.broker_session_timeout_ms.max(1));
+        tokio::spawn(async move {
+            let Some(inner) = weak.upgrade() else { return };
+            let alive = Arc::downgrade(&inner);
+            drop(inner);
+            lifecycle::decision_loop(alive, session).await;
+        });
         tracing::info!(node_id, %local_addr, voters = ?config.voters, "metadata controller started");
         Ok(controller)
     }
@@ -375,6 +402,37 @@ impl Controller {
         }
     }
 
+    /// A broker heartbeat (Kafka's BrokerHeartbeat): renews the lease of `broker_epoch` on the
+    /// active controller, forwarded there if this node does not lead. `want_shutdown` asks to be
+    /// fenced (controlled shutdown: leaderships move away before the process stops).
+    pub async fn heartbeat(&self, broker_epoch: i64, want_shutdown: bool) -> Result<(), ControllerError> {
+        let node_id = self.inner.node_id;
+        let Some(leader) = self.leader_id() else { return Err(ControllerError::Timeout) };
+        if leader == node_id {
+            self.inner.leases.record(node_id, broker_epoch, want_shutdown);
+            return Ok(());
+        }
+        let addr = self.peer_addr(leader).ok_or(ControllerError::Timeout)?;
+        let request = RpcRequest::BrokerHeartbeat { node_id, broker_epoch, want_shutdown };
+        let timeout = Duration::from_millis(DEFAULT_BROKER_SESSION_TIMEOUT_MS);
+        match self.inner.pool.call(leader, &addr, &request, timeout, ConnPolicy::Pooled).await {
+            Ok(RpcResponse::BrokerHeartbeat(Ok(()))) => Ok(()),
+            Ok(RpcResponse::BrokerHeartbeat(Err(e))) => {
+                Err(ControllerError::Forward { leader, source: RpcError::Remote { message: e.to_string() } })
+            }
+            Ok(_) => Err(ControllerError::Forward { leader, source: RpcError::UnexpectedResponse }),
+            Err(source) => Err(ControllerError::Forward { leader, source }),
+        }
+    }
+
+    pub(crate) fn leases(&self) -> &Leases {
+        &self.inner.leases
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The latest applied image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.inner.image_rx.borrow().clone()
@@ -455,6 +513,7 @@ impl Controller {
     /// Stops the listener and the raft node and waits until the metadata directory is released, so
     /// the same directory can be opened again right away.
     pub async fn shutdown(self) -> Result<(), ControllerError> {
+        self.inner.stopped.store(true, std::sync::atomic::Ordering::Release);
         let server = self.inner.server.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(server) = server {
             server.abort();

@@ -108,6 +108,12 @@ pub(crate) enum RpcRequest {
     ReadIndex {
         timeout_ms: u64,
     },
+    /// A broker renews its lease on the active controller (answered only by the leader).
+    BrokerHeartbeat {
+        node_id: NodeId,
+        broker_epoch: i64,
+        want_shutdown: bool,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -117,6 +123,7 @@ pub(crate) enum RpcResponse {
     InstallSnapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
     Propose(Result<Proposed, ForwardError>),
     ReadIndex(Result<Option<u64>, ForwardError>),
+    BrokerHeartbeat(Result<(), ForwardError>),
     /// The envelope named another node: addresses are misconfigured.
     WrongNode {
         node_id: NodeId,

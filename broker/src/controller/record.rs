@@ -16,8 +16,27 @@ pub type NodeId = u64;
 /// One change to the cluster metadata, committed through the raft log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataRecord {
-    /// Adds or replaces the endpoint of a broker.
+    /// A broker process starting: a new incarnation whose broker epoch is this record's raft
+    /// index. It starts fenced; the previous incarnation (if any) is fenced first.
     RegisterBroker { node_id: NodeId, host: String, port: u16, rack: Option<String> },
+    /// The controller fences a broker whose lease expired or that shuts down: its leaderships
+    /// move, it leaves every ISR. Applies only to the registration with `broker_epoch`.
+    FenceBroker { node_id: NodeId, broker_epoch: i64 },
+    /// The controller unfences a registered broker that heartbeats: it may lead and join ISRs
+    /// again, and offline partitions whose ISR it holds elect it.
+    UnfenceBroker { node_id: NodeId, broker_epoch: i64 },
+    /// A leader's ISR change (Kafka's AlterPartition): applies only if `proposer` still leads in
+    /// `leader_epoch`, the partition epoch is still `partition_epoch`, and every new member is
+    /// live with the broker epoch the leader saw it fetch with (KIP-903; -1 skips that check).
+    AlterPartition {
+        topic: String,
+        partition: u32,
+        proposer: NodeId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<NodeId>,
+        broker_epochs: Vec<i64>,
+    },
     /// Creates a topic. `partitions[p]` lists the replicas of partition `p`; the first replica is the
     /// leader (leader epoch 0) and all replicas start in the ISR.
     CreateTopic { name: String, topic_id: [u8; 16], partitions: Vec<Vec<NodeId>>, configs: BTreeMap<String, String> },
@@ -140,4 +159,10 @@ pub enum ApplyOutcome {
     /// `PartitionChange` with an empty ISR, a non-replica or duplicate in it, or a leader outside
     /// it (INVALID_REQUEST); the image is unchanged.
     InvalidPartitionChange,
+    /// `FenceBroker` / `UnfenceBroker` for a registration that is not current (or already in that
+    /// state); the image is unchanged.
+    StaleBrokerEpoch,
+    /// `AlterPartition` refused by the controller's checks (the reason names Kafka's error); the
+    /// image is unchanged.
+    IsrChangeRejected { reason: String },
 }

@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::lifecycle::Leases;
 use super::network::{read_frame, write_frame, Envelope, ForwardError, Proposed, RpcRequest, RpcResponse};
 use super::raft_types::Raft;
 use super::record::{MetadataRecord, NodeId};
@@ -29,11 +30,11 @@ const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Starts serving `listener`. Aborting the returned task closes the listener and every connection.
-pub(crate) fn spawn(listener: TcpListener, raft: Raft, node_id: NodeId) -> JoinHandle<()> {
-    tokio::spawn(accept_loop(listener, raft, node_id))
+pub(crate) fn spawn(listener: TcpListener, raft: Raft, node_id: NodeId, leases: Arc<Leases>) -> JoinHandle<()> {
+    tokio::spawn(accept_loop(listener, raft, node_id, leases))
 }
 
-async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId) {
+async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId, leases: Arc<Leases>) {
     // Owned here so that aborting this task aborts every connection task too.
     let mut connections = JoinSet::new();
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -42,7 +43,7 @@ async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId) {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match limit.clone().try_acquire_owned() {
                     Ok(permit) => {
-                        connections.spawn(serve_connection(stream, peer, raft.clone(), node_id, permit));
+                        connections.spawn(serve_connection(stream, peer, raft.clone(), node_id, leases.clone(), permit));
                     }
                     Err(_) => tracing::warn!(%peer, "too many raft connections; refusing one"),
                 },
@@ -62,6 +63,7 @@ async fn serve_connection(
     peer: SocketAddr,
     raft: Raft,
     node_id: NodeId,
+    leases: Arc<Leases>,
     _permit: OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
@@ -83,7 +85,7 @@ async fn serve_connection(
             }
         };
         let response = if envelope.to == node_id {
-            dispatch(&raft, envelope.body).await
+            dispatch(&raft, &leases, node_id, envelope.body).await
         } else {
             tracing::warn!(%peer, from = envelope.from, to = envelope.to, "raft request for another node");
             RpcResponse::WrongNode { node_id }
@@ -102,8 +104,17 @@ async fn serve_connection(
     }
 }
 
-async fn dispatch(raft: &Raft, body: RpcRequest) -> RpcResponse {
+async fn dispatch(raft: &Raft, leases: &Leases, node_id: NodeId, body: RpcRequest) -> RpcResponse {
     match body {
+        RpcRequest::BrokerHeartbeat { node_id: broker, broker_epoch, want_shutdown } => {
+            let leader = raft.metrics().borrow().current_leader;
+            RpcResponse::BrokerHeartbeat(if leader == Some(node_id) {
+                leases.record(broker, broker_epoch, want_shutdown);
+                Ok(())
+            } else {
+                Err(ForwardError::NotLeader { leader })
+            })
+        }
         RpcRequest::AppendEntries(rpc) => RpcResponse::AppendEntries(raft.append_entries(rpc).await),
         RpcRequest::Vote(rpc) => RpcResponse::Vote(raft.vote(rpc).await),
         RpcRequest::InstallSnapshot(rpc) => RpcResponse::InstallSnapshot(raft.install_snapshot(rpc).await),

@@ -53,6 +53,15 @@ struct BrokerDto {
     host: String,
     port: u16,
     rack: Option<String>,
+    /// Absent in snapshots written before broker lifecycles existed.
+    #[serde(default = "no_broker_epoch")]
+    broker_epoch: i64,
+    #[serde(default)]
+    fenced: bool,
+}
+
+fn no_broker_epoch() -> i64 {
+    -1
 }
 
 #[derive(Serialize, Deserialize)]
@@ -80,7 +89,14 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
         brokers: image
             .brokers
             .values()
-            .map(|b| BrokerDto { node_id: b.node_id, host: b.host.clone(), port: b.port, rack: b.rack.clone() })
+            .map(|b| BrokerDto {
+                node_id: b.node_id,
+                host: b.host.clone(),
+                port: b.port,
+                rack: b.rack.clone(),
+                broker_epoch: b.broker_epoch,
+                fenced: b.fenced,
+            })
             .collect(),
         topics: image
             .topics
@@ -127,7 +143,17 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
         brokers: dto
             .brokers
             .into_iter()
-            .map(|b| (b.node_id, BrokerInfo { node_id: b.node_id, host: b.host, port: b.port, rack: b.rack }))
+            .map(|b| {
+                let info = BrokerInfo {
+                    node_id: b.node_id,
+                    host: b.host,
+                    port: b.port,
+                    rack: b.rack,
+                    broker_epoch: b.broker_epoch,
+                    fenced: b.fenced,
+                };
+                (b.node_id, info)
+            })
             .collect(),
         topics: dto
             .topics
@@ -333,6 +359,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Copy-on-write: subscribers keep the previous image.
         let image = Arc::make_mut(&mut self.image);
         for entry in entries {
+            // Set first: a registration takes its own index as the broker epoch.
+            image.applied_index = entry.log_id.index;
             let outcome = match &entry.payload {
                 EntryPayload::Blank => ApplyOutcome::Applied,
                 EntryPayload::Normal(record) => image.apply(record),
@@ -341,7 +369,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     ApplyOutcome::Applied
                 }
             };
-            image.applied_index = entry.log_id.index;
             self.last_applied = Some(entry.log_id);
             outcomes.push(outcome);
         }

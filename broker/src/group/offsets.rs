@@ -607,7 +607,7 @@ mod tests {
     fn open(dir: &std::path::Path) -> (Arc<ReplicaManager>, OffsetStore) {
         let replicas = Arc::new(ReplicaManager::new(1, dir, Arc::new(SystemClock)));
         for p in 0..4 {
-            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, config(), 0, vec![1]).unwrap();
+            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, config(), crate::partition::LeaderAndIsr::sole(1, 0)).unwrap();
         }
         let store = OffsetStore::new(replicas.clone(), 4);
         (replicas, store)
@@ -721,7 +721,9 @@ mod tests {
         small.segment_bytes = 4096;
         small.delete_retention_ms = 0;
         for p in 0..4 {
-            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, small.clone(), 0, vec![1]).unwrap();
+            replicas
+                .ensure(OFFSETS_TOPIC, p, TOPIC_ID, small.clone(), crate::partition::LeaderAndIsr::sole(1, 0))
+                .unwrap();
         }
         let store = OffsetStore::new(replicas.clone(), 4);
         for i in 0..500 {
@@ -909,7 +911,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let replicas = Arc::new(ReplicaManager::new(1, dir.path(), Arc::new(SystemClock)));
         for p in 0..4 {
-            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, config(), 0, vec![1]).unwrap();
+            replicas.ensure(OFFSETS_TOPIC, p, TOPIC_ID, config(), crate::partition::LeaderAndIsr::sole(1, 0)).unwrap();
         }
         let store = OffsetStore::new(replicas, 50);
         assert_eq!(store.partition_of("billing"), 39);

@@ -50,6 +50,17 @@ impl LeaderEpochCache {
         self.persist()
     }
 
+    /// Drops the epochs that start at or after `offset` (the log was truncated there; Kafka's
+    /// `truncateFromEnd`).
+    pub fn truncate_from_end(&mut self, offset: i64) -> io::Result<()> {
+        let before = self.entries.len();
+        self.entries.retain(|&(_, start)| start < offset);
+        if self.entries.len() != before {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
     /// Kafka's `endOffsetFor` (`replication::truncation::kafka_end_offset_for`), with the
     /// current leader epoch counted as known from the log end offset when no record carries it
     /// yet (Kafka writes it into the cache on becoming leader): for the requested epoch, the
@@ -75,6 +86,18 @@ impl LeaderEpochCache {
         // OffsetForLeaderEpoch (and follower truncation) trust this file after a power loss
         // too, so the rename must reach the disk, not only the content.
         crate::log::durable::write_atomically(&self.path, text.as_bytes())
+    }
+}
+
+/// The follower's view of its own epochs for truncation: its cache as Kafka's
+/// `LeaderEpochFileCache` answers (no current epoch added: a follower knows only its batches).
+impl crate::replication::truncation::EpochLookup for LeaderEpochCache {
+    fn latest_epoch(&self) -> Option<i32> {
+        LeaderEpochCache::latest_epoch(self)
+    }
+    fn end_offset_for(&self, epoch: i32) -> Option<(i32, i64)> {
+        // The end of the latest epoch is the log end offset, which the caller caps anyway.
+        crate::replication::truncation::kafka_end_offset_for(&self.entries, i64::MAX, epoch)
     }
 }
 

@@ -10,8 +10,11 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
-use super::{Partition, PartitionError, DELETED_DIR_SUFFIX};
+use super::{LeaderAndIsr, Partition, PartitionError, DEFAULT_REPLICA_LAG_TIME_MAX_MS, DELETED_DIR_SUFFIX};
 use crate::log::{Clock, LogConfig};
+
+/// Kafka's file of every hosted partition's high watermark, in the data dir.
+pub const HIGH_WATERMARK_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
 
 /// (topic, partition).
 pub type PartitionKey = (Arc<str>, u32);
@@ -22,17 +25,47 @@ pub struct ReplicaManager {
     clock: Arc<dyn Clock>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     appends: watch::Sender<u64>,
+    /// High watermarks read from `replication-offset-checkpoint` at start.
+    checkpointed: HashMap<(String, u32), i64>,
+    replica_lag_time_max_ms: i64,
 }
 
 impl ReplicaManager {
     pub fn new(node_id: u64, data_dir: &Path, clock: Arc<dyn Clock>) -> ReplicaManager {
+        ReplicaManager::with_lag_time(node_id, data_dir, clock, DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+    }
+
+    /// With `replica.lag.time.max.ms` for the partitions this node will lead.
+    pub fn with_lag_time(
+        node_id: u64,
+        data_dir: &Path,
+        clock: Arc<dyn Clock>,
+        replica_lag_time_max_ms: i64,
+    ) -> ReplicaManager {
+        let checkpointed = read_high_watermarks(&data_dir.join(HIGH_WATERMARK_CHECKPOINT_FILE));
         ReplicaManager {
             node_id,
             data_dir: data_dir.to_path_buf(),
             clock,
             partitions: RwLock::new(HashMap::new()),
             appends: watch::channel(0).0,
+            checkpointed,
+            replica_lag_time_max_ms,
         }
+    }
+
+    /// Writes every hosted partition's high watermark to `replication-offset-checkpoint`
+    /// (Kafka's format: version 0, the count, then `topic partition offset` lines), atomically.
+    pub fn checkpoint_high_watermarks(&self) -> std::io::Result<()> {
+        let mut lines: Vec<String> =
+            self.all().iter().map(|p| format!("{} {} {}", p.topic(), p.index(), p.high_watermark())).collect();
+        lines.sort();
+        let mut text = format!("0\n{}\n", lines.len());
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        crate::log::durable::write_atomically(&self.data_dir.join(HIGH_WATERMARK_CHECKPOINT_FILE), text.as_bytes())
     }
 
     fn dir_of(&self, topic: &str, partition: u32) -> PathBuf {
@@ -40,15 +73,14 @@ impl ReplicaManager {
     }
 
     /// Opens (or creates) the partition if this node does not host it yet, and applies the
-    /// leader epoch, ISR and config from the metadata image.
+    /// leadership and config from the metadata image.
     pub fn ensure(
         &self,
         topic: &str,
         partition: u32,
         topic_id: [u8; 16],
         config: LogConfig,
-        leader_epoch: i32,
-        isr: Vec<u64>,
+        leadership: LeaderAndIsr,
     ) -> Result<Arc<Partition>, PartitionError> {
         let existing = self.get(topic, partition);
         let hosted = match existing {
@@ -64,8 +96,19 @@ impl ReplicaManager {
                 }
                 let topic: Arc<str> = Arc::from(topic);
                 let dir = self.dir_of(&topic, partition);
+                let checkpointed = self.checkpointed.get(&(topic.to_string(), partition)).copied();
                 let open = |config| {
-                    Partition::open(&dir, topic.clone(), partition, topic_id, self.node_id, config, self.clock.clone())
+                    Partition::open(
+                        &dir,
+                        topic.clone(),
+                        partition,
+                        topic_id,
+                        self.node_id,
+                        config,
+                        self.clock.clone(),
+                        checkpointed,
+                        self.replica_lag_time_max_ms,
+                    )
                 };
                 let opened = match open(config.clone()) {
                     Err(PartitionError::InconsistentTopicId { dir, found, expected }) => {
@@ -82,13 +125,7 @@ impl ReplicaManager {
                 opened
             }
         };
-        if hosted.leader_epoch() != leader_epoch || hosted.isr() != isr {
-            hosted.become_leader(leader_epoch, isr);
-            let mut epochs = hosted.epochs.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = epochs.assign(leader_epoch, hosted.log_end_offset()) {
-                tracing::warn!(topic, partition, error = %e, "could not persist leader epoch");
-            }
-        }
+        hosted.apply_leader_and_isr(leadership)?;
         Ok(hosted)
     }
 
@@ -169,12 +206,34 @@ impl ReplicaManager {
 
     /// Closes every log cleanly (flush, trim indexes, clean-shutdown checkpoint).
     pub fn shutdown(&self) {
+        if let Err(e) = self.checkpoint_high_watermarks() {
+            tracing::warn!(error = %e, "could not write the high watermark checkpoint");
+        }
         for partition in self.all() {
             if let Err(e) = partition.close() {
                 tracing::error!(topic = %partition.topic(), partition = partition.index(), error = %e, "unclean close");
             }
         }
     }
+}
+
+/// `replication-offset-checkpoint`: `topic partition offset` per line after the version and
+/// count lines; missing or unreadable means no high watermark is known (they start at 0).
+fn read_high_watermarks(path: &Path) -> HashMap<(String, u32), i64> {
+    let Ok(text) = std::fs::read_to_string(path) else { return HashMap::new() };
+    let mut lines = text.lines();
+    if lines.next().map(str::trim) != Some("0") {
+        tracing::warn!(path = %path.display(), "unknown replication-offset-checkpoint version; ignoring it");
+        return HashMap::new();
+    }
+    let _count = lines.next();
+    lines
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let (topic, partition, offset) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(((topic.to_string(), partition.parse().ok()?), offset.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Removes renamed (`-delete`) directories on a thread of their own: deleting a large partition
@@ -205,7 +264,7 @@ mod tests {
     use super::*;
     use crate::log::records::BatchBuilder;
     use crate::log::{AppendOrigin, Compression, SystemClock};
-    use crate::partition::Acks;
+    use crate::partition::{Acks, LeaderAndIsr};
 
     #[test]
     fn a_directory_of_an_older_incarnation_is_never_adopted() {
@@ -213,19 +272,19 @@ mod tests {
         // the topic was deleted and recreated) is moved away, not opened as the new one.
         let dir = tempfile::tempdir().unwrap();
         let old = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
-        let hosted = old.ensure("t", 0, [1; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        let hosted = old.ensure("t", 0, [1; 16], LogConfig::default(), LeaderAndIsr::sole(1, 0)).unwrap();
         let mut builder = BatchBuilder::new(Compression::None);
         builder.push(1_700_000_000_000, None, Some(b"old incarnation"), &[]);
         hosted.append_as_leader(&builder.build().unwrap().into_bytes(), Acks::All, AppendOrigin::Client).unwrap();
         old.shutdown();
 
         let restarted = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
-        let same = restarted.ensure("t", 0, [1; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        let same = restarted.ensure("t", 0, [1; 16], LogConfig::default(), LeaderAndIsr::sole(1, 0)).unwrap();
         assert_eq!(same.log_end_offset(), 1, "the same incarnation keeps its records");
         restarted.shutdown();
 
         let recreated = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
-        let new = recreated.ensure("t", 0, [2; 16], LogConfig::default(), 0, vec![1]).unwrap();
+        let new = recreated.ensure("t", 0, [2; 16], LogConfig::default(), LeaderAndIsr::sole(1, 0)).unwrap();
         assert_eq!(new.topic_id(), [2; 16]);
         assert_eq!(new.log_end_offset(), 0, "the new incarnation starts empty");
     }

@@ -1,16 +1,18 @@
-//! A partition replica on this node: its log plus leader epoch, high watermark and ISR, and the
-//! [`ReplicaManager`] that owns every partition of the node.
+//! A partition replica on this node: its log, its role (leader with the replication state of
+//! its followers, or follower of a named leader), leader epoch, high watermark and epoch cache,
+//! and the [`ReplicaManager`] that owns every partition of the node.
 //!
 //! Invariants: `log_start_offset <= high_watermark <= log_end_offset` (asserted after every
-//! mutation); readers never see past the high watermark; the leader epoch of every batch
-//! `append_as_leader` writes is the partition's current leader epoch, and the epoch cache
-//! (`leader-epoch-checkpoint`, Kafka's format) records where each epoch started.
-//! What is not there yet (replication is the next step): nothing here checks that this node is
-//! the leader (a handler appends to whatever partition it hosts), and the high watermark only
-//! moves while the ISR is this node alone, to the log end offset at each append; with a larger
-//! ISR it stays where it was (opening sets it to the log end offset).
-//! Locks: the log mutex is never held across an `.await`; reads take it only to find the file
-//! slice and read the bytes after releasing it.
+//! mutation); readers never see past the high watermark; only the leader of the current leader
+//! epoch appends client batches (stamped with that epoch), only a follower appends replicated
+//! ones (their offsets and epochs kept) or truncates; the epoch cache (`leader-epoch-checkpoint`,
+//! Kafka's format) records where each epoch starts: on a leader from the moment it leads, on a
+//! follower only from the batches it appended. On the leader the high watermark is the
+//! `replication::leader::LeaderState`'s (minimum log end offset over the ISR); on a follower it
+//! is the leader's, capped by its own log end offset.
+//! Locks: the log mutex, then the role mutex, never the other way round; neither is held across
+//! an `.await`; reads take the log mutex only to find the file slice and read after releasing
+//! it.
 
 mod epoch_cache;
 mod manager;
@@ -19,13 +21,20 @@ pub mod partitioner;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::watch;
 
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
 pub use crate::log::segment::FirstBatch;
 use crate::log::{AppendInfo, AppendOrigin, Clock, Log, LogConfig, LogError};
+use crate::replication::leader::{AckStatus, FollowerFetch, IsrProposal, LeaderStart, LeaderState};
+use crate::replication::truncation::{truncation_for, LeaderEpochEnd, Truncation};
+
+/// Kafka's `replica.lag.time.max.ms` default.
+pub const DEFAULT_REPLICA_LAG_TIME_MAX_MS: i64 = 30_000;
 
 /// Ends the name of a deleted partition's directory until it is removed (Kafka's suffix).
 pub const DELETED_DIR_SUFFIX: &str = "-delete";
@@ -52,6 +61,89 @@ pub enum PartitionError {
     /// KAFKA_STORAGE_ERROR / NOT_LEADER_OR_FOLLOWER during shutdown or deletion.
     #[error("partition {topic}-{partition} is closed")]
     Closed { topic: String, partition: u32 },
+    /// NOT_LEADER_OR_FOLLOWER: this replica does not lead (or, for a replicated append, does
+    /// not follow); `leader` is the one the metadata names, if any (KIP-951's hint).
+    #[error("this replica is not the {expected} (leader: {leader:?})")]
+    NotLeaderOrFollower { expected: &'static str, leader: Option<u64> },
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, but the ISR fell below `min.insync.replicas`
+    /// before the high watermark passed the batch.
+    #[error("appended, but the ISR shrank to {isr}, below min.insync.replicas {min_insync_replicas}")]
+    NotEnoughReplicasAfterAppend { isr: usize, min_insync_replicas: u32 },
+    /// REQUEST_TIMED_OUT: acks=all was not satisfied within the request's timeout.
+    #[error("replication did not reach offset {required_offset} within {timeout_ms} ms")]
+    ReplicationTimeout { required_offset: i64, timeout_ms: u64 },
+    /// A follower fetch from a node that is not a replica, or past the leader's log end.
+    #[error("{0}")]
+    InvalidReplicaFetch(String),
+}
+
+/// What the metadata says of one partition's leadership (Kafka's `LeaderAndIsr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderAndIsr {
+    pub leader: Option<u64>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<u64>,
+    pub isr: Vec<u64>,
+    /// Replicas fenced in the metadata: not eligible to join the ISR, and the leader's high
+    /// watermark does not wait for them.
+    pub fenced: Vec<u64>,
+}
+
+impl LeaderAndIsr {
+    /// `node` alone, leading in `leader_epoch` (single-replica partitions, tests).
+    pub fn sole(node: u64, leader_epoch: i32) -> LeaderAndIsr {
+        LeaderAndIsr {
+            leader: Some(node),
+            leader_epoch,
+            partition_epoch: 0,
+            replicas: vec![node],
+            isr: vec![node],
+            fenced: vec![],
+        }
+    }
+}
+
+/// This replica's part in the partition.
+enum Role {
+    Leader(LeaderState),
+    /// Following `leader` (`None`: the partition is offline, or this node has not learnt it).
+    Follower {
+        leader: Option<u64>,
+    },
+}
+
+struct ReplicaState {
+    role: Role,
+    /// As last applied from the metadata image.
+    assignment: LeaderAndIsr,
+}
+
+/// A follower's fetch as the leader sees it (Fetch with a replica id).
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaFetch {
+    pub replica: u64,
+    /// The follower's broker epoch as registered when the fetch arrived (-1 unknown).
+    pub broker_epoch: i64,
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    /// Epoch of the last batch in the follower's log (-1: none): the leader answers a
+    /// diverging epoch when its log differs there (KIP-320's fetch-based truncation).
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+}
+
+/// The leader's answer to a follower fetch.
+#[derive(Debug, Clone)]
+pub struct ReplicaRead {
+    pub data: FetchedData,
+    /// The follower's log diverges: the largest epoch at or below its last fetched one that the
+    /// leader has, and where it ends. No records come with it.
+    pub diverging: Option<LeaderEpochEnd>,
+    /// An ISR expansion to propose to the controller.
+    pub proposal: Option<IsrProposal>,
+    /// The fetch moved the high watermark (consumers' long polls should look again).
+    pub advanced: bool,
 }
 
 /// What a fetch read from one partition.
@@ -91,12 +183,18 @@ pub struct Partition {
     high_watermark: AtomicI64,
     log_start_offset: AtomicI64,
     log_end_offset: AtomicI64,
-    isr: Mutex<Vec<u64>>,
+    node_id: u64,
+    replica_lag_time_max_ms: i64,
+    state: Mutex<ReplicaState>,
+    /// Bumped when the high watermark, the ISR or the role changes: what acks=all waits on.
+    changed: watch::Sender<u64>,
 }
 
 impl Partition {
-    /// Opens (recovering if needed) the log of `topic-index` in `dir`; the ISR starts as
-    /// `node_id` alone.
+    /// Opens (recovering if needed) the log of `topic-index` in `dir`, as a follower of no one
+    /// until the metadata names its role. The high watermark starts at the checkpointed one
+    /// (`replication-offset-checkpoint`), within the log's bounds.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         dir: &Path,
         topic: Arc<str>,
@@ -105,6 +203,8 @@ impl Partition {
         node_id: u64,
         config: LogConfig,
         clock: Arc<dyn Clock>,
+        checkpointed_high_watermark: Option<i64>,
+        replica_lag_time_max_ms: i64,
     ) -> Result<Partition, PartitionError> {
         check_partition_metadata(dir, topic_id)?;
         let log = Log::open(dir, config, clock)?;
@@ -115,20 +215,49 @@ impl Partition {
             source,
         })?;
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        let high_watermark = checkpointed_high_watermark.unwrap_or(0).clamp(start, end);
         Ok(Partition {
             topic,
             index,
             topic_id,
             log: Mutex::new(Some(log)),
             epochs: Mutex::new(epochs),
-            leader_epoch: AtomicI32::new(0),
-            // Everything in the log counts as committed, which holds for a single replica only:
-            // there is no high watermark checkpoint yet.
-            high_watermark: AtomicI64::new(end),
+            leader_epoch: AtomicI32::new(-1),
+            high_watermark: AtomicI64::new(high_watermark),
             log_start_offset: AtomicI64::new(start),
             log_end_offset: AtomicI64::new(end),
-            isr: Mutex::new(vec![node_id]),
+            node_id,
+            replica_lag_time_max_ms,
+            state: Mutex::new(ReplicaState {
+                role: Role::Follower { leader: None },
+                assignment: LeaderAndIsr {
+                    leader: None,
+                    leader_epoch: -1,
+                    partition_epoch: -1,
+                    replicas: vec![node_id],
+                    isr: vec![],
+                    fenced: vec![],
+                },
+            }),
+            changed: watch::channel(0).0,
         })
+    }
+
+    fn state(&self) -> MutexGuard<'_, ReplicaState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn signal(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn now_ms(&self, log: &Log) -> i64 {
+        log.clock().now_ms()
+    }
+
+    /// The high watermark moves forward only, within the leader epoch's state.
+    fn store_high_watermark(&self, high_watermark: i64) {
+        self.high_watermark.store(high_watermark, Ordering::Release);
     }
 
     /// `log_start_offset <= high_watermark <= log_end_offset`. Called with the log mutex held
@@ -173,18 +302,134 @@ impl Partition {
     pub fn log_end_offset(&self) -> i64 {
         self.log_end_offset.load(Ordering::Acquire)
     }
+    /// The ISR as committed in the metadata.
     pub fn isr(&self) -> Vec<u64> {
-        self.isr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.state().assignment.isr.clone()
+    }
+    pub fn replicas(&self) -> Vec<u64> {
+        self.state().assignment.replicas.clone()
+    }
+    pub fn is_leader(&self) -> bool {
+        matches!(self.state().role, Role::Leader(_))
+    }
+    /// The leader this replica follows, if it is a follower of a known leader.
+    pub fn following(&self) -> Option<u64> {
+        match self.state().role {
+            Role::Follower { leader } => leader,
+            Role::Leader(_) => None,
+        }
+    }
+    /// The leader as the metadata names it.
+    pub fn leader(&self) -> Option<u64> {
+        self.state().assignment.leader
+    }
+    /// Each follower's log end offset as the leader last saw it (leaders only).
+    pub fn follower_log_end_offsets(&self) -> Vec<(u64, i64)> {
+        match &self.state().role {
+            Role::Leader(ls) => self
+                .replicas()
+                .into_iter()
+                .filter(|&r| r != self.node_id)
+                .filter_map(|r| ls.follower(r).map(|f| (r, f.log_end_offset)))
+                .collect(),
+            Role::Follower { .. } => Vec::new(),
+        }
+    }
+    /// The epoch of the last batch this replica knows of (the follower's `last_fetched_epoch`).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner()).latest_epoch()
     }
     /// Bytes of the partition's segment files.
     pub fn size_bytes(&self) -> u64 {
         self.log().ok().and_then(|log| log.as_ref().map(Log::size_bytes)).unwrap_or(0)
     }
 
-    /// Applies leadership from the metadata image.
-    pub(crate) fn become_leader(&self, leader_epoch: i32, isr: Vec<u64>) {
-        self.leader_epoch.store(leader_epoch, Ordering::Release);
-        *self.isr.lock().unwrap_or_else(|p| p.into_inner()) = isr;
+    /// Applies the partition's leadership from the metadata image: becomes leader (a new
+    /// `LeaderState` starting at the current high watermark, the epoch cache marking where the
+    /// new epoch starts), takes a committed ISR change of its own epoch, or becomes a follower.
+    /// Returns whether the role or leader changed.
+    pub(crate) fn apply_leader_and_isr(&self, state: LeaderAndIsr) -> Result<bool, PartitionError> {
+        let guard = self.log()?;
+        let log = guard.as_ref().expect("checked by log()");
+        let now_ms = self.now_ms(log);
+        let log_end_offset = log.log_end_offset();
+        let mut current = self.state();
+        if current.assignment == state {
+            return Ok(false);
+        }
+        let me = self.node_id;
+        let leads = state.leader == Some(me) && state.isr.contains(&me);
+        let changed = match &mut current.role {
+            Role::Leader(ls) if leads && ls.leader_epoch() == state.leader_epoch => {
+                ls.on_partition_committed(state.leader_epoch, state.partition_epoch, state.isr.clone());
+                ls.set_ineligible(state.fenced.clone());
+                if let Some(hw) = ls.maybe_advance_high_watermark(log_end_offset, now_ms) {
+                    self.store_high_watermark(hw);
+                }
+                false
+            }
+            _ if leads => {
+                {
+                    let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Err(e) = epochs.assign(state.leader_epoch, log_end_offset) {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+                    }
+                }
+                let mut ls = LeaderState::new(LeaderStart {
+                    leader: me,
+                    leader_epoch: state.leader_epoch,
+                    partition_epoch: state.partition_epoch,
+                    replicas: state.replicas.clone(),
+                    isr: state.isr.clone(),
+                    high_watermark: self.high_watermark(),
+                    log_end_offset,
+                    replica_lag_time_max_ms: self.replica_lag_time_max_ms,
+                    now_ms,
+                });
+                ls.set_ineligible(state.fenced.clone());
+                if let Some(hw) = ls.maybe_advance_high_watermark(log_end_offset, now_ms) {
+                    self.store_high_watermark(hw);
+                }
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, isr = ?state.isr, high_watermark = self.high_watermark(), log_end_offset, "became leader");
+                current.role = Role::Leader(ls);
+                true
+            }
+            role => {
+                let same = matches!(role, Role::Follower { leader } if *leader == state.leader)
+                    && current.assignment.leader_epoch == state.leader_epoch;
+                current.role = Role::Follower { leader: state.leader };
+                if !same {
+                    tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
+                }
+                !same
+            }
+        };
+        self.leader_epoch.store(state.leader_epoch, Ordering::Release);
+        current.assignment = state;
+        drop(current);
+        self.assert_offsets();
+        drop(guard);
+        self.signal();
+        Ok(changed)
+    }
+
+    /// The leader refused (or lost) the ISR change this replica proposed: it may propose again.
+    pub fn on_isr_change_failed(&self) {
+        if let Role::Leader(ls) = &mut self.state().role {
+            ls.on_proposal_rejected();
+        }
+    }
+
+    /// ISR shrink check (leaders only): followers that have not caught up within
+    /// `replica.lag.time.max.ms` leave, through the returned proposal.
+    pub fn maybe_shrink_isr(&self) -> Option<IsrProposal> {
+        let guard = self.log().ok()?;
+        let log = guard.as_ref()?;
+        let (now_ms, log_end_offset) = (self.now_ms(log), log.log_end_offset());
+        match &mut self.state().role {
+            Role::Leader(ls) => ls.maybe_shrink_isr(log_end_offset, now_ms),
+            Role::Follower { .. } => None,
+        }
     }
 
     pub(crate) fn set_config(&self, config: LogConfig) -> Result<(), PartitionError> {
@@ -210,39 +455,282 @@ impl Partition {
         }
     }
 
-    /// Appends a producer's batches as leader. With `acks=all` the ISR must meet
-    /// `min.insync.replicas` first. With an ISR of one (this node) the high watermark moves to
-    /// the new log end offset at once; with a larger ISR it does not move at all until
-    /// replication advances it (not implemented yet), so those records stay invisible to readers
-    /// while the produce, even with `acks=all`, is acknowledged.
+    /// Appends a producer's batches as leader, stamped with the current leader epoch. With
+    /// `acks=all` the ISR must meet `min.insync.replicas` first (NOT_ENOUGH_REPLICAS); the
+    /// caller then waits with [`Partition::wait_replicated`] for the high watermark to pass the
+    /// batch. With no follower in the ISR the high watermark moves at once.
     pub fn append_as_leader(
         &self,
         records: &Bytes,
         acks: Acks,
         origin: AppendOrigin,
     ) -> Result<(AppendInfo, i64), PartitionError> {
+        self.append_in_epoch(records, acks, origin).map(|(info, log_start_offset, _)| (info, log_start_offset))
+    }
+
+    /// [`Partition::append_as_leader`], also answering the leader epoch the batches were written
+    /// in (what [`Partition::wait_replicated`] must be asked about).
+    pub fn append_in_epoch(
+        &self,
+        records: &Bytes,
+        acks: Acks,
+        origin: AppendOrigin,
+    ) -> Result<(AppendInfo, i64, i32), PartitionError> {
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
-        let isr_len = self.isr.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let now_ms = self.now_ms(log);
+        let mut state = self.state();
+        let leader = state.assignment.leader;
+        let Role::Leader(ls) = &mut state.role else {
+            return Err(PartitionError::NotLeaderOrFollower { expected: "leader", leader });
+        };
+        let isr_len = ls.isr().len();
         let min_insync_replicas = log.config().min_insync_replicas;
         if acks == Acks::All && isr_len < min_insync_replicas as usize {
             return Err(PartitionError::NotEnoughReplicas { isr: isr_len, min_insync_replicas });
         }
-        let leader_epoch = self.leader_epoch();
+        let leader_epoch = ls.leader_epoch();
         let info = log.append_as_leader(records, leader_epoch, origin)?;
-        {
-            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = epochs.assign(leader_epoch, info.first_offset) {
-                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+        let end = log.log_end_offset();
+        self.log_end_offset.store(end, Ordering::Release);
+        let moved = ls.on_leader_append(end, now_ms);
+        if let Some(hw) = moved {
+            self.store_high_watermark(hw);
+        }
+        drop(state);
+        self.assert_offsets();
+        let log_start_offset = log.log_start_offset();
+        drop(guard);
+        if moved.is_some() {
+            self.signal();
+        }
+        Ok((info, log_start_offset, leader_epoch))
+    }
+
+    /// acks=all: waits until the high watermark reaches `required_offset` (one past the
+    /// appended batch) in `leader_epoch`, at most `timeout`. Fails with
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is below `min.insync.replicas` by then,
+    /// NOT_LEADER_OR_FOLLOWER when leadership moved (the batch may be truncated away), and a
+    /// timeout otherwise (Kafka's delayed produce).
+    pub async fn wait_replicated(
+        &self,
+        required_offset: i64,
+        leader_epoch: i32,
+        timeout: Duration,
+    ) -> Result<(), PartitionError> {
+        let min_insync_replicas = self.config()?.min_insync_replicas;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            {
+                let state = self.state();
+                match &state.role {
+                    Role::Leader(ls) if ls.leader_epoch() == leader_epoch => {
+                        match ls.ack_status(required_offset, min_insync_replicas) {
+                            AckStatus::Done => return Ok(()),
+                            AckStatus::NotEnoughReplicasAfterAppend { isr, min_insync_replicas } => {
+                                return Err(PartitionError::NotEnoughReplicasAfterAppend { isr, min_insync_replicas })
+                            }
+                            AckStatus::Waiting => {}
+                        }
+                    }
+                    _ => {
+                        return Err(PartitionError::NotLeaderOrFollower {
+                            expected: "leader",
+                            leader: state.assignment.leader,
+                        })
+                    }
+                }
             }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(PartitionError::ReplicationTimeout {
+                        required_offset,
+                        timeout_ms: timeout.as_millis() as u64,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Serves a follower's fetch on the leader: checks the epochs (FENCED/UNKNOWN_LEADER_EPOCH,
+    /// a diverging epoch), reads up to the log end offset (not the high watermark), and records
+    /// the follower's progress, which may move the high watermark and propose an ISR expansion.
+    pub fn read_for_follower(&self, fetch: ReplicaFetch) -> Result<ReplicaRead, PartitionError> {
+        self.check_leader_epoch(fetch.current_leader_epoch)?;
+        let (slice, data, proposal, moved) = {
+            let guard = self.log()?;
+            let log = guard.as_ref().expect("checked by log()");
+            let now_ms = self.now_ms(log);
+            let (log_start_offset, log_end_offset) = (log.log_start_offset(), log.log_end_offset());
+            let mut state = self.state();
+            let leader = state.assignment.leader;
+            let Role::Leader(ls) = &mut state.role else {
+                return Err(PartitionError::NotLeaderOrFollower { expected: "leader", leader });
+            };
+            if fetch.last_fetched_epoch >= 0 {
+                let (epoch, end_offset) = {
+                    let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+                    epochs.end_offset_for(fetch.last_fetched_epoch, ls.leader_epoch(), log_end_offset)
+                };
+                if end_offset < fetch.fetch_offset || epoch < fetch.last_fetched_epoch {
+                    let data = FetchedData {
+                        high_watermark: ls.high_watermark(),
+                        log_start_offset,
+                        log_end_offset,
+                        records: Bytes::new(),
+                    };
+                    let diverging = Some(LeaderEpochEnd { leader_epoch: epoch, end_offset });
+                    return Ok(ReplicaRead { data, diverging, proposal: None, advanced: false });
+                }
+            }
+            if fetch.fetch_offset < log_start_offset || fetch.fetch_offset > log_end_offset {
+                return Err(PartitionError::Log(LogError::OffsetOutOfRange {
+                    offset: fetch.fetch_offset,
+                    log_start_offset,
+                    log_end_offset,
+                }));
+            }
+            let slice = log.slice(fetch.fetch_offset, log_end_offset)?;
+            let decision = ls
+                .on_follower_fetch(FollowerFetch {
+                    replica: fetch.replica,
+                    broker_epoch: fetch.broker_epoch,
+                    fetch_offset: fetch.fetch_offset,
+                    leader_log_end_offset: log_end_offset,
+                    now_ms,
+                })
+                .map_err(|e| PartitionError::InvalidReplicaFetch(e.to_string()))?;
+            if let Some(hw) = decision.high_watermark {
+                self.store_high_watermark(hw);
+            }
+            let data = FetchedData {
+                high_watermark: ls.high_watermark(),
+                log_start_offset,
+                log_end_offset,
+                records: Bytes::new(),
+            };
+            drop(state);
+            self.assert_offsets();
+            (slice, data, decision.propose, decision.high_watermark.is_some())
+        };
+        if moved {
+            self.signal();
+        }
+        let records = match slice {
+            Some(slice) => {
+                slice.read_batches_limited(fetch.max_bytes, data.log_end_offset, FirstBatch::Whole).map_err(
+                    |source| LogError::Io { op: "read", path: format!("{}-{}", self.topic, self.index).into(), source },
+                )?
+            }
+            None => Bytes::new(),
+        };
+        Ok(ReplicaRead { data: FetchedData { records, ..data }, diverging: None, proposal, advanced: moved })
+    }
+
+    /// Appends batches fetched from the leader (their offsets and epochs kept; the epoch cache
+    /// learns each new epoch from the batch that starts it), then takes the leader's high
+    /// watermark (capped by this log's end) and log start offset.
+    pub fn append_as_follower(
+        &self,
+        records: &Bytes,
+        leader_high_watermark: i64,
+        leader_log_start_offset: i64,
+    ) -> Result<(), PartitionError> {
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        {
+            let state = self.state();
+            if !matches!(state.role, Role::Follower { .. }) {
+                return Err(PartitionError::NotLeaderOrFollower {
+                    expected: "follower",
+                    leader: state.assignment.leader,
+                });
+            }
+        }
+        if !records.is_empty() {
+            let info = log.append_as_follower(records)?;
+            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut rest = &records[..];
+            while rest.len() >= crate::log::batch::HEADER_SIZE {
+                let Ok(header) = crate::log::batch::BatchHeader::read(rest) else { break };
+                if epochs.latest_epoch().is_none_or(|latest| header.partition_leader_epoch > latest) {
+                    if let Err(e) = epochs.assign(header.partition_leader_epoch, header.base_offset) {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+                    }
+                }
+                rest = &rest[header.size().min(rest.len())..];
+            }
+            debug_assert!(info.last_offset < log.log_end_offset());
+        }
+        if leader_log_start_offset > log.log_start_offset() && leader_log_start_offset <= log.log_end_offset() {
+            log.delete_records_before(leader_log_start_offset)?;
         }
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
-        if isr_len <= 1 {
-            self.high_watermark.store(end, Ordering::Release);
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        let high_watermark = leader_high_watermark.min(end).max(log.log_start_offset());
+        if high_watermark != self.high_watermark() {
+            self.store_high_watermark(high_watermark);
         }
         self.assert_offsets();
-        Ok((info, log.log_start_offset()))
+        Ok(())
+    }
+
+    /// Where this follower cuts its log given the leader's end of an epoch (KIP-101/KIP-279),
+    /// and the cut itself: the log, the epoch cache and the high watermark follow it.
+    pub fn truncate_on_divergence(&self, leader: LeaderEpochEnd) -> Result<Truncation, PartitionError> {
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        let truncation = truncation_for(&*epochs, log.log_end_offset(), self.high_watermark(), leader);
+        if truncation.offset < log.log_end_offset() {
+            tracing::info!(topic = %self.topic, partition = self.index, from = log.log_end_offset(), to = truncation.offset, ?leader, "truncating a divergent suffix");
+            log.truncate_to(truncation.offset)?;
+        }
+        let end = log.log_end_offset();
+        epochs.truncate_from_end(end).map_err(|source| LogError::Io {
+            op: "truncate leader-epoch-checkpoint in",
+            path: log.dir().to_path_buf(),
+            source,
+        })?;
+        self.log_end_offset.store(end, Ordering::Release);
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        if self.high_watermark() > end {
+            self.store_high_watermark(end);
+        }
+        self.assert_offsets();
+        Ok(truncation)
+    }
+
+    /// A follower whose fetch offset fell out of the leader's log: below its start (the leader
+    /// deleted what we lack: start over there) or past its end (keep only what is committed).
+    pub fn reset_out_of_range(
+        &self,
+        leader_log_start_offset: i64,
+        leader_high_watermark: i64,
+    ) -> Result<(), PartitionError> {
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        if log.log_end_offset() < leader_log_start_offset {
+            tracing::info!(topic = %self.topic, partition = self.index, leader_log_start_offset, "behind the leader's log start: starting over there");
+            log.truncate_fully_and_start_at(leader_log_start_offset)?;
+            self.store_high_watermark(leader_log_start_offset);
+        } else if leader_high_watermark >= 0 && leader_high_watermark < log.log_end_offset() {
+            log.truncate_to(leader_high_watermark)?;
+        }
+        let end = log.log_end_offset();
+        let _ = epochs.truncate_from_end(end);
+        self.log_end_offset.store(end, Ordering::Release);
+        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        if self.high_watermark() > end || self.high_watermark() < log.log_start_offset() {
+            self.store_high_watermark(end.min(self.high_watermark()).max(log.log_start_offset()));
+        }
+        self.assert_offsets();
+        Ok(())
     }
 
     /// Reads up to `max_bytes` from `fetch_offset`, never past the high watermark; a first batch
@@ -269,8 +757,18 @@ impl Partition {
         Ok(FetchedData { high_watermark, log_start_offset, log_end_offset, records })
     }
 
+    /// NOT_LEADER_OR_FOLLOWER unless this replica leads.
+    pub fn check_leader(&self) -> Result<(), PartitionError> {
+        let state = self.state();
+        match state.role {
+            Role::Leader(_) => Ok(()),
+            Role::Follower { leader } => Err(PartitionError::NotLeaderOrFollower { expected: "leader", leader }),
+        }
+    }
+
     /// ListOffsets: `(offset, timestamp)`; timestamp -1 where Kafka answers none.
     pub fn list_offset(&self, spec: OffsetSpec) -> Result<Option<(i64, i64)>, PartitionError> {
+        self.check_leader()?;
         let guard = self.log()?;
         let log = guard.as_ref().expect("checked by log()");
         let high_watermark = self.high_watermark();
@@ -291,6 +789,7 @@ impl Partition {
 
     /// DeleteRecords: moves the log start offset, at most to the high watermark.
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, PartitionError> {
+        self.check_leader()?;
         let high_watermark = self.high_watermark();
         let target = if offset == -1 { high_watermark } else { offset };
         if target > high_watermark || target < 0 {

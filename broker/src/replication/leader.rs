@@ -158,6 +158,10 @@ pub struct LeaderState {
     /// has everything up to here (it has then truncated whatever the old leader wrote past it).
     leader_epoch_start_offset: i64,
     replica_lag_time_max_ms: i64,
+    /// Replicas that may not join the ISR now (fenced or shutting down in the metadata; Kafka's
+    /// `isReplicaIsrEligible`): the high watermark does not wait for them unless they are in
+    /// the ISR, and no expansion adds them.
+    ineligible: Vec<ReplicaId>,
 }
 
 /// What a new leader starts from (the committed partition state and its own log).
@@ -211,6 +215,7 @@ impl LeaderState {
             high_watermark: start.high_watermark.max(0),
             leader_epoch_start_offset: start.log_end_offset,
             replica_lag_time_max_ms: start.replica_lag_time_max_ms,
+            ineligible: Vec::new(),
         }
     }
 
@@ -274,7 +279,8 @@ impl LeaderState {
         let mut candidate = leader_log_end_offset;
         for (&replica, progress) in &self.followers {
             let waits = maximal.contains(&replica)
-                || (self.is_caught_up(progress, leader_log_end_offset, now_ms)
+                || (!self.ineligible.contains(&replica)
+                    && self.is_caught_up(progress, leader_log_end_offset, now_ms)
                     && progress.log_end_offset >= self.leader_epoch_start_offset);
             if waits {
                 candidate = candidate.min(progress.log_end_offset);
@@ -297,7 +303,7 @@ impl LeaderState {
     /// Kafka's `maybeExpandIsr`: a follower outside the ISR that has reached the high watermark
     /// and the start of this leader epoch joins (proposed; never applied locally first).
     fn maybe_expand_isr(&mut self, replica: ReplicaId) -> Option<IsrProposal> {
-        if self.isr.is_pending() || self.isr.isr().contains(&replica) {
+        if self.isr.is_pending() || self.isr.isr().contains(&replica) || self.ineligible.contains(&replica) {
             return None;
         }
         let progress = self.followers.get(&replica)?;
@@ -363,6 +369,11 @@ impl LeaderState {
 
     /// The controller refused our proposal (stale partition epoch, ineligible replica): back to
     /// the committed ISR; the next fetch or timer tick decides again.
+    /// The replicas that are fenced (or shutting down) as of the latest metadata.
+    pub fn set_ineligible(&mut self, ineligible: Vec<ReplicaId>) {
+        self.ineligible = ineligible;
+    }
+
     pub fn on_proposal_rejected(&mut self) {
         let isr = self.isr.isr().to_vec();
         self.isr = IsrState::Committed { isr };
@@ -404,6 +415,23 @@ mod tests {
             replica_lag_time_max_ms: LAG,
             now_ms,
         })
+    }
+
+    #[test]
+    fn a_fenced_replica_out_of_the_isr_holds_back_nothing() {
+        // Proves the high watermark waits for a recently caught-up replica about to join only
+        // while it is eligible: once fenced (killed), the ISR alone decides (it stalled before).
+        let mut state = leader(vec![1, 2, 3], 0, 0);
+        state.on_leader_append(10, 0);
+        state.on_follower_fetch(fetch(2, 10, 10, 1)).unwrap();
+        state.on_follower_fetch(fetch(3, 10, 10, 1)).unwrap();
+        state.on_partition_committed(5, 8, vec![1, 2]);
+        state.on_leader_append(20, 2);
+        state.on_follower_fetch(fetch(2, 20, 20, 3)).unwrap();
+        assert_eq!(state.high_watermark(), 10, "3 caught up 2 ms ago: about to join, waited for");
+        state.set_ineligible(vec![3]);
+        assert_eq!(state.maybe_advance_high_watermark(20, 4), Some(20));
+        assert_eq!(state.on_follower_fetch(fetch(3, 20, 20, 5)).unwrap().propose, None, "no expansion while fenced");
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub fn partition_error_code(error: &PartitionError) -> ResponseError {
         PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
         PartitionError::Closed { .. } => ResponseError::NotLeaderOrFollower,
         PartitionError::InconsistentTopicId { .. } => ResponseError::InconsistentTopicId,
+        PartitionError::NotLeaderOrFollower { .. } => ResponseError::NotLeaderOrFollower,
+        PartitionError::NotEnoughReplicasAfterAppend { .. } => ResponseError::NotEnoughReplicasAfterAppend,
+        PartitionError::ReplicationTimeout { .. } => ResponseError::RequestTimedOut,
+        PartitionError::InvalidReplicaFetch(_) => ResponseError::UnknownServerError,
     }
 }
 

@@ -91,6 +91,8 @@ pub struct Broker {
     pub transforms: Arc<crate::transform::TransformManager>,
     /// Prometheus metrics (request latency per API, bytes in/out per topic, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The follower fetchers of this node's follower partitions.
+    pub fetchers: Arc<crate::replication::fetcher::Fetchers>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it.
     pub reconcile: Box<dyn Fn(&MetadataImage) + Send + Sync>,

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{EpochEndOffset, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use super::hosted_partition;
-use crate::partition::FirstBatch;
+use crate::partition::{FirstBatch, ReplicaFetch};
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -74,12 +74,59 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
             } else {
                 data = data.with_aborted_transactions(None);
             }
+            let replica_id = request.replica_id.0;
             let code = match hosted_partition(broker, &image, name, fetch.partition) {
                 Err(code) => Some(code),
+                Ok(partition) if replica_id >= 0 => {
+                    let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
+                    let replica = replica_id as u64;
+                    let fetch = ReplicaFetch {
+                        replica,
+                        broker_epoch: image.live_broker_epoch(replica).unwrap_or(-1),
+                        fetch_offset: fetch.fetch_offset,
+                        current_leader_epoch: fetch.current_leader_epoch,
+                        last_fetched_epoch: fetch.last_fetched_epoch,
+                        max_bytes,
+                    };
+                    match partition.read_for_follower(fetch) {
+                        Ok(read) => {
+                            data = data
+                                .with_high_watermark(read.data.high_watermark)
+                                .with_last_stable_offset(read.data.high_watermark)
+                                .with_log_start_offset(read.data.log_start_offset);
+                            if let Some(diverging) = read.diverging {
+                                data = data.with_diverging_epoch(
+                                    EpochEndOffset::default()
+                                        .with_epoch(diverging.leader_epoch)
+                                        .with_end_offset(diverging.end_offset),
+                                );
+                            }
+                            if !read.data.records.is_empty() {
+                                total += read.data.records.len();
+                                limit_bytes = limit_bytes.saturating_sub(read.data.records.len());
+                                data = data.with_records(Some(read.data.records));
+                            }
+                            if let Some(proposal) = read.proposal {
+                                crate::replication::isr::propose(&broker.controller, partition.clone(), proposal);
+                            }
+                            if read.advanced {
+                                broker.replicas.notify_append();
+                            }
+                            None
+                        }
+                        Err(e) => {
+                            data = data
+                                .with_high_watermark(partition.high_watermark())
+                                .with_log_start_offset(partition.log_start_offset());
+                            Some(partition_error_code(&e))
+                        }
+                    }
+                }
                 Ok(partition) => {
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
                     let result = partition
-                        .check_leader_epoch(fetch.current_leader_epoch)
+                        .check_leader()
+                        .and_then(|()| partition.check_leader_epoch(fetch.current_leader_epoch))
                         .and_then(|()| partition.read(fetch.fetch_offset, max_bytes, first_batch));
                     match result {
                         Ok(read) => {

@@ -93,7 +93,7 @@ fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> MetadataResponse
         .partitions
         .iter()
         .map(|p| {
-            let live = |id: &u64| image.brokers.contains_key(id);
+            let live = |id: &u64| image.is_live(*id);
             let error = match p.leader {
                 Some(leader) if live(&leader) => 0,
                 _ => ResponseError::LeaderNotAvailable.code(),

@@ -1,5 +1,9 @@
 //! Produce: appends each partition's batches as raw bytes (validated header and CRC, offsets
-//! assigned in place) and answers per partition. acks=0 gets no response, as in Kafka.
+//! assigned in place) on the partition's leader and answers per partition: acks=1 after the
+//! leader's append, acks=all once the high watermark passed the batch (at most the request's
+//! `timeout_ms`). acks=0 gets no response, as in Kafka.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
@@ -14,6 +18,9 @@ use crate::log::AppendOrigin;
 use crate::partition::Acks;
 use crate::server::{partition_error_code, record_errors, Broker};
 
+/// Upper bound on a produce request's `timeout_ms` (how long acks=all may wait).
+const MAX_TIMEOUT_MS: i32 = 300_000;
+
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceRequest) -> Option<ProduceResponse> {
     let version = header.request_api_version;
     let acks = match request.acks {
@@ -26,25 +33,54 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();
-    let mut responses = Vec::with_capacity(request.topic_data.len());
+    // Appends first, every partition; then acks=all waits for all of them at once (Kafka's
+    // delayed produce), each until its high watermark passes the batch or the timeout.
+    let mut appends = Vec::with_capacity(request.topic_data.len());
     let mut appended = false;
     for topic in &request.topic_data {
         let name: &str = &topic.name.0;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in &topic.partition_data {
-            let mut response = PartitionProduceResponse::default().with_index(data.index).with_base_offset(-1);
             let result = hosted_partition(broker, &image, name, data.index)
                 .map_err(|code| (code, None, vec![]))
                 .and_then(|partition| {
                     let records = data.records.clone().unwrap_or_else(Bytes::new);
-                    partition
-                        .append_as_leader(&records, acks, AppendOrigin::Client)
-                        .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))
+                    let (info, log_start_offset, leader_epoch) = partition
+                        .append_in_epoch(&records, acks, AppendOrigin::Client)
+                        .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))?;
+                    Ok((info, log_start_offset, leader_epoch, partition))
                 });
+            if let Ok((info, ..)) = &result {
+                appended = true;
+                broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64);
+            }
+            partitions.push((data.index, result));
+        }
+        appends.push((topic.name.clone(), partitions));
+    }
+    if appended {
+        broker.replicas.notify_append();
+    }
+    let timeout = Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
+    let mut responses = Vec::with_capacity(appends.len());
+    for (name, partitions) in appends {
+        let waits = partitions.into_iter().map(|(index, result)| async move {
+            let result = match result {
+                Ok((info, log_start_offset, leader_epoch, partition)) if acks == Acks::All => partition
+                    .wait_replicated(info.last_offset + 1, leader_epoch, timeout)
+                    .await
+                    .map(|()| (info, log_start_offset))
+                    .map_err(|e| (partition_error_code(&e), Some(e.to_string()), vec![])),
+                Ok((info, log_start_offset, _, _)) => Ok((info, log_start_offset)),
+                Err(e) => Err(e),
+            };
+            (index, result)
+        });
+        let mut partition_responses = Vec::new();
+        for (index, result) in futures_util::future::join_all(waits).await {
+            let mut response = PartitionProduceResponse::default().with_index(index).with_base_offset(-1);
             match result {
                 Ok((info, log_start_offset)) => {
-                    appended = true;
-                    broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64);
                     response = response
                         .with_base_offset(info.first_offset)
                         .with_log_append_time_ms(info.log_append_time)
@@ -60,13 +96,9 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
                     }
                 }
             }
-            partitions.push(response);
+            partition_responses.push(response);
         }
-        responses
-            .push(TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions));
-    }
-    if appended {
-        broker.replicas.notify_append();
+        responses.push(TopicProduceResponse::default().with_name(name).with_partition_responses(partition_responses));
     }
     match acks {
         Acks::None => None,

@@ -1,0 +1,175 @@
+//! Broker lifecycles on the active controller: leases kept by heartbeats, and the decision loop
+//! that fences a broker whose lease expired (or that asked to shut down) and unfences one that
+//! heartbeats with its current broker epoch (Kafka's `BrokerHeartbeatManager` and the fencing
+//! half of `ReplicationControlManager`).
+//!
+//! Owns: the in-memory lease table (only meaningful on the raft leader; a new leader starts every
+//! lease at the moment it took over, so a broker that died under the old leader is fenced one
+//! session timeout later) and the loop proposing `FenceBroker` / `UnfenceBroker`.
+//! Invariant: fencing and unfencing are decided only on the raft leader and only for the broker
+//! epoch the image holds, so a late decision about an older incarnation never applies.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::record::{MetadataRecord, NodeId};
+use super::Controller;
+
+/// How often the decision loop looks at the leases.
+const DECISION_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The last heartbeat of each broker, as seen by this node while it leads the quorum.
+#[derive(Default)]
+pub(crate) struct Leases {
+    table: Mutex<LeaseTable>,
+}
+
+#[derive(Default)]
+struct LeaseTable {
+    /// When this node last became the raft leader (`None` while it is not).
+    leading_since: Option<Instant>,
+    beats: HashMap<NodeId, Heartbeat>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Heartbeat {
+    broker_epoch: i64,
+    at: Instant,
+    want_shutdown: bool,
+}
+
+impl Leases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a heartbeat received while this node leads.
+    pub(crate) fn record(&self, node_id: NodeId, broker_epoch: i64, want_shutdown: bool) {
+        let beat = Heartbeat { broker_epoch, at: Instant::now(), want_shutdown };
+        self.lock().beats.insert(node_id, beat);
+    }
+
+    /// Tracks raft leadership: leases start over whenever this node becomes the leader.
+    fn set_leading(&self, leading: bool, now: Instant) {
+        let mut table = self.lock();
+        match (leading, table.leading_since) {
+            (true, None) => {
+                table.leading_since = Some(now);
+                table.beats.clear();
+            }
+            (false, Some(_)) => {
+                table.leading_since = None;
+                table.beats.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// What the leader should propose now for a broker with `broker_epoch`, `fenced` in the image.
+    fn decide(&self, node_id: NodeId, broker_epoch: i64, fenced: bool, session: Duration, now: Instant) -> Decision {
+        let table = self.lock();
+        let Some(leading_since) = table.leading_since else { return Decision::Nothing };
+        let beat = table.beats.get(&node_id).filter(|b| b.broker_epoch == broker_epoch);
+        let fresh = beat.is_some_and(|b| now.saturating_duration_since(b.at) <= session);
+        let wants_shutdown = beat.is_some_and(|b| b.want_shutdown);
+        if fenced {
+            if fresh && !wants_shutdown {
+                return Decision::Unfence;
+            }
+            return Decision::Nothing;
+        }
+        // Unfenced without a heartbeat since this node took over: it gets one session to send one.
+        let expired = match beat {
+            Some(b) => now.saturating_duration_since(b.at) > session,
+            None => now.saturating_duration_since(leading_since) > session,
+        };
+        if expired || wants_shutdown {
+            Decision::Fence
+        } else {
+            Decision::Nothing
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Nothing,
+    Fence,
+    Unfence,
+}
+
+/// Runs until the controller stops: on the raft leader, proposes fencing for expired leases and
+/// unfencing for brokers that heartbeat.
+pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session: Duration) {
+    let mut ticker = tokio::time::interval(DECISION_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let controller = Controller { inner };
+        if controller.is_stopped() {
+            return;
+        }
+        let now = Instant::now();
+        let leading = controller.leader_id() == Some(controller.node_id());
+        controller.leases().set_leading(leading, now);
+        if !leading {
+            continue;
+        }
+        let image = controller.image();
+        for broker in image.brokers.values() {
+            let decision = controller.leases().decide(broker.node_id, broker.broker_epoch, broker.fenced, session, now);
+            let record = match decision {
+                Decision::Nothing => continue,
+                Decision::Fence => {
+                    tracing::info!(
+                        node_id = broker.node_id,
+                        broker_epoch = broker.broker_epoch,
+                        "fencing a broker: its session expired or it is shutting down"
+                    );
+                    MetadataRecord::FenceBroker { node_id: broker.node_id, broker_epoch: broker.broker_epoch }
+                }
+                Decision::Unfence => {
+                    tracing::info!(node_id = broker.node_id, broker_epoch = broker.broker_epoch, "unfencing a broker");
+                    MetadataRecord::UnfenceBroker { node_id: broker.node_id, broker_epoch: broker.broker_epoch }
+                }
+            };
+            if let Err(e) = controller.propose(record).await {
+                tracing::debug!(node_id = broker.node_id, error = %e, "broker lifecycle change not committed; retrying");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_fence_the_silent_and_unfence_the_current_incarnation() {
+        // Proves the lease rules: a new leader grants one session, a stale epoch's heartbeat
+        // counts for nothing, a shutdown request fences, a fresh heartbeat unfences.
+        let leases = Leases::default();
+        let session = Duration::from_millis(1000);
+        let t0 = Instant::now();
+        assert_eq!(leases.decide(1, 5, false, session, t0), Decision::Nothing, "not leading");
+        leases.set_leading(true, t0);
+        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(900)), Decision::Nothing);
+        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(1100)), Decision::Fence);
+        leases.record(1, 4, false);
+        let now = Instant::now();
+        assert_eq!(leases.decide(1, 5, true, session, now), Decision::Nothing, "an older incarnation's beat");
+        leases.record(1, 5, false);
+        assert_eq!(leases.decide(1, 5, true, session, now), Decision::Unfence);
+        assert_eq!(leases.decide(1, 5, false, session, now), Decision::Nothing);
+        assert_eq!(leases.decide(1, 5, false, session, now + Duration::from_millis(1500)), Decision::Fence);
+        leases.record(1, 5, true);
+        assert_eq!(leases.decide(1, 5, false, session, Instant::now()), Decision::Fence, "shutting down");
+        assert_eq!(leases.decide(1, 5, true, session, Instant::now()), Decision::Nothing, "stays fenced");
+        leases.set_leading(false, Instant::now());
+        assert_eq!(leases.decide(1, 5, false, session, Instant::now()), Decision::Nothing);
+    }
+}

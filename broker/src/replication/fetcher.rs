@@ -1,0 +1,322 @@
+//! Follower fetchers: for every leader this node follows partitions of, one task with one Kafka
+//! connection to that leader and one Fetch request covering all of those partitions (Kafka's
+//! `ReplicaFetcherThread`). A fetch names this node as the replica, carries each partition's
+//! current leader epoch and last fetched epoch; the leader answers records up to its log end,
+//! its high watermark, and a diverging epoch when the follower's log differs, which the
+//! follower truncates away before fetching on (KIP-101/KIP-279 rules, KIP-320's fetch-based
+//! form that Kafka uses since 2.7).
+//!
+//! Owns: the fetcher tasks and their connections. Invariant: a partition is fetched only while
+//! it is a follower of that task's leader (the set is replaced from the partitions' roles after
+//! every metadata change), and only the partition layer writes its log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::ResponseError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::truncation::LeaderEpochEnd;
+use crate::controller::Controller;
+use crate::partition::{Partition, PartitionError, PartitionKey, ReplicaManager};
+
+/// The Fetch version followers use: replica id in the body, topic names, last fetched epoch and
+/// diverging epoch (v12).
+const FETCH_VERSION: i16 = 12;
+/// How long the leader may park a follower's fetch when there is nothing new.
+const FETCH_MAX_WAIT_MS: i32 = 500;
+/// Kafka's `replica.fetch.max.bytes` and `replica.fetch.response.max.bytes` defaults.
+const PARTITION_MAX_BYTES: i32 = 1 << 20;
+const RESPONSE_MAX_BYTES: i32 = 10 << 20;
+/// Largest response frame a fetcher accepts (the response limit plus headroom for fields).
+const MAX_RESPONSE_FRAME: usize = 64 << 20;
+/// Kafka's `replica.fetch.backoff.ms`.
+const BACKOFF: Duration = Duration::from_millis(100);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every fetcher task of this node, by leader.
+pub struct Fetchers {
+    node_id: u64,
+    replicas: Arc<ReplicaManager>,
+    controller: Controller,
+    runtime: tokio::runtime::Handle,
+    tasks: Mutex<HashMap<u64, FetcherTask>>,
+}
+
+struct FetcherTask {
+    partitions: Arc<Mutex<BTreeMap<PartitionKey, Arc<Partition>>>>,
+    handle: JoinHandle<()>,
+}
+
+impl Fetchers {
+    /// Must be called inside the tokio runtime the tasks will run on.
+    pub fn new(node_id: u64, replicas: Arc<ReplicaManager>, controller: Controller) -> Fetchers {
+        Fetchers {
+            node_id,
+            replicas,
+            controller,
+            runtime: tokio::runtime::Handle::current(),
+            tasks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Makes the fetcher tasks match the hosted partitions' roles: each follower partition is
+    /// fetched from its leader, nothing else is fetched. Called after every reconciliation.
+    pub fn update(&self) {
+        let mut wanted: HashMap<u64, BTreeMap<PartitionKey, Arc<Partition>>> = HashMap::new();
+        for partition in self.replicas.all() {
+            if let Some(leader) = partition.following().filter(|&l| l != self.node_id) {
+                wanted.entry(leader).or_default().insert((partition.topic().clone(), partition.index()), partition);
+            }
+        }
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|leader, task| {
+            let keep = wanted.contains_key(leader) && !task.handle.is_finished();
+            if !keep {
+                task.handle.abort();
+            }
+            keep
+        });
+        for (leader, partitions) in wanted {
+            match tasks.get(&leader) {
+                Some(task) => *task.partitions.lock().unwrap_or_else(|p| p.into_inner()) = partitions,
+                None => {
+                    let shared = Arc::new(Mutex::new(partitions));
+                    let fetcher = Fetcher {
+                        node_id: self.node_id,
+                        leader,
+                        partitions: shared.clone(),
+                        controller: self.controller.clone(),
+                        replicas: self.replicas.clone(),
+                    };
+                    let handle = self.runtime.spawn(fetcher.run());
+                    tasks.insert(leader, FetcherTask { partitions: shared, handle });
+                }
+            }
+        }
+    }
+
+    /// Stops every fetcher (shutdown).
+    pub fn stop(&self) {
+        for (_, task) in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+            task.handle.abort();
+        }
+    }
+}
+
+struct Fetcher {
+    node_id: u64,
+    leader: u64,
+    partitions: Arc<Mutex<BTreeMap<PartitionKey, Arc<Partition>>>>,
+    controller: Controller,
+    replicas: Arc<ReplicaManager>,
+}
+
+/// Why one fetch round failed as a whole (the connection is dropped and made again).
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error("leader {0} has no registered endpoint")]
+    NoEndpoint(u64),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("timed out")]
+    Timeout,
+    #[error("malformed response: {0}")]
+    Codec(String),
+}
+
+impl Fetcher {
+    async fn run(self) {
+        let mut conn: Option<KafkaConn> = None;
+        // Partitions whose last answer was an error: skipped until the instant passes (or the
+        // metadata replaces them).
+        let mut delayed: HashMap<PartitionKey, Instant> = HashMap::new();
+        loop {
+            let now = Instant::now();
+            delayed.retain(|_, until| *until > now);
+            let set: Vec<Arc<Partition>> = {
+                let partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+                partitions.iter().filter(|(k, _)| !delayed.contains_key(*k)).map(|(_, p)| p.clone()).collect()
+            };
+            if set.is_empty() {
+                tokio::time::sleep(BACKOFF).await;
+                continue;
+            }
+            match self.round(&mut conn, &set, &mut delayed).await {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::debug!(leader = self.leader, error = %e, "replica fetch failed; reconnecting");
+                    conn = None;
+                    tokio::time::sleep(BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    async fn round(
+        &self,
+        conn: &mut Option<KafkaConn>,
+        set: &[Arc<Partition>],
+        delayed: &mut HashMap<PartitionKey, Instant>,
+    ) -> Result<(), RoundError> {
+        if conn.is_none() {
+            let image = self.controller.image();
+            let broker = image.brokers.get(&self.leader).ok_or(RoundError::NoEndpoint(self.leader))?;
+            let addr = format!("{}:{}", broker.host, broker.port);
+            *conn = Some(KafkaConn::connect(&addr, self.node_id).await?);
+        }
+        let conn = conn.as_mut().expect("connected above");
+        let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+        for p in set {
+            topics.entry(p.topic().clone()).or_default().push(
+                FetchPartition::default()
+                    .with_partition(p.index() as i32)
+                    .with_current_leader_epoch(p.leader_epoch())
+                    .with_fetch_offset(p.log_end_offset())
+                    .with_last_fetched_epoch(p.latest_epoch().unwrap_or(-1))
+                    .with_log_start_offset(p.log_start_offset())
+                    .with_partition_max_bytes(PARTITION_MAX_BYTES),
+            );
+        }
+        let request = FetchRequest::default()
+            .with_replica_id((self.node_id as i32).into())
+            .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+            .with_min_bytes(1)
+            .with_max_bytes(RESPONSE_MAX_BYTES)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        FetchTopic::default()
+                            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
+        let timeout = Duration::from_millis(FETCH_MAX_WAIT_MS as u64) + Duration::from_secs(10);
+        let response = tokio::time::timeout(timeout, conn.call(FETCH_VERSION, &request))
+            .await
+            .map_err(|_| RoundError::Timeout)??;
+        if response.error_code != 0 {
+            return Err(RoundError::Codec(format!("fetch error code {}", response.error_code)));
+        }
+        let mut appended = false;
+        for topic in response.responses {
+            for data in topic.partitions {
+                let key: PartitionKey = (Arc::from(&*topic.topic.0), data.partition_index.max(0) as u32);
+                let Some(partition) = set.iter().find(|p| p.topic() == &key.0 && p.index() == key.1) else { continue };
+                let outcome = self.apply(partition, data);
+                match outcome {
+                    Ok(true) => appended = true,
+                    Ok(false) => {}
+                    Err(reason) => {
+                        tracing::debug!(leader = self.leader, topic = %key.0, partition = key.1, %reason, "replica fetch of a partition failed");
+                        delayed.insert(key, Instant::now() + BACKOFF);
+                    }
+                }
+            }
+        }
+        if appended {
+            self.replicas.notify_append();
+        }
+        Ok(())
+    }
+
+    /// Applies one partition's answer; `Ok(true)` if records were appended.
+    fn apply(
+        &self,
+        partition: &Partition,
+        data: kafka_protocol::messages::fetch_response::PartitionData,
+    ) -> Result<bool, String> {
+        match ResponseError::try_from_code(data.error_code) {
+            None => {}
+            Some(ResponseError::OffsetOutOfRange) => {
+                return partition
+                    .reset_out_of_range(data.log_start_offset, data.high_watermark)
+                    .map(|()| false)
+                    .map_err(|e| e.to_string());
+            }
+            Some(code) => return Err(format!("{code:?}")),
+        }
+        let diverging = data.diverging_epoch;
+        if diverging.epoch >= 0 || diverging.end_offset >= 0 {
+            let answer = LeaderEpochEnd { leader_epoch: diverging.epoch, end_offset: diverging.end_offset };
+            return partition.truncate_on_divergence(answer).map(|_| false).map_err(|e| e.to_string());
+        }
+        let records = data.records.unwrap_or_else(Bytes::new);
+        let appended = !records.is_empty();
+        match partition.append_as_follower(&records, data.high_watermark, data.log_start_offset) {
+            Ok(()) => Ok(appended),
+            Err(PartitionError::NotLeaderOrFollower { .. }) => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// One Kafka protocol connection from this node to another broker.
+struct KafkaConn {
+    stream: TcpStream,
+    client_id: StrBytes,
+    next_correlation_id: i32,
+}
+
+impl KafkaConn {
+    async fn connect(addr: &str, node_id: u64) -> Result<KafkaConn, RoundError> {
+        let addr: SocketAddr = match addr.parse() {
+            Ok(a) => a,
+            Err(_) => tokio::net::lookup_host(addr)
+                .await?
+                .next()
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))?,
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| RoundError::Timeout)??;
+        let _ = stream.set_nodelay(true);
+        let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{node_id}"));
+        Ok(KafkaConn { stream, client_id, next_correlation_id: 1 })
+    }
+
+    async fn call<R: Request>(&mut self, version: i16, request: &R) -> Result<R::Response, RoundError> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let api = ApiKey::try_from(R::KEY).map_err(|_| RoundError::Codec("unknown api".into()))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, api.request_header_version(version)).map_err(|e| RoundError::Codec(e.to_string()))?;
+        request.encode(&mut buf, version).map_err(|e| RoundError::Codec(e.to_string()))?;
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf).await?;
+        let size = self.stream.read_i32().await?;
+        if size < 0 || size as usize > MAX_RESPONSE_FRAME {
+            return Err(RoundError::Codec(format!("response frame of {size} bytes")));
+        }
+        let mut frame = vec![0u8; size as usize];
+        self.stream.read_exact(&mut frame).await?;
+        let mut frame = Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))
+            .map_err(|e| RoundError::Codec(e.to_string()))?;
+        if header.correlation_id != correlation_id {
+            return Err(RoundError::Codec(format!("correlation id {} for {correlation_id}", header.correlation_id)));
+        }
+        R::Response::decode(&mut frame, version).map_err(|e| RoundError::Codec(e.to_string()))
+    }
+}

@@ -1,0 +1,68 @@
+//! ISR changes a leader proposes: an expansion when a follower catches up (from the fetch path)
+//! and a shrink when one falls behind for `replica.lag.time.max.ms` (from the expiration loop),
+//! both sent to the controller as `AlterPartition` and applied only once committed: the
+//! partition learns the new ISR from the metadata image, never from its own proposal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::leader::IsrProposal;
+use crate::controller::{ApplyOutcome, Controller, MetadataRecord};
+use crate::partition::{Partition, ReplicaManager};
+
+/// Proposes `proposal` for `partition` in the background. On refusal or failure the partition
+/// may propose again; on success the image reconciliation hands it the committed ISR.
+pub fn propose(controller: &Controller, partition: Arc<Partition>, proposal: IsrProposal) {
+    let controller = controller.clone();
+    tokio::spawn(async move {
+        let record = MetadataRecord::AlterPartition {
+            topic: partition.topic().to_string(),
+            partition: partition.index(),
+            proposer: proposal.leader,
+            leader_epoch: proposal.leader_epoch,
+            partition_epoch: proposal.partition_epoch,
+            new_isr: proposal.new_isr.clone(),
+            broker_epochs: proposal.broker_epochs.clone(),
+        };
+        match controller.propose(record).await {
+            Ok(ApplyOutcome::Applied) => {
+                tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "ISR change committed");
+            }
+            Ok(outcome) => {
+                tracing::info!(topic = %partition.topic(), partition = partition.index(), ?outcome, isr = ?proposal.new_isr, "ISR change refused");
+                partition.on_isr_change_failed();
+            }
+            Err(e) => {
+                tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "ISR change not committed");
+                partition.on_isr_change_failed();
+            }
+        }
+    });
+}
+
+/// Kafka's `isr-expiration` task: every half `replica.lag.time.max.ms`, each partition this node
+/// leads drops the followers that have not caught up within it.
+pub async fn expiration_loop(
+    replicas: Arc<ReplicaManager>,
+    controller: Controller,
+    replica_lag_time_max_ms: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let period = Duration::from_millis((replica_lag_time_max_ms / 2).max(50) as u64);
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = ticker.tick() => {}
+        }
+        for partition in replicas.all() {
+            if let Some(proposal) = partition.maybe_shrink_isr() {
+                tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "shrinking the ISR");
+                propose(&controller, partition, proposal);
+            }
+        }
+    }
+}
