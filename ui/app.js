@@ -281,6 +281,7 @@
               <td data-field="host">${esc(n.host)}</td>
               <td class="num" data-field="port">${esc(n.port)}</td>
               <td data-field="rack">${n.rack == null ? `<span class="muted">${DASH}</span>` : esc(n.rack)}</td>
+              <td data-field="state">${n.state === "fenced" ? `<span class="badge warn">fenced</span>` : `<span class="badge ok">${esc(n.state || "live")}</span>`}</td>
               <td data-field="role">${n.is_controller ? `<span class="badge accent">controller</span>` : `<span class="muted">broker</span>`}
                 ${n.node_id === c.node_id ? `<span class="badge neutral">this node</span>` : ""}</td></tr>`,
           )
@@ -311,7 +312,7 @@
           </section>
           <section class="card flush">
             <h2>Nodes</h2>
-            <table class="data"><thead><tr><th class="num">ID</th><th>Host</th><th class="num">Port</th><th>Rack</th><th>Role</th></tr></thead>
+            <table class="data"><thead><tr><th class="num">ID</th><th>Host</th><th class="num">Port</th><th>Rack</th><th>State</th><th>Role</th></tr></thead>
             <tbody>${nodes}</tbody></table>
           </section>`;
       },

@@ -95,10 +95,10 @@ pub struct ServeArgs {
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
-    /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1500].
+    /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
     pub broker_session_timeout_ms: Option<u64>,
-    /// `broker.heartbeat.interval.ms` [default: 250].
+    /// `broker.heartbeat.interval.ms` [default: 200].
     #[arg(long, env = "RUNNEL_BROKER_HEARTBEAT_INTERVAL_MS")]
     pub broker_heartbeat_interval_ms: Option<u64>,
     /// `replica.lag.time.max.ms`: a follower that has not caught up with the leader for this long

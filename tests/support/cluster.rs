@@ -228,9 +228,10 @@ impl Cluster {
         signal(self.node(id), libc::SIGCONT);
     }
 
-    /// A lost disk: kills the node (if running), deletes everything in its data dir, and starts
-    /// it again with the cluster id it had (as an operator formats a replacement disk), same
-    /// node id and ports. It rejoins with empty logs and no metadata state of its own.
+    /// A lost log disk: kills the node (if running), deletes its partitions, checkpoints and
+    /// `meta.properties` (everything but the quorum's `metadata/` directory), and starts it again
+    /// with the cluster id it had (as an operator formats a replacement disk), same node id and
+    /// ports. It rejoins with empty logs.
     pub fn wipe_and_restart(&mut self, id: u64) {
         let node = self.node_mut(id);
         if node.is_running() {
@@ -243,8 +244,14 @@ impl Cluster {
             .expect("cluster.id in meta.properties")
             .trim()
             .to_string();
+        // The log dir is lost; the metadata quorum's own log (`metadata/`, Kafka's
+        // metadata.log.dir) survives: a voter that forgets its raft log and votes could elect two
+        // leaders in one term, and re-adding a voter with a new disk (KIP-853) is not built.
         for entry in std::fs::read_dir(&node.data_dir).expect("data dir") {
             let path = entry.expect("dir entry").path();
+            if path.file_name().is_some_and(|n| n == "metadata") {
+                continue;
+            }
             if path.is_dir() {
                 std::fs::remove_dir_all(&path).expect("remove");
             } else {

@@ -31,6 +31,9 @@ pub struct ClusterNode {
     pub port: u16,
     pub rack: Option<String>,
     pub is_controller: bool,
+    /// Absent from nodes older than replication.
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 #[derive(Deserialize)]

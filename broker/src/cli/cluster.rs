@@ -53,13 +53,14 @@ fn render(c: &Cluster) -> String {
         human_bytes(c.bytes_out_per_sec as u64),
         c.connections,
     );
-    let mut nodes = Table::new(&["NODE", "HOST", "PORT", "RACK", "CONTROLLER"]);
+    let mut nodes = Table::new(&["NODE", "HOST", "PORT", "RACK", "STATE", "CONTROLLER"]);
     for node in &c.nodes {
         nodes.row(vec![
             node.node_id.to_string(),
             node.host.clone(),
             node.port.to_string(),
             node.rack.clone().unwrap_or_else(|| "-".into()),
+            node.state.clone().unwrap_or_else(|| "-".into()),
             if node.is_controller { "yes" } else { "" }.into(),
         ]);
     }

@@ -18,13 +18,17 @@ use tokio::time::Instant;
 use super::record::{MetadataRecord, NodeId};
 use super::Controller;
 
+/// How long a broker whose heartbeat connection closed has to beat again before it is fenced.
+pub(crate) const CONNECTION_LOSS_GRACE: Duration = Duration::from_millis(400);
+
 /// How often the decision loop looks at the leases.
 const DECISION_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The last heartbeat of each broker, as seen by this node while it leads the quorum.
-#[derive(Default)]
 pub(crate) struct Leases {
     table: Mutex<LeaseTable>,
+    /// `broker.session.timeout.ms`.
+    session: Duration,
 }
 
 #[derive(Default)]
@@ -42,6 +46,14 @@ struct Heartbeat {
 }
 
 impl Leases {
+    pub(crate) fn new(session: Duration) -> Leases {
+        Leases { table: Mutex::new(LeaseTable::default()), session }
+    }
+
+    pub(crate) fn session(&self) -> Duration {
+        self.session
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -50,6 +62,30 @@ impl Leases {
     pub(crate) fn record(&self, node_id: NodeId, broker_epoch: i64, want_shutdown: bool) {
         let beat = Heartbeat { broker_epoch, at: Instant::now(), want_shutdown };
         self.lock().beats.insert(node_id, beat);
+    }
+
+    /// The connection `node_id` heartbeats on was closed by its end. A live broker reconnects and
+    /// beats again at once; a killed one (the kernel closes its sockets) never does, so its lease
+    /// is cut to [`CONNECTION_LOSS_GRACE`] from now instead of running a whole session.
+    pub(crate) fn connection_lost(&self, node_id: NodeId, session: Duration) {
+        let now = Instant::now();
+        if let Some(beat) = self.lock().beats.get_mut(&node_id) {
+            let cut = (now + CONNECTION_LOSS_GRACE).checked_sub(session).unwrap_or(beat.at);
+            beat.at = beat.at.min(cut);
+        }
+    }
+
+    /// The decision loop itself was held up for `gap` (this process stalled: a SIGSTOP, a
+    /// starved runtime): heartbeats could not have been received meanwhile, so every lease is
+    /// extended by the stall instead of expiring because of it.
+    fn forgive_stall(&self, gap: Duration) {
+        let mut table = self.lock();
+        if let Some(since) = table.leading_since.as_mut() {
+            *since += gap;
+        }
+        for beat in table.beats.values_mut() {
+            beat.at += gap;
+        }
     }
 
     /// Tracks raft leadership: leases start over whenever this node becomes the leader.
@@ -107,11 +143,17 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session:
     let mut ticker = tokio::time::interval(DECISION_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Measured across the wait only: time spent proposing below is not a stall.
+        let waiting_since = Instant::now();
         ticker.tick().await;
+        let gap = waiting_since.elapsed();
         let Some(inner) = inner.upgrade() else { return };
         let controller = Controller { inner };
         if controller.is_stopped() {
             return;
+        }
+        if gap > DECISION_INTERVAL * 3 {
+            controller.leases().forgive_stall(gap - DECISION_INTERVAL);
         }
         let now = Instant::now();
         let leading = controller.leader_id() == Some(controller.node_id());
@@ -152,8 +194,8 @@ mod tests {
     fn leases_fence_the_silent_and_unfence_the_current_incarnation() {
         // Proves the lease rules: a new leader grants one session, a stale epoch's heartbeat
         // counts for nothing, a shutdown request fences, a fresh heartbeat unfences.
-        let leases = Leases::default();
         let session = Duration::from_millis(1000);
+        let leases = Leases::new(session);
         let t0 = Instant::now();
         assert_eq!(leases.decide(1, 5, false, session, t0), Decision::Nothing, "not leading");
         leases.set_leading(true, t0);
@@ -171,5 +213,21 @@ mod tests {
         assert_eq!(leases.decide(1, 5, true, session, Instant::now()), Decision::Nothing, "stays fenced");
         leases.set_leading(false, Instant::now());
         assert_eq!(leases.decide(1, 5, false, session, Instant::now()), Decision::Nothing);
+    }
+
+    #[test]
+    fn a_closed_heartbeat_connection_cuts_the_lease_to_the_grace() {
+        // Proves a killed broker (its connection closed, no new beat) is fenced after the grace,
+        // not the session, and one that beats again keeps its whole session.
+        let session = Duration::from_millis(1000);
+        let leases = Leases::new(session);
+        let t0 = Instant::now();
+        leases.set_leading(true, t0);
+        leases.record(1, 5, false);
+        leases.connection_lost(1, session);
+        let after_grace = Instant::now() + CONNECTION_LOSS_GRACE + Duration::from_millis(10);
+        assert_eq!(leases.decide(1, 5, false, session, after_grace), Decision::Fence);
+        leases.record(1, 5, false);
+        assert_eq!(leases.decide(1, 5, false, session, after_grace), Decision::Nothing, "it beat again");
     }
 }

@@ -53,11 +53,13 @@ use self::state_machine::StateMachine;
 pub const METADATA_LOG_FILE: &str = log_store::LOG_FILE;
 
 /// `broker.session.timeout.ms`. Kafka's default is 9 s; ours is short enough that a leader killed
-/// without warning is replaced within about two seconds (the lease plus one decision tick), and
-/// five times the default heartbeat interval, so a busy node is not fenced for one late beat.
-pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: u64 = 1500;
+/// without warning is replaced within about two seconds (the lease, one decision tick, and the
+/// client's metadata refresh), and five times the default heartbeat interval, so a busy node is
+/// not fenced for one late beat (and a stalled controller forgives every lease, see
+/// `lifecycle`).
+pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: u64 = 1000;
 /// `broker.heartbeat.interval.ms` (Kafka: 2 s).
-pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 250;
+pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 200;
 
 /// Pause between retries while the cluster has no (reachable) leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
@@ -252,7 +254,7 @@ impl Controller {
         let raft = Raft::new(node_id, raft_config, NetworkFactory::new(pool.clone()), log_store, state_machine)
             .await
             .map_err(fatal_error)?;
-        let leases = Arc::new(Leases::default());
+        let leases = Arc::new(Leases::new(Duration::from_millis(config.broker_session_timeout_ms.max(1))));
         let server = server::spawn(listener, raft.clone(), node_id, leases.clone());
         let controller = Controller {
             inner: Arc::new(Inner {

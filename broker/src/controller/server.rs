@@ -68,10 +68,19 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let mut stream = BufReader::new(stream);
+    // The broker whose heartbeats arrive on this connection: its end closing it is a hint that
+    // the process is gone.
+    let mut heartbeats_of = None;
     loop {
         let frame = match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut stream)).await {
             Ok(Ok(Some(frame))) => frame,
-            Ok(Ok(None)) | Err(_) => return,
+            Ok(Ok(None)) => {
+                if let Some(node) = heartbeats_of {
+                    leases.connection_lost(node, leases.session());
+                }
+                return;
+            }
+            Err(_) => return,
             Ok(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "closing a raft connection after a bad frame");
                 return;
@@ -84,6 +93,9 @@ async fn serve_connection(
                 return;
             }
         };
+        if let RpcRequest::BrokerHeartbeat { node_id: broker, .. } = &envelope.body {
+            heartbeats_of = Some(*broker);
+        }
         let response = if envelope.to == node_id {
             dispatch(&raft, &leases, node_id, envelope.body).await
         } else {

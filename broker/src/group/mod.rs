@@ -9,6 +9,7 @@
 
 pub mod membership;
 pub mod offsets;
+pub use self::offsets::Replicated;
 pub mod schema;
 
 use std::sync::Arc;

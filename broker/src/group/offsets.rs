@@ -38,6 +38,9 @@ pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 /// `max.message.bytes`.
 const TOMBSTONES_PER_BATCH: usize = 1000;
 
+/// How long a load waits for a new leader's high watermark to reach its log end.
+const LOAD_CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Bytes read per step while loading a partition.
 const LOAD_READ_BYTES: usize = 1 << 20;
 
@@ -74,13 +77,18 @@ pub enum OffsetError {
     Encode(#[source] SchemaError),
 }
 
+/// Which leadership of which partition incarnation a shard was loaded for: the topic id and the
+/// leader epoch. A new leader epoch here (this node led, lost and regained the partition, and
+/// records were appended meanwhile by others) means the shard is stale and loads again.
+type Leadership = ([u8; 16], i32);
+
 /// What one `__consumer_offsets` partition holds, by group.
 #[derive(Default)]
 struct Shard {
-    /// Topic id of the partition incarnation this state was loaded from.
-    loaded_from: Option<[u8; 16]>,
-    /// Topic id of the incarnation a load is reading right now (the mutex is not held by it).
-    loading: Option<[u8; 16]>,
+    /// The leadership this state was loaded for.
+    loaded_from: Option<Leadership>,
+    /// The leadership a load is reading for right now (the mutex is not held by it).
+    loading: Option<Leadership>,
     groups: HashMap<String, GroupOffsets>,
 }
 
@@ -230,17 +238,21 @@ impl OffsetStore {
 
     /// Runs `f` on the shard of `partition` under its mutex, once the shard is in memory for
     /// the partition's current incarnation; `cold` says what to do if it is not.
-    // FIXME: "hosted here" stands for "led here" while every partition has one replica; with
-    // replication a follower must answer NOT_COORDINATOR and drop its shard on losing leadership.
+    /// Only the partition's leader coordinates its groups: a follower answers NOT_COORDINATOR,
+    /// and a shard loaded under an older leadership is loaded again.
     fn with_shard<R>(
         &self,
         partition: u32,
         cold: Cold,
-        f: impl FnOnce(&mut Shard, &Partition) -> Result<R, OffsetError>,
+        f: impl FnOnce(&mut Shard, &Arc<Partition>) -> Result<R, OffsetError>,
     ) -> Result<R, OffsetError> {
         let slot = self.slot(partition).ok_or(OffsetError::NotCoordinator { partition })?;
-        let hosted = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(OffsetError::NotCoordinator { partition })?;
-        let topic_id = hosted.topic_id();
+        let hosted = self
+            .replicas
+            .get(OFFSETS_TOPIC, partition)
+            .filter(|p| p.is_leader())
+            .ok_or(OffsetError::NotCoordinator { partition })?;
+        let topic_id = (hosted.topic_id(), hosted.leader_epoch());
         let mut shard = slot.lock();
         loop {
             if shard.loaded_from == Some(topic_id) {
@@ -277,9 +289,15 @@ impl OffsetStore {
     }
 
     /// Commits offsets of `group` in one batch; memory changes only once it is appended.
-    pub fn commit(&self, group: &str, offsets: Vec<(String, i32, CommittedOffset)>) -> Result<(), OffsetError> {
+    /// The commit is acknowledged only once the returned [`Replicated`] resolves (acks=all on
+    /// the internal topic); the memory is updated at once, as the leader's log already holds it.
+    pub fn commit(
+        &self,
+        group: &str,
+        offsets: Vec<(String, i32, CommittedOffset)>,
+    ) -> Result<Option<Replicated>, OffsetError> {
         if offsets.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let partition = self.partition_of(group);
         let records: Vec<OffsetsRecord> = offsets
@@ -297,11 +315,11 @@ impl OffsetStore {
             })
             .collect();
         self.with_shard(partition, Cold::Start, |shard, hosted| {
-            append(hosted, partition, &records)?;
+            let replicated = append(hosted, partition, &records)?;
             for record in records {
                 shard.apply(record);
             }
-            Ok(())
+            Ok(Some(replicated))
         })
     }
 
@@ -404,7 +422,7 @@ impl OffsetStore {
         let mut expired = 0;
         let is_old = |c: &CommittedOffset| c.commit_timestamp.saturating_add(retention_ms) < now_ms;
         for partition in 0..self.partition_count() {
-            if self.replicas.get(OFFSETS_TOPIC, partition).is_none() {
+            if self.replicas.get(OFFSETS_TOPIC, partition).is_none_or(|p| !p.is_leader()) {
                 continue;
             }
             let outcome = self.with_shard(partition, Cold::Wait, |shard, hosted| {
@@ -485,7 +503,7 @@ fn expiry_tombstones(
 /// memory once it is in the log.
 fn write_all(
     shard: &mut Shard,
-    hosted: &Partition,
+    hosted: &Arc<Partition>,
     partition: u32,
     mut records: Vec<OffsetsRecord>,
 ) -> Result<(), OffsetError> {
@@ -501,7 +519,24 @@ fn write_all(
 }
 
 /// Appends `records` as one uncompressed batch with acks=all.
-fn append(hosted: &Partition, partition: u32, records: &[OffsetsRecord]) -> Result<(), OffsetError> {
+/// An append to `__consumer_offsets` waiting to be replicated to the ISR.
+pub struct Replicated {
+    partition: Arc<Partition>,
+    required_offset: i64,
+    leader_epoch: i32,
+}
+
+impl Replicated {
+    /// Kafka's `offsets.commit.timeout.ms` default.
+    pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// Resolves once the high watermark passed the append (see `Partition::wait_replicated`).
+    pub async fn wait(self, timeout: std::time::Duration) -> Result<(), OffsetError> {
+        Ok(self.partition.wait_replicated(self.required_offset, self.leader_epoch, timeout).await?)
+    }
+}
+
+fn append(hosted: &Arc<Partition>, partition: u32, records: &[OffsetsRecord]) -> Result<Replicated, OffsetError> {
     let timestamp = now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
     for record in records {
@@ -510,15 +545,21 @@ fn append(hosted: &Partition, partition: u32, records: &[OffsetsRecord]) -> Resu
     }
     let batch = builder.build().map_err(|source| OffsetError::Batch { partition, source })?;
     let bytes: Bytes = batch.into_bytes();
-    hosted.append_as_leader(&bytes, Acks::All, AppendOrigin::Coordinator)?;
-    Ok(())
+    let (info, _, leader_epoch) = hosted.append_in_epoch(&bytes, Acks::All, AppendOrigin::Coordinator)?;
+    Ok(Replicated { partition: hosted.clone(), required_offset: info.last_offset + 1, leader_epoch })
 }
 
 /// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
 /// wakes its waiters, whether the read worked or not.
 fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(), OffsetError> {
-    let topic_id = hosted.topic_id();
+    let topic_id = (hosted.topic_id(), hosted.leader_epoch());
     let started = std::time::Instant::now();
+    // A new leader's high watermark may still be below its log end (commits the previous
+    // leader acknowledged): give the followers a moment to confirm them so the load sees them.
+    let deadline = started + LOAD_CATCH_UP_TIMEOUT;
+    while hosted.high_watermark() < hosted.log_end_offset() && std::time::Instant::now() < deadline {
+        std::thread::park_timeout(std::time::Duration::from_millis(5));
+    }
     let loaded = load(hosted);
     let mut shard = slot.lock();
     if shard.loading == Some(topic_id) {
@@ -544,7 +585,8 @@ fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(),
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
 fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError> {
     let partition = hosted.index();
-    let mut shard = Shard { loaded_from: Some(hosted.topic_id()), loading: None, groups: HashMap::new() };
+    let mut shard =
+        Shard { loaded_from: Some((hosted.topic_id(), hosted.leader_epoch())), loading: None, groups: HashMap::new() };
     let mut next = hosted.log_start_offset();
     let mut skipped = 0usize;
     loop {
@@ -887,7 +929,8 @@ mod tests {
         let request_stall = longest_stall(move || {
             let commit = requests.commit("g", vec![("t".into(), 0, committed(1, 1))]);
             let fetch = requests.fetch("g", None).map(|rows| rows.len());
-            seen.lock().unwrap().push((commit.map_err(|e| e.to_string()), fetch.map_err(|e| e.to_string())));
+            let commit = commit.map(|_| ()).map_err(|e| e.to_string());
+            seen.lock().unwrap().push((commit, fetch.map_err(|e| e.to_string())));
         })
         .await;
         let (commit, fetch) = answers.lock().unwrap().pop().unwrap();

@@ -26,6 +26,10 @@ pub struct Node {
     pub port: u16,
     pub rack: Option<String>,
     pub is_controller: bool,
+    /// `live`, or `fenced` (its session expired, it shut down, or it has just registered).
+    pub state: &'static str,
+    /// The incarnation registered now (Kafka's broker epoch).
+    pub broker_epoch: i64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -74,6 +78,8 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
                 port: b.port,
                 rack: b.rack.clone(),
                 is_controller: Some(b.node_id) == controller_id,
+                state: if b.fenced { "fenced" } else { "live" },
+                broker_epoch: b.broker_epoch,
             })
             .collect(),
         topics: image.topics.len(),

@@ -87,8 +87,21 @@ impl Fetchers {
             keep
         });
         for (leader, partitions) in wanted {
+            // A new set starts a new session at once: a fetch parked on the leader (up to
+            // FETCH_MAX_WAIT_MS) must not delay a partition that just started following it,
+            // which is on the failover path of every acks=all produce to its new leader.
+            let same = tasks.get(&leader).is_some_and(|task| {
+                let current = task.partitions.lock().unwrap_or_else(|p| p.into_inner());
+                current.len() == partitions.len()
+                    && current.iter().zip(&partitions).all(|((a, pa), (b, pb))| a == b && Arc::ptr_eq(pa, pb))
+            });
+            if !same {
+                if let Some(task) = tasks.remove(&leader) {
+                    task.handle.abort();
+                }
+            }
             match tasks.get(&leader) {
-                Some(task) => *task.partitions.lock().unwrap_or_else(|p| p.into_inner()) = partitions,
+                Some(_) => {}
                 None => {
                     let shared = Arc::new(Mutex::new(partitions));
                     let fetcher = Fetcher {

@@ -78,7 +78,10 @@ pub fn offset_error_code(error: &OffsetError) -> ResponseError {
         OffsetError::NotCoordinator { .. } => ResponseError::NotCoordinator,
         OffsetError::LoadInProgress { .. } => ResponseError::CoordinatorLoadInProgress,
         OffsetError::Partition(e) => match e {
-            PartitionError::NotEnoughReplicas { .. } => ResponseError::CoordinatorNotAvailable,
+            PartitionError::NotEnoughReplicas { .. }
+            | PartitionError::NotEnoughReplicasAfterAppend { .. }
+            | PartitionError::ReplicationTimeout { .. } => ResponseError::CoordinatorNotAvailable,
+            PartitionError::NotLeaderOrFollower { .. } => ResponseError::NotCoordinator,
             PartitionError::Closed { .. } => ResponseError::NotCoordinator,
             PartitionError::Log(LogError::MessageTooLarge { .. } | LogError::RecordBatchTooLarge { .. }) => {
                 ResponseError::InvalidCommitOffsetSize

@@ -161,7 +161,8 @@ impl Worker {
             CommittedOffset { offset: position, leader_epoch: -1, metadata: String::new(), commit_timestamp: now_ms() };
         let result =
             tokio::task::spawn_blocking(move || groups.offsets.commit(&group, vec![(topic, partition, committed)]))
-                .await;
+                .await
+                .map(|r| r.map(|_replicated| ()));
         if let Ok(Err(e)) = result {
             self.logs.push("warn", Some(self.partition), format!("checkpoint at {position} failed: {e}"));
         }

@@ -11,6 +11,7 @@ use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
 use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::group::Replicated;
 use crate::log::now_ms;
 use crate::server::{offset_error_code, Broker};
 
@@ -81,14 +82,16 @@ pub async fn handle(
             results.push((t, p.partition_index, result));
         }
     }
-    let commit_result = if commits.is_empty() {
-        Ok(())
-    } else {
-        broker.groups.offsets.commit(group, commits).map_err(|e| {
-            tracing::debug!(group, error = %e, "offset commit failed");
-            offset_error_code(&e)
-        })
-    };
+    let commit_result = match broker.groups.offsets.commit(group, commits) {
+        Ok(None) => Ok(()),
+        // Acknowledged once the internal topic's ISR has it, as Kafka's coordinator does.
+        Ok(Some(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| {
+        tracing::debug!(group, error = %e, "offset commit failed");
+        offset_error_code(&e)
+    });
 
     let mut topics: Vec<OffsetCommitResponseTopic> =
         request.topics.iter().map(|topic| OffsetCommitResponseTopic::default().with_name(topic.name.clone())).collect();
