@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p runnel-broker --example bench -- --bootstrap 127.0.0.1:9092`
 //! Options: `--records N` (default 1000000), `--sizes 100,1024`, `--acks 1,all`,
-//! `--partitions P` (default 6), `--linger-ms L` (default 5), `--batch-size B` (default 65536).
+//! `--partitions P` (default 6), `--linger-ms L` (default 5), `--batch-size B` (default 65536),
+//! `--replication-factor R` (default 1; from 2 on, topics get `min.insync.replicas=2`).
 //! Each (size, acks) pair runs on a fresh topic; the consumer then reads that topic back.
 //!
 //! `--mode groups` benchmarks the group coordinator instead, on 12-partition topics:
@@ -49,6 +50,7 @@ struct Options {
     partitions: i32,
     linger_ms: u32,
     batch_size: u32,
+    replication_factor: i32,
 }
 
 fn parse_args() -> Options {
@@ -66,6 +68,7 @@ fn parse_args() -> Options {
         partitions: 6,
         linger_ms: 5,
         batch_size: 65536,
+        replication_factor: 1,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -91,6 +94,7 @@ fn parse_args() -> Options {
             "--partitions" => options.partitions = value.parse().expect("--partitions P"),
             "--linger-ms" => options.linger_ms = value.parse().expect("--linger-ms L"),
             "--batch-size" => options.batch_size = value.parse().expect("--batch-size B"),
+            "--replication-factor" => options.replication_factor = value.parse().expect("--replication-factor R"),
             "--bench" => {
                 i += 1;
                 continue;
@@ -137,7 +141,11 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 fn create_topic(options: &Options, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &options.bootstrap).create().expect("admin client");
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    // Replicated topics get min.insync.replicas=2, the usual production pairing with acks=all.
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(options.replication_factor));
+    if options.replication_factor >= 2 {
+        topic = topic.set("min.insync.replicas", "2");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let results = runtime.block_on(admin.create_topics([&topic], &AdminOptions::new())).expect("create topic");
     for result in results {

@@ -69,6 +69,9 @@ pub struct Metrics {
     pub leader_count: IntGauge,
     pub under_replicated_partitions: IntGauge,
     pub offline_partitions: IntGauge,
+    /// Over the partitions this node leads: the largest gap between the log end offset and a
+    /// follower's (ISR members and not), in records.
+    pub replica_max_lag: IntGauge,
     pub log_size: IntGaugeVec,
     pub log_end_offset: IntGaugeVec,
     pub log_start_offset: IntGaugeVec,
@@ -247,6 +250,11 @@ impl Metrics {
                 &r,
                 "kafka_server_replicamanager_under_replicated_partitions",
                 "Partitions whose ISR is smaller than their replica set",
+            ),
+            replica_max_lag: gauge(
+                &r,
+                "kafka_server_replicafetchermanager_maxlag",
+                "Largest follower lag (records) over the partitions this node leads",
             ),
             offline_partitions: gauge(
                 &r,

@@ -212,6 +212,7 @@ impl Node {
         tasks.push(tokio::spawn(crate::replication::isr::expiration_loop(
             replicas.clone(),
             controller.clone(),
+            broker.metrics.clone(),
             config.replica_lag_time_max_ms as i64,
             shutdown_rx.clone(),
         )));

@@ -125,6 +125,18 @@ pub struct PartitionState {
     pub size_bytes: Option<u64>,
     pub under_replicated: bool,
     pub offline: bool,
+    /// Each follower's log end offset and lag (records behind the leader's log end), as the
+    /// leader last saw them; only when this node leads the partition (`None` otherwise).
+    pub followers: Option<Vec<FollowerLag>>,
+}
+
+/// A follower's progress as its leader sees it.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct FollowerLag {
+    pub node_id: u64,
+    /// -1 before its first fetch in this leader epoch.
+    pub log_end_offset: i64,
+    pub lag: i64,
 }
 
 pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionState> {
@@ -137,7 +149,7 @@ pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionSta
                 partition: p.partition,
                 leader: p.leader,
                 replicas: p.replicas.clone(),
-                isr: hosted.as_ref().map_or_else(|| p.isr.clone(), |h| h.isr()),
+                isr: p.isr.clone(),
                 leader_epoch: p.leader_epoch,
                 log_start_offset: hosted.as_ref().map(|h| h.log_start_offset()),
                 high_watermark: hosted.as_ref().map(|h| h.high_watermark()),
@@ -145,6 +157,17 @@ pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionSta
                 size_bytes: hosted.as_ref().map(|h| h.size_bytes()),
                 under_replicated: p.isr.len() < p.replicas.len(),
                 offline: p.leader.is_none(),
+                followers: hosted.as_ref().filter(|h| h.is_leader()).map(|h| {
+                    let end = h.log_end_offset();
+                    h.follower_log_end_offsets()
+                        .into_iter()
+                        .map(|(node_id, log_end_offset)| FollowerLag {
+                            node_id,
+                            log_end_offset,
+                            lag: if log_end_offset < 0 { end } else { end - log_end_offset },
+                        })
+                        .collect()
+                }),
             }
         })
         .collect()

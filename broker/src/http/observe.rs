@@ -55,6 +55,7 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     let image = broker.controller.image();
     let node_id = broker.settings.node_id;
     let (mut hosted, mut leaders, mut under_replicated, mut offline) = (0, 0, 0, 0);
+    let mut max_lag = 0i64;
     metrics.log_size.reset();
     metrics.log_end_offset.reset();
     metrics.log_start_offset.reset();
@@ -75,6 +76,9 @@ fn refresh_gauges(broker: &Arc<Broker>) {
                 metrics.log_size.with_label_values(&labels).set(partition.size_bytes() as i64);
                 metrics.log_end_offset.with_label_values(&labels).set(partition.log_end_offset());
                 metrics.log_start_offset.with_label_values(&labels).set(partition.log_start_offset());
+                for (_, follower_end) in partition.follower_log_end_offsets() {
+                    max_lag = max_lag.max(partition.log_end_offset() - follower_end.max(0));
+                }
             }
         }
     }
@@ -82,6 +86,7 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     metrics.leader_count.set(leaders);
     metrics.under_replicated_partitions.set(under_replicated);
     metrics.offline_partitions.set(offline);
+    metrics.replica_max_lag.set(max_lag);
 
     metrics.group_lag.reset();
     metrics.group_offset.reset();

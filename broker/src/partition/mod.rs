@@ -325,12 +325,14 @@ impl Partition {
     }
     /// Each follower's log end offset as the leader last saw it (leaders only).
     pub fn follower_log_end_offsets(&self) -> Vec<(u64, i64)> {
-        match &self.state().role {
-            Role::Leader(ls) => self
-                .replicas()
-                .into_iter()
-                .filter(|&r| r != self.node_id)
-                .filter_map(|r| ls.follower(r).map(|f| (r, f.log_end_offset)))
+        let state = self.state();
+        match &state.role {
+            Role::Leader(ls) => state
+                .assignment
+                .replicas
+                .iter()
+                .filter(|&&r| r != self.node_id)
+                .filter_map(|&r| ls.follower(r).map(|f| (r, f.log_end_offset)))
                 .collect(),
             Role::Follower { .. } => Vec::new(),
         }

@@ -10,12 +10,15 @@ use tokio::sync::watch;
 
 use super::leader::IsrProposal;
 use crate::controller::{ApplyOutcome, Controller, MetadataRecord};
+use crate::metrics::Metrics;
 use crate::partition::{Partition, ReplicaManager};
 
 /// Proposes `proposal` for `partition` in the background. On refusal or failure the partition
 /// may propose again; on success the image reconciliation hands it the committed ISR.
-pub fn propose(controller: &Controller, partition: Arc<Partition>, proposal: IsrProposal) {
+pub fn propose(controller: &Controller, metrics: &Arc<Metrics>, partition: Arc<Partition>, proposal: IsrProposal) {
     let controller = controller.clone();
+    let metrics = metrics.clone();
+    let shrinks = proposal.new_isr.len() < partition.isr().len();
     tokio::spawn(async move {
         let record = MetadataRecord::AlterPartition {
             topic: partition.topic().to_string(),
@@ -28,6 +31,11 @@ pub fn propose(controller: &Controller, partition: Arc<Partition>, proposal: Isr
         };
         match controller.propose(record).await {
             Ok(ApplyOutcome::Applied) => {
+                if shrinks {
+                    metrics.isr_shrinks.inc();
+                } else {
+                    metrics.isr_expands.inc();
+                }
                 tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "ISR change committed");
             }
             Ok(outcome) => {
@@ -47,6 +55,7 @@ pub fn propose(controller: &Controller, partition: Arc<Partition>, proposal: Isr
 pub async fn expiration_loop(
     replicas: Arc<ReplicaManager>,
     controller: Controller,
+    metrics: Arc<Metrics>,
     replica_lag_time_max_ms: i64,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -61,7 +70,7 @@ pub async fn expiration_loop(
         for partition in replicas.all() {
             if let Some(proposal) = partition.maybe_shrink_isr() {
                 tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "shrinking the ISR");
-                propose(&controller, partition, proposal);
+                propose(&controller, &metrics, partition, proposal);
             }
         }
     }

@@ -107,7 +107,12 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
                                 data = data.with_records(Some(read.data.records));
                             }
                             if let Some(proposal) = read.proposal {
-                                crate::replication::isr::propose(&broker.controller, partition.clone(), proposal);
+                                crate::replication::isr::propose(
+                                    &broker.controller,
+                                    &broker.metrics,
+                                    partition.clone(),
+                                    proposal,
+                                );
                             }
                             if read.advanced {
                                 broker.replicas.notify_append();
