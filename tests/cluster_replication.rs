@@ -428,6 +428,12 @@ fn failover_time_from_kill_9_of_the_leader_to_the_first_acks_all_write() {
             run.hold(100, 1000);
             let leader = run.leader_of(0, "before the kill", |_| true)?;
             let killed_at = Instant::now();
+            // Wall clock too, to line the kill up with the nodes' logs (RUNNEL_LOG_LEVEL=info).
+            let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            eprintln!(
+                "round {round}: kill -9 of leader {leader} at {:.3} s since the epoch",
+                since_epoch.as_secs_f64()
+            );
             run.cluster.kill9(leader);
             let mut acked_at = None;
             while acked_at.is_none() && killed_at.elapsed() < DEADLINE {
@@ -651,4 +657,84 @@ mod checker_rules {
         assert_eq!(order, [1, 2, 3, 4, 5]);
         assert!((100..=200).contains(&(millis.as_millis() as u64)) && below < 7);
     }
+}
+
+#[test]
+fn unclean_leader_election_lets_an_out_of_sync_replica_lead_only_where_enabled() {
+    // Proves `unclean.leader.election.enable`: with both ISR members gone and only an
+    // out-of-sync replica back, a topic that allows it gets that replica as leader (and accepts
+    // writes again, the records only the old leader had being lost, which is the point of the
+    // setting), counted in /metrics; a topic that does not allow it stays offline.
+    let serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cluster = Cluster::start(NODES, &[]);
+    let bootstrap = cluster.bootstrap();
+    assert!(support::wait_until(DEADLINE, || workload::broker_count(&bootstrap) == Some(NODES as usize)));
+    let checker = Arc::new(Checker::new(0, Duplicates::Allowed));
+    let create = |topic: &str, unclean: &str| {
+        let configs = [("unclean.leader.election.enable", unclean), ("min.insync.replicas", "1")];
+        workload::create_topic(&bootstrap, topic, 1, 2, &configs).expect("create topic");
+    };
+    let state = |topic: &str| {
+        let mut found = None;
+        support::wait_until(DEADLINE, || {
+            found = workload::partition_states(&bootstrap, topic).and_then(|s| s.into_iter().next());
+            found.as_ref().is_some_and(|p| p.leader.is_some())
+        });
+        found.unwrap_or_else(|| panic!("{topic}-0 has no leader"))
+    };
+    let sorted = |mut replicas: Vec<u64>| {
+        replicas.sort();
+        replicas
+    };
+    create("unclean-on", "true");
+    let on = state("unclean-on");
+    // The topic without unclean elections must sit on the same two replicas, so one sequence of
+    // kills applies to both: placement starts at a random broker, so try until it does.
+    let off = (0..30)
+        .map(|i| format!("unclean-off-{i}"))
+        .find(|topic| {
+            create(topic, "false");
+            sorted(state(topic).replicas) == sorted(on.replicas.clone())
+        })
+        .expect("placement never put an RF 2 topic on the same two of three brokers in 30 tries");
+    let off = off.as_str();
+    let leader = on.leader.expect("leader");
+    let follower = *on.replicas.iter().find(|&&r| r != leader).expect("a follower");
+    let probe = workload::probe_producer(&bootstrap, &checker);
+    for topic in ["unclean-on", off] {
+        workload::produce_one(&probe, topic, 0, &checker.next_value(), DEADLINE).expect("write with both replicas");
+    }
+    // The follower goes: the ISR shrinks to the leader, which takes writes the follower lacks.
+    cluster.kill9(follower);
+    assert!(support::wait_until(DEADLINE, || ["unclean-on", off].iter().all(|t| state(t).isr == vec![leader])));
+    drop(probe);
+    let probe = workload::probe_producer(&cluster.node(leader).bootstrap(), &checker);
+    for topic in ["unclean-on", off] {
+        workload::produce_one(&probe, topic, 0, &checker.next_value(), DEADLINE).expect("write to the lone leader");
+    }
+    drop(probe);
+    // Then the leader goes, and the out-of-sync follower returns.
+    cluster.kill9(leader);
+    cluster.restart(follower);
+    let live = cluster.node(follower).bootstrap();
+    let leader_of = |topic: &str| {
+        workload::partition_states(&live, topic).and_then(|s| s.into_iter().next()).and_then(|p| p.leader)
+    };
+    assert!(
+        support::wait_until(DEADLINE, || leader_of("unclean-on") == Some(follower)),
+        "unclean-on-0 did not elect the out-of-sync replica {follower}: {:?}",
+        workload::partition_states(&live, "unclean-on")
+    );
+    let probe = workload::probe_producer(&live, &checker);
+    workload::produce_one(&probe, "unclean-on", 0, &checker.next_value(), DEADLINE).expect("writes resume");
+    assert_eq!(leader_of(off), None, "a topic without unclean election stays offline");
+    let counted = cluster.ids().filter(|&id| id != leader).any(|id| {
+        let metrics = support::HttpApi::at(&cluster.node(id).http_url()).get("/metrics").text;
+        metrics.lines().any(|l| {
+            l.starts_with("kafka_controller_controllerstats_unclean_leader_elections_total ")
+                && l.split_whitespace().nth(1).is_some_and(|v| v != "0")
+        })
+    });
+    assert!(counted, "no node counted the unclean election in /metrics");
+    drop(serial);
 }

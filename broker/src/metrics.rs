@@ -72,6 +72,7 @@ pub struct Metrics {
     /// Over the partitions this node leads: the largest gap between the log end offset and a
     /// follower's (ISR members and not), in records.
     pub replica_max_lag: IntGauge,
+    pub unclean_leader_elections: IntGauge,
     pub log_size: IntGaugeVec,
     pub log_end_offset: IntGaugeVec,
     pub log_start_offset: IntGaugeVec,
@@ -250,6 +251,11 @@ impl Metrics {
                 &r,
                 "kafka_server_replicamanager_under_replicated_partitions",
                 "Partitions whose ISR is smaller than their replica set",
+            ),
+            unclean_leader_elections: gauge(
+                &r,
+                "kafka_controller_controllerstats_unclean_leader_elections_total",
+                "Unclean leader elections this node committed as the active controller",
             ),
             replica_max_lag: gauge(
                 &r,

@@ -93,6 +93,10 @@ impl Node {
         let advertised_host = config.advertised_host.clone().unwrap_or_else(|| kafka_addr.ip().to_string());
         let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
 
+        let log_defaults = config.log_defaults.clone();
+        controller.set_unclean_policy(move |topic| {
+            crate::server::topic_log_config(&log_defaults, &topic.configs).unclean_leader_election_enable
+        });
         let replicas = Arc::new(ReplicaManager::with_lag_time(
             config.node_id,
             &data_dir,

@@ -3,9 +3,10 @@
 //! heartbeats with its current broker epoch (Kafka's `BrokerHeartbeatManager` and the fencing
 //! half of `ReplicationControlManager`).
 //!
-//! Owns: the in-memory lease table (only meaningful on the raft leader; a new leader starts every
-//! lease at the moment it took over, so a broker that died under the old leader is fenced one
-//! session timeout later) and the loop proposing `FenceBroker` / `UnfenceBroker`.
+//! Owns: the in-memory lease table (only meaningful on the raft leader; a new leader knows no
+//! heartbeat, so a broker that sends none within `NEW_LEADER_GRACE` of the takeover, typically
+//! the killed old controller, is fenced then) and the loop proposing `FenceBroker` /
+//! `UnfenceBroker`.
 //! Invariant: fencing and unfencing are decided only on the raft leader and only for the broker
 //! epoch the image holds, so a late decision about an older incarnation never applies.
 
@@ -20,6 +21,9 @@ use super::Controller;
 
 /// How long a broker whose heartbeat connection closed has to beat again before it is fenced.
 pub(crate) const CONNECTION_LOSS_GRACE: Duration = Duration::from_millis(400);
+
+/// How long a new active controller waits for a broker's first heartbeat before fencing it.
+pub(crate) const NEW_LEADER_GRACE: Duration = Duration::from_millis(600);
 
 /// How often the decision loop looks at the leases.
 const DECISION_INTERVAL: Duration = Duration::from_millis(100);
@@ -117,10 +121,13 @@ impl Leases {
             }
             return Decision::Nothing;
         }
-        // Unfenced without a heartbeat since this node took over: it gets one session to send one.
+        // Unfenced without a heartbeat since this node took over: live brokers learn the new
+        // leader with the election and beat within an interval or two, so the grace is
+        // [`NEW_LEADER_GRACE`] (at most a session); one that stays silent is most likely the old
+        // controller itself, killed.
         let expired = match beat {
             Some(b) => now.saturating_duration_since(b.at) > session,
-            None => now.saturating_duration_since(leading_since) > session,
+            None => now.saturating_duration_since(leading_since) > session.min(NEW_LEADER_GRACE),
         };
         if expired || wants_shutdown {
             Decision::Fence
@@ -162,6 +169,7 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session:
             continue;
         }
         let image = controller.image();
+        elect_uncleanly_where_allowed(&controller, &image).await;
         for broker in image.brokers.values() {
             let decision = controller.leases().decide(broker.node_id, broker.broker_epoch, broker.fenced, session, now);
             let record = match decision {
@@ -186,6 +194,49 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session:
     }
 }
 
+/// Which topics allow an out-of-sync replica to lead (`unclean.leader.election.enable`, the
+/// topic's effective value): set by the node, which knows the broker defaults.
+pub type UncleanPolicy = Box<dyn Fn(&super::TopicImage) -> bool + Send + Sync>;
+
+/// Offline partitions (no live ISR member) of topics that allow it get the first live replica as
+/// leader with an ISR of itself alone: records the old ISR acknowledged and it lacks are lost,
+/// which is why Kafka (and Runnel) default to waiting for an ISR member instead.
+async fn elect_uncleanly_where_allowed(controller: &Controller, image: &super::MetadataImage) {
+    let Some(allowed) = controller.inner.unclean_policy.get() else { return };
+    for topic in image.topics.values() {
+        if !topic.partitions.iter().any(|p| p.leader.is_none()) || !allowed(topic) {
+            continue;
+        }
+        for p in topic.partitions.iter().filter(|p| p.leader.is_none()) {
+            let state = super::election::PartitionState {
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+            };
+            let decision = super::election::elect_leader(&state, |r| image.is_live(r), true);
+            let Some(leader) = decision.leader.filter(|_| decision.unclean) else { continue };
+            tracing::warn!(topic = %topic.name, partition = p.partition, leader, old_isr = ?p.isr,
+                "unclean leader election: an out-of-sync replica leads; records only the old ISR had are lost");
+            let record = MetadataRecord::PartitionChange {
+                topic: topic.name.clone(),
+                partition: p.partition,
+                expected_partition_epoch: p.partition_epoch,
+                leader: Some(leader),
+                isr: decision.isr,
+            };
+            match controller.propose(record).await {
+                Ok(super::ApplyOutcome::Applied) => {
+                    controller.inner.unclean_elections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(outcome) => tracing::debug!(?outcome, "unclean election not applied"),
+                Err(e) => tracing::debug!(error = %e, "unclean election not committed"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,8 +250,12 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(leases.decide(1, 5, false, session, t0), Decision::Nothing, "not leading");
         leases.set_leading(true, t0);
-        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(900)), Decision::Nothing);
-        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(1100)), Decision::Fence);
+        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(500)), Decision::Nothing);
+        assert_eq!(
+            leases.decide(1, 5, false, session, t0 + Duration::from_millis(700)),
+            Decision::Fence,
+            "no first beat"
+        );
         leases.record(1, 4, false);
         let now = Instant::now();
         assert_eq!(leases.decide(1, 5, true, session, now), Decision::Nothing, "an older incarnation's beat");

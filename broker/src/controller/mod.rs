@@ -163,6 +163,9 @@ struct Inner {
     propose_timeout: Duration,
     leases: Arc<Leases>,
     stopped: std::sync::atomic::AtomicBool,
+    unclean_policy: std::sync::OnceLock<lifecycle::UncleanPolicy>,
+    /// Unclean leader elections this node committed as the active controller.
+    unclean_elections: std::sync::atomic::AtomicU64,
     server: Mutex<Option<JoinHandle<()>>>,
     /// Closed once the state machine and its snapshot builders are gone.
     state_machine_alive: Mutex<Option<mpsc::Receiver<()>>>,
@@ -267,6 +270,8 @@ impl Controller {
                 propose_timeout: Duration::from_millis(config.propose_timeout_ms),
                 leases,
                 stopped: std::sync::atomic::AtomicBool::new(false),
+                unclean_policy: std::sync::OnceLock::new(),
+                unclean_elections: std::sync::atomic::AtomicU64::new(0),
                 server: Mutex::new(Some(server)),
                 state_machine_alive: Mutex::new(Some(alive_rx)),
             }),
@@ -425,6 +430,16 @@ impl Controller {
             Ok(_) => Err(ControllerError::Forward { leader, source: RpcError::UnexpectedResponse }),
             Err(source) => Err(ControllerError::Forward { leader, source }),
         }
+    }
+
+    /// Tells the decision loop which topics allow unclean leader elections (set once).
+    pub fn set_unclean_policy(&self, policy: impl Fn(&TopicImage) -> bool + Send + Sync + 'static) {
+        let _ = self.inner.unclean_policy.set(Box::new(policy));
+    }
+
+    /// Unclean leader elections committed by this node while it was the active controller.
+    pub fn unclean_elections(&self) -> u64 {
+        self.inner.unclean_elections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn leases(&self) -> &Leases {

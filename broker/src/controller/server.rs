@@ -82,6 +82,10 @@ async fn serve_connection(
             }
             Err(_) => return,
             Ok(Err(e)) => {
+                // A killed peer's socket often ends in a reset (it had unread bytes), not a FIN.
+                if let Some(node) = heartbeats_of.filter(|_| matches!(e, super::network::RpcError::Io(_))) {
+                    leases.connection_lost(node, leases.session());
+                }
                 tracing::debug!(%peer, error = %e, "closing a raft connection after a bad frame");
                 return;
             }

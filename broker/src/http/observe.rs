@@ -87,6 +87,7 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     metrics.under_replicated_partitions.set(under_replicated);
     metrics.offline_partitions.set(offline);
     metrics.replica_max_lag.set(max_lag);
+    metrics.unclean_leader_elections.set(broker.controller.unclean_elections() as i64);
 
     metrics.group_lag.reset();
     metrics.group_offset.reset();

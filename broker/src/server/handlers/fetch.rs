@@ -1,9 +1,12 @@
-//! Fetch: raw batches from the fetch offset up to the high watermark, with Kafka's long poll
-//! (`max_wait_ms` / `min_bytes`, woken by appends), total and per-partition byte limits (the
-//! total capped by the broker's `fetch.max.bytes`), and the "at least one batch" rule for the
-//! first partition with data (KIP-74). Fetch sessions: every
-//! request is answered as a full fetch with session id 0 ("no session"), which clients accept;
-//! an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.
+//! Fetch: raw batches from the fetch offset, with Kafka's long poll (`max_wait_ms` /
+//! `min_bytes`, woken by appends), total and per-partition byte limits (the total capped by the
+//! broker's `fetch.max.bytes`), and the "at least one batch" rule for the first partition with
+//! data (KIP-74). A consumer (replica id -1) is served by the leader only, up to the high
+//! watermark; a follower (replica id = its node id) is served up to the log end offset, its
+//! progress moves the high watermark, and a log that diverges from the leader's gets a
+//! `diverging_epoch` instead of records. Fetch sessions: every request is answered as a full
+//! fetch with session id 0 ("no session"), which clients accept; an unknown non-zero session id
+//! gets FETCH_SESSION_ID_NOT_FOUND.
 
 use std::time::Duration;
 
@@ -37,6 +40,36 @@ pub async fn handle(broker: &Broker, _header: &RequestHeader, request: FetchRequ
             _ => return Some(count_out(broker, read_once(broker, &request).0)),
         }
     }
+}
+
+/// A follower's fetch (`replica` is its node id): read up to the log end offset with its
+/// progress recorded on the leader; an ISR expansion it makes possible is proposed, and a high
+/// watermark it moved wakes the long polls.
+fn read_as_leader_for(
+    broker: &Broker,
+    image: &crate::controller::MetadataImage,
+    partition: &std::sync::Arc<crate::partition::Partition>,
+    fetch: &kafka_protocol::messages::fetch_request::FetchPartition,
+    replica: u64,
+    max_bytes: usize,
+) -> Result<(crate::partition::FetchedData, Option<EpochEndOffset>), crate::partition::PartitionError> {
+    let read = partition.read_for_follower(ReplicaFetch {
+        replica,
+        broker_epoch: image.live_broker_epoch(replica).unwrap_or(-1),
+        fetch_offset: fetch.fetch_offset,
+        current_leader_epoch: fetch.current_leader_epoch,
+        last_fetched_epoch: fetch.last_fetched_epoch,
+        max_bytes,
+    })?;
+    if let Some(proposal) = read.proposal {
+        crate::replication::isr::propose(&broker.controller, &broker.metrics, partition.clone(), proposal);
+    }
+    if read.advanced {
+        broker.replicas.notify_append();
+    }
+    let diverging =
+        read.diverging.map(|d| EpochEndOffset::default().with_epoch(d.leader_epoch).with_end_offset(d.end_offset));
+    Ok((read.data, diverging))
 }
 
 /// Bytes out per topic, for the response that is actually sent.
@@ -74,71 +107,28 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
             } else {
                 data = data.with_aborted_transactions(None);
             }
-            let replica_id = request.replica_id.0;
             let code = match hosted_partition(broker, &image, name, fetch.partition) {
                 Err(code) => Some(code),
-                Ok(partition) if replica_id >= 0 => {
-                    let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
-                    let replica = replica_id as u64;
-                    let fetch = ReplicaFetch {
-                        replica,
-                        broker_epoch: image.live_broker_epoch(replica).unwrap_or(-1),
-                        fetch_offset: fetch.fetch_offset,
-                        current_leader_epoch: fetch.current_leader_epoch,
-                        last_fetched_epoch: fetch.last_fetched_epoch,
-                        max_bytes,
-                    };
-                    match partition.read_for_follower(fetch) {
-                        Ok(read) => {
-                            data = data
-                                .with_high_watermark(read.data.high_watermark)
-                                .with_last_stable_offset(read.data.high_watermark)
-                                .with_log_start_offset(read.data.log_start_offset);
-                            if let Some(diverging) = read.diverging {
-                                data = data.with_diverging_epoch(
-                                    EpochEndOffset::default()
-                                        .with_epoch(diverging.leader_epoch)
-                                        .with_end_offset(diverging.end_offset),
-                                );
-                            }
-                            if !read.data.records.is_empty() {
-                                total += read.data.records.len();
-                                limit_bytes = limit_bytes.saturating_sub(read.data.records.len());
-                                data = data.with_records(Some(read.data.records));
-                            }
-                            if let Some(proposal) = read.proposal {
-                                crate::replication::isr::propose(
-                                    &broker.controller,
-                                    &broker.metrics,
-                                    partition.clone(),
-                                    proposal,
-                                );
-                            }
-                            if read.advanced {
-                                broker.replicas.notify_append();
-                            }
-                            None
-                        }
-                        Err(e) => {
-                            data = data
-                                .with_high_watermark(partition.high_watermark())
-                                .with_log_start_offset(partition.log_start_offset());
-                            Some(partition_error_code(&e))
-                        }
-                    }
-                }
                 Ok(partition) => {
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
-                    let result = partition
-                        .check_leader()
-                        .and_then(|()| partition.check_leader_epoch(fetch.current_leader_epoch))
-                        .and_then(|()| partition.read(fetch.fetch_offset, max_bytes, first_batch));
-                    match result {
-                        Ok(read) => {
+                    let read = match u64::try_from(request.replica_id.0) {
+                        Ok(replica) => read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes),
+                        // A consumer (replica id -1): the leader serves it, up to the high watermark.
+                        Err(_) => partition
+                            .check_leader()
+                            .and_then(|()| partition.check_leader_epoch(fetch.current_leader_epoch))
+                            .and_then(|()| partition.read(fetch.fetch_offset, max_bytes, first_batch))
+                            .map(|read| (read, None)),
+                    };
+                    match read {
+                        Ok((read, diverging)) => {
                             data = data
                                 .with_high_watermark(read.high_watermark)
                                 .with_last_stable_offset(read.high_watermark)
                                 .with_log_start_offset(read.log_start_offset);
+                            if let Some(diverging) = diverging {
+                                data = data.with_diverging_epoch(diverging);
+                            }
                             if !read.records.is_empty() {
                                 first_batch = FirstBatch::WithinLimit;
                                 total += read.records.len();
