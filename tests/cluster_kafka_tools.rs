@@ -551,3 +551,62 @@ fn kafka_consumer_groups_describe_keeps_the_committed_offsets_through_a_coordina
         N + M
     );
 }
+
+#[test]
+fn kafka_leader_election_gives_leadership_back_to_the_preferred_replicas() {
+    // Proves ElectLeaders through Kafka's LeaderElectionCommand (kafka-leader-election.sh): with
+    // auto.leader.rebalance.enable=false, a restarted node rejoins every ISR but leads nothing;
+    // a PREFERRED election over all partitions makes every partition's first replica lead again,
+    // and a second one answers that no election was needed.
+    let Some(cli) = kafka_cli() else { return };
+    let _serial = serial();
+    let mut cluster = Cluster::start(NODES, &["--auto-leader-rebalance-enable", "false"]);
+    wait_for_brokers(&cluster);
+    let topic = "preferred";
+    let bootstrap = cluster.bootstrap();
+    let created = run(
+        &cli,
+        "topics",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            &PARTITIONS.to_string(),
+            "--replication-factor",
+            &NODES.to_string(),
+        ],
+    );
+    assert!(created.output.success, "{created}");
+    let all: BTreeSet<u64> = cluster.ids().collect();
+    let (ran, ok) = describe_until(&cli, &bootstrap, topic, &[], |ps| {
+        ps.len() == PARTITIONS as usize && ps.iter().all(|p| p.leader == p.replicas.first().copied())
+    });
+    assert!(ok, "every partition should start led by its first replica:\n{ran}");
+    let preferred_of_0 = parse_describe(&ran, topic)[0].replicas[0];
+
+    cluster.terminate(preferred_of_0);
+    let live = live_bootstrap(&cluster);
+    let (ran, ok) =
+        describe_until(&cli, &live, topic, &[], |ps| ps.iter().all(|p| p.leader.is_some_and(|l| l != preferred_of_0)));
+    assert!(ok, "node {preferred_of_0} stopped: its partitions should move:\n{ran}");
+    cluster.restart(preferred_of_0);
+    let (ran, ok) = describe_until(&cli, &bootstrap, topic, &[], |ps| {
+        ps.iter().all(|p| set(&p.isr) == all) && ps.iter().all(|p| p.leader != Some(preferred_of_0))
+    });
+    assert!(ok, "node {preferred_of_0} back in every ISR, leading nothing (no auto rebalance):\n{ran}");
+
+    let election = ["--bootstrap-server", bootstrap.as_str(), "--election-type", "PREFERRED", "--all-topic-partitions"];
+    let elected = run(&cli, "org.apache.kafka.tools.LeaderElectionCommand", &election);
+    assert!(
+        elected.output.success && elected.output.stdout.contains("Successfully completed leader election"),
+        "{elected}"
+    );
+    let (ran, ok) =
+        describe_until(&cli, &bootstrap, topic, &[], |ps| ps.iter().all(|p| p.leader == p.replicas.first().copied()));
+    assert!(ok, "after the election every partition is led by its first replica:\n{ran}");
+    let again = run(&cli, "org.apache.kafka.tools.LeaderElectionCommand", &election);
+    assert!(again.output.text().contains("Valid replica already elected"), "{again}");
+}

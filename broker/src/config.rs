@@ -105,6 +105,13 @@ pub struct ServeArgs {
     /// leaves the ISR [default: 30000].
     #[arg(long, env = "RUNNEL_REPLICA_LAG_TIME_MAX_MS")]
     pub replica_lag_time_max_ms: Option<u64>,
+    /// `auto.leader.rebalance.enable`: the active controller moves leaderships back to each
+    /// partition's preferred (first) replica when it is live and in sync [default: true].
+    #[arg(long, env = "RUNNEL_AUTO_LEADER_REBALANCE_ENABLE")]
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// `leader.imbalance.check.interval.seconds` [default: 300].
+    #[arg(long, env = "RUNNEL_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
+    pub leader_imbalance_check_interval_seconds: Option<u64>,
     /// `offsets.retention.minutes`: committed offsets of groups without members expire after
     /// this long [default: 10080, 7 days].
     #[arg(long, env = "RUNNEL_OFFSETS_RETENTION_MINUTES")]
@@ -162,6 +169,8 @@ struct FileConfig {
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    auto_leader_rebalance_enable: Option<bool>,
+    leader_imbalance_check_interval_seconds: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_topic_num_partitions: Option<u32>,
     offsets_topic_replication_factor: Option<u16>,
@@ -229,6 +238,9 @@ pub struct NodeConfig {
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
     pub replica_lag_time_max_ms: u64,
+    /// `leader.imbalance.check.interval.seconds` in ms, `None` when
+    /// `auto.leader.rebalance.enable` is false.
+    pub leader_imbalance_check_interval_ms: Option<u64>,
     pub offsets_retention_minutes: u64,
     /// `offsets.topic.num.partitions`, `offsets.topic.replication.factor`, `group.max.size`,
     /// `group.max.count`.
@@ -325,6 +337,17 @@ impl NodeConfig {
                 .or(file.replica_lag_time_max_ms)
                 .unwrap_or(crate::partition::DEFAULT_REPLICA_LAG_TIME_MAX_MS as u64)
                 .max(1),
+            leader_imbalance_check_interval_ms: args
+                .auto_leader_rebalance_enable
+                .or(file.auto_leader_rebalance_enable)
+                .unwrap_or(true)
+                .then(|| {
+                    args.leader_imbalance_check_interval_seconds
+                        .or(file.leader_imbalance_check_interval_seconds)
+                        .unwrap_or(300)
+                        .max(1)
+                        .saturating_mul(1000)
+                }),
             offsets_retention_minutes: args
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes)

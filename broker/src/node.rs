@@ -75,6 +75,7 @@ impl Node {
             voters: config.voters.clone(),
             data_dir: data_dir.clone(),
             broker_session_timeout_ms: config.broker_session_timeout_ms,
+            leader_imbalance_check_interval_ms: config.leader_imbalance_check_interval_ms,
             ..ControllerConfig::default()
         })
         .await?;

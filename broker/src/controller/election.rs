@@ -72,6 +72,31 @@ pub fn on_broker_fenced(
     Some(PartitionDecision { leader: state.leader, isr, unclean: false })
 }
 
+/// Why a preferred leader election does not happen (Kafka's ElectLeaders codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreferredElection {
+    /// ELECTION_NOT_NEEDED: the preferred replica (the first assigned) already leads.
+    NotNeeded,
+    /// PREFERRED_LEADER_NOT_AVAILABLE: it is fenced or not in the ISR.
+    NotAvailable,
+}
+
+/// Kafka's preferred-replica election: the first assigned replica leads again if it is live
+/// and in the ISR; the ISR does not change.
+pub fn elect_preferred(
+    state: &PartitionState,
+    is_live: impl Fn(NodeId) -> bool,
+) -> Result<PartitionDecision, PreferredElection> {
+    let preferred = *state.replicas.first().ok_or(PreferredElection::NotAvailable)?;
+    if state.leader == Some(preferred) {
+        return Err(PreferredElection::NotNeeded);
+    }
+    if !is_live(preferred) || !state.isr.contains(&preferred) {
+        return Err(PreferredElection::NotAvailable);
+    }
+    Ok(PartitionDecision { leader: Some(preferred), isr: state.isr.clone(), unclean: false })
+}
+
 /// Why an ISR change from a leader is refused (Kafka's AlterPartition error codes).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AlterPartitionError {
@@ -192,6 +217,19 @@ mod tests {
         // It comes back (live again) while the partition is offline: it leads again.
         let offline = state(None, vec![2]);
         assert_eq!(elect_leader(&offline, |_| true, false).leader, Some(2));
+    }
+
+    #[test]
+    fn the_preferred_replica_leads_again_only_when_live_and_in_sync() {
+        // Proves Kafka's preferred election rules: first replica, live, in the ISR.
+        let s = state(Some(2), vec![2, 1]);
+        assert_eq!(
+            elect_preferred(&s, |_| true),
+            Ok(PartitionDecision { leader: Some(1), isr: vec![2, 1], unclean: false })
+        );
+        assert_eq!(elect_preferred(&s, |r| r != 1), Err(PreferredElection::NotAvailable));
+        assert_eq!(elect_preferred(&state(Some(2), vec![2, 3]), |_| true), Err(PreferredElection::NotAvailable));
+        assert_eq!(elect_preferred(&state(Some(1), vec![1]), |_| true), Err(PreferredElection::NotNeeded));
     }
 
     #[test]

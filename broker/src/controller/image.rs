@@ -303,12 +303,20 @@ impl PartitionImage {
 }
 
 fn partition_state(p: &PartitionImage) -> PartitionState {
-    PartitionState {
-        replicas: p.replicas.clone(),
-        isr: p.isr.clone(),
-        leader: p.leader,
-        leader_epoch: p.leader_epoch,
-        partition_epoch: p.partition_epoch,
+    p.election_state()
+}
+
+impl PartitionImage {
+    /// What the election rules (`election.rs`) decide from.
+    pub fn election_state(&self) -> PartitionState {
+        let p = self;
+        PartitionState {
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+        }
     }
 }
 

@@ -146,7 +146,12 @@ enum Decision {
 
 /// Runs until the controller stops: on the raft leader, proposes fencing for expired leases and
 /// unfencing for brokers that heartbeat.
-pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session: Duration) {
+pub(crate) async fn decision_loop(
+    inner: std::sync::Weak<super::Inner>,
+    session: Duration,
+    rebalance_every: Option<Duration>,
+) {
+    let mut last_rebalance = Instant::now();
     let mut ticker = tokio::time::interval(DECISION_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -170,6 +175,12 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session:
         }
         let image = controller.image();
         elect_uncleanly_where_allowed(&controller, &image).await;
+        if let Some(interval) = rebalance_every {
+            if last_rebalance.elapsed() >= interval {
+                last_rebalance = Instant::now();
+                rebalance_leaders(&controller, &image).await;
+            }
+        }
         for broker in image.brokers.values() {
             let decision = controller.leases().decide(broker.node_id, broker.broker_epoch, broker.fenced, session, now);
             let record = match decision {
@@ -194,6 +205,52 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, session:
     }
 }
 
+/// Kafka's `leader.imbalance.per.broker.percentage` default: a broker whose preferred partitions
+/// are led elsewhere beyond this share gets them back.
+const LEADER_IMBALANCE_PER_BROKER_PERCENTAGE: usize = 10;
+
+/// `auto.leader.rebalance.enable`: for every broker whose share of preferred partitions (it is
+/// their first replica) led by others exceeds 10 %, those whose preferred replica is live and in
+/// the ISR elect it again (a restarted node takes its leaderships back once it has caught up).
+async fn rebalance_leaders(controller: &Controller, image: &super::MetadataImage) {
+    let mut preferred: HashMap<NodeId, (usize, usize)> = HashMap::new();
+    for p in image.topics.values().flat_map(|t| t.partitions.iter()) {
+        if let Some(&first) = p.replicas.first() {
+            let entry = preferred.entry(first).or_default();
+            entry.0 += 1;
+            if p.leader != Some(first) {
+                entry.1 += 1;
+            }
+        }
+    }
+    for topic in image.topics.values() {
+        for p in &topic.partitions {
+            let Some(&first) = p.replicas.first() else { continue };
+            let (total, elsewhere) = preferred.get(&first).copied().unwrap_or_default();
+            if elsewhere * 100 <= total * LEADER_IMBALANCE_PER_BROKER_PERCENTAGE {
+                continue;
+            }
+            let Ok(decision) = super::election::elect_preferred(&p.election_state(), |r| image.is_live(r)) else {
+                continue;
+            };
+            let record = MetadataRecord::PartitionChange {
+                topic: topic.name.clone(),
+                partition: p.partition,
+                expected_partition_epoch: p.partition_epoch,
+                leader: decision.leader,
+                isr: decision.isr,
+            };
+            match controller.propose(record).await {
+                Ok(super::ApplyOutcome::Applied) => {
+                    tracing::info!(topic = %topic.name, partition = p.partition, leader = first, "preferred leader elected")
+                }
+                Ok(outcome) => tracing::debug!(?outcome, "preferred leader election not applied"),
+                Err(e) => tracing::debug!(error = %e, "preferred leader election not committed"),
+            }
+        }
+    }
+}
+
 /// Which topics allow an out-of-sync replica to lead (`unclean.leader.election.enable`, the
 /// topic's effective value): set by the node, which knows the broker defaults.
 pub type UncleanPolicy = Box<dyn Fn(&super::TopicImage) -> bool + Send + Sync>;
@@ -208,14 +265,7 @@ async fn elect_uncleanly_where_allowed(controller: &Controller, image: &super::M
             continue;
         }
         for p in topic.partitions.iter().filter(|p| p.leader.is_none()) {
-            let state = super::election::PartitionState {
-                replicas: p.replicas.clone(),
-                isr: p.isr.clone(),
-                leader: p.leader,
-                leader_epoch: p.leader_epoch,
-                partition_epoch: p.partition_epoch,
-            };
-            let decision = super::election::elect_leader(&state, |r| image.is_live(r), true);
+            let decision = super::election::elect_leader(&p.election_state(), |r| image.is_live(r), true);
             let Some(leader) = decision.leader.filter(|_| decision.unclean) else { continue };
             tracing::warn!(topic = %topic.name, partition = p.partition, leader, old_isr = ?p.isr,
                 "unclean leader election: an out-of-sync replica leads; records only the old ISR had are lost");

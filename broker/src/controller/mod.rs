@@ -92,6 +92,9 @@ pub struct ControllerConfig {
     /// A broker without a heartbeat for this long is fenced by the active controller
     /// (`broker.session.timeout.ms`).
     pub broker_session_timeout_ms: u64,
+    /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds` (in ms);
+    /// `None` disables it.
+    pub leader_imbalance_check_interval_ms: Option<u64>,
 }
 
 impl ControllerConfig {
@@ -114,6 +117,7 @@ impl ControllerConfig {
             snapshot_interval_entries: 1000,
             log_entries_kept_after_snapshot: 1000,
             broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+            leader_imbalance_check_interval_ms: Some(300_000),
         }
     }
 
@@ -283,11 +287,12 @@ impl Controller {
         // The loop holds the controller weakly: dropping the last handle still stops the node.
         let weak = Arc::downgrade(&controller.inner);
         let session = Duration::from_millis(config.broker_session_timeout_ms.max(1));
+        let rebalance = config.leader_imbalance_check_interval_ms.map(|ms| Duration::from_millis(ms.max(100)));
         tokio::spawn(async move {
             let Some(inner) = weak.upgrade() else { return };
             let alive = Arc::downgrade(&inner);
             drop(inner);
-            lifecycle::decision_loop(alive, session).await;
+            lifecycle::decision_loop(alive, session, rebalance).await;
         });
         tracing::info!(node_id, %local_addr, voters = ?config.voters, "metadata controller started");
         Ok(controller)

@@ -419,6 +419,7 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         ListGroups => list_groups,
         DescribeGroups => describe_groups,
         DeleteGroups => delete_groups,
+        ElectLeaders => elect_leaders,
     };
     Ok(response)
 }
