@@ -772,3 +772,48 @@ fn a_restarted_preferred_replica_gets_its_leadership_back() {
     }
     run.finish(producers, None, Ok(()));
 }
+
+#[test]
+fn a_follower_names_the_leader_in_not_leader_answers() {
+    // Proves KIP-951 on a replicated partition: Produce v12 sent to a follower answers
+    // NOT_LEADER_OR_FOLLOWER with the current leader and its epoch plus the leader's endpoint,
+    // and Fetch v12 to it answers the same leader, so a client moves without a Metadata round
+    // trip. Nothing is appended on the follower.
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{FetchRequest, ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let run = Run::start("leader-hints", &[]);
+    let states = run.wait_for_leaders().unwrap_or_else(|e| run.fail(&e));
+    let leader = states[0].leader.expect("a leader");
+    let follower = *states[0].replicas.iter().find(|&&r| r != leader).expect("a follower");
+    let topic = TopicName(StrBytes::from_string(run.topic.clone()));
+    let mut builder = runnel::log::records::BatchBuilder::new(runnel::log::Compression::None);
+    builder.push(1_700_000_000_000, None, Some(b"to the wrong broker"), &[]);
+    let records = builder.build().expect("batch").into_bytes();
+    let produce = ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(topic.clone())
+            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(records))]),
+    ]);
+    let mut conn = support::RawConn::open(run.cluster.node(follower), "kip-951");
+    let answer = conn.call(12, &produce);
+    let partition = &answer.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 6, "NOT_LEADER_OR_FOLLOWER from follower {follower}: {answer:?}");
+    assert_eq!(partition.current_leader.leader_id.0, leader as i32, "{answer:?}");
+    assert!(partition.current_leader.leader_epoch >= 0, "{answer:?}");
+    let endpoint = answer.node_endpoints.iter().find(|e| e.node_id.0 == leader as i32).expect("the leader's endpoint");
+    assert_eq!(format!("{}:{}", endpoint.host, endpoint.port), run.cluster.node(leader).bootstrap());
+
+    let fetch =
+        FetchRequest::default().with_max_wait_ms(0).with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
+            .with_topic(topic)
+            .with_partitions(vec![FetchPartition::default().with_partition(0).with_partition_max_bytes(1 << 20)])]);
+    let answer = conn.call(12, &fetch);
+    let partition = &answer.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 6, "{answer:?}");
+    assert_eq!(partition.current_leader.leader_id.0, leader as i32, "{answer:?}");
+    let producers = run.producers();
+    run.finish(producers, None, Ok(()));
+}

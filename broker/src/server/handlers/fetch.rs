@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_response::{EpochEndOffset, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
@@ -21,7 +23,8 @@ use crate::server::{partition_error_code, Broker};
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
 const MAX_WAIT_MS: i32 = 30_000;
 
-pub async fn handle(broker: &Broker, _header: &RequestHeader, request: FetchRequest) -> Option<FetchResponse> {
+pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchRequest) -> Option<FetchResponse> {
+    let version = header.request_api_version;
     if request.session_id != 0 {
         return Some(FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code()));
     }
@@ -30,14 +33,14 @@ pub async fn handle(broker: &Broker, _header: &RequestHeader, request: FetchRequ
     let mut appends = broker.replicas.subscribe_appends();
     loop {
         appends.borrow_and_update();
-        let (response, bytes, has_error) = read_once(broker, &request);
+        let (response, bytes, has_error) = read_once(broker, &request, version);
         if bytes >= request.min_bytes.max(0) as usize || has_error || tokio::time::Instant::now() >= deadline {
             return Some(count_out(broker, response));
         }
         match tokio::time::timeout_at(deadline, appends.changed()).await {
             Ok(Ok(())) => continue,
             // Deadline passed, or the broker is shutting down: answer with what we have.
-            _ => return Some(count_out(broker, read_once(broker, &request).0)),
+            _ => return Some(count_out(broker, read_once(broker, &request, version).0)),
         }
     }
 }
@@ -89,7 +92,7 @@ fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
 /// `min(partition_max_bytes, what is left)`; only until some partition has returned data may a
 /// first batch larger than that limit be returned whole (KIP-74), so the response exceeds
 /// `max_bytes` by at most that one batch.
-fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, bool) {
+fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
     let image = broker.controller.image();
     let mut limit_bytes = (request.max_bytes.max(0) as usize).min(broker.settings.fetch_max_bytes);
     let mut first_batch = FirstBatch::Whole;
@@ -149,6 +152,15 @@ fn read_once(broker: &Broker, request: &FetchRequest) -> (FetchResponse, usize, 
             if let Some(code) = code {
                 has_error = true;
                 data = data.with_error_code(code.code());
+                if version >= 12
+                    && matches!(code, ResponseError::NotLeaderOrFollower | ResponseError::FencedLeaderEpoch)
+                {
+                    // KIP-951 (a tagged field from v12): where the client should go instead.
+                    let (leader, epoch) = super::current_leader(&image, name, fetch.partition);
+                    data = data.with_current_leader(
+                        LeaderIdAndEpoch::default().with_leader_id(leader).with_leader_epoch(epoch),
+                    );
+                }
             }
             partitions.push(data);
         }

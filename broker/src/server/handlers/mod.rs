@@ -89,6 +89,21 @@ pub(crate) fn hosted_partition(
     Ok(hosted)
 }
 
+/// The leader of `topic`-`partition` and its epoch as the image names them (-1, -1 when unknown):
+/// what NOT_LEADER_OR_FOLLOWER answers carry so clients move without a metadata round trip
+/// (KIP-951).
+pub(crate) fn current_leader(
+    image: &crate::controller::MetadataImage,
+    topic: &str,
+    partition: i32,
+) -> (kafka_protocol::messages::BrokerId, i32) {
+    let p = u32::try_from(partition).ok().and_then(|i| image.partition(topic, i));
+    match p {
+        Some(p) => (kafka_protocol::messages::BrokerId(p.leader.map_or(-1, |l| l as i32)), p.leader_epoch),
+        None => (kafka_protocol::messages::BrokerId(-1), -1),
+    }
+}
+
 /// Topic ids along a request: the image's id for the name must be the hosted partition's, and
 /// so must the request's where its version carries one (`requested`; all zeros means none, as
 /// in Kafka). A request naming an id the image does not have gets UNKNOWN_TOPIC_ID.

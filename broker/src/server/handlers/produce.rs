@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -63,6 +63,8 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
     }
     let timeout = Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
     let mut responses = Vec::with_capacity(appends.len());
+    // KIP-951: brokers named as new leaders in NOT_LEADER_OR_FOLLOWER answers (v10+).
+    let mut leaders: Vec<u64> = Vec::new();
     for (name, partitions) in appends {
         let waits = partitions.into_iter().map(|(index, result)| async move {
             let result = match result {
@@ -88,6 +90,17 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
                 }
                 Err((code, message, record_errors)) => {
                     response = response.with_error_code(code.code());
+                    if version >= 10 && code == ResponseError::NotLeaderOrFollower {
+                        let (leader, epoch) = super::current_leader(&image, &name.0, index);
+                        response = response.with_current_leader(
+                            LeaderIdAndEpoch::default().with_leader_id(leader).with_leader_epoch(epoch),
+                        );
+                        if let Ok(id) = u64::try_from(leader.0) {
+                            if !leaders.contains(&id) {
+                                leaders.push(id);
+                            }
+                        }
+                    }
                     if version >= 8 {
                         // KIP-467: clients fail only the named records and resend nothing.
                         response = response
@@ -100,9 +113,24 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         }
         responses.push(TopicProduceResponse::default().with_name(name).with_partition_responses(partition_responses));
     }
+    let node_endpoints = if version >= 10 {
+        leaders
+            .iter()
+            .filter_map(|id| image.brokers.get(id))
+            .map(|b| {
+                NodeEndpoint::default()
+                    .with_node_id(kafka_protocol::messages::BrokerId(b.node_id as i32))
+                    .with_host(str_bytes(&b.host))
+                    .with_port(b.port as i32)
+                    .with_rack(b.rack.as_deref().map(str_bytes))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     match acks {
         Acks::None => None,
-        _ => Some(ProduceResponse::default().with_responses(responses)),
+        _ => Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints)),
     }
 }
 
