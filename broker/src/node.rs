@@ -176,20 +176,12 @@ impl Node {
 
         // The broker's lease: heartbeats to the active controller until shutdown, which sends
         // the last one asking to be fenced (controlled shutdown).
-        let heartbeats = controller.clone();
-        let interval = Duration::from_millis(config.broker_heartbeat_interval_ms);
-        let mut stop = shutdown_rx.clone();
         let shutting_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let wants_shutdown = shutting_down.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
-                    _ = ticker.tick() => {}
-                }
-                let want_shutdown = wants_shutdown.load(std::sync::atomic::Ordering::Acquire);
+        let (heartbeats, wants_shutdown) = (controller.clone(), shutting_down.clone());
+        tasks.push(every(Duration::from_millis(config.broker_heartbeat_interval_ms), shutdown_rx.clone(), move || {
+            let (heartbeats, want_shutdown) =
+                (heartbeats.clone(), wants_shutdown.load(std::sync::atomic::Ordering::Acquire));
+            async move {
                 if let Err(e) = heartbeats.heartbeat(broker_epoch, want_shutdown).await {
                     tracing::debug!(error = %e, "broker heartbeat failed");
                 }
@@ -244,23 +236,14 @@ impl Node {
         let housekeeping = replicas.clone();
         let groups = broker.groups.clone();
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
-        let mut stop = shutdown_rx.clone();
         let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
-        tasks.push(tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
-                    _ = ticker.tick() => {}
-                }
-                let replicas = housekeeping.clone();
-                let groups = groups.clone();
-                let retention_ms = offsets_retention_ms;
+        tasks.push(every(interval, shutdown_rx.clone(), move || {
+            let (replicas, groups) = (housekeeping.clone(), groups.clone());
+            async move {
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain();
                     // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(crate::log::now_ms(), retention_ms, &groups.membership);
+                    groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, &groups.membership);
                 })
                 .await;
             }
@@ -368,6 +351,25 @@ impl Node {
         controller.shutdown().await?;
         Ok(())
     }
+}
+
+/// Runs `tick` every `interval` (a late tick is delayed, not bunched) until `stop` turns true.
+fn every<F, Fut>(interval: Duration, mut stop: watch::Receiver<bool>, mut tick: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = ticker.tick() => {}
+            }
+            tick().await;
+        }
+    })
 }
 
 /// Makes the hosted partitions match an image. Serialized by a mutex: handlers and the image

@@ -157,7 +157,7 @@ impl MetadataImage {
                     new_isr,
                     broker_epochs,
                 };
-                if let Err(e) = check_alter_partition(&partition_state(p), change, |r| self.live_broker_epoch(r)) {
+                if let Err(e) = check_alter_partition(&p.election_state(), change, |r| self.live_broker_epoch(r)) {
                     return ApplyOutcome::IsrChangeRejected { reason: e.to_string() };
                 }
                 let p = self.partition_mut(topic, *partition).expect("looked up above");
@@ -270,7 +270,7 @@ impl MetadataImage {
         }
         let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
         for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
-            if let Some(decision) = on_broker_fenced(&partition_state(p), node_id, |r| live.contains(&r), false) {
+            if let Some(decision) = on_broker_fenced(&p.election_state(), node_id, |r| live.contains(&r), false) {
                 p.apply_decision(decision.leader, decision.isr);
             }
         }
@@ -281,7 +281,7 @@ impl MetadataImage {
         let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
         for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
             if p.leader.is_none() {
-                let decision = elect_leader(&partition_state(p), |r| live.contains(&r), false);
+                let decision = elect_leader(&p.election_state(), |r| live.contains(&r), false);
                 if decision.leader.is_some() {
                     p.apply_decision(decision.leader, decision.isr);
                 }
@@ -302,11 +302,19 @@ impl PartitionImage {
     }
 }
 
-fn partition_state(p: &PartitionImage) -> PartitionState {
-    p.election_state()
-}
-
 impl PartitionImage {
+    /// The `PartitionChange` that carries out `decision` for this partition, valid only while
+    /// its partition epoch is still this one.
+    pub fn change_record(&self, topic: &str, decision: super::election::PartitionDecision) -> MetadataRecord {
+        MetadataRecord::PartitionChange {
+            topic: topic.to_string(),
+            partition: self.partition,
+            expected_partition_epoch: self.partition_epoch,
+            leader: decision.leader,
+            isr: decision.isr,
+        }
+    }
+
     /// What the election rules (`election.rs`) decide from.
     pub fn election_state(&self) -> PartitionState {
         let p = self;

@@ -71,10 +71,10 @@ impl Leases {
     /// The connection `node_id` heartbeats on was closed by its end. A live broker reconnects and
     /// beats again at once; a killed one (the kernel closes its sockets) never does, so its lease
     /// is cut to [`CONNECTION_LOSS_GRACE`] from now instead of running a whole session.
-    pub(crate) fn connection_lost(&self, node_id: NodeId, session: Duration) {
+    pub(crate) fn connection_lost(&self, node_id: NodeId) {
         let now = Instant::now();
         if let Some(beat) = self.lock().beats.get_mut(&node_id) {
-            let cut = (now + CONNECTION_LOSS_GRACE).checked_sub(session).unwrap_or(beat.at);
+            let cut = (now + CONNECTION_LOSS_GRACE).checked_sub(self.session).unwrap_or(beat.at);
             beat.at = beat.at.min(cut);
         }
     }
@@ -109,7 +109,8 @@ impl Leases {
     }
 
     /// What the leader should propose now for a broker with `broker_epoch`, `fenced` in the image.
-    fn decide(&self, node_id: NodeId, broker_epoch: i64, fenced: bool, session: Duration, now: Instant) -> Decision {
+    fn decide(&self, node_id: NodeId, broker_epoch: i64, fenced: bool, now: Instant) -> Decision {
+        let session = self.session;
         let table = self.lock();
         let Some(leading_since) = table.leading_since else { return Decision::Nothing };
         let beat = table.beats.get(&node_id).filter(|b| b.broker_epoch == broker_epoch);
@@ -146,11 +147,7 @@ enum Decision {
 
 /// Runs until the controller stops: on the raft leader, proposes fencing for expired leases and
 /// unfencing for brokers that heartbeat.
-pub(crate) async fn decision_loop(
-    inner: std::sync::Weak<super::Inner>,
-    session: Duration,
-    rebalance_every: Option<Duration>,
-) {
+pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, rebalance_every: Option<Duration>) {
     let mut last_rebalance = Instant::now();
     let mut ticker = tokio::time::interval(DECISION_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -182,7 +179,7 @@ pub(crate) async fn decision_loop(
             }
         }
         for broker in image.brokers.values() {
-            let decision = controller.leases().decide(broker.node_id, broker.broker_epoch, broker.fenced, session, now);
+            let decision = controller.leases().decide(broker.node_id, broker.broker_epoch, broker.fenced, now);
             let record = match decision {
                 Decision::Nothing => continue,
                 Decision::Fence => {
@@ -233,14 +230,7 @@ async fn rebalance_leaders(controller: &Controller, image: &super::MetadataImage
             let Ok(decision) = super::election::elect_preferred(&p.election_state(), |r| image.is_live(r)) else {
                 continue;
             };
-            let record = MetadataRecord::PartitionChange {
-                topic: topic.name.clone(),
-                partition: p.partition,
-                expected_partition_epoch: p.partition_epoch,
-                leader: decision.leader,
-                isr: decision.isr,
-            };
-            match controller.propose(record).await {
+            match controller.propose(p.change_record(&topic.name, decision)).await {
                 Ok(super::ApplyOutcome::Applied) => {
                     tracing::info!(topic = %topic.name, partition = p.partition, leader = first, "preferred leader elected")
                 }
@@ -269,14 +259,7 @@ async fn elect_uncleanly_where_allowed(controller: &Controller, image: &super::M
             let Some(leader) = decision.leader.filter(|_| decision.unclean) else { continue };
             tracing::warn!(topic = %topic.name, partition = p.partition, leader, old_isr = ?p.isr,
                 "unclean leader election: an out-of-sync replica leads; records only the old ISR had are lost");
-            let record = MetadataRecord::PartitionChange {
-                topic: topic.name.clone(),
-                partition: p.partition,
-                expected_partition_epoch: p.partition_epoch,
-                leader: Some(leader),
-                isr: decision.isr,
-            };
-            match controller.propose(record).await {
+            match controller.propose(p.change_record(&topic.name, decision)).await {
                 Ok(super::ApplyOutcome::Applied) => {
                     controller.inner.unclean_elections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -298,26 +281,22 @@ mod tests {
         let session = Duration::from_millis(1000);
         let leases = Leases::new(session);
         let t0 = Instant::now();
-        assert_eq!(leases.decide(1, 5, false, session, t0), Decision::Nothing, "not leading");
+        assert_eq!(leases.decide(1, 5, false, t0), Decision::Nothing, "not leading");
         leases.set_leading(true, t0);
-        assert_eq!(leases.decide(1, 5, false, session, t0 + Duration::from_millis(500)), Decision::Nothing);
-        assert_eq!(
-            leases.decide(1, 5, false, session, t0 + Duration::from_millis(700)),
-            Decision::Fence,
-            "no first beat"
-        );
+        assert_eq!(leases.decide(1, 5, false, t0 + Duration::from_millis(500)), Decision::Nothing);
+        assert_eq!(leases.decide(1, 5, false, t0 + Duration::from_millis(700)), Decision::Fence, "no first beat");
         leases.record(1, 4, false);
         let now = Instant::now();
-        assert_eq!(leases.decide(1, 5, true, session, now), Decision::Nothing, "an older incarnation's beat");
+        assert_eq!(leases.decide(1, 5, true, now), Decision::Nothing, "an older incarnation's beat");
         leases.record(1, 5, false);
-        assert_eq!(leases.decide(1, 5, true, session, now), Decision::Unfence);
-        assert_eq!(leases.decide(1, 5, false, session, now), Decision::Nothing);
-        assert_eq!(leases.decide(1, 5, false, session, now + Duration::from_millis(1500)), Decision::Fence);
+        assert_eq!(leases.decide(1, 5, true, now), Decision::Unfence);
+        assert_eq!(leases.decide(1, 5, false, now), Decision::Nothing);
+        assert_eq!(leases.decide(1, 5, false, now + Duration::from_millis(1500)), Decision::Fence);
         leases.record(1, 5, true);
-        assert_eq!(leases.decide(1, 5, false, session, Instant::now()), Decision::Fence, "shutting down");
-        assert_eq!(leases.decide(1, 5, true, session, Instant::now()), Decision::Nothing, "stays fenced");
+        assert_eq!(leases.decide(1, 5, false, Instant::now()), Decision::Fence, "shutting down");
+        assert_eq!(leases.decide(1, 5, true, Instant::now()), Decision::Nothing, "stays fenced");
         leases.set_leading(false, Instant::now());
-        assert_eq!(leases.decide(1, 5, false, session, Instant::now()), Decision::Nothing);
+        assert_eq!(leases.decide(1, 5, false, Instant::now()), Decision::Nothing);
     }
 
     #[test]
@@ -329,10 +308,10 @@ mod tests {
         let t0 = Instant::now();
         leases.set_leading(true, t0);
         leases.record(1, 5, false);
-        leases.connection_lost(1, session);
+        leases.connection_lost(1);
         let after_grace = Instant::now() + CONNECTION_LOSS_GRACE + Duration::from_millis(10);
-        assert_eq!(leases.decide(1, 5, false, session, after_grace), Decision::Fence);
+        assert_eq!(leases.decide(1, 5, false, after_grace), Decision::Fence);
         leases.record(1, 5, false);
-        assert_eq!(leases.decide(1, 5, false, session, after_grace), Decision::Nothing, "it beat again");
+        assert_eq!(leases.decide(1, 5, false, after_grace), Decision::Nothing, "it beat again");
     }
 }

@@ -286,13 +286,12 @@ impl Controller {
         }
         // The loop holds the controller weakly: dropping the last handle still stops the node.
         let weak = Arc::downgrade(&controller.inner);
-        let session = Duration::from_millis(config.broker_session_timeout_ms.max(1));
         let rebalance = config.leader_imbalance_check_interval_ms.map(|ms| Duration::from_millis(ms.max(100)));
         tokio::spawn(async move {
             let Some(inner) = weak.upgrade() else { return };
             let alive = Arc::downgrade(&inner);
             drop(inner);
-            lifecycle::decision_loop(alive, session, rebalance).await;
+            lifecycle::decision_loop(alive, rebalance).await;
         });
         tracing::info!(node_id, %local_addr, voters = ?config.voters, "metadata controller started");
         Ok(controller)
@@ -426,7 +425,8 @@ impl Controller {
         }
         let addr = self.peer_addr(leader).ok_or(ControllerError::Timeout)?;
         let request = RpcRequest::BrokerHeartbeat { node_id, broker_epoch, want_shutdown };
-        let timeout = Duration::from_millis(DEFAULT_BROKER_SESSION_TIMEOUT_MS);
+        // A beat older than a session is worth nothing: give up on this one by then.
+        let timeout = self.inner.leases.session();
         match self.inner.pool.call(leader, &addr, &request, timeout, ConnPolicy::Pooled).await {
             Ok(RpcResponse::BrokerHeartbeat(Ok(()))) => Ok(()),
             Ok(RpcResponse::BrokerHeartbeat(Err(e))) => {

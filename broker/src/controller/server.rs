@@ -76,7 +76,7 @@ async fn serve_connection(
             Ok(Ok(Some(frame))) => frame,
             Ok(Ok(None)) => {
                 if let Some(node) = heartbeats_of {
-                    leases.connection_lost(node, leases.session());
+                    leases.connection_lost(node);
                 }
                 return;
             }
@@ -84,7 +84,7 @@ async fn serve_connection(
             Ok(Err(e)) => {
                 // A killed peer's socket often ends in a reset (it had unread bytes), not a FIN.
                 if let Some(node) = heartbeats_of.filter(|_| matches!(e, super::network::RpcError::Io(_))) {
-                    leases.connection_lost(node, leases.session());
+                    leases.connection_lost(node);
                 }
                 tracing::debug!(%peer, error = %e, "closing a raft connection after a bad frame");
                 return;

@@ -82,6 +82,10 @@ pub enum OffsetError {
 /// records were appended meanwhile by others) means the shard is stale and loads again.
 type Leadership = ([u8; 16], i32);
 
+fn leadership_of(hosted: &Partition) -> Leadership {
+    (hosted.topic_id(), hosted.leader_epoch())
+}
+
 /// What one `__consumer_offsets` partition holds, by group.
 #[derive(Default)]
 struct Shard {
@@ -252,20 +256,20 @@ impl OffsetStore {
             .get(OFFSETS_TOPIC, partition)
             .filter(|p| p.is_leader())
             .ok_or(OffsetError::NotCoordinator { partition })?;
-        let topic_id = (hosted.topic_id(), hosted.leader_epoch());
+        let leadership = leadership_of(&hosted);
         let mut shard = slot.lock();
         loop {
-            if shard.loaded_from == Some(topic_id) {
+            if shard.loaded_from == Some(leadership) {
                 return f(&mut shard, &hosted);
             }
-            if shard.loading == Some(topic_id) {
+            if shard.loading == Some(leadership) {
                 if cold == Cold::Start {
                     return Err(OffsetError::LoadInProgress { partition });
                 }
                 shard = slot.load_ended.wait(shard).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            shard.loading = Some(topic_id);
+            shard.loading = Some(leadership);
             drop(shard);
             let background = match cold {
                 Cold::Start => tokio::runtime::Handle::try_current().ok(),
@@ -552,7 +556,7 @@ fn append(hosted: &Arc<Partition>, partition: u32, records: &[OffsetsRecord]) ->
 /// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
 /// wakes its waiters, whether the read worked or not.
 fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(), OffsetError> {
-    let topic_id = (hosted.topic_id(), hosted.leader_epoch());
+    let leadership = leadership_of(hosted);
     let started = std::time::Instant::now();
     // A new leader's high watermark may still be below its log end (commits the previous
     // leader acknowledged): give the followers a moment to confirm them so the load sees them.
@@ -562,12 +566,12 @@ fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(),
     }
     let loaded = load(hosted);
     let mut shard = slot.lock();
-    if shard.loading == Some(topic_id) {
+    if shard.loading == Some(leadership) {
         shard.loading = None;
     }
     let result = loaded.map(|groups| {
         shard.groups = groups;
-        shard.loaded_from = Some(topic_id);
+        shard.loaded_from = Some(leadership);
         loads.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(
             partition = hosted.index(),
@@ -585,8 +589,7 @@ fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(),
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
 fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError> {
     let partition = hosted.index();
-    let mut shard =
-        Shard { loaded_from: Some((hosted.topic_id(), hosted.leader_epoch())), loading: None, groups: HashMap::new() };
+    let mut shard = Shard { loaded_from: Some(leadership_of(hosted)), loading: None, groups: HashMap::new() };
     let mut next = hosted.log_start_offset();
     let mut skipped = 0usize;
     loop {

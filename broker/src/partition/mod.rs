@@ -255,7 +255,8 @@ impl Partition {
         log.clock().now_ms()
     }
 
-    /// The high watermark moves forward only, within the leader epoch's state.
+    /// Publishes the high watermark the role decided (the leader's `LeaderState`, the leader's
+    /// answer on a follower, a truncation's clamp); the invariant is checked by `assert_offsets`.
     fn store_high_watermark(&self, high_watermark: i64) {
         self.high_watermark.store(high_watermark, Ordering::Release);
     }
@@ -349,26 +350,20 @@ impl Partition {
     /// Applies the partition's leadership from the metadata image: becomes leader (a new
     /// `LeaderState` starting at the current high watermark, the epoch cache marking where the
     /// new epoch starts), takes a committed ISR change of its own epoch, or becomes a follower.
-    /// Returns whether the role or leader changed.
-    pub(crate) fn apply_leader_and_isr(&self, state: LeaderAndIsr) -> Result<bool, PartitionError> {
+    pub(crate) fn apply_leader_and_isr(&self, state: LeaderAndIsr) -> Result<(), PartitionError> {
         let guard = self.log()?;
         let log = guard.as_ref().expect("checked by log()");
         let now_ms = self.now_ms(log);
         let log_end_offset = log.log_end_offset();
         let mut current = self.state();
         if current.assignment == state {
-            return Ok(false);
+            return Ok(());
         }
         let me = self.node_id;
         let leads = state.leader == Some(me) && state.isr.contains(&me);
-        let changed = match &mut current.role {
+        match &mut current.role {
             Role::Leader(ls) if leads && ls.leader_epoch() == state.leader_epoch => {
                 ls.on_partition_committed(state.leader_epoch, state.partition_epoch, state.isr.clone());
-                ls.set_ineligible(state.fenced.clone());
-                if let Some(hw) = ls.maybe_advance_high_watermark(log_end_offset, now_ms) {
-                    self.store_high_watermark(hw);
-                }
-                false
             }
             _ if leads => {
                 {
@@ -377,7 +372,7 @@ impl Partition {
                         tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
                     }
                 }
-                let mut ls = LeaderState::new(LeaderStart {
+                current.role = Role::Leader(LeaderState::new(LeaderStart {
                     leader: me,
                     leader_epoch: state.leader_epoch,
                     partition_epoch: state.partition_epoch,
@@ -387,14 +382,8 @@ impl Partition {
                     log_end_offset,
                     replica_lag_time_max_ms: self.replica_lag_time_max_ms,
                     now_ms,
-                });
-                ls.set_ineligible(state.fenced.clone());
-                if let Some(hw) = ls.maybe_advance_high_watermark(log_end_offset, now_ms) {
-                    self.store_high_watermark(hw);
-                }
-                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, isr = ?state.isr, high_watermark = self.high_watermark(), log_end_offset, "became leader");
-                current.role = Role::Leader(ls);
-                true
+                }));
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, isr = ?state.isr, log_end_offset, "became leader");
             }
             role => {
                 let same = matches!(role, Role::Follower { leader } if *leader == state.leader)
@@ -403,16 +392,22 @@ impl Partition {
                 if !same {
                     tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
                 }
-                !same
             }
-        };
+        }
+        // A new or changed ISR, or fewer eligible replicas, may let the high watermark move.
+        if let Role::Leader(ls) = &mut current.role {
+            ls.set_ineligible(state.fenced.clone());
+            if let Some(hw) = ls.maybe_advance_high_watermark(log_end_offset, now_ms) {
+                self.store_high_watermark(hw);
+            }
+        }
         self.leader_epoch.store(state.leader_epoch, Ordering::Release);
         current.assignment = state;
         drop(current);
         self.assert_offsets();
         drop(guard);
         self.signal();
-        Ok(changed)
+        Ok(())
     }
 
     /// The leader refused (or lost) the ISR change this replica proposed: it may propose again.
@@ -692,18 +687,7 @@ impl Partition {
             tracing::info!(topic = %self.topic, partition = self.index, from = log.log_end_offset(), to = truncation.offset, ?leader, "truncating a divergent suffix");
             log.truncate_to(truncation.offset)?;
         }
-        let end = log.log_end_offset();
-        epochs.truncate_from_end(end).map_err(|source| LogError::Io {
-            op: "truncate leader-epoch-checkpoint in",
-            path: log.dir().to_path_buf(),
-            source,
-        })?;
-        self.log_end_offset.store(end, Ordering::Release);
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-        if self.high_watermark() > end {
-            self.store_high_watermark(end);
-        }
-        self.assert_offsets();
+        self.after_truncation(log, &mut epochs)?;
         Ok(truncation)
     }
 
@@ -724,13 +708,21 @@ impl Partition {
         } else if leader_high_watermark >= 0 && leader_high_watermark < log.log_end_offset() {
             log.truncate_to(leader_high_watermark)?;
         }
-        let end = log.log_end_offset();
-        let _ = epochs.truncate_from_end(end);
+        self.after_truncation(log, &mut epochs)
+    }
+
+    /// After a follower cut its log: the epoch cache drops the epochs that started past the new
+    /// end, and the published offsets follow the log, the high watermark clamped into it.
+    fn after_truncation(&self, log: &Log, epochs: &mut LeaderEpochCache) -> Result<(), PartitionError> {
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        epochs.truncate_from_end(end).map_err(|source| LogError::Io {
+            op: "truncate leader-epoch-checkpoint in",
+            path: log.dir().to_path_buf(),
+            source,
+        })?;
         self.log_end_offset.store(end, Ordering::Release);
-        self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
-        if self.high_watermark() > end || self.high_watermark() < log.log_start_offset() {
-            self.store_high_watermark(end.min(self.high_watermark()).max(log.log_start_offset()));
-        }
+        self.log_start_offset.store(start, Ordering::Release);
+        self.store_high_watermark(self.high_watermark().clamp(start, end));
         self.assert_offsets();
         Ok(())
     }

@@ -9,7 +9,7 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::election::{elect_leader, elect_preferred, PreferredElection};
-use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
+use crate::controller::{ApplyOutcome, MetadataImage};
 use crate::server::{controller_error_code, Broker};
 
 const PREFERRED: i8 = 0;
@@ -93,14 +93,7 @@ async fn elect(
         }
         other => return Err((ResponseError::InvalidRequest, format!("unknown election type {other}"))),
     };
-    let record = MetadataRecord::PartitionChange {
-        topic: topic.to_string(),
-        partition: p.partition,
-        expected_partition_epoch: p.partition_epoch,
-        leader: decision.leader,
-        isr: decision.isr,
-    };
-    match broker.controller.propose(record).await {
+    match broker.controller.propose(p.change_record(topic, decision)).await {
         Ok(ApplyOutcome::Applied) => Ok(()),
         Ok(outcome) => Err((ResponseError::NotController, format!("not applied: {outcome:?}; retry"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
