@@ -7,6 +7,8 @@
 //! Layers are folders and dependencies flow one way:
 //! `log ← partition/replication ← controller ← group ← transform ← server ← http ← node`, with
 //! `metrics` written by `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
+//! `peer` (the Kafka client to the other brokers, addresses from the controller's image) sits
+//! under `transform`, `server` and `http`; the replica fetchers frame their requests with it.
 
 pub mod cli;
 pub mod config;
@@ -17,6 +19,7 @@ pub mod log;
 pub mod metrics;
 pub mod node;
 pub mod partition;
+pub mod peer;
 pub mod replication;
 pub mod server;
 pub mod transform;

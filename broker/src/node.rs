@@ -160,6 +160,7 @@ impl Node {
             groups,
             metrics: crate::metrics::Metrics::new(),
             fetchers: fetchers.clone(),
+            peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone())),
             transforms: transforms.clone(),
             reconcile: Box::new(reconcile),
         });
@@ -169,6 +170,7 @@ impl Node {
             groups: broker.groups.clone(),
             metrics: broker.metrics.clone(),
             controller: controller.clone(),
+            peers: broker.peers.clone(),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);

@@ -11,23 +11,21 @@
 //! every metadata change), and only the partition layer writes its log.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, RequestHeader, ResponseHeader, TopicName};
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::truncation::LeaderEpochEnd;
 use crate::controller::Controller;
 use crate::partition::{Partition, PartitionError, PartitionKey, ReplicaManager};
+use crate::peer::{Connection, PeerError};
 
 /// The Fetch version followers use: replica id in the body, topic names, last fetched epoch and
 /// diverging epoch (v12).
@@ -140,7 +138,7 @@ enum RoundError {
     #[error("leader {0} has no registered endpoint")]
     NoEndpoint(u64),
     #[error("{0}")]
-    Io(#[from] std::io::Error),
+    Peer(#[from] PeerError),
     #[error("timed out")]
     Timeout,
     #[error("malformed response: {0}")]
@@ -149,7 +147,7 @@ enum RoundError {
 
 impl Fetcher {
     async fn run(self) {
-        let mut conn: Option<KafkaConn> = None;
+        let mut conn: Option<Connection> = None;
         // Partitions whose last answer was an error: skipped until the instant passes (or the
         // metadata replaces them).
         let mut delayed: HashMap<PartitionKey, Instant> = HashMap::new();
@@ -177,7 +175,7 @@ impl Fetcher {
 
     async fn round(
         &self,
-        conn: &mut Option<KafkaConn>,
+        conn: &mut Option<Connection>,
         set: &[Arc<Partition>],
         delayed: &mut HashMap<PartitionKey, Instant>,
     ) -> Result<(), RoundError> {
@@ -185,7 +183,8 @@ impl Fetcher {
             let image = self.controller.image();
             let broker = image.brokers.get(&self.leader).ok_or(RoundError::NoEndpoint(self.leader))?;
             let addr = format!("{}:{}", broker.host, broker.port);
-            *conn = Some(KafkaConn::connect(&addr, self.node_id).await?);
+            let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{}", self.node_id));
+            *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT).await?);
         }
         let conn = conn.as_mut().expect("connected above");
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
@@ -219,7 +218,7 @@ impl Fetcher {
                     .collect(),
             );
         let timeout = Duration::from_millis(FETCH_MAX_WAIT_MS as u64) + Duration::from_secs(10);
-        let response = tokio::time::timeout(timeout, conn.call(FETCH_VERSION, &request))
+        let response = tokio::time::timeout(timeout, conn.call(FETCH_VERSION, &request, MAX_RESPONSE_FRAME))
             .await
             .map_err(|_| RoundError::Timeout)??;
         if response.error_code != 0 {
@@ -275,61 +274,5 @@ impl Fetcher {
             Err(PartitionError::NotLeaderOrFollower { .. }) => Ok(false),
             Err(e) => Err(e.to_string()),
         }
-    }
-}
-
-/// One Kafka protocol connection from this node to another broker.
-struct KafkaConn {
-    stream: TcpStream,
-    client_id: StrBytes,
-    next_correlation_id: i32,
-}
-
-impl KafkaConn {
-    async fn connect(addr: &str, node_id: u64) -> Result<KafkaConn, RoundError> {
-        let addr: SocketAddr = match addr.parse() {
-            Ok(a) => a,
-            Err(_) => tokio::net::lookup_host(addr)
-                .await?
-                .next()
-                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))?,
-        };
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| RoundError::Timeout)??;
-        let _ = stream.set_nodelay(true);
-        let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{node_id}"));
-        Ok(KafkaConn { stream, client_id, next_correlation_id: 1 })
-    }
-
-    async fn call<R: Request>(&mut self, version: i16, request: &R) -> Result<R::Response, RoundError> {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let api = ApiKey::try_from(R::KEY).map_err(|_| RoundError::Codec("unknown api".into()))?;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(self.client_id.clone()));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header.encode(&mut buf, api.request_header_version(version)).map_err(|e| RoundError::Codec(e.to_string()))?;
-        request.encode(&mut buf, version).map_err(|e| RoundError::Codec(e.to_string()))?;
-        let size = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).await?;
-        let size = self.stream.read_i32().await?;
-        if size < 0 || size as usize > MAX_RESPONSE_FRAME {
-            return Err(RoundError::Codec(format!("response frame of {size} bytes")));
-        }
-        let mut frame = vec![0u8; size as usize];
-        self.stream.read_exact(&mut frame).await?;
-        let mut frame = Bytes::from(frame);
-        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))
-            .map_err(|e| RoundError::Codec(e.to_string()))?;
-        if header.correlation_id != correlation_id {
-            return Err(RoundError::Codec(format!("correlation id {} for {correlation_id}", header.correlation_id)));
-        }
-        R::Response::decode(&mut frame, version).map_err(|e| RoundError::Codec(e.to_string()))
     }
 }

@@ -93,6 +93,8 @@ pub struct Broker {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The follower fetchers of this node's follower partitions.
     pub fetchers: Arc<crate::replication::fetcher::Fetchers>,
+    /// Kafka connections to the other brokers (HTTP and transforms reach leaders elsewhere).
+    pub peers: Arc<crate::peer::Peers>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it.
     pub reconcile: Box<dyn Fn(&MetadataImage) + Send + Sync>,

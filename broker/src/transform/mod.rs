@@ -46,6 +46,8 @@ pub struct Host {
     pub groups: Arc<GroupCoordinator>,
     pub metrics: Arc<Metrics>,
     pub controller: Controller,
+    /// Reaches the leaders of output partitions led by other brokers.
+    pub peers: Arc<crate::peer::Peers>,
     /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
     /// committed.
     pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,

@@ -1,0 +1,233 @@
+//! The Kafka protocol client one node uses to reach the other brokers of its cluster: request
+//! framing over one TCP connection (`Connection`, also what the follower fetchers use) and
+//! `Peers`, typed calls to a broker by node id over pooled connections, addresses from the
+//! metadata image. HTTP produce and consumer instances, and transform outputs, use it to reach
+//! the leader of a partition (or a group's coordinator) that is not this node.
+//!
+//! Owns: the pooled connections to other brokers. Invariants: a connection carries one request
+//! at a time and goes back to the pool only after a whole, well-formed answer (one whose
+//! request failed, timed out or was dropped half-way is closed, so no answer can ever be read
+//! as another request's); response frames are bounded before they are allocated; no lock is
+//! held across an `.await`; requests in flight to one broker are bounded. It knows nothing of
+//! what the requests mean: callers map answers and errors.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+use crate::controller::Controller;
+
+/// Largest response frame a peer call accepts: a Fetch answer is bounded by the request's
+/// `max_bytes` (at most `fetch.max.bytes`), plus headroom for the fields around the records.
+pub const MAX_RESPONSE_FRAME: usize = 64 << 20;
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Idle connections kept per broker; more are opened on demand and closed after use.
+const IDLE_PER_BROKER: usize = 8;
+/// Requests in flight to one broker at once (a caller beyond it waits for a slot). Parked
+/// requests (JoinGroup, long-poll fetches) each hold one, so this is well above what the
+/// consumer instances of a node keep parked in the usual case.
+const IN_FLIGHT_PER_BROKER: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("broker {0} is not registered (no endpoint in the metadata)")]
+    NoEndpoint(u64),
+    #[error("broker {node}: {source}")]
+    Io {
+        node: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("broker {node}: no answer within {timeout_ms} ms")]
+    Timeout { node: u64, timeout_ms: u64 },
+    #[error("broker {node}: {reason}")]
+    Codec { node: u64, reason: String },
+}
+
+impl PeerError {
+    /// The broker the call went to.
+    pub fn node(&self) -> u64 {
+        match self {
+            PeerError::NoEndpoint(node)
+            | PeerError::Io { node, .. }
+            | PeerError::Timeout { node, .. }
+            | PeerError::Codec { node, .. } => *node,
+        }
+    }
+
+    fn with_node(self, node: u64) -> PeerError {
+        match self {
+            PeerError::NoEndpoint(_) => PeerError::NoEndpoint(node),
+            PeerError::Io { source, .. } => PeerError::Io { node, source },
+            PeerError::Timeout { timeout_ms, .. } => PeerError::Timeout { node, timeout_ms },
+            PeerError::Codec { reason, .. } => PeerError::Codec { node, reason },
+        }
+    }
+}
+
+/// One Kafka protocol connection from this node to another broker: size-prefixed frames,
+/// correlation ids checked, one request at a time.
+pub struct Connection {
+    stream: TcpStream,
+    client_id: StrBytes,
+    next_correlation_id: i32,
+}
+
+impl Connection {
+    /// Connects to `addr` (`host:port`) within `connect_timeout`. Errors name node 0: callers
+    /// that know the node attach it.
+    pub async fn connect(addr: &str, client_id: StrBytes, connect_timeout: Duration) -> Result<Connection, PeerError> {
+        let io = |source| PeerError::Io { node: 0, source };
+        let addr: SocketAddr = match addr.parse() {
+            Ok(a) => a,
+            Err(_) => tokio::net::lookup_host(addr)
+                .await
+                .map_err(io)?
+                .next()
+                .ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))?,
+        };
+        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| PeerError::Timeout { node: 0, timeout_ms: connect_timeout.as_millis() as u64 })?
+            .map_err(io)?;
+        let _ = stream.set_nodelay(true);
+        Ok(Connection { stream, client_id, next_correlation_id: 1 })
+    }
+
+    /// Sends one request and reads its answer (a frame of at most `max_response_frame` bytes).
+    /// After an error the connection is in an unknown state and must be dropped.
+    pub async fn call<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+        max_response_frame: usize,
+    ) -> Result<R::Response, PeerError> {
+        let codec = |reason: String| PeerError::Codec { node: 0, reason };
+        let io = |source| PeerError::Io { node: 0, source };
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let api = ApiKey::try_from(R::KEY).map_err(|_| codec(format!("unknown api key {}", R::KEY)))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, api.request_header_version(version)).map_err(|e| codec(e.to_string()))?;
+        request.encode(&mut buf, version).map_err(|e| codec(e.to_string()))?;
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream.write_all(&buf).await.map_err(io)?;
+        let size = self.stream.read_i32().await.map_err(io)?;
+        if size < 0 || size as usize > max_response_frame {
+            return Err(codec(format!("response frame of {size} bytes")));
+        }
+        let mut frame = vec![0u8; size as usize];
+        self.stream.read_exact(&mut frame).await.map_err(io)?;
+        let mut frame = Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))
+            .map_err(|e| codec(e.to_string()))?;
+        if header.correlation_id != correlation_id {
+            return Err(codec(format!("correlation id {} for {correlation_id}", header.correlation_id)));
+        }
+        R::Response::decode(&mut frame, version).map_err(|e| codec(e.to_string()))
+    }
+}
+
+/// Pooled connections to the other brokers, by node id.
+pub struct Peers {
+    controller: Controller,
+    client_id: StrBytes,
+    pools: Mutex<HashMap<u64, Pool>>,
+}
+
+struct Pool {
+    /// The address the idle connections were made to; a re-registration elsewhere drops them.
+    addr: String,
+    idle: Vec<Connection>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Peers {
+    pub fn new(node_id: u64, controller: Controller) -> Peers {
+        Peers {
+            controller,
+            client_id: StrBytes::from_string(format!("runnel-broker-{node_id}")),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `request` to broker `node` and waits at most `timeout` for its answer (connecting
+    /// included). A pooled connection the peer closed meanwhile (an idle timeout, a restart) is
+    /// replaced once by a new one; any other failure is the caller's to handle.
+    pub async fn call<R: Request>(
+        &self,
+        node: u64,
+        version: i16,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, PeerError> {
+        let timeout_error = PeerError::Timeout { node, timeout_ms: timeout.as_millis() as u64 };
+        tokio::time::timeout(timeout, self.call_untimed(node, version, request)).await.map_err(|_| timeout_error)?
+    }
+
+    async fn call_untimed<R: Request>(&self, node: u64, version: i16, request: &R) -> Result<R::Response, PeerError> {
+        let addr = {
+            let image = self.controller.image();
+            let broker = image.brokers.get(&node).ok_or(PeerError::NoEndpoint(node))?;
+            format!("{}:{}", broker.host, broker.port)
+        };
+        let in_flight = self.pool(node, &addr, |pool| pool.in_flight.clone());
+        let _permit = in_flight.acquire_owned().await.map_err(|_| PeerError::NoEndpoint(node))?;
+        if let Some(mut conn) = self.pool(node, &addr, |pool| pool.idle.pop()) {
+            match conn.call(version, request, MAX_RESPONSE_FRAME).await {
+                Ok(response) => {
+                    self.put_back(node, &addr, conn);
+                    return Ok(response);
+                }
+                // The peer may have closed this idle connection: the request did not reach a
+                // live handler, so it is sent again on a new one.
+                Err(PeerError::Io { .. }) => {}
+                Err(e) => return Err(e.with_node(node)),
+            }
+        }
+        let mut conn =
+            Connection::connect(&addr, self.client_id.clone(), CONNECT_TIMEOUT).await.map_err(|e| e.with_node(node))?;
+        let response = conn.call(version, request, MAX_RESPONSE_FRAME).await.map_err(|e| e.with_node(node))?;
+        self.put_back(node, &addr, conn);
+        Ok(response)
+    }
+
+    /// Runs `f` on the pool of `node`, made (or emptied of idle connections to an old
+    /// address) first.
+    fn pool<T>(&self, node: u64, addr: &str, f: impl FnOnce(&mut Pool) -> T) -> T {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools.entry(node).or_insert_with(|| Pool {
+            addr: addr.to_string(),
+            idle: Vec::new(),
+            in_flight: Arc::new(Semaphore::new(IN_FLIGHT_PER_BROKER)),
+        });
+        if pool.addr != addr {
+            pool.addr = addr.to_string();
+            pool.idle.clear();
+        }
+        f(pool)
+    }
+
+    fn put_back(&self, node: u64, addr: &str, conn: Connection) {
+        self.pool(node, addr, |pool| {
+            if pool.idle.len() < IDLE_PER_BROKER {
+                pool.idle.push(conn);
+            }
+        });
+    }
+}
