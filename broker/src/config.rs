@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// Voters of the metadata quorum: `id@host:port,...` [default: this node alone].
     #[arg(long, env = "RUNNEL_VOTERS")]
     pub voters: Option<String>,
+    /// `process.roles`: `broker,controller` (a voter of the metadata quorum that also hosts
+    /// partitions) or `broker` (a broker-only node: an observer of the quorum, not in
+    /// `--voters`, which must then name the voters) [default: broker,controller].
+    #[arg(long, env = "RUNNEL_PROCESS_ROLES")]
+    pub process_roles: Option<String>,
     /// Data directory [default: ./runnel-data].
     #[arg(long, env = "RUNNEL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -151,6 +156,7 @@ struct FileConfig {
     http_listen: Option<SocketAddr>,
     controller_listen: Option<SocketAddr>,
     voters: Option<String>,
+    process_roles: Option<String>,
     data_dir: Option<PathBuf>,
     cluster_id: Option<String>,
     num_partitions: Option<u32>,
@@ -201,6 +207,12 @@ pub enum ConfigFileError {
     LogSyntax(String),
     #[error("invalid voters {0:?}: expected id@host:port,...")]
     Voters(String),
+    #[error(
+        "invalid process.roles {0:?}: expected broker,controller or broker (a controller-only node is not supported)"
+    )]
+    ProcessRoles(String),
+    #[error("a broker-only node (process.roles=broker) needs --voters naming the metadata quorum, without itself")]
+    BrokerOnlyVoters,
     #[error("{name} must be positive")]
     NotPositive { name: &'static str },
     #[error(
@@ -220,6 +232,8 @@ pub struct NodeConfig {
     pub http_listen: SocketAddr,
     pub controller_listen: SocketAddr,
     pub voters: BTreeMap<u64, String>,
+    /// `process.roles`: whether this node is a voter of the metadata quorum.
+    pub process_roles: ProcessRoles,
     pub data_dir: PathBuf,
     pub cluster_id: Option<String>,
     pub num_partitions: u32,
@@ -268,10 +282,18 @@ impl NodeConfig {
             .controller_listen
             .or(file.controller_listen)
             .unwrap_or_else(|| "127.0.0.1:9093".parse().expect("valid default"));
+        let process_roles = match args.process_roles.clone().or(file.process_roles) {
+            Some(text) => ProcessRoles::parse(&text)?,
+            None => ProcessRoles::BrokerController,
+        };
         let voters = match args.voters.clone().or(file.voters) {
             Some(text) => parse_voters(&text)?,
+            None if process_roles == ProcessRoles::Broker => return Err(ConfigFileError::BrokerOnlyVoters),
             None => BTreeMap::from([(node_id, controller_listen.to_string())]),
         };
+        if process_roles == ProcessRoles::Broker && voters.contains_key(&node_id) {
+            return Err(ConfigFileError::BrokerOnlyVoters);
+        }
         // Topic config defaults: the file's `[log]` table, then its named keys, then `--log`,
         // then the named flags (flags win over the file; within one source the named key wins).
         let mut log_defaults = LogConfig::default();
@@ -305,6 +327,7 @@ impl NodeConfig {
                 .unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid default")),
             controller_listen,
             voters,
+            process_roles,
             data_dir: args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")),
             cluster_id: args.cluster_id.clone().or(file.cluster_id),
             num_partitions: args.num_partitions.or(file.num_partitions).unwrap_or(1).max(1),
@@ -446,6 +469,35 @@ fn resolve_connection_limits(
     Ok(limits)
 }
 
+/// Kafka's `process.roles`. Every node is a broker; a controller-only node (a voter hosting no
+/// partitions) is not built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessRoles {
+    /// `broker,controller`: a voter of the metadata quorum.
+    BrokerController,
+    /// `broker`: an observer of the quorum (it receives every committed record, never votes).
+    Broker,
+}
+
+impl ProcessRoles {
+    fn parse(text: &str) -> Result<ProcessRoles, ConfigFileError> {
+        let mut broker = false;
+        let mut controller = false;
+        for role in text.split(',').map(str::trim) {
+            match role {
+                "broker" => broker = true,
+                "controller" => controller = true,
+                _ => return Err(ConfigFileError::ProcessRoles(text.to_string())),
+            }
+        }
+        match (broker, controller) {
+            (true, true) => Ok(ProcessRoles::BrokerController),
+            (true, false) => Ok(ProcessRoles::Broker),
+            _ => Err(ConfigFileError::ProcessRoles(text.to_string())),
+        }
+    }
+}
+
 fn parse_voters(text: &str) -> Result<BTreeMap<u64, String>, ConfigFileError> {
     let mut voters = BTreeMap::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -550,6 +602,28 @@ mod tests {
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Log(_))));
         let args = ServeArgs { voters: Some("1-localhost".into()), ..ServeArgs::default() };
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Voters(_))));
+    }
+
+    #[test]
+    fn process_roles_resolve_and_a_broker_only_node_needs_voters_without_itself() {
+        // Proves process.roles: the default is a voter, `broker` is an observer that must name
+        // the voters and not be one, and a controller-only node or an unknown role is refused.
+        assert_eq!(NodeConfig::resolve(&ServeArgs::default()).unwrap().process_roles, ProcessRoles::BrokerController);
+        let roles = |roles: &str, voters: Option<&str>| {
+            let args = ServeArgs {
+                node_id: Some(4),
+                process_roles: Some(roles.into()),
+                voters: voters.map(Into::into),
+                ..ServeArgs::default()
+            };
+            NodeConfig::resolve(&args).map(|c| c.process_roles)
+        };
+        assert_eq!(roles("controller, broker", None).unwrap(), ProcessRoles::BrokerController);
+        assert_eq!(roles("broker", Some("1@127.0.0.1:9093")).unwrap(), ProcessRoles::Broker);
+        assert!(matches!(roles("broker", None), Err(ConfigFileError::BrokerOnlyVoters)));
+        assert!(matches!(roles("broker", Some("4@127.0.0.1:9093")), Err(ConfigFileError::BrokerOnlyVoters)));
+        assert!(matches!(roles("controller", None), Err(ConfigFileError::ProcessRoles(_))));
+        assert!(matches!(roles("broker,zookeeper", None), Err(ConfigFileError::ProcessRoles(_))));
     }
 
     #[test]

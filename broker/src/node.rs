@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::NodeConfig;
-use crate::controller::{Controller, ControllerConfig, ControllerError, MetadataImage, MetadataRecord};
+use crate::controller::{Controller, ControllerConfig, ControllerError, MetadataImage, MetadataRecord, QuorumRole};
 use crate::log::{LogConfig, SystemClock};
 use crate::partition::ReplicaManager;
 use crate::replication::fetcher::Fetchers;
@@ -71,6 +71,10 @@ impl Node {
 
         let controller = Controller::start(ControllerConfig {
             node_id: config.node_id,
+            role: match config.process_roles {
+                crate::config::ProcessRoles::BrokerController => QuorumRole::Voter,
+                crate::config::ProcessRoles::Broker => QuorumRole::Observer,
+            },
             listen_addr: config.controller_listen,
             voters: config.voters.clone(),
             data_dir: data_dir.clone(),

@@ -34,6 +34,9 @@ pub struct ClusterNode {
     /// Absent from nodes older than replication.
     #[serde(default)]
     pub state: Option<String>,
+    /// `broker`, `controller`; absent from nodes older than broker-only nodes.
+    #[serde(default)]
+    pub roles: Vec<String>,
 }
 
 #[derive(Deserialize)]

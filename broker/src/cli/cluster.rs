@@ -53,7 +53,7 @@ fn render(c: &Cluster) -> String {
         human_bytes(c.bytes_out_per_sec as u64),
         c.connections,
     );
-    let mut nodes = Table::new(&["NODE", "HOST", "PORT", "RACK", "STATE", "CONTROLLER"]);
+    let mut nodes = Table::new(&["NODE", "HOST", "PORT", "RACK", "STATE", "ROLES", "CONTROLLER"]);
     for node in &c.nodes {
         nodes.row(vec![
             node.node_id.to_string(),
@@ -61,6 +61,7 @@ fn render(c: &Cluster) -> String {
             node.port.to_string(),
             node.rack.clone().unwrap_or_else(|| "-".into()),
             node.state.clone().unwrap_or_else(|| "-".into()),
+            if node.roles.is_empty() { "-".to_string() } else { node.roles.join(",") },
             if node.is_controller { "yes" } else { "" }.into(),
         ]);
     }

@@ -38,6 +38,9 @@ pub enum ControllerError {
     /// `node_id` is not in `voters`.
     #[error("node {node_id} is not among the configured metadata voters")]
     NotAVoter { node_id: NodeId },
+    /// A broker-only node (an observer) was given the id of a voter.
+    #[error("node {node_id} is a metadata voter; a broker-only node must not be in the voters")]
+    ObserverIsAVoter { node_id: NodeId },
     /// Raft timing or snapshot settings are inconsistent.
     #[error("invalid controller configuration")]
     InvalidConfig(#[source] RaftFailure),

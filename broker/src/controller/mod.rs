@@ -1,6 +1,10 @@
 //! The metadata quorum: cluster metadata (brokers, topics, partitions, configs) as a replicated log
 //! of `MetadataRecord`s, applied on every node to a `MetadataImage` the rest of the broker reacts
-//! to. Built on openraft (storage v2); a single node is a quorum of one.
+//! to. Built on openraft (storage v2); a single node is a quorum of one. A node is a voter
+//! (`QuorumRole::Voter`, Kafka's `process.roles=broker,controller`) or an observer
+//! (`QuorumRole::Observer`, `process.roles=broker`): an openraft learner that asks the active
+//! controller to add it to the membership, then receives every committed entry and snapshot like a
+//! voter, but never votes, never stands for election and never counts toward a commit.
 //!
 //! Owns: everything under `data_dir/metadata/` (raft log, vote, committed hint, snapshot, lock
 //! file) and the raft RPC listener. Files: `record` (the record vocabulary), `image` (the image and
@@ -9,7 +13,8 @@
 //! Invariant: the image only ever reflects committed entries, applied in log order; every
 //! acknowledged proposal is durable on a quorum (fsync before acknowledging an append). openraft
 //! types never cross this module's public API: the broker sees `Controller`, records, images and
-//! `ControllerError` only. This module must not touch partition data or client connections.
+//! `ControllerError` only. The voters are the configured ones: an observer joining (or
+//! rejoining) never changes them. This module must not touch partition data or client connections.
 
 mod disk;
 pub mod election;
@@ -23,7 +28,7 @@ mod record;
 mod server;
 mod state_machine;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -63,17 +68,41 @@ pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 200;
 
 /// Pause between retries while the cluster has no (reachable) leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+/// Upper bound of one attempt of an observer to join through one voter (a paused voter must not
+/// hold the join up for the whole start timeout).
+const JOIN_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `shutdown` waits for the state machine task to release the metadata directory.
 const STATE_MACHINE_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a node is in the metadata quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuorumRole {
+    /// Counts toward the quorum and may become the active controller; listed in `voters`.
+    #[default]
+    Voter,
+    /// A broker-only node (Kafka's observer, an openraft learner): not in `voters`; it joins
+    /// through them and follows the committed log without ever voting.
+    Observer,
+}
+
+/// The quorum's membership as this node knows it (the last membership entry it has seen).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuorumMembers {
+    pub voters: BTreeSet<NodeId>,
+    pub observers: BTreeSet<NodeId>,
+}
 
 /// Configuration of the metadata quorum on one node.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
     pub node_id: NodeId,
+    /// Voter, or observer (then `node_id` must not be in `voters`).
+    pub role: QuorumRole,
     /// Raft RPC listener (TCP), e.g. 127.0.0.1:9093; port 0 binds an ephemeral port
     /// (`Controller::local_addr` tells which).
     pub listen_addr: SocketAddr,
-    /// All voters including this node: node id → "host:port" of their raft listener.
+    /// All voters (including this node if it is one): node id → "host:port" of their raft
+    /// listener. An observer advertises its own listener address when it joins.
     pub voters: BTreeMap<NodeId, String>,
     /// The raft log, vote and snapshots live in `data_dir/metadata/`.
     pub data_dir: PathBuf,
@@ -107,6 +136,7 @@ impl ControllerConfig {
     ) -> ControllerConfig {
         ControllerConfig {
             node_id,
+            role: QuorumRole::Voter,
             listen_addr,
             voters,
             data_dir: data_dir.into(),
@@ -159,6 +189,7 @@ pub struct Controller {
 
 struct Inner {
     node_id: NodeId,
+    role: QuorumRole,
     raft: Raft,
     local_addr: SocketAddr,
     image_rx: watch::Receiver<Arc<MetadataImage>>,
@@ -232,8 +263,10 @@ impl Controller {
         listener: tokio::net::TcpListener,
     ) -> Result<Controller, ControllerError> {
         let node_id = config.node_id;
-        if !config.voters.contains_key(&node_id) {
-            return Err(ControllerError::NotAVoter { node_id });
+        match (config.role, config.voters.contains_key(&node_id)) {
+            (QuorumRole::Voter, false) => return Err(ControllerError::NotAVoter { node_id }),
+            (QuorumRole::Observer, true) => return Err(ControllerError::ObserverIsAVoter { node_id }),
+            _ => {}
         }
         let raft_config = Arc::new(config.raft_config()?);
         let local_addr =
@@ -266,6 +299,7 @@ impl Controller {
         let controller = Controller {
             inner: Arc::new(Inner {
                 node_id,
+                role: config.role,
                 metrics: raft.metrics(),
                 raft,
                 local_addr,
@@ -293,14 +327,16 @@ impl Controller {
             drop(inner);
             lifecycle::decision_loop(alive, rebalance).await;
         });
-        tracing::info!(node_id, %local_addr, voters = ?config.voters, "metadata controller started");
+        let (role, voters) = (config.role, &config.voters);
+        tracing::info!(node_id, ?role, %local_addr, ?voters, "metadata controller started");
         Ok(controller)
     }
 
-    /// The lowest voter initializes a pristine cluster; everyone else waits to be contacted.
+    /// The lowest voter initializes a pristine cluster; everyone else waits to be contacted (an
+    /// observer joins in `wait_ready`).
     async fn initialize_if_first(&self, config: &ControllerConfig) -> Result<(), ControllerError> {
         let lowest = config.voters.keys().next().copied();
-        if lowest != Some(self.inner.node_id) {
+        if config.role == QuorumRole::Observer || lowest != Some(self.inner.node_id) {
             return Ok(());
         }
         let raft = &self.inner.raft;
@@ -467,13 +503,17 @@ impl Controller {
 
     /// Waits until there is a leader and this node has applied everything the leader had committed
     /// when asked (a linearizable read point), so a restarted broker sees its topics before it
-    /// answers clients. Gives up with `Timeout` after `timeout`.
+    /// answers clients. An observer first joins the membership (on every start: a rejoin at the
+    /// same address changes nothing). Gives up with `Timeout` after `timeout`.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), ControllerError> {
         let deadline = Instant::now() + timeout;
         tokio::time::timeout_at(deadline, self.ready_until(deadline)).await.map_err(|_| ControllerError::Timeout)?
     }
 
     async fn ready_until(&self, deadline: Instant) -> Result<(), ControllerError> {
+        if self.inner.role == QuorumRole::Observer {
+            self.join_as_observer(deadline).await?;
+        }
         let mut metrics = self.inner.raft.metrics();
         loop {
             let leader = metrics.borrow_and_update().current_leader;
@@ -496,6 +536,65 @@ impl Controller {
             }
             self.wait_for_change(&mut metrics).await?;
         }
+    }
+
+    /// Asks the active controller to add this node to the membership as an observer at its raft
+    /// listener address, trying the configured voters in turn and following a `NotLeader` hint.
+    /// Until it is a member no leader replicates to it, so it could never catch up. Returns once
+    /// the leader has committed the membership that holds it (or found it already there).
+    async fn join_as_observer(&self, deadline: Instant) -> Result<(), ControllerError> {
+        let node_id = self.inner.node_id;
+        let addr = self.inner.local_addr.to_string();
+        let voters = self.inner.pool.configured_ids();
+        let mut next_voter = voters.iter().cycle();
+        let mut hint = None;
+        loop {
+            let Some(target) = hint.take().or_else(|| next_voter.next().copied()) else {
+                return Err(ControllerError::NotAVoter { node_id });
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(ControllerError::Timeout);
+            }
+            let attempt = remaining.min(JOIN_ATTEMPT_TIMEOUT);
+            let Some(target_addr) = self.peer_addr(target) else { continue };
+            let request =
+                RpcRequest::AddObserver { node_id, addr: addr.clone(), timeout_ms: attempt.as_millis() as u64 };
+            match self.inner.pool.call(target, &target_addr, &request, attempt, ConnPolicy::Pooled).await {
+                Ok(RpcResponse::AddObserver(Ok(()))) => {
+                    tracing::info!(node_id, leader = target, %addr, "joined the metadata quorum as an observer");
+                    return Ok(());
+                }
+                Ok(RpcResponse::AddObserver(Err(ForwardError::NotLeader { leader: Some(leader) })))
+                    if leader != target =>
+                {
+                    hint = Some(leader);
+                    continue;
+                }
+                Ok(RpcResponse::AddObserver(Err(ForwardError::IsAVoter { .. }))) => {
+                    return Err(ControllerError::ObserverIsAVoter { node_id })
+                }
+                Ok(RpcResponse::AddObserver(Err(e))) => {
+                    tracing::debug!(target, error = %e, "voter could not add this observer yet")
+                }
+                Ok(_) => tracing::debug!(target, "unexpected answer to a join request"),
+                Err(e) => tracing::debug!(target, error = %e, "join request failed"),
+            }
+            // No leader known there (an election, or it is down): do not spin through the voters.
+            tokio::time::sleep(RETRY_BACKOFF.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    /// The quorum's voters and observers as this node knows them.
+    pub fn quorum(&self) -> QuorumMembers {
+        let metrics = self.inner.metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        QuorumMembers { voters: membership.voter_ids().collect(), observers: membership.learner_ids().collect() }
+    }
+
+    /// Voter or observer.
+    pub fn role(&self) -> QuorumRole {
+        self.inner.role
     }
 
     /// Asks `leader` for a read index; `None` if it could not answer (retry later).

@@ -1,4 +1,5 @@
-//! Raft RPCs between metadata voters over TCP: the wire format and the client side.
+//! Raft RPCs between metadata quorum members (voters and observers) over TCP: the wire format
+//! and the client side.
 //!
 //! Owns: the framing (`[u32 BE length][JSON]`, at most `MAX_FRAME_BYTES` either way), the request
 //! and response vocabulary (`RpcRequest`/`RpcResponse` in an `Envelope` naming sender and
@@ -114,6 +115,13 @@ pub(crate) enum RpcRequest {
         broker_epoch: i64,
         want_shutdown: bool,
     },
+    /// A broker-only node asks to be added to the membership as an observer (an openraft
+    /// learner) at `addr`, its raft listener (answered only by the leader).
+    AddObserver {
+        node_id: NodeId,
+        addr: String,
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -124,6 +132,7 @@ pub(crate) enum RpcResponse {
     Propose(Result<Proposed, ForwardError>),
     ReadIndex(Result<Option<u64>, ForwardError>),
     BrokerHeartbeat(Result<(), ForwardError>),
+    AddObserver(Result<(), ForwardError>),
     /// The envelope named another node: addresses are misconfigured.
     WrongNode {
         node_id: NodeId,
@@ -147,6 +156,9 @@ pub(crate) enum ForwardError {
     Timeout,
     #[error("the leader is shutting down")]
     Shutdown,
+    /// An observer asked to join with the id of a voter: the configuration is wrong.
+    #[error("node {node_id} is a voter, it cannot join as an observer")]
+    IsAVoter { node_id: NodeId },
     #[error("{message}")]
     Failed { message: String },
 }
@@ -219,6 +231,11 @@ impl PeerPool {
 
     pub(crate) fn configured_addr(&self, node_id: NodeId) -> Option<&str> {
         self.addrs.get(&node_id).map(String::as_str)
+    }
+
+    /// The node ids with a configured address (the voters).
+    pub(crate) fn configured_ids(&self) -> Vec<NodeId> {
+        self.addrs.keys().copied().collect()
     }
 
     fn take_idle(&self, target: NodeId) -> Option<Conn> {

@@ -1,8 +1,8 @@
-//! The raft RPC listener of one metadata voter.
+//! The raft RPC listener of one metadata quorum member (voter or observer).
 //!
 //! Owns: accepting peer connections on the raft listener and serving their requests in order:
-//! raft RPCs go to the local raft node; forwarded proposals and read-index requests are served only
-//! if this node is the leader.
+//! raft RPCs go to the local raft node; forwarded proposals, read-index requests, heartbeats and
+//! observers' join requests are served only if this node is the leader.
 //! Invariant: bounded everywhere: at most `MAX_CONNECTIONS` connections, frames of at most
 //! `network::MAX_FRAME_BYTES`, idle connections closed after `IDLE_TIMEOUT`. A malformed frame or
 //! request closes that connection only; nothing a peer sends can stop the listener.
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
+use openraft::{BasicNode, ChangeMembers};
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -140,6 +141,9 @@ async fn dispatch(raft: &Raft, leases: &Leases, node_id: NodeId, body: RpcReques
         RpcRequest::ReadIndex { timeout_ms } => {
             RpcResponse::ReadIndex(read_index_as_leader(raft, forward_timeout(timeout_ms)).await)
         }
+        RpcRequest::AddObserver { node_id: observer, addr, timeout_ms } => RpcResponse::AddObserver(
+            add_observer_as_leader(raft, node_id, observer, addr, forward_timeout(timeout_ms)).await,
+        ),
     }
 }
 
@@ -182,6 +186,63 @@ pub(crate) async fn read_index_as_leader(raft: &Raft, timeout: Duration) -> Resu
             Err(ForwardError::NotLeader { leader: f.leader_id })
         }
         Ok(Err(RaftError::APIError(e @ CheckIsLeaderError::QuorumNotEnough(_)))) => {
+            Err(ForwardError::Failed { message: e.to_string() })
+        }
+        Ok(Err(RaftError::Fatal(f))) => Err(fatal_to_forward(f)),
+    }
+}
+
+/// Adds `observer` to the membership as a learner at `addr` if this node is the leader. Rejoining
+/// at the address already stored writes nothing; a new address replaces the stored one. The
+/// voters are never touched: a learner is only a node of the membership, outside every voter set.
+async fn add_observer_as_leader(
+    raft: &Raft,
+    my_id: NodeId,
+    observer: NodeId,
+    addr: String,
+    timeout: Duration,
+) -> Result<(), ForwardError> {
+    let (leader, is_voter, stored_addr) = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let is_voter = membership.voter_ids().any(|id| id == observer);
+        (metrics.current_leader, is_voter, membership.get_node(&observer).map(|n| n.addr.clone()))
+    };
+    if leader != Some(my_id) {
+        return Err(ForwardError::NotLeader { leader });
+    }
+    if is_voter {
+        return Err(ForwardError::IsAVoter { node_id: observer });
+    }
+    let change = match stored_addr {
+        Some(stored) if stored == addr => return Ok(()),
+        Some(_) => raft.change_membership(ChangeMembers::SetNodes([(observer, BasicNode::new(addr))].into()), true),
+        None => {
+            tracing::info!(observer, %addr, "adding an observer to the metadata quorum");
+            // Not blocking: the observer's own `wait_ready` waits until it caught up.
+            return membership_result(
+                tokio::time::timeout(timeout, raft.add_learner(observer, BasicNode::new(addr), false)).await,
+            );
+        }
+    };
+    membership_result(tokio::time::timeout(timeout, change).await)
+}
+
+type MembershipWrite = Result<
+    openraft::raft::ClientWriteResponse<super::raft_types::TypeConfig>,
+    RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+>;
+
+fn membership_result(result: Result<MembershipWrite, tokio::time::error::Elapsed>) -> Result<(), ForwardError> {
+    match result {
+        Err(_) => Err(ForwardError::Timeout),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            Err(ForwardError::NotLeader { leader: f.leader_id })
+        }
+        // E.g. another membership change still in flight: the observer retries.
+        Ok(Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_)))) => {
             Err(ForwardError::Failed { message: e.to_string() })
         }
         Ok(Err(RaftError::Fatal(f))) => Err(fatal_to_forward(f)),

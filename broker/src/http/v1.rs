@@ -25,6 +25,9 @@ pub struct Node {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Kafka's `process.roles` of the node: `broker`, and `controller` for a voter of the
+    /// metadata quorum (a broker-only node has `broker` alone).
+    pub roles: Vec<&'static str>,
     pub is_controller: bool,
     /// `live`, or `fenced` (its session expired, it shut down, or it has just registered).
     pub state: &'static str,
@@ -39,6 +42,8 @@ pub struct Cluster {
     pub node_id: u64,
     /// Leader of the metadata quorum.
     pub controller_id: Option<u64>,
+    /// Voters of the metadata quorum, as the answering node knows its membership.
+    pub voters: Vec<u64>,
     pub version: String,
     pub uptime_ms: u64,
     pub nodes: Vec<Node>,
@@ -61,12 +66,14 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
     let broker = &http.broker;
     let image = broker.controller.image();
     let controller_id = broker.controller.leader_id();
+    let quorum = broker.controller.quorum();
     let partitions = image.topics.values().flat_map(|t| &t.partitions);
     let rates = broker.metrics.rates();
     Json(Cluster {
         cluster_id: broker.settings.cluster_id.clone(),
         node_id: broker.settings.node_id,
         controller_id,
+        voters: quorum.voters.iter().copied().collect(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         uptime_ms: broker.metrics.uptime_ms(),
         nodes: image
@@ -77,6 +84,7 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
                 host: b.host.clone(),
                 port: b.port,
                 rack: b.rack.clone(),
+                roles: if quorum.voters.contains(&b.node_id) { vec!["broker", "controller"] } else { vec!["broker"] },
                 is_controller: Some(b.node_id) == controller_id,
                 state: if b.fenced { "fenced" } else { "live" },
                 broker_epoch: b.broker_epoch,

@@ -66,6 +66,7 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
         | ControllerError::DataDirLocked { .. }
         | ControllerError::Corrupt { .. }
         | ControllerError::NotAVoter { .. }
+        | ControllerError::ObserverIsAVoter { .. }
         | ControllerError::InvalidConfig(_)
         | ControllerError::Raft(_) => ResponseError::UnknownServerError,
     }
