@@ -9,23 +9,31 @@
 //! not wait for a poll); records of a partition are returned only while it is assigned, and
 //! positions only move forward by what a response returned (or by an explicit seek); the
 //! number of instances is bounded and idle ones expire after `consumer.instance.timeout.ms`.
+//!
+//! On a cluster an instance lives on the node that created it (its `base_uri` names that node);
+//! its group calls go to the group's coordinator and its fetches and offset look-ups to each
+//! partition's leader, in process when that is this node, else forwarded to that broker.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
 use kafka_protocol::messages::{
-    consumer_protocol_assignment, fetch_request, join_group_request, leave_group_request, offset_commit_request,
-    offset_fetch_request, sync_group_request, BrokerId, ConsumerProtocolAssignment, ConsumerProtocolSubscription,
-    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+    consumer_protocol_assignment, fetch_request, join_group_request, leave_group_request, list_offsets_request,
+    offset_commit_request, offset_fetch_request, sync_group_request, BrokerId, ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use tokio::sync::{watch, Notify};
 
 use super::error::{ApiError, ApiResult};
+use super::kafka::Route;
 use super::records::{self, ReadRecord};
 use super::{kafka, Http, LONG_POLL_MAX_MS};
 use crate::server::handlers::{self, str_bytes, topic_name};
@@ -35,6 +43,27 @@ const MAX_INSTANCES: usize = 1_000;
 const SESSION_TIMEOUT_MS: i32 = 30_000;
 const REBALANCE_TIMEOUT_MS: i32 = 30_000;
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// How long a forwarded JoinGroup/SyncGroup may stay parked on the coordinator: the rebalance
+/// timeout, the first rebalance's delay, and room for the answer.
+const REBALANCE_CALL_TIMEOUT: Duration = Duration::from_millis(REBALANCE_TIMEOUT_MS as u64 + 15_000);
+/// Any other forwarded group or offsets call (an offset commit waits up to 5 s for the ISR).
+const GROUP_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A group request on the group's coordinator (the leader of its `__consumer_offsets`
+/// partition): handler `$handler` in process when that is this node (or no coordinator is known
+/// yet, so the handler answers what Kafka answers), else the same request forwarded to it.
+macro_rules! on_coordinator {
+    ($http:expr, $group:expr, $handler:ident, $api:expr, $request:expr, $timeout:expr) => {{
+        let http: &Http = $http;
+        let request = $request;
+        match kafka::coordinator_route(http.broker.settings.node_id, &http.broker.controller.image(), $group) {
+            Route::Here => handlers::$handler::handle(&http.broker, &kafka::header($api), request)
+                .await
+                .ok_or_else(|| ApiError::internal(concat!(stringify!($handler), " returned no response"))),
+            Route::Peer(node) => kafka::forward(http, node, $api, &request, $timeout).await,
+        }
+    }};
+}
 /// Confluent's `consumer.instance.timeout.ms` default.
 pub const INSTANCE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// Confluent's `consumer.request.timeout.ms` default: how long a poll waits for records.
@@ -324,25 +353,82 @@ async fn initial_positions(
 ) -> ApiResult<HashMap<TopicPartition, i64>> {
     let committed = fetch_committed(http, &instance.group, partitions).await?;
     let mut positions = HashMap::new();
+    let mut uncommitted = Vec::new();
     for tp in partitions {
-        let position = match committed.get(tp) {
-            Some((offset, _)) if *offset >= 0 => Some(*offset),
-            _ => reset_position(http, tp, instance.settings.offset_reset),
-        };
-        if let Some(position) = position {
-            positions.insert(tp.clone(), position);
+        match committed.get(tp) {
+            Some((offset, _)) if *offset >= 0 => {
+                positions.insert(tp.clone(), *offset);
+            }
+            _ => uncommitted.push(tp.clone()),
         }
     }
+    positions.extend(reset_positions(http, &uncommitted, instance.settings.offset_reset).await);
     Ok(positions)
 }
 
-fn reset_position(http: &Http, (topic, partition): &TopicPartition, reset: OffsetReset) -> Option<i64> {
-    let hosted = u32::try_from(*partition).ok().and_then(|p| http.broker.replicas.get(topic, p))?;
-    match reset {
-        OffsetReset::Earliest => Some(hosted.log_start_offset()),
-        OffsetReset::Latest => Some(hosted.high_watermark()),
-        OffsetReset::None => None,
+/// Where `partitions` start under `reset`, asked of each partition's leader with ListOffsets:
+/// its log start offset (earliest) or high watermark (latest). Partitions whose leader did not
+/// answer (moving, unreachable) and every partition under reset none are left out.
+async fn reset_positions(
+    http: &Http,
+    partitions: &[TopicPartition],
+    reset: OffsetReset,
+) -> HashMap<TopicPartition, i64> {
+    let timestamp = match reset {
+        OffsetReset::Earliest => -2,
+        OffsetReset::Latest => -1,
+        OffsetReset::None => return HashMap::new(),
+    };
+    let node_id = http.broker.settings.node_id;
+    let image = http.broker.controller.image();
+    let mut legs: BTreeMap<Route, BTreeMap<&str, Vec<i32>>> = BTreeMap::new();
+    for (topic, partition) in partitions {
+        let route = kafka::leader_route(node_id, &image, topic, *partition);
+        legs.entry(route).or_default().entry(topic.as_str()).or_default().push(*partition);
     }
+    let calls = legs.into_iter().map(|(route, topics)| async move {
+        let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, ps)| {
+                    list_offsets_request::ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
+                        ps.into_iter()
+                            .map(|p| {
+                                list_offsets_request::ListOffsetsPartition::default()
+                                    .with_partition_index(p)
+                                    .with_current_leader_epoch(-1)
+                                    .with_timestamp(timestamp)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        );
+        match route {
+            Route::Here => handlers::list_offsets::handle(&http.broker, &kafka::header(kafka::LIST_OFFSETS), request)
+                .await
+                .ok_or_else(|| ApiError::internal("ListOffsets returned no response")),
+            Route::Peer(node) => kafka::forward(http, node, kafka::LIST_OFFSETS, &request, GROUP_CALL_TIMEOUT).await,
+        }
+    });
+    let mut positions = HashMap::new();
+    for answer in futures_util::future::join_all(calls).await {
+        let response = match answer {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::debug!(error = %e.message, "HTTP consumer offset look-up failed");
+                continue;
+            }
+        };
+        for topic in response.topics {
+            for p in topic.partitions {
+                if p.error_code == 0 && p.offset >= 0 {
+                    positions.insert((topic.name.0.to_string(), p.partition_index), p.offset);
+                }
+            }
+        }
+    }
+    positions
 }
 
 /// Moves positions (assigned partitions only).
@@ -366,12 +452,17 @@ pub fn seek(instance: &Instance, offsets: Vec<(TopicPartition, i64)>) -> ApiResu
     Ok(())
 }
 
-pub fn seek_to(http: &Http, instance: &Instance, partitions: Vec<TopicPartition>, reset: OffsetReset) -> ApiResult<()> {
+pub async fn seek_to(
+    http: &Http,
+    instance: &Instance,
+    partitions: Vec<TopicPartition>,
+    reset: OffsetReset,
+) -> ApiResult<()> {
+    let mut found = reset_positions(http, &partitions, reset).await;
     let offsets = partitions
         .into_iter()
         .map(|tp| {
-            let offset =
-                reset_position(http, &tp, reset).ok_or_else(|| ApiError::unknown_partition(&tp.0, tp.1 as i64))?;
+            let offset = found.remove(&tp).ok_or_else(|| ApiError::unknown_partition(&tp.0, tp.1 as i64))?;
             Ok((tp, offset))
         })
         .collect::<ApiResult<Vec<_>>>()?;
@@ -407,6 +498,7 @@ pub async fn poll(
         commit_consumed(http, instance).await?;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms.min(LONG_POLL_MAX_MS));
+    position_unpositioned(http, instance).await;
     loop {
         let changed = instance.changed.notified();
         let (epoch, positions) = {
@@ -434,16 +526,15 @@ pub async fn poll(
                 _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
             }
         }
-        let request = fetch_request(&positions, remaining.as_millis() as i32, max_bytes);
-        let response = tokio::select! {
-            response = super::v1::fetch(http, request) => response?,
+        let responses = tokio::select! {
+            responses = fetch_from_leaders(http, &positions, remaining.as_millis() as i32, max_bytes) => responses?,
             _ = changed => continue,
         };
         let mut polled = Vec::new();
         let mut advanced: Vec<(TopicPartition, i64)> = Vec::new();
         let mut out_of_range: Vec<TopicPartition> = Vec::new();
         let mut budget = max_bytes;
-        for topic in response.responses {
+        for topic in responses {
             let name = topic.topic.0.to_string();
             for data in topic.partitions {
                 let tp = (name.clone(), data.partition_index);
@@ -480,6 +571,7 @@ pub async fn poll(
                 }
             }
         }
+        let mut resets = reset_positions(http, &out_of_range, instance.settings.offset_reset).await;
         {
             let mut state = instance.lock();
             if state.epoch != epoch {
@@ -491,7 +583,7 @@ pub async fn poll(
                 state.consumed.insert(tp.clone(), *next);
             }
             for tp in &out_of_range {
-                match reset_position(http, tp, instance.settings.offset_reset) {
+                match resets.remove(tp) {
                     Some(position) => {
                         state.positions.insert(tp.clone(), position);
                     }
@@ -509,6 +601,95 @@ pub async fn poll(
         if !polled.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(polled);
         }
+    }
+}
+
+/// Gives assigned partitions that have no position yet (their leader could not be asked when
+/// they were assigned) one: the committed offset, else the reset policy. Skipped under reset
+/// none, where a missing position fails the poll.
+async fn position_unpositioned(http: &Http, instance: &Instance) {
+    if instance.settings.offset_reset == OffsetReset::None {
+        return;
+    }
+    let (epoch, missing) = {
+        let state = instance.lock();
+        let missing: Vec<TopicPartition> =
+            state.assignment.iter().filter(|tp| !state.positions.contains_key(*tp)).cloned().collect();
+        (state.epoch, missing)
+    };
+    if missing.is_empty() {
+        return;
+    }
+    let Ok(found) = initial_positions(http, instance, &missing).await else { return };
+    let mut state = instance.lock();
+    if state.epoch == epoch {
+        for (tp, position) in found {
+            state.positions.entry(tp).or_insert(position);
+        }
+    }
+}
+
+/// Fetches `positions` from their leaders: one Fetch per leading broker (in process for this
+/// node), all at once, each parked up to `max_wait_ms`. Returns as soon as one answers with
+/// records or errors, with whatever the others have answered by then (the rest are dropped:
+/// nothing was returned from them, so no position moves for them). A broker that cannot be
+/// reached is left out unless every one fails.
+async fn fetch_from_leaders(
+    http: &Http,
+    positions: &[(TopicPartition, i64)],
+    max_wait_ms: i32,
+    max_bytes: usize,
+) -> ApiResult<Vec<FetchableTopicResponse>> {
+    let node_id = http.broker.settings.node_id;
+    let image = http.broker.controller.image();
+    let mut legs: BTreeMap<Route, Vec<(TopicPartition, i64)>> = BTreeMap::new();
+    for (tp, offset) in positions {
+        legs.entry(kafka::leader_route(node_id, &image, &tp.0, tp.1)).or_default().push((tp.clone(), *offset));
+    }
+    let mut pending: FuturesUnordered<_> = legs
+        .into_iter()
+        .map(|(route, positions)| async move {
+            let request = fetch_request(&positions, max_wait_ms, max_bytes);
+            match route {
+                Route::Here => super::v1::fetch(http, request).await,
+                Route::Peer(node) => {
+                    let timeout = Duration::from_millis(max_wait_ms.max(0) as u64) + Duration::from_secs(5);
+                    kafka::forward(http, node, kafka::FETCH, &request, timeout).await
+                }
+            }
+        })
+        .collect();
+    let mut topics = Vec::new();
+    let mut first_error = None;
+    let mut answered = false;
+    while let Some(answer) = pending.next().await {
+        match answer {
+            Ok(response) => {
+                answered = true;
+                let ready = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .any(|p| p.error_code != 0 || p.records.as_ref().is_some_and(|r| !r.is_empty()));
+                topics.extend(response.responses);
+                if ready {
+                    while let Some(Some(answer)) = pending.next().now_or_never() {
+                        if let Ok(response) = answer {
+                            topics.extend(response.responses);
+                        }
+                    }
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.message, "HTTP consumer fetch from a leader failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) if !answered => Err(e),
+        _ => Ok(topics),
     }
 }
 
@@ -576,9 +757,8 @@ pub async fn commit(http: &Http, instance: &Instance, offsets: Vec<(TopicPartiti
                 .collect(),
         );
     ensure_coordinator(http, &instance.group).await;
-    let response = handlers::offset_commit::handle(&http.broker, &kafka::header(kafka::OFFSET_COMMIT), request)
-        .await
-        .ok_or_else(|| ApiError::internal("OffsetCommit returned no response"))?;
+    let response =
+        on_coordinator!(http, &instance.group, offset_commit, kafka::OFFSET_COMMIT, request, GROUP_CALL_TIMEOUT)?;
     for topic in response.topics {
         for p in topic.partitions {
             if p.error_code != 0 {
@@ -640,9 +820,7 @@ pub async fn fetch_committed(
             .collect(),
     ));
     ensure_coordinator(http, group).await;
-    let response = handlers::offset_fetch::handle(&http.broker, &kafka::header(kafka::OFFSET_FETCH), request)
-        .await
-        .ok_or_else(|| ApiError::internal("OffsetFetch returned no response"))?;
+    let response = on_coordinator!(http, group, offset_fetch, kafka::OFFSET_FETCH, request, GROUP_CALL_TIMEOUT)?;
     if response.error_code != 0 {
         return Err(ApiError::kafka_code(response.error_code, Some(&format!("offsets of group '{group}'"))));
     }
@@ -670,7 +848,7 @@ async fn leave(http: &Http, group: &str, member_id: &str) {
     let request = LeaveGroupRequest::default()
         .with_group_id(GroupId(str_bytes(group)))
         .with_members(vec![leave_group_request::MemberIdentity::default().with_member_id(str_bytes(member_id))]);
-    let _ = handlers::leave_group::handle(&http.broker, &kafka::header(kafka::LEAVE_GROUP), request).await;
+    let _ = on_coordinator!(http, group, leave_group, kafka::LEAVE_GROUP, request, GROUP_CALL_TIMEOUT);
 }
 
 /// Kafka's embedded protocol encoding: a big-endian i16 version, then the message.
@@ -838,9 +1016,9 @@ async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
             .with_member_id(str_bytes(&member_id))
             .with_protocol_type(StrBytes::from_static_str("consumer"))
             .with_protocols(protocols.clone());
-        let response = handlers::join_group::handle(&http.broker, &kafka::header(kafka::JOIN_GROUP), request)
-            .await
-            .ok_or("JoinGroup returned no response")?;
+        let response =
+            on_coordinator!(http, &instance.group, join_group, kafka::JOIN_GROUP, request, REBALANCE_CALL_TIMEOUT)
+                .map_err(|e| format!("JoinGroup: {}", e.message))?;
         match ResponseError::try_from_code(response.error_code) {
             None => break response,
             Some(ResponseError::MemberIdRequired) => member_id = response.member_id.to_string(),
@@ -881,9 +1059,8 @@ async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
         .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
         .with_protocol_name(Some(str_bytes(&protocol)))
         .with_assignments(assignments);
-    let synced = handlers::sync_group::handle(&http.broker, &kafka::header(kafka::SYNC_GROUP), request)
-        .await
-        .ok_or("SyncGroup returned no response")?;
+    let synced = on_coordinator!(http, &instance.group, sync_group, kafka::SYNC_GROUP, request, REBALANCE_CALL_TIMEOUT)
+        .map_err(|e| format!("SyncGroup: {}", e.message))?;
     if synced.error_code != 0 {
         // Keep the member id: the next join is a rejoin of the same member.
         instance.lock().member_id = member_id;
@@ -923,10 +1100,12 @@ async fn heartbeat_until_rebalance(http: &Http, instance: &Instance, stop: &mut 
             .with_group_id(GroupId(str_bytes(&instance.group)))
             .with_generation_id(generation)
             .with_member_id(str_bytes(&member_id));
-        let Some(response) = handlers::heartbeat::handle(&http.broker, &kafka::header(kafka::HEARTBEAT), request).await
-        else {
-            continue;
-        };
+        let response =
+            match on_coordinator!(http, &instance.group, heartbeat, kafka::HEARTBEAT, request, GROUP_CALL_TIMEOUT) {
+                Ok(response) => response,
+                // The coordinator is unreachable or moving: rejoin, which finds the new one.
+                Err(_) => return Step::Rejoin,
+            };
         match ResponseError::try_from_code(response.error_code) {
             None => {}
             Some(ResponseError::RebalanceInProgress) => return Step::Rejoin,

@@ -102,6 +102,18 @@ impl ApiError {
         ApiError::new(status, error_code, message)
     }
 
+    /// A broker this node forwarded a request to (the partition's leader, the group's
+    /// coordinator) could not be reached or gave no answer in time: retriable, as Kafka's
+    /// NETWORK_EXCEPTION and REQUEST_TIMED_OUT are.
+    pub fn peer(error: &crate::peer::PeerError) -> ApiError {
+        match error {
+            crate::peer::PeerError::Timeout { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, 50401, format!("forwarded request: {error}"))
+            }
+            _ => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, 50301, format!("forwarded request: {error}")),
+        }
+    }
+
     /// A Kafka error code as returned in a response field.
     pub fn kafka_code(code: i16, detail: Option<&str>) -> ApiError {
         match ResponseError::try_from_code(code) {

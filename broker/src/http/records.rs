@@ -4,16 +4,21 @@
 //! batches back into records.
 //!
 //! HTTP records take the same path as a Kafka client's: they become one RecordBatch per
-//! partition and go through `handlers::produce` (same validation, same metrics, same acks).
+//! partition and go through `handlers::produce` (same validation, same metrics, same acks) on
+//! this node for the partitions it leads, and as a Produce request to the leader for the others.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::ProduceRequest;
+use kafka_protocol::ResponseError;
 
 use super::error::{ApiError, ApiResult};
+use super::kafka::Route;
 use super::{kafka, Http};
 use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{now_ms, Compression};
@@ -89,19 +94,16 @@ pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiRes
         layout.push((partition, indices));
     }
     if !partition_data.is_empty() {
-        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-            TopicProduceData::default().with_name(handlers::topic_name(topic)).with_partition_data(partition_data),
-        ]);
-        let response = handlers::produce::handle(&http.broker, &kafka::header(kafka::PRODUCE), request)
-            .await
-            .ok_or_else(|| ApiError::internal("produce returned no response"))?;
-        let answers = response.responses.into_iter().flat_map(|t| t.partition_responses);
-        for ((partition, indices), answer) in layout.into_iter().zip(answers) {
+        let mut answers = produce_on_leaders(http, topic, partition_data).await.into_iter();
+        for (partition, indices) in layout {
+            let answer = answers.next().unwrap_or_else(|| Err(ApiError::internal("partition was not answered")));
             for (n, &i) in indices.iter().enumerate() {
-                results[i] = Some(if answer.error_code != 0 {
-                    Err(ApiError::kafka_code(answer.error_code, answer.error_message.as_deref()))
-                } else {
-                    Ok(Appended {
+                results[i] = Some(match &answer {
+                    Err(e) => Err(e.clone()),
+                    Ok(answer) if answer.error_code != 0 => {
+                        Err(ApiError::kafka_code(answer.error_code, answer.error_message.as_deref()))
+                    }
+                    Ok(answer) => Ok(Appended {
                         partition,
                         offset: answer.base_offset + n as i64,
                         timestamp: if answer.log_append_time_ms >= 0 {
@@ -109,12 +111,108 @@ pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiRes
                         } else {
                             records[i].timestamp.unwrap_or(now)
                         },
-                    })
+                    }),
                 });
             }
         }
     }
     Ok(results.into_iter().map(|r| r.unwrap_or_else(|| Err(ApiError::internal("record was not answered")))).collect())
+}
+
+/// How long a produce may wait for acks=all, here or on the leader it is forwarded to.
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+/// Produces each partition's batch (acks=all) on its leader: partitions led here through the
+/// in-process handler, the others as one Produce request per leading broker, all at once. A
+/// partition answered NOT_LEADER_OR_FOLLOWER (leadership moved in between) is sent once more,
+/// to the leader that answer or the image now names. One answer per partition, in order.
+async fn produce_on_leaders(
+    http: &Http,
+    topic: &str,
+    partitions: Vec<PartitionProduceData>,
+) -> Vec<ApiResult<PartitionProduceResponse>> {
+    let node_id = http.broker.settings.node_id;
+    let image = http.broker.controller.image();
+    let routes: Vec<Route> = partitions.iter().map(|p| kafka::leader_route(node_id, &image, topic, p.index)).collect();
+    let mut answers = produce_routed(http, topic, &partitions, &routes).await;
+    let moved: Vec<usize> = (0..partitions.len())
+        .filter(|&i| matches!(&answers[i], Ok(a) if a.error_code == ResponseError::NotLeaderOrFollower.code()))
+        .collect();
+    if moved.is_empty() {
+        return answers;
+    }
+    let image = http.broker.controller.image();
+    let retry: Vec<PartitionProduceData> = moved.iter().map(|&i| partitions[i].clone()).collect();
+    let retry_routes: Vec<Route> = moved
+        .iter()
+        .map(|&i| {
+            let named = answers[i].as_ref().ok().map_or(-1, |a| a.current_leader.leader_id.0);
+            match u64::try_from(named) {
+                Ok(leader) if leader == node_id => Route::Here,
+                Ok(leader) if image.brokers.contains_key(&leader) => Route::Peer(leader),
+                _ => kafka::leader_route(node_id, &image, topic, partitions[i].index),
+            }
+        })
+        .collect();
+    let retried = produce_routed(http, topic, &retry, &retry_routes).await;
+    for (i, answer) in moved.into_iter().zip(retried) {
+        answers[i] = answer;
+    }
+    answers
+}
+
+/// One Produce request per route, run concurrently; answers in the order of `partitions`.
+async fn produce_routed(
+    http: &Http,
+    topic: &str,
+    partitions: &[PartitionProduceData],
+    routes: &[Route],
+) -> Vec<ApiResult<PartitionProduceResponse>> {
+    let mut legs: BTreeMap<Route, Vec<usize>> = BTreeMap::new();
+    for (i, route) in routes.iter().enumerate() {
+        legs.entry(*route).or_default().push(i);
+    }
+    let calls = legs.into_iter().map(|(route, members)| async move {
+        let request =
+            ProduceRequest::default().with_acks(-1).with_timeout_ms(PRODUCE_TIMEOUT_MS).with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(handlers::topic_name(topic))
+                    .with_partition_data(members.iter().map(|&i| partitions[i].clone()).collect()),
+            ]);
+        let response = match route {
+            Route::Here => handlers::produce::handle(&http.broker, &kafka::header(kafka::PRODUCE), request)
+                .await
+                .ok_or_else(|| ApiError::internal("produce returned no response")),
+            Route::Peer(node) => {
+                // The leader waits up to the request's timeout for acks=all; give the answer
+                // time to arrive after that.
+                let timeout = Duration::from_millis(PRODUCE_TIMEOUT_MS as u64) + Duration::from_secs(5);
+                kafka::forward(http, node, kafka::PRODUCE, &request, timeout).await
+            }
+        };
+        (members, response)
+    });
+    let mut answers: Vec<Option<ApiResult<PartitionProduceResponse>>> = vec![None; partitions.len()];
+    for (members, response) in futures_util::future::join_all(calls).await {
+        match response {
+            Ok(response) => {
+                let mut by_index: BTreeMap<i32, PartitionProduceResponse> =
+                    response.responses.into_iter().flat_map(|t| t.partition_responses).map(|p| (p.index, p)).collect();
+                for i in members {
+                    answers[i] = by_index.remove(&partitions[i].index).map(Ok);
+                }
+            }
+            Err(e) => {
+                for i in members {
+                    answers[i] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(ApiError::internal("the leader did not answer for the partition"))))
+        .collect()
 }
 
 /// Decodes the records of fetched batches at or after `from_offset`, at most `limit` of them

@@ -504,7 +504,7 @@ pub async fn seek_to_beginning(
 ) -> ApiResult<StatusCode> {
     let instance = consumer::get(&http, &group, &name)?;
     let partitions = list.partitions.into_iter().map(|p| (p.topic, p.partition)).collect();
-    consumer::seek_to(&http, &instance, partitions, OffsetReset::Earliest)?;
+    consumer::seek_to(&http, &instance, partitions, OffsetReset::Earliest).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -518,6 +518,6 @@ pub async fn seek_to_end(
 ) -> ApiResult<StatusCode> {
     let instance = consumer::get(&http, &group, &name)?;
     let partitions = list.partitions.into_iter().map(|p| (p.topic, p.partition)).collect();
-    consumer::seek_to(&http, &instance, partitions, OffsetReset::Latest)?;
+    consumer::seek_to(&http, &instance, partitions, OffsetReset::Latest).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -5,6 +5,10 @@
 //! the batch since the last commit is processed again (at-least-once, duplicates possible).
 //! Guest calls run on the blocking pool (a call may take up to its deadline); the instance is
 //! moved there and back, never shared.
+//!
+//! An output partition led by this node is appended here; one led by another broker gets the
+//! batch as a Produce request (acks=all) over the peer client. Either way the batch counts as
+//! written only once the output partition's high watermark passed it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +20,11 @@ use runnel_runtime::{
 };
 use tokio::sync::watch;
 
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
 use crate::group::offsets::CommittedOffset;
@@ -24,6 +33,7 @@ use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;
 use crate::partition::{Acks, FirstBatch, Partition, PartitionError};
+use crate::peer::PeerError;
 
 /// Bytes read from the input per guest batch: sized from the records seen so far so that one
 /// read holds about `batch_records_max` records (a fixed large read would be re-read and mostly
@@ -35,6 +45,10 @@ const RECORD_OVERHEAD_BYTES: f64 = 16.0;
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How long an output append waits for acks=all (here, or on the leader it is sent to).
+const OUTPUT_TIMEOUT_MS: i32 = 30_000;
+/// The Produce version outputs are sent to other leaders with.
+const PRODUCE_VERSION: i16 = 10;
 
 pub(super) struct Worker {
     pub host: Arc<Host>,
@@ -58,6 +72,10 @@ enum BatchFailure {
         #[source]
         source: PartitionError,
     },
+    #[error("output topic '{topic}' partition {partition}: its leader answered {}", error_name(*code))]
+    Rejected { topic: String, partition: i32, code: i16 },
+    #[error("output to another broker: {0}")]
+    Peer(#[from] PeerError),
     #[error("output topic '{0}' does not exist or is not hosted here")]
     MissingOutput(String),
     #[error("output record targets partition {partition} of '{topic}', which has {count}")]
@@ -78,7 +96,10 @@ impl BatchFailure {
             BatchFailure::Guest(_) | BatchFailure::BadPartition { .. } | BatchFailure::MissingOutput(_) => {
                 "invalid_output"
             }
-            BatchFailure::Append { .. } | BatchFailure::Encode(_) => "append",
+            BatchFailure::Append { .. }
+            | BatchFailure::Rejected { .. }
+            | BatchFailure::Peer(_)
+            | BatchFailure::Encode(_) => "append",
         }
     }
 }
@@ -280,7 +301,7 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.memory_bytes = current.memory_bytes() as u64);
         metrics.transform_memory_bytes.with_label_values(&labels).set(current.memory_bytes() as i64);
         let outcome = match result {
-            Ok(output) => append_outputs(&w, &output).map(|written| (written, output.data.len() as u64)),
+            Ok(output) => append_outputs(&w, &output).await.map(|written| (written, output.data.len() as u64)),
             Err(e) => Err(BatchFailure::Guest(e)),
         };
         match outcome {
@@ -331,7 +352,7 @@ pub(super) async fn run(mut w: Worker) {
                         w.update(|s| s.skipped += records_in);
                         position = next;
                     }
-                    ErrorPolicy::DeadLetter { topic } => match dead_letter(&w, topic, &batch, &failure) {
+                    ErrorPolicy::DeadLetter { topic } => match dead_letter(&w, topic, &batch, &failure).await {
                         Ok(()) => {
                             w.update(|s| s.dead_lettered += records_in);
                             position = next;
@@ -409,7 +430,7 @@ fn decode(partition: i32, bytes: Bytes, position: i64, max_records: usize) -> (I
 
 /// Appends the guest's output records, one batch per (topic, partition); returns the number of
 /// records written.
-fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure> {
+async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure> {
     let spec = &w.transform.spec;
     let now = now_ms();
     let mut targets: BTreeMap<(u32, i32), BatchBuilder> = BTreeMap::new();
@@ -453,31 +474,133 @@ fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure>
         );
     }
     let mut written = 0u64;
+    let mut batches = Vec::with_capacity(targets.len());
     for ((topic_index, partition), builder) in targets {
-        let topic = &spec.output_topics[topic_index as usize];
+        let topic = spec.output_topics[topic_index as usize].clone();
         let records = builder.len() as u64;
         let batch = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
-        append(w, topic, partition, batch.into_bytes(), records)?;
+        batches.push(Output { topic, partition, bytes: batch.into_bytes(), records });
         written += records;
     }
+    append(w, batches).await?;
     Ok(written)
 }
 
-fn append(w: &Worker, topic: &str, partition: i32, bytes: Bytes, records: u64) -> Result<(), BatchFailure> {
-    let hosted =
-        w.host.replicas.get(topic, partition as u32).ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
-    let (info, _) = hosted
-        .append_as_leader(&bytes, Acks::All, AppendOrigin::Client)
-        .map_err(|source| BatchFailure::Append { topic: topic.to_string(), partition, source })?;
-    w.host.metrics.record_in(topic, info.bytes, records);
-    w.host.replicas.notify_append();
+/// One batch for one output partition.
+struct Output {
+    topic: String,
+    partition: i32,
+    bytes: Bytes,
+    records: u64,
+}
+
+/// Appends every batch on its partition's leader with acks=all, all at once: the partitions
+/// led here through the partition itself, the others as one Produce request per leading
+/// broker. `Ok` once every batch is below its partition's high watermark.
+async fn append(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailure> {
+    let image = w.host.controller.image();
+    let mut here = Vec::new();
+    let mut elsewhere: BTreeMap<u64, Vec<Output>> = BTreeMap::new();
+    for output in outputs {
+        let leader = u32::try_from(output.partition)
+            .ok()
+            .and_then(|p| image.partition(&output.topic, p))
+            .and_then(|p| p.leader)
+            .filter(|leader| *leader != w.host.node_id && image.brokers.contains_key(leader));
+        match leader {
+            Some(leader) => elsewhere.entry(leader).or_default().push(output),
+            // Led here, or by no one: the partition refuses what it must (NOT_LEADER_OR_FOLLOWER).
+            None => here.push(output),
+        }
+    }
+    let local = append_here(w, here);
+    let remote =
+        futures_util::future::try_join_all(elsewhere.into_iter().map(|(leader, outputs)| send(w, leader, outputs)));
+    futures_util::future::try_join(local, remote).await.map(|_| ())
+}
+
+async fn append_here(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailure> {
+    let mut waits = Vec::with_capacity(outputs.len());
+    for output in &outputs {
+        let failed = |source| BatchFailure::Append { topic: output.topic.clone(), partition: output.partition, source };
+        let hosted = w
+            .host
+            .replicas
+            .get(&output.topic, output.partition as u32)
+            .ok_or_else(|| BatchFailure::MissingOutput(output.topic.clone()))?;
+        let (info, _, leader_epoch) =
+            hosted.append_in_epoch(&output.bytes, Acks::All, AppendOrigin::Client).map_err(failed)?;
+        w.host.metrics.record_in(&output.topic, info.bytes, output.records);
+        waits.push(async move {
+            hosted
+                .wait_replicated(info.last_offset + 1, leader_epoch, Duration::from_millis(OUTPUT_TIMEOUT_MS as u64))
+                .await
+                .map_err(failed)
+        });
+    }
+    if !waits.is_empty() {
+        w.host.replicas.notify_append();
+    }
+    futures_util::future::try_join_all(waits).await.map(|_| ())
+}
+
+/// Sends `outputs` to their leader `leader` as one Produce request (acks=all).
+async fn send(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(), BatchFailure> {
+    let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
+    for output in &outputs {
+        topics.entry(output.topic.as_str()).or_default().push(
+            PartitionProduceData::default().with_index(output.partition).with_records(Some(output.bytes.clone())),
+        );
+    }
+    let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(OUTPUT_TIMEOUT_MS).with_topic_data(
+        topics
+            .into_iter()
+            .map(|(topic, partitions)| {
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partition_data(partitions)
+            })
+            .collect(),
+    );
+    // The leader waits up to the request's timeout; leave room for its answer.
+    let timeout = Duration::from_millis(OUTPUT_TIMEOUT_MS as u64) + Duration::from_secs(5);
+    let response = w.host.peers.call(leader, PRODUCE_VERSION, &request, timeout).await?;
+    let mut answered = 0;
+    for topic in response.responses {
+        for p in topic.partition_responses {
+            answered += 1;
+            if p.error_code != 0 {
+                return Err(BatchFailure::Rejected {
+                    topic: topic.name.0.to_string(),
+                    partition: p.index,
+                    code: p.error_code,
+                });
+            }
+        }
+    }
+    if answered != outputs.len() {
+        let first = &outputs[0];
+        return Err(BatchFailure::Rejected {
+            topic: first.topic.clone(),
+            partition: first.partition,
+            code: ResponseError::UnknownServerError.code(),
+        });
+    }
     Ok(())
+}
+
+/// Kafka's name of an error code (`NotLeaderOrFollower`), for messages.
+fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        Some(error) => format!("{error:?}"),
+        None => format!("error code {code}"),
+    }
 }
 
 /// Sends the failed batch's input records to the dead-letter topic with the error in headers
 /// (`runnel.error`, `runnel.transform`, `runnel.source.topic`, `runnel.source.partition`,
 /// `runnel.source.offset`), keyed and timestamped as they came.
-fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailure) -> Result<(), BatchFailure> {
+async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailure) -> Result<(), BatchFailure> {
     let count = w
         .host
         .controller
@@ -509,11 +632,13 @@ fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailu
             &headers,
         );
     }
+    let mut outputs = Vec::with_capacity(builders.len());
     for (partition, builder) in builders {
         let records = builder.len() as u64;
         let built = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
-        append(w, topic, partition, built.into_bytes(), records)?;
+        outputs.push(Output { topic: topic.to_string(), partition, bytes: built.into_bytes(), records });
     }
+    append(w, outputs).await?;
     w.logs.push(
         "warn",
         Some(w.partition),
