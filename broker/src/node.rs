@@ -404,6 +404,7 @@ fn reconciler(
                 }
             }
         }
+        remove_unassigned(&replicas, node_id, image);
         for topic in image.topics.values() {
             let config = crate::server::topic_log_config(&log_defaults, &topic.configs);
             for p in &topic.partitions {
@@ -421,6 +422,50 @@ fn reconciler(
                 if let Err(e) = replicas.ensure(&topic.name, p.partition, topic.topic_id, config.clone(), leadership) {
                     tracing::error!(topic = %topic.name, partition = p.partition, error = %e, "could not open partition");
                 }
+            }
+        }
+    }
+}
+
+/// Partitions this node hosts that the image no longer assigns to it (a reassignment moved them
+/// away) stop being replicated here and are deleted the way a deleted topic's are (renamed to
+/// `-delete`, removed off the reconcile path). The replica manager deletes a whole topic at a
+/// time, so while another partition of the same topic is still assigned here the moved one only
+/// stops fetching (a follower of no leader) and its directory goes at the next start, with the
+/// other strays.
+fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataImage) {
+    let assigned_here = |topic: &str, partition: u32| {
+        image.partition(topic, partition).is_some_and(|p| p.replicas.contains(&node_id))
+    };
+    let hosted = replicas.all();
+    let mut moved_away: BTreeMap<Arc<str>, Vec<Arc<crate::partition::Partition>>> = BTreeMap::new();
+    for partition in hosted.iter().filter(|p| !assigned_here(p.topic(), p.index())) {
+        moved_away.entry(partition.topic().clone()).or_default().push(partition.clone());
+    }
+    for (topic, partitions) in moved_away {
+        let keeps_some = hosted.iter().any(|p| p.topic() == &topic && assigned_here(&topic, p.index()));
+        if !keeps_some {
+            tracing::info!(%topic, "deleting the replicas a reassignment moved off this node");
+            if let Err(e) = replicas.remove_topic(&topic) {
+                tracing::error!(%topic, error = %e, "could not delete the replicas moved off this node");
+            }
+            continue;
+        }
+        // Neither lead (a zombie leader would take writes from clients with old metadata) nor
+        // follow: the metadata's leader is replaced by none.
+        for partition in partitions.iter().filter(|p| p.leader().is_some()) {
+            let Some(p) = image.partition(&topic, partition.index()) else { continue };
+            tracing::info!(%topic, partition = p.partition, "replica moved off this node: no longer leading or fetching; its directory is removed at the next start");
+            let stopped = crate::partition::LeaderAndIsr {
+                leader: None,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                fenced: Vec::new(),
+            };
+            if let Err(e) = partition.apply_leader_and_isr(stopped) {
+                tracing::warn!(%topic, partition = p.partition, error = %e, "could not stop a moved replica");
             }
         }
     }
@@ -500,6 +545,8 @@ mod tests {
                 partition_epoch: 0,
                 replicas: vec![1],
                 isr: vec![1],
+                adding_replicas: vec![],
+                removing_replicas: vec![],
             };
             let topic =
                 TopicImage { name: "t".into(), topic_id, partitions: vec![partition], configs: Default::default() };

@@ -3,10 +3,19 @@
 //! to the partitions it is in, and whether a leader's ISR change (AlterPartition) may commit
 //! (Kafka's `ReplicationControlManager.alterPartition` checks).
 //!
+//! It also decides partition reassignments (Kafka's `PartitionReassignmentReplicas`,
+//! `PartitionReassignmentRevert` and the reassignment steps of `PartitionChangeBuilder`): a new
+//! target makes the replica list the target followed by the replicas it drops, with the replicas
+//! it adds and removes recorded; once the ISR holds every target replica the reassignment
+//! completes (replicas = target, ISR = ISR minus the removed ones, a new leader if the old one
+//! leaves); a cancel takes the added replicas out again.
+//!
 //! Invariants: a leader is always in the ISR it is elected with (unless the election is unclean,
 //! which resets the ISR to the new leader alone); an ISR is never empty and only holds replicas;
 //! an ISR change commits only against the exact leader epoch and partition epoch it was computed
-//! from, so a zombie or a stale proposal loses.
+//! from, so a zombie or a stale proposal loses. A reassignment's adding and removing replicas are
+//! disjoint, sorted, and both part of the replica list; a replica leaves the list only once every
+//! target replica is in the ISR, so the data is copied before the old replica goes.
 
 use super::NodeId;
 
@@ -169,6 +178,184 @@ pub fn check_alter_partition(
     Ok(())
 }
 
+/// The replicas an ongoing reassignment adds and removes (Kafka's `addingReplicas` and
+/// `removingReplicas`); both empty when none is in progress. Each is sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reassignment {
+    pub adding_replicas: Vec<NodeId>,
+    pub removing_replicas: Vec<NodeId>,
+}
+
+impl Reassignment {
+    pub fn in_progress(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+}
+
+/// A decided change of a partition's replica list (a reassignment started, completed or
+/// cancelled), with the leader and ISR that go with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaChange {
+    pub leader: Option<NodeId>,
+    pub isr: Vec<NodeId>,
+    pub replicas: Vec<NodeId>,
+    pub reassignment: Reassignment,
+}
+
+/// Why a reassignment request is refused (Kafka's AlterPartitionReassignments codes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReassignmentError {
+    /// INVALID_REPLICA_ASSIGNMENT: an empty target, a duplicate, an unregistered broker, or a
+    /// cancel that would need an unclean election the topic does not allow.
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    /// INVALID_REPLICATION_FACTOR: the request (v1+) forbade changing the replication factor.
+    #[error("the replication factor is changed from {current} to {target} but allowReplicationFactorChange is false")]
+    ReplicationFactorChange { current: usize, target: usize },
+    /// NO_REASSIGNMENT_IN_PROGRESS: a cancel of a partition that is not being reassigned.
+    #[error("no partition reassignment is in progress")]
+    NoReassignmentInProgress,
+}
+
+/// Kafka's `validateManualPartitionAssignment`: not empty, every broker registered, none twice.
+pub fn validate_target(target: &[NodeId], is_registered: impl Fn(NodeId) -> bool) -> Result<(), ReassignmentError> {
+    let invalid = |message: String| Err(ReassignmentError::InvalidReplicaAssignment(message));
+    if target.is_empty() {
+        return invalid("The manual partition assignment includes an empty replica list.".to_string());
+    }
+    let mut sorted = target.to_vec();
+    sorted.sort_unstable();
+    for (i, &broker) in sorted.iter().enumerate() {
+        if !is_registered(broker) {
+            return invalid(format!(
+                "The manual partition assignment includes broker {broker}, but no such broker is registered."
+            ));
+        }
+        if i > 0 && sorted[i - 1] == broker {
+            return invalid(format!("The manual partition assignment includes the broker {broker} more than once."));
+        }
+    }
+    Ok(())
+}
+
+/// The replicas of `state` before its ongoing reassignment (if any) started adding some.
+pub fn original_replicas(state: &PartitionState, ongoing: &Reassignment) -> Vec<NodeId> {
+    state.replicas.iter().copied().filter(|r| !ongoing.adding_replicas.contains(r)).collect()
+}
+
+/// A new reassignment of a partition to `target` (already validated). As in Kafka it starts from
+/// the current replica list (an ongoing reassignment's whole list): the list becomes the target
+/// followed by the replicas it drops, and if the ISR already holds every target replica it
+/// completes in the same step. `None`: nothing would change.
+pub fn reassign(
+    state: &PartitionState,
+    ongoing: &Reassignment,
+    target: &[NodeId],
+    is_live: impl Fn(NodeId) -> bool,
+) -> Option<ReplicaChange> {
+    let removing: Vec<NodeId> = sorted_difference(&state.replicas, target);
+    let adding: Vec<NodeId> = sorted_difference(target, &state.replicas);
+    let mut replicas = target.to_vec();
+    replicas.extend(&removing);
+    let started = Reassignment { adding_replicas: adding, removing_replicas: removing };
+    let (replicas, isr, reassignment) = match try_complete(&replicas, &state.isr, &started) {
+        Some((replicas, isr)) => (replicas, isr, Reassignment::default()),
+        None => (replicas, state.isr.clone(), started),
+    };
+    let leader = elect_within(state.leader, &replicas, &isr, &is_live);
+    let change = ReplicaChange { leader, isr, replicas, reassignment };
+    let unchanged = change.replicas == state.replicas
+        && change.isr == state.isr
+        && change.leader == state.leader
+        && change.reassignment == *ongoing;
+    (!unchanged).then_some(change)
+}
+
+/// Completes an ongoing reassignment once the ISR holds every target replica (Kafka's
+/// `maybeCompleteReassignment`): the removed replicas leave the list and the ISR, and if the
+/// leader was one of them the first live target replica of the ISR leads. `None`: not yet (or
+/// no replica could lead, in which case it waits rather than take the partition offline).
+pub fn complete_reassignment(
+    state: &PartitionState,
+    ongoing: &Reassignment,
+    is_live: impl Fn(NodeId) -> bool,
+) -> Option<ReplicaChange> {
+    let (replicas, isr) = try_complete(&state.replicas, &state.isr, ongoing)?;
+    let leader = elect_within(state.leader, &replicas, &isr, &is_live);
+    if leader.is_none() && state.leader.is_some() {
+        return None;
+    }
+    Some(ReplicaChange { leader, isr, replicas, reassignment: Reassignment::default() })
+}
+
+/// Cancels an ongoing reassignment (Kafka's `PartitionReassignmentRevert`): the replicas it was
+/// adding leave the list and the ISR, the ones it was removing stay. If the ISR held only added
+/// replicas, the first remaining replica is the ISR alone, an unclean election that only a topic
+/// with `unclean.leader.election.enable` allows.
+pub fn cancel_reassignment(
+    state: &PartitionState,
+    ongoing: &Reassignment,
+    unclean_allowed: bool,
+    is_live: impl Fn(NodeId) -> bool,
+) -> Result<ReplicaChange, ReassignmentError> {
+    if !ongoing.in_progress() {
+        return Err(ReassignmentError::NoReassignmentInProgress);
+    }
+    let replicas = original_replicas(state, ongoing);
+    let mut isr: Vec<NodeId> = state.isr.iter().copied().filter(|r| !ongoing.adding_replicas.contains(r)).collect();
+    if isr.is_empty() {
+        let Some(&first) = replicas.first() else {
+            return Err(ReassignmentError::InvalidReplicaAssignment(
+                "Invalid replica assignment: addingReplicas contains all replicas.".to_string(),
+            ));
+        };
+        if !unclean_allowed {
+            return Err(ReassignmentError::InvalidReplicaAssignment(
+                "Unable to revert partition assignment because it would require an unclean leader election."
+                    .to_string(),
+            ));
+        }
+        isr.push(first);
+    }
+    let leader = elect_within(state.leader, &replicas, &isr, &is_live);
+    Ok(ReplicaChange { leader, isr, replicas, reassignment: Reassignment::default() })
+}
+
+/// The replica list and ISR of a completed reassignment, if the ISR holds every target replica
+/// and keeps at least one member once the removed replicas leave.
+fn try_complete(replicas: &[NodeId], isr: &[NodeId], ongoing: &Reassignment) -> Option<(Vec<NodeId>, Vec<NodeId>)> {
+    if !ongoing.in_progress() {
+        return None;
+    }
+    let keep = |r: &&NodeId| !ongoing.removing_replicas.contains(r);
+    let new_isr: Vec<NodeId> = isr.iter().filter(keep).copied().collect();
+    let new_replicas: Vec<NodeId> = replicas.iter().filter(keep).copied().collect();
+    if new_isr.is_empty() || new_replicas.is_empty() || !new_replicas.iter().all(|r| new_isr.contains(r)) {
+        return None;
+    }
+    Some((new_replicas, new_isr))
+}
+
+/// Kafka's `electAnyLeader` over a changed replica list: the current leader stays if it is
+/// still a live ISR member, else the first replica that is.
+fn elect_within(
+    current: Option<NodeId>,
+    replicas: &[NodeId],
+    isr: &[NodeId],
+    is_live: &impl Fn(NodeId) -> bool,
+) -> Option<NodeId> {
+    let valid = |r: NodeId| replicas.contains(&r) && isr.contains(&r) && is_live(r);
+    current.filter(|&l| valid(l)).or_else(|| replicas.iter().copied().find(|&r| valid(r)))
+}
+
+/// The members of `a` not in `b`, sorted (Kafka computes them through a `TreeSet`).
+fn sorted_difference(a: &[NodeId], b: &[NodeId]) -> Vec<NodeId> {
+    let mut out: Vec<NodeId> = a.iter().copied().filter(|r| !b.contains(r)).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +446,103 @@ mod tests {
             check_alter_partition(&s, change(1, 4, 9, &[1, 3], &[-1, 13]), fenced_3),
             Err(AlterPartitionError::IneligibleReplica { replica: 3, .. })
         ));
+    }
+
+    fn reassigning(replicas: Vec<NodeId>, isr: Vec<NodeId>, leader: NodeId) -> PartitionState {
+        PartitionState { replicas, isr, leader: Some(leader), leader_epoch: 4, partition_epoch: 9 }
+    }
+
+    #[test]
+    fn a_reassignment_lists_the_target_then_the_removed_and_completes_once_the_targets_are_in_sync() {
+        // Proves Kafka's ordering (target, then removed), sorted adding/removing, no completion
+        // before every target replica is in the ISR, and a new leader when the old one leaves.
+        let s = reassigning(vec![1, 2], vec![1, 2], 1);
+        let started = reassign(&s, &Reassignment::default(), &[3, 2], |_| true).expect("a change");
+        let ongoing = Reassignment { adding_replicas: vec![3], removing_replicas: vec![1] };
+        assert_eq!(
+            started,
+            ReplicaChange { leader: Some(1), isr: vec![1, 2], replicas: vec![3, 2, 1], reassignment: ongoing.clone() }
+        );
+        let union = reassigning(vec![3, 2, 1], vec![1, 2], 1);
+        assert_eq!(complete_reassignment(&union, &ongoing, |_| true), None, "3 is not in the ISR yet");
+        let caught_up = reassigning(vec![3, 2, 1], vec![1, 2, 3], 1);
+        assert_eq!(
+            complete_reassignment(&caught_up, &ongoing, |_| true),
+            Some(ReplicaChange {
+                leader: Some(3),
+                isr: vec![2, 3],
+                replicas: vec![3, 2],
+                reassignment: Reassignment::default()
+            }),
+            "the removed leader hands over to the first target replica that is live and in sync"
+        );
+        // 3 fenced: 2 leads.
+        assert_eq!(complete_reassignment(&caught_up, &ongoing, |r| r != 3).and_then(|c| c.leader), Some(2));
+    }
+
+    #[test]
+    fn a_reassignment_the_isr_already_covers_completes_at_once_and_a_repeat_changes_nothing() {
+        // Proves a pure removal or reorder completes in the same change (Kafka's builder), and
+        // resubmitting the current state is a no-op.
+        let s = reassigning(vec![1, 2, 3], vec![1, 2, 3], 2);
+        let shrunk = reassign(&s, &Reassignment::default(), &[2, 3], |_| true).expect("a change");
+        assert_eq!(
+            shrunk,
+            ReplicaChange {
+                leader: Some(2),
+                isr: vec![2, 3],
+                replicas: vec![2, 3],
+                reassignment: Reassignment::default()
+            }
+        );
+        let reordered = reassign(&s, &Reassignment::default(), &[3, 1, 2], |_| true).expect("a change");
+        assert_eq!((reordered.replicas, reordered.leader), (vec![3, 1, 2], Some(2)));
+        assert_eq!(reassign(&s, &Reassignment::default(), &[1, 2, 3], |_| true), None);
+        let union = reassigning(vec![3, 2, 1], vec![1, 2], 1);
+        let ongoing = Reassignment { adding_replicas: vec![3], removing_replicas: vec![1] };
+        // The same target again is computed against the whole current list, as Kafka does: 3 is
+        // already a replica, so it is no longer "adding", yet completion still waits for it.
+        let again = reassign(&union, &ongoing, &[3, 2], |_| true).expect("a change");
+        let only_removing = Reassignment { adding_replicas: vec![], removing_replicas: vec![1] };
+        assert_eq!((again.replicas.clone(), again.reassignment.clone()), (vec![3, 2, 1], only_removing.clone()));
+        assert_eq!(complete_reassignment(&union, &only_removing, |_| true), None);
+    }
+
+    #[test]
+    fn cancelling_takes_the_added_replicas_out() {
+        // Proves Kafka's revert: adding replicas leave the list and the ISR, removing ones stay;
+        // an ISR of added replicas only needs an unclean election; nothing to cancel is an error.
+        let ongoing = Reassignment { adding_replicas: vec![3], removing_replicas: vec![1] };
+        let union = reassigning(vec![3, 2, 1], vec![1, 2, 3], 1);
+        assert_eq!(
+            cancel_reassignment(&union, &ongoing, false, |_| true),
+            Ok(ReplicaChange {
+                leader: Some(1),
+                isr: vec![1, 2],
+                replicas: vec![2, 1],
+                reassignment: Reassignment::default()
+            })
+        );
+        let only_added_in_sync = reassigning(vec![3, 2, 1], vec![3], 3);
+        assert!(matches!(
+            cancel_reassignment(&only_added_in_sync, &ongoing, false, |_| true),
+            Err(ReassignmentError::InvalidReplicaAssignment(_))
+        ));
+        let unclean = cancel_reassignment(&only_added_in_sync, &ongoing, true, |_| true).expect("allowed");
+        assert_eq!((unclean.leader, unclean.isr), (Some(2), vec![2]));
+        assert_eq!(
+            cancel_reassignment(&union, &Reassignment::default(), false, |_| true),
+            Err(ReassignmentError::NoReassignmentInProgress)
+        );
+    }
+
+    #[test]
+    fn a_target_must_be_non_empty_registered_and_distinct() {
+        // Proves Kafka's validateManualPartitionAssignment checks.
+        let registered = |b: NodeId| b <= 3;
+        assert_eq!(validate_target(&[3, 1], registered), Ok(()));
+        for bad in [&[][..], &[1, 9][..], &[2, 2][..]] {
+            assert!(matches!(validate_target(bad, registered), Err(ReassignmentError::InvalidReplicaAssignment(_))));
+        }
     }
 }

@@ -5,12 +5,16 @@
 //! Invariant: `apply` is deterministic (same image + same record → same image + same outcome on
 //! every node) and all-or-nothing (a rejected record leaves the image untouched). Every topic has
 //! at least one partition, partitions are numbered `0..n` by their position, names and topic ids are
-//! unique. The image knows nothing of raft, disks or the network.
+//! unique. A partition's replicas are distinct, its ISR is a non-empty subset of them, and an
+//! ongoing reassignment's adding and removing replicas are disjoint subsets of them (asserted
+//! after every change). The image knows nothing of raft, disks or the network.
 
 use std::collections::BTreeMap;
 
-use super::election::{check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState};
-use super::record::{ApplyOutcome, MetadataRecord, NodeId, TransformImage};
+use super::election::{
+    check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
+};
+use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage};
 
 /// The cluster metadata as of raft log index `applied_index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,8 +62,14 @@ pub struct PartitionImage {
     pub leader: Option<NodeId>,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// During a reassignment, the target replicas followed by the ones being removed (what
+    /// Metadata shows, as Kafka does).
     pub replicas: Vec<NodeId>,
     pub isr: Vec<NodeId>,
+    /// Replicas an ongoing reassignment adds (sorted; empty when none is in progress).
+    pub adding_replicas: Vec<NodeId>,
+    /// Replicas an ongoing reassignment removes once the targets are in the ISR (sorted).
+    pub removing_replicas: Vec<NodeId>,
 }
 
 impl PartitionImage {
@@ -71,7 +81,14 @@ impl PartitionImage {
             partition_epoch: 0,
             isr: replicas.clone(),
             replicas,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
+    }
+
+    /// A reassignment is in progress (Kafka's `isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
     }
 }
 
@@ -230,7 +247,7 @@ impl MetadataImage {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTransform,
             },
-            MetadataRecord::PartitionChange { topic, partition, expected_partition_epoch, leader, isr } => {
+            MetadataRecord::PartitionChange { topic, partition, expected_partition_epoch, leader, isr, assignment } => {
                 let Some(p) =
                     self.topics.get_mut(topic).and_then(|t| t.partitions.get_mut(usize::try_from(*partition).ok()?))
                 else {
@@ -242,15 +259,24 @@ impl MetadataImage {
                         current: p.partition_epoch,
                     };
                 }
-                let duplicate = isr.iter().enumerate().any(|(i, r)| isr[..i].contains(r));
+                let replicas = assignment.as_ref().map_or(&p.replicas, |a| &a.replicas);
                 let valid = !isr.is_empty()
-                    && !duplicate
-                    && isr.iter().all(|r| p.replicas.contains(r))
-                    && leader.is_none_or(|l| isr.contains(&l));
+                    && !has_duplicate(isr)
+                    && isr.iter().all(|r| replicas.contains(r))
+                    && leader.is_none_or(|l| isr.contains(&l))
+                    && assignment.as_ref().is_none_or(valid_assignment);
                 if !valid {
                     return ApplyOutcome::InvalidPartitionChange;
                 }
+                let replica_set_changed = assignment.as_ref().is_some_and(|a| p.apply_assignment(a));
+                if replica_set_changed && p.leader == *leader {
+                    // Kafka bumps the leader epoch when a replica leaves, which fences the removed
+                    // follower's fetches; Runnel also bumps it when one joins, because a leader
+                    // tracks the followers of the replica set it started its leader epoch with.
+                    p.leader_epoch = p.leader_epoch.saturating_add(1);
+                }
                 p.apply_decision(*leader, isr.clone());
+                p.assert_invariants();
                 ApplyOutcome::Applied
             }
         }
@@ -290,7 +316,45 @@ impl MetadataImage {
     }
 }
 
+/// A replica list and reassignment state a `PartitionChange` may install: replicas non-empty and
+/// distinct, adding and removing replicas distinct, disjoint and among them.
+fn valid_assignment(a: &ReplicaAssignment) -> bool {
+    let among = |list: &[NodeId]| !has_duplicate(list) && list.iter().all(|r| a.replicas.contains(r));
+    !a.replicas.is_empty()
+        && !has_duplicate(&a.replicas)
+        && among(&a.adding_replicas)
+        && among(&a.removing_replicas)
+        && !a.adding_replicas.iter().any(|r| a.removing_replicas.contains(r))
+}
+
+fn has_duplicate(list: &[NodeId]) -> bool {
+    list.iter().enumerate().any(|(i, r)| list[..i].contains(r))
+}
+
 impl PartitionImage {
+    /// Installs a new replica list and reassignment state; true if the replica *set* changed
+    /// (not merely its order).
+    fn apply_assignment(&mut self, assignment: &ReplicaAssignment) -> bool {
+        let same_set = self.replicas.len() == assignment.replicas.len()
+            && self.replicas.iter().all(|r| assignment.replicas.contains(r));
+        self.replicas = assignment.replicas.clone();
+        self.adding_replicas = assignment.adding_replicas.clone();
+        self.removing_replicas = assignment.removing_replicas.clone();
+        !same_set
+    }
+
+    /// The image invariant of one partition, after every change of it.
+    fn assert_invariants(&self) {
+        assert!(!self.replicas.is_empty() && !has_duplicate(&self.replicas), "bad replicas: {self:?}");
+        assert!(self.isr.iter().all(|r| self.replicas.contains(r)), "ISR outside the replicas: {self:?}");
+        assert!(self.leader.is_none_or(|l| self.isr.contains(&l)), "leader outside the ISR: {self:?}");
+        assert!(
+            self.adding_replicas.iter().chain(&self.removing_replicas).all(|r| self.replicas.contains(r))
+                && !self.adding_replicas.iter().any(|r| self.removing_replicas.contains(r)),
+            "bad reassignment state: {self:?}"
+        );
+    }
+
     /// A new leader and ISR: the leader epoch moves with the leader, the partition epoch always.
     fn apply_decision(&mut self, leader: Option<NodeId>, isr: Vec<NodeId>) {
         if self.leader != leader {
@@ -312,6 +376,33 @@ impl PartitionImage {
             expected_partition_epoch: self.partition_epoch,
             leader: decision.leader,
             isr: decision.isr,
+            assignment: None,
+        }
+    }
+
+    /// The `PartitionChange` that carries out a reassignment step (`election.rs`: started,
+    /// completed or cancelled) for this partition, valid only while its partition epoch is still
+    /// this one.
+    pub fn reassignment_record(&self, topic: &str, change: ReplicaChange) -> MetadataRecord {
+        MetadataRecord::PartitionChange {
+            topic: topic.to_string(),
+            partition: self.partition,
+            expected_partition_epoch: self.partition_epoch,
+            leader: change.leader,
+            isr: change.isr,
+            assignment: Some(ReplicaAssignment {
+                replicas: change.replicas,
+                adding_replicas: change.reassignment.adding_replicas,
+                removing_replicas: change.reassignment.removing_replicas,
+            }),
+        }
+    }
+
+    /// The ongoing reassignment, as the reassignment rules (`election.rs`) take it.
+    pub fn reassignment(&self) -> Reassignment {
+        Reassignment {
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
         }
     }
 
@@ -368,7 +459,9 @@ mod tests {
                 leader_epoch: 0,
                 partition_epoch: 0,
                 replicas: vec![1, 2],
-                isr: vec![1, 2]
+                isr: vec![1, 2],
+                adding_replicas: vec![],
+                removing_replicas: vec![],
             }
         );
         assert_eq!(image.topic_by_id(&[1; 16]).map(|t| t.name.as_str()), Some("a"));
@@ -450,6 +543,7 @@ mod tests {
             expected_partition_epoch,
             leader,
             isr,
+            assignment: None,
         };
         assert_eq!(image.apply(&change(0, Some(1), vec![1, 2])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
@@ -475,6 +569,7 @@ mod tests {
             expected_partition_epoch: 0,
             leader: None,
             isr: vec![1],
+            assignment: None,
         };
         assert_eq!(image.apply(&unknown("a", 1)), ApplyOutcome::UnknownTopic);
         assert_eq!(image.apply(&unknown("b", 0)), ApplyOutcome::UnknownTopic);
@@ -506,6 +601,7 @@ mod tests {
                 expected_partition_epoch: 0,
                 leader: Some(1),
                 isr: vec![1],
+                assignment: None,
             },
         ];
         let (mut x, mut y) = (MetadataImage::default(), MetadataImage::default());
@@ -513,5 +609,54 @@ mod tests {
         let oy: Vec<_> = records.iter().map(|r| y.apply(r)).collect();
         assert_eq!(ox, oy);
         assert_eq!(x, y);
+    }
+
+    // Proves a PartitionChange with an assignment installs the union and reassignment state,
+    // bumps the leader epoch on a replica-set change even with the same leader (not on a
+    // reorder), survives a snapshot-shaped round trip of fields, and refuses malformed ones.
+    #[test]
+    fn partition_change_with_an_assignment() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, vec![vec![1, 2]]));
+        let change = |expected_partition_epoch, leader, isr: Vec<NodeId>, replicas: Vec<NodeId>, adding, removing| {
+            MetadataRecord::PartitionChange {
+                topic: "a".into(),
+                partition: 0,
+                expected_partition_epoch,
+                leader,
+                isr,
+                assignment: Some(ReplicaAssignment { replicas, adding_replicas: adding, removing_replicas: removing }),
+            }
+        };
+        let before = image.clone();
+        for bad in [
+            change(0, Some(1), vec![1, 2], vec![], vec![], vec![]),
+            change(0, Some(1), vec![1, 2], vec![1, 2, 2], vec![], vec![]),
+            change(0, Some(1), vec![1, 2], vec![2, 3, 1], vec![4], vec![1]),
+            change(0, Some(1), vec![1, 2], vec![2, 3, 1], vec![3], vec![3]),
+            change(0, Some(1), vec![1, 2], vec![2, 3], vec![3], vec![]),
+        ] {
+            assert_eq!(image.apply(&bad), ApplyOutcome::InvalidPartitionChange, "{bad:?}");
+        }
+        assert_eq!(image, before);
+        assert_eq!(
+            image.apply(&change(0, Some(1), vec![1, 2], vec![2, 3, 1], vec![3], vec![1])),
+            ApplyOutcome::Applied
+        );
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!(
+            (p.replicas.clone(), p.adding_replicas.clone(), p.removing_replicas.clone()),
+            (vec![2, 3, 1], vec![3], vec![1])
+        );
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(1), 1, 1));
+        assert!(p.is_reassigning());
+        // Completion: 1 leaves and leads no more; one leader epoch bump for both.
+        assert_eq!(image.apply(&change(1, Some(2), vec![2, 3], vec![2, 3], vec![], vec![])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch, p.is_reassigning()), (Some(2), 2, 2, false));
+        // A reorder keeps the leader epoch.
+        assert_eq!(image.apply(&change(2, Some(2), vec![2, 3], vec![3, 2], vec![], vec![])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.replicas, p.leader_epoch, p.partition_epoch), (vec![3, 2], 2, 3));
     }
 }

@@ -6,7 +6,8 @@
 //! Owns: the in-memory lease table (only meaningful on the raft leader; a new leader knows no
 //! heartbeat, so a broker that sends none within `NEW_LEADER_GRACE` of the takeover, typically
 //! the killed old controller, is fenced then) and the loop proposing `FenceBroker` /
-//! `UnfenceBroker`.
+//! `UnfenceBroker`, and completing partition reassignments whose target replicas are all in the
+//! ISR.
 //! Invariant: fencing and unfencing are decided only on the raft leader and only for the broker
 //! epoch the image holds, so a late decision about an older incarnation never applies.
 
@@ -171,6 +172,7 @@ pub(crate) async fn decision_loop(inner: std::sync::Weak<super::Inner>, rebalanc
             continue;
         }
         let image = controller.image();
+        complete_reassignments(&controller, &image).await;
         elect_uncleanly_where_allowed(&controller, &image).await;
         if let Some(interval) = rebalance_every {
             if last_rebalance.elapsed() >= interval {
@@ -236,6 +238,30 @@ async fn rebalance_leaders(controller: &Controller, image: &super::MetadataImage
                 }
                 Ok(outcome) => tracing::debug!(?outcome, "preferred leader election not applied"),
                 Err(e) => tracing::debug!(error = %e, "preferred leader election not committed"),
+            }
+        }
+    }
+}
+
+/// Every reassignment whose target replicas have all joined the ISR completes (Kafka does it in
+/// the ISR change that makes it possible; here the next tick does, from the partition epoch it
+/// saw): the removed replicas leave the replica list and the ISR, a removed leader hands over to
+/// the first live target replica of the ISR, and the removed brokers then delete their copies.
+async fn complete_reassignments(controller: &Controller, image: &super::MetadataImage) {
+    for topic in image.topics.values() {
+        for p in topic.partitions.iter().filter(|p| p.is_reassigning()) {
+            let Some(change) =
+                super::election::complete_reassignment(&p.election_state(), &p.reassignment(), |r| image.is_live(r))
+            else {
+                continue;
+            };
+            let (replicas, leader) = (change.replicas.clone(), change.leader);
+            match controller.propose(p.reassignment_record(&topic.name, change)).await {
+                Ok(super::ApplyOutcome::Applied) => {
+                    tracing::info!(topic = %topic.name, partition = p.partition, ?replicas, ?leader, "partition reassignment completed")
+                }
+                Ok(outcome) => tracing::debug!(?outcome, "reassignment completion not applied"),
+                Err(e) => tracing::debug!(error = %e, "reassignment completion not committed"),
             }
         }
     }

@@ -49,14 +49,19 @@ pub enum MetadataRecord {
     /// Leader / ISR change of one partition, decided from the state whose partition epoch was
     /// `expected_partition_epoch`: it applies only while that is still the current one, so of two
     /// changes computed from one state only the first commits (Kafka's AlterPartition rule, and
-    /// what fences a zombie leader's ISR change). Bumps `leader_epoch` when the leader changes,
-    /// always bumps `partition_epoch`.
+    /// what fences a zombie leader's ISR change). Bumps `leader_epoch` when the leader changes
+    /// or the replica set does, always bumps `partition_epoch`.
     PartitionChange {
         topic: String,
         partition: u32,
         expected_partition_epoch: i32,
         leader: Option<NodeId>,
         isr: Vec<NodeId>,
+        /// A new replica list with its reassignment state (a reassignment started, completed or
+        /// cancelled); `None` keeps both (an election or ISR change). Absent in records written
+        /// before reassignments existed.
+        #[serde(default)]
+        assignment: Option<ReplicaAssignment>,
     },
     /// Deploys (or redeploys, replacing) a WASM transform: its module travels in the record so
     /// every node has it. The version is one more than the replaced deployment's.
@@ -65,6 +70,18 @@ pub enum MetadataRecord {
     SetTransformPaused { name: String, paused: bool },
     /// Removes a transform (its committed positions stay in its group until they expire).
     DeleteTransform { name: String },
+}
+
+/// A partition's replica list and the replicas an ongoing reassignment adds to it and removes
+/// from it (both empty when none is in progress; Kafka's `replicas`, `addingReplicas`,
+/// `removingReplicas` of a `PartitionChangeRecord`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAssignment {
+    pub replicas: Vec<NodeId>,
+    #[serde(default)]
+    pub adding_replicas: Vec<NodeId>,
+    #[serde(default)]
+    pub removing_replicas: Vec<NodeId>,
 }
 
 /// What a transform does, as deployed (validated by the proposer).
@@ -157,7 +174,8 @@ pub enum ApplyOutcome {
     /// INVALID_UPDATE_VERSION); the image is unchanged.
     StalePartitionEpoch { expected: i32, current: i32 },
     /// `PartitionChange` with an empty ISR, a non-replica or duplicate in it, or a leader outside
-    /// it (INVALID_REQUEST); the image is unchanged.
+    /// it, or a replica list that is empty, has a duplicate, or lacks an adding or removing
+    /// replica (or has one that is both) (INVALID_REQUEST); the image is unchanged.
     InvalidPartitionChange,
     /// `FenceBroker` / `UnfenceBroker` for a registration that is not current (or already in that
     /// state); the image is unchanged.

@@ -80,6 +80,11 @@ struct PartitionDto {
     partition_epoch: i32,
     replicas: Vec<NodeId>,
     isr: Vec<NodeId>,
+    /// Absent in snapshots written before reassignments existed.
+    #[serde(default)]
+    adding_replicas: Vec<NodeId>,
+    #[serde(default)]
+    removing_replicas: Vec<NodeId>,
 }
 
 fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
@@ -114,6 +119,8 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
                         partition_epoch: p.partition_epoch,
                         replicas: p.replicas.clone(),
                         isr: p.isr.clone(),
+                        adding_replicas: p.adding_replicas.clone(),
+                        removing_replicas: p.removing_replicas.clone(),
                     })
                     .collect(),
                 configs: t.configs.clone(),
@@ -169,6 +176,8 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
                         partition_epoch: p.partition_epoch,
                         replicas: p.replicas,
                         isr: p.isr,
+                        adding_replicas: p.adding_replicas,
+                        removing_replicas: p.removing_replicas,
                     })
                     .collect();
                 (t.name.clone(), TopicImage { name: t.name, topic_id: t.topic_id, partitions, configs: t.configs })

@@ -420,6 +420,8 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         DescribeGroups => describe_groups,
         DeleteGroups => delete_groups,
         ElectLeaders => elect_leaders,
+        AlterPartitionReassignments => alter_partition_reassignments,
+        ListPartitionReassignments => list_partition_reassignments,
     };
     Ok(response)
 }

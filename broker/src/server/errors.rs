@@ -2,6 +2,7 @@
 
 use kafka_protocol::ResponseError;
 
+use crate::controller::election::ReassignmentError;
 use crate::controller::ControllerError;
 use crate::group::offsets::OffsetError;
 use crate::log::{BatchError, LogError, RecordError};
@@ -92,5 +93,14 @@ pub fn offset_error_code(error: &OffsetError) -> ResponseError {
         },
         OffsetError::Batch { .. } => ResponseError::UnknownServerError,
         OffsetError::Encode(_) => ResponseError::InvalidRequest,
+    }
+}
+
+/// A refused partition reassignment (AlterPartitionReassignments).
+pub fn reassignment_error_code(error: &ReassignmentError) -> ResponseError {
+    match error {
+        ReassignmentError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+        ReassignmentError::ReplicationFactorChange { .. } => ResponseError::InvalidReplicationFactor,
+        ReassignmentError::NoReassignmentInProgress => ResponseError::NoReassignmentInProgress,
     }
 }

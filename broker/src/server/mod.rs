@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use self::connection::{as_peer, client_host, serve};
-pub use self::errors::{controller_error_code, log_error_code, offset_error_code, partition_error_code, record_errors};
+pub use self::errors::{
+    controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code, record_errors,
+};
 use crate::controller::{Controller, MetadataImage};
 use crate::log::{ConfigError, LogConfig};
 use crate::partition::ReplicaManager;

@@ -1,6 +1,8 @@
 //! IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT (the last two on list configs
 //! only) applied to a topic's current overrides, validated, and committed as its new override
-//! map through the metadata quorum. Broker resources are refused (no dynamic broker configs).
+//! map through the metadata quorum. Broker resources are refused (no dynamic broker configs),
+//! except DELETE of the replication throttles, which `kafka-reassign-partitions.sh --verify`
+//! and `--cancel` send to every broker: none is ever set, so deleting them is a no-op.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,7 +14,7 @@ use kafka_protocol::ResponseError;
 use super::alter_configs::{
     check_resource_type, duplicate_resources, set_topic_configs, unknown_topic, validate_overrides,
 };
-use super::describe_configs::{topic_config_info, ConfigType};
+use super::describe_configs::{topic_config_info, ConfigType, RESOURCE_BROKER};
 use super::str_bytes;
 use crate::server::Broker;
 
@@ -73,6 +75,9 @@ async fn alter_one(
     resource: &AlterConfigsResource,
     validate_only: bool,
 ) -> Result<bool, (ResponseError, String)> {
+    if resource.resource_type == RESOURCE_BROKER && deletes_only_throttles(resource) {
+        return Ok(false);
+    }
     check_resource_type(resource.resource_type)?;
     let name: &str = &resource.resource_name;
     let Some(current) = broker.controller.image().topics.get(name).map(|t| t.configs.clone()) else {
@@ -88,6 +93,21 @@ async fn alter_one(
         return Ok(false);
     }
     set_topic_configs(broker, name, overrides, validate_only).await
+}
+
+/// Kafka's broker-level replication throttles (`ReassignPartitionsCommand.BROKER_LEVEL_THROTTLES`).
+/// Runnel does not throttle replication, so they can never have been set.
+const BROKER_THROTTLE_CONFIGS: [&str; 3] = [
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+];
+
+/// A broker resource whose every operation deletes a replication throttle.
+fn deletes_only_throttles(resource: &AlterConfigsResource) -> bool {
+    resource.configs.iter().all(|c| {
+        ConfigOp::from_id(c.config_operation) == Some(ConfigOp::Delete) && BROKER_THROTTLE_CONFIGS.contains(&&*c.name)
+    })
 }
 
 /// Applies `(name, op, value)` operations to a topic's overrides. A list operation on a config

@@ -1,0 +1,294 @@
+//! HTTP and transforms on a three-node cluster (issue 11): a node's HTTP API produces to
+//! partitions led by the other nodes, runs v2 consumer instances whose group coordinator and
+//! partitions are elsewhere, and a transform writes outputs to partitions led by other nodes.
+//! Topics have replication factor 1 with explicit assignments, so the node serving HTTP (or
+//! running the transform) hosts no replica of what it reaches: every such call is forwarded.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use base64::Engine;
+use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use support::cluster::Cluster;
+use support::{block_on, wait_until, HttpApi, RawConn};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+const V2: Option<&str> = Some("application/vnd.kafka.v2+json");
+const V2_BINARY: Option<&str> = Some("application/vnd.kafka.binary.v2+json");
+
+/// Creates `topic` with replication factor 1, partition `p` on node `leaders[p]`, and waits
+/// until every node's metadata names those leaders and each leader leads its partitions.
+fn create_placed(cluster: &Cluster, topic: &str, leaders: &[i32]) {
+    let admin: AdminClient<DefaultClientContext> =
+        support::client_config(cluster.node(1), &[]).create().expect("admin client");
+    let assignment: Vec<Vec<i32>> = leaders.iter().map(|&l| vec![l]).collect();
+    let assignment: Vec<&[i32]> = assignment.iter().map(Vec::as_slice).collect();
+    let new = NewTopic::new(topic, leaders.len() as i32, TopicReplication::Variable(&assignment));
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT)).request_timeout(Some(TIMEOUT));
+    for result in block_on(admin.create_topics(&[new], &options)).expect("CreateTopics") {
+        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
+    }
+    wait_led(cluster, topic, leaders);
+}
+
+/// Waits until every node names `leaders[p]` as the leader of partition `p` and the leader
+/// itself leads it (it shows its followers only once it does).
+fn wait_led(cluster: &Cluster, topic: &str, leaders: &[i32]) {
+    let ready = wait_until(TIMEOUT, || {
+        cluster.ids().all(|id| {
+            let detail = HttpApi::new(cluster.node(id)).get(&format!("/v1/topics/{topic}"));
+            let Some(partitions) = detail.json["partitions"].as_array() else { return false };
+            partitions.len() == leaders.len()
+                && partitions.iter().enumerate().all(|(p, state)| {
+                    state["leader"].as_i64() == Some(leaders[p] as i64)
+                        && (leaders[p] as u64 != id || state["followers"].is_array())
+                })
+        })
+    });
+    assert!(ready, "{topic}: the nodes never agreed on leaders {leaders:?}");
+}
+
+/// Reads every partition of `topic` from the beginning through the whole cluster until `count`
+/// records arrived: values per partition, in offset order.
+fn read_back(cluster: &Cluster, topic: &str, partitions: i32, count: usize) -> BTreeMap<i32, Vec<Vec<u8>>> {
+    let consumer: BaseConsumer =
+        support::workload::config(&cluster.bootstrap(), &[("group.id", "cluster-http-reader")])
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
+    }
+    consumer.assign(&list).expect("assign");
+    let mut read: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut seen = 0;
+    let done = wait_until(TIMEOUT, || {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            read.entry(m.partition()).or_default().push(m.payload().unwrap_or_default().to_vec());
+            seen += 1;
+        }
+        seen >= count
+    });
+    assert!(done, "{topic}: read {seen} of {count} records: {read:?}");
+    read
+}
+
+#[test]
+fn http_produce_on_one_node_reaches_partitions_led_by_every_node() {
+    // Proves v2 and v3 produce on one node's HTTP port append to all six partitions although
+    // two thirds of them are led by other nodes (forwarded as Produce to each leader), with
+    // offsets in the answers and values read back byte-identical through librdkafka.
+    let cluster = Cluster::start(3, &[]);
+    let leaders = [1, 2, 3, 1, 2, 3];
+    create_placed(&cluster, "spread", &leaders);
+    let api = HttpApi::new(cluster.node(2));
+    let mut expected: BTreeMap<i32, Vec<Vec<u8>>> = BTreeMap::new();
+
+    // v2 binary: five records per partition in one request, not UTF-8 on purpose.
+    let mut records = Vec::new();
+    for p in 0..6 {
+        for i in 0..5 {
+            let value: Vec<u8> = [format!("v2-{p}-{i}-").into_bytes(), vec![0xff, 0x00, p as u8]].concat();
+            records.push(json!({"partition": p, "value": B64.encode(&value)}));
+            expected.entry(p).or_default().push(value);
+        }
+    }
+    let answer = api.send_json("POST", "/topics/spread", V2_BINARY, &json!({"records": records}));
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let offsets = answer.json["offsets"].as_array().expect("offsets");
+    assert_eq!(offsets.len(), 30);
+    for (n, offset) in offsets.iter().enumerate() {
+        let (p, i) = ((n / 5) as i64, (n % 5) as i64);
+        assert_eq!(offset["error_code"], Value::Null, "record {n}: {offset}");
+        assert_eq!((offset["partition"].as_i64(), offset["offset"].as_i64()), (Some(p), Some(i)), "record {n}");
+    }
+
+    // v3: a stream of records, one answer line each, to every partition.
+    let cluster_id = api.cluster_id();
+    let mut stream = Vec::new();
+    for p in 0..6 {
+        let value = format!("v3-{p}").into_bytes();
+        stream.push(json!({"partition_id": p, "value": {"type": "BINARY", "data": B64.encode(&value)}}).to_string());
+        expected.entry(p).or_default().push(value);
+    }
+    let answer = api.call(
+        "POST",
+        &format!("/v3/clusters/{cluster_id}/topics/spread/records"),
+        Some("application/json"),
+        Some(stream.join("\n").into_bytes()),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let lines: Vec<Value> = answer.text.lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(lines.len(), 6, "{}", answer.text);
+    for (p, line) in lines.iter().enumerate() {
+        assert_eq!(line["error_code"], 200, "{line}");
+        assert_eq!((line["partition_id"].as_i64(), line["offset"].as_i64()), (Some(p as i64), Some(5)), "{line}");
+    }
+
+    assert_eq!(read_back(&cluster, "spread", 6, 36), expected);
+}
+
+/// A group id whose coordinator (FindCoordinator's answer, asked of node `ask`) is not node
+/// `avoid`; creates `__consumer_offsets` on the way.
+fn group_coordinated_away_from(cluster: &Cluster, avoid: u64) -> String {
+    let mut found = None;
+    let answered = wait_until(TIMEOUT, || {
+        let mut conn = RawConn::open(cluster.node(avoid), "cluster-http-test");
+        for n in 0..50 {
+            let group = format!("http-group-{n}");
+            let request = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.clone()));
+            let response: FindCoordinatorResponse = conn.call(3, &request);
+            if response.error_code != 0 {
+                return false;
+            }
+            if response.node_id.0 as u64 != avoid {
+                found = Some((group, response.node_id.0));
+                return true;
+            }
+        }
+        false
+    });
+    assert!(answered, "no coordinator found");
+    let (group, coordinator) = found.expect("found");
+    // The coordinator must be serving the group, not just named by the metadata.
+    let ready = wait_until(TIMEOUT, || {
+        let mut conn = RawConn::open(cluster.node(coordinator as u64), "cluster-http-test");
+        let request = kafka_protocol::messages::OffsetFetchRequest::default()
+            .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(group.clone())))
+            .with_topics(None);
+        let response: kafka_protocol::messages::OffsetFetchResponse = conn.call(7, &request);
+        response.error_code == 0
+    });
+    assert!(ready, "coordinator {coordinator} of {group} never loaded it");
+    group
+}
+
+#[test]
+fn http_consumer_instance_consumes_and_commits_through_other_nodes() {
+    // Proves a v2 consumer instance on node 1, whose group coordinator and every partition are
+    // on the other nodes, joins, is assigned every partition, consumes everything produced,
+    // commits, and the commit is what the group's coordinator returns to librdkafka.
+    let cluster = Cluster::start(3, &[]);
+    let leaders = [2, 3, 2];
+    create_placed(&cluster, "elsewhere", &leaders);
+    let group = group_coordinated_away_from(&cluster, 1);
+
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        support::workload::producer_config(&cluster.bootstrap(), &[]).create().expect("producer");
+    let mut expected = BTreeSet::new();
+    for i in 0..30 {
+        let value = format!("record-{i}");
+        producer
+            .send(BaseRecord::<(), _>::to("elsewhere").partition(i % 3).payload(&value))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        expected.insert(value.into_bytes());
+    }
+    producer.flush(TIMEOUT).expect("flush");
+
+    let node = cluster.node(1);
+    let api = HttpApi::new(node);
+    let created = api.send_json(
+        "POST",
+        &format!("/consumers/{group}"),
+        V2,
+        &json!({"name": "far", "format": "binary", "auto.offset.reset": "earliest", "auto.commit.enable": "false"}),
+    );
+    assert_eq!(created.status, 200, "{}", created.text);
+    // REST Proxy's base_uri names the node that holds the instance: this one.
+    assert_eq!(
+        created.json["base_uri"].as_str(),
+        Some(format!("http://{}/consumers/{group}/instances/far", node.http_addr).as_str()),
+        "{}",
+        created.text
+    );
+    let base = format!("/consumers/{group}/instances/far");
+    assert_eq!(api.post(&format!("{base}/subscription"), &json!({"topics": ["elsewhere"]})).status, 204);
+
+    let mut consumed: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+    let all = wait_until(TIMEOUT, || {
+        let polled = api.call("GET", &format!("{base}/records?timeout=500"), None, None);
+        assert_eq!(polled.status, 200, "{}", polled.text);
+        for r in polled.json.as_array().into_iter().flatten() {
+            let value = B64.decode(r["value"].as_str().unwrap_or_default()).expect("base64");
+            consumed.push((r["partition"].as_i64().unwrap(), r["offset"].as_i64().unwrap(), value));
+        }
+        consumed.len() >= expected.len()
+    });
+    assert!(all, "consumed {} of {}", consumed.len(), expected.len());
+    assert_eq!(consumed.len(), expected.len(), "no duplicates");
+    assert_eq!(consumed.iter().map(|(_, _, v)| v.clone()).collect::<BTreeSet<_>>(), expected);
+    let assignment = api.get(&format!("{base}/assignments"));
+    assert_eq!(assignment.json["partitions"].as_array().map(Vec::len), Some(3), "{}", assignment.text);
+
+    // Commit everything returned (empty body), then read it back over HTTP and from librdkafka.
+    let commit = api.call("POST", &format!("{base}/offsets"), V2, None);
+    assert_eq!(commit.status, 200, "{}", commit.text);
+    let committed: BaseConsumer =
+        support::workload::config(&cluster.bootstrap(), &[("group.id", group.as_str())]).create().expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..3 {
+        list.add_partition("elsewhere", p);
+    }
+    let offsets = committed.committed_offsets(list, TIMEOUT).expect("OffsetFetch");
+    for p in 0..3 {
+        let element = offsets.find_partition("elsewhere", p).expect("partition");
+        assert_eq!(element.offset(), Offset::Offset(10), "partition {p}");
+    }
+    assert_eq!(api.delete(&base).status, 204);
+}
+
+/// Builds guest crate `package` for wasm32-wasip2 as tests/transforms.rs does.
+fn component(package: &str) -> Vec<u8> {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target_dir = root.join("target/wasm");
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2", "-p", package, "--target-dir"])
+        .arg(&target_dir)
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building {package} for wasm32-wasip2 failed");
+    let file = target_dir.join("wasm32-wasip2/wasm").join(format!("{}.wasm", package.replace('-', "_")));
+    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+#[test]
+fn a_transform_writes_outputs_to_partitions_led_by_other_nodes() {
+    // Proves a transform whose input partition is led by node 2 and whose output partitions are
+    // led by nodes 1 and 3 delivers every input record to the output (produced to those
+    // leaders, not refused).
+    let cluster = Cluster::start(3, &[]);
+    create_placed(&cluster, "t-in", &[2]);
+    create_placed(&cluster, "t-out", &[1, 3]);
+    let module = component("runnel-example-identity");
+    let mut body = json!({"input_topic": "t-in", "output_topics": ["t-out"], "start": "earliest"});
+    body["module_base64"] = json!(B64.encode(&module));
+    let deployed = HttpApi::new(cluster.node(1)).send_json("PUT", "/v1/transforms/copy", None, &body);
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        support::workload::producer_config(&cluster.bootstrap(), &[]).create().expect("producer");
+    let mut expected = BTreeSet::new();
+    for i in 0..40 {
+        let (key, value) = (format!("k{i}"), format!("record-{i}"));
+        producer.send(BaseRecord::to("t-in").key(&key).payload(&value)).map_err(|(e, _)| e).expect("send");
+        expected.insert(value.into_bytes());
+    }
+    producer.flush(TIMEOUT).expect("flush");
+
+    let read = read_back(&cluster, "t-out", 2, expected.len());
+    assert_eq!(read.values().flatten().cloned().collect::<BTreeSet<_>>(), expected);
+    assert!(read.len() == 2, "keys spread over both output partitions (nodes 1 and 3): {:?}", read.keys());
+}
