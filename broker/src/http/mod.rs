@@ -10,8 +10,9 @@
 //! `Serialize`, see the test below); every failure leaves through
 //! `error::ApiError` (one status/code mapping); request bodies are bounded by
 //! `socket.request.max.bytes` and long polls by `LONG_POLL_MAX_MS`; everything that touches
-//! partitions or groups goes through the Kafka handlers in process (`kafka.rs`), so HTTP
-//! clients get Kafka's semantics, not a second implementation of them.
+//! partitions or groups goes through the Kafka handlers (`kafka.rs`: in process for what this
+//! node leads, forwarded to the leader or coordinator otherwise), so HTTP clients get Kafka's
+//! semantics on any node of a cluster, not a second implementation of them.
 
 mod admin;
 mod consumer;
