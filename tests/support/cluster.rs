@@ -110,6 +110,8 @@ pub struct Cluster {
     pub nodes: Vec<Runnel>,
     /// `(from, to)` → the proxy `from` uses to reach `to`'s raft listener.
     links: BTreeMap<(u64, u64), LinkProxy>,
+    /// Voter id → its raft listener port (broker-only nodes reach the voters there directly).
+    controller_ports: BTreeMap<u64, u16>,
     _temp: tempfile::TempDir,
 }
 
@@ -162,7 +164,7 @@ impl Cluster {
             })
             .collect();
         let nodes = handles.into_iter().map(|h| h.join().expect("node start")).collect();
-        Cluster { nodes, links, _temp: temp }
+        Cluster { nodes, links, controller_ports: ports, _temp: temp }
     }
 
     pub fn node(&self, id: u64) -> &Runnel {
@@ -191,6 +193,39 @@ impl Cluster {
         for link in self.links.values() {
             link.heal();
         }
+    }
+}
+
+/// Broker-only nodes (`--process-roles broker`, issue 11): observers of the metadata quorum that
+/// host partitions. They are not behind link proxies (`isolate` does not cut them off).
+impl Cluster {
+    /// Starts a broker-only node with the next node id (after every node so far), `--voters`
+    /// naming the voters' raft listeners, its own fixed controller port (so `restart` keeps it),
+    /// and `extra_args`; returns its id once it is ready (caught up with the quorum).
+    pub fn add_broker_only(&mut self, extra_args: &[&str]) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let voters: Vec<String> =
+            self.controller_ports.iter().map(|(voter, port)| format!("{voter}@127.0.0.1:{port}")).collect();
+        let mut args = vec![
+            "--node-id".to_string(),
+            id.to_string(),
+            "--process-roles".to_string(),
+            "broker".to_string(),
+            "--controller-listen".to_string(),
+            format!("127.0.0.1:{}", free_port()),
+            "--voters".to_string(),
+            voters.join(","),
+        ];
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let node = Runnel::start_in(&self._temp.path().join(format!("node-{id}")), &args);
+        self.nodes.push(node);
+        id
+    }
+
+    /// The voters' node ids (the first nodes started; broker-only nodes come after them).
+    pub fn voter_ids(&self) -> Vec<u64> {
+        self.controller_ports.keys().copied().collect()
     }
 }
 

@@ -1,0 +1,177 @@
+//! Broker-only nodes (issue 11, `--process-roles broker`): a node that is not a voter of the
+//! metadata quorum but an observer of it (an openraft learner) still registers, hosts replicas,
+//! serves clients, is fenced and rejoins like any broker, and follows the quorum through a change
+//! of active controller, while the quorum stays the configured voters.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::checker::{Checker, Duplicates};
+use support::cluster::Cluster;
+use support::workload::{self, PartitionState};
+use support::{wait_until, HttpApi, Runnel};
+
+const VOTERS: u64 = 3;
+/// Any wait for the cluster (a registration, an election, a restart catching up).
+const DEADLINE: Duration = Duration::from_secs(30);
+const TOPIC: &str = "observed";
+const PARTITIONS: i32 = 4;
+
+fn cluster_view(node: &Runnel) -> Value {
+    HttpApi::new(node).get("/v1/cluster").json
+}
+
+/// The `/v1/cluster` entry of node `id` as `view` lists it.
+fn node_entry(view: &Value, id: u64) -> Option<&Value> {
+    view["nodes"].as_array()?.iter().find(|n| n["node_id"].as_u64() == Some(id))
+}
+
+fn voters_of(view: &Value) -> Vec<u64> {
+    view["voters"].as_array().map(|v| v.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
+}
+
+fn states(bootstrap: &str) -> Vec<PartitionState> {
+    workload::partition_states(bootstrap, TOPIC).unwrap_or_default()
+}
+
+/// Waits until `topic`'s metadata as `bootstrap` answers it satisfies `ok`; panics with `what`.
+fn wait_for_states(bootstrap: &str, what: &str, ok: impl Fn(&[PartitionState]) -> bool) -> Vec<PartitionState> {
+    let mut seen = Vec::new();
+    let held = wait_until(DEADLINE, || {
+        seen = states(bootstrap);
+        seen.len() == PARTITIONS as usize && ok(&seen)
+    });
+    assert!(held, "{what} within {DEADLINE:?}; last metadata: {seen:?}");
+    seen
+}
+
+/// One acks=all record to every partition of `TOPIC`, each acknowledged within the deadline.
+fn write_every_partition(bootstrap: &str, checker: &Arc<Checker>) {
+    let producer = workload::probe_producer(bootstrap, checker);
+    for partition in 0..PARTITIONS {
+        let value = checker.next_value();
+        if let Err(e) = workload::produce_one(&producer, TOPIC, partition, &value, DEADLINE) {
+            panic!("acks=all write to {TOPIC}-{partition} through {bootstrap} failed: {e}");
+        }
+    }
+}
+
+// Proves a broker-only node joins 3 voters as an observer, registers and is unfenced, hosts
+// replicas and leaderships of an RF 3 topic, takes acks=all writes and reads through librdkafka,
+// is fenced on kill -9 (its leaderships move, writes continue) and rejoins every ISR on restart,
+// follows a new active controller after kill -9 of the old one, and never becomes a voter.
+#[test]
+fn a_broker_only_node_hosts_replicas_and_follows_the_quorum_without_voting() {
+    let started = Instant::now();
+    let mut cluster = Cluster::start(VOTERS, &[]);
+    let observer = cluster.add_broker_only(&[]);
+    assert_eq!(observer, VOTERS + 1);
+    let voters: Vec<u64> = cluster.voter_ids();
+    let observer_bootstrap = cluster.node(observer).bootstrap();
+
+    // Registered and unfenced, seen as a broker alone, the quorum unchanged: as every node sees it.
+    for id in cluster.ids() {
+        let node = cluster.node(id);
+        let mut view = Value::Null;
+        let held = wait_until(DEADLINE, || {
+            view = cluster_view(node);
+            node_entry(&view, observer).is_some_and(|n| n["state"] == "live")
+                && view["nodes"].as_array().is_some_and(|n| n.len() == cluster.nodes.len())
+        });
+        assert!(held, "node {id} did not list the broker-only node as live: {view}");
+        assert_eq!(voters_of(&view), voters, "node {id}: the quorum's voters changed: {view}");
+        assert_eq!(node_entry(&view, observer).unwrap()["roles"], serde_json::json!(["broker"]), "{view}");
+        for &voter in &voters {
+            assert_eq!(node_entry(&view, voter).unwrap()["roles"], serde_json::json!(["broker", "controller"]));
+        }
+        assert_ne!(view["controller_id"].as_u64(), Some(observer), "an observer became controller: {view}");
+    }
+    let mut brokers = None;
+    assert!(
+        wait_until(DEADLINE, || {
+            brokers = workload::broker_count(&observer_bootstrap);
+            brokers == Some(cluster.nodes.len())
+        }),
+        "Metadata through the broker-only node lists {brokers:?} brokers"
+    );
+
+    // Created through the observer (the proposal is forwarded to the active controller), placed
+    // over all four brokers: each hosts three replicas and leads one partition.
+    workload::create_topic(&observer_bootstrap, TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")])
+        .expect("create topic through the broker-only node");
+    let placed = wait_for_states(&observer_bootstrap, "full ISRs with leaders", |states| {
+        states.iter().all(|s| s.leader.is_some() && s.isr.len() == 3)
+    });
+    let hosted = placed.iter().filter(|s| s.replicas.contains(&observer)).count();
+    let led = placed.iter().filter(|s| s.leader == Some(observer)).count();
+    assert!(hosted >= 2 && led >= 1, "the broker-only node hosts {hosted} and leads {led}: {placed:?}");
+
+    let checker = Arc::new(Checker::new(0, Duplicates::Allowed));
+    write_every_partition(&observer_bootstrap, &checker);
+
+    // kill -9 of the broker-only node: fenced, out of every ISR, no leaderships; writes go on.
+    cluster.kill9(observer);
+    let voter_bootstrap = voters.iter().map(|&v| cluster.node(v).bootstrap()).collect::<Vec<_>>().join(",");
+    let mut view = Value::Null;
+    let fenced = wait_until(DEADLINE, || {
+        view = cluster_view(cluster.node(voters[0]));
+        node_entry(&view, observer).is_some_and(|n| n["state"] == "fenced")
+    });
+    assert!(fenced, "the killed broker-only node was not fenced: {view}");
+    wait_for_states(&voter_bootstrap, "leaderships and ISRs without the killed node", |states| {
+        states.iter().all(|s| s.leader.is_some_and(|l| l != observer) && !s.isr.contains(&observer))
+    });
+    write_every_partition(&voter_bootstrap, &checker);
+    assert_eq!(voters_of(&cluster_view(cluster.node(voters[0]))), voters);
+
+    // Restarted: it catches up (its metadata copy survived in metadata/) and rejoins every ISR.
+    cluster.restart(observer);
+    wait_for_states(&observer_bootstrap, "full ISRs after the restart", |states| {
+        states.iter().all(|s| s.isr.len() == 3)
+    });
+
+    // kill -9 of the active controller while the broker-only node stays: it follows the new one.
+    let controller = cluster_view(cluster.node(observer))["controller_id"].as_u64().expect("a controller");
+    assert!(voters.contains(&controller), "controller {controller} is not a voter");
+    cluster.kill9(controller);
+    let mut view = Value::Null;
+    let moved = wait_until(DEADLINE, || {
+        view = cluster_view(cluster.node(observer));
+        view["controller_id"].as_u64().is_some_and(|c| c != controller)
+    });
+    assert!(moved, "the broker-only node did not learn a new controller: {view}");
+    assert_eq!(voters_of(&view), voters, "a controller change altered the voters: {view}");
+    // Placement uses live brokers only: create once the killed controller is fenced.
+    let fenced = wait_until(DEADLINE, || {
+        view = cluster_view(cluster.node(observer));
+        node_entry(&view, controller).is_some_and(|n| n["state"] == "fenced")
+    });
+    assert!(fenced, "the killed controller {controller} was not fenced: {view}");
+    let later = "created-after-failover";
+    workload::create_topic(&observer_bootstrap, later, 2, 2, &[]).expect("create a topic after the failover");
+    let mut seen = None;
+    assert!(
+        wait_until(DEADLINE, || {
+            seen = workload::partition_states(&observer_bootstrap, later);
+            seen.as_ref().is_some_and(|s| s.len() == 2 && s.iter().all(|p| p.leader.is_some()))
+        }),
+        "the broker-only node's Metadata does not show {later}: {seen:?}"
+    );
+    let survivors: BTreeSet<u64> = cluster.ids().filter(|&id| id != controller).collect();
+    for &id in &survivors {
+        let view = cluster_view(cluster.node(id));
+        assert_eq!(voters_of(&view), voters, "node {id}: {view}");
+        assert!(view["controller_id"].as_u64().is_some_and(|c| c != observer), "node {id}: {view}");
+    }
+
+    // Every acknowledged write is still there (a librdkafka read from the log start).
+    let alive = survivors.iter().map(|&id| cluster.node(id).bootstrap()).collect::<Vec<_>>().join(",");
+    let problems = workload::final_read(&alive, TOPIC, &checker, DEADLINE);
+    assert!(problems.is_empty(), "{problems:?}");
+    checker.assert_clean();
+    eprintln!("broker-only node scenario took {:?}", started.elapsed());
+}
