@@ -817,3 +817,127 @@ fn a_follower_names_the_leader_in_not_leader_answers() {
     let producers = run.producers();
     run.finish(producers, None, Ok(()));
 }
+
+/// Counts a consumer's rebalances (librdkafka's assign and revoke callbacks).
+#[derive(Default)]
+struct RebalanceCounter {
+    assigned: std::sync::atomic::AtomicUsize,
+    revoked: std::sync::atomic::AtomicUsize,
+}
+
+impl rdkafka::client::ClientContext for RebalanceCounter {}
+
+impl rdkafka::consumer::ConsumerContext for RebalanceCounter {
+    fn post_rebalance(
+        &self,
+        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        rebalance: &rdkafka::consumer::Rebalance<'_>,
+    ) {
+        use std::sync::atomic::Ordering;
+        match rebalance {
+            rdkafka::consumer::Rebalance::Assign(_) => self.assigned.fetch_add(1, Ordering::SeqCst),
+            rdkafka::consumer::Rebalance::Revoke(_) => self.revoked.fetch_add(1, Ordering::SeqCst),
+            rdkafka::consumer::Rebalance::Error(_) => 0,
+        };
+    }
+}
+
+/// The coordinator of `group` as FindCoordinator v4 on `node` answers it.
+fn find_coordinator(node: &support::Runnel, group: &str) -> Option<(u64, String)> {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let mut conn = support::RawConn::open(node, "find-coordinator");
+    let response = conn.call(
+        4,
+        &FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
+    );
+    let c = response.coordinators.first()?;
+    (c.error_code == 0 && c.node_id.0 >= 0).then(|| (c.node_id.0 as u64, format!("{}:{}", c.host, c.port)))
+}
+
+/// The state and member ids of `group` as its coordinator at `addr` describes it.
+fn describe_group(addr: &str, group: &str) -> Option<(String, Vec<String>)> {
+    use kafka_protocol::messages::{DescribeGroupsRequest, GroupId};
+    use kafka_protocol::protocol::StrBytes;
+    let stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut conn = support::RawConn::from_stream(stream, "describe-group");
+    let response = conn.call(
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.into()))]),
+    );
+    let g = response.groups.first()?;
+    (g.error_code == 0).then(|| (g.group_state.to_string(), g.members.iter().map(|m| m.member_id.to_string()).collect()))
+}
+
+#[test]
+fn a_coordinator_failover_keeps_the_group_without_a_rebalance() {
+    // Proves the new coordinator of a group loads its membership from __consumer_offsets (Kafka's
+    // group metadata load): after kill -9 of the coordinator the same member, in the same
+    // generation, commits through the new one and librdkafka sees no second rebalance.
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use std::sync::atomic::Ordering;
+
+    let mut run = Run::start("group-failover", &["--group-initial-rebalance-delay-ms", "0"]);
+    let group = "failover-group";
+    let consumer: BaseConsumer<RebalanceCounter> = workload::config(
+        &run.bootstrap(),
+        &[
+            ("group.id", group),
+            ("enable.auto.commit", "false"),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "500"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create_with_context(RebalanceCounter::default())
+    .expect("consumer");
+    consumer.subscribe(&[run.topic.as_str()]).expect("subscribe");
+    let assigned = support::wait_until(DEADLINE, || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        consumer.assignment().is_ok_and(|a| a.count() == PARTITIONS as usize)
+    });
+    if !assigned {
+        run.fail("the consumer never got every partition");
+    }
+    let commit = |offset: i64| {
+        let mut offsets = rdkafka::TopicPartitionList::new();
+        offsets.add_partition_offset(&run.topic, 0, rdkafka::Offset::Offset(offset)).expect("offset");
+        consumer.commit(&offsets, CommitMode::Sync)
+    };
+    commit(1).unwrap_or_else(|e| run.fail(&format!("commit on the first coordinator: {e}")));
+    let any = run.cluster.ids().next().expect("a node");
+    let (coordinator, _) =
+        find_coordinator(run.cluster.node(any), group).unwrap_or_else(|| run.fail("no coordinator for the group"));
+    let members = run.cluster.node(coordinator).bootstrap();
+    let (_, before) = describe_group(&members, group).unwrap_or_else(|| run.fail("DescribeGroups on the coordinator"));
+    if before.len() != 1 {
+        run.fail(&format!("expected one member before the failover, got {before:?}"));
+    }
+
+    run.cluster.kill9(coordinator);
+    let mut last = String::new();
+    let committed = support::wait_until(DEADLINE, || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        match commit(2) {
+            Ok(()) => true,
+            Err(e) => {
+                last = e.to_string();
+                false
+            }
+        }
+    });
+    if !committed {
+        run.fail(&format!("no commit through a new coordinator after kill -9 of {coordinator}: {last}"));
+    }
+    let live = run.cluster.ids().find(|&id| id != coordinator).expect("a live node");
+    let (new_coordinator, addr) = find_coordinator(run.cluster.node(live), group)
+        .unwrap_or_else(|| run.fail("no coordinator after the failover"));
+    assert_ne!(new_coordinator, coordinator, "the coordinator moved");
+    let (state, after) = describe_group(&addr, group).unwrap_or_else(|| run.fail("DescribeGroups on the new one"));
+    assert_eq!(state, "Stable", "the group is Stable on the new coordinator");
+    assert_eq!(after, before, "the same member, restored from __consumer_offsets");
+    assert_eq!(consumer.context().assigned.load(Ordering::SeqCst), 1, "one assignment: no rebalance");
+    assert_eq!(consumer.context().revoked.load(Ordering::SeqCst), 0, "nothing revoked");
+    drop(consumer);
+}

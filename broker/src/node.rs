@@ -120,6 +120,7 @@ impl Node {
                 fetchers.update();
                 if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
                     groups.offsets.set_partition_count(topic.partitions.len() as u32);
+                    groups.follow_leadership();
                 }
             }
         };
@@ -249,7 +250,7 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain();
                     // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, &groups.membership);
+                    groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, groups.membership.as_ref());
                 })
                 .await;
             }

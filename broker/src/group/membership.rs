@@ -297,6 +297,66 @@ impl Group {
         }
     }
 
+    /// A group as `__consumer_offsets` stored it: Stable with its members, or Empty.
+    fn from_stored(value: &GroupMetadataValue, seq: &mut u64, now: Instant, initial_rebalance_delay: Duration) -> Group {
+        let mut group = Group::new();
+        group.initial_rebalance_delay = initial_rebalance_delay;
+        group.generation_id = value.generation;
+        group.protocol_type = Some(value.protocol_type.clone()).filter(|t| !t.is_empty());
+        group.protocol_name = value.protocol.clone();
+        // The leader keeps the earliest join order, so it stays leader of the next rebalance.
+        let mut stored: Vec<&MemberMetadata> = value.members.iter().collect();
+        stored.sort_by_key(|m| value.leader.as_deref() != Some(m.member_id.as_str()));
+        for m in stored {
+            *seq += 1;
+            let protocol = value.protocol.clone().unwrap_or_default();
+            let session_timeout = session_timeout_ms(m.session_timeout_ms);
+            if let Some(instance) = &m.group_instance_id {
+                group.static_members.insert(instance.clone(), m.member_id.clone());
+            }
+            group.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout,
+                    rebalance_timeout: session_timeout_ms(m.rebalance_timeout_ms),
+                    protocols: vec![(protocol, Bytes::from(m.subscription.clone()))],
+                    assignment: Bytes::from(m.assignment.clone()),
+                    joined_seq: *seq,
+                    session_deadline: now + session_timeout,
+                    join_waiter: None,
+                    sync_waiter: None,
+                },
+            );
+        }
+        if group.members.is_empty() {
+            group.state = GroupState::Empty;
+            group.protocol_name = None;
+        } else {
+            group.state = GroupState::Stable;
+            group.leader_id = value.leader.clone().filter(|l| group.members.contains_key(l));
+            if group.leader_id.is_none() {
+                group.leader_id = group.members.values().min_by_key(|m| m.joined_seq).map(|m| m.member_id.clone());
+            }
+        }
+        group
+    }
+
+    /// This node stops coordinating the group: every parked request learns NOT_COORDINATOR.
+    fn resign(mut self) {
+        for member in self.members.values_mut() {
+            if let Some(tx) = member.join_waiter.take() {
+                let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, &member.member_id));
+            }
+            if let Some(tx) = member.sync_waiter.take() {
+                let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+            }
+        }
+    }
+
     /// Kafka's `supportsProtocols`.
     fn supports_protocols(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
         if self.members.is_empty() {
@@ -912,12 +972,18 @@ impl Membership {
         }
     }
 
-    /// What `__consumer_offsets` stores for a Stable group (Kafka's GroupMetadata value);
-    /// `None` in any other state.
+    /// What `__consumer_offsets` stores for a Stable group, or an Empty one that had a
+    /// generation (Kafka's GroupMetadata value: no protocol, leader or members then); `None` in
+    /// any other state.
     pub fn metadata_value(&self, group_id: &str, current_state_timestamp: i64) -> Option<GroupMetadataValue> {
         let groups = self.lock();
         let group = groups.groups.get(group_id)?;
-        if group.state != GroupState::Stable {
+        let stored = match group.state {
+            GroupState::Stable => true,
+            GroupState::Empty => group.generation_id > 0,
+            _ => false,
+        };
+        if !stored {
             return None;
         }
         let protocol = group.protocol_name.clone().unwrap_or_default();
@@ -942,6 +1008,49 @@ impl Membership {
                 })
                 .collect(),
         })
+    }
+
+    /// Takes over the groups of one `__consumer_offsets` partition as they were stored (Kafka's
+    /// `loadGroupsForPartition`): members with their ids, generation, leader, selected protocol
+    /// and assignments, so they go on heartbeating to the new coordinator without a rebalance.
+    /// Every member's session starts now. Whatever this node held for groups of that partition
+    /// (an earlier leadership) is replaced: the log is the truth. Respects `group.max.count`
+    /// (evicting vacant groups first; a group beyond it stays only in the log).
+    pub fn restore(&self, maps_here: &dyn Fn(&str) -> bool, stored: Vec<(String, GroupMetadataValue)>, now: Instant) {
+        let mut guard = self.lock();
+        let groups = &mut *guard;
+        let stale: Vec<String> = groups.groups.keys().filter(|id| maps_here(id)).cloned().collect();
+        for id in stale {
+            if let Some(group) = groups.groups.remove(&id) {
+                group.resign();
+            }
+        }
+        let delay = Duration::from_millis(self.config.initial_rebalance_delay_ms);
+        let mut restored = 0usize;
+        for (id, value) in stored {
+            if groups.groups.len() >= self.config.max_count && !groups.evict_one_empty() {
+                tracing::warn!(group = %id, max_count = self.config.max_count, "group.max.count reached: not restoring group");
+                continue;
+            }
+            let group = Group::from_stored(&value, &mut groups.next_seq, now, delay);
+            restored += group.members.len();
+            groups.groups.insert(id, group);
+        }
+        tracing::debug!(members = restored, "restored groups of a loaded __consumer_offsets partition");
+    }
+
+    /// Drops every group `lost` says this node no longer coordinates (its `__consumer_offsets`
+    /// partition is led elsewhere now, Kafka's `removeGroupsForPartition`): parked joins and
+    /// syncs are answered NOT_COORDINATOR, so their members find the new coordinator.
+    pub fn resign(&self, lost: &dyn Fn(&str) -> bool) -> usize {
+        let mut groups = self.lock();
+        let gone: Vec<String> = groups.groups.keys().filter(|id| lost(id)).cloned().collect();
+        for id in &gone {
+            if let Some(group) = groups.groups.remove(id) {
+                group.resign();
+            }
+        }
+        gone.len()
     }
 
     /// How many groups this node holds in memory.

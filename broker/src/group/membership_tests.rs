@@ -536,3 +536,53 @@ fn group_max_count_evicts_groups_without_members_then_refuses() {
     assert_eq!(m.heartbeat("a", &a, None, 1, t), Ok(()));
     assert_eq!(m.group_count(), 2);
 }
+
+#[test]
+fn a_restored_group_keeps_its_members_generation_and_assignment() {
+    // Proves a coordinator that loads a group's stored metadata takes over its members: they
+    // heartbeat and sync in the same generation with the same assignment, no rebalance.
+    let t = Instant::now();
+    let old = no_delay();
+    let (member, generation) = single_member_stable(&old, "g", t);
+    let stored = old.metadata_value("g", 1).expect("a Stable group is stored");
+
+    let new = no_delay();
+    new.restore(&|group| group == "g", vec![("g".to_string(), stored)], t);
+    assert_eq!(new.state("g"), Some(GroupState::Stable));
+    assert_eq!(new.heartbeat("g", &member, None, generation, t), Ok(()));
+    let sync = now_result(new.sync(sync_request("g", &member, generation, &[]), t));
+    assert_eq!(sync.error, None);
+    assert_eq!(&sync.assignment[..], b"a1");
+    let description = new.describe("g").expect("described");
+    assert_eq!(description.protocol, "range");
+    assert_eq!(description.members.len(), 1);
+    // Sessions restart at the load: a member that never comes back expires then.
+    new.sweep(t + Duration::from_millis(SESSION_MS as u64 + 1));
+    assert_eq!(new.state("g"), Some(GroupState::Empty));
+}
+
+#[test]
+fn restoring_a_partition_replaces_groups_of_an_earlier_leadership() {
+    // Proves restore drops what the node held for groups of that partition (parked requests
+    // learn NOT_COORDINATOR) and resign drops groups whose partition moved away.
+    let t = Instant::now();
+    let m = no_delay();
+    let mut waiting = parked(m.join(range("g", ""), t));
+    let _ = answered(&mut waiting);
+    let first = m.join(range("h", ""), t);
+    m.restore(&|group| group == "g", Vec::new(), t);
+    assert_eq!(m.state("g"), None);
+    assert_eq!(m.state("h"), Some(GroupState::CompletingRebalance));
+    assert_eq!(m.resign(&|group| group == "h"), 1);
+    assert_eq!(m.state("h"), None);
+    drop(first);
+    // An Empty group with a generation is stored as such and restores Empty.
+    let (member, _) = single_member_stable(&m, "e", t);
+    let _ = m.leave("e", &[LeavingMember { member_id: member, group_instance_id: None }], t);
+    assert_eq!(m.state("e"), Some(GroupState::Empty));
+    let stored = m.metadata_value("e", 1).expect("an Empty group with a generation is stored");
+    assert!(stored.members.is_empty() && stored.protocol.is_none() && stored.leader.is_none());
+    let restored = no_delay();
+    restored.restore(&|group| group == "e", vec![("e".to_string(), stored)], t);
+    assert_eq!(restored.state("e"), Some(GroupState::Empty));
+}

@@ -59,12 +59,13 @@ pub fn partition_for(group_id: &str, partitions: u32) -> u32 {
 /// Everything group-related a handler can reach.
 pub struct GroupCoordinator {
     pub offsets: offsets::OffsetStore,
-    pub membership: membership::Membership,
+    pub membership: Arc<membership::Membership>,
     /// `offsets.topic.num.partitions`, for creating the topic.
     pub offsets_topic_num_partitions: u32,
     /// `offsets.topic.replication.factor`, for creating the topic (before the cap to the
     /// usable brokers).
     pub offsets_topic_replication_factor: u16,
+    replicas: Arc<ReplicaManager>,
 }
 
 /// The broker settings of the group coordinator.
@@ -90,11 +91,40 @@ impl Default for GroupSettings {
 
 impl GroupCoordinator {
     pub fn new(replicas: Arc<ReplicaManager>, settings: GroupSettings) -> GroupCoordinator {
+        let offsets = offsets::OffsetStore::new(replicas.clone(), settings.offsets_topic_num_partitions.max(1));
+        let membership = Arc::new(membership::Membership::with_config(settings.membership));
+        // A loaded partition brings its groups' members back (the store knows nothing of
+        // membership; it only reports what it read).
+        let weak = Arc::downgrade(&membership);
+        offsets.set_load_listener(Box::new(move |loaded| {
+            if let Some(membership) = weak.upgrade() {
+                membership.restore(loaded.maps_here, loaded.groups, membership::now());
+            }
+        }));
         GroupCoordinator {
-            offsets: offsets::OffsetStore::new(replicas, settings.offsets_topic_num_partitions.max(1)),
-            membership: membership::Membership::with_config(settings.membership),
+            offsets,
+            membership,
+            replicas,
             offsets_topic_num_partitions: settings.offsets_topic_num_partitions.max(1),
             offsets_topic_replication_factor: settings.offsets_topic_replication_factor.max(1),
+        }
+    }
+
+    /// Follows the leadership of `__consumer_offsets` after a metadata change (Kafka's
+    /// `onElection` / `onResignation`): groups of partitions led elsewhere now are dropped from
+    /// memory, and partitions led here start loading at once (not on the first request), so a
+    /// failed-over group is back before its members' next heartbeat.
+    pub fn follow_leadership(&self) {
+        let led = |partition: u32| self.replicas.get(OFFSETS_TOPIC, partition).is_some_and(|p| p.is_leader());
+        let dropped = self.membership.resign(&|group| !led(self.offsets.partition_of(group)));
+        if dropped > 0 {
+            tracing::info!(groups = dropped, "no longer coordinating groups: their __consumer_offsets partitions moved");
+        }
+        for partition in 0..self.offsets.partition_count() {
+            if led(partition) {
+                // Starts the load in the background if the shard is cold; errors surface on use.
+                let _ = self.offsets.require_loaded(partition);
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! Owns: the in-memory view of every `__consumer_offsets` partition this node has served (one
 //! [`Shard`] per partition, behind its own mutex), loading a shard from its partition, and
 //! writing commits, deletions (tombstones) and group metadata as record batches.
-//! Invariants: memory changes only after the batch carrying the change is in the log; a shard
+//! Invariants: memory changes only once the batch carrying the change is replicated (the
+//! partition's high watermark passed it: Kafka's pending commits, so an acknowledged commit is
+//! what every later coordinator loads and nothing a failover may lose is ever served); a shard
 //! is loaded at most once per partition incarnation (topic id); while it loads (without its
 //! mutex held, on the blocking pool) every operation on it waits or answers
 //! [`OffsetError::LoadInProgress`], so nothing is appended meanwhile and memory follows log
@@ -14,9 +16,9 @@
 //! the topic exists, then the topic's actual count (set from the metadata image). Must not know
 //! about membership: callers pass what it needs as arguments.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 
@@ -94,6 +96,10 @@ struct Shard {
     /// The leadership a load is reading for right now (the mutex is not held by it).
     loading: Option<Leadership>,
     groups: HashMap<String, GroupOffsets>,
+    /// Writes in the leader's log not yet below its high watermark, in log order: (the offset
+    /// after the batch, its records). Applied by [`Shard::settle`] once replicated; dropped with
+    /// the shard when the leadership changes (the next leader loads whatever survived).
+    pending: VecDeque<(i64, Vec<OffsetsRecord>)>,
 }
 
 /// A shard and the condition its waiters wait on until a load ends.
@@ -133,6 +139,24 @@ impl GroupOffsets {
 }
 
 impl Shard {
+    /// Applies, in log order, every pending write the high watermark has passed.
+    fn settle(&mut self, high_watermark: i64) {
+        while self.pending.front().is_some_and(|(end_offset, _)| *end_offset <= high_watermark) {
+            if let Some((_, records)) = self.pending.pop_front() {
+                for record in records {
+                    self.apply(record);
+                }
+            }
+        }
+    }
+
+    /// Records a write the leader appended; memory takes it once it is replicated.
+    fn appended(&mut self, hosted: &Partition, end_offset: i64, records: Vec<OffsetsRecord>) {
+        debug_assert!(self.pending.back().is_none_or(|(last, _)| *last < end_offset), "pending writes in log order");
+        self.pending.push_back((end_offset, records));
+        self.settle(hosted.high_watermark());
+    }
+
     fn apply(&mut self, record: OffsetsRecord) {
         match record {
             OffsetsRecord::Commit { group, topic, partition, value: Some(v) } => {
@@ -176,7 +200,21 @@ pub struct OffsetStore {
     slots: RwLock<Vec<Arc<Slot>>>,
     /// Loads finished (for tests and logs: concurrent requests share one load).
     loads: Arc<AtomicUsize>,
+    /// Told about every load (the membership layer restores the partition's groups from it).
+    on_load: Arc<OnceLock<LoadListener>>,
 }
+
+/// What a finished load hands to the listener: the partition, a test of whether a group maps to
+/// it, and the stored metadata of its groups.
+pub struct Loaded<'a> {
+    pub partition: u32,
+    pub maps_here: &'a dyn Fn(&str) -> bool,
+    pub groups: Vec<(String, GroupMetadataValue)>,
+}
+
+/// Called once per finished load, under the shard's mutex (nothing else runs on the shard
+/// meanwhile, so the listener sees exactly the loaded state).
+pub type LoadListener = Box<dyn Fn(Loaded<'_>) + Send + Sync>;
 
 impl OffsetStore {
     /// `partitions` is `offsets.topic.num.partitions`, used until the topic exists.
@@ -187,7 +225,13 @@ impl OffsetStore {
             partitions: AtomicU32::new(partitions),
             slots: RwLock::new(Vec::new()),
             loads: Arc::new(AtomicUsize::new(0)),
+            on_load: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Sets the one listener told about every finished load; later calls are ignored.
+    pub fn set_load_listener(&self, listener: LoadListener) {
+        let _ = self.on_load.set(listener);
     }
 
     /// Follows the actual partition count of `__consumer_offsets` (Kafka's `partitionFor` uses
@@ -260,6 +304,7 @@ impl OffsetStore {
         let mut shard = slot.lock();
         loop {
             if shard.loaded_from == Some(leadership) {
+                shard.settle(hosted.high_watermark());
                 return f(&mut shard, &hosted);
             }
             if shard.loading == Some(leadership) {
@@ -278,23 +323,24 @@ impl OffsetStore {
             match background {
                 Some(runtime) => {
                     let (slot, hosted, loads) = (slot.clone(), hosted.clone(), self.loads.clone());
+                    let (on_load, partitions) = (self.on_load.clone(), self.partition_count());
                     runtime.spawn_blocking(move || {
-                        if let Err(e) = load_into(&slot, &hosted, &loads) {
+                        if let Err(e) = load_into(&slot, &hosted, &loads, on_load.get(), partitions) {
                             tracing::warn!(partition, error = %e, "could not load __consumer_offsets partition");
                         }
                     });
                     return Err(OffsetError::LoadInProgress { partition });
                 }
                 // No runtime (a plain thread): loading here blocks nothing else.
-                None => load_into(&slot, &hosted, &self.loads)?,
+                None => load_into(&slot, &hosted, &self.loads, self.on_load.get(), self.partition_count())?,
             }
             shard = slot.lock();
         }
     }
 
-    /// Commits offsets of `group` in one batch; memory changes only once it is appended.
-    /// The commit is acknowledged only once the returned [`Replicated`] resolves (acks=all on
-    /// the internal topic); the memory is updated at once, as the leader's log already holds it.
+    /// Commits offsets of `group` in one batch. The commit is acknowledged only once the
+    /// returned [`Replicated`] resolves (acks=all on the internal topic); memory shows it from
+    /// then on, never before (a commit the ISR does not have yet is not served by OffsetFetch).
     pub fn commit(
         &self,
         group: &str,
@@ -320,9 +366,7 @@ impl OffsetStore {
             .collect();
         self.with_shard(partition, Cold::Start, |shard, hosted| {
             let replicated = append(hosted, partition, &records)?;
-            for record in records {
-                shard.apply(record);
-            }
+            shard.appended(hosted, replicated.required_offset, records);
             Ok(Some(replicated))
         })
     }
@@ -381,13 +425,16 @@ impl OffsetStore {
         })
     }
 
-    /// Stores a group's metadata after a rebalance (the membership layer calls it). Blocks
-    /// while the shard loads: call it off the async workers.
-    pub fn store_group_metadata(&self, group: &str, value: GroupMetadataValue) -> Result<(), OffsetError> {
+    /// Stores a group's metadata after a rebalance (the membership layer calls it); the
+    /// returned [`Replicated`] resolves once the ISR has it. Blocks while the shard loads: call it
+    /// off the async workers.
+    pub fn store_group_metadata(&self, group: &str, value: GroupMetadataValue) -> Result<Replicated, OffsetError> {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Wait, |shard, hosted| {
             let records = vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }];
-            write_all(shard, hosted, partition, records)
+            let replicated = append(hosted, partition, &records)?;
+            shard.appended(hosted, replicated.required_offset, records);
+            Ok(replicated)
         })
     }
 
@@ -503,8 +550,8 @@ fn expiry_tombstones(
     Some(records)
 }
 
-/// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], applying each batch to
-/// memory once it is in the log.
+/// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], each applied to memory
+/// once replicated.
 fn write_all(
     shard: &mut Shard,
     hosted: &Arc<Partition>,
@@ -513,16 +560,13 @@ fn write_all(
 ) -> Result<(), OffsetError> {
     while !records.is_empty() {
         let rest = records.split_off(records.len().min(TOMBSTONES_PER_BATCH));
-        append(hosted, partition, &records)?;
-        for record in records {
-            shard.apply(record);
-        }
+        let replicated = append(hosted, partition, &records)?;
+        shard.appended(hosted, replicated.required_offset, records);
         records = rest;
     }
     Ok(())
 }
 
-/// Appends `records` as one uncompressed batch with acks=all.
 /// An append to `__consumer_offsets` waiting to be replicated to the ISR.
 pub struct Replicated {
     partition: Arc<Partition>,
@@ -540,6 +584,7 @@ impl Replicated {
     }
 }
 
+/// Appends `records` as one uncompressed batch on the leader (acks=all: the caller waits).
 fn append(hosted: &Arc<Partition>, partition: u32, records: &[OffsetsRecord]) -> Result<Replicated, OffsetError> {
     let timestamp = now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
@@ -555,7 +600,13 @@ fn append(hosted: &Arc<Partition>, partition: u32, records: &[OffsetsRecord]) ->
 
 /// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
 /// wakes its waiters, whether the read worked or not.
-fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(), OffsetError> {
+fn load_into(
+    slot: &Slot,
+    hosted: &Partition,
+    loads: &AtomicUsize,
+    on_load: Option<&LoadListener>,
+    partitions: u32,
+) -> Result<(), OffsetError> {
     let leadership = leadership_of(hosted);
     let started = std::time::Instant::now();
     // A new leader's high watermark may still be below its log end (commits the previous
@@ -571,7 +622,21 @@ fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(),
     }
     let result = loaded.map(|groups| {
         shard.groups = groups;
+        shard.pending.clear();
         shard.loaded_from = Some(leadership);
+        if let Some(listener) = on_load {
+            let partition = hosted.index();
+            let stored = shard
+                .groups
+                .iter()
+                .filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m)))
+                .collect();
+            listener(Loaded {
+                partition,
+                maps_here: &|group| partition_for(group, partitions) == partition,
+                groups: stored,
+            });
+        }
         loads.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(
             partition = hosted.index(),
@@ -589,7 +654,7 @@ fn load_into(slot: &Slot, hosted: &Partition, loads: &AtomicUsize) -> Result<(),
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
 fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError> {
     let partition = hosted.index();
-    let mut shard = Shard { loaded_from: Some(leadership_of(hosted)), loading: None, groups: HashMap::new() };
+    let mut shard = Shard { loaded_from: Some(leadership_of(hosted)), ..Shard::default() };
     let mut next = hosted.log_start_offset();
     let mut skipped = 0usize;
     loop {

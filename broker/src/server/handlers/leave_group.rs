@@ -6,7 +6,7 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, RequestHea
 
 use super::join_group::check_coordinator;
 use super::str_bytes;
-use crate::group::membership::{self, LeavingMember};
+use crate::group::membership::{self, GroupState, LeavingMember};
 use crate::server::Broker;
 
 /// Bound on the members one request may remove.
@@ -36,6 +36,11 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: LeaveGroup
         vec![LeavingMember { member_id: request.member_id.to_string(), group_instance_id: None }]
     };
     let results = broker.groups.membership.leave(group, &leaving, membership::now());
+    if broker.groups.membership.state(group) == Some(GroupState::Empty) {
+        // The last member left: store that (Kafka writes the Empty generation too), so a new
+        // coordinator does not bring the departed members back from the previous one.
+        super::sync_group::persist_group(broker, group).await;
+    }
     if version < 3 {
         let code = results.first().and_then(|r| r.err()).map_or(0, |e| e.code());
         return Some(LeaveGroupResponse::default().with_error_code(code));

@@ -10,6 +10,7 @@ use kafka_protocol::ResponseError;
 use super::join_group::check_coordinator;
 use super::str_bytes;
 use crate::group::membership::{self, Reply, SyncRequest, SyncResult};
+use crate::group::offsets::Replicated;
 use crate::log::now_ms;
 use crate::server::Broker;
 
@@ -46,14 +47,21 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupR
     Some(response(result, version))
 }
 
-/// Writes the group's current generation to `__consumer_offsets` (off the async workers: it
-/// appends to a log). A failure is logged: the group works on from memory.
-async fn persist_group(broker: &Broker, group: &str) {
+/// Writes the group's current generation (or that it is Empty now) to `__consumer_offsets`
+/// (the append off the async workers) and waits until the ISR has it, as Kafka's SyncGroup
+/// does: a coordinator that fails over afterwards restores exactly this generation. A failure
+/// is logged: the group works on from memory, and after a failover its members rejoin.
+pub(crate) async fn persist_group(broker: &Broker, group: &str) {
     let Some(value) = broker.groups.membership.metadata_value(group, now_ms()) else { return };
     let groups = broker.groups.clone();
     let group = group.to_string();
     let stored = tokio::task::spawn_blocking(move || groups.offsets.store_group_metadata(&group, value)).await;
-    if let Ok(Err(e)) = stored {
+    let replicated = match stored {
+        Ok(Ok(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
+        Ok(Err(e)) => Err(e),
+        Err(_) => return,
+    };
+    if let Err(e) = replicated {
         tracing::debug!(error = %e, "could not store group metadata");
     }
 }
