@@ -195,3 +195,72 @@ fn librdkafka_fetch_over_receive_message_max_bytes_disconnect_loop() {
     }
     assert_eq!(seen, vec![BATCHES_PER_PARTITION; PARTITIONS as usize], "consumer errors: {errors:?}");
 }
+
+#[test]
+fn a_long_poll_parked_on_several_partitions_wakes_for_an_append_to_any_of_them() {
+    // Proves per-partition long-poll wakeups: a fetch parked (max_wait 20 s, min_bytes 1) at
+    // the log end of two partitions returns the record appended to the second one at once, and
+    // appends to a partition it does not read leave it parked until its own data comes.
+    let node = Runnel::start(&[]);
+    let mut conn = RawConn::open(&node, "long-poll");
+    let created = conn.call(
+        7,
+        &CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+            .with_name(name("parked"))
+            .with_num_partitions(3)
+            .with_replication_factor(1)]),
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    let produce = |conn: &mut RawConn, partition: i32, value: &[u8]| {
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(1_700_000_000_000, None, Some(value), &[]);
+        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(name("parked")).with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(builder.build().unwrap().into_bytes())),
+            ]),
+        ]);
+        assert_eq!(conn.call(9, &request).responses[0].partition_responses[0].error_code, 0);
+    };
+    let addr = node.kafka_addr;
+    let parked = std::thread::spawn(move || {
+        let stream = std::net::TcpStream::connect(addr).expect("connect");
+        let mut conn = RawConn::from_stream(stream, "parked-fetch");
+        let partitions = [0, 1]
+            .into_iter()
+            .map(|p| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(-1)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        let request = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(20_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default().with_topic(name("parked")).with_partitions(partitions)]);
+        let started = Instant::now();
+        let response = conn.call(FETCH_V, &request);
+        (started.elapsed(), response)
+    });
+    // Partition 2 is not in the request: its appends must not answer the parked fetch empty.
+    for i in 0..20u8 {
+        produce(&mut conn, 2, &[i]);
+    }
+    produce(&mut conn, 1, b"for the parked fetch");
+    let (elapsed, response) = parked.join().expect("fetch thread");
+    assert!(elapsed < Duration::from_secs(15), "the append to partition 1 woke the fetch ({elapsed:?})");
+    let got: Vec<(i32, usize)> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.records.as_ref().map_or(0, |r| r.len())))
+        .collect();
+    assert_eq!(got[0], (0, 0), "nothing on partition 0");
+    assert_eq!(got[1].0, 1);
+    assert!(got[1].1 > 0, "partition 1's record returned: {got:?}");
+}

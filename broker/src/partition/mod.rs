@@ -188,6 +188,10 @@ pub struct Partition {
     state: Mutex<ReplicaState>,
     /// Bumped when the high watermark, the ISR or the role changes: what acks=all waits on.
     changed: watch::Sender<u64>,
+    /// Bumped when a fetch of this partition could answer differently: the log end, log start
+    /// or high watermark moved, or the role changed. Long polls wait on the partitions they
+    /// read (Kafka's per-partition delayed fetch keys), not on every append of the node.
+    progress: watch::Sender<u64>,
 }
 
 impl Partition {
@@ -240,6 +244,7 @@ impl Partition {
                 },
             }),
             changed: watch::channel(0).0,
+            progress: watch::channel(0).0,
         })
     }
 
@@ -249,6 +254,17 @@ impl Partition {
 
     fn signal(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.progressed();
+    }
+
+    /// Wakes the fetches parked on this partition.
+    fn progressed(&self) {
+        self.progress.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What a long-poll fetch of this partition waits on (see `progress`).
+    pub fn subscribe_progress(&self) -> watch::Receiver<u64> {
+        self.progress.subscribe()
     }
 
     fn now_ms(&self, log: &Log) -> i64 {
@@ -258,7 +274,9 @@ impl Partition {
     /// Publishes the high watermark the role decided (the leader's `LeaderState`, the leader's
     /// answer on a follower, a truncation's clamp); the invariant is checked by `assert_offsets`.
     fn store_high_watermark(&self, high_watermark: i64) {
-        self.high_watermark.store(high_watermark, Ordering::Release);
+        if self.high_watermark.swap(high_watermark, Ordering::AcqRel) != high_watermark {
+            self.progressed();
+        }
     }
 
     /// `log_start_offset <= high_watermark <= log_end_offset`. Called with the log mutex held
@@ -490,6 +508,7 @@ impl Partition {
         let info = log.append_as_leader(records, leader_epoch, origin)?;
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
+        self.progressed();
         let moved = ls.on_leader_append(end, now_ms);
         if let Some(hw) = moved {
             self.store_high_watermark(hw);
@@ -668,6 +687,7 @@ impl Partition {
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
+        self.progressed();
         let high_watermark = leader_high_watermark.min(end).max(log.log_start_offset());
         if high_watermark != self.high_watermark() {
             self.store_high_watermark(high_watermark);
@@ -722,6 +742,7 @@ impl Partition {
         })?;
         self.log_end_offset.store(end, Ordering::Release);
         self.log_start_offset.store(start, Ordering::Release);
+        self.progressed();
         self.store_high_watermark(self.high_watermark().clamp(start, end));
         self.assert_offsets();
         Ok(())

@@ -1,5 +1,5 @@
 //! Fetch: raw batches from the fetch offset, with Kafka's long poll (`max_wait_ms` /
-//! `min_bytes`, woken by appends), total and per-partition byte limits (the total capped by the
+//! `min_bytes`, woken by the partitions it reads), total and per-partition byte limits (the total capped by the
 //! broker's `fetch.max.bytes`), and the "at least one batch" rule for the first partition with
 //! data (KIP-74). A consumer (replica id -1) is served by the leader only, up to the high
 //! watermark; a follower (replica id = its node id) is served up to the log end offset, its
@@ -15,6 +15,7 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
+use tokio::sync::watch;
 
 use super::hosted_partition;
 use crate::partition::{FirstBatch, ReplicaFetch};
@@ -30,19 +31,53 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
-    let mut appends = broker.replicas.subscribe_appends();
+    let mut progress: Option<Vec<watch::Receiver<u64>>> = None;
     loop {
-        appends.borrow_and_update();
+        if let Some(receivers) = &mut progress {
+            for receiver in receivers.iter_mut() {
+                receiver.borrow_and_update();
+            }
+        }
         let (response, bytes, has_error) = read_once(broker, &request, version);
         if bytes >= request.min_bytes.max(0) as usize || has_error || tokio::time::Instant::now() >= deadline {
             return Some(count_out(broker, response));
         }
-        match tokio::time::timeout_at(deadline, appends.changed()).await {
-            Ok(Ok(())) => continue,
-            // Deadline passed, or the broker is shutting down: answer with what we have.
+        // Park on the partitions this request reads, subscribed before the re-read below so no
+        // change between the read and the wait is missed.
+        let receivers = match &mut progress {
+            Some(receivers) => receivers,
+            None => {
+                let subscribed = progress.insert(subscribe(broker, &request));
+                if subscribed.is_empty() {
+                    // Nothing hosted to wait on: nothing can arrive before the deadline.
+                    tokio::time::sleep_until(deadline).await;
+                    return Some(count_out(broker, read_once(broker, &request, version).0));
+                }
+                // Read once more: an append may have landed between the first read and the
+                // subscription.
+                continue;
+            }
+        };
+        let changed = futures_util::future::select_all(receivers.iter_mut().map(|r| Box::pin(r.changed())));
+        match tokio::time::timeout_at(deadline, changed).await {
+            Ok((Ok(()), _, _)) => continue,
+            // Deadline passed, or a partition was closed: answer with what we have.
             _ => return Some(count_out(broker, read_once(broker, &request, version).0)),
         }
     }
+}
+
+/// The progress signals of every requested partition hosted here.
+fn subscribe(broker: &Broker, request: &FetchRequest) -> Vec<watch::Receiver<u64>> {
+    let mut receivers = Vec::new();
+    for topic in &request.topics {
+        for fetch in &topic.partitions {
+            if let Some(partition) = u32::try_from(fetch.partition).ok().and_then(|p| broker.replicas.get(&topic.topic.0, p)) {
+                receivers.push(partition.subscribe_progress());
+            }
+        }
+    }
+    receivers
 }
 
 /// A follower's fetch (`replica` is its node id): read up to the log end offset with its
@@ -66,9 +101,6 @@ fn read_as_leader_for(
     })?;
     if let Some(proposal) = read.proposal {
         crate::replication::isr::propose(&broker.controller, &broker.metrics, partition.clone(), proposal);
-    }
-    if read.advanced {
-        broker.replicas.notify_append();
     }
     let diverging =
         read.diverging.map(|d| EpochEndOffset::default().with_epoch(d.leader_epoch).with_end_offset(d.end_offset));
