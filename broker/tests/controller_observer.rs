@@ -135,10 +135,10 @@ async fn an_observer_catches_up_from_a_snapshot_and_never_joins_the_voters() {
     }
 }
 
-// Proves a misconfigured observer is refused: one listed among the voters at start, and one
-// whose id the quorum already has as a voter when it asks to join.
+// Proves a misconfigured observer is refused: one listed among the voters at start, one whose
+// id the quorum already has as a voter when it asks to join, one on a wildcard address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_observer_with_a_voter_id_is_refused() {
+async fn misconfigured_observers_are_refused() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let (voters, addrs) = start_voters(&dirs).await;
 
@@ -154,6 +154,10 @@ async fn an_observer_with_a_voter_id_is_refused() {
     let impostor = Controller::start(unlisted).await.expect("start");
     assert!(matches!(impostor.wait_ready(DEADLINE).await, Err(ControllerError::ObserverIsAVoter { node_id: 2 })));
     impostor.shutdown().await.expect("shutdown");
+
+    let wildcard =
+        ControllerConfig { listen_addr: SocketAddr::from(([0, 0, 0, 0], 0)), ..observer_config(&addrs, &dir) };
+    assert!(matches!(Controller::start(wildcard).await, Err(ControllerError::ObserverAddrUnspecified { .. })));
     for c in voters {
         assert_eq!(c.quorum().voters, BTreeSet::from([1, 2, 3]));
         c.shutdown().await.expect("shutdown");

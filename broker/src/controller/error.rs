@@ -41,6 +41,10 @@ pub enum ControllerError {
     /// A broker-only node (an observer) was given the id of a voter.
     #[error("node {node_id} is a metadata voter; a broker-only node must not be in the voters")]
     ObserverIsAVoter { node_id: NodeId },
+    /// An observer's raft listener is bound to a wildcard address: the leader could not reach
+    /// it at the address it would advertise.
+    #[error("a broker-only node advertises its controller listener, so it must not be {addr} (a wildcard)")]
+    ObserverAddrUnspecified { addr: SocketAddr },
     /// Raft timing or snapshot settings are inconsistent.
     #[error("invalid controller configuration")]
     InvalidConfig(#[source] RaftFailure),

@@ -271,6 +271,9 @@ impl Controller {
         let raft_config = Arc::new(config.raft_config()?);
         let local_addr =
             listener.local_addr().map_err(|source| ControllerError::Bind { addr: config.listen_addr, source })?;
+        if config.role == QuorumRole::Observer && local_addr.ip().is_unspecified() {
+            return Err(ControllerError::ObserverAddrUnspecified { addr: local_addr });
+        }
 
         let dir = config.data_dir.join("metadata");
         let (alive_tx, alive_rx) = mpsc::channel(1);

@@ -68,6 +68,7 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
         | ControllerError::Corrupt { .. }
         | ControllerError::NotAVoter { .. }
         | ControllerError::ObserverIsAVoter { .. }
+        | ControllerError::ObserverAddrUnspecified { .. }
         | ControllerError::InvalidConfig(_)
         | ControllerError::Raft(_) => ResponseError::UnknownServerError,
     }
