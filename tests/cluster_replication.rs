@@ -941,3 +941,45 @@ fn a_coordinator_failover_keeps_the_group_without_a_rebalance() {
     assert_eq!(consumer.context().revoked.load(Ordering::SeqCst), 0, "nothing revoked");
     drop(consumer);
 }
+
+#[test]
+fn a_leader_cut_off_from_the_quorum_is_replaced_and_acknowledges_nothing_as_a_zombie() {
+    // Proves a leader whose metadata links are all cut (it cannot heartbeat the controller nor
+    // learn it was fenced) loses its leadership to an in-sync replica, acknowledges no write
+    // while cut off although clients can still reach it, and after the heal truncates what it
+    // took meanwhile, rejoins the ISR, and no acknowledged write is lost (a zombie's ack would
+    // be of an offset the heal truncates: a lost write or an inconsistent offset to the checker).
+    let mut run = Run::start("cut-leader", &[]);
+    // Writes parked on the cut-off leader must give up soon and go to the new one.
+    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
+    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
+    let consumer = run.consumer();
+    let schedule = (|| -> Result<(), String> {
+        run.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(1) {
+            let leader = run.leader_of(0, "before the cut", |_| true)?;
+            eprintln!("round {round}: cut every metadata link of node {leader}, the leader of {}-0", run.topic);
+            run.cluster.isolate(leader);
+            let cut_at = Instant::now();
+            // The majority's view: the cut-off node still answers metadata as it last knew it.
+            let majority = run.cluster.ids().find(|&id| id != leader).expect("another node");
+            let majority = run.cluster.node(majority).bootstrap();
+            if workload::wait_for_leader(&majority, &run.topic, 0, DEADLINE, |l| l != leader).is_none() {
+                return Err(format!("round {round}: no new leader of partition 0 after cutting node {leader} off"));
+            }
+            run.wait_writes_resume(0, &format!("round {round}, node {leader} cut off"))?;
+            run.hold(1000, 3000);
+            let healed_at = Instant::now();
+            eprintln!("round {round}: healing node {leader}");
+            run.cluster.heal();
+            run.wait_isr_full(&format!("round {round}, node {leader} healed"))?;
+            eprintln!(
+                "round {round}: cut off for {:?}; acknowledged meanwhile: {}",
+                healed_at - cut_at,
+                run.checker.acks_between(cut_at, healed_at).len()
+            );
+        }
+        Ok(())
+    })();
+    run.finish(producers, Some(consumer), schedule);
+}
