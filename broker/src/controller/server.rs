@@ -202,12 +202,16 @@ async fn add_observer_as_leader(
     addr: String,
     timeout: Duration,
 ) -> Result<(), ForwardError> {
-    let (leader, is_voter, stored_addr) = {
+    let (leader, is_voter, stored_addr, membership_applied) = {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         let is_voter = membership.voter_ids().any(|id| id == observer);
-        (metrics.current_leader, is_voter, membership.get_node(&observer).map(|n| n.addr.clone()))
+        let stored_addr = membership.get_node(&observer).map(|n| n.addr.clone());
+        // The effective membership may not be committed yet (e.g. the observer was killed while
+        // it joined, and a new leader may still drop that entry).
+        let applied = metrics.membership_config.log_id().map(|l| l.index) <= metrics.last_applied.map(|l| l.index);
+        (metrics.current_leader, is_voter, stored_addr, applied)
     };
     if leader != Some(my_id) {
         return Err(ForwardError::NotLeader { leader });
@@ -216,7 +220,10 @@ async fn add_observer_as_leader(
         return Err(ForwardError::IsAVoter { node_id: observer });
     }
     let change = match stored_addr {
-        Some(stored) if stored == addr => return Ok(()),
+        Some(stored) if stored == addr && membership_applied => return Ok(()),
+        Some(stored) if stored == addr => {
+            return Err(ForwardError::Failed { message: "the membership holding it is not committed yet".into() })
+        }
         Some(_) => raft.change_membership(ChangeMembers::SetNodes([(observer, BasicNode::new(addr))].into()), true),
         None => {
             tracing::info!(observer, %addr, "adding an observer to the metadata quorum");
