@@ -983,3 +983,95 @@ fn a_leader_cut_off_from_the_quorum_is_replaced_and_acknowledges_nothing_as_a_zo
     })();
     run.finish(producers, Some(consumer), schedule);
 }
+
+/// Produce v9 of one record to `topic`-0 at `node` with acks=all: the error code and base offset.
+fn produce_raw(node: &support::Runnel, topic: &str, value: &str) -> (i16, i64) {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut builder = runnel::log::records::BatchBuilder::new(runnel::log::Compression::None);
+    builder.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(2_000).with_topic_data(vec![
+        TopicProduceData::default().with_name(TopicName(StrBytes::from_string(topic.into()))).with_partition_data(vec![
+            PartitionProduceData::default().with_index(0).with_records(Some(builder.build().expect("batch").into_bytes())),
+        ]),
+    ]);
+    let mut conn = support::RawConn::open(node, "produce-raw");
+    let response = conn.call(9, &request);
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+#[test]
+fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_replicas() {
+    // Proves Kafka's answer when a partition's ISR falls below min.insync.replicas while the
+    // metadata quorum lives (5 nodes, the replicas on 3 of them): the controller fences the two
+    // killed replicas, the ISR shrinks to the leader, acks=all gets NOT_ENOUGH_REPLICAS (not a
+    // timeout), and once they return writes succeed again and every acknowledged record is there.
+    use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cluster = Cluster::start(5, &[]);
+    for id in cluster.ids() {
+        let node = cluster.node(id).bootstrap();
+        assert!(support::wait_until(DEADLINE, || workload::broker_count(&node) == Some(5)), "node {id} sees 5 brokers");
+    }
+    let topic = "quorum-intact";
+    let created = support::RawConn::open(cluster.node(1), "create").call(
+        7,
+        &CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(3), BrokerId(4), BrokerId(5)])])
+            .with_configs(vec![CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("min.insync.replicas"))
+                .with_value(Some(StrBytes::from_static_str("2")))])]),
+    );
+    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    let checker = Checker::new(0, Duplicates::Allowed);
+    // One acks=all write through the checker: its answer (error code, base offset).
+    let write = |cluster: &Cluster| {
+        let value = checker.next_value();
+        let (code, offset) = produce_raw(cluster.node(3), topic, &value);
+        match code {
+            0 => checker.ack(topic, 0, offset, &value),
+            code => checker.fail(&value, &format!("error code {code}")),
+        }
+        (code, offset)
+    };
+    let mut last = (0, -1);
+    let wrote = support::wait_until(DEADLINE, || {
+        last = write(&cluster);
+        last.0 == 0
+    });
+    assert!(wrote, "node 3 leads and takes acks=all writes: last answer {last:?}");
+
+    cluster.kill9(4);
+    cluster.kill9(5);
+    let acked_before = checker.acked_count();
+    let refused = support::wait_until(DEADLINE, || {
+        last = write(&cluster);
+        last.0 == NOT_ENOUGH_REPLICAS
+    });
+    assert!(refused, "NOT_ENOUGH_REPLICAS once the ISR shrank; last answer {last:?}");
+    // The first write after the kills may have been answered before the leader saw them go.
+    assert!(checker.acked_count() <= acked_before + 1, "writes acknowledged with one replica of three alive");
+
+    cluster.restart(4);
+    cluster.restart(5);
+    let resumed = support::wait_until(DEADLINE, || {
+        last = write(&cluster);
+        last.0 == 0
+    });
+    assert!(resumed, "writes resume once the replicas are back: last answer {last:?}");
+    let states = workload::partition_states(&cluster.node(1).bootstrap(), topic).expect("metadata");
+    assert_eq!(states[0].leader, Some(3));
+    let problems = workload::final_read(&cluster.bootstrap(), topic, &checker, DEADLINE);
+    assert!(problems.is_empty(), "{problems:?}");
+    judge(&checker);
+}
