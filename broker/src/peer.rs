@@ -231,3 +231,55 @@ impl Peers {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    use tokio::net::TcpListener;
+
+    /// A one-shot server: reads one request frame and answers `answer(correlation_id)` bytes.
+    async fn serve_once(answer: impl FnOnce(i32) -> Vec<u8> + Send + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let size = socket.read_i32().await.expect("size");
+            let mut frame = vec![0u8; size as usize];
+            socket.read_exact(&mut frame).await.expect("frame");
+            let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            socket.write_all(&answer(correlation_id)).await.expect("answer");
+        });
+        addr
+    }
+
+    fn response_frame(correlation_id: i32, response: &ApiVersionsResponse) -> Vec<u8> {
+        let mut body = BytesMut::new();
+        ResponseHeader::default().with_correlation_id(correlation_id).encode(&mut body, 0).expect("header");
+        response.encode(&mut body, 3).expect("body");
+        [(body.len() as i32).to_be_bytes().to_vec(), body.to_vec()].concat()
+    }
+
+    async fn call_once(addr: &str, max_frame: usize) -> Result<ApiVersionsResponse, PeerError> {
+        let mut conn =
+            Connection::connect(addr, StrBytes::from_static_str("test"), CONNECT_TIMEOUT).await.expect("connect");
+        conn.call(3, &ApiVersionsRequest::default(), max_frame).await
+    }
+
+    #[tokio::test]
+    async fn a_call_decodes_its_answer_and_refuses_oversized_or_mismatched_frames() {
+        // Proves the framing: a well-formed answer decodes; a frame above the bound is refused
+        // before it is read; an answer carrying another request's correlation id is refused.
+        let good = ApiVersionsResponse::default().with_throttle_time_ms(7);
+        let answer = good.clone();
+        let addr = serve_once(move |id| response_frame(id, &answer)).await;
+        assert_eq!(call_once(&addr, 1 << 20).await.expect("answer").throttle_time_ms, 7);
+
+        let addr = serve_once(|_| (64i32 << 20).to_be_bytes().to_vec()).await;
+        assert!(matches!(call_once(&addr, 1 << 20).await, Err(PeerError::Codec { .. })));
+
+        let answer = good.clone();
+        let addr = serve_once(move |id| response_frame(id + 1, &answer)).await;
+        assert!(matches!(call_once(&addr, 1 << 20).await, Err(PeerError::Codec { .. })));
+    }
+}
