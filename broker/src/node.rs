@@ -159,6 +159,7 @@ impl Node {
                 log_defaults: config.log_defaults.clone(),
                 connection_limits: config.connection_limits.clone(),
                 fetch_max_bytes: config.fetch_max_bytes,
+                data_dir: data_dir.clone(),
             },
             controller: controller.clone(),
             replicas: replicas.clone(),

@@ -422,6 +422,7 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         ElectLeaders => elect_leaders,
         AlterPartitionReassignments => alter_partition_reassignments,
         ListPartitionReassignments => list_partition_reassignments,
+        DescribeLogDirs => describe_log_dirs,
     };
     Ok(response)
 }

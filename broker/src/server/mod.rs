@@ -50,6 +50,8 @@ pub struct ServerSettings {
     pub connection_limits: ConnectionLimits,
     /// `fetch.max.bytes`: caps a Fetch request's `max_bytes`.
     pub fetch_max_bytes: usize,
+    /// The node's one log directory (Kafka's `log.dirs`), as DescribeLogDirs names it.
+    pub data_dir: std::path::PathBuf,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

@@ -512,6 +512,7 @@ mod tests {
             log_defaults: LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() },
             connection_limits: crate::server::ConnectionLimits::default(),
             fetch_max_bytes: 57_671_680,
+            data_dir: std::path::PathBuf::from("/data"),
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
