@@ -1075,3 +1075,106 @@ fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_r
     assert!(problems.is_empty(), "{problems:?}");
     judge(&checker);
 }
+
+/// `kafka_server_brokertopicmetrics_bytes_out_total` of `topic` on `node` (0 when absent).
+fn bytes_out(node: &support::Runnel, topic: &str) -> f64 {
+    let metrics = support::HttpApi::new(node).get("/metrics").text;
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("kafka_server_brokertopicmetrics_bytes_out_total") && l.contains(&format!("\"{topic}\"")))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_consumer_in_a_followers_rack_reads_from_that_follower() {
+    // Proves KIP-392 follower fetching with replica.selector.class rack-aware: the leader
+    // answers a Fetch v11 from a client in a follower's rack with that follower as the
+    // preferred read replica and no records; the follower serves v11+ consumer fetches up to its
+    // high watermark (an older version still gets NOT_LEADER_OR_FOLLOWER there); and librdkafka
+    // with client.rack reads every record through the follower.
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = Cluster::start_with(NODES, &["--replica-selector-class", "rack-aware"], |id| {
+        vec!["--rack".to_string(), format!("rack-{id}")]
+    });
+    let bootstrap = cluster.bootstrap();
+    for id in cluster.ids() {
+        let node = cluster.node(id).bootstrap();
+        assert!(support::wait_until(DEADLINE, || workload::broker_count(&node) == Some(NODES as usize)));
+    }
+    let topic = "follower-fetch";
+    workload::create_topic(&bootstrap, topic, 1, NODES as i32, &[("min.insync.replicas", "2")]).expect("create");
+    let mut state = None;
+    assert!(support::wait_until(DEADLINE, || {
+        state = workload::partition_states(&bootstrap, topic).and_then(|s| s.into_iter().next());
+        state.as_ref().is_some_and(|s| s.leader.is_some() && s.isr.len() == NODES as usize)
+    }));
+    let state = state.expect("partition state");
+    let leader = state.leader.expect("leader");
+    let follower = *state.replicas.iter().find(|&&r| r != leader).expect("a follower");
+    let producer: rdkafka::producer::BaseProducer<workload::ProbeContext> =
+        workload::probe_producer(&bootstrap, &Arc::new(Checker::new(0, Duplicates::Allowed)));
+    for i in 0..100 {
+        workload::produce_one(&producer, topic, 0, &format!("record-{i}"), DEADLINE).expect("acks=all write");
+    }
+
+    let fetch = |node: u64, version: i16, rack: &str| {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_rack_id(StrBytes::from_string(rack.into()))
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.into())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(-1)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let mut conn = support::RawConn::open(cluster.node(node), "kip-392");
+        conn.call(version, &request).responses[0].partitions[0].clone()
+    };
+    let sent_away = fetch(leader, 11, &format!("rack-{follower}"));
+    assert_eq!(sent_away.error_code, 0);
+    assert_eq!(sent_away.preferred_read_replica.0, follower as i32, "the leader names the follower in the client's rack");
+    assert!(sent_away.records.as_ref().is_none_or(|r| r.is_empty()), "and returns no records");
+    let own_rack = fetch(leader, 11, &format!("rack-{leader}"));
+    assert_eq!(own_rack.preferred_read_replica.0, -1, "a client in the leader's rack reads from the leader");
+    assert!(own_rack.records.as_ref().is_some_and(|r| !r.is_empty()));
+    // The follower's high watermark follows the leader's with its next fetch.
+    let served = support::wait_until(DEADLINE, || {
+        let p = fetch(follower, 11, &format!("rack-{follower}"));
+        p.error_code == 0 && p.high_watermark == 100 && p.records.as_ref().is_some_and(|r| !r.is_empty())
+    });
+    assert!(served, "the follower serves a v11 consumer fetch up to its high watermark");
+    assert_eq!(fetch(follower, 10, "").error_code, 6, "a v10 consumer fetch at a follower: NOT_LEADER_OR_FOLLOWER");
+
+    let before = bytes_out(cluster.node(follower), topic);
+    let consumer: BaseConsumer = workload::config(
+        &bootstrap,
+        &[("group.id", "kip-392"), ("client.rack", &format!("rack-{follower}")), ("auto.offset.reset", "earliest")],
+    )
+    .create()
+    .expect("consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment.add_partition_offset(topic, 0, rdkafka::Offset::Beginning).expect("assignment");
+    consumer.assign(&assignment).expect("assign");
+    let mut values = Vec::new();
+    assert!(support::wait_until(DEADLINE, || {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
+        }
+        values.len() >= 100
+    }));
+    assert_eq!(values, (0..100).map(|i| format!("record-{i}")).collect::<Vec<_>>());
+    let after = bytes_out(cluster.node(follower), topic);
+    assert!(after > before, "librdkafka read through the follower ({before} -> {after} bytes out there)");
+}

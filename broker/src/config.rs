@@ -117,6 +117,12 @@ pub struct ServeArgs {
     /// `leader.imbalance.check.interval.seconds` [default: 300].
     #[arg(long, env = "RUNNEL_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
     pub leader_imbalance_check_interval_seconds: Option<u64>,
+    /// `replica.selector.class`: `org.apache.kafka.common.replica.RackAwareReplicaSelector` (or
+    /// `rack-aware`) lets a leader send a consumer that names its `client.rack` to an in-sync
+    /// replica in that rack (KIP-392 follower fetching) [default: none, consumers read from the
+    /// leader].
+    #[arg(long, env = "RUNNEL_REPLICA_SELECTOR_CLASS")]
+    pub replica_selector_class: Option<String>,
     /// `offsets.retention.minutes`: committed offsets of groups without members expire after
     /// this long [default: 10080, 7 days].
     #[arg(long, env = "RUNNEL_OFFSETS_RETENTION_MINUTES")]
@@ -177,6 +183,7 @@ struct FileConfig {
     replica_lag_time_max_ms: Option<u64>,
     auto_leader_rebalance_enable: Option<bool>,
     leader_imbalance_check_interval_seconds: Option<u64>,
+    replica_selector_class: Option<String>,
     offsets_retention_minutes: Option<u64>,
     offsets_topic_num_partitions: Option<u32>,
     offsets_topic_replication_factor: Option<u16>,
@@ -213,6 +220,11 @@ pub enum ConfigFileError {
     ProcessRoles(String),
     #[error("a broker-only node (process.roles=broker) needs --voters naming the metadata quorum, without itself")]
     BrokerOnlyVoters,
+    #[error(
+        "invalid replica.selector.class {0:?}: expected org.apache.kafka.common.replica.RackAwareReplicaSelector \
+         (or rack-aware), or none"
+    )]
+    ReplicaSelector(String),
     #[error("{name} must be positive")]
     NotPositive { name: &'static str },
     #[error(
@@ -255,6 +267,8 @@ pub struct NodeConfig {
     /// `leader.imbalance.check.interval.seconds` in ms, `None` when
     /// `auto.leader.rebalance.enable` is false.
     pub leader_imbalance_check_interval_ms: Option<u64>,
+    /// `replica.selector.class`: where consumers may read (KIP-392).
+    pub replica_selector: ReplicaSelector,
     pub offsets_retention_minutes: u64,
     /// `offsets.topic.num.partitions`, `offsets.topic.replication.factor`, `group.max.size`,
     /// `group.max.count`.
@@ -371,6 +385,9 @@ impl NodeConfig {
                         .max(1)
                         .saturating_mul(1000)
                 }),
+            replica_selector: ReplicaSelector::parse(
+                args.replica_selector_class.as_deref().or(file.replica_selector_class.as_deref()).unwrap_or(""),
+            )?,
             offsets_retention_minutes: args
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes)
@@ -467,6 +484,27 @@ fn resolve_connection_limits(
         });
     }
     Ok(limits)
+}
+
+/// Kafka's `replica.selector.class`: which replica a consumer is sent to read from (KIP-392).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplicaSelector {
+    /// Kafka's default (`LeaderSelector`, or the setting unset): consumers read from the leader.
+    #[default]
+    LeaderOnly,
+    /// `RackAwareReplicaSelector`: a consumer that names its rack reads from an in-sync replica
+    /// there, the leader if it is in that rack.
+    RackAware,
+}
+
+impl ReplicaSelector {
+    fn parse(text: &str) -> Result<ReplicaSelector, ConfigFileError> {
+        match text.trim() {
+            "" | "none" | "org.apache.kafka.common.replica.LeaderSelector" => Ok(ReplicaSelector::LeaderOnly),
+            "rack-aware" | "org.apache.kafka.common.replica.RackAwareReplicaSelector" => Ok(ReplicaSelector::RackAware),
+            other => Err(ConfigFileError::ReplicaSelector(other.to_string())),
+        }
+    }
 }
 
 /// Kafka's `process.roles`. Every node is a broker; a controller-only node (a voter hosting no
@@ -602,6 +640,24 @@ mod tests {
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Log(_))));
         let args = ServeArgs { voters: Some("1-localhost".into()), ..ServeArgs::default() };
         assert!(matches!(NodeConfig::resolve(&args), Err(ConfigFileError::Voters(_))));
+    }
+
+    #[test]
+    fn replica_selector_accepts_kafkas_class_names() {
+        // Proves replica.selector.class takes Kafka's class names (and rack-aware), defaults to
+        // the leader, and refuses anything else.
+        let resolve = |value: Option<&str>| {
+            NodeConfig::resolve(&ServeArgs { replica_selector_class: value.map(String::from), ..ServeArgs::default() })
+        };
+        assert_eq!(resolve(None).unwrap().replica_selector, ReplicaSelector::LeaderOnly);
+        for rack_aware in ["rack-aware", "org.apache.kafka.common.replica.RackAwareReplicaSelector"] {
+            assert_eq!(resolve(Some(rack_aware)).unwrap().replica_selector, ReplicaSelector::RackAware);
+        }
+        assert_eq!(
+            resolve(Some("org.apache.kafka.common.replica.LeaderSelector")).unwrap().replica_selector,
+            ReplicaSelector::LeaderOnly
+        );
+        assert!(matches!(resolve(Some("com.example.Mine")), Err(ConfigFileError::ReplicaSelector(_))));
     }
 
     #[test]

@@ -160,6 +160,7 @@ impl Node {
                 connection_limits: config.connection_limits.clone(),
                 fetch_max_bytes: config.fetch_max_bytes,
                 data_dir: data_dir.clone(),
+                replica_selector: config.replica_selector,
             },
             controller: controller.clone(),
             replicas: replicas.clone(),

@@ -119,6 +119,12 @@ impl Cluster {
     /// Starts `count` voters (node ids 1..=count), each with `extra_args`, and waits until all
     /// are ready (each has caught up with the quorum).
     pub fn start(count: u64, extra_args: &[&str]) -> Cluster {
+        Cluster::start_with(count, extra_args, |_| Vec::new())
+    }
+
+    /// As [`Cluster::start`], with `per_node(id)` appended to node `id`'s arguments (e.g. its
+    /// own `--rack`).
+    pub fn start_with(count: u64, extra_args: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
         let temp = tempfile::tempdir().expect("temp dir");
         let ports: BTreeMap<u64, u16> = (1..=count).map(|id| (id, free_port())).collect();
         let mut links = BTreeMap::new();
@@ -149,6 +155,7 @@ impl Cluster {
                     voters.join(","),
                 ];
                 args.extend(extra_args.iter().map(|s| s.to_string()));
+                args.extend(per_node(id));
                 (id, args)
             })
             .collect();

@@ -52,6 +52,8 @@ pub struct ServerSettings {
     pub fetch_max_bytes: usize,
     /// The node's one log directory (Kafka's `log.dirs`), as DescribeLogDirs names it.
     pub data_dir: std::path::PathBuf,
+    /// `replica.selector.class`: whether a leader sends consumers to a replica in their rack.
+    pub replica_selector: crate::config::ReplicaSelector,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

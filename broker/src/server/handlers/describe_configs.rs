@@ -33,6 +33,7 @@ pub(crate) enum ConfigType {
     Short = 4,
     Long = 5,
     List = 7,
+    Class = 8,
 }
 
 /// A topic config, its broker-level synonym (Kafka's `ServerTopicConfigSynonyms`), type and doc.
@@ -288,6 +289,15 @@ fn describe_broker(settings: &ServerSettings, extra: &BrokerProperties) -> Vec<D
     if let Some(rack) = &extra.rack {
         properties.push(("broker.rack", rack.clone(), None, ConfigType::String, "Rack of this broker."));
     }
+    if settings.replica_selector == crate::config::ReplicaSelector::RackAware {
+        properties.push((
+            "replica.selector.class",
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector".to_string(),
+            None,
+            ConfigType::Class,
+            "Consumers naming their rack are sent to an in-sync replica there (KIP-392).",
+        ));
+    }
     for info in &TOPIC_CONFIGS {
         if let Some(value) = settings.log_defaults.get(info.name) {
             properties.push((
@@ -513,6 +523,7 @@ mod tests {
             connection_limits: crate::server::ConnectionLimits::default(),
             fetch_max_bytes: 57_671_680,
             data_dir: std::path::PathBuf::from("/data"),
+            replica_selector: crate::config::ReplicaSelector::LeaderOnly,
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);

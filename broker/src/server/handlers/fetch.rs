@@ -13,12 +13,13 @@ use std::time::Duration;
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 
 use super::hosted_partition;
 use crate::partition::{FirstBatch, ReplicaFetch};
+use crate::config::ReplicaSelector;
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -107,6 +108,72 @@ fn read_as_leader_for(
     Ok((read.data, diverging))
 }
 
+/// A consumer's read (replica id -1), up to the high watermark. The leader serves it, or with
+/// `replica.selector.class` rack-aware and a client that names its rack (Fetch v11+, KIP-392)
+/// names an in-sync replica in that rack as `preferred_read_replica` and returns no records, so
+/// the client moves there. A follower serves a client that sent its client metadata (v11+:
+/// it was sent here by a leader), up to its own high watermark, as Kafka's `fetchOnlyFromLeader`
+/// rule allows; older clients and replicas of no known leader get NOT_LEADER_OR_FOLLOWER.
+#[allow(clippy::too_many_arguments)]
+fn read_for_consumer(
+    broker: &Broker,
+    image: &crate::controller::MetadataImage,
+    partition: &crate::partition::Partition,
+    request: &FetchRequest,
+    fetch: &kafka_protocol::messages::fetch_request::FetchPartition,
+    version: i16,
+    max_bytes: usize,
+    first_batch: FirstBatch,
+) -> Result<(crate::partition::FetchedData, Option<u64>), crate::partition::PartitionError> {
+    let leads = partition.is_leader();
+    if !leads && (version < 11 || partition.following().is_none()) {
+        partition.check_leader()?;
+    }
+    partition.check_leader_epoch(fetch.current_leader_epoch)?;
+    if leads && version >= 11 && broker.settings.replica_selector == ReplicaSelector::RackAware {
+        let client_rack: &str = &request.rack_id;
+        if let Some(replica) = preferred_read_replica(broker, image, partition, fetch.fetch_offset, client_rack) {
+            let read = crate::partition::FetchedData {
+                high_watermark: partition.high_watermark(),
+                log_start_offset: partition.log_start_offset(),
+                log_end_offset: partition.log_end_offset(),
+                records: bytes::Bytes::new(),
+            };
+            return Ok((read, Some(replica)));
+        }
+    }
+    partition.read(fetch.fetch_offset, max_bytes, first_batch).map(|read| (read, None))
+}
+
+/// Kafka's `RackAwareReplicaSelector` on the leader: none when the client names no rack or the
+/// leader is in it; else the live in-sync follower in the client's rack that holds the fetch
+/// offset, the one furthest ahead. `None` means "read here".
+fn preferred_read_replica(
+    broker: &Broker,
+    image: &crate::controller::MetadataImage,
+    partition: &crate::partition::Partition,
+    fetch_offset: i64,
+    client_rack: &str,
+) -> Option<u64> {
+    let rack_of = |node: u64| image.brokers.get(&node).and_then(|b| b.rack.clone());
+    if client_rack.is_empty() || rack_of(broker.settings.node_id).as_deref() == Some(client_rack) {
+        return None;
+    }
+    let isr = partition.isr();
+    partition
+        .follower_log_end_offsets()
+        .into_iter()
+        .filter(|&(replica, log_end_offset)| {
+            isr.contains(&replica)
+                && image.is_live(replica)
+                && rack_of(replica).as_deref() == Some(client_rack)
+                && log_end_offset > fetch_offset
+                && fetch_offset >= partition.log_start_offset()
+        })
+        .max_by_key(|&(_, log_end_offset)| log_end_offset)
+        .map(|(replica, _)| replica)
+}
+
 /// Bytes out per topic, for the response that is actually sent.
 fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
     for topic in &response.responses {
@@ -148,12 +215,13 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
                     let read = match u64::try_from(request.replica_id.0) {
                         Ok(replica) => read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes),
-                        // A consumer (replica id -1): the leader serves it, up to the high watermark.
-                        Err(_) => partition
-                            .check_leader()
-                            .and_then(|()| partition.check_leader_epoch(fetch.current_leader_epoch))
-                            .and_then(|()| partition.read(fetch.fetch_offset, max_bytes, first_batch))
-                            .map(|read| (read, None)),
+                        Err(_) => read_for_consumer(broker, &image, &partition, request, fetch, version, max_bytes, first_batch)
+                            .map(|(read, preferred)| {
+                                if let Some(replica) = preferred {
+                                    data = std::mem::take(&mut data).with_preferred_read_replica(BrokerId(replica as i32));
+                                }
+                                (read, None)
+                            }),
                     };
                     match read {
                         Ok((read, diverging)) => {
