@@ -109,7 +109,8 @@ impl Node {
             config.replica_lag_time_max_ms as i64,
         ));
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
-        let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone()));
+        let addresses = crate::peer::BrokerAddresses::new(config.broker_address_overrides.clone());
+        let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
         let reconcile = {
             let partitions = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
             let groups = groups.clone();
@@ -167,7 +168,7 @@ impl Node {
             groups,
             metrics: crate::metrics::Metrics::new(),
             fetchers: fetchers.clone(),
-            peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone())),
+            peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
             reconcile: Box::new(reconcile),
         });
@@ -431,45 +432,19 @@ fn reconciler(
 }
 
 /// Partitions this node hosts that the image no longer assigns to it (a reassignment moved them
-/// away) stop being replicated here and are deleted the way a deleted topic's are (renamed to
-/// `-delete`, removed off the reconcile path). The replica manager deletes a whole topic at a
-/// time, so while another partition of the same topic is still assigned here the moved one only
-/// stops fetching (a follower of no leader) and its directory goes at the next start, with the
-/// other strays.
+/// away) are deleted the way a deleted topic's are (renamed to `-delete`, removed off the
+/// reconcile path); the fetchers drop them with the next update.
 fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataImage) {
-    let assigned_here = |topic: &str, partition: u32| {
-        image.partition(topic, partition).is_some_and(|p| p.replicas.contains(&node_id))
-    };
-    let hosted = replicas.all();
-    let mut moved_away: BTreeMap<Arc<str>, Vec<Arc<crate::partition::Partition>>> = BTreeMap::new();
-    for partition in hosted.iter().filter(|p| !assigned_here(p.topic(), p.index())) {
-        moved_away.entry(partition.topic().clone()).or_default().push(partition.clone());
-    }
-    for (topic, partitions) in moved_away {
-        let keeps_some = hosted.iter().any(|p| p.topic() == &topic && assigned_here(&topic, p.index()));
-        if !keeps_some {
-            tracing::info!(%topic, "deleting the replicas a reassignment moved off this node");
-            if let Err(e) = replicas.remove_topic(&topic) {
-                tracing::error!(%topic, error = %e, "could not delete the replicas moved off this node");
-            }
+    for partition in replicas.all() {
+        let (topic, index) = (partition.topic().clone(), partition.index());
+        // A topic the image no longer has is the topic-deletion path's, not this one's.
+        let Some(assigned) = image.partition(&topic, index) else { continue };
+        if assigned.replicas.contains(&node_id) {
             continue;
         }
-        // Neither lead (a zombie leader would take writes from clients with old metadata) nor
-        // follow: the metadata's leader is replaced by none.
-        for partition in partitions.iter().filter(|p| p.leader().is_some()) {
-            let Some(p) = image.partition(&topic, partition.index()) else { continue };
-            tracing::info!(%topic, partition = p.partition, "replica moved off this node: no longer leading or fetching; its directory is removed at the next start");
-            let stopped = crate::partition::LeaderAndIsr {
-                leader: None,
-                leader_epoch: p.leader_epoch,
-                partition_epoch: p.partition_epoch,
-                replicas: p.replicas.clone(),
-                isr: p.isr.clone(),
-                fenced: Vec::new(),
-            };
-            if let Err(e) = partition.apply_leader_and_isr(stopped) {
-                tracing::warn!(%topic, partition = p.partition, error = %e, "could not stop a moved replica");
-            }
+        tracing::info!(%topic, partition = index, "deleting the replica a reassignment moved off this node");
+        if let Err(e) = replicas.remove_partition(&topic, index) {
+            tracing::error!(%topic, partition = index, error = %e, "could not delete the replica moved off this node");
         }
     }
 }

@@ -148,6 +148,17 @@ impl ReplicaManager {
         result
     }
 
+    /// Deletes one partition with its files (a reassignment moved it off this node): the same
+    /// durable rename to `-delete` and removal off the caller's thread as a deleted topic's.
+    pub fn remove_partition(&self, topic: &str, partition: u32) -> Result<(), PartitionError> {
+        let key: PartitionKey = (Arc::from(topic), partition);
+        let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let Some(removed) = removed else { return Ok(()) };
+        let renamed = removed.delete()?;
+        remove_deleted_dirs(renamed.into_iter().collect());
+        Ok(())
+    }
+
     /// Deletes partition directories in the data dir that no topic of `keep` owns (topics
     /// deleted while this node was down), and `-delete` directories whose removal a crash or
     /// shutdown interrupted. `keep` answers "is this (topic, partition) hosted?".
