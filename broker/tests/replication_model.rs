@@ -219,7 +219,7 @@ impl Sim {
             Role::Leader { state: leader, .. }
                 if state.leader == Some(id) && leader.leader_epoch() == state.leader_epoch =>
             {
-                leader.on_partition_committed(state.leader_epoch, state.partition_epoch, state.isr.clone());
+                leader.on_partition_committed(state.leader_epoch, state.partition_epoch, &state.replicas, state.isr.clone());
                 false
             }
             Role::Leader { .. } => true,

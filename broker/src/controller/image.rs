@@ -268,11 +268,11 @@ impl MetadataImage {
                 if !valid {
                     return ApplyOutcome::InvalidPartitionChange;
                 }
-                let replica_set_changed = assignment.as_ref().is_some_and(|a| p.apply_assignment(a));
-                if replica_set_changed && p.leader == *leader {
+                let replica_left = assignment.as_ref().is_some_and(|a| p.apply_assignment(a));
+                if replica_left && p.leader == *leader {
                     // Kafka bumps the leader epoch when a replica leaves, which fences the removed
-                    // follower's fetches; Runnel also bumps it when one joins, because a leader
-                    // tracks the followers of the replica set it started its leader epoch with.
+                    // follower's fetches; a replica that joins is taken by the leader within its
+                    // epoch (`LeaderState::on_partition_committed`), so producers see no change.
                     p.leader_epoch = p.leader_epoch.saturating_add(1);
                 }
                 p.apply_decision(*leader, isr.clone());
@@ -334,13 +334,13 @@ fn has_duplicate(list: &[NodeId]) -> bool {
 impl PartitionImage {
     /// Installs a new replica list and reassignment state; true if the replica *set* changed
     /// (not merely its order).
+    /// Takes the assignment; answers whether a replica left the replica set.
     fn apply_assignment(&mut self, assignment: &ReplicaAssignment) -> bool {
-        let same_set = self.replicas.len() == assignment.replicas.len()
-            && self.replicas.iter().all(|r| assignment.replicas.contains(r));
+        let replica_left = self.replicas.iter().any(|r| !assignment.replicas.contains(r));
         self.replicas = assignment.replicas.clone();
         self.adding_replicas = assignment.adding_replicas.clone();
         self.removing_replicas = assignment.removing_replicas.clone();
-        !same_set
+        replica_left
     }
 
     /// The image invariant of one partition, after every change of it.
@@ -648,15 +648,20 @@ mod tests {
             (p.replicas.clone(), p.adding_replicas.clone(), p.removing_replicas.clone()),
             (vec![2, 3, 1], vec![3], vec![1])
         );
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(1), 1, 1));
+        // A replica joining keeps the leader epoch (the leader takes it within its epoch).
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(1), 0, 1));
         assert!(p.is_reassigning());
         // Completion: 1 leaves and leads no more; one leader epoch bump for both.
         assert_eq!(image.apply(&change(1, Some(2), vec![2, 3], vec![2, 3], vec![], vec![])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch, p.is_reassigning()), (Some(2), 2, 2, false));
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch, p.is_reassigning()), (Some(2), 1, 2, false));
         // A reorder keeps the leader epoch.
         assert_eq!(image.apply(&change(2, Some(2), vec![2, 3], vec![3, 2], vec![], vec![])), ApplyOutcome::Applied);
         let p = image.partition("a", 0).cloned().expect("partition");
-        assert_eq!((p.replicas, p.leader_epoch, p.partition_epoch), (vec![3, 2], 2, 3));
+        assert_eq!((p.replicas, p.leader_epoch, p.partition_epoch), (vec![3, 2], 1, 3));
+        // A replica leaving while the leader stays bumps the leader epoch (fences its fetches).
+        assert_eq!(image.apply(&change(3, Some(2), vec![2], vec![2], vec![], vec![])), ApplyOutcome::Applied);
+        let p = image.partition("a", 0).cloned().expect("partition");
+        assert_eq!((p.replicas, p.leader_epoch, p.partition_epoch), (vec![2], 2, 4));
     }
 }

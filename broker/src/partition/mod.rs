@@ -381,7 +381,7 @@ impl Partition {
         let leads = state.leader == Some(me) && state.isr.contains(&me);
         match &mut current.role {
             Role::Leader(ls) if leads && ls.leader_epoch() == state.leader_epoch => {
-                ls.on_partition_committed(state.leader_epoch, state.partition_epoch, state.isr.clone());
+                ls.on_partition_committed(state.leader_epoch, state.partition_epoch, &state.replicas, state.isr.clone());
             }
             _ if leads => {
                 {

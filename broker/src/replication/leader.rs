@@ -356,13 +356,33 @@ impl LeaderState {
     }
 
     /// The controller committed a partition state with this node still leader in the same leader
-    /// epoch (an ISR change, ours or the controller's own, e.g. a fenced follower removed).
+    /// epoch (an ISR change, ours or the controller's own, e.g. a fenced follower removed; or
+    /// replicas added by a reassignment, which start out of sync and join once caught up).
     /// A state for another leader or epoch is not for this `LeaderState`: the caller replaces it.
-    pub fn on_partition_committed(&mut self, leader_epoch: i32, partition_epoch: i32, isr: Vec<ReplicaId>) {
+    pub fn on_partition_committed(
+        &mut self,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: &[ReplicaId],
+        isr: Vec<ReplicaId>,
+    ) {
         if leader_epoch != self.leader_epoch || partition_epoch <= self.partition_epoch {
             return;
         }
         assert!(isr.contains(&self.leader), "a committed ISR of this leader epoch lacks its leader: {isr:?}");
+        // Within one leader epoch replicas only join (a leaving replica bumps the epoch).
+        debug_assert!(self.replicas.iter().all(|r| replicas.contains(r)), "a replica left within leader epoch {leader_epoch}");
+        for &replica in replicas.iter().filter(|&&r| r != self.leader) {
+            self.followers.entry(replica).or_insert(FollowerProgress {
+                log_end_offset: -1,
+                broker_epoch: -1,
+                last_caught_up_time_ms: i64::MIN,
+                last_fetch_leader_log_end_offset: -1,
+                last_fetch_time_ms: i64::MIN,
+            });
+        }
+        self.followers.retain(|r, _| replicas.contains(r));
+        self.replicas = replicas.to_vec();
         self.partition_epoch = partition_epoch;
         self.isr = IsrState::Committed { isr };
     }
@@ -425,13 +445,39 @@ mod tests {
         state.on_leader_append(10, 0);
         state.on_follower_fetch(fetch(2, 10, 10, 1)).unwrap();
         state.on_follower_fetch(fetch(3, 10, 10, 1)).unwrap();
-        state.on_partition_committed(5, 8, vec![1, 2]);
+        state.on_partition_committed(5, 8, &[1, 2, 3], vec![1, 2]);
         state.on_leader_append(20, 2);
         state.on_follower_fetch(fetch(2, 20, 20, 3)).unwrap();
         assert_eq!(state.high_watermark(), 10, "3 caught up 2 ms ago: about to join, waited for");
         state.set_ineligible(vec![3]);
         assert_eq!(state.maybe_advance_high_watermark(20, 4), Some(20));
         assert_eq!(state.on_follower_fetch(fetch(3, 20, 20, 5)).unwrap().propose, None, "no expansion while fenced");
+    }
+
+    #[test]
+    fn a_replica_added_within_the_leader_epoch_fetches_and_joins_the_isr() {
+        // Proves a reassignment's new replica is taken without a new leader epoch: its fetches
+        // are accepted, it does not hold the high watermark back, and once caught up it is
+        // proposed for the ISR; a replica no longer listed is forgotten.
+        let mut state = LeaderState::new(LeaderStart {
+            leader: 1,
+            leader_epoch: 5,
+            partition_epoch: 7,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            high_watermark: 0,
+            log_end_offset: 0,
+            replica_lag_time_max_ms: LAG,
+            now_ms: 0,
+        });
+        state.on_leader_append(10, 1);
+        assert!(state.on_follower_fetch(fetch(4, 0, 10, 1)).is_err(), "4 is not a replica yet");
+        state.on_partition_committed(5, 8, &[1, 2, 4], vec![1, 2]);
+        assert_eq!(state.on_follower_fetch(fetch(2, 10, 10, 2)).unwrap().high_watermark, Some(10));
+        assert_eq!(state.on_follower_fetch(fetch(4, 0, 10, 3)).unwrap().propose, None, "not caught up");
+        let decision = state.on_follower_fetch(fetch(4, 10, 10, 4)).unwrap();
+        assert_eq!(decision.propose.map(|p| p.new_isr), Some(vec![1, 2, 4]));
+        assert!(state.follower(4).is_some());
     }
 
     #[test]
@@ -464,7 +510,7 @@ mod tests {
         assert_eq!(proposal, expected);
         // While the shrink is pending, 3 still holds the high watermark back.
         assert_eq!(state.maybe_advance_high_watermark(10, LAG + 2), None);
-        state.on_partition_committed(5, 8, vec![1, 2]);
+        state.on_partition_committed(5, 8, &[1, 2, 3], vec![1, 2]);
         assert_eq!(state.maybe_advance_high_watermark(10, LAG + 3), Some(10));
     }
 
@@ -502,7 +548,7 @@ mod tests {
         let mut state = leader(vec![1, 2], 0, 0);
         state.on_leader_append(5, 0);
         state.maybe_shrink_isr(5, LAG + 1).unwrap();
-        state.on_partition_committed(5, 8, vec![1]);
+        state.on_partition_committed(5, 8, &[1, 2, 3], vec![1]);
         assert_eq!(state.maybe_advance_high_watermark(5, LAG + 2), Some(5));
         assert_eq!(state.ack_status(5, 2), AckStatus::NotEnoughReplicasAfterAppend { isr: 1, min_insync_replicas: 2 });
     }
