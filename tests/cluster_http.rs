@@ -29,16 +29,23 @@ const V2_BINARY: Option<&str> = Some("application/vnd.kafka.binary.v2+json");
 /// Creates `topic` with replication factor 1, partition `p` on node `leaders[p]`, and waits
 /// until every node's metadata names those leaders and each leader leads its partitions.
 fn create_placed(cluster: &Cluster, topic: &str, leaders: &[i32]) {
+    let assignment: Vec<Vec<i32>> = leaders.iter().map(|&l| vec![l]).collect();
+    create_assigned(cluster, topic, &assignment);
+}
+
+/// Creates `topic` with partition `p` on replicas `assignment[p]` (the first leads) and waits
+/// until every node names those leaders.
+fn create_assigned(cluster: &Cluster, topic: &str, assignment: &[Vec<i32>]) {
     let admin: AdminClient<DefaultClientContext> =
         support::client_config(cluster.node(1), &[]).create().expect("admin client");
-    let assignment: Vec<Vec<i32>> = leaders.iter().map(|&l| vec![l]).collect();
+    let leaders: Vec<i32> = assignment.iter().map(|replicas| replicas[0]).collect();
     let assignment: Vec<&[i32]> = assignment.iter().map(Vec::as_slice).collect();
     let new = NewTopic::new(topic, leaders.len() as i32, TopicReplication::Variable(&assignment));
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT)).request_timeout(Some(TIMEOUT));
     for result in block_on(admin.create_topics(&[new], &options)).expect("CreateTopics") {
         result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
     }
-    wait_led(cluster, topic, leaders);
+    wait_led(cluster, topic, &leaders);
 }
 
 /// Waits until every node names `leaders[p]` as the leader of partition `p` and the leader
@@ -291,4 +298,98 @@ fn a_transform_writes_outputs_to_partitions_led_by_other_nodes() {
     let read = read_back(&cluster, "t-out", 2, expected.len());
     assert_eq!(read.values().flatten().cloned().collect::<BTreeSet<_>>(), expected);
     assert!(read.len() == 2, "keys spread over both output partitions (nodes 1 and 3): {:?}", read.keys());
+}
+
+/// The coordinator of `group` as node `ask` answers FindCoordinator (which creates
+/// `__consumer_offsets` on first use), once it answers.
+fn coordinator_of(cluster: &Cluster, ask: u64, group: &str) -> u64 {
+    let mut coordinator = None;
+    let answered = wait_until(TIMEOUT, || {
+        let mut conn = RawConn::open(cluster.node(ask), "cluster-http-test");
+        let request = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_string()));
+        let response: FindCoordinatorResponse = conn.call(3, &request);
+        coordinator = (response.error_code == 0).then_some(response.node_id.0 as u64);
+        coordinator.is_some()
+    });
+    assert!(answered, "no coordinator for {group}");
+    coordinator.expect("answered")
+}
+
+/// The committed offset of `group` for `topic`-0 as librdkafka reads it (-1: none).
+fn committed(cluster: &Cluster, group: &str, topic: &str) -> i64 {
+    let consumer: BaseConsumer =
+        support::workload::config(&cluster.bootstrap(), &[("group.id", group)]).create().expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, 0);
+    match consumer.committed_offsets(list, Duration::from_secs(5)) {
+        Ok(offsets) => match offsets.find_partition(topic, 0).map(|e| e.offset()) {
+            Some(Offset::Offset(offset)) => offset,
+            _ => -1,
+        },
+        Err(_) => -1,
+    }
+}
+
+fn produce_numbered(cluster: &Cluster, topic: &str, range: std::ops::Range<usize>) -> BTreeSet<Vec<u8>> {
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        support::workload::producer_config(&cluster.bootstrap(), &[]).create().expect("producer");
+    let mut values = BTreeSet::new();
+    for i in range {
+        let value = format!("record-{i}");
+        producer.send(BaseRecord::<(), _>::to(topic).payload(&value)).map_err(|(e, _)| e).expect("send");
+        values.insert(value.into_bytes());
+    }
+    producer.flush(TIMEOUT).expect("flush");
+    values
+}
+
+#[test]
+fn a_transform_checkpoints_on_a_coordinator_elsewhere_and_resumes_from_it_after_its_leader_dies() {
+    // Proves a transform worker whose checkpoint coordinator is another node commits its
+    // position there (librdkafka reads it), and after kill -9 of the input's leader the worker
+    // on the new leader resumes from that position: every input reaches the output, none twice.
+    let mut cluster = Cluster::start(3, &[]);
+    create_assigned(&cluster, "ck-in", &[vec![2, 1, 3]]);
+    create_assigned(&cluster, "ck-out", &[vec![3, 1, 2]]);
+    // A transform name whose group is coordinated away from the input's leader (node 2).
+    let name = (0..50)
+        .map(|n| format!("ck{n}"))
+        .find(|name| coordinator_of(&cluster, 1, &format!("__runnel_transform_{name}")) != 2)
+        .expect("a group coordinated by node 1 or 3");
+    let group = format!("__runnel_transform_{name}");
+    let mut body = json!({"input_topic": "ck-in", "output_topics": ["ck-out"], "start": "earliest"});
+    body["module_base64"] = json!(B64.encode(component("runnel-example-identity")));
+    let deployed = HttpApi::new(cluster.node(1)).send_json("PUT", &format!("/v1/transforms/{name}"), None, &body);
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+
+    let mut expected = produce_numbered(&cluster, "ck-in", 0..40);
+    let checkpointed = wait_until(TIMEOUT, || committed(&cluster, &group, "ck-in") == 40);
+    let logs = HttpApi::new(cluster.node(2)).get(&format!("/v1/transforms/{name}/logs"));
+    assert!(checkpointed, "position 40 never committed on the coordinator; worker log: {}", logs.text);
+
+    cluster.kill9(2);
+    expected.extend(produce_numbered(&cluster, "ck-in", 40..60));
+    // The new leader's worker: started at the committed position, caught up with the input.
+    let mut resumed = None;
+    let caught_up = wait_until(TIMEOUT, || {
+        resumed = [1, 3].into_iter().find_map(|id| {
+            let detail = HttpApi::new(cluster.node(id)).get(&format!("/v1/transforms/{name}"));
+            let partitions = detail.json["partitions"].as_array()?.clone();
+            partitions.into_iter().find(|p| p["state"] == "running" && p["position"].as_i64() == Some(60))
+        });
+        resumed.is_some()
+    });
+    assert!(caught_up, "no worker on nodes 1 or 3 processed the input to offset 60");
+    let start = resumed.as_ref().and_then(|p| p["start_offset"].as_i64()).expect("start_offset");
+    assert!(start >= 40, "resumed at {start}, before the committed position 40: {resumed:?}");
+
+    // Outputs are appended before the position moves: all 60 are there once it is 60, and none
+    // of the first 40 (below the checkpoint) was written again.
+    let read = read_back(&cluster, "ck-out", 1, expected.len());
+    let outputs: Vec<Vec<u8>> = read.values().flatten().cloned().collect();
+    assert_eq!(outputs.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    let consumer: BaseConsumer =
+        support::workload::config(&cluster.bootstrap(), &[("group.id", "ck-watermarks")]).create().expect("consumer");
+    let (_, high) = consumer.fetch_watermarks("ck-out", 0, TIMEOUT).expect("watermarks");
+    assert_eq!(high, 60, "outputs written twice");
 }

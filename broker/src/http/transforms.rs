@@ -56,6 +56,9 @@ pub struct TransformPartition {
     /// starting, running, failed, paused, stopped.
     pub state: String,
     pub position: i64,
+    /// The input offset this partition's worker started at (the committed position, else the
+    /// deployment's `start`).
+    pub start_offset: i64,
     pub high_watermark: i64,
     pub lag: i64,
     pub records_in: u64,
@@ -121,6 +124,7 @@ fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> 
             partition: s.partition,
             state: s.state.to_string(),
             position: s.position,
+            start_offset: s.start_offset,
             high_watermark,
             lag: (high_watermark - s.position).max(0),
             records_in: s.records_in,

@@ -13,6 +13,7 @@
 //! input record is skipped unless the error policy says so; compiled modules are shared by
 //! all partitions of a deployment and cached on disk by the runtime.
 
+mod checkpoint;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -61,6 +62,8 @@ pub struct PartitionStatus {
     pub state: &'static str,
     /// Next input offset to process (the committed position once checkpointed).
     pub position: i64,
+    /// Where the current worker started: the committed position, else the deployment's start.
+    pub start_offset: i64,
     pub high_watermark: i64,
     pub records_in: u64,
     pub records_out: u64,

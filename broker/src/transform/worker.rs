@@ -25,9 +25,9 @@ use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::checkpoint::Checkpoint;
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
-use crate::group::offsets::CommittedOffset;
 use crate::log::now_ms;
 use crate::log::records::{for_each_record, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
@@ -43,6 +43,9 @@ const READ_BYTES_MAX: usize = 4 << 20;
 /// Per-record framing of a v2 record batch, roughly (attributes, deltas, lengths, headers count).
 const RECORD_OVERHEAD_BYTES: f64 = 16.0;
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// How long one checkpoint read or write retries a coordinator that moved or is loading (a
+/// failover takes about a second or two) before the worker logs it and goes on.
+const CHECKPOINT_RETRY: Duration = Duration::from_secs(3);
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long an output append waits for acks=all (here, or on the leader it is sent to).
@@ -150,42 +153,48 @@ impl Worker {
         }
     }
 
-    /// The committed position, else the start position of the deployment.
-    async fn start_position(&self, input: &Partition) -> i64 {
-        let groups = self.host.groups.clone();
-        let group = group_of(self.name());
-        let topic = self.transform.spec.input_topic.clone();
-        let partition = self.partition;
-        let committed = tokio::task::spawn_blocking(move || {
-            let shard = groups.offsets.partition_of(&group);
-            groups.offsets.ensure_loaded(shard).ok()?;
-            groups.offsets.fetch(&group, Some(&[(topic, partition)])).ok()?.into_iter().next().map(|(_, _, c)| c.offset)
-        })
-        .await
-        .ok()
-        .flatten();
-        match committed {
+    fn checkpoint(&self) -> Checkpoint<'_> {
+        Checkpoint {
+            host: &self.host,
+            group: group_of(self.name()),
+            topic: self.transform.spec.input_topic.clone(),
+            partition: self.partition,
+        }
+    }
+
+    /// The committed position, else the start position of the deployment; `None` if stopped
+    /// first. Asks until the group's coordinator answers: starting anywhere else would skip
+    /// input (`latest`) or process it all again (`earliest`).
+    async fn start_position(&mut self, input: &Partition) -> Option<i64> {
+        let committed = loop {
+            match self.checkpoint().fetch(Instant::now() + CHECKPOINT_RETRY).await {
+                Ok(committed) => break committed,
+                Err(e) => {
+                    self.logs.push("warn", Some(self.partition), format!("reading the checkpoint: {e}; retrying"));
+                    if !self.pause(BACKOFF_MIN).await {
+                        return None;
+                    }
+                }
+            }
+        };
+        Some(match committed {
             Some(offset) => offset.max(input.log_start_offset()),
             None => match self.transform.spec.start {
                 StartPosition::Earliest => input.log_start_offset(),
                 StartPosition::Latest => input.high_watermark(),
             },
-        }
+        })
     }
 
-    async fn commit(&self, position: i64) {
-        let groups = self.host.groups.clone();
-        let group = group_of(self.name());
-        let topic = self.transform.spec.input_topic.clone();
-        let partition = self.partition;
-        let committed =
-            CommittedOffset { offset: position, leader_epoch: -1, metadata: String::new(), commit_timestamp: now_ms() };
-        let result =
-            tokio::task::spawn_blocking(move || groups.offsets.commit(&group, vec![(topic, partition, committed)]))
-                .await
-                .map(|r| r.map(|_replicated| ()));
-        if let Ok(Err(e)) = result {
-            self.logs.push("warn", Some(self.partition), format!("checkpoint at {position} failed: {e}"));
+    /// Commits `position` on the group's coordinator; whether it was acknowledged (a failure is
+    /// logged, and the next checkpoint tries again).
+    async fn commit(&self, position: i64) -> bool {
+        match self.checkpoint().commit(position, Instant::now() + CHECKPOINT_RETRY).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.logs.push("warn", Some(self.partition), format!("checkpoint at {position} failed: {e}"));
+                false
+            }
         }
     }
 }
@@ -199,9 +208,13 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.state = "stopped");
         return;
     };
-    let mut position = w.start_position(&input).await;
+    let Some(mut position) = w.start_position(&input).await else {
+        w.update(|s| s.state = "stopped");
+        return;
+    };
     w.update(|s| {
         s.position = position;
+        s.start_offset = position;
         s.high_watermark = input.high_watermark();
     });
     w.logs.push(
@@ -216,7 +229,8 @@ pub(super) async fn run(mut w: Worker) {
     let mut backoff = BACKOFF_MIN;
     let mut committed = position;
     let mut last_commit = Instant::now();
-    let mut appends = w.host.replicas.subscribe_appends();
+    // Woken when the input's log end, log start or high watermark moves, or its role changes.
+    let mut progress = input.subscribe_progress();
     let mut window = (Instant::now(), 0u64, 0u64);
     let mut bytes_per_record = 256.0f64;
     loop {
@@ -243,7 +257,7 @@ pub(super) async fn run(mut w: Worker) {
                 Err(_) => break,
             }
         }
-        appends.borrow_and_update();
+        progress.borrow_and_update();
         let read_bytes = (spec.batch_records_max as f64 * bytes_per_record * 1.1) as usize;
         let read = match input.read(position, read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX), FirstBatch::Whole) {
             Ok(read) => read,
@@ -268,16 +282,16 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.high_watermark = read.high_watermark);
         metrics.transform_lag.with_label_values(&labels).set((read.high_watermark - position).max(0));
         if read.records.is_empty() {
-            if committed != position {
-                w.commit(position).await;
+            if committed != position && w.commit(position).await {
                 committed = position;
-                last_commit = Instant::now();
             }
+            last_commit = Instant::now();
+            let checkpoint_failed = committed != position;
             tokio::select! {
-                _ = appends.changed() => {}
+                _ = progress.changed() => {}
                 _ = w.stop.wait_for(|s| *s) => break,
-                // Re-check now and then: the high watermark may move without an append here.
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                // A checkpoint that failed is tried again even if no input arrives.
+                _ = tokio::time::sleep(BACKOFF_MIN), if checkpoint_failed => {}
             }
             continue;
         }
@@ -384,8 +398,9 @@ pub(super) async fn run(mut w: Worker) {
             window = (Instant::now(), 0, 0);
         }
         if last_commit.elapsed() >= COMMIT_INTERVAL {
-            w.commit(position).await;
-            committed = position;
+            if w.commit(position).await {
+                committed = position;
+            }
             last_commit = Instant::now();
         }
     }
@@ -538,9 +553,6 @@ async fn append_here(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailur
                 .map_err(failed)
         });
     }
-    if !waits.is_empty() {
-        w.host.replicas.notify_append();
-    }
     futures_util::future::try_join_all(waits).await.map(|_| ())
 }
 
@@ -590,7 +602,7 @@ async fn send(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(), Batch
 }
 
 /// Kafka's name of an error code (`NotLeaderOrFollower`), for messages.
-fn error_name(code: i16) -> String {
+pub(super) fn error_name(code: i16) -> String {
     match ResponseError::try_from_code(code) {
         Some(error) => format!("{error:?}"),
         None => format!("error code {code}"),
