@@ -7,6 +7,8 @@
 //! Without /usr/bin/chromium and /usr/bin/chromedriver the test prints SKIP and passes, unless
 //! RUNNEL_REQUIRE_BROWSER=1 (scripts/test.sh sets it after installing them), where it fails.
 //! Waits are on conditions with deadlines (`support::wait_until`), never fixed sleeps.
+//! A three-node cluster case kills a node with SIGKILL and watches the pages follow the fencing,
+//! the ISR shrinks and, after a restart, the expands.
 
 mod support;
 
@@ -23,6 +25,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use support::cluster::Cluster;
 use support::{client_config, create_topic, wait_until, Runnel};
 
 /// Longest wait for any one step (a debug build and a browser on a loaded 2-core machine).
@@ -51,6 +54,7 @@ fn dashboard_shows_cluster_topics_records_and_group_lag_and_manages_topics() {
     if !browser_available() {
         return;
     }
+    let _serial = serial();
     let node = Runnel::start(&[]);
     let base = node.http_url();
     create_topic(&node, TOPIC, PARTITIONS);
@@ -203,6 +207,7 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
     if !browser_available() {
         return;
     }
+    let _serial = serial();
     let node = Runnel::start(&[]);
     let base = node.http_url();
     create_topic(&node, "clicks", 2);
@@ -287,7 +292,128 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
     println!("screenshot: {}", png.display());
 }
 
+#[test]
+fn dashboard_on_a_cluster_shows_nodes_fenced_and_partitions_under_replicated_after_a_kill() {
+    // Proves on three nodes the overview shows every node live with its roles and the active
+    // controller; after kill -9 of a node it shows that node fenced, the topic's partitions
+    // under-replicated with the node marked out of sync and the ISR shrinks charted; after a
+    // restart every node is live again, nothing is under-replicated and the expands are charted.
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    const REPLICATED: &str = "replicated";
+    const RF3_PARTITIONS: usize = 3;
+    let mut cluster = Cluster::start(3, &[]);
+    let base = cluster.node(1).http_url();
+    let browser = Browser::start();
+    let api = |path: &str| browser.http_json(Method::GET, &format!("{base}{path}"), None);
+    let (status, created) = browser.http_json(
+        Method::POST,
+        &format!("{base}/v1/topics"),
+        Some(json!({"name": REPLICATED, "partitions": RF3_PARTITIONS, "replication_factor": 3})),
+    );
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let mut cluster_view = Value::Null;
+    let settled = wait_until(DEADLINE, || {
+        cluster_view = api("/v1/cluster").1;
+        let nodes = cluster_view["nodes"].as_array().cloned().unwrap_or_default();
+        nodes.len() == 3
+            && nodes.iter().all(|n| n["state"] == "live")
+            && cluster_view["controller_id"].is_u64()
+            && cluster_view["under_replicated_partitions"] == 0
+    });
+    assert!(settled, "GET /v1/cluster never showed 3 live nodes, a controller, all in sync: {cluster_view}");
+    let controller = cluster_view["controller_id"].as_u64().expect("controller_id");
+    // Not the node the page talks to, and not the controller (that is a quorum test of its own).
+    let victim = (2..=3).find(|&id| id != controller).expect("a follower node");
+
+    browser.navigate(&format!("{base}/"));
+    let node_row = |id: u64| format!(r#"[data-testid="node-row"][data-node="{id}"]"#);
+    browser.wait_for_count(r#"[data-testid="node-row"][data-state="live"]"#, 3);
+    browser.wait_for_count(r#"[data-testid="node-row"][data-roles="broker,controller"]"#, 3);
+    browser.wait_for_text(&format!(r#"{} [data-field="roles"]"#, node_row(1)), "broker + controller");
+    browser.wait_for_count(r#"[data-testid="node-row"][data-controller="true"]"#, 1);
+    browser.wait_for_text(&format!(r#"{} [data-field="controller"]"#, node_row(controller)), "active controller");
+    browser.wait_for_text(r#"[data-testid="cluster-controller"]"#, &format!("node {controller}"));
+    browser.wait_for_text(r#"[data-testid="cluster-under-replicated"]"#, "0");
+    browser.wait_for_text(r#"[data-testid="cluster-offline"]"#, "0");
+    let shrinks_before = browser.number_attribute(r#"[data-testid="isr-chart"]"#, "data-shrinks");
+    let expands_before = browser.number_attribute(r#"[data-testid="isr-chart"]"#, "data-expands");
+
+    cluster.kill9(victim);
+    browser.wait_for_count(&format!(r#"{}[data-state="fenced"]"#, node_row(victim)), 1);
+    browser.wait_for_text(r#"[data-testid="cluster-fenced"]"#, "1");
+    // Every partition of an RF 3 topic had the victim in its ISR (internal ones may add more).
+    browser.wait_for_number(r#"[data-testid="cluster-under-replicated"]"#, |n| n >= RF3_PARTITIONS as u64);
+    browser.wait_for_text(r#"[data-testid="cluster-offline"]"#, "0");
+    browser.wait_for_number_attribute(r#"[data-testid="isr-chart"]"#, "data-shrinks", |n| {
+        n >= shrinks_before + RF3_PARTITIONS as u64
+    });
+    let drawn = wait_until(DEADLINE, || browser.count(r#"[data-testid="isr-chart"] svg rect.shrink"#) >= 1);
+    assert!(drawn, "the ISR chart draws no shrink bar (page: {})", browser.page_state());
+    // /metrics agrees: leaders report their under-replicated partitions (summed over the live
+    // nodes, the cluster's count), the active controller alone the fenced broker and offline.
+    let live: Vec<u64> = (1..=3).filter(|&id| id != victim).collect();
+    let mut sums = (0.0, 0.0, 0.0, 0.0);
+    let agreed = wait_until(DEADLINE, || {
+        sums = (0.0, 0.0, 0.0, 0.0);
+        for &id in &live {
+            let text = browser.http_text(&format!("{}/metrics", cluster.node(id).http_url()));
+            let value = |name: &str| metric_value(&text, name).unwrap_or(f64::NAN);
+            sums.0 += value("kafka_server_replicamanager_underreplicatedpartitions");
+            sums.1 += value("kafka_controller_kafkacontroller_activecontrollercount");
+            sums.2 += value("kafka_controller_kafkacontroller_fencedbrokercount");
+            sums.3 += value("kafka_controller_kafkacontroller_offlinepartitionscount");
+        }
+        let urp = api("/v1/cluster").1["under_replicated_partitions"].as_f64().unwrap_or(-1.0);
+        sums == (urp, 1.0, 1.0, 0.0)
+    });
+    assert!(agreed, "/metrics of nodes {live:?} sum to (URP, active controllers, fenced, offline) = {sums:?}");
+    let overview_png = browser.screenshot("dashboard-cluster-fenced.png");
+
+    browser.navigate(&format!("{base}/#/topics/{REPLICATED}"));
+    browser.wait_for_text(r#"[data-testid="topic-under-replicated"]"#, &RF3_PARTITIONS.to_string());
+    browser.wait_for_count(r#"[data-testid="partition-row"][data-under-replicated="true"]"#, RF3_PARTITIONS);
+    let out_of_sync = format!(r#"[data-testid="partition-row"] [data-replica="{victim}"][data-in-sync="false"]"#);
+    browser.wait_for_count(&out_of_sync, RF3_PARTITIONS);
+    for partition in 0..RF3_PARTITIONS {
+        let row = format!(r#"[data-testid="partition-row"][data-partition="{partition}"]"#);
+        browser.wait_for_text(&format!(r#"{row} [data-field="status"]"#), "under-replicated");
+        let isr = browser.text(&format!(r#"{row} [data-field="isr"]"#)).unwrap_or_default();
+        assert!(
+            !isr.split(", ").any(|id| id == victim.to_string()),
+            "partition {partition}: ISR {isr:?} has the killed node"
+        );
+    }
+    let topic_png = browser.screenshot("dashboard-cluster-under-replicated.png");
+
+    cluster.restart(victim);
+    browser.wait_for_count(r#"[data-testid="partition-row"][data-under-replicated="false"]"#, RF3_PARTITIONS);
+    browser.wait_for_count(&out_of_sync, 0);
+    browser.wait_for_text(r#"[data-testid="topic-under-replicated"]"#, "0");
+    browser.navigate(&format!("{base}/"));
+    browser.wait_for_count(r#"[data-testid="node-row"][data-state="live"]"#, 3);
+    browser.wait_for_text(r#"[data-testid="cluster-fenced"]"#, "0");
+    browser.wait_for_text(r#"[data-testid="cluster-under-replicated"]"#, "0");
+    browser.wait_for_number_attribute(r#"[data-testid="isr-chart"]"#, "data-expands", |n| {
+        n >= expands_before + RF3_PARTITIONS as u64
+    });
+    let drawn = wait_until(DEADLINE, || browser.count(r#"[data-testid="isr-chart"] svg rect.expand"#) >= 1);
+    assert!(drawn, "the ISR chart draws no expand bar (page: {})", browser.page_state());
+
+    println!("screenshots: {} {}", overview_png.display(), topic_png.display());
+}
+
 static GUEST_BUILD: Mutex<()> = Mutex::new(());
+
+/// One test of this file at a time: each runs a browser and one or three debug nodes, too much
+/// at once for a small machine (a failed test poisons nothing: the guard is taken back).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// runnel-example-identity built for wasm32-wasip2 (profile `wasm`), in its own target dir so
 /// it does not wait on the lock of the build running this test.
@@ -353,6 +479,11 @@ fn commit_offsets(node: &Runnel) {
     consumer.commit(&offsets, CommitMode::Sync).expect("commit");
 }
 
+/// The value of an unlabelled series `name` in Prometheus text.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// A port nobody listens on right now (the OS picks it; chromedriver binds it next).
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -413,6 +544,16 @@ impl Browser {
                     (status, response.json::<Value>().await.unwrap_or(Value::Null))
                 }
                 Err(_) => (StatusCode::from_u16(599).expect("status"), Value::Null),
+            }
+        })
+    }
+
+    /// A GET answered with text (empty on a transport error, so waits keep polling).
+    fn http_text(&self, url: &str) -> String {
+        self.runtime.block_on(async {
+            match self.http.get(url).send().await {
+                Ok(response) => response.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
             }
         })
     }
@@ -486,6 +627,33 @@ impl Browser {
             seen == expected
         });
         assert!(matched, "{css}: expected {expected} matches, last saw {seen} (page: {})", self.page_state());
+    }
+
+    /// An attribute of the first match as a number (0 when absent or not a number).
+    fn number_attribute(&self, css: &str, name: &str) -> u64 {
+        self.attribute(css, name).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    #[track_caller]
+    fn wait_for_number_attribute(&self, css: &str, name: &str, accept: impl Fn(u64) -> bool) {
+        let mut seen = None;
+        let matched = wait_until(DEADLINE, || {
+            seen = self.attribute(css, name);
+            seen.as_deref().and_then(|v| v.parse().ok()).is_some_and(&accept)
+        });
+        assert!(matched, "{css} @{name}: last saw {seen:?}, not the expected value (page: {})", self.page_state());
+    }
+
+    /// Waits until the text of the first match is a number (thousands separators allowed) that
+    /// `accept` takes.
+    #[track_caller]
+    fn wait_for_number(&self, css: &str, accept: impl Fn(u64) -> bool) {
+        let mut seen = None;
+        let matched = wait_until(DEADLINE, || {
+            seen = self.text(css);
+            seen.as_deref().and_then(|t| t.replace(',', "").parse().ok()).is_some_and(&accept)
+        });
+        assert!(matched, "{css}: last saw {seen:?}, not the expected number (page: {})", self.page_state());
     }
 
     /// Clicks the first match once it exists (a poll may re-render it between find and click).

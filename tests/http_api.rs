@@ -289,7 +289,69 @@ fn lag_agrees_across_v1_v3_and_metrics() {
         metric(&metrics.text, "kafka_log_log_log_end_offset", &[("topic", "lagged"), ("partition", "2")]),
         Some(10.0)
     );
-    assert_eq!(metric(&metrics.text, "kafka_server_replicamanager_under_replicated_partitions", &[]), Some(0.0));
+    assert_eq!(metric(&metrics.text, "kafka_server_replicamanager_underreplicatedpartitions", &[]), Some(0.0));
+}
+
+#[test]
+fn replication_health_has_kafkas_metric_names_and_agrees_with_v1_cluster() {
+    // Proves /metrics has the replication series under the names of Kafka's JMX exporter
+    // (under-replicated, offline, ISR shrinks/expands, max lag, controller and broker counts)
+    // with the values a healthy one-node cluster must have, and /v1/cluster carries the same
+    // partition counts, per-node roles and leaderships, and a 10-minute ISR change history.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    assert_eq!(api.post("/v1/topics", &json!({"name": "health", "partitions": 4})).status, 201);
+    let cluster = api.get("/v1/cluster").json;
+    assert_eq!(cluster["partitions"], 4, "{cluster}");
+    assert_eq!(cluster["under_replicated_partitions"], 0);
+    assert_eq!(cluster["offline_partitions"], 0);
+    assert_eq!(cluster["reassigning_partitions"], 0);
+    let me = &cluster["nodes"][0];
+    assert_eq!(me["state"], "live");
+    assert_eq!(me["roles"], json!(["broker", "controller"]));
+    assert_eq!(me["is_controller"], true);
+    assert_eq!(me["leader_partitions"], 4);
+    assert_eq!(me["replica_partitions"], 4);
+    let isr = &cluster["isr_changes"];
+    assert_eq!(isr["interval_ms"], 10_000);
+    let buckets = isr["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 60, "10 minutes of 10 s buckets");
+    assert!(buckets.windows(2).all(|w| w[1]["start_ms"].as_i64() == w[0]["start_ms"].as_i64().map(|t| t + 10_000)));
+    assert_eq!(isr["shrinks"], 0);
+    let topic = api.get("/v1/topics/health").json;
+    let p0 = &topic["partitions"][0];
+    assert_eq!(p0["out_of_sync_replicas"], json!([]), "{topic}");
+    assert_eq!(p0["adding_replicas"], json!([]));
+    assert_eq!(p0["removing_replicas"], json!([]));
+    let listed = api.get("/v1/topics").json;
+    let summary = listed["topics"].as_array().and_then(|t| t.iter().find(|t| t["name"] == "health")).cloned();
+    let summary = summary.unwrap_or_else(|| panic!("health missing from {listed}"));
+    assert_eq!(
+        (summary["offline_partitions"].clone(), summary["reassigning_partitions"].clone()),
+        (json!(0), json!(0))
+    );
+
+    let text = api.get("/metrics").text;
+    for (name, value) in [
+        ("kafka_server_replicamanager_underreplicatedpartitions", 0.0),
+        ("kafka_server_replicamanager_reassigningpartitions", 0.0),
+        ("kafka_server_replicamanager_isrshrinks_total", 0.0),
+        ("kafka_server_replicamanager_isrexpands_total", 0.0),
+        ("kafka_server_replicamanager_leadercount", 4.0),
+        ("kafka_server_replicamanager_partitioncount", 4.0),
+        ("kafka_server_replicafetchermanager_maxlag", 0.0),
+        ("kafka_controller_kafkacontroller_offlinepartitionscount", 0.0),
+        ("kafka_controller_kafkacontroller_activecontrollercount", 1.0),
+        ("kafka_controller_kafkacontroller_activebrokercount", 1.0),
+        ("kafka_controller_kafkacontroller_fencedbrokercount", 0.0),
+    ] {
+        assert_eq!(metric(&text, name, &[]), Some(value), "{name}");
+    }
+    for old in
+        ["kafka_server_replicamanager_under_replicated_partitions", "kafka_server_replicamanager_isr_shrinks_total"]
+    {
+        assert!(!text.contains(old), "{old} is still exported");
+    }
 }
 
 #[test]

@@ -190,6 +190,46 @@
       aria-label="Total lag over the last ${esc(fmtDuration(span))}">${grid}${plot}</svg>`;
   }
 
+  /**
+   * ISR changes per interval: buckets [{start_ms, shrinks, expands}], expands as bars above the
+   * axis, shrinks below it, so a node that left and came back reads as a dip and a bump.
+   */
+  function isrChart(buckets, intervalMs, width) {
+    const w = Math.max(320, Math.floor(width));
+    const h = 160;
+    const pad = { left: 40, right: 16, top: 12, bottom: 24 };
+    const plotW = w - pad.left - pad.right;
+    const half = (h - pad.top - pad.bottom) / 2;
+    const mid = pad.top + half;
+    const niceMax = niceCeil(Math.max(1, ...buckets.map((b) => Math.max(b.shrinks, b.expands))));
+    const slot = plotW / Math.max(1, buckets.length);
+    const barW = Math.max(1, slot - 2);
+    let bars = "";
+    buckets.forEach((b, i) => {
+      const x = (pad.left + i * slot + 1).toFixed(1);
+      const tip = `<title>${esc(fmtIso(b.start_ms))}: ${esc(plural(b.shrinks, "shrink"))}, ${esc(plural(b.expands, "expand"))}</title>`;
+      if (b.expands > 0) {
+        const bh = (b.expands / niceMax) * half;
+        bars += `<rect class="expand" x="${x}" y="${(mid - bh).toFixed(1)}" width="${barW.toFixed(1)}" height="${bh.toFixed(1)}">${tip}</rect>`;
+      }
+      if (b.shrinks > 0) {
+        const bh = (b.shrinks / niceMax) * half;
+        bars += `<rect class="shrink" x="${x}" y="${mid.toFixed(1)}" width="${barW.toFixed(1)}" height="${bh.toFixed(1)}">${tip}</rect>`;
+      }
+    });
+    const span = intervalMs * buckets.length;
+    const axis = `<line class="grid" x1="${pad.left}" x2="${w - pad.right}" y1="${pad.top}" y2="${pad.top}"/>
+      <line class="zero" x1="${pad.left}" x2="${w - pad.right}" y1="${mid}" y2="${mid}"/>
+      <line class="grid" x1="${pad.left}" x2="${w - pad.right}" y1="${mid + half}" y2="${mid + half}"/>
+      <text class="axis" x="${pad.left - 8}" y="${pad.top + 4}" text-anchor="end">${fmtInt(niceMax)}</text>
+      <text class="axis" x="${pad.left - 8}" y="${mid + 4}" text-anchor="end">0</text>
+      <text class="axis" x="${pad.left - 8}" y="${mid + half + 4}" text-anchor="end">${fmtInt(niceMax)}</text>
+      <text class="axis" x="${pad.left}" y="${h - 6}">${esc(fmtDuration(span))} ago</text>
+      <text class="axis" x="${w - pad.right}" y="${h - 6}" text-anchor="end">now</text>`;
+    return `<svg viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img"
+      aria-label="ISR shrinks and expands over the last ${esc(fmtDuration(span))}">${axis}${bars}</svg>`;
+  }
+
   /** 1, 2, 5 × 10^n at or above `v`, so axis labels are round numbers. */
   function niceCeil(v) {
     const p = 10 ** Math.floor(Math.log10(v));
@@ -272,22 +312,31 @@
         pushSample(clusterSamples.bytesIn, c.bytes_in_per_sec || 0, SPARK_SAMPLES);
         pushSample(clusterSamples.bytesOut, c.bytes_out_per_sec || 0, SPARK_SAMPLES);
         pushSample(clusterSamples.messagesIn, c.messages_in_per_sec || 0, SPARK_SAMPLES);
-        const nodes = (c.nodes || [])
-          .slice()
-          .sort((a, b) => a.node_id - b.node_id)
-          .map(
-            (n) => `<tr data-testid="node-row" data-node="${esc(n.node_id)}" data-controller="${n.is_controller ? "true" : "false"}">
-              <td class="num" data-field="node_id">${fmtInt(n.node_id)}</td>
+        const nodeList = (c.nodes || []).slice().sort((a, b) => a.node_id - b.node_id);
+        const fenced = nodeList.filter((n) => n.state === "fenced").length;
+        const nodes = nodeList
+          .map((n) => {
+            const roles = n.roles && n.roles.length ? n.roles : ["broker"];
+            const isVoter = roles.includes("controller");
+            return `<tr data-testid="node-row" data-node="${esc(n.node_id)}" data-state="${esc(n.state || "live")}"
+                data-roles="${esc(roles.join(","))}" data-controller="${n.is_controller ? "true" : "false"}"${n.state === "fenced" ? ` class="warn"` : ""}>
+              <td class="num" data-field="node_id">${fmtInt(n.node_id)}${n.node_id === c.node_id ? ` <span class="badge neutral" title="The node this page talks to">this node</span>` : ""}</td>
               <td data-field="host">${esc(n.host)}</td>
               <td class="num" data-field="port">${esc(n.port)}</td>
               <td data-field="rack">${n.rack == null ? `<span class="muted">${DASH}</span>` : esc(n.rack)}</td>
-              <td data-field="state">${n.state === "fenced" ? `<span class="badge warn">fenced</span>` : `<span class="badge ok">${esc(n.state || "live")}</span>`}</td>
-              <td data-field="role">${n.is_controller ? `<span class="badge accent">controller</span>` : `<span class="muted">broker</span>`}
-                ${n.node_id === c.node_id ? `<span class="badge neutral">this node</span>` : ""}</td></tr>`,
-          )
+              <td data-field="state">${nodeBadge(n.state)}</td>
+              <td data-field="roles">${esc(roles.join(" + "))}</td>
+              <td data-field="controller">${n.is_controller
+                ? `<span class="badge accent">active controller</span>`
+                : isVoter ? `<span class="muted" title="A voter of the metadata quorum, not its leader">voter</span>` : `<span class="muted">${DASH}</span>`}</td>
+              ${num(n.leader_partitions, "leader_partitions")}${num(n.replica_partitions, "replica_partitions")}
+              ${num(n.broker_epoch, "broker_epoch")}</tr>`;
+          })
           .join("");
         const urp = c.under_replicated_partitions || 0;
         const offline = c.offline_partitions || 0;
+        const reassigning = c.reassigning_partitions || 0;
+        const isr = c.isr_changes || { buckets: [], shrinks: 0, expands: 0, interval_ms: 10000 };
         root.innerHTML = `
           <div class="page-head">
             <div><h1>Cluster</h1>
@@ -295,12 +344,14 @@
                 · Runnel ${esc(c.version)} · up ${esc(fmtDuration(c.uptime_ms))}</p></div>
           </div>
           <section class="stats">
-            ${stat("Nodes", fmtInt((c.nodes || []).length), "cluster-nodes")}
-            ${stat("Controller", `node ${fmtInt(c.controller_id)}`, "cluster-controller")}
+            ${stat("Nodes", fmtInt(nodeList.length), "cluster-nodes")}
+            ${stat("Fenced nodes", fmtInt(fenced), "cluster-fenced", null, fenced > 0 ? "warn" : "")}
+            ${stat("Controller", c.controller_id == null ? "none" : `node ${fmtInt(c.controller_id)}`, "cluster-controller", null, c.controller_id == null ? "bad" : "")}
             ${stat("Topics", fmtInt(c.topics), "cluster-topics", "#/topics")}
             ${stat("Partitions", fmtInt(c.partitions), "cluster-partitions")}
             ${stat("Under-replicated", fmtInt(urp), "cluster-under-replicated", null, urp > 0 ? "warn" : "")}
             ${stat("Offline partitions", fmtInt(offline), "cluster-offline", null, offline > 0 ? "bad" : "")}
+            ${stat("Reassigning", fmtInt(reassigning), "cluster-reassigning", null, reassigning > 0 ? "accent" : "")}
             ${stat("Connections", fmtInt(c.connections), "cluster-connections")}
             ${stat("Transforms", transforms ? fmtInt((transforms.transforms || []).length) : DASH, "cluster-transforms", "#/transforms",
               transforms && (transforms.transforms || []).some((t) => t.state === "failed") ? "bad" : "")}
@@ -312,11 +363,27 @@
           </section>
           <section class="card flush">
             <h2>Nodes</h2>
-            <table class="data"><thead><tr><th class="num">ID</th><th>Host</th><th class="num">Port</th><th>Rack</th><th>State</th><th>Role</th></tr></thead>
+            <table class="data" data-testid="nodes-table"><thead><tr><th class="num">ID</th><th>Host</th><th class="num">Port</th><th>Rack</th>
+              <th>State</th><th>Roles</th><th>Controller</th><th class="num">Leads</th><th class="num">Replicas</th>
+              <th class="num" title="The incarnation registered now (Kafka's broker epoch)">Broker epoch</th></tr></thead>
             <tbody>${nodes}</tbody></table>
+          </section>
+          <section class="card">
+            <h2>ISR shrinks and expands <span class="hint">partitions per ${esc(fmtDuration(isr.interval_ms))}, last ${esc(fmtDuration(isr.interval_ms * isr.buckets.length))}, whole cluster</span></h2>
+            <p class="legend"><span class="key shrink"></span>Shrinks <b data-testid="isr-shrinks">${fmtInt(isr.shrinks)}</b>
+              <span class="key expand"></span>Expands <b data-testid="isr-expands">${fmtInt(isr.expands)}</b></p>
+            <div class="chart" data-testid="isr-chart" data-shrinks="${esc(isr.shrinks)}" data-expands="${esc(isr.expands)}"></div>
           </section>`;
+        const box = root.querySelector("[data-testid=isr-chart]");
+        box.innerHTML = isrChart(isr.buckets || [], isr.interval_ms, box.clientWidth || 800);
       },
     };
+  }
+
+  /** A node's lifecycle state: live green, fenced amber (out of every ISR, leads nothing). */
+  function nodeBadge(state) {
+    if (state === "fenced") return `<span class="badge warn" title="Fenced: its lease expired or it has just registered">fenced</span>`;
+    return `<span class="badge ok">${esc(state || "live")}</span>`;
   }
 
   function stat(label, value, testid, href, tone = "") {
@@ -345,12 +412,16 @@
       const html = shown
         .map((t) => {
           const urp = t.under_replicated_partitions || 0;
-          return `<tr data-testid="topic-row" data-topic="${esc(t.name)}"${urp > 0 ? ` class="warn"` : ""}>
-            <td data-field="name"><a href="${topicHref(t.name)}">${esc(t.name)}</a>${t.internal ? ` <span class="badge neutral">internal</span>` : ""}</td>
+          const offline = t.offline_partitions || 0;
+          const moving = t.reassigning_partitions || 0;
+          const flag = offline > 0 ? "bad" : urp > 0 ? "warn" : "";
+          return `<tr data-testid="topic-row" data-topic="${esc(t.name)}"${flag ? ` class="${flag}"` : ""}>
+            <td data-field="name"><a href="${topicHref(t.name)}">${esc(t.name)}</a>${t.internal ? ` <span class="badge neutral">internal</span>` : ""}${moving > 0 ? ` <span class="badge accent" data-field="reassigning" title="${esc(plural(moving, "partition"))} being reassigned">reassigning</span>` : ""}</td>
             ${num(t.partitions, "partitions")}${num(t.replication_factor, "replication_factor")}
             ${num(t.size_bytes, "size_bytes", fmtBytes(t.size_bytes))}${num(t.messages, "messages")}
             ${num(t.messages_in_per_sec, "messages_in_per_sec", fmtRate(t.messages_in_per_sec))}
-            <td class="num" data-field="under_replicated_partitions">${urp > 0 ? `<span class="badge warn">${fmtInt(urp)}</span>` : `<span class="muted">0</span>`}</td></tr>`;
+            <td class="num" data-field="under_replicated_partitions">${urp > 0 ? `<span class="badge warn">${fmtInt(urp)}</span>` : `<span class="muted">0</span>`}</td>
+            <td class="num" data-field="offline_partitions">${offline > 0 ? `<span class="badge bad">${fmtInt(offline)}</span>` : `<span class="muted">0</span>`}</td></tr>`;
         })
         .join("");
       // Polls that change nothing leave the DOM alone (keeps text selections and hover).
@@ -393,6 +464,7 @@
                 <th class="num" data-sort="replication_factor">Replication</th><th class="num" data-sort="size_bytes">Size</th>
                 <th class="num" data-sort="messages">Messages</th><th class="num" data-sort="messages_in_per_sec">Messages/s</th>
                 <th class="num" data-sort="under_replicated_partitions">Under-replicated</th>
+                <th class="num" data-sort="offline_partitions">Offline</th>
               </tr></thead>
               <tbody></tbody>
             </table>
@@ -490,16 +562,22 @@
     const renderPartitions = () => {
       const parts = detail.partitions || [];
       const totalSize = parts.reduce((sum, p) => sum + (p.size_bytes || 0), 0);
-      const messages = parts.reduce((sum, p) => sum + (p.high_watermark - p.log_start_offset), 0);
+      // Partitions without a replica here have no offsets on this node; they count as unknown.
+      const hosted = parts.filter((p) => p.high_watermark != null && p.log_start_offset != null);
+      const messages = hosted.length === parts.length
+        ? hosted.reduce((sum, p) => sum + (p.high_watermark - p.log_start_offset), 0)
+        : null;
       const urp = parts.filter((p) => p.under_replicated).length;
       const offline = parts.filter((p) => p.offline).length;
+      const moving = parts.filter((p) => reassigning(p)).length;
       root.querySelector("#topic-stats").innerHTML = `
         ${stat("Partitions", fmtInt(parts.length), "topic-partitions")}
         ${stat("Replication factor", fmtInt(detail.replication_factor), "topic-replication-factor")}
-        ${stat("Size", fmtBytes(totalSize), "topic-size")}
+        ${stat("Size", hosted.length === parts.length ? fmtBytes(totalSize) : `${fmtBytes(totalSize)} here`, "topic-size")}
         ${stat("Messages", fmtInt(messages), "topic-messages")}
         ${stat("Under-replicated", fmtInt(urp), "topic-under-replicated", null, urp > 0 ? "warn" : "")}
-        ${stat("Offline", fmtInt(offline), "topic-offline", null, offline > 0 ? "bad" : "")}`;
+        ${stat("Offline", fmtInt(offline), "topic-offline", null, offline > 0 ? "bad" : "")}
+        ${stat("Reassigning", fmtInt(moving), "topic-reassigning", null, moving > 0 ? "accent" : "")}`;
       root.querySelector("#topic-id").textContent = detail.topic_id || "";
       root.querySelector("#topic-internal").hidden = !detail.internal;
       const rows = parts
@@ -508,16 +586,40 @@
         .map((p) => {
           const flag = p.offline ? "bad" : p.under_replicated ? "warn" : "";
           const ids = (list) => esc((list || []).join(", "));
+          const outOfSync = p.out_of_sync_replicas || (p.replicas || []).filter((r) => !(p.isr || []).includes(r));
+          const adding = p.adding_replicas || [];
+          const removing = p.removing_replicas || [];
+          // Each replica is marked: out of the ISR, being added or being removed by a reassignment.
+          const replicas = (p.replicas || [])
+            .map((r) => {
+              const out = outOfSync.includes(r);
+              const marks = [out ? "out" : "in", adding.includes(r) ? "adding" : "", removing.includes(r) ? "removing" : ""].filter(Boolean);
+              const title = [out ? "not in the ISR" : "in sync", adding.includes(r) ? "being added" : "", removing.includes(r) ? "being removed" : ""]
+                .filter(Boolean)
+                .join(", ");
+              return `<span class="replica ${marks.join(" ")}" data-replica="${esc(r)}" data-in-sync="${out ? "false" : "true"}" title="Node ${esc(r)}: ${esc(title)}">${fmtInt(r)}</span>`;
+            })
+            .join("");
+          const lags = (p.followers || []).map((f) => f.lag);
+          const moves = [adding.length ? `adding ${ids(adding)}` : "", removing.length ? `removing ${ids(removing)}` : ""].filter(Boolean);
+          const status = [
+            p.offline ? `<span class="badge bad">offline</span>` : "",
+            !p.offline && p.under_replicated ? `<span class="badge warn">under-replicated</span>` : "",
+            reassigning(p) ? `<span class="badge accent">reassigning</span>` : "",
+          ].filter(Boolean);
           return `<tr data-testid="partition-row" data-partition="${p.partition}"${flag ? ` class="${flag}"` : ""}
-              data-under-replicated="${p.under_replicated ? "true" : "false"}">
+              data-under-replicated="${p.under_replicated ? "true" : "false"}" data-offline="${p.offline ? "true" : "false"}"
+              data-reassigning="${reassigning(p) ? "true" : "false"}" data-out-of-sync="${esc(outOfSync.join(","))}">
             ${num(p.partition, "partition")}
             <td class="num" data-field="leader">${p.leader == null || p.leader < 0 ? `<span class="badge bad">none</span>` : fmtInt(p.leader)}</td>
-            <td class="num" data-field="replicas">${ids(p.replicas)}</td>
+            <td class="num replicas" data-field="replicas">${replicas}</td>
             <td class="num" data-field="isr">${ids(p.isr)}</td>
+            <td data-field="reassignment">${moves.length ? esc(moves.join(" · ")) : `<span class="muted">${DASH}</span>`}</td>
             ${num(p.leader_epoch, "leader_epoch")}${num(p.log_start_offset, "log_start_offset")}
             ${num(p.high_watermark, "high_watermark")}${num(p.log_end_offset, "log_end_offset")}
+            ${lags.length ? num(Math.max(...lags), "max_follower_lag") : `<td class="num muted" data-field="max_follower_lag" title="Known on the leader only">${DASH}</td>`}
             ${num(p.size_bytes, "size_bytes", fmtBytes(p.size_bytes))}
-            <td data-field="status">${p.offline ? `<span class="badge bad">offline</span>` : p.under_replicated ? `<span class="badge warn">under-replicated</span>` : `<span class="badge ok">in sync</span>`}</td>
+            <td data-field="status">${status.length ? status.join(" ") : `<span class="badge ok">in sync</span>`}</td>
           </tr>`;
         })
         .join("");
@@ -622,9 +724,11 @@
             <section class="card flush">
               <h2>Partitions</h2>
               <table class="data" data-testid="partitions-table"><thead><tr>
-                <th class="num">Partition</th><th class="num">Leader</th><th class="num">Replicas</th><th class="num">ISR</th>
+                <th class="num">Partition</th><th class="num">Leader</th>
+                <th class="num" title="Replicas out of the ISR are struck through">Replicas</th><th class="num">ISR</th><th>Reassignment</th>
                 <th class="num">Leader epoch</th><th class="num">Log start</th><th class="num">High watermark</th>
-                <th class="num">Log end</th><th class="num">Size</th><th>Status</th></tr></thead><tbody></tbody></table>
+                <th class="num">Log end</th><th class="num" title="Records the furthest follower is behind the leader's log end">Follower lag</th>
+                <th class="num">Size</th><th>Status</th></tr></thead><tbody></tbody></table>
             </section>
             <section class="card flush">
               <div class="card-head"><h2>Configuration</h2>
@@ -712,6 +816,8 @@
       },
     };
   }
+
+  const reassigning = (p) => (p.adding_replicas || []).length > 0 || (p.removing_replicas || []).length > 0;
 
   /** A key, value or header value; base64 ones are marked, long ones cut with a "more" link. */
   function payload(value, encoding, index, kind) {

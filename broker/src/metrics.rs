@@ -6,14 +6,17 @@
 //! lookups are cached per topic). Gauges that describe state (partition counts, log sizes,
 //! group lag) are computed when `/metrics` is scraped, from the same sources the HTTP API
 //! reads, so the two always agree. Per-second rates for the dashboard are sampled from the
-//! counters by `Rates::sample` once a second.
+//! counters by `Rates::sample` once a second, and the ISR shrinks and expands the metadata image
+//! shows by `sample_isr_changes` (a bounded history, [`ISR_HISTORY_BUCKETS`] buckets).
 //!
 //! Must not: hold a lock across I/O, or grow without bound (labels are topics, partitions,
 //! groups, API names and route templates: all bounded by what exists).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use crate::controller::{MetadataImage, PartitionImage};
 
 use prometheus::{
     Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -88,8 +91,109 @@ pub struct Metrics {
     pub transform_call_seconds: HistogramVec,
     pub transform_lag: IntGaugeVec,
     pub transform_memory_bytes: IntGaugeVec,
+    /// Partitions led here that a reassignment is moving (Kafka's `ReassigningPartitions`).
+    pub reassigning_partitions: IntGauge,
+    /// 1 on the active controller (the metadata quorum's leader), else 0.
+    pub active_controller: IntGauge,
+    /// Registered brokers by state, reported by the active controller only (as Kafka does, so
+    /// a sum over the cluster is the count).
+    pub fenced_brokers: IntGauge,
+    pub active_brokers: IntGauge,
     started: Instant,
     rates: Mutex<Rates>,
+    isr_history: Mutex<IsrHistory>,
+}
+
+/// Width of one bucket of the ISR change history.
+pub const ISR_BUCKET_MS: i64 = 10_000;
+/// Buckets kept: the last 10 minutes.
+pub const ISR_HISTORY_BUCKETS: usize = 60;
+
+/// ISR changes of every partition of the cluster, as this node's metadata image shows them, in
+/// [`ISR_BUCKET_MS`] buckets. The image is compared with the one seen at the previous sample:
+/// a partition whose ISR lost a member counts one shrink, one that gained a member one expand
+/// (both when a reassignment swaps members), whatever the cause (a leader's AlterPartition, a
+/// fenced broker removed by the controller). Unlike the `isr*_total` counters (this node's
+/// leaders only, Kafka's meaning) every node shows the same cluster-wide history. Two changes
+/// of one partition between samples (one second) that cancel out are not seen.
+#[derive(Default)]
+pub struct IsrHistory {
+    last: Option<Arc<MetadataImage>>,
+    /// (bucket start, unix ms; shrinks; expands), oldest first, at most `ISR_HISTORY_BUCKETS`.
+    buckets: VecDeque<(i64, u64, u64)>,
+}
+
+/// One bucket of [`IsrHistory`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsrBucket {
+    pub start_ms: i64,
+    pub shrinks: u64,
+    pub expands: u64,
+}
+
+impl IsrHistory {
+    /// Counts the ISR changes between the image seen last and `image`, at `now_ms`.
+    pub fn sample(&mut self, image: &Arc<MetadataImage>, now_ms: i64) {
+        let (shrinks, expands) = match &self.last {
+            Some(last) if Arc::ptr_eq(last, image) => (0, 0),
+            Some(last) => isr_changes(last, image),
+            None => (0, 0),
+        };
+        self.last = Some(image.clone());
+        let start = now_ms - now_ms.rem_euclid(ISR_BUCKET_MS);
+        match self.buckets.back_mut() {
+            // A clock stepped back lands in the newest bucket rather than reordering the history.
+            Some(bucket) if bucket.0 >= start => {
+                bucket.1 += shrinks;
+                bucket.2 += expands;
+            }
+            _ => self.buckets.push_back((start, shrinks, expands)),
+        }
+        while self.buckets.len() > ISR_HISTORY_BUCKETS {
+            self.buckets.pop_front();
+        }
+    }
+
+    /// The last [`ISR_HISTORY_BUCKETS`] buckets up to the one holding `now_ms`, oldest first,
+    /// with the intervals that saw no sample (or no change) as zeros.
+    pub fn buckets(&self, now_ms: i64) -> Vec<IsrBucket> {
+        let current = now_ms - now_ms.rem_euclid(ISR_BUCKET_MS);
+        let first = current - ISR_BUCKET_MS * (ISR_HISTORY_BUCKETS as i64 - 1);
+        (0..ISR_HISTORY_BUCKETS as i64)
+            .map(|i| {
+                let start_ms = first + i * ISR_BUCKET_MS;
+                let (shrinks, expands) = self.buckets.iter().find(|b| b.0 == start_ms).map_or((0, 0), |b| (b.1, b.2));
+                IsrBucket { start_ms, shrinks, expands }
+            })
+            .collect()
+    }
+}
+
+/// (shrinks, expands) from `before` to `after`: partitions of the same topic incarnation whose
+/// ISR lost, gained members. Created and deleted partitions are not ISR changes.
+fn isr_changes(before: &MetadataImage, after: &MetadataImage) -> (u64, u64) {
+    let (mut shrinks, mut expands) = (0, 0);
+    for topic in after.topics.values() {
+        let Some(old) = before.topics.get(&topic.name).filter(|t| t.topic_id == topic.topic_id) else { continue };
+        for p in &topic.partitions {
+            let Some(q) = old.partitions.get(p.partition as usize).filter(|q| q.partition == p.partition) else {
+                continue;
+            };
+            let (lost, gained) = isr_diff(q, p);
+            shrinks += u64::from(lost);
+            expands += u64::from(gained);
+        }
+    }
+    (shrinks, expands)
+}
+
+fn isr_diff(before: &PartitionImage, after: &PartitionImage) -> (bool, bool) {
+    if before.isr == after.isr {
+        return (false, false);
+    }
+    let lost = before.isr.iter().any(|n| !after.isr.contains(n));
+    let gained = after.isr.iter().any(|n| !before.isr.contains(n));
+    (lost, gained)
 }
 
 /// Throughput over the last sampling interval, for the dashboard.
@@ -243,14 +347,42 @@ impl Metrics {
                 "HTTP request latency, per method and route template",
                 &["method", "route"],
             ),
-            isr_shrinks: counter(&r, "kafka_server_replicamanager_isr_shrinks_total", "ISR shrinks"),
-            isr_expands: counter(&r, "kafka_server_replicamanager_isr_expands_total", "ISR expands"),
-            partition_count: gauge(&r, "kafka_server_replicamanager_partition_count", "Partitions hosted by this node"),
-            leader_count: gauge(&r, "kafka_server_replicamanager_leader_count", "Partitions this node leads"),
+            isr_shrinks: counter(
+                &r,
+                "kafka_server_replicamanager_isrshrinks_total",
+                "ISR shrinks proposed by this node's leaders and committed",
+            ),
+            isr_expands: counter(
+                &r,
+                "kafka_server_replicamanager_isrexpands_total",
+                "ISR expands proposed by this node's leaders and committed",
+            ),
+            partition_count: gauge(&r, "kafka_server_replicamanager_partitioncount", "Partitions hosted by this node"),
+            leader_count: gauge(&r, "kafka_server_replicamanager_leadercount", "Partitions this node leads"),
             under_replicated_partitions: gauge(
                 &r,
-                "kafka_server_replicamanager_under_replicated_partitions",
-                "Partitions whose ISR is smaller than their replica set",
+                "kafka_server_replicamanager_underreplicatedpartitions",
+                "Partitions led by this node whose ISR is smaller than their replication factor",
+            ),
+            reassigning_partitions: gauge(
+                &r,
+                "kafka_server_replicamanager_reassigningpartitions",
+                "Partitions led by this node that a reassignment is moving",
+            ),
+            active_controller: gauge(
+                &r,
+                "kafka_controller_kafkacontroller_activecontrollercount",
+                "1 on the active controller (leader of the metadata quorum), else 0",
+            ),
+            fenced_brokers: gauge(
+                &r,
+                "kafka_controller_kafkacontroller_fencedbrokercount",
+                "Fenced brokers (on the active controller; 0 elsewhere)",
+            ),
+            active_brokers: gauge(
+                &r,
+                "kafka_controller_kafkacontroller_activebrokercount",
+                "Live (unfenced) brokers (on the active controller; 0 elsewhere)",
             ),
             unclean_leader_elections: gauge(
                 &r,
@@ -264,8 +396,8 @@ impl Metrics {
             ),
             offline_partitions: gauge(
                 &r,
-                "kafka_controller_kafkacontroller_offline_partitions_count",
-                "Partitions without a leader",
+                "kafka_controller_kafkacontroller_offlinepartitionscount",
+                "Partitions without a leader (on the active controller; 0 elsewhere)",
             ),
             log_size: gauge_vec(
                 &r,
@@ -350,6 +482,7 @@ impl Metrics {
             registry: r,
             started: Instant::now(),
             rates: Mutex::new(Rates::default()),
+            isr_history: Mutex::new(IsrHistory::default()),
         })
     }
 
@@ -467,5 +600,84 @@ impl Metrics {
 
     pub fn rates(&self) -> Rates {
         self.rates.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Counts the ISR changes the image shows since the last call (call about once a second,
+    /// next to [`Metrics::sample_rates`]).
+    pub fn sample_isr_changes(&self, image: &Arc<MetadataImage>) {
+        let now_ms = crate::log::now_ms();
+        self.isr_history.lock().unwrap_or_else(|p| p.into_inner()).sample(image, now_ms);
+    }
+
+    /// The ISR change history up to now, oldest bucket first.
+    pub fn isr_changes(&self) -> Vec<IsrBucket> {
+        let now_ms = crate::log::now_ms();
+        self.isr_history.lock().unwrap_or_else(|p| p.into_inner()).buckets(now_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::TopicImage;
+
+    fn image(isrs: &[&[u64]]) -> Arc<MetadataImage> {
+        let partitions = isrs
+            .iter()
+            .enumerate()
+            .map(|(i, isr)| PartitionImage {
+                partition: i as u32,
+                leader: isr.first().copied(),
+                leader_epoch: 0,
+                partition_epoch: 0,
+                replicas: vec![1, 2, 3],
+                isr: isr.to_vec(),
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
+            })
+            .collect();
+        let topic = TopicImage { name: "t".into(), topic_id: [7; 16], partitions, configs: Default::default() };
+        Arc::new(MetadataImage { topics: [("t".to_string(), topic)].into(), ..Default::default() })
+    }
+
+    #[test]
+    fn isr_history_counts_shrinks_and_expands_per_bucket_and_stays_bounded() {
+        // Proves an ISR change is counted once per partition in the bucket it was seen in, a
+        // swap counts both ways, quiet intervals read as zeros, and old buckets are dropped.
+        let mut history = IsrHistory::default();
+        let t0 = 1_000 * ISR_BUCKET_MS;
+        history.sample(&image(&[&[1, 2, 3], &[2, 3, 1]]), t0);
+        history.sample(&image(&[&[1, 2], &[2, 1]]), t0 + 1_000);
+        history.sample(&image(&[&[1, 2], &[2, 1]]), t0 + 2_000);
+        history.sample(&image(&[&[1, 2, 3], &[2, 3]]), t0 + ISR_BUCKET_MS + 500);
+        let buckets = history.buckets(t0 + ISR_BUCKET_MS * 2);
+        assert_eq!(buckets.len(), ISR_HISTORY_BUCKETS);
+        let last3: Vec<(i64, u64, u64)> =
+            buckets[ISR_HISTORY_BUCKETS - 3..].iter().map(|b| (b.start_ms, b.shrinks, b.expands)).collect();
+        assert_eq!(
+            last3,
+            vec![(t0, 2, 0), (t0 + ISR_BUCKET_MS, 1, 2), (t0 + 2 * ISR_BUCKET_MS, 0, 0)],
+            "partition 1 went from [2,1] to [2,3]: one shrink and one expand"
+        );
+        // An hour later everything above has left the window.
+        let later = t0 + 360 * ISR_BUCKET_MS;
+        history.sample(&image(&[&[1], &[2]]), later);
+        let buckets = history.buckets(later);
+        assert_eq!(buckets.iter().map(|b| b.shrinks).sum::<u64>(), 2);
+        assert_eq!(buckets.iter().map(|b| b.expands).sum::<u64>(), 0);
+        assert!(history.buckets.len() <= ISR_HISTORY_BUCKETS);
+    }
+
+    #[test]
+    fn a_recreated_topic_is_not_an_isr_change() {
+        // Proves partitions of another incarnation of a topic name are not compared.
+        let mut history = IsrHistory::default();
+        history.sample(&image(&[&[1, 2, 3]]), 0);
+        let mut recreated = (*image(&[&[1]])).clone();
+        if let Some(t) = recreated.topics.get_mut("t") {
+            t.topic_id = [8; 16];
+        }
+        history.sample(&Arc::new(recreated), 1);
+        assert!(history.buckets(1).iter().all(|b| b.shrinks == 0 && b.expands == 0));
     }
 }

@@ -259,9 +259,10 @@ impl Node {
             }
         }));
 
-        // Throughput rates for the dashboard, sampled from the counters once a second; the high
+        // Throughput rates and ISR changes for the dashboard, sampled once a second; the high
         // watermark checkpoint every 5 s (Kafka's replica.high.watermark.checkpoint.interval.ms).
         let sampled = broker.metrics.clone();
+        let imaged = broker.controller.clone();
         let checkpointed = replicas.clone();
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -270,7 +271,10 @@ impl Node {
             loop {
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
-                    _ = ticker.tick() => sampled.sample_rates(),
+                    _ = ticker.tick() => {
+                        sampled.sample_rates();
+                        sampled.sample_isr_changes(&imaged.image());
+                    }
                 }
                 ticks += 1;
                 if ticks % 5 == 0 {

@@ -11,7 +11,7 @@ use kafka_protocol::protocol::Decodable;
 
 use super::error::{ApiError, ApiResult};
 use super::{kafka, Http};
-use crate::controller::TopicImage;
+use crate::controller::{PartitionImage, TopicImage};
 use crate::group::OFFSETS_TOPIC;
 use crate::server::handlers::{self, create_topics};
 use crate::server::Broker;
@@ -123,8 +123,16 @@ pub struct PartitionState {
     pub high_watermark: Option<i64>,
     pub log_end_offset: Option<i64>,
     pub size_bytes: Option<u64>,
+    /// Fewer in-sync replicas than the replication factor ([`is_under_replicated`]).
     pub under_replicated: bool,
+    /// No leader: nobody can read or write it.
     pub offline: bool,
+    /// Replicas not in the ISR (ones a reassignment is adding included).
+    pub out_of_sync_replicas: Vec<u64>,
+    /// An ongoing reassignment: replicas being added (copying the log) and removed (once the
+    /// added ones are in sync). Both empty when none is in progress.
+    pub adding_replicas: Vec<u64>,
+    pub removing_replicas: Vec<u64>,
     /// Each follower's log end offset and lag (records behind the leader's log end), as the
     /// leader last saw them; only when this node leads the partition (`None` otherwise).
     pub followers: Option<Vec<FollowerLag>>,
@@ -155,8 +163,11 @@ pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionSta
                 high_watermark: hosted.as_ref().map(|h| h.high_watermark()),
                 log_end_offset: hosted.as_ref().map(|h| h.log_end_offset()),
                 size_bytes: hosted.as_ref().map(|h| h.size_bytes()),
-                under_replicated: p.isr.len() < p.replicas.len(),
+                under_replicated: is_under_replicated(p),
                 offline: p.leader.is_none(),
+                out_of_sync_replicas: p.replicas.iter().copied().filter(|r| !p.isr.contains(r)).collect(),
+                adding_replicas: p.adding_replicas.clone(),
+                removing_replicas: p.removing_replicas.clone(),
                 followers: hosted.as_ref().filter(|h| h.is_leader()).map(|h| {
                     let end = h.log_end_offset();
                     h.follower_log_end_offsets()
@@ -171,6 +182,37 @@ pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionSta
             }
         })
         .collect()
+}
+
+/// Kafka's rule (`Partition.isUnderReplicated`): the ISR is smaller than the replication
+/// factor, which during a reassignment is the replica set without the replicas being added (a
+/// replica still copying its log is expected to be out of sync and raises no alarm).
+pub fn is_under_replicated(p: &PartitionImage) -> bool {
+    p.isr.len() < p.replicas.len().saturating_sub(p.adding_replicas.len())
+}
+
+/// Partition health counts over some partitions of the image, the same in `/v1` and `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionHealth {
+    pub partitions: usize,
+    pub under_replicated: usize,
+    /// Without a leader.
+    pub offline: usize,
+    /// A reassignment is adding or removing replicas.
+    pub reassigning: usize,
+}
+
+impl PartitionHealth {
+    pub fn of<'a>(partitions: impl IntoIterator<Item = &'a PartitionImage>) -> PartitionHealth {
+        let mut health = PartitionHealth::default();
+        for p in partitions {
+            health.partitions += 1;
+            health.under_replicated += usize::from(is_under_replicated(p));
+            health.offline += usize::from(p.leader.is_none());
+            health.reassigning += usize::from(p.is_reassigning());
+        }
+        health
+    }
 }
 
 pub fn is_internal(topic: &str) -> bool {
@@ -325,5 +367,49 @@ pub async fn delete_group(http: &Http, group_id: &str) -> ApiResult<()> {
     match response.results.first() {
         Some(r) if r.error_code != 0 => Err(ApiError::kafka_code(r.error_code, Some(&format!("group '{group_id}'")))),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(
+        leader: Option<u64>,
+        replicas: &[u64],
+        isr: &[u64],
+        adding: &[u64],
+        removing: &[u64],
+    ) -> PartitionImage {
+        PartitionImage {
+            partition: 0,
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            adding_replicas: adding.to_vec(),
+            removing_replicas: removing.to_vec(),
+        }
+    }
+
+    #[test]
+    fn health_counts_under_replicated_offline_and_reassigning_partitions_as_kafka_does() {
+        // Proves the counts /v1 and /metrics share: ISR short of the replicas is
+        // under-replicated, no leader is offline, and a replica being added by a reassignment
+        // does not make a fully in-sync partition under-replicated until it is the only gap.
+        let partitions = [
+            partition(Some(1), &[1, 2, 3], &[1, 2, 3], &[], &[]),
+            partition(Some(1), &[1, 2, 3], &[1, 2], &[], &[]),
+            partition(None, &[1, 2, 3], &[3], &[], &[]),
+            // Moving 3 → 4: replicas are the targets then the removed one; 4 is still copying.
+            partition(Some(1), &[1, 2, 4, 3], &[1, 2, 3], &[4], &[3]),
+            // The same move with 2 also out of the ISR: under-replicated after all.
+            partition(Some(1), &[1, 2, 4, 3], &[1, 3], &[4], &[3]),
+        ];
+        let health = PartitionHealth::of(&partitions);
+        assert_eq!(health, PartitionHealth { partitions: 5, under_replicated: 3, offline: 1, reassigning: 2 });
+        assert!(!is_under_replicated(&partitions[3]));
+        assert!(is_under_replicated(&partitions[4]));
     }
 }

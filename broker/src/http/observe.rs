@@ -54,21 +54,15 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     let metrics = &broker.metrics;
     let image = broker.controller.image();
     let node_id = broker.settings.node_id;
-    let (mut hosted, mut leaders, mut under_replicated, mut offline) = (0, 0, 0, 0);
+    let (mut hosted, mut leaders) = (0, 0);
     let mut max_lag = 0i64;
     metrics.log_size.reset();
     metrics.log_end_offset.reset();
     metrics.log_start_offset.reset();
     for topic in image.topics.values() {
         for p in &topic.partitions {
-            if p.leader.is_none() {
-                offline += 1;
-            }
             if p.leader == Some(node_id) {
                 leaders += 1;
-                if p.isr.len() < p.replicas.len() {
-                    under_replicated += 1;
-                }
             }
             if let Some(partition) = broker.replicas.get(&topic.name, p.partition) {
                 hosted += 1;
@@ -84,8 +78,21 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     }
     metrics.partition_count.set(hosted);
     metrics.leader_count.set(leaders);
-    metrics.under_replicated_partitions.set(under_replicated);
-    metrics.offline_partitions.set(offline);
+    // Kafka's split: a leader reports its own under-replicated and reassigning partitions; the
+    // active controller reports the cluster-wide ones (offline partitions, broker counts) and
+    // every other node 0, so a sum over the cluster's nodes counts each partition once.
+    let led = admin::PartitionHealth::of(
+        image.topics.values().flat_map(|t| &t.partitions).filter(|p| p.leader == Some(node_id)),
+    );
+    metrics.under_replicated_partitions.set(led.under_replicated as i64);
+    metrics.reassigning_partitions.set(led.reassigning as i64);
+    let active = broker.controller.leader_id() == Some(node_id);
+    let all = admin::PartitionHealth::of(image.topics.values().flat_map(|t| &t.partitions));
+    let fenced = image.brokers.values().filter(|b| b.fenced).count();
+    metrics.active_controller.set(i64::from(active));
+    metrics.offline_partitions.set(if active { all.offline as i64 } else { 0 });
+    metrics.fenced_brokers.set(if active { fenced as i64 } else { 0 });
+    metrics.active_brokers.set(if active { (image.brokers.len() - fenced) as i64 } else { 0 });
     metrics.replica_max_lag.set(max_lag);
     metrics.unclean_leader_elections.set(broker.controller.unclean_elections() as i64);
 

@@ -33,6 +33,32 @@ pub struct Node {
     pub state: &'static str,
     /// The incarnation registered now (Kafka's broker epoch).
     pub broker_epoch: i64,
+    /// Partitions it leads, and partitions it holds a replica of (led or followed).
+    pub leader_partitions: usize,
+    pub replica_partitions: usize,
+}
+
+/// ISR shrinks and expands over the last 10 minutes, cluster-wide, as the answering node's
+/// metadata image showed them (sampled every second; a change of any cause: a leader's
+/// AlterPartition, a fenced broker leaving every ISR, a reassignment).
+#[derive(Serialize, ToSchema)]
+pub struct IsrChanges {
+    /// Width of one bucket.
+    pub interval_ms: i64,
+    /// Oldest first; the last bucket is the current, unfinished interval.
+    pub buckets: Vec<IsrChangeBucket>,
+    /// Sums over the buckets.
+    pub shrinks: u64,
+    pub expands: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct IsrChangeBucket {
+    /// Unix ms.
+    pub start_ms: i64,
+    /// Partitions whose ISR lost a member / gained a member in this interval.
+    pub shrinks: u64,
+    pub expands: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -49,8 +75,14 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub topics: usize,
     pub partitions: usize,
+    /// Partitions whose ISR is smaller than their replication factor (Kafka's rule: during a
+    /// reassignment the replicas being added do not count).
     pub under_replicated_partitions: usize,
+    /// Partitions without a leader.
     pub offline_partitions: usize,
+    /// Partitions a reassignment is adding or removing replicas of.
+    pub reassigning_partitions: usize,
+    pub isr_changes: IsrChanges,
     pub bytes_in_per_sec: f64,
     pub bytes_out_per_sec: f64,
     pub messages_in_per_sec: f64,
@@ -60,14 +92,15 @@ pub struct Cluster {
     pub transforms: usize,
 }
 
-/// Cluster health: nodes, controller, partition counts, throughput.
+/// Cluster health: nodes, controller, partition counts, ISR changes, throughput.
 #[utoipa::path(get, path = "/v1/cluster", tag = "v1", responses((status = 200, body = Cluster)))]
 pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
     let broker = &http.broker;
     let image = broker.controller.image();
     let controller_id = broker.controller.leader_id();
     let quorum = broker.controller.quorum();
-    let partitions = image.topics.values().flat_map(|t| &t.partitions);
+    let partitions = || image.topics.values().flat_map(|t| &t.partitions);
+    let health = admin::PartitionHealth::of(partitions());
     let rates = broker.metrics.rates();
     Json(Cluster {
         cluster_id: broker.settings.cluster_id.clone(),
@@ -88,18 +121,34 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
                 is_controller: Some(b.node_id) == controller_id,
                 state: if b.fenced { "fenced" } else { "live" },
                 broker_epoch: b.broker_epoch,
+                leader_partitions: partitions().filter(|p| p.leader == Some(b.node_id)).count(),
+                replica_partitions: partitions().filter(|p| p.replicas.contains(&b.node_id)).count(),
             })
             .collect(),
         topics: image.topics.len(),
-        partitions: partitions.clone().count(),
-        under_replicated_partitions: partitions.clone().filter(|p| p.isr.len() < p.replicas.len()).count(),
-        offline_partitions: partitions.filter(|p| p.leader.is_none()).count(),
+        partitions: health.partitions,
+        under_replicated_partitions: health.under_replicated,
+        offline_partitions: health.offline,
+        reassigning_partitions: health.reassigning,
+        isr_changes: isr_changes(&broker.metrics.isr_changes()),
         bytes_in_per_sec: rates.bytes_in_per_sec,
         bytes_out_per_sec: rates.bytes_out_per_sec,
         messages_in_per_sec: rates.messages_in_per_sec,
         connections: broker.metrics.connections.get(),
         transforms: image.transforms.len(),
     })
+}
+
+fn isr_changes(buckets: &[crate::metrics::IsrBucket]) -> IsrChanges {
+    IsrChanges {
+        interval_ms: crate::metrics::ISR_BUCKET_MS,
+        shrinks: buckets.iter().map(|b| b.shrinks).sum(),
+        expands: buckets.iter().map(|b| b.expands).sum(),
+        buckets: buckets
+            .iter()
+            .map(|b| IsrChangeBucket { start_ms: b.start_ms, shrinks: b.shrinks, expands: b.expands })
+            .collect(),
+    }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -115,6 +164,9 @@ pub struct TopicSummary {
     pub messages_in_per_sec: f64,
     pub bytes_in_per_sec: f64,
     pub under_replicated_partitions: usize,
+    pub offline_partitions: usize,
+    /// Partitions a reassignment is adding or removing replicas of.
+    pub reassigning_partitions: usize,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -148,6 +200,7 @@ pub async fn list_topics(State(http): State<super::State>, Query(query): Query<L
                 }
             }
             let (messages_in_per_sec, bytes_in_per_sec) = rates.topics.get(&t.name).copied().unwrap_or((0.0, 0.0));
+            let health = admin::PartitionHealth::of(&t.partitions);
             TopicSummary {
                 name: t.name.clone(),
                 topic_id: uuid::Uuid::from_bytes(t.topic_id).to_string(),
@@ -158,7 +211,9 @@ pub async fn list_topics(State(http): State<super::State>, Query(query): Query<L
                 messages,
                 messages_in_per_sec,
                 bytes_in_per_sec,
-                under_replicated_partitions: t.partitions.iter().filter(|p| p.isr.len() < p.replicas.len()).count(),
+                under_replicated_partitions: health.under_replicated,
+                offline_partitions: health.offline,
+                reassigning_partitions: health.reassigning,
             }
         })
         .collect();
