@@ -1178,3 +1178,242 @@ fn a_consumer_in_a_followers_rack_reads_from_that_follower() {
     let after = bytes_out(cluster.node(follower), topic);
     assert!(after > before, "librdkafka read through the follower ({before} -> {after} bytes out there)");
 }
+
+/// Network partitions on the data plane (issue 11): helpers of the scenarios below.
+impl Run {
+    /// `/v1/cluster` as node `at` answers it now.
+    fn cluster_view(&self, at: u64) -> serde_json::Value {
+        support::HttpApi::new(self.cluster.node(at)).get("/v1/cluster").json
+    }
+
+    /// `(state, broker_epoch)` of every node in node `at`'s view (`live` or `fenced`).
+    fn broker_states(&self, at: u64) -> std::collections::BTreeMap<u64, (String, i64)> {
+        let view = self.cluster_view(at);
+        view["nodes"]
+            .as_array()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .filter_map(|n| {
+                        let state = n["state"].as_str()?.to_string();
+                        Some((n["node_id"].as_u64()?, (state, n["broker_epoch"].as_i64()?)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until partition `partition`'s ISR, as node `at` answers Metadata, satisfies
+    /// `accept`; returns it.
+    fn wait_isr(
+        &self,
+        at: u64,
+        partition: i32,
+        what: &str,
+        mut accept: impl FnMut(&[u64]) -> bool,
+    ) -> Result<PartitionState, String> {
+        let bootstrap = self.cluster.node(at).bootstrap();
+        let mut last = None;
+        let ok = support::wait_until(DEADLINE, || {
+            last = workload::partition_states(&bootstrap, &self.topic)
+                .and_then(|states| states.into_iter().find(|s| s.partition == partition));
+            last.as_ref().is_some_and(|s| accept(&s.isr))
+        });
+        match last {
+            Some(state) if ok => Ok(state),
+            _ => Err(format!(
+                "{}-{partition}: no ISR {what} within {DEADLINE:?} (node {at}'s view: {last:?})",
+                self.topic
+            )),
+        }
+    }
+
+    /// Node `at`'s Metadata names every node at its own Kafka listener: the data-plane proxies
+    /// change how brokers reach each other, never what clients are told.
+    fn check_advertised_listeners(&self, at: u64) -> Result<(), String> {
+        let view = self.cluster_view(at);
+        for id in self.cluster.ids() {
+            let node = view["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["node_id"] == id));
+            let told = node.map(|n| format!("{}:{}", n["host"].as_str().unwrap_or(""), n["port"]));
+            let listener = self.cluster.node(id).kafka_addr.to_string();
+            if told.as_deref() != Some(listener.as_str()) {
+                return Err(format!("node {at} names node {id} at {told:?}, not its listener {listener}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts (or black-holes) the data link from one follower of partition 0 to its leader,
+    /// raft links intact: the leader must drop that follower from the ISR after the lag time,
+    /// keep writing with two replicas, and take it back once it has caught up after the heal.
+    /// The follower keeps its lease all along (it is neither fenced nor re-registered).
+    fn follower_cut_from_its_leader(&mut self, black_hole: bool, lag_ms: u64) -> Result<(), String> {
+        let how = if black_hole { "black-hole" } else { "cut" };
+        self.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(1) {
+            let states = self.wait_isr_full(&format!("round {round}, before the {how}"))?;
+            let leader = states[0].leader.ok_or("partition 0 has no leader")?;
+            let followers: Vec<u64> = states[0].replicas.iter().copied().filter(|&r| r != leader).collect();
+            let follower = self.rng.pick(&followers);
+            let lease = self.broker_states(leader).get(&follower).cloned();
+            eprintln!(
+                "round {round}: {how} the data link {follower} → {leader} (follower → leader of {}-0)",
+                self.topic
+            );
+            if black_hole {
+                self.cluster.black_hole_data_link(follower, leader);
+            } else {
+                self.cluster.cut_data_link(follower, leader);
+            }
+            let cut_at = Instant::now();
+            let shrunk = self.wait_isr(leader, 0, &format!("without the cut-off follower {follower}"), |isr| {
+                isr.len() == NODES as usize - 1 && !isr.contains(&follower)
+            })?;
+            eprintln!("round {round}: ISR of {}-0 shrank to {:?} after {:?}", self.topic, shrunk.isr, cut_at.elapsed());
+            if shrunk.isr.len() < 2 || !shrunk.isr.contains(&leader) {
+                return Err(format!("round {round}: the ISR shrank to {shrunk:?}, not to the leader and one follower"));
+            }
+            if cut_at.elapsed() < Duration::from_millis(lag_ms / 2) {
+                return Err(format!(
+                    "round {round}: the ISR shrank {:?} after the {how}, well before the lag time of {lag_ms} ms",
+                    cut_at.elapsed()
+                ));
+            }
+            self.wait_writes_resume(0, &format!("round {round}, ISR {:?} after the {how}", shrunk.isr))?;
+            let now = self.states().and_then(|s| s[0].leader);
+            if now != Some(leader) {
+                return Err(format!("round {round}: the leadership of partition 0 moved from {leader} to {now:?}"));
+            }
+            let lease_now = self.broker_states(leader).get(&follower).cloned();
+            if lease_now != lease || lease.as_ref().is_none_or(|(state, _)| state != "live") {
+                return Err(format!(
+                    "round {round}: follower {follower}'s lease changed with its raft links intact: {lease:?} → {lease_now:?}"
+                ));
+            }
+            self.hold(500, 2000);
+            eprintln!("round {round}: healing the data link {follower} → {leader}");
+            self.cluster.heal();
+            self.wait_isr(leader, 0, &format!("with follower {follower} back"), |isr| isr.contains(&follower))?;
+            self.wait_isr_full(&format!("round {round}, the data link {follower} → {leader} healed"))?;
+            self.wait_writes_resume(0, &format!("round {round}, the data link {follower} → {leader} healed"))?;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_leader_isolated_on_both_planes_is_replaced_acknowledges_nothing_and_rejoins_the_isr() {
+    // Proves a leader cut off on the metadata and the data plane, both directions, while
+    // clients still reach it, is replaced by an in-sync replica, writes resume there, it
+    // acknowledges nothing (a raw acks=all produce to it fails; the checker finds no lost write
+    // or inconsistent offset after the heal), and after the heal it rejoins every ISR.
+    let mut run = Run::start("isolated-leader", &[]);
+    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
+    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
+    let consumer = run.consumer();
+    let schedule = (|| -> Result<(), String> {
+        run.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(1) {
+            let leader = run.leader_of(0, "before the isolation", |_| true)?;
+            eprintln!("round {round}: isolate node {leader}, the leader of {}-0, on both planes", run.topic);
+            run.cluster.isolate_fully(leader);
+            let cut_at = Instant::now();
+            let majority = run.cluster.ids().find(|&id| id != leader).expect("another node");
+            let majority_bootstrap = run.cluster.node(majority).bootstrap();
+            if workload::wait_for_leader(&majority_bootstrap, &run.topic, 0, DEADLINE, |l| l != leader).is_none() {
+                return Err(format!("round {round}: no new leader of partition 0 after isolating node {leader}"));
+            }
+            run.wait_writes_resume(0, &format!("round {round}, node {leader} isolated"))?;
+            run.check_advertised_listeners(majority)?;
+            // The zombie still takes requests from clients; none may be acknowledged.
+            let (error_code, offset) = produce_raw(run.cluster.node(leader), &run.topic, "zombie-probe");
+            if error_code == 0 {
+                return Err(format!(
+                    "round {round}: isolated node {leader} acknowledged an acks=all write at {offset}"
+                ));
+            }
+            eprintln!("round {round}: isolated node {leader} answered acks=all with error {error_code}");
+            run.hold(500, 2000);
+            let healed_at = Instant::now();
+            eprintln!("round {round}: healing node {leader}");
+            run.cluster.heal();
+            run.wait_isr_full(&format!("round {round}, node {leader} healed"))?;
+            run.wait_writes_resume(0, &format!("round {round}, node {leader} healed"))?;
+            eprintln!(
+                "round {round}: isolated for {:?}; acknowledged meanwhile: {}",
+                healed_at - cut_at,
+                run.checker.acks_between(cut_at, healed_at).len()
+            );
+        }
+        Ok(())
+    })();
+    run.finish(producers, Some(consumer), schedule);
+}
+
+#[test]
+fn a_follower_cut_from_its_leader_on_the_data_plane_leaves_the_isr_and_returns() {
+    // Proves a follower whose fetches to the leader fail (data link cut, raft links intact so
+    // it keeps its lease) is dropped from the ISR after replica.lag.time.max.ms, not before,
+    // writes go on with an ISR of two, and after the heal it catches up and the ISR expands.
+    let lag = SHORT_REPLICA_LAG_TIME_MAX_MS.to_string();
+    let mut run = Run::start("data-cut-follower", &["--replica-lag-time-max-ms", &lag]);
+    let producers = run.producers();
+    let consumer = run.consumer();
+    let schedule = run.follower_cut_from_its_leader(false, SHORT_REPLICA_LAG_TIME_MAX_MS);
+    run.finish(producers, Some(consumer), schedule);
+}
+
+#[test]
+fn a_follower_whose_fetches_hang_in_a_black_hole_leaves_the_isr_and_returns() {
+    // Proves the same as a cut when the data link follower → leader silently swallows traffic
+    // (connections accepted, fetches hang instead of failing): the ISR shrinks after the lag
+    // time, writes go on, and after the heal the follower catches up and rejoins the ISR.
+    let lag = SHORT_REPLICA_LAG_TIME_MAX_MS.to_string();
+    let mut run = Run::start("data-black-hole", &["--replica-lag-time-max-ms", &lag]);
+    let producers = run.producers();
+    let consumer = run.consumer();
+    let schedule = run.follower_cut_from_its_leader(true, SHORT_REPLICA_LAG_TIME_MAX_MS);
+    run.finish(producers, Some(consumer), schedule);
+}
+
+#[test]
+fn delete_records_answers_once_every_replica_moved_its_log_start() {
+    // Proves DeleteRecords on a replicated partition answers after the followers' log start
+    // offsets reached the new one (Kafka's low watermark): kill -9 of the leader right after the
+    // answer, and the new leader's earliest offset is already the deleted-to offset.
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{BrokerId, DeleteRecordsRequest, ListOffsetsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let mut run = Run::start("delete-records", &[]);
+    let topic = TopicName(StrBytes::from_string(run.topic.clone()));
+    let producer = workload::probe_producer(&run.bootstrap(), &run.checker);
+    for i in 0..100 {
+        workload::produce_one(&producer, &run.topic, 0, &format!("r{i}"), DEADLINE).expect("acks=all write");
+    }
+    drop(producer);
+    let leader = run.leader_of(0, "before DeleteRecords", |_| true).unwrap_or_else(|e| run.fail(&e));
+    let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![DeleteRecordsTopic::default()
+        .with_name(topic.clone())
+        .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(50)])]);
+    let answer = support::RawConn::open(run.cluster.node(leader), "delete-records").call(2, &request);
+    let p = &answer.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 50), "the low watermark over every replica is 50");
+
+    run.cluster.kill9(leader);
+    let new_leader =
+        run.leader_of(0, "after kill -9 of the leader", |l| l != leader).unwrap_or_else(|e| run.fail(&e));
+    let earliest = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+        .with_name(topic)
+        .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-2)])]);
+    let mut offset = -1;
+    let answered = support::wait_until(DEADLINE, || {
+        let response = support::RawConn::open(run.cluster.node(new_leader), "list-offsets").call(7, &earliest);
+        let p = &response.topics[0].partitions[0];
+        offset = p.offset;
+        p.error_code == 0
+    });
+    assert!(answered, "ListOffsets on the new leader {new_leader}");
+    assert_eq!(offset, 50, "the new leader had already moved its log start offset");
+}

@@ -149,6 +149,17 @@ pub struct ServeArgs {
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
     pub log: Vec<String>,
+    /// `ID=HOST:PORT`: reach broker ID there instead of at the address it registered, for this
+    /// node's own traffic to it only (replica fetches, forwarded requests); clients are still
+    /// told the registered address. For test proxies and NAT (repeatable; in the environment,
+    /// comma-separated).
+    #[arg(
+        long = "broker-address-override",
+        env = "RUNNEL_BROKER_ADDRESS_OVERRIDE",
+        value_delimiter = ',',
+        hide = true
+    )]
+    pub broker_address_override: Vec<String>,
 }
 
 /// The TOML file's shape.
@@ -190,6 +201,7 @@ struct FileConfig {
     group_max_size: Option<usize>,
     group_max_count: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    broker_address_override: Option<Vec<String>>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -214,6 +226,8 @@ pub enum ConfigFileError {
     LogSyntax(String),
     #[error("invalid voters {0:?}: expected id@host:port,...")]
     Voters(String),
+    #[error("invalid broker address override {0:?}: expected ID=HOST:PORT")]
+    BrokerAddressOverride(String),
     #[error(
         "invalid process.roles {0:?}: expected broker,controller or broker (a controller-only node is not supported)"
     )]
@@ -274,6 +288,9 @@ pub struct NodeConfig {
     /// `group.max.count`.
     pub groups: crate::group::GroupSettings,
     pub log_defaults: LogConfig,
+    /// `--broker-address-override`: broker id → `host:port` this node reaches it at instead of
+    /// its registered address (node-to-node traffic only).
+    pub broker_address_overrides: BTreeMap<u64, String>,
 }
 
 impl NodeConfig {
@@ -327,6 +344,11 @@ impl NodeConfig {
         if offsets_topic_replication_factor == 0 {
             return Err(ConfigFileError::NotPositive { name: "offsets.topic.replication.factor" });
         }
+        let broker_address_overrides = if args.broker_address_override.is_empty() {
+            parse_broker_address_overrides(file.broker_address_override.as_deref().unwrap_or_default())?
+        } else {
+            parse_broker_address_overrides(&args.broker_address_override)?
+        };
         Ok(NodeConfig {
             node_id,
             kafka_listen: args
@@ -416,6 +438,7 @@ impl NodeConfig {
                 }
             },
             log_defaults,
+            broker_address_overrides,
         })
     }
 }
@@ -547,6 +570,23 @@ fn parse_voters(text: &str) -> Result<BTreeMap<u64, String>, ConfigFileError> {
         return Err(ConfigFileError::Voters(text.to_string()));
     }
     Ok(voters)
+}
+
+/// `ID=HOST:PORT` pairs; a later pair for the same id wins.
+fn parse_broker_address_overrides(pairs: &[String]) -> Result<BTreeMap<u64, String>, ConfigFileError> {
+    let mut overrides = BTreeMap::new();
+    for pair in pairs.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        let invalid = || ConfigFileError::BrokerAddressOverride(pair.to_string());
+        let (id, addr) = pair.split_once('=').ok_or_else(invalid)?;
+        let id: u64 = id.trim().parse().map_err(|_| invalid())?;
+        let addr = addr.trim();
+        let (host, port) = addr.rsplit_once(':').ok_or_else(invalid)?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(invalid());
+        }
+        overrides.insert(id, addr.to_string());
+    }
+    Ok(overrides)
 }
 
 #[cfg(test)]
@@ -705,5 +745,39 @@ mod tests {
         let limits = NodeConfig::resolve(&ServeArgs::default()).unwrap().connection_limits;
         assert_eq!(limits.connections_max_idle_ms, 600_000);
         assert_eq!(limits.queued_max_request_bytes, 536_870_912);
+    }
+
+    #[test]
+    fn broker_address_overrides_parse_and_flags_replace_the_files() {
+        // Proves ID=HOST:PORT pairs parse (a later one for an id wins), malformed ones are
+        // refused, and the flag's list replaces the file's instead of merging with it.
+        let args = |pairs: &[&str]| ServeArgs {
+            broker_address_override: pairs.iter().map(|p| p.to_string()).collect(),
+            ..ServeArgs::default()
+        };
+        let config = NodeConfig::resolve(&args(&["2=127.0.0.1:19092", " 3 = localhost:1 ", "2=127.0.0.1:19093"]));
+        assert_eq!(
+            config.unwrap().broker_address_overrides,
+            BTreeMap::from([(2, "127.0.0.1:19093".to_string()), (3, "localhost:1".to_string())])
+        );
+        for bad in ["2", "x=127.0.0.1:1", "2=127.0.0.1", "2=:9092", "2=host:99999"] {
+            assert!(
+                matches!(NodeConfig::resolve(&args(&[bad])), Err(ConfigFileError::BrokerAddressOverride(_))),
+                "{bad}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(&path, "broker_address_override = [\"4=127.0.0.1:4\"]\n").unwrap();
+        let from_file = ServeArgs { config: Some(path.clone()), ..ServeArgs::default() };
+        assert_eq!(
+            NodeConfig::resolve(&from_file).unwrap().broker_address_overrides,
+            BTreeMap::from([(4, "127.0.0.1:4".to_string())])
+        );
+        let both = ServeArgs { config: Some(path), ..args(&["5=127.0.0.1:5"]) };
+        assert_eq!(
+            NodeConfig::resolve(&both).unwrap().broker_address_overrides,
+            BTreeMap::from([(5, "127.0.0.1:5".to_string())])
+        );
     }
 }

@@ -9,9 +9,11 @@
 //! request failed, timed out or was dropped half-way is closed, so no answer can ever be read
 //! as another request's); response frames are bounded before they are allocated; no lock is
 //! held across an `.await`; requests in flight to one broker are bounded. It knows nothing of
-//! what the requests mean: callers map answers and errors.
+//! what the requests mean: callers map answers and errors. Other brokers are reached at the
+//! address they registered unless `--broker-address-override` names another
+//! (`BrokerAddresses`); clients are told the registered one either way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, MetadataImage};
 
 /// Largest response frame a peer call accepts: a Fetch answer is bounded by the request's
 /// `max_bytes` (at most `fetch.max.bytes`), plus headroom for the fields around the records.
@@ -143,9 +145,32 @@ impl Connection {
     }
 }
 
+/// Where this node reaches another broker: the `host:port` it registered (what clients are
+/// told in Metadata), unless an override names another for it. An override serves a test's
+/// link proxy or a NAT between brokers, where the address clients use is not the one brokers
+/// can (or should) use between themselves.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerAddresses {
+    overrides: Arc<BTreeMap<u64, String>>,
+}
+
+impl BrokerAddresses {
+    pub fn new(overrides: BTreeMap<u64, String>) -> BrokerAddresses {
+        BrokerAddresses { overrides: Arc::new(overrides) }
+    }
+
+    /// The address of broker `node` for node-to-node traffic, `None` when it is not registered
+    /// (an override alone does not make a broker: it must be in the metadata).
+    pub fn resolve(&self, image: &MetadataImage, node: u64) -> Option<String> {
+        let broker = image.brokers.get(&node)?;
+        Some(self.overrides.get(&node).cloned().unwrap_or_else(|| format!("{}:{}", broker.host, broker.port)))
+    }
+}
+
 /// Pooled connections to the other brokers, by node id.
 pub struct Peers {
     controller: Controller,
+    addresses: BrokerAddresses,
     client_id: StrBytes,
     pools: Mutex<HashMap<u64, Pool>>,
 }
@@ -158,9 +183,10 @@ struct Pool {
 }
 
 impl Peers {
-    pub fn new(node_id: u64, controller: Controller) -> Peers {
+    pub fn new(node_id: u64, controller: Controller, addresses: BrokerAddresses) -> Peers {
         Peers {
             controller,
+            addresses,
             client_id: StrBytes::from_string(format!("runnel-broker-{node_id}")),
             pools: Mutex::new(HashMap::new()),
         }
@@ -181,11 +207,7 @@ impl Peers {
     }
 
     async fn call_untimed<R: Request>(&self, node: u64, version: i16, request: &R) -> Result<R::Response, PeerError> {
-        let addr = {
-            let image = self.controller.image();
-            let broker = image.brokers.get(&node).ok_or(PeerError::NoEndpoint(node))?;
-            format!("{}:{}", broker.host, broker.port)
-        };
+        let addr = self.addresses.resolve(&self.controller.image(), node).ok_or(PeerError::NoEndpoint(node))?;
         let in_flight = self.pool(node, &addr, |pool| pool.in_flight.clone());
         let _permit = in_flight.acquire_owned().await.map_err(|_| PeerError::NoEndpoint(node))?;
         if let Some(mut conn) = self.pool(node, &addr, |pool| pool.idle.pop()) {

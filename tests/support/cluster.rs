@@ -1,95 +1,178 @@
 //! A cluster of real `runnel` processes on loopback, with a TCP proxy on every directed link
-//! between metadata voters so a test can cut a node off (or one link) and heal it again.
+//! between nodes, on both planes, so a test can cut a node off (or one link), black-hole a link
+//! (a silent partition), and heal it again.
 //!
-//! Node `i` reaches node `j`'s raft listener through `proxy(i → j)`: each node gets its own
-//! `--voters` list where its peers' addresses are its outgoing proxies (configured addresses win
-//! over the ones stored in the raft membership). Controller ports are chosen before the nodes
-//! start, because every node must know its peers before it can become ready.
+//! Metadata (raft) plane: node `i` reaches node `j`'s raft listener through `proxy(i → j)`:
+//! each node gets its own `--voters` list where its peers' addresses are its outgoing proxies
+//! (configured addresses win over the ones stored in the raft membership). Heartbeats to the
+//! active controller travel there too.
+//!
+//! Data (Kafka) plane: node `i` reaches node `j`'s Kafka listener (replica fetches, forwarded
+//! requests) through its own `data_proxy(i → j)`, given as `--broker-address-override
+//! j=<proxy>`; the registered address, which clients are told, stays `j`'s listener, so the
+//! test's clients reach every node directly whatever is cut.
+//!
+//! Controller and Kafka ports are chosen before the nodes start (every node must know its
+//! peers, and the proxies their targets, first) and kept across restarts. Broker-only nodes
+//! (`add_broker_only`) are behind no proxy on either plane.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::Runnel;
 
+/// What a link does with its traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Forwards both ways.
+    Open,
+    /// Live connections closed, new ones refused: the peer sees a reset at once.
+    Cut,
+    /// Connections accepted and held, nothing forwarded either way (bytes already read wait in
+    /// the proxy, the rest in the kernel's buffers): the peer sees a hang, as on a silent
+    /// partition, until a heal delivers what was held or a cut closes them.
+    BlackHole,
+}
+
+/// State shared by a proxy's accept loop and its forwarding threads.
+struct LinkState {
+    mode: Mutex<Mode>,
+    changed: Condvar,
+    stop: AtomicBool,
+    /// Every stream of a live or held connection (both ends), so a cut can close them.
+    live: Mutex<Vec<TcpStream>>,
+}
+
+impl LinkState {
+    /// Blocks while the link is black-holed; returns whether traffic may pass (it is open).
+    fn wait_passable(&self) -> bool {
+        let mut mode = self.mode.lock().unwrap_or_else(|p| p.into_inner());
+        while *mode == Mode::BlackHole && !self.stop.load(Ordering::Acquire) {
+            mode = self.changed.wait(mode).unwrap_or_else(|p| p.into_inner());
+        }
+        *mode == Mode::Open && !self.stop.load(Ordering::Acquire)
+    }
+
+    fn mode(&self) -> Mode {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+        self.changed.notify_all();
+        if mode == Mode::Cut {
+            for stream in self.live.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    fn track(&self, streams: &[&TcpStream]) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        for stream in streams {
+            if let Ok(clone) = stream.try_clone() {
+                live.push(clone);
+            }
+        }
+    }
+}
+
 /// A one-way-initiated TCP link (both directions of its connections are forwarded) that can be
-/// cut: a cut closes the live connections and refuses new ones until healed.
+/// cut, black-holed and healed.
 pub struct LinkProxy {
     pub addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    live: Arc<Mutex<Vec<TcpStream>>>,
+    state: Arc<LinkState>,
 }
 
 impl LinkProxy {
     pub fn start(target: SocketAddr) -> LinkProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
-        let cut = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(Mutex::new(Vec::new()));
-        let (cut2, stop2, live2) = (cut.clone(), stop.clone(), live.clone());
+        let state = Arc::new(LinkState {
+            mode: Mutex::new(Mode::Open),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            live: Mutex::new(Vec::new()),
+        });
+        let shared = state.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
-                if stop2.load(Ordering::Acquire) {
+                if shared.stop.load(Ordering::Acquire) {
                     return;
                 }
                 let Ok(client) = client else { continue };
-                if cut2.load(Ordering::Acquire) {
-                    drop(client);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else { continue };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let mut tracked = live2.lock().unwrap();
-                for stream in [&client, &server] {
-                    if let Ok(clone) = stream.try_clone() {
-                        tracked.push(clone);
+                match shared.mode() {
+                    Mode::Cut => drop(client),
+                    // A connection made into a black hole waits (on its own thread, so a heal
+                    // or cut of the link is not held up by it) before reaching the target.
+                    Mode::BlackHole => {
+                        shared.track(&[&client]);
+                        let state = shared.clone();
+                        std::thread::spawn(move || {
+                            if state.wait_passable() {
+                                connect_and_pipe(&state, client, target);
+                            }
+                        });
                     }
+                    Mode::Open => connect_and_pipe(&shared, client, target),
                 }
-                drop(tracked);
-                pipe(client.try_clone().expect("clone"), server.try_clone().expect("clone"));
-                pipe(server, client);
             }
         });
-        LinkProxy { addr, cut, stop, live }
+        LinkProxy { addr, state }
     }
 
     /// Closes the link's connections and refuses new ones.
     pub fn cut(&self) {
-        self.cut.store(true, Ordering::Release);
-        for stream in self.live.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
+        self.state.set(Mode::Cut);
     }
 
+    /// Holds the link's connections and accepts new ones, forwarding nothing (a silent
+    /// partition: the peers see requests hang, not fail).
+    pub fn black_hole(&self) {
+        self.state.set(Mode::BlackHole);
+    }
+
+    /// Forwards again; connections held by a black hole go on with what they had sent.
     pub fn heal(&self) {
-        self.cut.store(false, Ordering::Release);
+        self.state.set(Mode::Open);
     }
 }
 
 impl Drop for LinkProxy {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.cut();
+        self.state.stop.store(true, Ordering::Release);
+        self.state.set(Mode::Cut);
         // Wake the accept loop so it sees `stop`.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
     }
 }
 
-/// Copies `from` to `to` on a thread until either side closes.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Connects `client` to `target` and forwards both ways (a failed connect drops the client: the
+/// peer sees the refusal).
+fn connect_and_pipe(state: &Arc<LinkState>, client: TcpStream, target: SocketAddr) {
+    let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else { return };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    state.track(&[&client, &server]);
+    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else { return };
+    pipe(state.clone(), client2, server2);
+    pipe(state.clone(), server, client);
+}
+
+/// Copies `from` to `to` on a thread until either side closes or the link is cut; while the
+/// link is black-holed it holds what it read and reads no more.
+fn pipe(state: Arc<LinkState>, mut from: TcpStream, mut to: TcpStream) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
+                    if !state.wait_passable() || to.write_all(&buf[..n]).is_err() {
                         break;
                     }
                 }
@@ -110,9 +193,22 @@ pub struct Cluster {
     pub nodes: Vec<Runnel>,
     /// `(from, to)` → the proxy `from` uses to reach `to`'s raft listener.
     links: BTreeMap<(u64, u64), LinkProxy>,
+    /// `(from, to)` → the proxy `from` uses to reach `to`'s Kafka listener.
+    data_links: BTreeMap<(u64, u64), LinkProxy>,
     /// Voter id → its raft listener port (broker-only nodes reach the voters there directly).
     controller_ports: BTreeMap<u64, u16>,
     _temp: tempfile::TempDir,
+}
+
+/// Every directed link between `ids`, each a proxy to `port_of(to)`.
+fn proxies(ids: &[u64], port_of: impl Fn(u64) -> u16) -> BTreeMap<(u64, u64), LinkProxy> {
+    let mut links = BTreeMap::new();
+    for &from in ids {
+        for &to in ids.iter().filter(|&&to| to != from) {
+            links.insert((from, to), LinkProxy::start(SocketAddr::from(([127, 0, 0, 1], port_of(to)))));
+        }
+    }
+    links
 }
 
 impl Cluster {
@@ -126,15 +222,11 @@ impl Cluster {
     /// own `--rack`).
     pub fn start_with(count: u64, extra_args: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
         let temp = tempfile::tempdir().expect("temp dir");
-        let ports: BTreeMap<u64, u16> = (1..=count).map(|id| (id, free_port())).collect();
-        let mut links = BTreeMap::new();
-        for &from in ports.keys() {
-            for (&to, &port) in &ports {
-                if from != to {
-                    links.insert((from, to), LinkProxy::start(SocketAddr::from(([127, 0, 0, 1], port))));
-                }
-            }
-        }
+        let ids: Vec<u64> = (1..=count).collect();
+        let ports: BTreeMap<u64, u16> = ids.iter().map(|&id| (id, free_port())).collect();
+        let kafka_ports: BTreeMap<u64, u16> = ids.iter().map(|&id| (id, free_port())).collect();
+        let links = proxies(&ids, |to| ports[&to]);
+        let data_links = proxies(&ids, |to| kafka_ports[&to]);
         let args: Vec<(u64, Vec<String>)> = ports
             .iter()
             .map(|(&id, &port)| {
@@ -153,7 +245,13 @@ impl Cluster {
                     format!("127.0.0.1:{port}"),
                     "--voters".to_string(),
                     voters.join(","),
+                    "--kafka-listen".to_string(),
+                    format!("127.0.0.1:{}", kafka_ports[&id]),
                 ];
+                for &peer in ids.iter().filter(|&&peer| peer != id) {
+                    args.push("--broker-address-override".to_string());
+                    args.push(format!("{peer}={}", data_links[&(id, peer)].addr));
+                }
                 args.extend(extra_args.iter().map(|s| s.to_string()));
                 args.extend(per_node(id));
                 (id, args)
@@ -171,7 +269,7 @@ impl Cluster {
             })
             .collect();
         let nodes = handles.into_iter().map(|h| h.join().expect("node start")).collect();
-        Cluster { nodes, links, controller_ports: ports, _temp: temp }
+        Cluster { nodes, links, data_links, controller_ports: ports, _temp: temp }
     }
 
     pub fn node(&self, id: u64) -> &Runnel {
@@ -186,7 +284,7 @@ impl Cluster {
         1..=self.nodes.len() as u64
     }
 
-    /// Cuts every raft link from and to `id`.
+    /// Cuts every raft link from and to `id` (the metadata plane only: its data links stay).
     pub fn isolate(&self, id: u64) {
         for ((from, to), link) in &self.links {
             if *from == id || *to == id {
@@ -195,16 +293,60 @@ impl Cluster {
         }
     }
 
-    /// Restores every link.
+    /// Restores every link of both planes (cut or black-holed).
     pub fn heal(&self) {
-        for link in self.links.values() {
+        for link in self.links.values().chain(self.data_links.values()) {
             link.heal();
         }
     }
 }
 
+/// Network partitions on the data plane (issue 11): the Kafka links between voters.
+impl Cluster {
+    fn data_link(&self, from: u64, to: u64) -> &LinkProxy {
+        self.data_links
+            .get(&(from, to))
+            .unwrap_or_else(|| panic!("no data link {from} → {to} (broker-only nodes have none)"))
+    }
+
+    /// Cuts the data link `from → to`: `from`'s fetches from `to` (and requests it forwards
+    /// there) fail at once; `to` still reaches `from`, and the metadata plane is untouched.
+    pub fn cut_data_link(&self, from: u64, to: u64) {
+        self.data_link(from, to).cut();
+    }
+
+    /// Black-holes the data link `from → to`: `from`'s connections to `to` are accepted and
+    /// hang (nothing passes either way) instead of failing.
+    pub fn black_hole_data_link(&self, from: u64, to: u64) {
+        self.data_link(from, to).black_hole();
+    }
+
+    /// Cuts both planes between `a` and `b`, both directions.
+    pub fn cut_all_links(&self, a: u64, b: u64) {
+        for (from, to) in [(a, b), (b, a)] {
+            for links in [&self.links, &self.data_links] {
+                if let Some(link) = links.get(&(from, to)) {
+                    link.cut();
+                }
+            }
+        }
+    }
+
+    /// Cuts every link of both planes from and to `id`: it can reach no other node and none
+    /// reaches it, while the test's clients still reach it directly.
+    pub fn isolate_fully(&self, id: u64) {
+        self.isolate(id);
+        for ((from, to), link) in &self.data_links {
+            if *from == id || *to == id {
+                link.cut();
+            }
+        }
+    }
+}
+
 /// Broker-only nodes (`--process-roles broker`, issue 11): observers of the metadata quorum that
-/// host partitions. They are not behind link proxies (`isolate` does not cut them off).
+/// host partitions. They are not behind link proxies on either plane (`isolate` and `isolate_fully`
+/// do not cut them off).
 impl Cluster {
     /// Starts a broker-only node with the next node id (after every node so far), `--voters`
     /// naming the voters' raft listeners, its own fixed controller port (so `restart` keeps it),

@@ -86,8 +86,13 @@ impl Runnel {
     pub fn restart_on_same_ports(&mut self, more_args: &[&str]) {
         assert!(self.child.is_none(), "stop the node before restarting it");
         let mut args = self.extra_args.clone();
-        args.extend(["--kafka-listen".to_string(), self.kafka_addr.to_string()]);
-        args.extend(["--http-listen".to_string(), self.http_addr.to_string()]);
+        // A listener the node was started on (a cluster's fixed Kafka port) is kept as given:
+        // the flag may appear once.
+        for (flag, addr) in [("--kafka-listen", self.kafka_addr), ("--http-listen", self.http_addr)] {
+            if !args.iter().any(|a| a == flag) {
+                args.extend([flag.to_string(), addr.to_string()]);
+            }
+        }
         args.extend(more_args.iter().map(|s| s.to_string()));
         let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &args);
         self.child = Some(child);
