@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::watch;
 
 use super::{LeaderAndIsr, Partition, PartitionError, DEFAULT_REPLICA_LAG_TIME_MAX_MS, DELETED_DIR_SUFFIX};
 use crate::log::{Clock, LogConfig};
@@ -24,7 +23,6 @@ pub struct ReplicaManager {
     data_dir: PathBuf,
     clock: Arc<dyn Clock>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
-    appends: watch::Sender<u64>,
     /// High watermarks read from `replication-offset-checkpoint` at start.
     checkpointed: HashMap<(String, u32), i64>,
     replica_lag_time_max_ms: i64,
@@ -48,7 +46,6 @@ impl ReplicaManager {
             data_dir: data_dir.to_path_buf(),
             clock,
             partitions: RwLock::new(HashMap::new()),
-            appends: watch::channel(0).0,
             checkpointed,
             replica_lag_time_max_ms,
         }
@@ -195,15 +192,6 @@ impl ReplicaManager {
 
     pub fn all(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
-    }
-
-    /// Wakes long-poll fetches: call after appends.
-    pub fn notify_append(&self) {
-        self.appends.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    pub fn subscribe_appends(&self) -> watch::Receiver<u64> {
-        self.appends.subscribe()
     }
 
     /// Retention, compaction and flushing for every partition.

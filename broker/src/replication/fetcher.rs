@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::truncation::LeaderEpochEnd;
 use crate::controller::Controller;
 use crate::partition::{Partition, PartitionError, PartitionKey, ReplicaManager};
-use crate::peer::{BrokerAddresses, Connection, PeerError};
+use crate::peer::{Connection, PeerError};
 
 /// The Fetch version followers use: replica id in the body, topic names, last fetched epoch and
 /// diverging epoch (v12).
@@ -46,8 +46,6 @@ pub struct Fetchers {
     node_id: u64,
     replicas: Arc<ReplicaManager>,
     controller: Controller,
-    /// Where each leader is reached (its registered address unless overridden).
-    addresses: BrokerAddresses,
     runtime: tokio::runtime::Handle,
     tasks: Mutex<HashMap<u64, FetcherTask>>,
 }
@@ -59,17 +57,11 @@ struct FetcherTask {
 
 impl Fetchers {
     /// Must be called inside the tokio runtime the tasks will run on.
-    pub fn new(
-        node_id: u64,
-        replicas: Arc<ReplicaManager>,
-        controller: Controller,
-        addresses: BrokerAddresses,
-    ) -> Fetchers {
+    pub fn new(node_id: u64, replicas: Arc<ReplicaManager>, controller: Controller) -> Fetchers {
         Fetchers {
             node_id,
             replicas,
             controller,
-            addresses,
             runtime: tokio::runtime::Handle::current(),
             tasks: Mutex::new(HashMap::new()),
         }
@@ -115,7 +107,6 @@ impl Fetchers {
                         leader,
                         partitions: shared.clone(),
                         controller: self.controller.clone(),
-                        addresses: self.addresses.clone(),
                     };
                     let handle = self.runtime.spawn(fetcher.run());
                     tasks.insert(leader, FetcherTask { partitions: shared, handle });
@@ -137,7 +128,6 @@ struct Fetcher {
     leader: u64,
     partitions: Arc<Mutex<BTreeMap<PartitionKey, Arc<Partition>>>>,
     controller: Controller,
-    addresses: BrokerAddresses,
 }
 
 /// Why one fetch round failed as a whole (the connection is dropped and made again).
@@ -188,10 +178,9 @@ impl Fetcher {
         delayed: &mut HashMap<PartitionKey, Instant>,
     ) -> Result<(), RoundError> {
         if conn.is_none() {
-            let addr = self
-                .addresses
-                .resolve(&self.controller.image(), self.leader)
-                .ok_or(RoundError::NoEndpoint(self.leader))?;
+            let image = self.controller.image();
+            let broker = image.brokers.get(&self.leader).ok_or(RoundError::NoEndpoint(self.leader))?;
+            let addr = format!("{}:{}", broker.host, broker.port);
             let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{}", self.node_id));
             *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT).await?);
         }
@@ -233,24 +222,19 @@ impl Fetcher {
         if response.error_code != 0 {
             return Err(RoundError::Codec(format!("fetch error code {}", response.error_code)));
         }
-        let mut appended = false;
         for topic in response.responses {
             for data in topic.partitions {
                 let key: PartitionKey = (Arc::from(&*topic.topic.0), data.partition_index.max(0) as u32);
                 let Some(partition) = set.iter().find(|p| p.topic() == &key.0 && p.index() == key.1) else { continue };
                 let outcome = self.apply(partition, data);
                 match outcome {
-                    Ok(true) => appended = true,
-                    Ok(false) => {}
+                    Ok(_) => {}
                     Err(reason) => {
                         tracing::debug!(leader = self.leader, topic = %key.0, partition = key.1, %reason, "replica fetch of a partition failed");
                         delayed.insert(key, Instant::now() + BACKOFF);
                     }
                 }
             }
-        }
-        if appended {
-            self.replicas.notify_append();
         }
         Ok(())
     }

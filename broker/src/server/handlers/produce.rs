@@ -36,7 +36,6 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
     // Appends first, every partition; then acks=all waits for all of them at once (Kafka's
     // delayed produce), each until its high watermark passes the batch or the timeout.
     let mut appends = Vec::with_capacity(request.topic_data.len());
-    let mut appended = false;
     for topic in &request.topic_data {
         let name: &str = &topic.name.0;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -51,15 +50,11 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
                     Ok((info, log_start_offset, leader_epoch, partition))
                 });
             if let Ok((info, ..)) = &result {
-                appended = true;
                 broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64);
             }
             partitions.push((data.index, result));
         }
         appends.push((topic.name.clone(), partitions));
-    }
-    if appended {
-        broker.replicas.notify_append();
     }
     let timeout = Duration::from_millis(request.timeout_ms.clamp(0, MAX_TIMEOUT_MS) as u64);
     let mut responses = Vec::with_capacity(appends.len());
