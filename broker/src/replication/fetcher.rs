@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::truncation::LeaderEpochEnd;
 use crate::controller::Controller;
 use crate::partition::{Partition, PartitionError, PartitionKey, ReplicaManager};
-use crate::peer::{Connection, PeerError};
+use crate::peer::{BrokerAddresses, Connection, PeerError};
 
 /// The Fetch version followers use: replica id in the body, topic names, last fetched epoch and
 /// diverging epoch (v12).
@@ -46,6 +46,8 @@ pub struct Fetchers {
     node_id: u64,
     replicas: Arc<ReplicaManager>,
     controller: Controller,
+    /// Where each leader is reached (its registered address unless overridden).
+    addresses: BrokerAddresses,
     runtime: tokio::runtime::Handle,
     tasks: Mutex<HashMap<u64, FetcherTask>>,
 }
@@ -57,11 +59,17 @@ struct FetcherTask {
 
 impl Fetchers {
     /// Must be called inside the tokio runtime the tasks will run on.
-    pub fn new(node_id: u64, replicas: Arc<ReplicaManager>, controller: Controller) -> Fetchers {
+    pub fn new(
+        node_id: u64,
+        replicas: Arc<ReplicaManager>,
+        controller: Controller,
+        addresses: BrokerAddresses,
+    ) -> Fetchers {
         Fetchers {
             node_id,
             replicas,
             controller,
+            addresses,
             runtime: tokio::runtime::Handle::current(),
             tasks: Mutex::new(HashMap::new()),
         }
@@ -107,6 +115,7 @@ impl Fetchers {
                         leader,
                         partitions: shared.clone(),
                         controller: self.controller.clone(),
+                        addresses: self.addresses.clone(),
                     };
                     let handle = self.runtime.spawn(fetcher.run());
                     tasks.insert(leader, FetcherTask { partitions: shared, handle });
@@ -128,6 +137,7 @@ struct Fetcher {
     leader: u64,
     partitions: Arc<Mutex<BTreeMap<PartitionKey, Arc<Partition>>>>,
     controller: Controller,
+    addresses: BrokerAddresses,
 }
 
 /// Why one fetch round failed as a whole (the connection is dropped and made again).
@@ -178,9 +188,10 @@ impl Fetcher {
         delayed: &mut HashMap<PartitionKey, Instant>,
     ) -> Result<(), RoundError> {
         if conn.is_none() {
-            let image = self.controller.image();
-            let broker = image.brokers.get(&self.leader).ok_or(RoundError::NoEndpoint(self.leader))?;
-            let addr = format!("{}:{}", broker.host, broker.port);
+            let addr = self
+                .addresses
+                .resolve(&self.controller.image(), self.leader)
+                .ok_or(RoundError::NoEndpoint(self.leader))?;
             let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{}", self.node_id));
             *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT).await?);
         }
