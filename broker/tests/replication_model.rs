@@ -364,7 +364,7 @@ impl Sim {
         let leader_end = leader.log.len() as i64;
         let broker_epoch = self.broker_epochs[idx(id)];
         let fetch =
-            FollowerFetch { replica: id, broker_epoch, fetch_offset, leader_log_end_offset: leader_end, now_ms };
+            FollowerFetch { replica: id, broker_epoch, fetch_offset, log_start_offset: 0, leader_log_end_offset: leader_end, now_ms };
         match state.on_follower_fetch(fetch) {
             Ok(decision) => {
                 let to = (fetch_offset as usize + max_records).min(leader.log.len());

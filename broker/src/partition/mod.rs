@@ -130,6 +130,8 @@ pub struct ReplicaFetch {
     /// Epoch of the last batch in the follower's log (-1: none): the leader answers a
     /// diverging epoch when its log differs there (KIP-320's fetch-based truncation).
     pub last_fetched_epoch: i32,
+    /// The follower's log start offset (the low watermark DeleteRecords waits for).
+    pub log_start_offset: i64,
     pub max_bytes: usize,
 }
 
@@ -615,6 +617,7 @@ impl Partition {
                     replica: fetch.replica,
                     broker_epoch: fetch.broker_epoch,
                     fetch_offset: fetch.fetch_offset,
+                    log_start_offset: fetch.log_start_offset,
                     leader_log_end_offset: log_end_offset,
                     now_ms,
                 })
@@ -630,7 +633,8 @@ impl Partition {
             };
             drop(state);
             self.assert_offsets();
-            (slice, data, decision.propose, decision.high_watermark.is_some())
+            let moved = decision.high_watermark.is_some() || decision.log_start_offset_moved;
+            (slice, data, decision.propose, moved)
         };
         if moved {
             self.signal();
@@ -819,7 +823,41 @@ impl Partition {
         let start = log.delete_records_before(target)?;
         self.log_start_offset.store(start, Ordering::Release);
         self.assert_offsets();
+        drop(guard);
+        // Parked follower fetches answer now, carrying the new log start offset.
+        self.progressed();
         Ok(start)
+    }
+
+    /// DeleteRecords on a replicated partition (Kafka's delayed delete records): waits until
+    /// every live replica's log start offset reached `target`, at most `timeout`, and answers
+    /// the low watermark then. NOT_LEADER_OR_FOLLOWER if leadership moves meanwhile,
+    /// REQUEST_TIMED_OUT when the followers do not get there in time.
+    pub async fn wait_low_watermark(&self, target: i64, timeout: Duration) -> Result<i64, PartitionError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            {
+                let state = self.state();
+                let Role::Leader(ls) = &state.role else {
+                    return Err(PartitionError::NotLeaderOrFollower { expected: "leader", leader: state.assignment.leader });
+                };
+                let low_watermark = ls.low_watermark(self.log_start_offset());
+                if low_watermark >= target {
+                    return Ok(low_watermark);
+                }
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(PartitionError::ReplicationTimeout {
+                        required_offset: target,
+                        timeout_ms: timeout.as_millis() as u64,
+                    })
+                }
+            }
+        }
     }
 
     /// Periodic housekeeping: retention, compaction, time-based flush.

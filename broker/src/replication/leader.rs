@@ -27,6 +27,8 @@ pub struct FollowerProgress {
     pub log_end_offset: i64,
     /// The broker epoch (registration incarnation) of the follower's last fetch; -1 before it.
     pub broker_epoch: i64,
+    /// The follower's log start offset as its last fetch reported it; -1 before it.
+    pub log_start_offset: i64,
     /// The last time the follower was known to have every record the leader had.
     pub last_caught_up_time_ms: i64,
     /// The leader's log end offset when the follower last fetched, and when that was: a follower
@@ -104,6 +106,8 @@ pub struct FollowerFetch {
     pub broker_epoch: i64,
     /// The fetch offset, which is the follower's log end offset.
     pub fetch_offset: i64,
+    /// The follower's log start offset (Fetch's `log_start_offset`; -1 unknown).
+    pub log_start_offset: i64,
     /// The leader's log end offset when the fetch was served.
     pub leader_log_end_offset: i64,
     pub now_ms: i64,
@@ -129,6 +133,8 @@ pub struct FetchDecision {
     pub high_watermark: Option<i64>,
     /// An ISR expansion to propose (the follower caught up).
     pub propose: Option<IsrProposal>,
+    /// The follower reported a new log start offset (DeleteRecords may be waiting for it).
+    pub log_start_offset_moved: bool,
 }
 
 /// Where an acks=all produce whose last offset is `required_offset - 1` stands.
@@ -198,6 +204,7 @@ impl LeaderState {
                     FollowerProgress {
                         log_end_offset: -1,
                         broker_epoch: -1,
+                        log_start_offset: -1,
                         last_caught_up_time_ms: caught_up,
                         last_fetch_leader_log_end_offset: -1,
                         last_fetch_time_ms: i64::MIN,
@@ -241,7 +248,8 @@ impl LeaderState {
     /// A follower fetched (Kafka's `updateFollowerFetchState`, then ISR expansion and the high
     /// watermark).
     pub fn on_follower_fetch(&mut self, fetch: FollowerFetch) -> Result<FetchDecision, LeaderStateError> {
-        let FollowerFetch { replica, broker_epoch, fetch_offset, leader_log_end_offset, now_ms } = fetch;
+        let FollowerFetch { replica, broker_epoch, fetch_offset, log_start_offset, leader_log_end_offset, now_ms } =
+            fetch;
         if fetch_offset > leader_log_end_offset {
             return Err(LeaderStateError::FetchPastLogEnd {
                 replica,
@@ -261,10 +269,23 @@ impl LeaderState {
         progress.last_fetch_time_ms = now_ms;
         progress.log_end_offset = fetch_offset;
         progress.broker_epoch = broker_epoch;
+        let log_start_offset_moved = progress.log_start_offset != log_start_offset;
+        progress.log_start_offset = log_start_offset;
 
         let propose = self.maybe_expand_isr(replica);
         let high_watermark = self.maybe_advance_high_watermark(leader_log_end_offset, now_ms);
-        Ok(FetchDecision { high_watermark, propose })
+        Ok(FetchDecision { high_watermark, propose, log_start_offset_moved })
+    }
+
+    /// Kafka's `lowWatermarkIfLeader`: the smallest log start offset over the leader and every
+    /// follower not fenced (one that has not fetched in this leader epoch counts as -1), what
+    /// DeleteRecords waits for.
+    pub fn low_watermark(&self, leader_log_start_offset: i64) -> i64 {
+        self.followers
+            .iter()
+            .filter(|(r, _)| !self.ineligible.contains(r))
+            .map(|(_, p)| p.log_start_offset)
+            .fold(leader_log_start_offset, i64::min)
     }
 
     /// The leader appended; with an ISR of one the high watermark follows at once.
@@ -376,6 +397,7 @@ impl LeaderState {
             self.followers.entry(replica).or_insert(FollowerProgress {
                 log_end_offset: -1,
                 broker_epoch: -1,
+                log_start_offset: -1,
                 last_caught_up_time_ms: i64::MIN,
                 last_fetch_leader_log_end_offset: -1,
                 last_fetch_time_ms: i64::MIN,
@@ -420,7 +442,14 @@ mod tests {
     const LAG: i64 = 30_000;
 
     fn fetch(replica: ReplicaId, fetch_offset: i64, leader_log_end_offset: i64, now_ms: i64) -> FollowerFetch {
-        FollowerFetch { replica, broker_epoch: 100 + replica as i64, fetch_offset, leader_log_end_offset, now_ms }
+        FollowerFetch {
+            replica,
+            broker_epoch: 100 + replica as i64,
+            fetch_offset,
+            log_start_offset: 0,
+            leader_log_end_offset,
+            now_ms,
+        }
     }
 
     fn leader(isr: Vec<ReplicaId>, log_end_offset: i64, now_ms: i64) -> LeaderState {
@@ -478,6 +507,25 @@ mod tests {
         let decision = state.on_follower_fetch(fetch(4, 10, 10, 4)).unwrap();
         assert_eq!(decision.propose.map(|p| p.new_isr), Some(vec![1, 2, 4]));
         assert!(state.follower(4).is_some());
+    }
+
+    #[test]
+    fn the_low_watermark_is_the_smallest_log_start_over_live_replicas() {
+        // Proves Kafka's low watermark: the minimum log start offset over the leader and the
+        // followers not fenced, -1 while a follower has not fetched, and a follower's new log
+        // start offset is reported so DeleteRecords waiters wake.
+        let mut state = leader(vec![1, 2, 3], 20, 0);
+        assert_eq!(state.low_watermark(10), -1, "2 and 3 have not fetched");
+        let at = |replica, log_start_offset| FollowerFetch { log_start_offset, ..fetch(replica, 20, 20, 1) };
+        assert!(state.on_follower_fetch(at(2, 10)).unwrap().log_start_offset_moved);
+        assert!(state.on_follower_fetch(at(3, 4)).unwrap().log_start_offset_moved);
+        assert_eq!(state.low_watermark(10), 4);
+        assert!(!state.on_follower_fetch(at(3, 4)).unwrap().log_start_offset_moved);
+        assert!(state.on_follower_fetch(at(3, 10)).unwrap().log_start_offset_moved);
+        assert_eq!(state.low_watermark(10), 10);
+        state.on_follower_fetch(at(2, 7)).unwrap();
+        state.set_ineligible(vec![2]);
+        assert_eq!(state.low_watermark(10), 10, "a fenced replica is not waited for");
     }
 
     #[test]

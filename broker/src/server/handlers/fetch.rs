@@ -98,6 +98,7 @@ fn read_as_leader_for(
         fetch_offset: fetch.fetch_offset,
         current_leader_epoch: fetch.current_leader_epoch,
         last_fetched_epoch: fetch.last_fetched_epoch,
+        log_start_offset: fetch.log_start_offset,
         max_bytes,
     })?;
     if let Some(proposal) = read.proposal {
