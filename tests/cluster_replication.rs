@@ -1417,3 +1417,79 @@ fn delete_records_answers_once_every_replica_moved_its_log_start() {
     assert!(answered, "ListOffsets on the new leader {new_leader}");
     assert_eq!(offset, 50, "the new leader had already moved its log start offset");
 }
+
+#[test]
+fn an_active_controller_cut_off_from_the_quorum_is_replaced_and_fences_nobody_else() {
+    // Proves that cutting the active controller's raft links only (its data links intact)
+    // elects a new controller among the others, which fences the cut-off node alone (its
+    // heartbeats cannot arrive) and never the two brokers that still reach it: their leases
+    // (state, broker epoch) and leaderships stay, writes to every partition go on, and after the
+    // heal the cut-off node rejoins every ISR with nothing acknowledged lost.
+    let mut run = Run::start("cut-controller", &[]);
+    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
+    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
+    let consumer = run.consumer();
+    let schedule = (|| -> Result<(), String> {
+        run.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(1) {
+            let before = run.wait_isr_full(&format!("round {round}, before the cut"))?;
+            let mut controller = None;
+            support::wait_until(DEADLINE, || {
+                controller = run.cluster_view(1)["controller_id"].as_u64();
+                controller.is_some()
+            });
+            let controller = controller.ok_or(format!("round {round}: node 1 names no active controller"))?;
+            let others: Vec<u64> = run.cluster.ids().filter(|&id| id != controller).collect();
+            let at = others[0];
+            let leases = run.broker_states(at);
+            eprintln!("round {round}: cut every raft link of node {controller}, the active controller");
+            run.cluster.isolate(controller);
+            let mut successor = None;
+            support::wait_until(DEADLINE, || {
+                successor = run.cluster_view(at)["controller_id"].as_u64().filter(|&c| c != controller);
+                successor.is_some()
+            });
+            let successor = successor.ok_or(format!("round {round}: no new controller after cutting {controller}"))?;
+            eprintln!("round {round}: node {successor} is the active controller");
+            let majority = run.cluster.node(at).bootstrap();
+            for partition in 0..PARTITIONS {
+                if workload::wait_for_leader(&majority, &run.topic, partition, DEADLINE, |l| l != controller).is_none()
+                {
+                    return Err(format!(
+                        "round {round}: partition {partition} still led by the cut-off node {controller}"
+                    ));
+                }
+            }
+            for partition in 0..PARTITIONS {
+                run.wait_writes_resume(partition, &format!("round {round}, controller {controller} cut off"))?;
+            }
+            let now = workload::partition_states(&majority, &run.topic).ok_or("no metadata from the majority")?;
+            for (was, is) in before.iter().zip(&now) {
+                if was.leader != Some(controller) && was.leader != is.leader {
+                    return Err(format!(
+                        "round {round}: partition {} moved from {:?} to {:?} although only {controller} was cut off",
+                        was.partition, was.leader, is.leader
+                    ));
+                }
+            }
+            let leases_now = run.broker_states(at);
+            for id in &others {
+                let (was, is) = (leases.get(id), leases_now.get(id));
+                if was != is || was.is_none_or(|(state, _)| state != "live") {
+                    return Err(format!("round {round}: broker {id}'s lease changed: {was:?} → {is:?}"));
+                }
+            }
+            match leases_now.get(&controller) {
+                Some((state, _)) if state == "fenced" => {}
+                other => return Err(format!("round {round}: the cut-off node {controller} is {other:?}, not fenced")),
+            }
+            run.hold(500, 2000);
+            eprintln!("round {round}: healing node {controller}");
+            run.cluster.heal();
+            run.wait_isr_full(&format!("round {round}, node {controller} healed"))?;
+            run.wait_writes_resume(0, &format!("round {round}, node {controller} healed"))?;
+        }
+        Ok(())
+    })();
+    run.finish(producers, Some(consumer), schedule);
+}
