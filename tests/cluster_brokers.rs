@@ -175,3 +175,50 @@ fn a_broker_only_node_hosts_replicas_and_follows_the_quorum_without_voting() {
     checker.assert_clean();
     eprintln!("broker-only node scenario took {:?}", started.elapsed());
 }
+
+// Proves a broker-only node that loses its whole data dir (its copy of the metadata log
+// included: an observer holds no vote, so losing its log is safe) comes back with only the
+// cluster id, catches up the metadata from the quorum, re-replicates its partitions and rejoins
+// every ISR, and no acknowledged write is lost.
+#[test]
+fn a_broker_only_node_that_loses_its_whole_data_dir_rejoins() {
+    let mut cluster = Cluster::start(VOTERS, &[]);
+    let observer = cluster.add_broker_only(&[]);
+    let voters: Vec<u64> = cluster.voter_ids();
+    let voter_bootstrap = voters.iter().map(|&v| cluster.node(v).bootstrap()).collect::<Vec<_>>().join(",");
+    assert!(wait_until(DEADLINE, || workload::broker_count(&voter_bootstrap) == Some(cluster.nodes.len())));
+    workload::create_topic(&voter_bootstrap, TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]).expect("create");
+    let placed = wait_for_states(&voter_bootstrap, "full ISRs", |s| s.iter().all(|p| p.leader.is_some() && p.isr.len() == 3));
+    assert!(placed.iter().any(|p| p.replicas.contains(&observer)), "the observer hosts replicas: {placed:?}");
+    let checker = Arc::new(Checker::new(0, Duplicates::Allowed));
+    for _ in 0..5 {
+        write_every_partition(&voter_bootstrap, &checker);
+    }
+
+    cluster.kill9(observer);
+    let data_dir = cluster.node(observer).data_dir.clone();
+    let meta = std::fs::read_to_string(data_dir.join("meta.properties")).expect("meta.properties");
+    let cluster_id = meta.lines().find_map(|l| l.strip_prefix("cluster.id=")).expect("cluster.id").trim().to_string();
+    for entry in std::fs::read_dir(&data_dir).expect("data dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).expect("remove");
+        } else {
+            std::fs::remove_file(&path).expect("remove");
+        }
+    }
+    assert!(!data_dir.join("metadata").exists());
+    write_every_partition(&voter_bootstrap, &checker);
+    cluster.node_mut(observer).restart_on_same_ports(&["--cluster-id", &cluster_id]);
+
+    let observer_bootstrap = cluster.node(observer).bootstrap();
+    wait_for_states(&observer_bootstrap, "full ISRs after the wiped observer rejoined", |states| {
+        states.iter().all(|s| s.leader.is_some() && s.isr.len() == 3)
+    });
+    assert_eq!(voters_of(&cluster_view(cluster.node(observer))), voters, "still an observer, the quorum unchanged");
+    write_every_partition(&observer_bootstrap, &checker);
+    // Read everything through the observer alone where it leads, and through all nodes.
+    let problems = workload::final_read(&cluster.bootstrap(), TOPIC, &checker, DEADLINE);
+    assert!(problems.is_empty(), "{problems:?}");
+    checker.assert_clean();
+}
