@@ -4,7 +4,8 @@
 #
 # Usage: scripts/kafka-tool.sh TOOL [args...]
 #   TOOL: topics, consumer-groups, console-producer, console-consumer, configs, get-offsets,
-#         delete-records, producer-perf-test, consumer-perf-test, dump-log, or a main class
+#         delete-records, producer-perf-test, consumer-perf-test, dump-log, metadata-quorum,
+#         reassign-partitions, leader-election, or a main class
 #   e.g. scripts/kafka-tool.sh topics --bootstrap-server 127.0.0.1:9092 --list
 #   RUNNEL_KAFKA_LIB   the jar directory (default: target/kafka/<scripts/kafka-version>/lib)
 #   KAFKA_HEAP_OPTS    (default -Xmx512M) and KAFKA_OPTS are passed to java, as bin/ does
@@ -13,7 +14,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lib=${RUNNEL_KAFKA_LIB:-$root/target/kafka/$(tr -d '[:space:]' <"$root/scripts/kafka-version")/lib}
 
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 [[ -f $lib/COMPLETE ]] || { echo "kafka-tool: no Kafka jars in $lib (run scripts/kafka-jars.sh)" >&2; exit 1; }
@@ -31,6 +32,9 @@ case $tool in
     producer-perf-test) main=org.apache.kafka.tools.ProducerPerformance ;;
     consumer-perf-test) main=org.apache.kafka.tools.ConsumerPerformance ;;
     dump-log) main=org.apache.kafka.tools.DumpLogSegments ;;
+    metadata-quorum) main=org.apache.kafka.tools.MetadataQuorumCommand ;;
+    reassign-partitions) main=org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
+    leader-election) main=org.apache.kafka.tools.LeaderElectionCommand ;;
     *.*) main=$tool ;;
     *) echo "kafka-tool: unknown tool '$tool' (see --help)" >&2; exit 2 ;;
 esac

@@ -610,3 +610,55 @@ fn kafka_leader_election_gives_leadership_back_to_the_preferred_replicas() {
     let again = run(&cli, "org.apache.kafka.tools.LeaderElectionCommand", &election);
     assert!(again.output.text().contains("Valid replica already elected"), "{again}");
 }
+
+#[test]
+fn kafka_metadata_quorum_describes_the_leader_and_every_voter() {
+    // Proves DescribeQuorum through Kafka's kafka-metadata-quorum.sh on a 3-node cluster, asked
+    // of a node that is not the active controller (it forwards): --status names the active
+    // controller as LeaderId, three CurrentVoters and a high watermark; --replication lists the
+    // three voters with their log end offsets, the leader first; after kill -9 of the active
+    // controller, --status against the survivors names a new leader in a higher epoch.
+    let Some(cli) = kafka_cli() else { return };
+    let _serial = serial();
+    let mut cluster = Cluster::start(NODES, &[]);
+    wait_for_brokers(&cluster);
+    let field = |ran: &Ran, name: &str| -> Option<String> {
+        ran.output.stdout.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_string()))
+    };
+    let status_of = |bootstrap: &str| run(&cli, "metadata-quorum", &["--bootstrap-server", bootstrap, "describe", "--status"]);
+    let first = status_of(&cluster.bootstrap());
+    assert!(first.output.success, "{first}");
+    let leader: u64 = field(&first, "LeaderId").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{first}"));
+    let epoch: i64 = field(&first, "LeaderEpoch").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{first}"));
+    let high_watermark: i64 =
+        field(&first, "HighWatermark").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{first}"));
+    assert!(high_watermark > 0, "{first}");
+    let voters = field(&first, "CurrentVoters").unwrap_or_else(|| panic!("{first}"));
+    for id in cluster.ids() {
+        assert!(voters.contains(&format!("\"id\": {id}")) || voters.contains(&format!("{id}")), "voter {id} in {first}");
+    }
+    // Asked of a node that is not the active controller: forwarded, same answer.
+    let other = cluster.ids().find(|&id| id != leader).expect("a non-leader");
+    let forwarded = status_of(&cluster.node(other).bootstrap());
+    assert_eq!(field(&forwarded, "LeaderId"), Some(leader.to_string()), "{forwarded}");
+
+    let replication = run(&cli, "metadata-quorum", &["--bootstrap-server", &cluster.bootstrap(), "describe", "--replication"]);
+    assert!(replication.output.success, "{replication}");
+    let rows: Vec<&str> = replication.output.stdout.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(rows.len(), NODES as usize, "one row per voter: {replication}");
+    assert!(rows[0].split_whitespace().next() == Some(&leader.to_string()), "the leader first: {replication}");
+    assert!(rows.iter().all(|r| r.contains("Leader") || r.contains("Follower")), "{replication}");
+
+    cluster.kill9(leader);
+    let survivors = cluster.ids().filter(|&id| id != leader).map(|id| cluster.node(id).bootstrap()).collect::<Vec<_>>();
+    let mut last = None;
+    let moved = support::wait_until(Duration::from_secs(60), || {
+        let ran = status_of(&survivors.join(","));
+        let ok = ran.output.success
+            && field(&ran, "LeaderId").and_then(|v| v.parse::<u64>().ok()).is_some_and(|l| l != leader)
+            && field(&ran, "LeaderEpoch").and_then(|v| v.parse::<i64>().ok()).is_some_and(|e| e > epoch);
+        last = Some(ran);
+        ok
+    });
+    assert!(moved, "no new leader in a higher epoch: {}", last.expect("a run"));
+}

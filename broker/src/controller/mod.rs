@@ -92,6 +92,30 @@ pub struct QuorumMembers {
     pub observers: BTreeSet<NodeId>,
 }
 
+/// The leader's view of the quorum's replication (see [`Controller::replication_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumStatus {
+    pub leader: NodeId,
+    /// The raft term: Kafka's leader epoch of `__cluster_metadata`.
+    pub term: u64,
+    /// One past the last applied (committed) entry.
+    pub high_watermark: i64,
+    pub voters: Vec<QuorumReplica>,
+    pub observers: Vec<QuorumReplica>,
+}
+
+/// One member of the quorum as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumReplica {
+    pub node_id: NodeId,
+    /// One past the last entry the leader knows it holds; -1 when unknown.
+    pub log_end_offset: i64,
+    /// Holds every entry the leader has.
+    pub caught_up: bool,
+    /// Its raft listener, as the membership records it.
+    pub address: Option<String>,
+}
+
 /// Configuration of the metadata quorum on one node.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -593,6 +617,39 @@ impl Controller {
         let metrics = self.inner.metrics.borrow();
         let membership = metrics.membership_config.membership();
         QuorumMembers { voters: membership.voter_ids().collect(), observers: membership.learner_ids().collect() }
+    }
+
+    /// The active controller's view of the quorum's replication (Kafka's DescribeQuorum):
+    /// `None` unless this node is the raft leader. Offsets are Kafka-style, one past the last
+    /// entry (the entry at raft index `i` is offset `i`).
+    pub fn replication_status(&self) -> Option<QuorumStatus> {
+        let metrics = self.inner.metrics.borrow();
+        if metrics.current_leader != Some(metrics.id) {
+            return None;
+        }
+        let replication = metrics.replication.as_ref()?;
+        let membership = metrics.membership_config.membership();
+        let leader_end = metrics.last_log_index.unwrap_or(0);
+        let member = |id: NodeId| {
+            let matched = if id == metrics.id {
+                Some(leader_end)
+            } else {
+                replication.get(&id).and_then(|m| m.map(|log_id| log_id.index))
+            };
+            QuorumReplica {
+                node_id: id,
+                log_end_offset: matched.map_or(-1, |index| index as i64 + 1),
+                caught_up: matched == Some(leader_end),
+                address: membership.get_node(&id).map(|n| n.addr.clone()),
+            }
+        };
+        Some(QuorumStatus {
+            leader: metrics.id,
+            term: metrics.current_term,
+            high_watermark: metrics.last_applied.map_or(0, |log_id| log_id.index as i64 + 1),
+            voters: membership.voter_ids().map(member).collect(),
+            observers: membership.learner_ids().map(member).collect(),
+        })
     }
 
     /// Voter or observer.

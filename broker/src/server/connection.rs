@@ -423,6 +423,7 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         AlterPartitionReassignments => alter_partition_reassignments,
         ListPartitionReassignments => list_partition_reassignments,
         DescribeLogDirs => describe_log_dirs,
+        DescribeQuorum => describe_quorum,
     };
     Ok(response)
 }
