@@ -393,3 +393,50 @@ fn a_transform_checkpoints_on_a_coordinator_elsewhere_and_resumes_from_it_after_
     let (_, high) = consumer.fetch_watermarks("ck-out", 0, TIMEOUT).expect("watermarks");
     assert_eq!(high, 60, "outputs written twice");
 }
+
+#[test]
+fn transforms_are_listed_cluster_wide_with_the_node_of_each_worker() {
+    // Proves /v1/transforms/{name} and /v1/transforms on one node list the workers of every node
+    // (a 3-partition input led by nodes 1, 2 and 3: three workers on three nodes), and that a
+    // node that does not answer (SIGSTOP) is listed as unreachable without failing the request.
+    let cluster = Cluster::start(3, &[]);
+    create_placed(&cluster, "wide-in", &[1, 2, 3]);
+    create_placed(&cluster, "wide-out", &[1]);
+    let mut body = json!({"input_topic": "wide-in", "output_topics": ["wide-out"], "start": "earliest"});
+    body["module_base64"] = json!(B64.encode(component("runnel-example-identity")));
+    let api = HttpApi::new(cluster.node(1));
+    let deployed = api.send_json("PUT", "/v1/transforms/wide", None, &body);
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+
+    let workers = |detail: &Value| -> Vec<(i64, i64, String)> {
+        detail["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| (p["partition"].as_i64().unwrap(), p["node"].as_i64().unwrap(), p["state"].to_string()))
+            .collect()
+    };
+    let running = |p: i64, node: i64| (p, node, "\"running\"".to_string());
+    let mut detail = Value::Null;
+    let listed = wait_until(TIMEOUT, || {
+        detail = api.get("/v1/transforms/wide").json;
+        workers(&detail) == [running(0, 1), running(1, 2), running(2, 3)]
+    });
+    assert!(listed, "node 1 never listed the three workers on their nodes: {detail}");
+    assert_eq!(detail["state"], "running", "{detail}");
+    assert_eq!(detail["nodes_asked"], json!([1, 2, 3]), "{detail}");
+    assert_eq!(detail["nodes_unreachable"], json!([]), "{detail}");
+    let list = HttpApi::new(cluster.node(2)).get("/v1/transforms");
+    assert_eq!(list.status, 200, "{}", list.text);
+    assert_eq!(workers(&list.json["transforms"][0]), [running(0, 1), running(1, 2), running(2, 3)], "{}", list.text);
+    // Each node alone knows only its own worker.
+    let own = HttpApi::new(cluster.node(3)).get("/v1/transforms/wide?scope=node");
+    assert_eq!(workers(&own.json), [running(2, 3)], "{}", own.text);
+
+    cluster.sigstop(3);
+    let answer = api.get("/v1/transforms/wide");
+    cluster.sigcont(3);
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.json["nodes_unreachable"], json!([3]), "{}", answer.text);
+    assert_eq!(workers(&answer.json), [running(0, 1), running(1, 2)], "{}", answer.text);
+}

@@ -162,6 +162,11 @@ impl Node {
                 fetch_max_bytes: config.fetch_max_bytes,
                 data_dir: data_dir.clone(),
                 replica_selector: config.replica_selector,
+                http_address: Some(if http_addr.ip().is_unspecified() {
+                    format!("{advertised_host}:{}", http_addr.port())
+                } else {
+                    http_addr.to_string()
+                }),
             },
             controller: controller.clone(),
             replicas: replicas.clone(),

@@ -240,6 +240,9 @@ pub struct GroupOffset {
 #[derive(Deserialize)]
 pub struct TransformList {
     pub transforms: Vec<Transform>,
+    /// Nodes that did not answer: their workers are not counted in the states and rates.
+    #[serde(default)]
+    pub nodes_unreachable: Vec<u64>,
 }
 
 /// `GET /v1/transforms/{name}`: a deployment, its aggregate state and its input partitions.
@@ -267,11 +270,17 @@ pub struct Transform {
     pub errors: u64,
     #[serde(default)]
     pub partitions: Vec<TransformPartition>,
+    /// Nodes asked for their workers that did not answer (older nodes send none).
+    #[serde(default)]
+    pub nodes_unreachable: Vec<u64>,
 }
 
 #[derive(Deserialize)]
 pub struct TransformPartition {
     pub partition: i32,
+    /// The node running this worker.
+    #[serde(default)]
+    pub node: Option<u64>,
     pub state: String,
     pub position: i64,
     pub high_watermark: i64,

@@ -177,6 +177,10 @@ async fn run_remote(client: &Client, action: TransformAction, output: Output) ->
                 ]);
             }
             write_stdout(&table.render())?;
+            if !list.nodes_unreachable.is_empty() {
+                let nodes: Vec<String> = list.nodes_unreachable.iter().map(u64::to_string).collect();
+                eprintln!("warning: node {} did not answer; its workers are not counted", nodes.join(", "));
+            }
         }
         TransformAction::Describe { name } => {
             let raw: serde_json::Value = client.get(client.url(&["v1", "transforms", &name])).await?;
@@ -415,6 +419,7 @@ fn render_transform(t: &Transform) -> String {
     );
     let mut table = Table::new(&[
         "PARTITION",
+        "NODE",
         "STATE",
         "POSITION",
         "HIGH-WATERMARK",
@@ -425,10 +430,11 @@ fn render_transform(t: &Transform) -> String {
         "LAST-ERROR",
     ]);
     let mut partitions: Vec<_> = t.partitions.iter().collect();
-    partitions.sort_by_key(|p| p.partition);
+    partitions.sort_by_key(|p| (p.partition, p.node));
     for p in partitions {
         table.row(vec![
             p.partition.to_string(),
+            p.node.map_or_else(|| "-".into(), |n| n.to_string()),
             p.state.clone(),
             p.position.to_string(),
             p.high_watermark.to_string(),
@@ -441,9 +447,13 @@ fn render_transform(t: &Transform) -> String {
         ]);
     }
     if t.partitions.is_empty() {
-        out.push_str("No partition is running here yet.\n");
+        out.push_str("No partition is running yet.\n");
     } else {
         out.push_str(&table.render());
+    }
+    if !t.nodes_unreachable.is_empty() {
+        let nodes: Vec<String> = t.nodes_unreachable.iter().map(u64::to_string).collect();
+        out.push_str(&format!("Not answering (their workers are missing above): node {}\n", nodes.join(", ")));
     }
     out
 }

@@ -1,11 +1,18 @@
 //! `/v1/transforms`: deploy (module + config), list, describe with per-partition status, pause,
 //! resume, delete, logs.
 //!
+//! List and describe show the whole cluster: this node's workers plus those every other
+//! registered broker reports for itself (`?scope=node`, asked at once over HTTP at the address
+//! its DescribeConfigs names as `runnel.http.address`). Each partition row names the node it runs
+//! on; the answer says which nodes were asked and which did not answer in time, and a node that
+//! does not answer never fails the request. A node answering `scope=node` asks no one (no loops).
+//!
 //! A deployment is validated here (names, topics, limits, the module: a component of the
 //! transform world that compiles) before its record goes through the metadata quorum; the
 //! compile also warms the on-disk cache of precompiled modules.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use axum::extract::{Multipart, Request, State};
 use axum::http::{header, StatusCode};
@@ -18,6 +25,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, Path, Query};
 use crate::controller::{ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec};
 use crate::server::handlers::validate_topic_name;
+
+/// How long the views wait for another node (its DescribeConfigs, then its own view): a node
+/// slower than this is listed as unreachable rather than holding the answer.
+const PEER_VIEW_TIMEOUT: Duration = Duration::from_secs(2);
+/// DescribeConfigs v1: broker resources by id, named keys.
+const DESCRIBE_CONFIGS_VERSION: i16 = 1;
+const HTTP_ADDRESS_CONFIG: &str = "runnel.http.address";
 
 const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
 const MEMORY_BYTES_MAX: u64 = 1 << 30;
@@ -50,9 +64,11 @@ pub struct DeployConfig {
     pub batch_records_max: Option<u32>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct TransformPartition {
     pub partition: i32,
+    /// The node whose worker this is (the input partition's leader while it runs).
+    pub node: u64,
     /// starting, running, failed, paused, stopped.
     pub state: String,
     pub position: i64,
@@ -76,7 +92,7 @@ pub struct TransformPartition {
     pub module_from_cache: bool,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct TransformDetail {
     pub name: String,
     pub version: u64,
@@ -98,17 +114,46 @@ pub struct TransformDetail {
     pub records_in_per_sec: f64,
     pub records_out_per_sec: f64,
     pub errors: u64,
+    /// Workers of every node that answered, by partition then node. A stopped worker is shown
+    /// only when no node runs that partition.
     pub partitions: Vec<TransformPartition>,
+    /// The nodes whose workers were asked for (this one included).
+    #[serde(default)]
+    pub nodes_asked: Vec<u64>,
+    /// Asked nodes that did not answer: their workers are missing from `partitions`.
+    #[serde(default)]
+    pub nodes_unreachable: Vec<u64>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct TransformList {
     pub transforms: Vec<TransformDetail>,
+    #[serde(default)]
+    pub nodes_asked: Vec<u64>,
+    #[serde(default)]
+    pub nodes_unreachable: Vec<u64>,
 }
 
-fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> TransformDetail {
-    let partitions: Vec<TransformPartition> = http
-        .broker
+#[derive(Deserialize, IntoParams)]
+pub struct ViewQuery {
+    /// `node`: only this node's workers (what nodes ask each other). Default: the cluster.
+    pub scope: Option<String>,
+}
+
+impl ViewQuery {
+    fn node_only(&self) -> ApiResult<bool> {
+        match self.scope.as_deref() {
+            None | Some("cluster") => Ok(false),
+            Some("node") => Ok(true),
+            Some(other) => Err(ApiError::invalid(format!("scope '{other}': cluster or node"))),
+        }
+    }
+}
+
+/// The workers this node has run for `transform`.
+fn local_partitions(http: &super::Http, transform: &crate::controller::TransformImage) -> Vec<TransformPartition> {
+    let node = http.broker.settings.node_id;
+    http.broker
         .transforms
         .status(&transform.name)
         .into_iter()
@@ -122,6 +167,7 @@ fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> 
         })
         .map(|(s, high_watermark)| TransformPartition {
             partition: s.partition,
+            node,
             state: s.state.to_string(),
             position: s.position,
             start_offset: s.start_offset,
@@ -141,7 +187,22 @@ fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> 
             memory_bytes: s.memory_bytes,
             module_from_cache: s.module_from_cache,
         })
-        .collect();
+        .collect()
+}
+
+/// This node's view of `transform`.
+fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> TransformDetail {
+    let node = http.broker.settings.node_id;
+    summarize(transform, local_partitions(http, transform), vec![node], Vec::new())
+}
+
+/// `transform` with `partitions` (of any nodes) and its aggregate state over them.
+fn summarize(
+    transform: &crate::controller::TransformImage,
+    partitions: Vec<TransformPartition>,
+    nodes_asked: Vec<u64>,
+    nodes_unreachable: Vec<u64>,
+) -> TransformDetail {
     let state = if transform.paused {
         "paused"
     } else if partitions.iter().any(|p| p.state == "failed") {
@@ -182,7 +243,101 @@ fn detail(http: &super::Http, transform: &crate::controller::TransformImage) -> 
         records_out_per_sec: partitions.iter().map(|p| p.records_out_per_sec).sum(),
         errors: partitions.iter().map(|p| p.errors).sum(),
         partitions,
+        nodes_asked,
+        nodes_unreachable,
     }
+}
+
+/// Merges the workers of every node: sorted by (partition, node), and a stopped worker (one
+/// that ran where the partition no longer leads) dropped when another node runs the partition.
+fn merge(mut partitions: Vec<TransformPartition>) -> Vec<TransformPartition> {
+    let live: BTreeSet<i32> = partitions.iter().filter(|p| p.state != "stopped").map(|p| p.partition).collect();
+    partitions.retain(|p| p.state != "stopped" || !live.contains(&p.partition));
+    partitions.sort_by_key(|p| (p.partition, p.node));
+    partitions
+}
+
+/// What the other registered brokers answer to `path` (their `scope=node` view), asked at
+/// once: (answers by node, the nodes asked, those that did not answer).
+async fn ask_others<T: serde::de::DeserializeOwned>(
+    http: &super::Http,
+    path: &str,
+) -> (Vec<(u64, Option<T>)>, Vec<u64>, Vec<u64>) {
+    let me = http.broker.settings.node_id;
+    let others: Vec<u64> = http.broker.controller.image().brokers.keys().copied().filter(|n| *n != me).collect();
+    let asks = others.iter().map(|&node| async move {
+        let answer = tokio::time::timeout(PEER_VIEW_TIMEOUT, ask_node::<T>(http, node, path)).await;
+        match answer {
+            Ok(Ok(view)) => Ok((node, view)),
+            Ok(Err(reason)) => {
+                tracing::debug!(node, %reason, "transform view: node did not answer");
+                Err(node)
+            }
+            Err(_) => Err(node),
+        }
+    });
+    let mut answers = Vec::new();
+    let mut unreachable = Vec::new();
+    for result in futures_util::future::join_all(asks).await {
+        match result {
+            Ok(answer) => answers.push(answer),
+            Err(node) => unreachable.push(node),
+        }
+    }
+    let mut asked = others;
+    asked.push(me);
+    asked.sort_unstable();
+    (answers, asked, unreachable)
+}
+
+/// Node `node`'s own view of `path`; `None` when it does not know the transform (404: its
+/// metadata is behind, or the transform was just deleted).
+async fn ask_node<T: serde::de::DeserializeOwned>(
+    http: &super::Http,
+    node: u64,
+    path: &str,
+) -> Result<Option<T>, String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(crate::server::handlers::describe_configs::RESOURCE_BROKER)
+        .with_resource_name(crate::server::handlers::str_bytes(&node.to_string()))
+        .with_configuration_keys(Some(vec![crate::server::handlers::str_bytes(HTTP_ADDRESS_CONFIG)]));
+    let request = DescribeConfigsRequest::default().with_resources(vec![resource]);
+    let response = http
+        .broker
+        .peers
+        .call(node, DESCRIBE_CONFIGS_VERSION, &request, PEER_VIEW_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    let address = response
+        .results
+        .iter()
+        .flat_map(|r| r.configs.iter())
+        .find(|c| c.name.as_str() == HTTP_ADDRESS_CONFIG)
+        .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
+        .ok_or_else(|| format!("no {HTTP_ADDRESS_CONFIG} in its DescribeConfigs answer"))?;
+    let url = format!("http://{address}{path}");
+    let answer = peer_client().get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    if answer.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !answer.status().is_success() {
+        return Err(format!("{url}: HTTP {}", answer.status()));
+    }
+    answer.json::<T>().await.map(Some).map_err(|e| format!("{url}: {e}"))
+}
+
+/// The HTTP client nodes ask each other with (connections pooled across requests).
+fn peer_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(PEER_VIEW_TIMEOUT)
+            .timeout(PEER_VIEW_TIMEOUT)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
 }
 
 fn unknown(name: &str) -> ApiError {
@@ -360,20 +515,57 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every transform with its aggregate state.
-#[utoipa::path(get, path = "/v1/transforms", tag = "v1", responses((status = 200, body = TransformList)))]
-pub async fn list(State(http): State<super::State>) -> Json<TransformList> {
+/// Every transform with its aggregate state over the workers of every node.
+#[utoipa::path(get, path = "/v1/transforms", tag = "v1", params(ViewQuery),
+    responses((status = 200, body = TransformList), (status = 422, body = ErrorBody)))]
+pub async fn list(State(http): State<super::State>, Query(query): Query<ViewQuery>) -> ApiResult<Json<TransformList>> {
+    let node_only = query.node_only()?;
+    let me = http.broker.settings.node_id;
+    let (answers, nodes_asked, nodes_unreachable) = if node_only {
+        (Vec::new(), vec![me], Vec::new())
+    } else {
+        ask_others::<TransformList>(&http, "/v1/transforms?scope=node").await
+    };
+    let mut remote: BTreeMap<String, Vec<TransformPartition>> = BTreeMap::new();
+    for list in answers.into_iter().filter_map(|(_, list)| list) {
+        for transform in list.transforms {
+            remote.entry(transform.name).or_default().extend(transform.partitions);
+        }
+    }
     let image = http.broker.controller.image();
-    Json(TransformList { transforms: image.transforms.values().map(|t| detail(&http, t)).collect() })
+    let transforms = image
+        .transforms
+        .values()
+        .map(|t| {
+            let mut partitions = local_partitions(&http, t);
+            partitions.extend(remote.remove(&t.name).unwrap_or_default());
+            summarize(t, merge(partitions), nodes_asked.clone(), nodes_unreachable.clone())
+        })
+        .collect();
+    Ok(Json(TransformList { transforms, nodes_asked, nodes_unreachable }))
 }
 
-/// A transform with the status of each input partition.
-#[utoipa::path(get, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path)),
-    responses((status = 200, body = TransformDetail), (status = 404, body = ErrorBody)))]
-pub async fn describe(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<Json<TransformDetail>> {
+/// A transform with the status of each input partition's worker, on whichever node it runs.
+#[utoipa::path(get, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path), ViewQuery),
+    responses((status = 200, body = TransformDetail), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn describe(
+    State(http): State<super::State>,
+    Path(name): Path<String>,
+    Query(query): Query<ViewQuery>,
+) -> ApiResult<Json<TransformDetail>> {
+    let node_only = query.node_only()?;
     let image = http.broker.controller.image();
     let transform = image.transforms.get(&name).ok_or_else(|| unknown(&name))?;
-    Ok(Json(detail(&http, transform)))
+    if node_only {
+        return Ok(Json(detail(&http, transform)));
+    }
+    let path = format!("/v1/transforms/{name}?scope=node");
+    let (answers, nodes_asked, nodes_unreachable) = ask_others::<TransformDetail>(&http, &path).await;
+    let mut partitions = local_partitions(&http, transform);
+    for detail in answers.into_iter().filter_map(|(_, detail)| detail) {
+        partitions.extend(detail.partitions);
+    }
+    Ok(Json(summarize(transform, merge(partitions), nodes_asked, nodes_unreachable)))
 }
 
 async fn set_paused(http: &super::Http, name: &str, paused: bool) -> ApiResult<StatusCode> {

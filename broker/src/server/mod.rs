@@ -54,6 +54,10 @@ pub struct ServerSettings {
     pub data_dir: std::path::PathBuf,
     /// `replica.selector.class`: whether a leader sends consumers to a replica in their rack.
     pub replica_selector: crate::config::ReplicaSelector,
+    /// Where this node serves HTTP (`host:port`), as other nodes reach it: DescribeConfigs shows
+    /// it as `runnel.http.address`, so a node's HTTP API can ask the others (transforms
+    /// cluster-wide). `None` when the node serves no HTTP.
+    pub http_address: Option<String>,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

@@ -289,6 +289,15 @@ fn describe_broker(settings: &ServerSettings, extra: &BrokerProperties) -> Vec<D
     if let Some(rack) = &extra.rack {
         properties.push(("broker.rack", rack.clone(), None, ConfigType::String, "Rack of this broker."));
     }
+    if let Some(address) = &settings.http_address {
+        properties.push((
+            "runnel.http.address",
+            address.clone(),
+            None,
+            ConfigType::String,
+            "Where this broker serves HTTP (host:port); other nodes ask it there for its transforms.",
+        ));
+    }
     if settings.replica_selector == crate::config::ReplicaSelector::RackAware {
         properties.push((
             "replica.selector.class",
@@ -524,6 +533,7 @@ mod tests {
             fetch_max_bytes: 57_671_680,
             data_dir: std::path::PathBuf::from("/data"),
             replica_selector: crate::config::ReplicaSelector::LeaderOnly,
+            http_address: Some("127.0.0.1:8080".to_string()),
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
@@ -546,6 +556,7 @@ mod tests {
             ("r1", SOURCE_STATIC_BROKER_CONFIG)
         );
         assert_eq!(find("min.insync.replicas").value, "1");
+        assert_eq!(find("runnel.http.address").value, "127.0.0.1:8080");
         let unclean = find("unclean.leader.election.enable");
         assert_eq!((unclean.value.as_str(), unclean.config_type), ("false", ConfigType::Boolean));
         let without_rack = describe_broker(&settings, &BrokerProperties { rack: None, ..extra });
