@@ -223,10 +223,16 @@ impl Cluster {
     pub fn start_with(count: u64, extra_args: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
         let temp = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=count).collect();
-        let ports: BTreeMap<u64, u16> = ids.iter().map(|&id| (id, free_port())).collect();
-        let kafka_ports: BTreeMap<u64, u16> = ids.iter().map(|&id| (id, free_port())).collect();
+        // The nodes' ports stay bound until just before the nodes start, so that the proxies'
+        // own ephemeral ports (bound meanwhile) cannot land on one of them.
+        let reserve = || TcpListener::bind("127.0.0.1:0").expect("bind");
+        let reserved: Vec<(u64, TcpListener, TcpListener)> = ids.iter().map(|&id| (id, reserve(), reserve())).collect();
+        let port = |listener: &TcpListener| listener.local_addr().expect("addr").port();
+        let ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, raft, _)| (*id, port(raft))).collect();
+        let kafka_ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, _, kafka)| (*id, port(kafka))).collect();
         let links = proxies(&ids, |to| ports[&to]);
         let data_links = proxies(&ids, |to| kafka_ports[&to]);
+        drop(reserved);
         let args: Vec<(u64, Vec<String>)> = ports
             .iter()
             .map(|(&id, &port)| {
