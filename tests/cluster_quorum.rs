@@ -89,3 +89,27 @@ fn an_isolated_node_cannot_change_metadata_and_catches_up_when_healed() {
     let converged = support::wait_until(DEADLINE, || cluster.ids().all(|id| topic_names(&cluster, id) == expected));
     assert!(converged, "nodes disagree on topics after healing");
 }
+
+#[test]
+fn a_voter_whose_metadata_log_is_gone_refuses_to_start_and_keeps_its_partitions() {
+    // Proves a node that ran before (meta.properties) but lost metadata/ does not start as a
+    // voter: it would have forgotten its votes, and its empty image would delete every
+    // partition as unknown. The partition directory survives the refused start.
+    let mut node = support::Runnel::start(&[]);
+    support::create_topic(&node, "kept", 1);
+    assert!(node.terminate(), "clean stop");
+    let partition_dir = node.data_dir.join("kept-0");
+    assert!(partition_dir.is_dir());
+    std::fs::remove_dir_all(node.data_dir.join("metadata")).expect("remove metadata/");
+    let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
+    let output = std::process::Command::new(binary)
+        .args(["serve", "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--controller-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&node.data_dir)
+        .output()
+        .expect("run runnel serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "started without its metadata log: {stderr}");
+    assert!(stderr.contains("metadata") && stderr.contains("meta.properties"), "a clear reason: {stderr}");
+    assert!(partition_dir.is_dir(), "the partition was left alone");
+}

@@ -29,6 +29,13 @@ pub enum NodeError {
     },
     #[error("data directory belongs to node {found}, not {configured}")]
     NodeIdMismatch { found: u64, configured: u64 },
+    #[error(
+        "{dir} is missing although this data directory has run before (meta.properties): a voter of \
+         the metadata quorum that lost its log has forgotten its votes and the cluster's metadata, \
+         and would delete every partition here as unknown; restore the directory, or (to give the \
+         node a new, empty disk) remove the whole data directory"
+    )]
+    MetadataLogLost { dir: std::path::PathBuf },
     #[error("binding the Kafka listener {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -67,6 +74,7 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir { path: data_dir.clone(), source })?;
+        check_metadata_log(&data_dir, config.process_roles)?;
         let cluster_id = load_or_create_meta(&data_dir, config.node_id, config.cluster_id.as_deref())?;
 
         let controller = Controller::start(ControllerConfig {
@@ -458,6 +466,20 @@ fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataIm
     }
 }
 
+/// A voter refuses to start when its data dir ran before (`meta.properties`) but the quorum's
+/// log directory is gone (Kafka refuses a metadata.log.dir that is not formatted): it would
+/// vote again in terms it already voted in, and its empty image would make the stray sweep
+/// delete every partition. A broker-only node holds no vote: it fetches the log again. The
+/// invariant this relies on: `meta.properties` is only ever written once `metadata/` exists.
+fn check_metadata_log(data_dir: &Path, roles: crate::config::ProcessRoles) -> Result<(), NodeError> {
+    let dir = data_dir.join(crate::controller::METADATA_DIR);
+    let voter = roles == crate::config::ProcessRoles::BrokerController;
+    if voter && data_dir.join("meta.properties").exists() && !dir.exists() {
+        return Err(NodeError::MetadataLogLost { dir });
+    }
+    Ok(())
+}
+
 /// `meta.properties` as Kafka keeps it: the cluster id and node id this directory belongs to.
 fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) -> Result<String, NodeError> {
     let path = data_dir.join("meta.properties");
@@ -475,6 +497,9 @@ fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) 
         }
     }
     let cluster_id = cluster_id.map(str::to_string).unwrap_or_else(new_cluster_id);
+    // `check_metadata_log`'s invariant: the quorum's directory exists before this file does.
+    let metadata = data_dir.join(crate::controller::METADATA_DIR);
+    std::fs::create_dir_all(&metadata).map_err(|source| NodeError::DataDir { path: metadata, source })?;
     let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
     // fsynced and renamed durably: after a power loss a half-written or vanished file would
     // give this directory a new cluster id.

@@ -92,6 +92,9 @@ pub struct QuorumMembers {
     pub observers: BTreeSet<NodeId>,
 }
 
+/// The quorum member's directory under the node's data dir (Kafka's `metadata.log.dir`).
+pub const METADATA_DIR: &str = "metadata";
+
 /// The leader's view of the quorum's replication (see [`Controller::replication_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuorumStatus {
@@ -299,7 +302,7 @@ impl Controller {
             return Err(ControllerError::ObserverAddrUnspecified { addr: local_addr });
         }
 
-        let dir = config.data_dir.join("metadata");
+        let dir = config.data_dir.join(METADATA_DIR);
         let (alive_tx, alive_rx) = mpsc::channel(1);
         let (log_store, state_machine, image_rx) = disk::blocking(move || {
             if !dir.exists() {
