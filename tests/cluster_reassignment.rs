@@ -284,7 +284,7 @@ fn kafka_reassign_partitions_generates_executes_and_verifies() {
     // replicas moved; the moved partitions keep every acknowledged record.
     let Some(tools) = kafka_tools::kafka_tools().map_err(|reason| eprintln!("SKIP: {reason}")).ok() else { return };
     let _serial = serial();
-    let mut cluster = cluster();
+    let cluster = cluster();
     let (bootstrap, topic) = (cluster.bootstrap(), "tooled");
     create_placed(&bootstrap, topic, &[&[1, 2], &[2, 3]]);
     let checker = Arc::new(Checker::new(0, Duplicates::Allowed));
