@@ -426,7 +426,40 @@ pub struct BrowsedRecords {
     pub records: Vec<BrowsedRecord>,
 }
 
+/// How long a browse call forwarded to another broker may take beyond its own wait.
+const FORWARD_SLACK: Duration = Duration::from_secs(5);
+
+/// The log start offset and high watermark of `topic`-`partition` from its leader `node`
+/// (ListOffsets earliest and latest, at once).
+async fn leader_offsets(http: &super::Http, node: u64, topic: &str, partition: i32) -> ApiResult<(i64, i64)> {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    let ask = |timestamp: i64| {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default().with_name(handlers::topic_name(topic)).with_partitions(
+                vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)],
+            )]);
+        async move {
+            let response = kafka::forward(http, node, kafka::LIST_OFFSETS, &request, FORWARD_SLACK).await?;
+            let answer = response.topics.into_iter().flat_map(|t| t.partitions).next();
+            match answer {
+                Some(p) if p.error_code == 0 => Ok(p.offset),
+                Some(p) => Err(ApiError::kafka_code(p.error_code, Some(&format!("offsets of {topic}-{partition}")))),
+                None => Err(ApiError::internal(format!("broker {node} did not answer for {topic}-{partition}"))),
+            }
+        }
+    };
+    // -2: earliest (the log start offset), -1: latest (the high watermark, read_uncommitted).
+    futures_util::future::try_join(ask(-2), ask(-1)).await
+}
+
 /// Reads records of one partition (for browsing; consumers use the v2 consumer API or Kafka).
+/// A partition led by another broker is read from that leader (ListOffsets and Fetch forwarded
+/// to it), so any node browses every partition.
 #[utoipa::path(get, path = "/v1/topics/{topic}/records", tag = "v1", params(("topic" = String, Path), BrowseQuery),
     responses((status = 200, body = BrowsedRecords), (status = 404, body = super::error::ErrorBody)))]
 pub async fn browse_records(
@@ -440,17 +473,28 @@ pub async fn browse_records(
         return Err(ApiError::bad_parameter("limit must be between 1 and 1000"));
     }
     let image = http.broker.controller.image();
-    let partition = handlers::hosted_partition(&http.broker, &image, &topic, partition_index).map_err(|code| {
-        if image.topics.contains_key(&topic) {
-            ApiError::unknown_partition(&topic, partition_index as i64)
-        } else {
-            ApiError::kafka(code, Some(&format!("topic '{topic}'")))
+    let route = kafka::leader_route(http.broker.settings.node_id, &image, &topic, partition_index);
+    let (hosted, mut log_start_offset, mut high_watermark) = match route {
+        kafka::Route::Here => {
+            let partition =
+                handlers::hosted_partition(&http.broker, &image, &topic, partition_index).map_err(|code| {
+                    if image.topics.contains_key(&topic) {
+                        ApiError::unknown_partition(&topic, partition_index as i64)
+                    } else {
+                        ApiError::kafka(code, Some(&format!("topic '{topic}'")))
+                    }
+                })?;
+            let (start, end) = (partition.log_start_offset(), partition.high_watermark());
+            (Some(partition), start, end)
         }
-    })?;
-    let log_start_offset = partition.log_start_offset();
+        kafka::Route::Peer(node) => {
+            let (start, end) = leader_offsets(&http, node, &topic, partition_index).await?;
+            (None, start, end)
+        }
+    };
     let offset = match query.offset {
         None => log_start_offset,
-        Some(o) if o < 0 => (partition.high_watermark() + o).max(log_start_offset),
+        Some(o) if o < 0 => (high_watermark + o).max(log_start_offset),
         Some(o) => o.max(log_start_offset),
     };
     let wait_ms = query.wait_ms.unwrap_or(0).min(LONG_POLL_MAX_MS);
@@ -470,10 +514,20 @@ pub async fn browse_records(
                     .with_partition_max_bytes(1 << 20)
                     .with_current_leader_epoch(-1),
             ])]);
-        let response = fetch(&http, request).await?;
+        let response = match route {
+            kafka::Route::Here => fetch(&http, request).await?,
+            kafka::Route::Peer(node) => {
+                let timeout = Duration::from_millis(wait_ms) + FORWARD_SLACK;
+                kafka::forward(&http, node, kafka::FETCH, &request, timeout).await?
+            }
+        };
         let Some(data) = response.responses.into_iter().flat_map(|t| t.partitions).next() else { break };
         if data.error_code != 0 {
             return Err(ApiError::kafka_code(data.error_code, Some(&format!("reading {topic}-{partition_index}"))));
+        }
+        high_watermark = data.high_watermark;
+        if data.log_start_offset >= 0 {
+            log_start_offset = data.log_start_offset;
         }
         let bytes = data.records.unwrap_or_default();
         if bytes.is_empty() {
@@ -488,8 +542,9 @@ pub async fn browse_records(
     Ok(Json(BrowsedRecords {
         topic,
         partition: partition_index,
-        log_start_offset: partition.log_start_offset(),
-        high_watermark: partition.high_watermark(),
+        // Here: the partition's offsets now; elsewhere: what the leader's last answer said.
+        log_start_offset: hosted.as_ref().map_or(log_start_offset, |p| p.log_start_offset()),
+        high_watermark: hosted.as_ref().map_or(high_watermark, |p| p.high_watermark()),
         next_offset,
         records: records.into_iter().map(BrowsedRecord::from).collect(),
     }))
