@@ -1,7 +1,9 @@
 //! HTTP and transforms on a three-node cluster (issue 11): a node's HTTP API produces to
 //! partitions led by the other nodes, runs v2 consumer instances whose group coordinator and
-//! partitions are elsewhere, and a transform writes outputs to partitions led by other nodes.
-//! Topics have replication factor 1 with explicit assignments, so the node serving HTTP (or
+//! partitions are elsewhere, browses records of partitions led elsewhere and lists every node's
+//! transform workers; a transform writes outputs to partitions led by other nodes and
+//! checkpoints on a coordinator elsewhere, resuming from it after its leader is killed.
+//! Most topics have replication factor 1 with explicit assignments, so the node serving HTTP (or
 //! running the transform) hosts no replica of what it reaches: every such call is forwarded.
 
 mod support;
