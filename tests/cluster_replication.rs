@@ -849,7 +849,9 @@ fn find_coordinator(node: &support::Runnel, group: &str) -> Option<(u64, String)
     let mut conn = support::RawConn::open(node, "find-coordinator");
     let response = conn.call(
         4,
-        &FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.into())]),
     );
     let c = response.coordinators.first()?;
     (c.error_code == 0 && c.node_id.0 >= 0).then(|| (c.node_id.0 as u64, format!("{}:{}", c.host, c.port)))
@@ -862,12 +864,11 @@ fn describe_group(addr: &str, group: &str) -> Option<(String, Vec<String>)> {
     let stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let mut conn = support::RawConn::from_stream(stream, "describe-group");
-    let response = conn.call(
-        5,
-        &DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.into()))]),
-    );
+    let response =
+        conn.call(5, &DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.into()))]));
     let g = response.groups.first()?;
-    (g.error_code == 0).then(|| (g.group_state.to_string(), g.members.iter().map(|m| m.member_id.to_string()).collect()))
+    (g.error_code == 0)
+        .then(|| (g.group_state.to_string(), g.members.iter().map(|m| m.member_id.to_string()).collect()))
 }
 
 #[test]
@@ -942,48 +943,6 @@ fn a_coordinator_failover_keeps_the_group_without_a_rebalance() {
     drop(consumer);
 }
 
-#[test]
-fn a_leader_cut_off_from_the_quorum_is_replaced_and_acknowledges_nothing_as_a_zombie() {
-    // Proves a leader whose metadata links are all cut (it cannot heartbeat the controller nor
-    // learn it was fenced) loses its leadership to an in-sync replica, acknowledges no write
-    // while cut off although clients can still reach it, and after the heal truncates what it
-    // took meanwhile, rejoins the ISR, and no acknowledged write is lost (a zombie's ack would
-    // be of an offset the heal truncates: a lost write or an inconsistent offset to the checker).
-    let mut run = Run::start("cut-leader", &[]);
-    // Writes parked on the cut-off leader must give up soon and go to the new one.
-    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
-    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
-    let consumer = run.consumer();
-    let schedule = (|| -> Result<(), String> {
-        run.wait_writes_resume(0, "before the first fault")?;
-        for round in 0..fault_rounds(1) {
-            let leader = run.leader_of(0, "before the cut", |_| true)?;
-            eprintln!("round {round}: cut every metadata link of node {leader}, the leader of {}-0", run.topic);
-            run.cluster.isolate(leader);
-            let cut_at = Instant::now();
-            // The majority's view: the cut-off node still answers metadata as it last knew it.
-            let majority = run.cluster.ids().find(|&id| id != leader).expect("another node");
-            let majority = run.cluster.node(majority).bootstrap();
-            if workload::wait_for_leader(&majority, &run.topic, 0, DEADLINE, |l| l != leader).is_none() {
-                return Err(format!("round {round}: no new leader of partition 0 after cutting node {leader} off"));
-            }
-            run.wait_writes_resume(0, &format!("round {round}, node {leader} cut off"))?;
-            run.hold(1000, 3000);
-            let healed_at = Instant::now();
-            eprintln!("round {round}: healing node {leader}");
-            run.cluster.heal();
-            run.wait_isr_full(&format!("round {round}, node {leader} healed"))?;
-            eprintln!(
-                "round {round}: cut off for {:?}; acknowledged meanwhile: {}",
-                healed_at - cut_at,
-                run.checker.acks_between(cut_at, healed_at).len()
-            );
-        }
-        Ok(())
-    })();
-    run.finish(producers, Some(consumer), schedule);
-}
-
 /// Produce v9 of one record to `topic`-0 at `node` with acks=all: the error code and base offset.
 fn produce_raw(node: &support::Runnel, topic: &str, value: &str) -> (i16, i64) {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -992,9 +951,11 @@ fn produce_raw(node: &support::Runnel, topic: &str, value: &str) -> (i16, i64) {
     let mut builder = runnel::log::records::BatchBuilder::new(runnel::log::Compression::None);
     builder.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
     let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(2_000).with_topic_data(vec![
-        TopicProduceData::default().with_name(TopicName(StrBytes::from_string(topic.into()))).with_partition_data(vec![
-            PartitionProduceData::default().with_index(0).with_records(Some(builder.build().expect("batch").into_bytes())),
-        ]),
+        TopicProduceData::default().with_name(TopicName(StrBytes::from_string(topic.into()))).with_partition_data(
+            vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(builder.build().expect("batch").into_bytes()))],
+        ),
     ]);
     let mut conn = support::RawConn::open(node, "produce-raw");
     let response = conn.call(9, &request);
@@ -1008,7 +969,9 @@ fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_r
     // metadata quorum lives (5 nodes, the replicas on 3 of them): the controller fences the two
     // killed replicas, the ISR shrinks to the leader, acks=all gets NOT_ENOUGH_REPLICAS (not a
     // timeout), and once they return writes succeed again and every acknowledged record is there.
-    use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
     use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, TopicName};
     use kafka_protocol::protocol::StrBytes;
     const NOT_ENOUGH_REPLICAS: i16 = 19;
@@ -1081,7 +1044,9 @@ fn bytes_out(node: &support::Runnel, topic: &str) -> f64 {
     let metrics = support::HttpApi::new(node).get("/metrics").text;
     metrics
         .lines()
-        .filter(|l| l.starts_with("kafka_server_brokertopicmetrics_bytes_out_total") && l.contains(&format!("\"{topic}\"")))
+        .filter(|l| {
+            l.starts_with("kafka_server_brokertopicmetrics_bytes_out_total") && l.contains(&format!("\"{topic}\""))
+        })
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum()
 }
@@ -1144,7 +1109,10 @@ fn a_consumer_in_a_followers_rack_reads_from_that_follower() {
     };
     let sent_away = fetch(leader, 11, &format!("rack-{follower}"));
     assert_eq!(sent_away.error_code, 0);
-    assert_eq!(sent_away.preferred_read_replica.0, follower as i32, "the leader names the follower in the client's rack");
+    assert_eq!(
+        sent_away.preferred_read_replica.0, follower as i32,
+        "the leader names the follower in the client's rack"
+    );
     assert!(sent_away.records.as_ref().is_none_or(|r| r.is_empty()), "and returns no records");
     let own_rack = fetch(leader, 11, &format!("rack-{leader}"));
     assert_eq!(own_rack.preferred_read_replica.0, -1, "a client in the leader's rack reads from the leader");
@@ -1301,52 +1269,85 @@ impl Run {
     }
 }
 
+/// Which links a leader loses in [`Run::leader_cut_off`].
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Every raft link: it can neither heartbeat the controller nor learn it was fenced, while
+    /// followers and clients still reach it on the data plane.
+    MetadataOnly,
+    /// Raft and Kafka links between it and every other node, both directions (clients still
+    /// reach it).
+    BothPlanes,
+}
+
+impl Run {
+    /// A cut-off leader of partition 0 is replaced by an in-sync replica, writes resume there,
+    /// it acknowledges nothing meanwhile (a raw acks=all produce to it fails; a zombie's ack
+    /// would also be an offset the heal truncates: a lost write or an inconsistent offset to the
+    /// checker), and after the heal it rejoins every ISR.
+    fn leader_cut_off(&mut self, cut: Cut) -> Result<(), String> {
+        self.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(1) {
+            let leader = self.leader_of(0, "before the cut", |_| true)?;
+            eprintln!("round {round}: cut node {leader}, the leader of {}-0, off ({cut:?})", self.topic);
+            match cut {
+                Cut::MetadataOnly => self.cluster.isolate(leader),
+                Cut::BothPlanes => self.cluster.isolate_fully(leader),
+            }
+            let cut_at = Instant::now();
+            // The majority's view: the cut-off node still answers metadata as it last knew it.
+            let majority = self.cluster.ids().find(|&id| id != leader).expect("another node");
+            let majority_bootstrap = self.cluster.node(majority).bootstrap();
+            if workload::wait_for_leader(&majority_bootstrap, &self.topic, 0, DEADLINE, |l| l != leader).is_none() {
+                return Err(format!("round {round}: no new leader of partition 0 after cutting node {leader} off"));
+            }
+            self.wait_writes_resume(0, &format!("round {round}, node {leader} cut off"))?;
+            self.check_advertised_listeners(majority)?;
+            // The zombie still takes requests from clients; none may be acknowledged.
+            let (error_code, offset) = produce_raw(self.cluster.node(leader), &self.topic, "zombie-probe");
+            if error_code == 0 {
+                return Err(format!("round {round}: cut-off node {leader} acknowledged an acks=all write at {offset}"));
+            }
+            eprintln!("round {round}: cut-off node {leader} answered acks=all with error {error_code}");
+            self.hold(500, 2000);
+            let healed_at = Instant::now();
+            eprintln!("round {round}: healing node {leader}");
+            self.cluster.heal();
+            self.wait_isr_full(&format!("round {round}, node {leader} healed"))?;
+            self.wait_writes_resume(0, &format!("round {round}, node {leader} healed"))?;
+            eprintln!(
+                "round {round}: cut off for {:?}; acknowledged meanwhile: {}",
+                healed_at - cut_at,
+                self.checker.acks_between(cut_at, healed_at).len()
+            );
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_the_quorum_is_replaced_and_acknowledges_nothing_as_a_zombie() {
+    // Proves a leader whose raft links are all cut (no heartbeats, no news of its fencing)
+    // while followers and clients still reach it loses its leadership, acknowledges nothing,
+    // and rejoins after the heal with nothing acknowledged lost.
+    let mut run = Run::start("cut-leader", &[]);
+    // Writes parked on the cut-off leader must give up soon and go to the new one.
+    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
+    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
+    let consumer = run.consumer();
+    let schedule = run.leader_cut_off(Cut::MetadataOnly);
+    run.finish(producers, Some(consumer), schedule);
+}
+
 #[test]
 fn a_leader_isolated_on_both_planes_is_replaced_acknowledges_nothing_and_rejoins_the_isr() {
-    // Proves a leader cut off on the metadata and the data plane, both directions, while
-    // clients still reach it, is replaced by an in-sync replica, writes resume there, it
-    // acknowledges nothing (a raw acks=all produce to it fails; the checker finds no lost write
-    // or inconsistent offset after the heal), and after the heal it rejoins every ISR.
+    // Proves the same for a leader cut off on the metadata and the data plane, both
+    // directions, while clients still reach it.
     let mut run = Run::start("isolated-leader", &[]);
     let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
     let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
     let consumer = run.consumer();
-    let schedule = (|| -> Result<(), String> {
-        run.wait_writes_resume(0, "before the first fault")?;
-        for round in 0..fault_rounds(1) {
-            let leader = run.leader_of(0, "before the isolation", |_| true)?;
-            eprintln!("round {round}: isolate node {leader}, the leader of {}-0, on both planes", run.topic);
-            run.cluster.isolate_fully(leader);
-            let cut_at = Instant::now();
-            let majority = run.cluster.ids().find(|&id| id != leader).expect("another node");
-            let majority_bootstrap = run.cluster.node(majority).bootstrap();
-            if workload::wait_for_leader(&majority_bootstrap, &run.topic, 0, DEADLINE, |l| l != leader).is_none() {
-                return Err(format!("round {round}: no new leader of partition 0 after isolating node {leader}"));
-            }
-            run.wait_writes_resume(0, &format!("round {round}, node {leader} isolated"))?;
-            run.check_advertised_listeners(majority)?;
-            // The zombie still takes requests from clients; none may be acknowledged.
-            let (error_code, offset) = produce_raw(run.cluster.node(leader), &run.topic, "zombie-probe");
-            if error_code == 0 {
-                return Err(format!(
-                    "round {round}: isolated node {leader} acknowledged an acks=all write at {offset}"
-                ));
-            }
-            eprintln!("round {round}: isolated node {leader} answered acks=all with error {error_code}");
-            run.hold(500, 2000);
-            let healed_at = Instant::now();
-            eprintln!("round {round}: healing node {leader}");
-            run.cluster.heal();
-            run.wait_isr_full(&format!("round {round}, node {leader} healed"))?;
-            run.wait_writes_resume(0, &format!("round {round}, node {leader} healed"))?;
-            eprintln!(
-                "round {round}: isolated for {:?}; acknowledged meanwhile: {}",
-                healed_at - cut_at,
-                run.checker.acks_between(cut_at, healed_at).len()
-            );
-        }
-        Ok(())
-    })();
+    let schedule = run.leader_cut_off(Cut::BothPlanes);
     run.finish(producers, Some(consumer), schedule);
 }
 
@@ -1394,19 +1395,20 @@ fn delete_records_answers_once_every_replica_moved_its_log_start() {
     }
     drop(producer);
     let leader = run.leader_of(0, "before DeleteRecords", |_| true).unwrap_or_else(|e| run.fail(&e));
-    let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![DeleteRecordsTopic::default()
-        .with_name(topic.clone())
-        .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(50)])]);
+    let request =
+        DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(topic.clone())
+            .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(50)])]);
     let answer = support::RawConn::open(run.cluster.node(leader), "delete-records").call(2, &request);
     let p = &answer.topics[0].partitions[0];
     assert_eq!((p.error_code, p.low_watermark), (0, 50), "the low watermark over every replica is 50");
 
     run.cluster.kill9(leader);
-    let new_leader =
-        run.leader_of(0, "after kill -9 of the leader", |l| l != leader).unwrap_or_else(|e| run.fail(&e));
-    let earliest = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
-        .with_name(topic)
-        .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-2)])]);
+    let new_leader = run.leader_of(0, "after kill -9 of the leader", |l| l != leader).unwrap_or_else(|e| run.fail(&e));
+    let earliest =
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic)
+            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-2)])]);
     let mut offset = -1;
     let answered = support::wait_until(DEADLINE, || {
         let response = support::RawConn::open(run.cluster.node(new_leader), "list-offsets").call(7, &earliest);
@@ -1488,6 +1490,61 @@ fn an_active_controller_cut_off_from_the_quorum_is_replaced_and_fences_nobody_el
             run.cluster.heal();
             run.wait_isr_full(&format!("round {round}, node {controller} healed"))?;
             run.wait_writes_resume(0, &format!("round {round}, node {controller} healed"))?;
+        }
+        Ok(())
+    })();
+    run.finish(producers, Some(consumer), schedule);
+}
+
+#[test]
+fn seeded_mixed_faults_lose_no_acknowledged_write() {
+    // Proves the soak of mixed faults: every round the seed picks a partition and one fault
+    // (kill -9 of its leader, of a follower or of the active controller; SIGSTOP of its leader;
+    // its leader isolated on both planes; a follower's data link to the leader cut), holds it a
+    // seeded while, heals or restarts, and waits for full ISRs and writes to that partition;
+    // the checker finds no lost write and no inconsistent offset at the end.
+    let lag = SHORT_REPLICA_LAG_TIME_MAX_MS.to_string();
+    let mut run = Run::start("mixed-faults", &["--replica-lag-time-max-ms", &lag]);
+    let spec = ProducerSpec::paced(&run.topic, 2, Duration::from_millis(5)).with("request.timeout.ms", "5000");
+    let producers = Producers::start(&run.bootstrap(), &run.checker, &spec);
+    let consumer = run.consumer();
+    let schedule = (|| -> Result<(), String> {
+        run.wait_writes_resume(0, "before the first fault")?;
+        for round in 0..fault_rounds(3) {
+            let states = run.wait_isr_full(&format!("round {round}, before the fault"))?;
+            let partition = run.rng.below(PARTITIONS as u64) as usize;
+            let leader = states[partition].leader.ok_or("no leader")?;
+            let followers: Vec<u64> = states[partition].replicas.iter().copied().filter(|&r| r != leader).collect();
+            let follower = run.rng.pick(&followers);
+            let controller = run.cluster_view(follower)["controller_id"].as_u64().ok_or("no active controller")?;
+            let fault = run.rng.below(6);
+            let what = match fault {
+                0 => format!("kill -9 of node {leader}, the leader of {}-{partition}", run.topic),
+                1 => format!("kill -9 of node {follower}, a follower of {}-{partition}", run.topic),
+                2 => format!("kill -9 of node {controller}, the active controller"),
+                3 => format!("SIGSTOP of node {leader}, the leader of {}-{partition}", run.topic),
+                4 => format!("node {leader}, the leader of {}-{partition}, isolated on both planes", run.topic),
+                _ => format!("the data link from follower {follower} to leader {leader} cut"),
+            };
+            eprintln!("round {round}: {what}");
+            match fault {
+                0 => run.cluster.kill9(leader),
+                1 => run.cluster.kill9(follower),
+                2 => run.cluster.kill9(controller),
+                3 => run.sigstop(leader),
+                4 => run.cluster.isolate_fully(leader),
+                _ => run.cluster.cut_data_link(follower, leader),
+            }
+            run.hold(500, 5000);
+            match fault {
+                0 => run.cluster.restart(leader),
+                1 => run.cluster.restart(follower),
+                2 => run.cluster.restart(controller),
+                3 => run.sigcont(leader),
+                _ => run.cluster.heal(),
+            }
+            run.wait_isr_full(&format!("round {round}, after {what}"))?;
+            run.wait_writes_resume(partition as i32, &format!("round {round}, after {what}"))?;
         }
         Ok(())
     })();
