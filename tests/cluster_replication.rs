@@ -1516,7 +1516,12 @@ fn seeded_mixed_faults_lose_no_acknowledged_write() {
             let leader = states[partition].leader.ok_or("no leader")?;
             let followers: Vec<u64> = states[partition].replicas.iter().copied().filter(|&r| r != leader).collect();
             let follower = run.rng.pick(&followers);
-            let controller = run.cluster_view(follower)["controller_id"].as_u64().ok_or("no active controller")?;
+            let mut controller = None;
+            support::wait_until(DEADLINE, || {
+                controller = run.cluster_view(follower)["controller_id"].as_u64();
+                controller.is_some()
+            });
+            let controller = controller.ok_or(format!("round {round}: node {follower} knows no active controller"))?;
             let fault = run.rng.below(6);
             let what = match fault {
                 0 => format!("kill -9 of node {leader}, the leader of {}-{partition}", run.topic),
