@@ -775,7 +775,7 @@ fn a_restarted_preferred_replica_gets_its_leadership_back() {
 
 #[test]
 fn a_follower_names_the_leader_in_not_leader_answers() {
-    // Proves KIP-951 on a replicated partition: Produce v12 sent to a follower answers
+    // Proves KIP-951 on a replicated partition (and leader-only OffsetForLeaderEpoch): Produce v12 sent to a follower answers
     // NOT_LEADER_OR_FOLLOWER with the current leader and its epoch plus the leader's endpoint,
     // and Fetch v12 to it answers the same leader, so a client moves without a Metadata round
     // trip. Nothing is appended on the follower.
@@ -810,10 +810,33 @@ fn a_follower_names_the_leader_in_not_leader_answers() {
         FetchRequest::default().with_max_wait_ms(0).with_max_bytes(1 << 20).with_topics(vec![FetchTopic::default()
             .with_topic(topic)
             .with_partitions(vec![FetchPartition::default().with_partition(0).with_partition_max_bytes(1 << 20)])]);
+    // A consumer's Fetch v11+ is served by a follower too (KIP-392: Kafka's fetchOnlyFromLeader
+    // holds only for older consumers); a replica's fetch there is refused with the leader named.
     let answer = conn.call(12, &fetch);
+    assert_eq!(answer.responses[0].partitions[0].error_code, 0, "{answer:?}");
+    let other = run.cluster.ids().find(|&id| id != leader && id != follower).expect("a third node");
+    let replica_fetch = fetch.clone().with_replica_id(kafka_protocol::messages::BrokerId(other as i32));
+    let answer = conn.call(12, &replica_fetch);
     let partition = &answer.responses[0].partitions[0];
     assert_eq!(partition.error_code, 6, "{answer:?}");
     assert_eq!(partition.current_leader.leader_id.0, leader as i32, "{answer:?}");
+
+    // A consumer validating its position (KIP-320) must ask the leader: a follower's log may end
+    // before what the leader acknowledged, which would look like a truncation.
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+    use kafka_protocol::messages::OffsetForLeaderEpochRequest;
+    let validate = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(run.topic.clone())))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_leader_epoch(0)])]);
+    let answer = conn.call(4, &validate);
+    assert_eq!(answer.topics[0].partitions[0].error_code, 6, "OffsetForLeaderEpoch at a follower: {answer:?}");
+    let at_leader = support::RawConn::open(run.cluster.node(leader), "kip-320").call(4, &validate);
+    assert_eq!(at_leader.topics[0].partitions[0].error_code, 0, "{at_leader:?}");
     let producers = run.producers();
     run.finish(producers, None, Ok(()));
 }

@@ -1,12 +1,18 @@
 //! OffsetForLeaderEpoch: for each partition, after the client's current leader epoch is checked
 //! (fencing), the largest leader epoch at or below the requested one and the offset where it
-//! ends. `replica_id` (followers) is ignored for now: every caller is answered by the leader.
+//! ends. Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka), except for
+//! Kafka's debugging replica id (-2): a follower's log may end before what its leader
+//! acknowledged, and a consumer validating its position (KIP-320) against it would see a
+//! truncation that never happened and reset.
 
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader};
 
 use super::hosted_partition;
 use crate::server::{partition_error_code, Broker};
+
+/// Kafka's `FetchRequest.DEBUGGING_CONSUMER_ID`: a tool that may read any replica.
+const DEBUGGING_REPLICA_ID: i32 = -2;
 
 pub async fn handle(
     broker: &Broker,
@@ -20,8 +26,9 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let result = hosted_partition(broker, &image, name, p.partition).and_then(|partition| {
-                partition
-                    .check_leader_epoch(p.current_leader_epoch)
+                let leader_only = if request.replica_id.0 == DEBUGGING_REPLICA_ID { Ok(()) } else { partition.check_leader() };
+                leader_only
+                    .and_then(|()| partition.check_leader_epoch(p.current_leader_epoch))
                     .map(|()| partition.end_offset_for_epoch(p.leader_epoch))
                     .map_err(|e| partition_error_code(&e))
             });
