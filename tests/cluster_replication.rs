@@ -433,6 +433,9 @@ fn failover_time_from_kill_9_of_the_leader_to_the_first_acks_all_write() {
                 .map_err(|e| format!("round {round}: a write to {}-0 before the kill failed: {e}", run.topic))?;
             run.hold(100, 1000);
             let leader = run.leader_of(0, "before the kill", |_| true)?;
+            // Whether the active controller dies too (a new one must be elected first).
+            let controller = run.cluster_view(leader)["controller_id"].as_u64();
+            eprintln!("round {round}: the active controller is {controller:?}");
             let killed_at = Instant::now();
             // Wall clock too, to line the kill up with the nodes' logs (RUNNEL_LOG_LEVEL=info).
             let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
