@@ -188,7 +188,8 @@ fn a_broker_only_node_that_loses_its_whole_data_dir_rejoins() {
     let voter_bootstrap = voters.iter().map(|&v| cluster.node(v).bootstrap()).collect::<Vec<_>>().join(",");
     assert!(wait_until(DEADLINE, || workload::broker_count(&voter_bootstrap) == Some(cluster.nodes.len())));
     workload::create_topic(&voter_bootstrap, TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]).expect("create");
-    let placed = wait_for_states(&voter_bootstrap, "full ISRs", |s| s.iter().all(|p| p.leader.is_some() && p.isr.len() == 3));
+    let placed =
+        wait_for_states(&voter_bootstrap, "full ISRs", |s| s.iter().all(|p| p.leader.is_some() && p.isr.len() == 3));
     assert!(placed.iter().any(|p| p.replicas.contains(&observer)), "the observer hosts replicas: {placed:?}");
     let checker = Arc::new(Checker::new(0, Duplicates::Allowed));
     for _ in 0..5 {

@@ -623,9 +623,13 @@ fn kafka_metadata_quorum_describes_the_leader_and_every_voter() {
     let mut cluster = Cluster::start(NODES, &[]);
     wait_for_brokers(&cluster);
     let field = |ran: &Ran, name: &str| -> Option<String> {
-        ran.output.stdout.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_string()))
+        ran.output
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_string()))
     };
-    let status_of = |bootstrap: &str| run(&cli, "metadata-quorum", &["--bootstrap-server", bootstrap, "describe", "--status"]);
+    let status_of =
+        |bootstrap: &str| run(&cli, "metadata-quorum", &["--bootstrap-server", bootstrap, "describe", "--status"]);
     let first = status_of(&cluster.bootstrap());
     assert!(first.output.success, "{first}");
     let leader: u64 = field(&first, "LeaderId").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{first}"));
@@ -635,14 +639,18 @@ fn kafka_metadata_quorum_describes_the_leader_and_every_voter() {
     assert!(high_watermark > 0, "{first}");
     let voters = field(&first, "CurrentVoters").unwrap_or_else(|| panic!("{first}"));
     for id in cluster.ids() {
-        assert!(voters.contains(&format!("\"id\": {id}")) || voters.contains(&format!("{id}")), "voter {id} in {first}");
+        assert!(
+            voters.contains(&format!("\"id\": {id}")) || voters.contains(&format!("{id}")),
+            "voter {id} in {first}"
+        );
     }
     // Asked of a node that is not the active controller: forwarded, same answer.
     let other = cluster.ids().find(|&id| id != leader).expect("a non-leader");
     let forwarded = status_of(&cluster.node(other).bootstrap());
     assert_eq!(field(&forwarded, "LeaderId"), Some(leader.to_string()), "{forwarded}");
 
-    let replication = run(&cli, "metadata-quorum", &["--bootstrap-server", &cluster.bootstrap(), "describe", "--replication"]);
+    let replication =
+        run(&cli, "metadata-quorum", &["--bootstrap-server", &cluster.bootstrap(), "describe", "--replication"]);
     assert!(replication.output.success, "{replication}");
     let rows: Vec<&str> = replication.output.stdout.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(rows.len(), NODES as usize, "one row per voter: {replication}");

@@ -219,7 +219,12 @@ impl Sim {
             Role::Leader { state: leader, .. }
                 if state.leader == Some(id) && leader.leader_epoch() == state.leader_epoch =>
             {
-                leader.on_partition_committed(state.leader_epoch, state.partition_epoch, &state.replicas, state.isr.clone());
+                leader.on_partition_committed(
+                    state.leader_epoch,
+                    state.partition_epoch,
+                    &state.replicas,
+                    state.isr.clone(),
+                );
                 false
             }
             Role::Leader { .. } => true,
@@ -363,8 +368,14 @@ impl Sim {
         let fetch_offset = follower.log_end_offset();
         let leader_end = leader.log.len() as i64;
         let broker_epoch = self.broker_epochs[idx(id)];
-        let fetch =
-            FollowerFetch { replica: id, broker_epoch, fetch_offset, log_start_offset: 0, leader_log_end_offset: leader_end, now_ms };
+        let fetch = FollowerFetch {
+            replica: id,
+            broker_epoch,
+            fetch_offset,
+            log_start_offset: 0,
+            leader_log_end_offset: leader_end,
+            now_ms,
+        };
         match state.on_follower_fetch(fetch) {
             Ok(decision) => {
                 let to = (fetch_offset as usize + max_records).min(leader.log.len());

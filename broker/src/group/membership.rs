@@ -298,7 +298,12 @@ impl Group {
     }
 
     /// A group as `__consumer_offsets` stored it: Stable with its members, or Empty.
-    fn from_stored(value: &GroupMetadataValue, seq: &mut u64, now: Instant, initial_rebalance_delay: Duration) -> Group {
+    fn from_stored(
+        value: &GroupMetadataValue,
+        seq: &mut u64,
+        now: Instant,
+        initial_rebalance_delay: Duration,
+    ) -> Group {
         let mut group = Group::new();
         group.initial_rebalance_delay = initial_rebalance_delay;
         group.generation_id = value.generation;

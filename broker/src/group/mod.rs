@@ -118,7 +118,10 @@ impl GroupCoordinator {
         let led = |partition: u32| self.replicas.get(OFFSETS_TOPIC, partition).is_some_and(|p| p.is_leader());
         let dropped = self.membership.resign(&|group| !led(self.offsets.partition_of(group)));
         if dropped > 0 {
-            tracing::info!(groups = dropped, "no longer coordinating groups: their __consumer_offsets partitions moved");
+            tracing::info!(
+                groups = dropped,
+                "no longer coordinating groups: their __consumer_offsets partitions moved"
+            );
         }
         for partition in 0..self.offsets.partition_count() {
             if led(partition) {

@@ -626,11 +626,8 @@ fn load_into(
         shard.loaded_from = Some(leadership);
         if let Some(listener) = on_load {
             let partition = hosted.index();
-            let stored = shard
-                .groups
-                .iter()
-                .filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m)))
-                .collect();
+            let stored =
+                shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
             listener(Loaded {
                 partition,
                 maps_here: &|group| partition_for(group, partitions) == partition,

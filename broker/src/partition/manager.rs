@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-
 use super::{LeaderAndIsr, Partition, PartitionError, DEFAULT_REPLICA_LAG_TIME_MAX_MS, DELETED_DIR_SUFFIX};
 use crate::log::{Clock, LogConfig};
 

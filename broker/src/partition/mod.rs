@@ -383,7 +383,12 @@ impl Partition {
         let leads = state.leader == Some(me) && state.isr.contains(&me);
         match &mut current.role {
             Role::Leader(ls) if leads && ls.leader_epoch() == state.leader_epoch => {
-                ls.on_partition_committed(state.leader_epoch, state.partition_epoch, &state.replicas, state.isr.clone());
+                ls.on_partition_committed(
+                    state.leader_epoch,
+                    state.partition_epoch,
+                    &state.replicas,
+                    state.isr.clone(),
+                );
             }
             _ if leads => {
                 {
@@ -841,7 +846,10 @@ impl Partition {
             {
                 let state = self.state();
                 let Role::Leader(ls) = &state.role else {
-                    return Err(PartitionError::NotLeaderOrFollower { expected: "leader", leader: state.assignment.leader });
+                    return Err(PartitionError::NotLeaderOrFollower {
+                        expected: "leader",
+                        leader: state.assignment.leader,
+                    });
                 };
                 let low_watermark = ls.low_watermark(self.log_start_offset());
                 if low_watermark >= target {

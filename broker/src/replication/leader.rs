@@ -392,7 +392,10 @@ impl LeaderState {
         }
         assert!(isr.contains(&self.leader), "a committed ISR of this leader epoch lacks its leader: {isr:?}");
         // Within one leader epoch replicas only join (a leaving replica bumps the epoch).
-        debug_assert!(self.replicas.iter().all(|r| replicas.contains(r)), "a replica left within leader epoch {leader_epoch}");
+        debug_assert!(
+            self.replicas.iter().all(|r| replicas.contains(r)),
+            "a replica left within leader epoch {leader_epoch}"
+        );
         for &replica in replicas.iter().filter(|&&r| r != self.leader) {
             self.followers.entry(replica).or_insert(FollowerProgress {
                 log_end_offset: -1,

@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 pub use self::connection::{as_peer, client_host, serve};
 pub use self::errors::{
-    controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code, record_errors,
+    controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code,
+    record_errors,
 };
 use crate::controller::{Controller, MetadataImage};
 use crate::log::{ConfigError, LogConfig};

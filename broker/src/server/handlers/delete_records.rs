@@ -43,11 +43,8 @@ pub async fn handle(
         (t, index, result)
     });
     let results = futures_util::future::join_all(waits).await;
-    let mut topics: Vec<DeleteRecordsTopicResult> = request
-        .topics
-        .iter()
-        .map(|topic| DeleteRecordsTopicResult::default().with_name(topic.name.clone()))
-        .collect();
+    let mut topics: Vec<DeleteRecordsTopicResult> =
+        request.topics.iter().map(|topic| DeleteRecordsTopicResult::default().with_name(topic.name.clone())).collect();
     for (t, index, result) in results {
         let response = DeleteRecordsPartitionResult::default().with_partition_index(index);
         topics[t].partitions.push(match result {

@@ -80,10 +80,9 @@ fn describe(status: &QuorumStatus, version: i16) -> DescribeQuorumResponse {
                 let address = r.address.as_deref()?;
                 let (host, port) = address.rsplit_once(':')?;
                 let port: u16 = port.parse().ok()?;
-                Some(Node::default().with_node_id(broker_id(r.node_id)).with_listeners(vec![Listener::default()
-                    .with_name(str_bytes("CONTROLLER"))
-                    .with_host(str_bytes(host))
-                    .with_port(port)]))
+                Some(Node::default().with_node_id(broker_id(r.node_id)).with_listeners(vec![
+                    Listener::default().with_name(str_bytes("CONTROLLER")).with_host(str_bytes(host)).with_port(port),
+                ]))
             })
             .collect();
         response = response.with_nodes(nodes);

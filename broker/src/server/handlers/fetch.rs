@@ -18,8 +18,8 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 
 use super::hosted_partition;
-use crate::partition::{FirstBatch, ReplicaFetch};
 use crate::config::ReplicaSelector;
+use crate::partition::{FirstBatch, ReplicaFetch};
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -73,7 +73,9 @@ fn subscribe(broker: &Broker, request: &FetchRequest) -> Vec<watch::Receiver<u64
     let mut receivers = Vec::new();
     for topic in &request.topics {
         for fetch in &topic.partitions {
-            if let Some(partition) = u32::try_from(fetch.partition).ok().and_then(|p| broker.replicas.get(&topic.topic.0, p)) {
+            if let Some(partition) =
+                u32::try_from(fetch.partition).ok().and_then(|p| broker.replicas.get(&topic.topic.0, p))
+            {
                 receivers.push(partition.subscribe_progress());
             }
         }
@@ -216,13 +218,22 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
                     let read = match u64::try_from(request.replica_id.0) {
                         Ok(replica) => read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes),
-                        Err(_) => read_for_consumer(broker, &image, &partition, request, fetch, version, max_bytes, first_batch)
-                            .map(|(read, preferred)| {
-                                if let Some(replica) = preferred {
-                                    data = std::mem::take(&mut data).with_preferred_read_replica(BrokerId(replica as i32));
-                                }
-                                (read, None)
-                            }),
+                        Err(_) => read_for_consumer(
+                            broker,
+                            &image,
+                            &partition,
+                            request,
+                            fetch,
+                            version,
+                            max_bytes,
+                            first_batch,
+                        )
+                        .map(|(read, preferred)| {
+                            if let Some(replica) = preferred {
+                                data = std::mem::take(&mut data).with_preferred_read_replica(BrokerId(replica as i32));
+                            }
+                            (read, None)
+                        }),
                     };
                     match read {
                         Ok((read, diverging)) => {

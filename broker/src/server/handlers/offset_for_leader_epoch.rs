@@ -26,7 +26,8 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let result = hosted_partition(broker, &image, name, p.partition).and_then(|partition| {
-                let leader_only = if request.replica_id.0 == DEBUGGING_REPLICA_ID { Ok(()) } else { partition.check_leader() };
+                let leader_only =
+                    if request.replica_id.0 == DEBUGGING_REPLICA_ID { Ok(()) } else { partition.check_leader() };
                 leader_only
                     .and_then(|()| partition.check_leader_epoch(p.current_leader_epoch))
                     .map(|()| partition.end_offset_for_epoch(p.leader_epoch))
