@@ -838,6 +838,9 @@ fn a_follower_names_the_leader_in_not_leader_answers() {
                 .with_leader_epoch(0)])]);
     let answer = conn.call(4, &validate);
     assert_eq!(answer.topics[0].partitions[0].error_code, 6, "OffsetForLeaderEpoch at a follower: {answer:?}");
+    // librdkafka asks with v2, which has no replica id.
+    let answer = conn.call(2, &validate);
+    assert_eq!(answer.topics[0].partitions[0].error_code, 6, "OffsetForLeaderEpoch v2 at a follower: {answer:?}");
     let at_leader = support::RawConn::open(run.cluster.node(leader), "kip-320").call(4, &validate);
     assert_eq!(at_leader.topics[0].partitions[0].error_code, 0, "{at_leader:?}");
     let producers = run.producers();

@@ -226,8 +226,14 @@ impl BackgroundConsumer {
     ) -> BackgroundConsumer {
         let stop = Arc::new(AtomicBool::new(false));
         let polled = Arc::new(AtomicU64::new(0));
+        // Offset 0, not Offset::Beginning: the topics here start at 0 and are never trimmed, and a
+        // logical start makes librdkafka (2.10) send ListOffsets, which it keeps retrying (opv 2)
+        // through leader changes even after the partition is fetching; a late success then moves
+        // the live consumer back to offset 0 (seen as a non-monotonic poll in a rolling restart,
+        // librdkafka debug `consumer,fetch`: "ListOffsetsRequest (v7, opv 2)" long after "start
+        // fetching at offset 0"). RUNNEL_RDKAFKA_DEBUG=consumer,fetch,topic shows its account.
         let consumer =
-            assigned_consumer(bootstrap, topic, &(0..partitions).map(|p| (p, Offset::Beginning)).collect::<Vec<_>>());
+            assigned_consumer(bootstrap, topic, &(0..partitions).map(|p| (p, Offset::Offset(0))).collect::<Vec<_>>());
         let (checker, stop2, polled2, name) = (checker.clone(), stop.clone(), polled.clone(), name.to_string());
         let thread = std::thread::Builder::new()
             .name(name.clone())
@@ -256,8 +262,8 @@ impl BackgroundConsumer {
 }
 
 /// A consumer with no group subscription, assigned `(partition, start)` of `topic`.
-fn assigned_consumer(bootstrap: &str, topic: &str, start: &[(i32, Offset)]) -> BaseConsumer {
-    let consumer: BaseConsumer = config(
+fn assigned_consumer(bootstrap: &str, topic: &str, start: &[(i32, Offset)]) -> BaseConsumer<LoggedContext> {
+    let mut config = config(
         bootstrap,
         &[
             ("group.id", "runnel-fault-reader"),
@@ -267,8 +273,12 @@ fn assigned_consumer(bootstrap: &str, topic: &str, start: &[(i32, Offset)]) -> B
             ("fetch.wait.max.ms", "100"),
         ],
     )
-    .create()
-    .expect("consumer");
+    .clone();
+    if let Ok(debug) = std::env::var("RUNNEL_RDKAFKA_DEBUG") {
+        // librdkafka's own account (e.g. `consumer,fetch,topic`) on stderr, to explain a poll.
+        config.set("debug", &debug).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+    }
+    let consumer: BaseConsumer<LoggedContext> = config.create_with_context(LoggedContext).expect("consumer");
     let mut assignment = TopicPartitionList::new();
     for &(partition, offset) in start {
         assignment.add_partition_offset(topic, partition, offset).expect("assignment");
@@ -488,3 +498,14 @@ pub fn probe_producer(bootstrap: &str, checker: &Arc<Checker>) -> BaseProducer<P
         .create_with_context(ProbeContext { checker: checker.clone() })
         .expect("probe producer")
 }
+
+/// Prints librdkafka's log lines to stderr (only `RUNNEL_RDKAFKA_DEBUG` turns debug lines on).
+pub struct LoggedContext;
+
+impl rdkafka::client::ClientContext for LoggedContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("librdkafka {level:?} {fac}: {log_message}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for LoggedContext {}

@@ -253,6 +253,19 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                             None
                         }
                         Err(e) => {
+                            tracing::debug!(
+                                topic = name,
+                                partition = fetch.partition,
+                                replica = request.replica_id.0,
+                                fetch_offset = fetch.fetch_offset,
+                                current_leader_epoch = fetch.current_leader_epoch,
+                                leader = partition.is_leader(),
+                                leader_epoch = partition.leader_epoch(),
+                                log_end_offset = partition.log_end_offset(),
+                                high_watermark = partition.high_watermark(),
+                                error = %e,
+                                "fetch refused"
+                            );
                             data = data
                                 .with_high_watermark(partition.high_watermark())
                                 .with_log_start_offset(partition.log_start_offset());

@@ -1,7 +1,7 @@
 //! OffsetForLeaderEpoch: for each partition, after the client's current leader epoch is checked
 //! (fencing), the largest leader epoch at or below the requested one and the offset where it
 //! ends. Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka), except for
-//! Kafka's debugging replica id (-2): a follower's log may end before what its leader
+//! Kafka's debugging replica id (-2, sent explicitly from v3): a follower's log may end before what its leader
 //! acknowledged, and a consumer validating its position (KIP-320) against it would see a
 //! truncation that never happened and reset.
 
@@ -16,7 +16,7 @@ const DEBUGGING_REPLICA_ID: i32 = -2;
 
 pub async fn handle(
     broker: &Broker,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: OffsetForLeaderEpochRequest,
 ) -> Option<OffsetForLeaderEpochResponse> {
     let image = broker.controller.image();
@@ -26,8 +26,9 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let result = hosted_partition(broker, &image, name, p.partition).and_then(|partition| {
-                let leader_only =
-                    if request.replica_id.0 == DEBUGGING_REPLICA_ID { Ok(()) } else { partition.check_leader() };
+                // Before v3 there is no replica id (the codec fills in -2): those are clients.
+                let debugging = header.request_api_version >= 3 && request.replica_id.0 == DEBUGGING_REPLICA_ID;
+                let leader_only = if debugging { Ok(()) } else { partition.check_leader() };
                 leader_only
                     .and_then(|()| partition.check_leader_epoch(p.current_leader_epoch))
                     .map(|()| partition.end_offset_for_epoch(p.leader_epoch))
@@ -36,6 +37,15 @@ pub async fn handle(
             // Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET (-1) on errors.
             let response =
                 EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
+            tracing::debug!(
+                topic = name,
+                partition = p.partition,
+                replica = request.replica_id.0,
+                current_leader_epoch = p.current_leader_epoch,
+                leader_epoch = p.leader_epoch,
+                answer = ?result,
+                "OffsetForLeaderEpoch"
+            );
             partitions.push(match result {
                 Ok((leader_epoch, end_offset)) => response.with_leader_epoch(leader_epoch).with_end_offset(end_offset),
                 Err(code) => response.with_error_code(code.code()),
