@@ -200,6 +200,17 @@ impl Checker {
             .count()
     }
 
+    /// One past the highest acknowledged offset of `topic`-`partition` (0 when none).
+    pub fn acked_end(&self, topic: &str, partition: i32) -> i64 {
+        self.history()
+            .acked
+            .iter()
+            .filter(|(p, _, _)| p.partition == partition && p.topic == topic)
+            .map(|(p, _, _)| p.offset + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Acknowledgements received in `[from, to)`, with their positions.
     pub fn acks_between(&self, from: Instant, to: Instant) -> Vec<(Position, String)> {
         self.history()

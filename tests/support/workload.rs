@@ -303,11 +303,18 @@ pub fn final_read(bootstrap: &str, topic: &str, checker: &Checker, deadline: Dur
     let mut progress: BTreeMap<i32, (i64, i64, i64)> = BTreeMap::new();
     for partition in 0..partitions {
         let mut watermarks = None;
-        // The leader may still be moving: ask until one answers.
+        // The leader may still be moving: ask until one answers, and until its high watermark
+        // covers every acknowledged write (a leader elected a moment ago starts at the high
+        // watermark it had as a follower and moves it with its followers' next fetches); one
+        // still below by the deadline is read as it is, and the checker reports what is missing.
+        let acked_end = checker.acked_end(topic, partition);
+        let mut answered = None;
         wait_until(until.saturating_duration_since(Instant::now()), || {
             watermarks = probe.fetch_watermarks(topic, partition, Duration::from_secs(5)).ok();
-            watermarks.is_some()
+            answered = watermarks.or(answered);
+            watermarks.is_some_and(|(_, high)| high >= acked_end)
         });
+        let watermarks = watermarks.or(answered);
         match watermarks {
             Some((low, high)) => {
                 progress.insert(partition, (low, high, low));
