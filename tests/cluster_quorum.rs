@@ -95,6 +95,7 @@ fn a_voter_whose_metadata_log_is_gone_refuses_to_start_and_keeps_its_partitions(
     // Proves a node that ran before (meta.properties) but lost metadata/ does not start as a
     // voter: it would have forgotten its votes, and its empty image would delete every
     // partition as unknown. The partition directory survives the refused start.
+    let _one_at_a_time = support::cluster::one_at_a_time();
     let mut node = support::Runnel::start(&[]);
     support::create_topic(&node, "kept", 1);
     assert!(node.terminate(), "clean stop");

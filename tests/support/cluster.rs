@@ -198,6 +198,19 @@ pub struct Cluster {
     /// Voter id → its raft listener port (broker-only nodes reach the voters there directly).
     controller_ports: BTreeMap<u64, u16>,
     _temp: tempfile::TempDir,
+    /// Held while the cluster lives (dropped last): see [`one_at_a_time`].
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// One cluster at a time in a test binary (tests run on parallel threads): ports are chosen
+/// before the nodes start (bound, released, then bound by the node), so a node starting
+/// meanwhile elsewhere in the process could take one, and two clusters on two cores blur what a
+/// fault did. `Cluster::start*` takes it; a test that starts plain nodes next to clusters takes
+/// it too.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Every directed link between `ids`, each a proxy to `port_of(to)`.
@@ -221,6 +234,7 @@ impl Cluster {
     /// As [`Cluster::start`], with `per_node(id)` appended to node `id`'s arguments (e.g. its
     /// own `--rack`).
     pub fn start_with(count: u64, extra_args: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
+        let one_at_a_time = one_at_a_time();
         let temp = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=count).collect();
         // The nodes' ports stay bound until just before the nodes start, so that the proxies'
@@ -275,7 +289,7 @@ impl Cluster {
             })
             .collect();
         let nodes = handles.into_iter().map(|h| h.join().expect("node start")).collect();
-        Cluster { nodes, links, data_links, controller_ports: ports, _temp: temp }
+        Cluster { nodes, links, data_links, controller_ports: ports, _temp: temp, _one_at_a_time: one_at_a_time }
     }
 
     pub fn node(&self, id: u64) -> &Runnel {
