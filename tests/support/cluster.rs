@@ -182,10 +182,34 @@ fn pipe(state: Arc<LinkState>, mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
-/// An ephemeral loopback port, free when this returns (bound and released: the nodes need their
-/// controller ports before any of them starts).
+/// A loopback listener on a port below the kernel's ephemeral range: a port the fixture picks
+/// now and a node binds later must not be handed out meanwhile as some socket's ephemeral port
+/// (a node's `--http-listen 127.0.0.1:0`, or the local end of any outgoing connection), which
+/// happened in CI ("Address already in use").
+fn reserve_port() -> TcpListener {
+    let (low, _) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (first, last) = (low.saturating_sub(12000).max(1024), low.saturating_sub(1));
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let span = u32::from(last - first + 1);
+    let start = (seed ^ std::process::id().wrapping_mul(2654435761)) % span;
+    for i in 0..span {
+        let port = first + ((start + i) % span) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            return listener;
+        }
+    }
+    panic!("no free loopback port in {first}..={last}")
+}
+
+/// A port below the ephemeral range, free when this returns (see [`reserve_port`]).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    reserve_port().local_addr().expect("addr").port()
 }
 
 pub struct Cluster {
@@ -239,7 +263,7 @@ impl Cluster {
         let ids: Vec<u64> = (1..=count).collect();
         // The nodes' ports stay bound until just before the nodes start, so that the proxies'
         // own ephemeral ports (bound meanwhile) cannot land on one of them.
-        let reserve = || TcpListener::bind("127.0.0.1:0").expect("bind");
+        let reserve = reserve_port;
         let reserved: Vec<(u64, TcpListener, TcpListener)> = ids.iter().map(|&id| (id, reserve(), reserve())).collect();
         let port = |listener: &TcpListener| listener.local_addr().expect("addr").port();
         let ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, raft, _)| (*id, port(raft))).collect();
