@@ -144,8 +144,6 @@ pub struct ReplicaRead {
     pub diverging: Option<LeaderEpochEnd>,
     /// An ISR expansion to propose to the controller.
     pub proposal: Option<IsrProposal>,
-    /// The fetch moved the high watermark (consumers' long polls should look again).
-    pub advanced: bool,
 }
 
 /// What a fetch read from one partition.
@@ -606,7 +604,7 @@ impl Partition {
                         records: Bytes::new(),
                     };
                     let diverging = Some(LeaderEpochEnd { leader_epoch: epoch, end_offset });
-                    return Ok(ReplicaRead { data, diverging, proposal: None, advanced: false });
+                    return Ok(ReplicaRead { data, diverging, proposal: None });
                 }
             }
             if fetch.fetch_offset < log_start_offset || fetch.fetch_offset > log_end_offset {
@@ -652,7 +650,7 @@ impl Partition {
             }
             None => Bytes::new(),
         };
-        Ok(ReplicaRead { data: FetchedData { records, ..data }, diverging: None, proposal, advanced: moved })
+        Ok(ReplicaRead { data: FetchedData { records, ..data }, diverging: None, proposal })
     }
 
     /// Appends batches fetched from the leader (their offsets and epochs kept; the epoch cache
