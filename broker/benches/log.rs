@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, Compression, Log, LogConfig, SystemClock};
+use runnel::log::{AppendOrigin, Compression, Log, LogConfig, LogContext, SystemClock};
 
 /// Bytes written per measured sample: large enough to leave caches, small enough for the disk.
 const SAMPLE_BYTES: usize = 64 << 20;
@@ -43,7 +43,7 @@ fn batch_of(size: usize) -> Bytes {
 }
 
 fn open_log(dir: &std::path::Path, config: LogConfig) -> Log {
-    Log::open(dir, config, Arc::new(SystemClock)).expect("open log")
+    Log::open(dir, config, LogContext::standalone(Arc::new(SystemClock))).expect("open log")
 }
 
 fn append(c: &mut Criterion) {

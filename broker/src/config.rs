@@ -145,6 +145,12 @@ pub struct ServeArgs {
     /// for more members [default: 3000].
     #[arg(long, env = "RUNNEL_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// `log.open.files.max` (Runnel's own; Kafka has none): segment `.log` files the node keeps
+    /// open at once over all its partitions; beyond it the least recently used are closed and
+    /// reopened when next needed. `auto` is half the soft RLIMIT_NOFILE at start, after the node
+    /// raised it to the hard limit; at least 16 [default: auto].
+    #[arg(long, env = "RUNNEL_LOG_OPEN_FILES_MAX")]
+    pub log_open_files_max: Option<String>,
     /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
@@ -202,6 +208,7 @@ struct FileConfig {
     group_max_count: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
     broker_address_override: Option<Vec<String>>,
+    log_open_files_max: Option<toml::Value>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -239,6 +246,8 @@ pub enum ConfigFileError {
          (or rack-aware), or none"
     )]
     ReplicaSelector(String),
+    #[error("invalid log.open.files.max {0:?}: expected auto or a number of at least {min}", min = crate::log::files::OPEN_FILES_MIN)]
+    OpenFilesMax(String),
     #[error("{name} must be positive")]
     NotPositive { name: &'static str },
     #[error(
@@ -288,6 +297,9 @@ pub struct NodeConfig {
     /// `group.max.count`.
     pub groups: crate::group::GroupSettings,
     pub log_defaults: LogConfig,
+    /// `log.open.files.max`: the capacity of the node's cache of open segment files; `None` is
+    /// `auto` (see `OpenFiles::auto_capacity`, read when the node starts).
+    pub log_open_files_max: Option<usize>,
     /// `--broker-address-override`: broker id → `host:port` this node reaches it at instead of
     /// its registered address (node-to-node traffic only).
     pub broker_address_overrides: BTreeMap<u64, String>,
@@ -348,6 +360,10 @@ impl NodeConfig {
             parse_broker_address_overrides(file.broker_address_override.as_deref().unwrap_or_default())?
         } else {
             parse_broker_address_overrides(&args.broker_address_override)?
+        };
+        let log_open_files_max = match args.log_open_files_max.clone().or(file.log_open_files_max.as_ref().map(toml_text)) {
+            Some(text) => parse_open_files_max(&text)?,
+            None => None,
         };
         Ok(NodeConfig {
             node_id,
@@ -438,6 +454,7 @@ impl NodeConfig {
                 }
             },
             log_defaults,
+            log_open_files_max,
             broker_address_overrides,
         })
     }
@@ -570,6 +587,17 @@ fn parse_voters(text: &str) -> Result<BTreeMap<u64, String>, ConfigFileError> {
         return Err(ConfigFileError::Voters(text.to_string()));
     }
     Ok(voters)
+}
+
+/// `log.open.files.max`: `auto` (`None`) or a count of at least `OPEN_FILES_MIN`.
+fn parse_open_files_max(text: &str) -> Result<Option<usize>, ConfigFileError> {
+    match text.trim() {
+        "auto" => Ok(None),
+        number => match number.parse::<usize>() {
+            Ok(n) if n >= crate::log::files::OPEN_FILES_MIN => Ok(Some(n)),
+            _ => Err(ConfigFileError::OpenFilesMax(text.to_string())),
+        },
+    }
 }
 
 /// `ID=HOST:PORT` pairs; a later pair for the same id wins.
@@ -745,6 +773,31 @@ mod tests {
         let limits = NodeConfig::resolve(&ServeArgs::default()).unwrap().connection_limits;
         assert_eq!(limits.connections_max_idle_ms, 600_000);
         assert_eq!(limits.queued_max_request_bytes, 536_870_912);
+    }
+
+    #[test]
+    fn log_open_files_max_is_auto_or_a_bounded_count() {
+        // Proves log.open.files.max defaults to auto, takes a count from the file (as a number or
+        // a string) and from flags over it, and refuses counts below the minimum and other text.
+        let resolve = |flag: Option<&str>, file: Option<&str>| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("runnel.toml");
+            std::fs::write(&path, file.map(|v| format!("log_open_files_max = {v}\n")).unwrap_or_default()).unwrap();
+            let args = ServeArgs {
+                config: Some(path),
+                log_open_files_max: flag.map(String::from),
+                ..ServeArgs::default()
+            };
+            NodeConfig::resolve(&args).map(|c| c.log_open_files_max)
+        };
+        assert_eq!(resolve(None, None).unwrap(), None);
+        assert_eq!(resolve(None, Some("5000")).unwrap(), Some(5000));
+        assert_eq!(resolve(None, Some("\"auto\"")).unwrap(), None);
+        assert_eq!(resolve(Some("64"), Some("5000")).unwrap(), Some(64));
+        assert_eq!(resolve(Some("auto"), Some("5000")).unwrap(), None);
+        for bad in ["15", "0", "-1", "many"] {
+            assert!(matches!(resolve(Some(bad), None), Err(ConfigFileError::OpenFilesMax(_))), "{bad}");
+        }
     }
 
     #[test]

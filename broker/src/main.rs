@@ -76,15 +76,15 @@ async fn wait_for_signal() {
     }
 }
 
-/// Each partition holds a file descriptor per segment plus one per connection: lift the soft
-/// limit to the hard one, as Kafka's start scripts expect the operator to.
+/// Sockets, the metadata quorum and the node's cache of open segment files (whose default size
+/// is derived from the soft limit, `log.open.files.max=auto`) all take descriptors: lift the soft
+/// limit to the hard one before anything opens files, as Kafka's start scripts expect the
+/// operator to.
 fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    match runnel::log::files::raise_nofile_limit() {
+        Ok((before, soft, hard)) => {
+            tracing::info!(soft_before = before, soft, hard, "RLIMIT_NOFILE soft limit raised to the hard limit")
         }
+        Err(e) => tracing::warn!(error = %e, "could not raise the RLIMIT_NOFILE soft limit"),
     }
 }

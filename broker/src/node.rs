@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::NodeConfig;
 use crate::controller::{Controller, ControllerConfig, ControllerError, MetadataImage, MetadataRecord, QuorumRole};
-use crate::log::{LogConfig, SystemClock};
+use crate::log::{LogConfig, OpenFiles, SystemClock};
 use crate::partition::ReplicaManager;
 use crate::replication::fetcher::Fetchers;
 use crate::server::{self, Broker, ServerSettings};
@@ -110,12 +110,17 @@ impl Node {
         controller.set_unclean_policy(move |topic| {
             crate::server::topic_log_config(&log_defaults, &topic.configs).unclean_leader_election_enable
         });
-        let replicas = Arc::new(ReplicaManager::with_lag_time(
-            config.node_id,
-            &data_dir,
-            Arc::new(SystemClock),
-            config.replica_lag_time_max_ms as i64,
-        ));
+        let open_files_max = config.log_open_files_max.unwrap_or_else(OpenFiles::auto_capacity);
+        tracing::info!(open_files_max, "segment files open at once (log.open.files.max)");
+        let replicas = Arc::new(
+            ReplicaManager::with_lag_time(
+                config.node_id,
+                &data_dir,
+                Arc::new(SystemClock),
+                config.replica_lag_time_max_ms as i64,
+            )
+            .with_open_files(OpenFiles::new(open_files_max)),
+        );
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
         let addresses = crate::peer::BrokerAddresses::new(config.broker_address_overrides.clone());
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use runnel::log::batch::BatchIter;
 use runnel::log::index::{OffsetIndex, TimeIndex};
 use runnel::log::records::{BatchBuilder, Record};
-use runnel::log::{AppendOrigin, Compression, Log, LogConfig, ManualClock, RecordBatch, TimestampType};
+use runnel::log::{AppendOrigin, Compression, Log, LogConfig, LogContext, ManualClock, RecordBatch, TimestampType};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -517,7 +517,7 @@ fn kafka_partition_dirs_open_without_truncation_and_read_back_every_batch_and_re
     let mut m = Mismatches::default();
     for topic in topics() {
         let dir = copy_partition(topic);
-        let log = Log::open(dir.path(), topic.config.clone(), clock()).expect("open Kafka's partition dir");
+        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open Kafka's partition dir");
         let report = log.open_report();
         // No `runnel.checkpoint`: treated as a crash, so every segment is validated batch by batch.
         assert!(!report.clean_shutdown, "{}", topic.name);
@@ -595,7 +595,7 @@ fn recovered_kafka_dirs_rebuild_kafkas_indexes_and_keep_log_bytes_identical() {
                 }
             }
         }
-        let log = Log::open(dir.path(), topic.config.clone(), clock()).expect("open Kafka's partition dir");
+        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open Kafka's partition dir");
         m.check(format!("{} bytes truncated by recovery", topic.name), log.open_report().bytes_truncated, 0);
         log.close().expect("close");
 
@@ -622,7 +622,7 @@ fn recovered_kafka_dirs_rebuild_kafkas_indexes_and_keep_log_bytes_identical() {
         compare_segment_files(&mut m, topic, dir.path(), &[".log", ".index", ".timeindex"]);
 
         // What Runnel wrote passes its own checks: a clean reopen trusts it and scans nothing.
-        let log = Log::open(dir.path(), topic.config.clone(), clock()).expect("reopen");
+        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("reopen");
         assert!(log.open_report().clean_shutdown, "{}", topic.name);
         m.check(
             format!("{} segments recovered after a clean close", topic.name),
@@ -649,7 +649,7 @@ fn follower_replay_of_kafka_batches_writes_kafkas_segments_byte_for_byte() {
     let mut m = Mismatches::default();
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut log = Log::open(dir.path(), topic.config.clone(), clock()).expect("open empty log");
+        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open empty log");
         // Kafka appended one batch per produce request; so does the replay.
         for batch in kafka_batches(topic) {
             let info = log.append_as_follower(batch.bytes()).expect("append_as_follower");
@@ -675,7 +675,7 @@ fn leader_append_of_kafka_batches_reproduces_kafkas_segments() {
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = clock();
-        let mut log = Log::open(dir.path(), topic.config.clone(), clock.clone()).expect("open empty log");
+        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
         for batch in kafka_batches(topic) {
             let header = *batch.header();
             if topic.config.message_timestamp_type == TimestampType::LogAppendTime {
@@ -705,7 +705,7 @@ fn leader_append_of_kafka_data_batches_assigns_dense_offsets_and_keeps_every_rec
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = clock();
-        let mut log = Log::open(dir.path(), topic.config.clone(), clock.clone()).expect("open empty log");
+        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
         let mut next = 0i64;
         for batch in kafka_batches(topic).iter().filter(|b| !b.header().attributes.is_control()) {
             if topic.config.message_timestamp_type == TimestampType::LogAppendTime {
@@ -871,7 +871,7 @@ fn kafka_dump_log_segments_accepts_segments_runnel_wrote() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let config = LogConfig { segment_bytes: 8_192, index_interval_bytes: 700, ..LogConfig::default() };
-    let mut log = Log::open(dir.path(), config, clock()).expect("open empty log");
+    let mut log = Log::open(dir.path(), config, LogContext::standalone(clock())).expect("open empty log");
     let written = write_runnel_segments(&mut log);
     let bases = log.segment_base_offsets();
     assert!(bases.len() >= 3, "several segments: {bases:?}");

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
 use runnel::log::batch::{patch_header, BatchIter, HEADER_SIZE};
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, Clock, Compression, Log, LogConfig, LogError, ManualClock, TimestampType};
+use runnel::log::{AppendOrigin, Clock, Compression, Log, LogConfig, LogContext, LogError, ManualClock, TimestampType};
 
 const T0: i64 = 1_700_000_000_000;
 const DEFAULT_CASES: u32 = 128;
@@ -225,7 +225,7 @@ impl Case {
     }
 
     fn reopen(&mut self) -> Result<(), TestCaseError> {
-        self.log = Some(Log::open(self.dir.path(), self.config.clone(), self.clock.clone()).map_err(fail)?);
+        self.log = Some(Log::open(self.dir.path(), self.config.clone(), LogContext::standalone(self.clock.clone())).map_err(fail)?);
         self.check_bounds()
     }
 
@@ -370,7 +370,7 @@ proptest! {
         }
         let dir = temp_dir();
         let clock = ManualClock::new(T0);
-        let log = Log::open(dir.path(), config.clone(), clock.clone()).map_err(fail)?;
+        let log = Log::open(dir.path(), config.clone(), LogContext::standalone(clock.clone())).map_err(fail)?;
         let mut case = Case { dir, config, clock, log: Some(log), model: Vec::new(), end: 0, produced: 0 };
         for op in &ops {
             case.run(op)?;

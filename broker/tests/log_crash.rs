@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use runnel::log::batch::{BatchIter, RecordBatch};
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock};
+use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogContext, LogError, ManualClock};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -202,7 +202,7 @@ impl Crashed {
         let dir = tmp.path().join("topic-0");
         let clock = ManualClock::new(T0);
         let config = small_config(rng);
-        let mut log = Log::open(&dir, config.clone(), clock.clone()).expect("open");
+        let mut log = Log::open(&dir, config.clone(), LogContext::standalone(clock.clone())).expect("open");
         let mut batches = Vec::new();
         for _ in 0..rng.range(20, 80) {
             batches.push(append_random(&mut log, rng, None));
@@ -272,7 +272,7 @@ impl Crashed {
     }
 
     fn open(&self) -> Log {
-        Log::open(&self.dir, self.config.clone(), self.clock.clone()).expect("reopen")
+        Log::open(&self.dir, self.config.clone(), LogContext::standalone(self.clock.clone())).expect("reopen")
     }
 }
 
@@ -611,7 +611,7 @@ fn damaged_index_files_are_rebuilt_without_losing_data() {
         // rebuild must reproduce.
         let reference = crashed.tmp.path().join("reference");
         copy_dir(&crashed.dir, &reference);
-        Log::open(&reference, crashed.config.clone(), crashed.clock.clone())
+        Log::open(&reference, crashed.config.clone(), LogContext::standalone(crashed.clock.clone()))
             .expect("open reference")
             .close()
             .expect("close");
@@ -700,7 +700,7 @@ fn closed_segment_cut_at_a_batch_boundary_is_indistinguishable_from_a_shorter_se
     let dir = temp_dir();
     let clock = ManualClock::new(T0);
     let config = LogConfig { segment_bytes: 2048, ..LogConfig::default() };
-    let mut log = Log::open(dir.path(), config.clone(), clock.clone()).unwrap();
+    let mut log = Log::open(dir.path(), config.clone(), LogContext::standalone(clock.clone())).unwrap();
     let batches: Vec<Expected> = (0..30).map(|_| append_random(&mut log, &mut rng, None)).collect();
     let bases = log.segment_base_offsets();
     assert!(bases.len() >= 3, "{bases:?}");
@@ -714,7 +714,7 @@ fn closed_segment_cut_at_a_batch_boundary_is_indistinguishable_from_a_shorter_se
         .unwrap()
         .set_len(first_len)
         .unwrap();
-    let log = Log::open(dir.path(), config, clock).unwrap();
+    let log = Log::open(dir.path(), config, LogContext::standalone(clock)).unwrap();
     let mut expected = vec![batches[0].clone()];
     expected.extend(batches.iter().filter(|b| b.base >= bases[1]).cloned());
     assert_holds(&log, &expected, batches.last().unwrap().last + 1, "boundary cut");
@@ -767,7 +767,7 @@ fn compaction_scenario(seed: u64) {
         ..small_config(&mut rng)
     };
     let keys = rng.range(2, 10) as u64;
-    let mut log = Log::open(&dir, config.clone(), clock.clone()).unwrap();
+    let mut log = Log::open(&dir, config.clone(), LogContext::standalone(clock.clone())).unwrap();
     for _ in 0..rng.range(30, 80) {
         append_random(&mut log, &mut rng, Some(keys));
     }
@@ -858,7 +858,7 @@ fn compaction_scenario(seed: u64) {
     let committed = !matches!(crash, CompactionCrash::BeforeCommit | CompactionCrash::TornBeforeCommit);
     let expected = if committed { &new } else { &old };
 
-    let mut log = Log::open(&dir, config.clone(), clock.clone()).unwrap();
+    let mut log = Log::open(&dir, config.clone(), LogContext::standalone(clock.clone())).unwrap();
     assert!(!cleaned_dir.exists(), "{what}: .cleaned is finished or discarded on open");
     assert_eq!(log.open_report().bytes_truncated, 0, "{what}: no data damage");
     assert_eq!(log.segment_base_offsets(), bases, "{what}: segments keep their base offsets");
@@ -866,7 +866,7 @@ fn compaction_scenario(seed: u64) {
     let mut expected = expected.clone();
     expected.push(append_random(&mut log, &mut rng, Some(keys)));
     log.close().unwrap();
-    let log = Log::open(&dir, config, clock).unwrap();
+    let log = Log::open(&dir, config, LogContext::standalone(clock)).unwrap();
     assert!(log.open_report().clean_shutdown);
     let end = expected.last().unwrap().last + 1;
     assert_holds(&log, &expected, end, &format!("{what}, after restart"));

@@ -27,7 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError};
 use runnel::log::batch::BatchIter;
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogError, ManualClock, TimestampType};
+use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogContext, LogError, ManualClock, TimestampType};
 
 const T0: i64 = 1_700_000_000_000;
 const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;
@@ -399,7 +399,7 @@ impl Harness {
         let path = dir.path().join("topic-0");
         let clock = ManualClock::new(T0);
         let config = case.log_config();
-        let log = ok(Log::open(&path, config.clone(), clock.clone()), "open")?;
+        let log = ok(Log::open(&path, config.clone(), LogContext::standalone(clock.clone())), "open")?;
         Ok(Harness {
             _dir: dir,
             path,
@@ -702,7 +702,7 @@ impl Harness {
     }
 
     fn reopen(&mut self, bases_before: Vec<i64>, clean: bool) -> Result<(), TestCaseError> {
-        let log = ok(Log::open(&self.path, self.config.clone(), self.clock.clone()), "reopen")?;
+        let log = ok(Log::open(&self.path, self.config.clone(), LogContext::standalone(self.clock.clone())), "reopen")?;
         let report = log.open_report().clone();
         let expect_clean = clean || self.clean_and_untouched;
         if report.clean_shutdown != expect_clean {

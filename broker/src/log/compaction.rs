@@ -14,13 +14,13 @@
 //! first cleaning through a delete horizon stored in the batch; this is the older, simpler rule.)
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::batch::{BatchHeader, RecordBatch, HEADER_SIZE};
+use super::files::{OpenFiles, SegmentFile};
 use super::log::{cleaned_dir, commit_cleaned, index_settings, Log, LogError};
 use super::records::BatchBuilder;
 use super::segment::{IndexSettings, Scanner, Segment};
@@ -37,7 +37,9 @@ pub struct CompactionStats {
 
 struct Cleanable {
     base_offset: i64,
-    file: Arc<File>,
+    /// Opened (through the node's cache) only while this segment is scanned: a job over many
+    /// segments holds one descriptor at a time.
+    file: Arc<SegmentFile>,
     size: u64,
     max_timestamp: i64,
 }
@@ -46,6 +48,7 @@ struct Cleanable {
 pub struct CompactionJob {
     dir: PathBuf,
     settings: IndexSettings,
+    open_files: Arc<OpenFiles>,
     segments: Vec<Cleanable>,
     delete_retention_ms: i64,
     now_ms: i64,
@@ -85,6 +88,7 @@ impl Log {
         Some(CompactionJob {
             dir: self.dir().to_path_buf(),
             settings: index_settings(config),
+            open_files: self.open_files().clone(),
             segments: cleanable,
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
@@ -110,7 +114,8 @@ impl Log {
         let settings = index_settings(self.config());
         let now = self.clock().now_ms();
         for (base, _) in &result.cleaned {
-            let (segment, _) = Segment::open(&result.dir, *base, settings, false, false, now).map_err(io)?;
+            let (segment, _) =
+                Segment::open(&result.dir, *base, settings, false, false, now, self.open_files()).map_err(io)?;
             self.segments_mut().insert(*base, segment);
         }
         Ok(true)
@@ -155,7 +160,8 @@ impl CompactionJob {
         let mut cleaned = Vec::new();
         for segment in &self.segments {
             let tombstones_expire = segment.max_timestamp < self.now_ms - self.delete_retention_ms;
-            let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms).map_err(io)?;
+            let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms, &self.open_files)
+                .map_err(io)?;
             for_each_batch(segment, |header, batch| {
                 if header.attributes.is_control() {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
@@ -208,7 +214,12 @@ fn for_each_batch(
     segment: &Cleanable,
     mut f: impl FnMut(&BatchHeader, &RecordBatch) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
-    let mut scanner = Scanner::new(&segment.file, 0, segment.size);
+    let file = segment.file.get().map_err(|source| LogError::Io {
+        op: "open for compaction",
+        path: segment.file.path().to_path_buf(),
+        source,
+    })?;
+    let mut scanner = Scanner::new(file, 0, segment.size);
     loop {
         let next = scanner.next_batch(true).map_err(|e| match e {
             super::segment::ScanError::Io(source) => {

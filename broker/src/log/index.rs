@@ -1,102 +1,136 @@
-//! Sparse, memory-mapped indexes of one segment, in Kafka's file formats.
+//! Sparse indexes of one segment, in Kafka's file formats.
 //!
 //! `.index`: 8-byte entries (offset relative to the segment base u32, file position u32).
 //! `.timeindex`: 12-byte entries (timestamp i64, relative offset u32). Big endian, as Kafka
 //! writes them. Both are append-only and strictly increasing in their key, so lookups are a
-//! binary search over the map. The active segment's files are preallocated to
-//! `segment.index.bytes` and trimmed to their entries when the segment is closed, as Kafka does;
-//! a file opened with its preallocated length (a crash) reads as "full of garbage" and fails
+//! binary search.
+//!
+//! Where the entries live (see [`Storage`]): the active segment's are in a heap buffer that grows
+//! with its entries (an idle partition costs no memory, no descriptor and no map; 50,000
+//! partitions with two mapped indexes each would pass `vm.max_map_count`), written to the files
+//! when the segment rolls, on flush and on a clean close, so a closed index file is exactly its
+//! entries. A closed segment's index is the file, mapped read-only on first lookup (Kafka's
+//! LazyIndex, KAFKA-7283) with its descriptor closed right after mapping. A file with a
+//! preallocated zero-filled tail (left by a crash of an older version, or by Kafka) fails
 //! [`OffsetIndex::sanity_check`], so recovery rebuilds it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use memmap2::MmapMut;
+use memmap2::Mmap;
 
-/// A file of fixed-size entries mapped into memory. `entries` counts the valid ones. A closed
-/// (trimmed) index keeps only its map, not a file descriptor: a broker with thousands of
-/// segments would otherwise hold three descriptors per segment.
-struct MappedFile {
+/// Where an index's entries are.
+enum Storage {
+    /// The active segment's entries. The file holds the first `persisted` of them as they are
+    /// and is `file_len` bytes long (`None`: no file yet); `persist` writes the difference.
+    Heap { bytes: Vec<u8>, persisted: usize, file_len: Option<u64> },
+    /// A closed segment's file, mapped read-only on first use (`load`).
+    File { map: OnceLock<Mmap> },
+}
+
+/// What an index's file held at some moment (see [`OffsetIndex::file_mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMark {
+    /// Leading entries the file held as the index does.
+    persisted: usize,
+    /// `None`: there was no file.
+    file_len: Option<u64>,
+}
+
+/// A file of fixed-size entries; `entries` counts the valid ones.
+struct IndexFile {
     path: PathBuf,
-    file: Option<File>,
-    mmap: Option<MmapMut>,
+    storage: Storage,
     entry_size: usize,
     entries: usize,
-    /// Entries the index may hold (`segment.index.bytes`), the limit that makes the log roll.
+    /// Entries the index may hold (`segment.index.bytes`), the limit that makes the log roll; a
+    /// closed index is full.
     max_entries: usize,
-    /// Entries the file and its map cover now. A writable index is extended to `max_entries`
-    /// only by `reserve`, right before its first append: opening after a clean shutdown must
-    /// leave the files as they were, since the log is only marked dirty on its first mutation.
-    mapped_entries: usize,
     /// The file did not end on an entry boundary when opened: a torn or cut file, which the
     /// sanity checks report (as Kafka's do) so that the index is rebuilt.
     torn: bool,
 }
 
-impl MappedFile {
-    /// Opens or creates the file. An existing file's length decides its entry count; a writable
-    /// index may grow to `max_bytes` (see `reserve`).
-    fn open(path: &Path, entry_size: usize, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        let len = file.metadata()?.len() as usize;
-        let entries = len / entry_size;
-        let max_entries = if writable { (max_bytes / entry_size).max(entries) } else { entries };
-        let torn = !len.is_multiple_of(entry_size);
-        let mut index = MappedFile {
+/// The length of `path`, `None` if it does not exist.
+fn file_len(path: &Path) -> io::Result<Option<u64>> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m.len())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl IndexFile {
+    /// A closed segment's index: nothing is read or mapped until `load`. A missing file has no
+    /// entries.
+    fn closed(path: &Path, entry_size: usize) -> io::Result<Self> {
+        let len = file_len(path)?.unwrap_or(0) as usize;
+        Ok(IndexFile {
             path: path.to_path_buf(),
-            file: Some(file),
-            mmap: None,
+            storage: Storage::File { map: OnceLock::new() },
             entry_size,
-            entries,
-            max_entries,
-            mapped_entries: entries,
-            torn,
-        };
-        index.remap()?;
-        if !writable {
-            index.file = None;
-        }
+            entries: len / entry_size,
+            max_entries: len / entry_size,
+            torn: !len.is_multiple_of(entry_size),
+        })
+    }
+
+    /// An active segment's index, read into memory; it may grow to `max_bytes`.
+    fn active(path: &Path, entry_size: usize, max_bytes: usize) -> io::Result<Self> {
+        let mut index = IndexFile::closed(path, entry_size)?;
+        index.make_active(max_bytes)?;
         Ok(index)
     }
 
-    /// The open file, reopened if a trim closed it.
-    fn file(&mut self) -> io::Result<&File> {
-        if self.file.is_none() {
-            self.file = Some(OpenOptions::new().read(true).write(true).open(&self.path)?);
+    /// Maps a closed index's file (a no-op once mapped, or for the active one).
+    fn load(&self) -> io::Result<()> {
+        let Storage::File { map } = &self.storage else { return Ok(()) };
+        if self.entries == 0 || map.get().is_some() {
+            return Ok(());
         }
-        Ok(self.file.as_ref().expect("just opened"))
+        let file = File::open(&self.path)?;
+        // SAFETY: the log module is the only writer of partition files, and a closed index's
+        // file is replaced only by a rename (compaction) or rewritten after `make_active`
+        // turned it into a heap buffer, which drops the map first.
+        let mapped = unsafe { Mmap::map(&file)? };
+        if mapped.len() < self.entries * self.entry_size {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "index file shrank since it was opened"));
+        }
+        // Lookups touch a few pages; without this the first touch reads ahead megabytes.
+        mapped.advise(memmap2::Advice::Random)?;
+        let _ = map.set(mapped);
+        Ok(())
     }
 
-    fn remap(&mut self) -> io::Result<()> {
-        let len = self.mapped_entries * self.entry_size;
-        self.mmap = None;
-        if len > 0 {
-            let file = self.file()?;
-            // SAFETY: the log module is the only writer of partition files, and each index file
-            // has exactly one `MappedFile` owner; nobody truncates it behind the map's back.
-            let map = unsafe { MmapMut::map_mut(file)? };
-            // Entries are touched one page at a time; without this the first touch of a fresh,
-            // sparse, preallocated file reads ahead (and zero-fills) megabytes of holes.
-            map.advise(memmap2::Advice::Random)?;
-            self.mmap = Some(map);
+    /// Drops a closed index's map (it is mapped again at the next `load`).
+    fn unload(&mut self) {
+        if let Storage::File { map } = &mut self.storage {
+            *map = OnceLock::new();
         }
-        Ok(())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.entries * self.entry_size;
+        match &self.storage {
+            Storage::Heap { bytes, .. } => &bytes[..len],
+            Storage::File { .. } if len == 0 => &[],
+            Storage::File { map } => &map.get().expect("a closed index is loaded before it is read")[..len],
+        }
     }
 
     fn entry(&self, i: usize) -> &[u8] {
         debug_assert!(i < self.entries);
-        let map = self.mmap.as_ref().expect("an index with entries is mapped");
-        &map[i * self.entry_size..(i + 1) * self.entry_size]
+        &self.bytes()[i * self.entry_size..(i + 1) * self.entry_size]
     }
 
-    fn push(&mut self, bytes: &[u8]) {
-        assert_eq!(bytes.len(), self.entry_size);
+    fn push(&mut self, entry: &[u8]) {
+        assert_eq!(entry.len(), self.entry_size);
         assert!(!self.is_full(), "caller checks is_full before appending");
-        assert!(self.entries < self.mapped_entries, "caller reserves before appending");
-        let at = self.entries * self.entry_size;
-        let map = self.mmap.as_mut().expect("a non-full index is mapped");
-        map[at..at + self.entry_size].copy_from_slice(bytes);
+        let Storage::Heap { bytes, .. } = &mut self.storage else { panic!("only an active index takes entries") };
+        bytes.extend_from_slice(entry);
         self.entries += 1;
     }
 
@@ -118,68 +152,117 @@ impl MappedFile {
         lo.checked_sub(1)
     }
 
-    /// Drops entries past `entries`, zeroing their bytes: a cut-back or truncated index must
-    /// read as the index that never had them (a crash then finds zeros, which fail the sanity
-    /// check, rather than stale entries).
+    /// Drops entries past `entries` (an active index).
     fn truncate_entries(&mut self, entries: usize) {
         let keep = self.entries.min(entries);
-        if keep < self.entries {
-            if let Some(map) = self.mmap.as_mut() {
-                let end = (self.entries * self.entry_size).min(map.len());
-                map[keep * self.entry_size..end].fill(0);
-            }
-        }
+        let Storage::Heap { bytes, persisted, .. } = &mut self.storage else {
+            panic!("only an active index is truncated")
+        };
+        bytes.truncate(keep * self.entry_size);
+        *persisted = (*persisted).min(keep);
         self.entries = keep;
     }
 
-    fn flush(&self) -> io::Result<()> {
-        if let Some(map) = &self.mmap {
-            map.flush()?;
+    /// Makes the file hold exactly the entries, and fsyncs it; writes only what changed since
+    /// the last time (nothing, and no syscall, for an idle index). A closed index's file
+    /// already does.
+    fn persist(&mut self) -> io::Result<()> {
+        let len = self.entries * self.entry_size;
+        let Storage::Heap { bytes, persisted, file_len } = &mut self.storage else { return Ok(()) };
+        if *persisted == self.entries && *file_len == Some(len as u64) {
+            return Ok(());
         }
-        match &self.file {
-            Some(file) => file.sync_all(),
-            None => Ok(()),
+        let file = OpenOptions::new().write(true).create(true).truncate(false).open(&self.path)?;
+        let from = *persisted * self.entry_size;
+        file.write_all_at(&bytes[from..len], from as u64)?;
+        if *file_len != Some(len as u64) {
+            file.set_len(len as u64)?;
         }
-    }
-
-    /// Shrinks the file to its entries (a closed segment), then keeps only the map.
-    fn trim(&mut self) -> io::Result<()> {
-        self.flush()?;
-        self.mmap = None;
-        self.max_entries = self.entries;
-        self.mapped_entries = self.entries;
-        let len = (self.entries * self.entry_size) as u64;
-        let file = self.file()?;
-        file.set_len(len)?;
-        file.sync_all()?;
-        self.remap()?;
-        self.file = None;
+        file.sync_data()?;
+        *persisted = self.entries;
+        *file_len = Some(len as u64);
+        self.torn = false;
         Ok(())
     }
 
-    /// Lets a trimmed index take entries again (the segment became active again); the file
-    /// grows at the next `reserve`.
-    fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
+    /// The segment closed: the file gets exactly the entries, the memory is freed, and the
+    /// index is mapped again on its next lookup.
+    fn close(&mut self) -> io::Result<()> {
+        self.persist()?;
+        self.storage = Storage::File { map: OnceLock::new() };
+        self.max_entries = self.entries;
+        Ok(())
+    }
+
+    /// Lets the index take entries again, up to `max_bytes` (the segment is, or became again,
+    /// the active one): a closed index's entries are read into memory.
+    fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
+        if let Storage::File { map } = &self.storage {
+            let len = self.entries * self.entry_size;
+            let bytes = match map.get() {
+                Some(map) => map[..len].to_vec(),
+                None if len == 0 => Vec::new(),
+                None => {
+                    let mut bytes = vec![0u8; len];
+                    File::open(&self.path)?.read_exact_at(&mut bytes, 0)?;
+                    bytes
+                }
+            };
+            let file_len = file_len(&self.path)?;
+            self.storage = Storage::Heap { bytes, persisted: self.entries, file_len };
+        }
         self.max_entries = (max_bytes / self.entry_size).max(self.entries);
         Ok(())
     }
 
-    /// Preallocates the file to `max_entries` (Kafka's `segment.index.bytes`) and maps it, so
-    /// appends need no remap; a no-op once done.
-    fn reserve(&mut self) -> io::Result<()> {
-        if self.mapped_entries >= self.max_entries {
-            return Ok(());
+    fn file_mark(&self) -> FileMark {
+        match &self.storage {
+            Storage::Heap { persisted, file_len, .. } => FileMark { persisted: *persisted, file_len: *file_len },
+            Storage::File { .. } => {
+                FileMark { persisted: self.entries, file_len: Some((self.entries * self.entry_size) as u64) }
+            }
         }
-        self.mmap = None;
-        let len = (self.max_entries * self.entry_size) as u64;
-        self.file()?.set_len(len)?;
-        self.mapped_entries = self.max_entries;
-        self.remap()
     }
 
-    fn reset(&mut self) {
+    /// Puts the file back as it was at `mark` (an active index cut back to at least the mark's
+    /// persisted entries): writes since then only ever started at the persisted entries, so the
+    /// prefix is intact and only the length (or the file's existence) changed.
+    fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
+        let entry_size = self.entry_size;
+        let Storage::Heap { persisted, file_len, .. } = &mut self.storage else {
+            panic!("only an active index is cut back")
+        };
+        assert!(mark.persisted <= self.entries, "the index keeps the mark's persisted entries");
+        if (*persisted, *file_len) == (mark.persisted, mark.file_len) {
+            return Ok(());
+        }
+        match mark.file_len {
+            None => match fs::remove_file(&self.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => *file_len = None,
+            },
+            Some(_) => {
+                let len = (mark.persisted * entry_size) as u64;
+                OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
+                *file_len = Some(len);
+            }
+        }
+        *persisted = mark.persisted;
+        Ok(())
+    }
+
+    /// Forgets every entry (a rebuild follows, which may write as many entries as the index
+    /// had, or `max_bytes` allows); the index becomes an active one, without reading the file.
+    fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
+        let file_len = match &self.storage {
+            Storage::Heap { file_len, .. } => *file_len,
+            Storage::File { .. } => file_len(&self.path)?,
+        };
+        self.max_entries = (max_bytes / self.entry_size).max(self.entries);
+        self.storage = Storage::Heap { bytes: Vec::new(), persisted: 0, file_len };
         self.entries = 0;
         self.torn = false;
+        Ok(())
     }
 }
 
@@ -202,14 +285,28 @@ pub struct OffsetPosition {
 /// `index.interval.bytes` of log.
 pub struct OffsetIndex {
     base_offset: i64,
-    file: MappedFile,
+    file: IndexFile,
 }
 
 impl OffsetIndex {
     pub const ENTRY_SIZE: usize = 8;
 
+    /// Opens the index file at `path` (missing: no entries): `writable`, as an active index of
+    /// up to `max_bytes` held in memory; else as a closed one, mapped now.
     pub fn open(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        Ok(OffsetIndex { base_offset, file: MappedFile::open(path, Self::ENTRY_SIZE, max_bytes, writable)? })
+        let index = OffsetIndex::open_lazy(path, base_offset, max_bytes, writable)?;
+        index.file.load()?;
+        Ok(index)
+    }
+
+    /// [`OffsetIndex::open`] that maps a closed index only at its first lookup (or `load`).
+    pub fn open_lazy(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
+        let file = if writable {
+            IndexFile::active(path, Self::ENTRY_SIZE, max_bytes)?
+        } else {
+            IndexFile::closed(path, Self::ENTRY_SIZE)?
+        };
+        Ok(OffsetIndex { base_offset, file })
     }
 
     pub fn entries(&self) -> usize {
@@ -246,13 +343,15 @@ impl OffsetIndex {
         self.file.push(&entry);
     }
 
-    /// The last entry at or below `offset`, or the segment start when there is none.
-    pub fn lookup(&self, offset: i64) -> OffsetPosition {
+    /// The last entry at or below `offset`, or the segment start when there is none. A closed
+    /// index is mapped at its first lookup, which is the only way this fails.
+    pub fn lookup(&self, offset: i64) -> io::Result<OffsetPosition> {
+        self.file.load()?;
         let base = self.base_offset;
-        match self.file.floor(offset, |e| base + u32::from_be_bytes(e[0..4].try_into().expect("4")) as i64) {
+        Ok(match self.file.floor(offset, |e| base + u32::from_be_bytes(e[0..4].try_into().expect("4")) as i64) {
             Some(i) => self.entry(i),
             None => OffsetPosition { offset: base, position: 0 },
-        }
+        })
     }
 
     /// Drops every entry for offsets `>= offset` (the log was truncated there).
@@ -294,24 +393,42 @@ impl OffsetIndex {
         Ok(())
     }
 
-    pub fn reset(&mut self) {
-        self.file.reset();
+    /// Forgets every entry, to rebuild the index (as an active one, up to `max_bytes`).
+    pub fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
+        self.file.reset(max_bytes)
     }
-    /// Keeps only the first `entries` entries.
+    /// Keeps only the first `entries` entries (an active index).
     pub fn truncate_entries(&mut self, entries: usize) {
         self.file.truncate_entries(entries);
     }
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.flush()
+    /// Writes the entries added (or dropped) since the last time to the file, and fsyncs it.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.file.persist()
     }
-    pub fn trim(&mut self) -> io::Result<()> {
-        self.file.trim()
+    /// Writes the file as [`Self::flush`] does and keeps no copy in memory: the segment closed.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.file.close()
     }
-    pub fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.grow(max_bytes)
+    /// Takes entries again, up to `max_bytes` (the segment became the active one).
+    pub fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
+        self.file.make_active(max_bytes)
     }
-    pub fn reserve(&mut self) -> io::Result<()> {
-        self.file.reserve()
+    /// What the file holds now, to put it back with [`Self::restore_file`].
+    pub fn file_mark(&self) -> FileMark {
+        self.file.file_mark()
+    }
+    /// Puts the file back as it was at `mark`, after the index was cut back to the entries it
+    /// had then (a failed append is undone, files included).
+    pub fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
+        self.file.restore_file(mark)
+    }
+    /// Maps a closed index now (lookups do it on their own).
+    pub fn load(&self) -> io::Result<()> {
+        self.file.load()
+    }
+    /// Drops a closed index's map until its next lookup.
+    pub fn unload(&mut self) {
+        self.file.unload();
     }
 }
 
@@ -325,14 +442,27 @@ pub struct TimestampOffset {
 /// The `.timeindex` file: the largest timestamp seen so far → the offset of the batch that had it.
 pub struct TimeIndex {
     base_offset: i64,
-    file: MappedFile,
+    file: IndexFile,
 }
 
 impl TimeIndex {
     pub const ENTRY_SIZE: usize = 12;
 
+    /// See [`OffsetIndex::open`].
     pub fn open(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        Ok(TimeIndex { base_offset, file: MappedFile::open(path, Self::ENTRY_SIZE, max_bytes, writable)? })
+        let index = TimeIndex::open_lazy(path, base_offset, max_bytes, writable)?;
+        index.file.load()?;
+        Ok(index)
+    }
+
+    /// See [`OffsetIndex::open_lazy`].
+    pub fn open_lazy(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
+        let file = if writable {
+            IndexFile::active(path, Self::ENTRY_SIZE, max_bytes)?
+        } else {
+            IndexFile::closed(path, Self::ENTRY_SIZE)?
+        };
+        Ok(TimeIndex { base_offset, file })
     }
 
     pub fn entries(&self) -> usize {
@@ -379,8 +509,9 @@ impl TimeIndex {
 
     /// The last entry whose timestamp is `<= timestamp`: a scan for the first record at or after
     /// `timestamp` can start at that entry's offset. `None` means "from the segment start".
-    pub fn lookup(&self, timestamp: i64) -> Option<TimestampOffset> {
-        self.file.floor(timestamp, |e| i64::from_be_bytes(e[0..8].try_into().expect("8"))).map(|i| self.entry(i))
+    pub fn lookup(&self, timestamp: i64) -> io::Result<Option<TimestampOffset>> {
+        self.file.load()?;
+        Ok(self.file.floor(timestamp, |e| i64::from_be_bytes(e[0..8].try_into().expect("8"))).map(|i| self.entry(i)))
     }
 
     /// Drops entries for offsets `>= offset`.
@@ -414,24 +545,42 @@ impl TimeIndex {
         Ok(())
     }
 
-    /// Keeps only the first `entries` entries.
+    /// Forgets every entry, to rebuild the index (as an active one, up to `max_bytes`).
+    pub fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
+        self.file.reset(max_bytes)
+    }
+    /// Keeps only the first `entries` entries (an active index).
     pub fn truncate_entries(&mut self, entries: usize) {
         self.file.truncate_entries(entries);
     }
-    pub fn reset(&mut self) {
-        self.file.reset();
+    /// Writes the entries added (or dropped) since the last time to the file, and fsyncs it.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.file.persist()
     }
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.flush()
+    /// Writes the file as [`Self::flush`] does and keeps no copy in memory: the segment closed.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.file.close()
     }
-    pub fn trim(&mut self) -> io::Result<()> {
-        self.file.trim()
+    /// Takes entries again, up to `max_bytes` (the segment became the active one).
+    pub fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
+        self.file.make_active(max_bytes)
     }
-    pub fn grow(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.grow(max_bytes)
+    /// What the file holds now, to put it back with [`Self::restore_file`].
+    pub fn file_mark(&self) -> FileMark {
+        self.file.file_mark()
     }
-    pub fn reserve(&mut self) -> io::Result<()> {
-        self.file.reserve()
+    /// Puts the file back as it was at `mark`, after the index was cut back to the entries it
+    /// had then (a failed append is undone, files included).
+    pub fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
+        self.file.restore_file(mark)
+    }
+    /// Maps a closed index now (lookups do it on their own).
+    pub fn load(&self) -> io::Result<()> {
+        self.file.load()
+    }
+    /// Drops a closed index's map until its next lookup.
+    pub fn unload(&mut self) {
+        self.file.unload();
     }
 }
 
@@ -444,41 +593,73 @@ mod tests {
         // Proves lookup returns the last entry at or below the target, or the segment start.
         let dir = tempfile::tempdir().unwrap();
         let mut index = OffsetIndex::open(&dir.path().join("a.index"), 100, 1024, true).unwrap();
-        index.reserve().unwrap();
-        assert_eq!(index.lookup(150), OffsetPosition { offset: 100, position: 0 });
+        assert_eq!(index.lookup(150).unwrap(), OffsetPosition { offset: 100, position: 0 });
         index.append(109, 4096);
         index.append(130, 9000);
-        assert_eq!(index.lookup(105), OffsetPosition { offset: 100, position: 0 });
-        assert_eq!(index.lookup(109), OffsetPosition { offset: 109, position: 4096 });
-        assert_eq!(index.lookup(129), OffsetPosition { offset: 109, position: 4096 });
-        assert_eq!(index.lookup(1_000), OffsetPosition { offset: 130, position: 9000 });
+        assert_eq!(index.lookup(105).unwrap(), OffsetPosition { offset: 100, position: 0 });
+        assert_eq!(index.lookup(109).unwrap(), OffsetPosition { offset: 109, position: 4096 });
+        assert_eq!(index.lookup(129).unwrap(), OffsetPosition { offset: 109, position: 4096 });
+        assert_eq!(index.lookup(1_000).unwrap(), OffsetPosition { offset: 130, position: 9000 });
         index.truncate_to_offset(130);
         assert_eq!(index.entries(), 1);
     }
 
     #[test]
-    fn trimmed_index_reopens_with_its_entries_and_preallocated_one_fails_sanity() {
-        // Proves a clean close keeps entries exactly, and a crash-length file is detected.
+    fn an_active_index_lives_in_memory_and_its_file_holds_exactly_the_entries() {
+        // Proves an active index creates no file until flushed, a flush writes exactly the
+        // entries (and only the new ones: a truncation then shortens the file), and a closed
+        // index reopens lazily with the same entries.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.index");
-        {
-            let mut index = OffsetIndex::open(&path, 0, 800, true).unwrap();
-            index.reserve().unwrap();
-            index.append(3, 100);
-            index.append(7, 200);
-            index.trim().unwrap();
-        }
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16);
-        let index = OffsetIndex::open(&path, 0, 800, false).unwrap();
-        assert_eq!(index.entries(), 2);
-        assert!(index.sanity_check(1_000).is_ok());
-        assert!(index.sanity_check(150).is_err());
-        drop(index);
-        // An untrimmed (preallocated) file as left by a crash: zero-filled entries.
+        let mut index = OffsetIndex::open(&path, 0, 800, true).unwrap();
+        index.append(3, 100);
+        assert!(!path.exists(), "no file, no descriptor, no map while active");
+        index.flush().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 8);
+        index.append(7, 200);
+        index.append(9, 300);
+        index.flush().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 24);
+        index.truncate_to_offset(9);
+        index.close().unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 16);
+        assert!(index.is_full(), "a closed index takes no entries");
+        assert_eq!(index.lookup(8).unwrap(), OffsetPosition { offset: 7, position: 200 });
+
+        let lazy = OffsetIndex::open_lazy(&path, 0, 800, false).unwrap();
+        assert_eq!(lazy.entries(), 2);
+        assert_eq!(lazy.lookup(5).unwrap(), OffsetPosition { offset: 3, position: 100 });
+        assert!(lazy.sanity_check(1_000).is_ok());
+        assert!(lazy.sanity_check(150).is_err());
+
+        // Reopened as the active one (a truncation made it last again): entries come back.
+        let mut active = OffsetIndex::open_lazy(&path, 0, 800, false).unwrap();
+        active.make_active(800).unwrap();
+        active.append(12, 400);
+        assert_eq!(active.entries(), 3);
+        active.flush().unwrap();
+        let reread = OffsetIndex::open(&path, 0, 0, false).unwrap();
+        assert_eq!(reread.last(), Some(OffsetPosition { offset: 12, position: 400 }));
+    }
+
+    #[test]
+    fn preallocated_and_torn_files_fail_the_sanity_check() {
+        // Proves a crash-length (zero-filled) file and a torn file are detected, so recovery
+        // rebuilds them, and that a rebuild's flush rewrites the file from scratch.
+        let dir = tempfile::tempdir().unwrap();
         let untrimmed = dir.path().join("c.index");
-        std::fs::write(&untrimmed, vec![0u8; 80]).unwrap();
+        fs::write(&untrimmed, vec![0u8; 80]).unwrap();
         let index = OffsetIndex::open(&untrimmed, 0, 80, false).unwrap();
         assert!(index.sanity_check(1_000).is_err());
+        let torn = dir.path().join("d.index");
+        fs::write(&torn, [0, 0, 0, 3, 0, 0, 0, 100, 0, 0]).unwrap();
+        let mut index = OffsetIndex::open(&torn, 0, 80, true).unwrap();
+        assert_eq!(index.entries(), 1);
+        assert!(index.sanity_check(1_000).is_err());
+        index.reset(80).unwrap();
+        index.append(5, 50);
+        index.flush().unwrap();
+        assert_eq!(fs::read(&torn).unwrap(), [0, 0, 0, 5, 0, 0, 0, 50]);
     }
 
     #[test]
@@ -486,13 +667,12 @@ mod tests {
         // Proves entries are added only for larger timestamps and lookup floors by timestamp.
         let dir = tempfile::tempdir().unwrap();
         let mut index = TimeIndex::open(&dir.path().join("a.timeindex"), 10, 120, true).unwrap();
-        index.reserve().unwrap();
         assert!(index.maybe_append(1_000, 12));
         assert!(!index.maybe_append(900, 13));
         assert!(index.maybe_append(2_000, 20));
-        assert_eq!(index.lookup(999), None);
-        assert_eq!(index.lookup(1_500), Some(TimestampOffset { timestamp: 1_000, offset: 12 }));
-        assert_eq!(index.lookup(5_000), Some(TimestampOffset { timestamp: 2_000, offset: 20 }));
+        assert_eq!(index.lookup(999).unwrap(), None);
+        assert_eq!(index.lookup(1_500).unwrap(), Some(TimestampOffset { timestamp: 1_000, offset: 12 }));
+        assert_eq!(index.lookup(5_000).unwrap(), Some(TimestampOffset { timestamp: 2_000, offset: 20 }));
         assert!(index.sanity_check(21).is_ok());
         assert!(index.sanity_check(15).is_err());
         index.truncate_to_offset(20);

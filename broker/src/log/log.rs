@@ -27,6 +27,7 @@ use super::batch::{
 };
 use super::config::LogConfig;
 use super::durable::{self, sync_dir};
+use super::files::OpenFiles;
 use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
 
 /// Where wall-clock time comes from; tests drive a [`ManualClock`].
@@ -69,6 +70,29 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// What a log needs from its node: the clock, and the node's cache of open segment files
+/// (every log of a node shares one, which bounds the node's descriptors).
+#[derive(Clone)]
+pub struct LogContext {
+    pub clock: Arc<dyn Clock>,
+    pub open_files: Arc<OpenFiles>,
+}
+
+impl LogContext {
+    pub fn new(clock: Arc<dyn Clock>, open_files: Arc<OpenFiles>) -> LogContext {
+        LogContext { clock, open_files }
+    }
+
+    /// A context with a small cache of its own, for tests, benches and tools that open a log
+    /// alone; a node passes its shared cache instead.
+    pub fn standalone(clock: Arc<dyn Clock>) -> LogContext {
+        LogContext { clock, open_files: OpenFiles::new(STANDALONE_OPEN_FILES) }
+    }
+}
+
+/// The capacity of [`LogContext::standalone`]'s cache.
+const STANDALONE_OPEN_FILES: usize = 16;
 
 /// Who is appending as leader: clients follow Kafka's producer rules; a coordinator (group,
 /// transaction) may write control batches.
@@ -252,6 +276,7 @@ pub struct Log {
     dir: PathBuf,
     config: LogConfig,
     clock: Arc<dyn Clock>,
+    open_files: Arc<OpenFiles>,
     segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
     log_end_offset: i64,
@@ -268,7 +293,8 @@ impl Log {
     /// offsets at or after the recovery point are validated batch by batch and cut at the first
     /// damage; segments after a damaged one are deleted; indexes that fail their sanity check
     /// are rebuilt. After a clean shutdown nothing is scanned.
-    pub fn open(dir: &Path, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log, LogError> {
+    pub fn open(dir: &Path, config: LogConfig, context: LogContext) -> Result<Log, LogError> {
+        let LogContext { clock, open_files } = context;
         fs::create_dir_all(dir).map_err(io_err("create", dir))?;
         let checkpoint = Checkpoint::read(dir);
         let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
@@ -290,7 +316,8 @@ impl Log {
             // Measured before opening: recovery cuts the file before it reports where.
             let size_before = fs::metadata(dir.join(segment::file_name(base, LOG_SUFFIX))).map_or(0, |m| m.len());
             let (segment, end) =
-                Segment::open(dir, base, settings, last, recover, now).map_err(io_err("open segment in", dir))?;
+                Segment::open(dir, base, settings, last, recover, now, &open_files)
+                    .map_err(io_err("open segment in", dir))?;
             if recover {
                 report.segments_recovered += 1;
             }
@@ -315,7 +342,7 @@ impl Log {
         }
         let start_from_checkpoint = checkpoint.map_or(0, |c| c.log_start_offset);
         if segments.is_empty() {
-            let segment = Segment::create(dir, start_from_checkpoint.max(0), settings, now)
+            let segment = Segment::create(dir, start_from_checkpoint.max(0), settings, now, &open_files)
                 .map_err(io_err("create segment in", dir))?;
             segments.insert(segment.base_offset(), segment);
         }
@@ -329,6 +356,7 @@ impl Log {
             dir: dir.to_path_buf(),
             config,
             clock,
+            open_files,
             segments,
             log_start_offset,
             log_end_offset,
@@ -710,7 +738,8 @@ impl Log {
         let dir = self.dir.clone();
         let settings = index_settings(&self.config);
         self.active_mut().close_active().map_err(io_err("close segment in", &dir))?;
-        let segment = Segment::create(&dir, base_offset, settings, now).map_err(io_err("create segment in", &dir))?;
+        let segment = Segment::create(&dir, base_offset, settings, now, &self.open_files)
+            .map_err(io_err("create segment in", &dir))?;
         self.segments.insert(base_offset, segment);
         // The closed segment was fsynced: nothing before the new one needs recovery.
         self.recovery_point = self.recovery_point.max(base_offset.min(self.log_end_offset));
@@ -751,7 +780,7 @@ impl Log {
                 if header.base_offset >= upper {
                     return Ok(None);
                 }
-                return Ok(Some(segment.slice(position)));
+                return Ok(Some(segment.slice(position).map_err(io_err("read", &self.dir))?));
             }
         }
         Ok(None)
@@ -798,7 +827,7 @@ impl Log {
         for (_, segment) in std::mem::take(&mut self.segments) {
             segment.delete_files().map_err(io_err("delete segment in", &dir))?;
         }
-        let segment = Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms())
+        let segment = Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms(), &self.open_files)
             .map_err(io_err("create segment in", &dir))?;
         self.segments.insert(offset, segment);
         self.log_start_offset = offset;
@@ -898,10 +927,11 @@ impl Log {
             if segment.max_timestamp() < timestamp || segment.next_offset() <= self.log_start_offset {
                 continue;
             }
-            let from = segment.time_index().lookup(timestamp).map_or(segment.base_offset(), |e| e.offset);
+            let entry = segment.time_index().lookup(timestamp).map_err(io_err("read", &self.dir))?;
+            let from = entry.map_or(segment.base_offset(), |e| e.offset);
             let from = from.max(self.log_start_offset);
             let Some((position, _)) = segment.locate(from).map_err(io_err("read", &self.dir))? else { continue };
-            let mut scanner = segment.scanner(position);
+            let mut scanner = segment.scanner(position).map_err(io_err("read", &self.dir))?;
             while let Some((header, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &self.dir))? {
                 if header.max_timestamp < timestamp || header.attributes.is_control() {
                     continue;
@@ -934,7 +964,7 @@ impl Log {
         else {
             return Ok(None);
         };
-        let mut scanner = segment.scanner(position);
+        let mut scanner = segment.scanner(position).map_err(io_err("read", &self.dir))?;
         if let Some((_, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &self.dir))? {
             let batch = RecordBatch::parse(Bytes::copy_from_slice(bytes)).map_err(LogError::CorruptBatch)?;
             for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
@@ -950,7 +980,8 @@ impl Log {
 
     /// fsyncs the active segment and moves the recovery point to the log end offset.
     pub fn flush(&mut self) -> Result<(), LogError> {
-        self.active().flush().map_err(io_err("flush", &self.dir))?;
+        let dir = self.dir.clone();
+        self.active_mut().flush().map_err(io_err("flush", &dir))?;
         self.recovery_point = self.log_end_offset;
         self.unflushed_messages = 0;
         self.last_flush_ms = self.clock.now_ms();
@@ -970,7 +1001,7 @@ impl Log {
         Ok(false)
     }
 
-    /// Clean shutdown: flush, trim the active segment's indexes, record it in the checkpoint.
+    /// Clean shutdown: flush, write the active segment's indexes, record it in the checkpoint.
     pub fn close(mut self) -> Result<(), LogError> {
         if self.offline {
             return Err(LogError::Offline { dir: self.dir.clone() });
@@ -1016,6 +1047,10 @@ impl Log {
     }
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+    /// The cache of open segment files this log shares with the other logs of its node.
+    pub fn open_files(&self) -> &Arc<OpenFiles> {
+        &self.open_files
     }
 
     pub(super) fn segments(&self) -> &BTreeMap<i64, Segment> {

@@ -31,7 +31,7 @@ fn small_config() -> LogConfig {
 }
 
 fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
-    Log::open(dir, config, clock.clone()).unwrap()
+    Log::open(dir, config, LogContext::standalone(clock.clone())).unwrap()
 }
 
 /// Every (offset, value) readable from `from`, following reads to the end.
@@ -500,7 +500,7 @@ fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
     let log = Log::open(
         dir.path(),
         LogConfig { cleanup_policy: CleanupPolicy::COMPACT, ..LogConfig::default() },
-        clock.clone(),
+        LogContext::standalone(clock.clone()),
     )
     .unwrap();
     assert_eq!(read_all(&log, 0).iter().map(|r| r.0).collect::<Vec<_>>(), vec![57, 58]);
@@ -711,7 +711,7 @@ fn keyless_records_on_a_compacted_topic_are_named_in_record_errors() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, ..LogConfig::default() };
-    let mut log = Log::open(&dir.path().join("orders-3"), config, clock.clone()).unwrap();
+    let mut log = Log::open(&dir.path().join("orders-3"), config, LogContext::standalone(clock.clone())).unwrap();
     let good = batch(Compression::None, &[(Some("k"), Some("v"))], T0);
     let mixed = batch(
         Compression::Lz4,

@@ -2,7 +2,8 @@
 //!
 //! Owns: RecordBatch v2 views and codecs (`batch`, `records`), segment files and their sparse
 //! indexes (`segment`, `index`), the partition log with recovery, retention and flushing
-//! (`log`), key-based compaction (`compaction`), and crash-safe file replacement (`durable`).
+//! (`log`), key-based compaction (`compaction`), crash-safe file replacement (`durable`), and the
+//! node's bounded cache of open segment files (`files`).
 //! Invariant: `log/` is the only module that writes or fsyncs partition files. It knows nothing
 //! of the network, replication or high watermarks beyond the upper bound a reader passes in.
 
@@ -10,6 +11,7 @@ pub mod batch;
 pub mod compaction;
 pub mod config;
 pub mod durable;
+pub mod files;
 pub mod index;
 #[allow(clippy::module_inception)]
 mod log;
@@ -18,8 +20,9 @@ pub mod segment;
 
 pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
 pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
+pub use self::files::{OpenFiles, OpenFilesStats};
 pub use self::log::now_ms;
 pub use self::log::{
-    AppendInfo, AppendOrigin, Clock, Log, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
+    AppendInfo, AppendOrigin, Clock, Log, LogContext, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
     SystemClock, CHECKPOINT_FILE,
 };

@@ -3,19 +3,22 @@
 //! The `.log` file holds RecordBatch v2 bytes back to back, exactly as the protocol carries
 //! them; the indexes are sparse maps into it (see [`super::index`]). A segment knows its size,
 //! its next offset and its largest timestamp; everything else is read from the file.
-//! Invariant: `size` is the length of the `.log` file and always ends on a batch boundary.
+//! Invariant: `size` is the length of the `.log` file and always ends on a batch boundary. A
+//! segment holds no descriptor of its own: its `.log` is reached through the node's
+//! [`OpenFiles`] (see [`super::files`]), and its indexes hold none either.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, IoSlice, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
 use super::batch::{self, BatchHeader, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP};
-use super::index::{OffsetIndex, TimeIndex};
+use super::files::{OpenFiles, SegmentFile};
+use super::index::{FileMark, OffsetIndex, TimeIndex};
 
 /// Bytes of a batch header needed to know its offsets and size (through `last_offset_delta`).
 const OFFSETS_PREFIX: usize = batch::LAST_OFFSET_DELTA_AT + 4;
@@ -51,6 +54,8 @@ pub struct AppendMark {
     size: u64,
     index_entries: usize,
     time_index_entries: usize,
+    index_file: FileMark,
+    time_index_file: FileMark,
     bytes_since_index_entry: u64,
     next_offset: i64,
     max_timestamp: i64,
@@ -60,8 +65,7 @@ pub struct AppendMark {
 
 pub struct Segment {
     base_offset: i64,
-    log_path: PathBuf,
-    log: Arc<File>,
+    log: Arc<SegmentFile>,
     size: u64,
     index: OffsetIndex,
     time_index: TimeIndex,
@@ -79,14 +83,18 @@ pub struct Segment {
 
 impl Segment {
     /// Creates an empty segment, replacing stale files with the same base offset.
-    pub fn create(dir: &Path, base_offset: i64, settings: IndexSettings, now_ms: i64) -> io::Result<Segment> {
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        settings: IndexSettings,
+        now_ms: i64,
+        files: &Arc<OpenFiles>,
+    ) -> io::Result<Segment> {
         #[cfg(test)]
         if fault::create_fails() {
             return Err(io::Error::other("injected segment creation failure"));
         }
-        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
-        let log = OpenOptions::new().read(true).append(true).create(true).open(&log_path)?;
-        log.set_len(0)?;
+        let log = files.handle(dir.join(file_name(base_offset, LOG_SUFFIX)), true)?;
         let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
         let time_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
         for path in [&index_path, &time_path] {
@@ -95,9 +103,9 @@ impl Segment {
             }
         }
         let max = settings.segment_index_bytes as usize;
+        // No index files until the segment rolls, flushes or closes: the entries live in memory.
         Ok(Segment {
             base_offset,
-            log_path,
             log: Arc::new(log),
             size: 0,
             index: OffsetIndex::open(&index_path, base_offset, max, true)?,
@@ -117,6 +125,7 @@ impl Segment {
     /// caller then cuts the file with [`Segment::cut_to_validated_size`]. Without it, the indexes are
     /// trusted after a sanity check (and rebuilt if they fail it), and only the tail after the
     /// last index entry is read to learn the next offset and largest timestamp.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
         base_offset: i64,
@@ -124,21 +133,21 @@ impl Segment {
         active: bool,
         recover: bool,
         now_ms: i64,
+        files: &Arc<OpenFiles>,
     ) -> io::Result<(Segment, ScanEnd)> {
-        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
-        let log = OpenOptions::new().read(true).append(true).open(&log_path)?;
-        let size = log.metadata()?.len();
+        let log = files.handle(dir.join(file_name(base_offset, LOG_SUFFIX)), false)?;
+        let size = log.get()?.metadata()?.len();
         let max = settings.segment_index_bytes as usize;
         let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
         let time_index_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
         // A missing index file (lost, or deleted to force a rebuild as Kafka allows) would open
         // empty and pass every check, yet an empty time index loses the largest timestamp.
         let indexes_missing = !index_path.exists() || !time_index_path.exists();
-        let index = OffsetIndex::open(&index_path, base_offset, max, active)?;
-        let time_index = TimeIndex::open(&time_index_path, base_offset, max, active)?;
+        // Opened as closed indexes (nothing read yet): a rebuild would not need the files.
+        let index = OffsetIndex::open_lazy(&index_path, base_offset, max, false)?;
+        let time_index = TimeIndex::open_lazy(&time_index_path, base_offset, max, false)?;
         let mut segment = Segment {
             base_offset,
-            log_path,
             log: Arc::new(log),
             size,
             index,
@@ -151,19 +160,26 @@ impl Segment {
             first_batch_timestamp: None,
             created_ms: now_ms,
         };
-        let trusted =
-            !recover && !indexes_missing && segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok();
+        let trusted = !recover && !indexes_missing && {
+            segment.index.load()?;
+            segment.time_index.load()?;
+            segment.index.sanity_check(size).is_ok() && segment.load_tail().is_ok()
+        };
         let end = if trusted {
             ScanEnd::Clean
         } else {
             if !recover {
-                tracing::warn!(segment = %segment.log_path.display(), "index missing or failed its sanity check; rebuilding");
+                tracing::warn!(segment = %segment.log_path().display(), "index missing or failed its sanity check; rebuilding");
             }
             segment.rebuild()?
         };
-        if !active {
-            segment.index.trim()?;
-            segment.time_index.trim()?;
+        if active {
+            segment.make_active(settings)?;
+        } else {
+            // A rebuilt index is written out; a trusted one gives its map back until a lookup:
+            // a node opening thousands of segments maps none of them.
+            segment.index.close()?;
+            segment.time_index.close()?;
         }
         Ok((segment, end))
     }
@@ -184,11 +200,12 @@ impl Segment {
             self.max_timestamp = last.timestamp;
             self.offset_of_max_timestamp = last.offset;
         }
+        let file = self.log.get().map_err(|_| "the segment file cannot be opened")?;
         let last_entry = self.index.last();
         let mut position = last_entry.map_or(0, |e| e.position as u64);
         self.bytes_since_index_entry = 0;
         while position < self.size {
-            let header = self.read_header(position).map_err(|_| "unreadable batch header in the tail")?;
+            let header = self.read_header(&file, position).map_err(|_| "unreadable batch header in the tail")?;
             header.validate().map_err(|_| "invalid batch header in the tail")?;
             let end = position + header.size() as u64;
             if end > self.size || header.base_offset < self.next_offset {
@@ -207,7 +224,7 @@ impl Segment {
         }
         self.time_index.sanity_check(self.next_offset).map_err(|e| e.reason)?;
         if self.size > 0 {
-            let first = self.read_header(0).map_err(|_| "unreadable first batch header")?;
+            let first = self.read_header(&file, 0).map_err(|_| "unreadable first batch header")?;
             self.rolling_timestamp_from(&first);
         }
         Ok(())
@@ -216,22 +233,17 @@ impl Segment {
     /// Validates every batch from the start, rebuilding both indexes; cuts the file at the first
     /// batch that is torn, corrupt, or out of offset order.
     fn rebuild(&mut self) -> io::Result<ScanEnd> {
-        // A closed segment's indexes were opened at their old length, which may be too short for
-        // the rebuilt entries (a missing or cut index file); `open` trims them again afterwards.
-        self.index.grow(self.settings.segment_index_bytes as usize)?;
-        self.time_index.grow(self.settings.segment_index_bytes as usize)?;
-        self.index.reserve()?;
-        self.time_index.reserve()?;
-        self.index.reset();
-        self.time_index.reset();
+        // Rebuilt in memory as active indexes, whatever the old files held (a closed segment's
+        // may be too short for the entries: a missing or cut file); `open` writes them out.
+        self.index.reset(self.settings.segment_index_bytes as usize)?;
+        self.time_index.reset(self.settings.segment_index_bytes as usize)?;
         let size = self.size;
         self.size = 0;
         self.bytes_since_index_entry = 0;
         self.next_offset = self.base_offset;
         self.max_timestamp = NO_TIMESTAMP;
         self.offset_of_max_timestamp = self.base_offset;
-        let file = self.log.clone();
-        let mut scanner = Scanner::new(&file, 0, size);
+        let mut scanner = Scanner::new(self.log.get()?, 0, size);
         let mut end = ScanEnd::Clean;
         loop {
             let position = scanner.position();
@@ -261,7 +273,7 @@ impl Segment {
             self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
         }
         if let ScanEnd::Truncated { position, reason } = &end {
-            tracing::warn!(segment = %self.log_path.display(), position, reason, bytes_removed = size - position, "cutting a torn or corrupt segment tail");
+            tracing::warn!(segment = %self.log_path().display(), position, reason, bytes_removed = size - position, "cutting a torn or corrupt segment tail");
         }
         assert_eq!(self.size, scanner_end(&end, size));
         Ok(end)
@@ -272,9 +284,10 @@ impl Segment {
     /// segments after a damaged one: cutting first and crashing before the deletion would let
     /// the next open serve batches from after the damage.
     pub fn cut_to_validated_size(&self) -> io::Result<()> {
-        if self.log.metadata()?.len() != self.size {
-            self.log.set_len(self.size)?;
-            self.log.sync_all()?;
+        let file = self.log.get()?;
+        if file.metadata()?.len() != self.size {
+            file.set_len(self.size)?;
+            file.sync_all()?;
         }
         Ok(())
     }
@@ -319,14 +332,12 @@ impl Segment {
         debug_assert_eq!(header.size(), HEADER_SIZE + body.len());
         assert!(header.base_offset >= self.next_offset, "offsets grow within a segment");
         assert!(header.last_offset() - self.base_offset <= i32::MAX as i64, "relative offset fits");
-        // The first append after opening preallocates the index files (before the write, so a
-        // failure here leaves the segment untouched).
-        self.index.reserve()?;
-        self.time_index.reserve()?;
+        // Before the write: a failure to get the file leaves the segment untouched.
+        let file = self.log.get()?;
         let position = self.size;
-        if let Err(e) = write_batch(&self.log, header_bytes, body) {
-            if let Err(cut) = self.log.set_len(position) {
-                tracing::error!(segment = %self.log_path.display(), error = %cut, "could not cut a failed append");
+        if let Err(e) = write_batch(&file, header_bytes, body) {
+            if let Err(cut) = file.set_len(position) {
+                tracing::error!(segment = %self.log_path().display(), error = %cut, "could not cut a failed append");
                 return Err(cut);
             }
             return Err(e);
@@ -345,6 +356,8 @@ impl Segment {
             size: self.size,
             index_entries: self.index.entries(),
             time_index_entries: self.time_index.entries(),
+            index_file: self.index.file_mark(),
+            time_index_file: self.time_index.file_mark(),
             bytes_since_index_entry: self.bytes_since_index_entry,
             next_offset: self.next_offset,
             max_timestamp: self.max_timestamp,
@@ -354,17 +367,19 @@ impl Segment {
     }
 
     /// Undoes every append since `mark` (the log's failed multi-batch append): the file is cut
-    /// back to its old size and fsynced, index entries added since are dropped (their bytes
-    /// zeroed), and the segment takes appends again even if a roll closed it meanwhile.
+    /// back to its old size and fsynced, index entries added since are dropped (and the index
+    /// files put back as they were, should a roll have written them), and the segment takes
+    /// appends again even if a roll closed it meanwhile.
     pub fn cut_back(&mut self, mark: &AppendMark, settings: IndexSettings) -> io::Result<()> {
         assert!(mark.size <= self.size && mark.index_entries <= self.index.entries(), "a mark of this segment's past");
         self.make_active(settings)?;
-        self.index.reserve()?;
-        self.time_index.reserve()?;
         self.index.truncate_entries(mark.index_entries);
         self.time_index.truncate_entries(mark.time_index_entries);
-        self.log.set_len(mark.size)?;
-        self.log.sync_all()?;
+        self.index.restore_file(mark.index_file)?;
+        self.time_index.restore_file(mark.time_index_file)?;
+        let file = self.log.get()?;
+        file.set_len(mark.size)?;
+        file.sync_all()?;
         self.size = mark.size;
         self.bytes_since_index_entry = mark.bytes_since_index_entry;
         self.next_offset = mark.next_offset;
@@ -376,9 +391,13 @@ impl Segment {
 
     /// Position of the first batch whose last offset is `>= offset`, if the segment has one.
     pub fn locate(&self, offset: i64) -> io::Result<Option<(u64, BatchHeader)>> {
-        let mut position = self.index.lookup(offset).position as u64;
+        let mut position = self.index.lookup(offset)?.position as u64;
+        if position >= self.size {
+            return Ok(None);
+        }
+        let file = self.log.get()?;
         while position < self.size {
-            let header = self.read_header(position)?;
+            let header = self.read_header(&file, position)?;
             if header.last_offset() >= offset {
                 return Ok(Some((position, header)));
             }
@@ -388,19 +407,20 @@ impl Segment {
     }
 
     /// Reads the offsets part of the header at `position` (a valid batch boundary).
-    fn read_header(&self, position: u64) -> io::Result<BatchHeader> {
+    fn read_header(&self, file: &File, position: u64) -> io::Result<BatchHeader> {
         let mut buf = [0u8; HEADER_SIZE];
         let len = (self.size - position).min(HEADER_SIZE as u64) as usize;
         if len < OFFSETS_PREFIX {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "batch header past the end of the segment"));
         }
-        self.log.read_exact_at(&mut buf[..len], position)?;
+        file.read_exact_at(&mut buf[..len], position)?;
         BatchHeader::read(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// A handle for reading `[start, end)` of the log file outside any lock.
-    pub fn slice(&self, start: u64) -> FileSlice {
-        FileSlice { file: self.log.clone(), start, end: self.size }
+    /// A handle for reading `[start, end)` of the log file outside any lock; it holds the file
+    /// open until dropped, even if the cache evicts it meanwhile.
+    pub fn slice(&self, start: u64) -> io::Result<FileSlice> {
+        Ok(FileSlice { file: self.log.get()?, start, end: self.size })
     }
 
     /// Cuts every batch whose last offset is `>= offset`; returns the offset the segment now
@@ -408,12 +428,11 @@ impl Segment {
     pub fn truncate_to(&mut self, offset: i64, settings: IndexSettings) -> io::Result<i64> {
         let Some((position, header)) = self.locate(offset)? else { return Ok(offset) };
         let new_next = header.base_offset.min(offset);
-        self.log.set_len(position)?;
+        self.make_active(settings)?;
+        self.log.get()?.set_len(position)?;
         self.size = position;
         self.index.truncate_to_offset(header.base_offset);
         self.time_index.truncate_to_offset(header.base_offset);
-        self.index.grow(settings.segment_index_bytes as usize)?;
-        self.time_index.grow(settings.segment_index_bytes as usize)?;
         // Recompute the summary from what remains; the tail after the last entry is short.
         self.bytes_since_index_entry = 0;
         self.next_offset = self.base_offset;
@@ -427,33 +446,37 @@ impl Segment {
         Ok(self.next_offset)
     }
 
-    /// Lets the segment take appends again (its indexes may have been trimmed when it closed).
+    /// Lets the segment take appends again (a closed segment's indexes are read into memory).
     pub fn make_active(&mut self, settings: IndexSettings) -> io::Result<()> {
-        self.index.grow(settings.segment_index_bytes as usize)?;
-        self.time_index.grow(settings.segment_index_bytes as usize)
+        self.index.make_active(settings.segment_index_bytes as usize)?;
+        self.time_index.make_active(settings.segment_index_bytes as usize)
     }
 
-    /// Makes this the last closed segment: final time index entry, trimmed indexes, fsync.
+    /// Makes this the last closed segment: final time index entry, fsync of the `.log`, index
+    /// files written with exactly their entries and fsynced, their memory freed.
     pub fn close_active(&mut self) -> io::Result<()> {
         if self.max_timestamp != NO_TIMESTAMP {
             // Kafka's rule on roll: the last entry holds the segment's largest timestamp even
             // if it was added since the last interval.
-            self.time_index.reserve()?;
             self.time_index.maybe_append_unchecked(self.max_timestamp, self.offset_of_max_timestamp);
         }
         self.flush()?;
-        self.index.trim()?;
-        self.time_index.trim()
+        self.index.close()?;
+        self.time_index.close()
     }
 
-    pub fn flush(&self) -> io::Result<()> {
-        self.log.sync_data()?;
+    /// fsyncs the `.log` (through the cached descriptor, or one opened for it: Linux writes back
+    /// an inode's dirty pages whichever descriptor asks), then writes the index entries added
+    /// since the last flush. Both index files are written at the same moment, so they agree as
+    /// `load_tail` expects; after a crash the active segment is rebuilt from its `.log` anyway.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.log.get()?.sync_data()?;
         self.index.flush()?;
         self.time_index.flush()
     }
 
     pub fn delete_files(self) -> io::Result<()> {
-        let paths = [self.log_path.clone(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
+        let paths = [self.log_path().to_path_buf(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
         drop(self);
         for path in paths {
             match fs::remove_file(&path) {
@@ -499,13 +522,14 @@ impl Segment {
         &self.time_index
     }
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.log.path()
     }
-    pub fn file(&self) -> &Arc<File> {
+    /// The `.log` file's handle (compaction reads closed segments through it, without the lock).
+    pub fn file(&self) -> &Arc<SegmentFile> {
         &self.log
     }
-    pub fn scanner(&self, from: u64) -> Scanner<'_> {
-        Scanner::new(&self.log, from, self.size)
+    pub fn scanner(&self, from: u64) -> io::Result<Scanner> {
+        Ok(Scanner::new(self.log.get()?, from, self.size))
     }
 }
 
@@ -721,18 +745,18 @@ pub enum ScanError {
 }
 
 /// Sequential reader of whole batches from a segment file, reading in large windows.
-pub struct Scanner<'a> {
-    file: &'a File,
+pub struct Scanner {
+    file: Arc<File>,
     position: u64,
     end: u64,
     window: Vec<u8>,
     window_start: u64,
 }
 
-impl<'a> Scanner<'a> {
+impl Scanner {
     const WINDOW: usize = 1 << 20;
 
-    pub fn new(file: &'a File, position: u64, end: u64) -> Scanner<'a> {
+    pub fn new(file: Arc<File>, position: u64, end: u64) -> Scanner {
         Scanner { file, position, end, window: Vec::new(), window_start: position }
     }
 
@@ -793,7 +817,7 @@ mod tests {
     /// 1000..1009), written and closed as the log does: an index entry every third batch (3, 6),
     /// so the last batch, which holds the largest timestamp, is not indexed.
     fn closed_segment(dir: &Path) {
-        let mut segment = Segment::create(dir, 0, SETTINGS, 0).unwrap();
+        let mut segment = Segment::create(dir, 0, SETTINGS, 0, &OpenFiles::new(4)).unwrap();
         for offset in 0..9i64 {
             let mut builder = BatchBuilder::new(Compression::None).base_offset(offset);
             builder.push(1_000 + offset, Some(b"key"), Some(&[b'v'; 60]), &[]);
@@ -806,6 +830,7 @@ mod tests {
 
     fn time_entries(segment: &Segment) -> Vec<(i64, i64)> {
         let index = segment.time_index();
+        index.load().unwrap();
         (0..index.entries()).map(|i| index.entry(i)).map(|e| (e.timestamp, e.offset)).collect()
     }
 
@@ -819,7 +844,7 @@ mod tests {
         assert!(!before.is_empty(), "the interval is small enough for offset index entries");
         fs::remove_file(dir.path().join(file_name(0, INDEX_SUFFIX))).unwrap();
         fs::remove_file(dir.path().join(file_name(0, TIME_INDEX_SUFFIX))).unwrap();
-        let (segment, end) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0).unwrap();
+        let (segment, end) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0, &OpenFiles::new(4)).unwrap();
         assert_eq!(end, ScanEnd::Clean);
         assert_eq!(segment.next_offset(), 9);
         drop(segment);
@@ -833,11 +858,11 @@ mod tests {
         // (Kafka's LogSegment.recover appends it too), so rebuilt .timeindex files differed.
         let dir = tempfile::tempdir().unwrap();
         closed_segment(dir.path());
-        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, false, 0).unwrap();
+        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, false, 0, &OpenFiles::new(4)).unwrap();
         let written = time_entries(&segment);
         assert_eq!(written, vec![(1_003, 3), (1_006, 6), (1_008, 8)], "closing adds the largest timestamp");
         drop(segment);
-        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0).unwrap();
+        let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0, &OpenFiles::new(4)).unwrap();
         assert_eq!(time_entries(&segment), written);
     }
 }

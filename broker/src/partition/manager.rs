@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use super::{LeaderAndIsr, Partition, PartitionError, DEFAULT_REPLICA_LAG_TIME_MAX_MS, DELETED_DIR_SUFFIX};
-use crate::log::{Clock, LogConfig};
+use crate::log::{Clock, LogConfig, LogContext, OpenFiles};
 
 /// Kafka's file of every hosted partition's high watermark, in the data dir.
 pub const HIGH_WATERMARK_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -21,6 +21,8 @@ pub struct ReplicaManager {
     node_id: u64,
     data_dir: PathBuf,
     clock: Arc<dyn Clock>,
+    /// The node's cache of open segment files, shared by every hosted log.
+    open_files: Arc<OpenFiles>,
     partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
     /// High watermarks read from `replication-offset-checkpoint` at start.
     checkpointed: HashMap<(String, u32), i64>,
@@ -44,10 +46,24 @@ impl ReplicaManager {
             node_id,
             data_dir: data_dir.to_path_buf(),
             clock,
+            open_files: OpenFiles::new(OpenFiles::auto_capacity()),
             partitions: RwLock::new(HashMap::new()),
             checkpointed,
             replica_lag_time_max_ms,
         }
+    }
+
+    /// With the node's cache of open segment files (`log.open.files.max`), replacing the default
+    /// one (sized by `OpenFiles::auto_capacity`); before any partition is opened.
+    pub fn with_open_files(mut self, open_files: Arc<OpenFiles>) -> ReplicaManager {
+        self.open_files = open_files;
+        self
+    }
+
+    /// The node's cache of open segment files: `open_files().stats()` gives its figures (open,
+    /// capacity, hits, misses, evictions, open failures) for `/metrics` and the cluster view.
+    pub fn open_files(&self) -> &Arc<OpenFiles> {
+        &self.open_files
     }
 
     /// Writes every hosted partition's high watermark to `replication-offset-checkpoint`
@@ -101,7 +117,7 @@ impl ReplicaManager {
                         topic_id,
                         self.node_id,
                         config,
-                        self.clock.clone(),
+                        LogContext::new(self.clock.clone(), self.open_files.clone()),
                         checkpointed,
                         self.replica_lag_time_max_ms,
                     )

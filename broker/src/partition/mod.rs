@@ -29,7 +29,7 @@ use tokio::sync::watch;
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
 pub use crate::log::segment::FirstBatch;
-use crate::log::{AppendInfo, AppendOrigin, Clock, Log, LogConfig, LogError};
+use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogContext, LogError};
 use crate::replication::leader::{AckStatus, FollowerFetch, IsrProposal, LeaderStart, LeaderState};
 use crate::replication::truncation::{truncation_for, LeaderEpochEnd, Truncation};
 
@@ -206,12 +206,12 @@ impl Partition {
         topic_id: [u8; 16],
         node_id: u64,
         config: LogConfig,
-        clock: Arc<dyn Clock>,
+        context: LogContext,
         checkpointed_high_watermark: Option<i64>,
         replica_lag_time_max_ms: i64,
     ) -> Result<Partition, PartitionError> {
         check_partition_metadata(dir, topic_id)?;
-        let log = Log::open(dir, config, clock)?;
+        let log = Log::open(dir, config, context)?;
         write_partition_metadata(dir, topic_id)?;
         let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
             op: "open leader-epoch-checkpoint in",
