@@ -361,10 +361,11 @@ impl NodeConfig {
         } else {
             parse_broker_address_overrides(&args.broker_address_override)?
         };
-        let log_open_files_max = match args.log_open_files_max.clone().or(file.log_open_files_max.as_ref().map(toml_text)) {
-            Some(text) => parse_open_files_max(&text)?,
-            None => None,
-        };
+        let log_open_files_max =
+            match args.log_open_files_max.clone().or(file.log_open_files_max.as_ref().map(toml_text)) {
+                Some(text) => parse_open_files_max(&text)?,
+                None => None,
+            };
         Ok(NodeConfig {
             node_id,
             kafka_listen: args
@@ -783,11 +784,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("runnel.toml");
             std::fs::write(&path, file.map(|v| format!("log_open_files_max = {v}\n")).unwrap_or_default()).unwrap();
-            let args = ServeArgs {
-                config: Some(path),
-                log_open_files_max: flag.map(String::from),
-                ..ServeArgs::default()
-            };
+            let args =
+                ServeArgs { config: Some(path), log_open_files_max: flag.map(String::from), ..ServeArgs::default() };
             NodeConfig::resolve(&args).map(|c| c.log_open_files_max)
         };
         assert_eq!(resolve(None, None).unwrap(), None);

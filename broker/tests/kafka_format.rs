@@ -517,7 +517,8 @@ fn kafka_partition_dirs_open_without_truncation_and_read_back_every_batch_and_re
     let mut m = Mismatches::default();
     for topic in topics() {
         let dir = copy_partition(topic);
-        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open Kafka's partition dir");
+        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock()))
+            .expect("open Kafka's partition dir");
         let report = log.open_report();
         // No `runnel.checkpoint`: treated as a crash, so every segment is validated batch by batch.
         assert!(!report.clean_shutdown, "{}", topic.name);
@@ -595,7 +596,8 @@ fn recovered_kafka_dirs_rebuild_kafkas_indexes_and_keep_log_bytes_identical() {
                 }
             }
         }
-        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open Kafka's partition dir");
+        let log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock()))
+            .expect("open Kafka's partition dir");
         m.check(format!("{} bytes truncated by recovery", topic.name), log.open_report().bytes_truncated, 0);
         log.close().expect("close");
 
@@ -649,7 +651,8 @@ fn follower_replay_of_kafka_batches_writes_kafkas_segments_byte_for_byte() {
     let mut m = Mismatches::default();
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open empty log");
+        let mut log =
+            Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open empty log");
         // Kafka appended one batch per produce request; so does the replay.
         for batch in kafka_batches(topic) {
             let info = log.append_as_follower(batch.bytes()).expect("append_as_follower");
@@ -675,7 +678,8 @@ fn leader_append_of_kafka_batches_reproduces_kafkas_segments() {
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = clock();
-        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
+        let mut log =
+            Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
         for batch in kafka_batches(topic) {
             let header = *batch.header();
             if topic.config.message_timestamp_type == TimestampType::LogAppendTime {
@@ -705,7 +709,8 @@ fn leader_append_of_kafka_data_batches_assigns_dense_offsets_and_keeps_every_rec
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = clock();
-        let mut log = Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
+        let mut log =
+            Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock.clone())).expect("open empty log");
         let mut next = 0i64;
         for batch in kafka_batches(topic).iter().filter(|b| !b.header().attributes.is_control()) {
             if topic.config.message_timestamp_type == TimestampType::LogAppendTime {

@@ -49,7 +49,9 @@ fn batch(records: usize, codec: Compression) -> bytes::Bytes {
 fn append_and_read_allocate_per_batch_not_per_record() {
     // Proves zero per-record allocation on append and read, for plain and compressed batches.
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Log::open(dir.path(), LogConfig::default(), LogContext::standalone(ManualClock::new(1_700_000_000_000))).unwrap();
+    let mut log =
+        Log::open(dir.path(), LogConfig::default(), LogContext::standalone(ManualClock::new(1_700_000_000_000)))
+            .unwrap();
     // Warm up: the first append writes the checkpoint and may grow internal buffers.
     log.append_as_leader(&batch(1, Compression::None), 0, AppendOrigin::Client).unwrap();
     for codec in [Compression::None, Compression::Zstd, Compression::Lz4] {

@@ -225,7 +225,10 @@ impl Case {
     }
 
     fn reopen(&mut self) -> Result<(), TestCaseError> {
-        self.log = Some(Log::open(self.dir.path(), self.config.clone(), LogContext::standalone(self.clock.clone())).map_err(fail)?);
+        self.log = Some(
+            Log::open(self.dir.path(), self.config.clone(), LogContext::standalone(self.clock.clone()))
+                .map_err(fail)?,
+        );
         self.check_bounds()
     }
 

@@ -27,7 +27,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError};
 use runnel::log::batch::BatchIter;
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogContext, LogError, ManualClock, TimestampType};
+use runnel::log::{
+    AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogContext, LogError, ManualClock, TimestampType,
+};
 
 const T0: i64 = 1_700_000_000_000;
 const WEEK_MS: i64 = 7 * 24 * 60 * 60 * 1000;

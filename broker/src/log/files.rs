@@ -173,11 +173,7 @@ impl OpenFiles {
     fn open_with_retry(&self, path: &Path, options: &OpenOptions) -> io::Result<File> {
         let open = || {
             #[cfg(test)]
-            if self
-                .fail_opens
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
+            if self.fail_opens.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
                 return Err(io::Error::from_raw_os_error(libc::EMFILE));
             }
             options.open(path)

@@ -238,7 +238,7 @@ fn delete_segment_files(dir: &Path, bases: &[i64]) -> Result<u64, LogError> {
         for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
             match fs::remove_file(dir.join(segment::file_name(base, suffix))) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e })
+                    return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e });
                 }
                 _ => {}
             }
@@ -315,9 +315,8 @@ impl Log {
             let recover = !clean && (last || bases[i + 1] > recovery_point);
             // Measured before opening: recovery cuts the file before it reports where.
             let size_before = fs::metadata(dir.join(segment::file_name(base, LOG_SUFFIX))).map_or(0, |m| m.len());
-            let (segment, end) =
-                Segment::open(dir, base, settings, last, recover, now, &open_files)
-                    .map_err(io_err("open segment in", dir))?;
+            let (segment, end) = Segment::open(dir, base, settings, last, recover, now, &open_files)
+                .map_err(io_err("open segment in", dir))?;
             if recover {
                 report.segments_recovered += 1;
             }
@@ -827,8 +826,9 @@ impl Log {
         for (_, segment) in std::mem::take(&mut self.segments) {
             segment.delete_files().map_err(io_err("delete segment in", &dir))?;
         }
-        let segment = Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms(), &self.open_files)
-            .map_err(io_err("create segment in", &dir))?;
+        let segment =
+            Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms(), &self.open_files)
+                .map_err(io_err("create segment in", &dir))?;
         self.segments.insert(offset, segment);
         self.log_start_offset = offset;
         self.log_end_offset = offset;

@@ -778,3 +778,166 @@ fn timestamps_outside_the_before_and_after_bounds_are_named_in_record_errors() {
     );
     log_append.append_as_leader(&records, 0, AppendOrigin::Client).unwrap();
 }
+
+/// Every (offset, value) from the log start offset.
+fn records_of(log: &Log) -> Vec<(i64, Option<Bytes>)> {
+    read_all(log, log.log_start_offset())
+}
+
+#[test]
+fn fifty_logs_sharing_a_cache_of_four_open_files_keep_every_record() {
+    // Proves logs whose `.log` descriptors are evicted and reopened all the time (50 logs, a
+    // node cache of 4) keep every record through appends, reads, rolls, truncation, retention,
+    // compaction, a clean close and a reopen, and the cache never holds more than 4.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let files = OpenFiles::new(4);
+    let context = LogContext::new(clock.clone(), files.clone());
+    let config = |i: usize| LogConfig {
+        segment_bytes: 600,
+        index_interval_bytes: 100,
+        cleanup_policy: if i % 2 == 0 { CleanupPolicy::DELETE } else { CleanupPolicy::COMPACT },
+        ..LogConfig::default()
+    };
+    let path = |i: usize| dir.path().join(format!("t-{i}"));
+    let mut logs: Vec<Log> = (0..50).map(|i| Log::open(&path(i), config(i), context.clone()).unwrap()).collect();
+    let mut models: Vec<Vec<(i64, Option<Bytes>)>> = vec![Vec::new(); logs.len()];
+    let append = |logs: &mut Vec<Log>, models: &mut Vec<Vec<(i64, Option<Bytes>)>>, round: i64| {
+        for (i, log) in logs.iter_mut().enumerate() {
+            let (key, value) = (format!("k{}", round % 3), format!("log {i} round {round}"));
+            let records = batch(Compression::None, &[(Some(&key), Some(&value))], T0 + round);
+            let info = log.append_as_leader(&records, 0, AppendOrigin::Client).unwrap();
+            models[i].push((info.first_offset, Some(Bytes::from(value))));
+        }
+    };
+    let check = |logs: &Vec<Log>, models: &Vec<Vec<(i64, Option<Bytes>)>>, what: &str| {
+        for (i, log) in logs.iter().enumerate() {
+            assert_eq!(records_of(log), models[i], "{what}: log {i}");
+        }
+        assert!(files.stats().open <= 4, "{what}: {:?}", files.stats());
+    };
+    for round in 0..20 {
+        append(&mut logs, &mut models, round);
+    }
+    let segments: Vec<usize> = logs.iter().map(Log::segment_count).collect();
+    assert!(segments.iter().all(|n| *n >= 3), "the logs rolled: {segments:?}");
+    check(&logs, &models, "after appends");
+
+    for (log, model) in logs.iter_mut().zip(&mut models) {
+        log.truncate_to(12).unwrap();
+        model.truncate(12);
+    }
+    check(&logs, &models, "after truncation");
+    for round in 20..30 {
+        append(&mut logs, &mut models, round);
+    }
+    check(&logs, &models, "after appends past the truncation");
+
+    clock.advance(1_000); // past every batch timestamp: closed segments become cleanable
+    for (i, (log, model)) in logs.iter_mut().zip(&mut models).enumerate() {
+        let end = log.log_end_offset();
+        if i % 2 == 0 {
+            log.set_config(LogConfig { retention_bytes: 1_000, ..config(i) });
+            assert!(log.enforce_retention(end).unwrap().segments_deleted > 0, "log {i}");
+            model.retain(|(offset, _)| *offset >= log.log_start_offset());
+        } else {
+            assert!(log.compact().unwrap().is_some(), "log {i}");
+            let kept = records_of(log);
+            assert!(kept.len() < model.len(), "log {i}: compaction removed older values");
+            assert!(kept.iter().all(|r| model.contains(r)), "log {i}: compaction keeps offsets and values");
+            let round_of = |value: &Option<Bytes>| -> i64 {
+                let text = std::str::from_utf8(value.as_ref().unwrap()).unwrap();
+                text.rsplit(' ').next().unwrap().parse().unwrap()
+            };
+            for key in 0..3 {
+                // The newest record of each key (written in a round with round % 3 == key) stays.
+                let last = model.iter().rev().find(|(_, value)| round_of(value) % 3 == key).unwrap();
+                assert!(kept.contains(last), "log {i}: the newest value of k{key}");
+            }
+            *model = kept;
+        }
+        assert_eq!(log.log_end_offset(), end);
+    }
+    check(&logs, &models, "after retention and compaction");
+
+    for log in logs.drain(..) {
+        log.close().unwrap();
+    }
+    assert_eq!(files.stats().open, 0, "closed logs hold no descriptor");
+    let logs: Vec<Log> = (0..50).map(|i| Log::open(&path(i), config(i), context.clone()).unwrap()).collect();
+    assert!(logs.iter().all(|l| l.open_report().clean_shutdown && l.open_report().segments_recovered == 0));
+    check(&logs, &models, "after a clean reopen");
+    let stats = files.stats();
+    assert!(stats.evictions > 1_000 && stats.misses > 1_000 && stats.hits > 0, "{stats:?}");
+    assert_eq!(stats.open_failures, 0);
+}
+
+#[test]
+fn the_active_index_kept_in_memory_survives_crashes_clean_closes_and_flushes() {
+    // Proves the active segment's in-memory indexes: no index file exists before a flush, a
+    // crash then is recovered from the `.log`; a clean close writes files that the next open
+    // trusts without scanning; a flush writes what it has, and a crash after more appends is
+    // recovered again. Reads and lookups by timestamp agree with the appends in every case.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let index = dir.path().join("00000000000000000000.index");
+    let time_index = dir.path().join("00000000000000000000.timeindex");
+    let mut next_ts = 0;
+    let mut append = |log: &mut Log, n: usize| {
+        for _ in 0..n {
+            log.append_as_leader(&value_batch(1, 200, T0 + next_ts), 0, AppendOrigin::Client).unwrap();
+            next_ts += 10;
+        }
+    };
+    let check = |log: &Log, records: i64, what: &str| {
+        assert_eq!(log.log_end_offset(), records, "{what}");
+        let offsets: Vec<i64> = read_all(log, 0).iter().map(|r| r.0).collect();
+        assert_eq!(offsets, (0..records).collect::<Vec<_>>(), "{what}");
+        for offset in [0, records / 2, records - 1] {
+            // Offset n has timestamp T0 + 10n: the first record at or after T0 + 10n - 5 is n.
+            let found = log.offset_for_timestamp(T0 + 10 * offset - 5).unwrap();
+            assert_eq!(found, Some((offset, T0 + 10 * offset)), "{what}: timestamp lookup of {offset}");
+        }
+        assert_eq!(log.max_timestamp_offset().unwrap(), Some((records - 1, T0 + 10 * (records - 1))), "{what}");
+    };
+
+    let mut log = open(dir.path(), dense_index_config(), &clock);
+    append(&mut log, 30);
+    // The open (of a log without a checkpoint, as after a crash) flushed: empty index files.
+    let empty = |path: &std::path::Path| fs::metadata(path).unwrap().len() == 0;
+    assert!(empty(&index) && empty(&time_index), "the active indexes live in memory");
+    check(&log, 30, "before the crash");
+    drop(log); // a crash: nothing was flushed
+    let mut log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.open_report().segments_recovered, 1);
+    check(&log, 30, "recovered after a crash before any flush");
+
+    append(&mut log, 10);
+    log.close().unwrap();
+    let (index_bytes, time_index_bytes) = (fs::read(&index).unwrap(), fs::read(&time_index).unwrap());
+    assert_eq!(index_bytes.len() % 8, 0);
+    assert!(index_bytes.len() >= 8 * 30, "an entry per batch but the first: {}", index_bytes.len());
+    let mut log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.open_report().segments_recovered, 0, "a clean close's index files are trusted");
+    check(&log, 40, "after a clean close");
+    assert_eq!(fs::read(&index).unwrap(), index_bytes, "opening leaves the files alone");
+    assert_eq!(fs::read(&time_index).unwrap(), time_index_bytes);
+
+    append(&mut log, 10);
+    log.flush().unwrap();
+    let flushed = fs::read(&index).unwrap();
+    assert!(flushed.len() > index_bytes.len() && flushed.starts_with(&index_bytes), "a flush writes the new entries");
+    assert_eq!(fs::read(&time_index).unwrap().len() % 12, 0);
+    append(&mut log, 10);
+    assert_eq!(fs::read(&index).unwrap(), flushed, "appends do not write index files");
+    check(&log, 60, "before the second crash");
+    drop(log); // a crash after a flush and more appends
+    let log = open(dir.path(), dense_index_config(), &clock);
+    assert_eq!(log.open_report().segments_recovered, 1);
+    check(&log, 60, "recovered after a flush and a crash");
+    let rebuilt = fs::read(&index).unwrap();
+    assert!(
+        rebuilt.starts_with(&flushed) && rebuilt.len() > flushed.len(),
+        "the rebuilt index extends the flushed one"
+    );
+}

@@ -476,7 +476,8 @@ impl Segment {
     }
 
     pub fn delete_files(self) -> io::Result<()> {
-        let paths = [self.log_path().to_path_buf(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
+        let paths =
+            [self.log_path().to_path_buf(), self.index.path().to_path_buf(), self.time_index.path().to_path_buf()];
         drop(self);
         for path in paths {
             match fs::remove_file(&path) {
@@ -864,5 +865,49 @@ mod tests {
         drop(segment);
         let (segment, _) = Segment::open(dir.path(), 0, SETTINGS, false, true, 0, &OpenFiles::new(4)).unwrap();
         assert_eq!(time_entries(&segment), written);
+    }
+
+    fn append_batches(segment: &mut Segment, offsets: std::ops::Range<i64>) {
+        for offset in offsets {
+            let mut builder = BatchBuilder::new(Compression::None).base_offset(offset);
+            builder.push(1_000 + offset, Some(b"key"), Some(&[b'v'; 60]), &[]);
+            let batch = builder.build().unwrap();
+            let header: [u8; HEADER_SIZE] = batch.bytes()[..HEADER_SIZE].try_into().unwrap();
+            segment.append(&header, &batch.bytes()[HEADER_SIZE..]).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_active_segment_trusts_index_files_from_its_last_flush_or_rebuilds_missing_ones() {
+        // Proves index files written by a flush, with more batches appended after it, are a
+        // valid sparser index: an open that trusts them (no recovery) reads the longer tail and
+        // learns the right next offset and largest timestamp, and every offset is found; with
+        // the files missing the indexes are rebuilt.
+        let dir = tempfile::tempdir().unwrap();
+        let files = OpenFiles::new(2);
+        let mut segment = Segment::create(dir.path(), 0, SETTINGS, 0, &files).unwrap();
+        append_batches(&mut segment, 0..9);
+        segment.flush().unwrap();
+        let flushed_entries = segment.time_index().entries();
+        append_batches(&mut segment, 9..14);
+        let full = time_entries(&segment);
+        assert!(full.len() > flushed_entries, "entries were added after the flush");
+        drop(segment);
+        for missing in [false, true] {
+            if missing {
+                fs::remove_file(dir.path().join(file_name(0, INDEX_SUFFIX))).unwrap();
+                fs::remove_file(dir.path().join(file_name(0, TIME_INDEX_SUFFIX))).unwrap();
+            }
+            let (segment, end) = Segment::open(dir.path(), 0, SETTINGS, true, false, 0, &files).unwrap();
+            assert_eq!(end, ScanEnd::Clean);
+            assert_eq!(segment.next_offset(), 14, "missing: {missing}");
+            assert_eq!((segment.max_timestamp(), segment.offset_of_max_timestamp()), (1_013, 13));
+            let expected = if missing { full.len() + 1 } else { flushed_entries };
+            assert_eq!(time_entries(&segment).len(), expected, "rebuilt ones add the closing entry");
+            for offset in 0..14 {
+                let (_, header) = segment.locate(offset).unwrap().unwrap();
+                assert_eq!(header.base_offset, offset);
+            }
+        }
     }
 }
