@@ -74,8 +74,9 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir { path: data_dir.clone(), source })?;
-        check_metadata_log(&data_dir, config.process_roles)?;
-        let cluster_id = load_or_create_meta(&data_dir, config.node_id, config.cluster_id.as_deref())?;
+        let metadata_dir = config.metadata_log_dir.clone();
+        check_metadata_log(&data_dir, &metadata_dir, config.process_roles)?;
+        let cluster_id = load_or_create_meta(&data_dir, &metadata_dir, config.node_id, config.cluster_id.as_deref())?;
 
         let controller = Controller::start(ControllerConfig {
             node_id: config.node_id,
@@ -86,6 +87,7 @@ impl Node {
             listen_addr: config.controller_listen,
             voters: config.voters.clone(),
             data_dir: data_dir.clone(),
+            metadata_dir: Some(metadata_dir),
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             leader_imbalance_check_interval_ms: config.leader_imbalance_check_interval_ms,
             ..ControllerConfig::default()
@@ -470,9 +472,14 @@ fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataIm
 /// log directory is gone (Kafka refuses a metadata.log.dir that is not formatted): it would
 /// vote again in terms it already voted in, and its empty image would make the stray sweep
 /// delete every partition. A broker-only node holds no vote: it fetches the log again. The
-/// invariant this relies on: `meta.properties` is only ever written once `metadata/` exists.
-fn check_metadata_log(data_dir: &Path, roles: crate::config::ProcessRoles) -> Result<(), NodeError> {
-    let dir = data_dir.join(crate::controller::METADATA_DIR);
+/// invariant this relies on: `meta.properties` is only ever written once the quorum's directory
+/// (`metadata_dir`: `metadata/` or the configured `metadata.log.dir`) exists.
+fn check_metadata_log(
+    data_dir: &Path,
+    metadata_dir: &Path,
+    roles: crate::config::ProcessRoles,
+) -> Result<(), NodeError> {
+    let dir = metadata_dir.to_path_buf();
     let voter = roles == crate::config::ProcessRoles::BrokerController;
     if voter && data_dir.join("meta.properties").exists() && !dir.exists() {
         return Err(NodeError::MetadataLogLost { dir });
@@ -481,7 +488,12 @@ fn check_metadata_log(data_dir: &Path, roles: crate::config::ProcessRoles) -> Re
 }
 
 /// `meta.properties` as Kafka keeps it: the cluster id and node id this directory belongs to.
-fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) -> Result<String, NodeError> {
+fn load_or_create_meta(
+    data_dir: &Path,
+    metadata_dir: &Path,
+    node_id: u64,
+    cluster_id: Option<&str>,
+) -> Result<String, NodeError> {
     let path = data_dir.join("meta.properties");
     let io = |source| NodeError::DataDir { path: path.clone(), source };
     if let Ok(text) = std::fs::read_to_string(&path) {
@@ -498,7 +510,7 @@ fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) 
     }
     let cluster_id = cluster_id.map(str::to_string).unwrap_or_else(new_cluster_id);
     // `check_metadata_log`'s invariant: the quorum's directory exists before this file does.
-    let metadata = data_dir.join(crate::controller::METADATA_DIR);
+    let metadata = metadata_dir.to_path_buf();
     std::fs::create_dir_all(&metadata).map_err(|source| NodeError::DataDir { path: metadata, source })?;
     let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
     // fsynced and renamed durably: after a power loss a half-written or vanished file would
