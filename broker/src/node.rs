@@ -283,6 +283,7 @@ impl Node {
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
             let mut ticks = 0u64;
+            let mut checkpoint_failing = false;
             loop {
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
@@ -295,8 +296,18 @@ impl Node {
                 if ticks % 5 == 0 {
                     let replicas = checkpointed.clone();
                     let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
-                    if let Ok(Err(e)) = written {
-                        tracing::warn!(error = %e, "could not write the high watermark checkpoint");
+                    // A full disk fails it every 5 s: logged once per episode. The high
+                    // watermarks stay in memory; the next write that succeeds has them all.
+                    match written {
+                        Ok(Err(e)) if !checkpoint_failing => {
+                            checkpoint_failing = true;
+                            tracing::warn!(error = %e, "could not write the high watermark checkpoint; retrying every 5 s");
+                        }
+                        Ok(Ok(())) if checkpoint_failing => {
+                            checkpoint_failing = false;
+                            tracing::info!("the high watermark checkpoint is written again");
+                        }
+                        _ => {}
                     }
                 }
             }
