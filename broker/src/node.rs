@@ -279,6 +279,8 @@ impl Node {
         let sampled = broker.metrics.clone();
         let imaged = broker.controller.clone();
         let checkpointed = replicas.clone();
+        let reopened = broker.clone();
+        let node_id = config.node_id;
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -294,6 +296,12 @@ impl Node {
                 }
                 ticks += 1;
                 if ticks % 5 == 0 {
+                    // A partition that could not be opened (disk full, out of descriptors) is
+                    // tried again, without waiting for the next metadata change.
+                    if unopened_partitions(&reopened.controller.image(), &checkpointed, node_id) {
+                        let broker = reopened.clone();
+                        let _ = tokio::task::spawn_blocking(move || broker.reconcile_now()).await;
+                    }
                     let replicas = checkpointed.clone();
                     let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
                     // A full disk fails it every 5 s: logged once per episode. The high
@@ -459,6 +467,14 @@ fn reconciler(
             }
         }
     }
+}
+
+/// Whether the image assigns this node a partition it does not host: its open failed (a full
+/// disk, no descriptors left) and waits for the next reconcile.
+fn unopened_partitions(image: &MetadataImage, replicas: &ReplicaManager, node_id: u64) -> bool {
+    image.topics.values().any(|topic| {
+        topic.partitions.iter().any(|p| p.replicas.contains(&node_id) && replicas.get(&topic.name, p.partition).is_none())
+    })
 }
 
 /// Partitions this node hosts that the image no longer assigns to it (a reassignment moved them
