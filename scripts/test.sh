@@ -9,6 +9,7 @@
 # - Chromium and ChromeDriver from Debian (the dashboard's real-browser test) and schemathesis
 #   from PyPI into target/py (the OpenAPI fuzz test). Once installed, those tests are required:
 #   RUNNEL_REQUIRE_BROWSER / RUNNEL_REQUIRE_TOOLS make them fail instead of skip;
+# - as root, RUNNEL_REQUIRE_MOUNT: the disk-full test mounts a tmpfs and fails (not SKIPs) if it cannot;
 # - the wasm32-wasip2 target (rustup), for the transform examples and test guests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ if ((${#need_apt[@]})); then
     else
         echo "warning: missing ${need_apt[*]} and cannot apt-get install them" >&2
     fi
+fi
+
+# As root the disk-full test (tests/resource_limits.rs) can mount its tmpfs: then it is required.
+if [[ $(id -u) == 0 ]]; then
+    export RUNNEL_REQUIRE_MOUNT=1
 fi
 
 if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then

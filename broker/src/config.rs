@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// Data directory [default: ./runnel-data].
     #[arg(long, env = "RUNNEL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// `metadata.log.dir`: the metadata quorum's directory (raft log, vote, snapshot), e.g. on
+    /// another filesystem than the partition logs so a full data disk leaves the quorum writing
+    /// [default: <data-dir>/metadata].
+    #[arg(long, env = "RUNNEL_METADATA_LOG_DIR")]
+    pub metadata_log_dir: Option<PathBuf>,
     /// Cluster id for a new data directory [default: random].
     #[arg(long, env = "RUNNEL_CLUSTER_ID")]
     pub cluster_id: Option<String>,
@@ -181,6 +186,7 @@ struct FileConfig {
     voters: Option<String>,
     process_roles: Option<String>,
     data_dir: Option<PathBuf>,
+    metadata_log_dir: Option<PathBuf>,
     cluster_id: Option<String>,
     num_partitions: Option<u32>,
     default_replication_factor: Option<u16>,
@@ -270,6 +276,8 @@ pub struct NodeConfig {
     /// `process.roles`: whether this node is a voter of the metadata quorum.
     pub process_roles: ProcessRoles,
     pub data_dir: PathBuf,
+    /// `metadata.log.dir`: the quorum's own directory (by default `data_dir/metadata`).
+    pub metadata_log_dir: PathBuf,
     pub cluster_id: Option<String>,
     pub num_partitions: u32,
     pub default_replication_factor: u16,
@@ -366,6 +374,7 @@ impl NodeConfig {
                 Some(text) => parse_open_files_max(&text)?,
                 None => None,
             };
+        let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data"));
         Ok(NodeConfig {
             node_id,
             kafka_listen: args
@@ -381,7 +390,12 @@ impl NodeConfig {
             controller_listen,
             voters,
             process_roles,
-            data_dir: args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")),
+            metadata_log_dir: args
+                .metadata_log_dir
+                .clone()
+                .or(file.metadata_log_dir)
+                .unwrap_or_else(|| data_dir.join(crate::controller::METADATA_DIR)),
+            data_dir,
             cluster_id: args.cluster_id.clone().or(file.cluster_id),
             num_partitions: args.num_partitions.or(file.num_partitions).unwrap_or(1).max(1),
             default_replication_factor: args
@@ -646,6 +660,21 @@ mod tests {
         assert!(config.log_defaults.cleanup_policy.compact);
         assert_eq!(config.voters, BTreeMap::from([(7, "127.0.0.1:9093".to_string())]));
         assert_eq!(config.kafka_listen.port(), 9092);
+    }
+
+    #[test]
+    fn metadata_log_dir_defaults_inside_the_data_dir_and_can_be_elsewhere() {
+        // Proves `metadata.log.dir`: `<data-dir>/metadata` unless the file or a flag names another.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(&path, "data_dir = \"/d\"\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), ..ServeArgs::default() };
+        assert_eq!(NodeConfig::resolve(&args).unwrap().metadata_log_dir, PathBuf::from("/d/metadata"));
+        std::fs::write(&path, "data_dir = \"/d\"\nmetadata_log_dir = \"/m\"\n").unwrap();
+        let args = ServeArgs { config: Some(path.clone()), ..ServeArgs::default() };
+        assert_eq!(NodeConfig::resolve(&args).unwrap().metadata_log_dir, PathBuf::from("/m"));
+        let args = ServeArgs { config: Some(path), metadata_log_dir: Some("/f".into()), ..ServeArgs::default() };
+        assert_eq!(NodeConfig::resolve(&args).unwrap().metadata_log_dir, PathBuf::from("/f"));
     }
 
     #[test]

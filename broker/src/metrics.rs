@@ -59,6 +59,14 @@ pub struct Metrics {
     pub connections_idle_expired: IntCounter,
     /// Time the acceptor waited for a free slot at `max.connections`.
     pub acceptor_blocked_seconds: Counter,
+    /// Failed `accept`s per listener (`kafka`, `http`): out of descriptors, mostly.
+    pub accept_errors: IntCounterVec,
+    /// Appends a partition refused with KAFKA_STORAGE_ERROR (disk full, out of descriptors, I/O
+    /// error), per topic: Kafka's failed-log-dir signal, per partition's topic here.
+    pub log_storage_errors: IntCounterVec,
+    /// Metadata store writes retried after running out of descriptors or disk space (set from
+    /// the controller at scrape time).
+    pub metadata_storage_retries: IntGauge,
     /// The `queued.max.request.bytes` pool: bytes granted to requests being read or handled, and
     /// bytes left.
     pub memory_pool_used_bytes: IntGauge,
@@ -325,6 +333,23 @@ impl Metrics {
                 r.register(Box::new(metric.clone())).expect("unique metric");
                 metric
             },
+            accept_errors: counter_vec(
+                &r,
+                "kafka_network_acceptor_accept_errors_total",
+                "Failed accepts of a listener (out of file descriptors, mostly), per listener",
+                &["listener"],
+            ),
+            log_storage_errors: counter_vec(
+                &r,
+                "kafka_log_storage_errors_total",
+                "Appends refused with KAFKA_STORAGE_ERROR (disk full, out of file descriptors, I/O error), per topic",
+                &["topic"],
+            ),
+            metadata_storage_retries: gauge(
+                &r,
+                "runnel_metadata_storage_retries",
+                "Metadata quorum writes retried after running out of file descriptors or disk space, since start",
+            ),
             memory_pool_used_bytes: gauge(
                 &r,
                 "kafka_network_socketserver_memory_pool_used_bytes",
@@ -525,6 +550,7 @@ impl Metrics {
         let _ = self.bytes_in.remove_label_values(&[topic]);
         let _ = self.messages_in.remove_label_values(&[topic]);
         let _ = self.bytes_out.remove_label_values(&[topic]);
+        let _ = self.log_storage_errors.remove_label_values(&[topic]);
     }
 
     /// Records one Kafka request of API key `api_key` that took `seconds` to answer.

@@ -74,8 +74,9 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir { path: data_dir.clone(), source })?;
-        check_metadata_log(&data_dir, config.process_roles)?;
-        let cluster_id = load_or_create_meta(&data_dir, config.node_id, config.cluster_id.as_deref())?;
+        let metadata_dir = config.metadata_log_dir.clone();
+        check_metadata_log(&data_dir, &metadata_dir, config.process_roles)?;
+        let cluster_id = load_or_create_meta(&data_dir, &metadata_dir, config.node_id, config.cluster_id.as_deref())?;
 
         let controller = Controller::start(ControllerConfig {
             node_id: config.node_id,
@@ -86,6 +87,7 @@ impl Node {
             listen_addr: config.controller_listen,
             voters: config.voters.clone(),
             data_dir: data_dir.clone(),
+            metadata_dir: Some(metadata_dir),
             broker_session_timeout_ms: config.broker_session_timeout_ms,
             leader_imbalance_check_interval_ms: config.leader_imbalance_check_interval_ms,
             ..ControllerConfig::default()
@@ -282,10 +284,13 @@ impl Node {
         let sampled = broker.metrics.clone();
         let imaged = broker.controller.clone();
         let checkpointed = replicas.clone();
+        let reopened = broker.clone();
+        let node_id = config.node_id;
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
             let mut ticks = 0u64;
+            let mut checkpoint_failing = false;
             loop {
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
@@ -296,10 +301,26 @@ impl Node {
                 }
                 ticks += 1;
                 if ticks % 5 == 0 {
+                    // A partition that could not be opened (disk full, out of descriptors) is
+                    // tried again, without waiting for the next metadata change.
+                    if unopened_partitions(&reopened.controller.image(), &checkpointed, node_id) {
+                        let broker = reopened.clone();
+                        let _ = tokio::task::spawn_blocking(move || broker.reconcile_now()).await;
+                    }
                     let replicas = checkpointed.clone();
                     let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
-                    if let Ok(Err(e)) = written {
-                        tracing::warn!(error = %e, "could not write the high watermark checkpoint");
+                    // A full disk fails it every 5 s: logged once per episode. The high
+                    // watermarks stay in memory; the next write that succeeds has them all.
+                    match written {
+                        Ok(Err(e)) if !checkpoint_failing => {
+                            checkpoint_failing = true;
+                            tracing::warn!(error = %e, "could not write the high watermark checkpoint; retrying every 5 s");
+                        }
+                        Ok(Ok(())) if checkpoint_failing => {
+                            checkpoint_failing = false;
+                            tracing::info!("the high watermark checkpoint is written again");
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -453,6 +474,14 @@ fn reconciler(
     }
 }
 
+/// Whether the image assigns this node a partition it does not host: its open failed (a full
+/// disk, no descriptors left) and waits for the next reconcile.
+fn unopened_partitions(image: &MetadataImage, replicas: &ReplicaManager, node_id: u64) -> bool {
+    image.topics.values().any(|topic| {
+        topic.partitions.iter().any(|p| p.replicas.contains(&node_id) && replicas.get(&topic.name, p.partition).is_none())
+    })
+}
+
 /// Partitions this node hosts that the image no longer assigns to it (a reassignment moved them
 /// away) are deleted the way a deleted topic's are (renamed to `-delete`, removed off the
 /// reconcile path); the fetchers drop them with the next update.
@@ -475,9 +504,14 @@ fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataIm
 /// log directory is gone (Kafka refuses a metadata.log.dir that is not formatted): it would
 /// vote again in terms it already voted in, and its empty image would make the stray sweep
 /// delete every partition. A broker-only node holds no vote: it fetches the log again. The
-/// invariant this relies on: `meta.properties` is only ever written once `metadata/` exists.
-fn check_metadata_log(data_dir: &Path, roles: crate::config::ProcessRoles) -> Result<(), NodeError> {
-    let dir = data_dir.join(crate::controller::METADATA_DIR);
+/// invariant this relies on: `meta.properties` is only ever written once the quorum's directory
+/// (`metadata_dir`: `metadata/` or the configured `metadata.log.dir`) exists.
+fn check_metadata_log(
+    data_dir: &Path,
+    metadata_dir: &Path,
+    roles: crate::config::ProcessRoles,
+) -> Result<(), NodeError> {
+    let dir = metadata_dir.to_path_buf();
     let voter = roles == crate::config::ProcessRoles::BrokerController;
     if voter && data_dir.join("meta.properties").exists() && !dir.exists() {
         return Err(NodeError::MetadataLogLost { dir });
@@ -486,7 +520,12 @@ fn check_metadata_log(data_dir: &Path, roles: crate::config::ProcessRoles) -> Re
 }
 
 /// `meta.properties` as Kafka keeps it: the cluster id and node id this directory belongs to.
-fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) -> Result<String, NodeError> {
+fn load_or_create_meta(
+    data_dir: &Path,
+    metadata_dir: &Path,
+    node_id: u64,
+    cluster_id: Option<&str>,
+) -> Result<String, NodeError> {
     let path = data_dir.join("meta.properties");
     let io = |source| NodeError::DataDir { path: path.clone(), source };
     if let Ok(text) = std::fs::read_to_string(&path) {
@@ -503,7 +542,7 @@ fn load_or_create_meta(data_dir: &Path, node_id: u64, cluster_id: Option<&str>) 
     }
     let cluster_id = cluster_id.map(str::to_string).unwrap_or_else(new_cluster_id);
     // `check_metadata_log`'s invariant: the quorum's directory exists before this file does.
-    let metadata = data_dir.join(crate::controller::METADATA_DIR);
+    let metadata = metadata_dir.to_path_buf();
     std::fs::create_dir_all(&metadata).map_err(|source| NodeError::DataDir { path: metadata, source })?;
     let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
     // fsynced and renamed durably: after a power loss a half-written or vanished file would

@@ -23,7 +23,18 @@ pub struct Runnel {
     pub http_addr: SocketAddr,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    options: SpawnOptions,
     _temp: Option<tempfile::TempDir>,
+}
+
+/// How a node's process is started, beyond its flags (kept for restarts).
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOptions {
+    /// The node's stderr (its log) goes to this file, appended, instead of the test's stderr:
+    /// for tests that assert on log lines.
+    pub stderr_file: Option<PathBuf>,
+    /// RLIMIT_NOFILE, soft and hard, of the process (`setrlimit` before `exec`).
+    pub nofile_limit: Option<u64>,
 }
 
 impl Runnel {
@@ -38,9 +49,22 @@ impl Runnel {
 
     /// Starts a node on `data_dir` (kept by the caller).
     pub fn start_in(data_dir: &Path, extra_args: &[&str]) -> Runnel {
+        Runnel::start_in_with(data_dir, extra_args, SpawnOptions::default())
+    }
+
+    /// Starts a node on `data_dir` (kept by the caller) with `options` for its process.
+    pub fn start_in_with(data_dir: &Path, extra_args: &[&str], options: SpawnOptions) -> Runnel {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, kafka_addr, http_addr) = spawn(data_dir, &extra_args);
-        Runnel { child: Some(child), kafka_addr, http_addr, data_dir: data_dir.to_path_buf(), extra_args, _temp: None }
+        let (child, kafka_addr, http_addr) = spawn(data_dir, &extra_args, &options);
+        Runnel {
+            child: Some(child),
+            kafka_addr,
+            http_addr,
+            data_dir: data_dir.to_path_buf(),
+            extra_args,
+            options,
+            _temp: None,
+        }
     }
 
     /// `http://<http_addr>`: the base URL of the REST API.
@@ -75,7 +99,7 @@ impl Runnel {
     /// Starts the node again on the same data dir (new ports).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the node before restarting it");
-        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &self.extra_args);
+        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &self.extra_args, &self.options);
         self.child = Some(child);
         self.kafka_addr = kafka_addr;
         self.http_addr = http_addr;
@@ -94,7 +118,7 @@ impl Runnel {
             }
         }
         args.extend(more_args.iter().map(|s| s.to_string()));
-        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &args);
+        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &args, &self.options);
         self.child = Some(child);
         self.kafka_addr = kafka_addr;
         self.http_addr = http_addr;
@@ -116,10 +140,30 @@ impl Drop for Runnel {
     }
 }
 
-fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAddr) {
+fn spawn(data_dir: &Path, extra_args: &[String], options: &SpawnOptions) -> (Child, SocketAddr, SocketAddr) {
     // RUNNEL_TEST_BINARY runs the suite against another build (e.g. the one before a change).
     let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
-    let mut child = Command::new(binary)
+    let mut command = Command::new(binary);
+    if let Some(path) = &options.stderr_file {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("node log file");
+        command.stderr(file);
+    } else {
+        command.stderr(Stdio::inherit());
+    }
+    if let Some(limit) = options.nofile_limit {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                let rlimit = libc::rlimit { rlim_cur: limit as libc::rlim_t, rlim_max: limit as libc::rlim_t };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
@@ -146,7 +190,6 @@ fn spawn(data_dir: &Path, extra_args: &[String]) -> (Child, SocketAddr, SocketAd
         .env("RUNNEL_LOG_LEVEL", std::env::var("RUNNEL_LOG_LEVEL").unwrap_or_else(|_| "warn,openraft=off".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn runnel");
     let stdout = child.stdout.take().expect("piped stdout");

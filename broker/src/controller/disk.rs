@@ -1,16 +1,23 @@
 //! File primitives of the metadata store: CRC-32C frames, atomic file replacement, the directory
-//! lock, and the store's error type.
+//! lock, the store's error type, and the wait-and-retry of writes that failed because a resource
+//! ran out (`Transient`).
 //!
 //! Owns: the on-disk frame format `[u32 BE payload length][u32 BE CRC-32C of payload][payload]`
 //! shared by the raft log and the snapshot file, and the rules for reading a damaged tail.
 //! Invariant: a file written with `write_atomically` is either the old or the new content after a
 //! crash, never a mix; `decode_frames` accepts damage only at the very end of a file (a torn last
-//! write) and reports anything else as corruption.
+//! write) and reports anything else as corruption. A write that fails with EMFILE, ENFILE,
+//! ENOSPC, EDQUOT or ENOMEM is retried (with backoff, for as long as it takes) instead of failing
+//! the quorum: those pass once the resource is freed, while openraft stops for good on the first
+//! storage error. Every other error (EIO, corruption) stays fatal.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Bytes before each frame's payload: length and CRC-32C.
 pub(crate) const FRAME_HEADER_BYTES: usize = 8;
@@ -40,8 +47,117 @@ pub(crate) enum StoreError {
 }
 
 impl StoreError {
+    /// Whether this is a resource running out (see [`is_transient`]), which passes on its own.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if is_transient(source))
+    }
+
     pub(crate) fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
         move |source| StoreError::Io { action, path: path.to_path_buf(), source }
+    }
+}
+
+/// Whether `error` is a resource running out rather than a failing disk: descriptors (EMFILE for
+/// the process, ENFILE for the system), disk space or quota (ENOSPC, EDQUOT), kernel memory
+/// (ENOMEM). Each passes once something is freed, and none of them leaves data half-written that
+/// the store cannot cut back.
+pub(crate) fn is_transient(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOSPC | libc::EDQUOT | libc::ENOMEM))
+}
+
+/// First and longest pause between two attempts of a write that ran out of a resource.
+const TRANSIENT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const TRANSIENT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Descriptors (of `/dev/null`) the store holds from its start, closed one at a time when it
+/// runs out of descriptors, so the open it needs can take the slot.
+const RESERVED_DESCRIPTORS: usize = 4;
+
+/// Waits out resource exhaustion for the metadata store: each write of the store runs in
+/// [`Transient::retry`], which repeats it (with backoff, logged once per episode) while it fails
+/// with a transient error, and first hands the write one of the descriptors reserved at start
+/// when the process is out of them. Shared by the log store and the snapshot store.
+#[derive(Debug)]
+pub(crate) struct Transient {
+    /// Attempts that failed with a transient error, over the store's life (a metric).
+    retries: AtomicU64,
+    /// Opened at start; refilled after each episode.
+    reserve: Mutex<Vec<File>>,
+}
+
+impl Transient {
+    /// Opens the descriptor reserve. Blocking.
+    pub(crate) fn new() -> Transient {
+        let reserve = (0..RESERVED_DESCRIPTORS).filter_map(|_| File::open("/dev/null").ok()).collect();
+        Transient { retries: AtomicU64::new(0), reserve: Mutex::new(reserve) }
+    }
+
+    /// Attempts that failed with a transient error and were retried.
+    pub(crate) fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `attempt` until it succeeds or fails with a non-transient error. Blocking: only in
+    /// the store's blocking tasks (the pause is the backoff of a blocked write, not a wait for
+    /// another task). `what` names the write in the log lines.
+    pub(crate) fn retry<T>(
+        &self,
+        what: &'static str,
+        mut attempt: impl FnMut() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut backoff = TRANSIENT_BACKOFF_MIN;
+        let mut failed_since: Option<Instant> = None;
+        let mut attempts = 0u64;
+        loop {
+            match attempt() {
+                Ok(value) => {
+                    if let Some(since) = failed_since {
+                        tracing::warn!(
+                            write = what,
+                            attempts,
+                            waited_ms = since.elapsed().as_millis() as u64,
+                            "metadata store: the write succeeded after the resource was freed"
+                        );
+                        self.refill();
+                    }
+                    return Ok(value);
+                }
+                Err(e) if e.is_transient() => {
+                    attempts += 1;
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    if failed_since.is_none() {
+                        failed_since = Some(Instant::now());
+                        tracing::error!(
+                            write = what,
+                            error = %e,
+                            cause = %std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default(),
+                            "metadata store: out of a resource (descriptors, disk space or memory); \
+                             the quorum waits and retries this write until it succeeds"
+                        );
+                    }
+                    // Out of descriptors: give one of ours back for the next attempt.
+                    let emfile = matches!(&e, StoreError::Io { source, .. }
+                        if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)));
+                    if emfile && self.reserve.lock().unwrap_or_else(|p| p.into_inner()).pop().is_some() {
+                        continue;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(TRANSIENT_BACKOFF_MAX);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reopens the reserved descriptors used up in an episode (best effort: the next episode
+    /// finds fewer if the process is still short of them).
+    fn refill(&self) {
+        let mut reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
+        while reserve.len() < RESERVED_DESCRIPTORS {
+            match File::open("/dev/null") {
+                Ok(file) => reserve.push(file),
+                Err(_) => break,
+            }
+        }
     }
 }
 
@@ -128,11 +244,40 @@ pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8], durability:
         return crate::log::durable::write_atomically(&path, bytes).map_err(StoreError::io("write atomically", &path));
     }
     let tmp = dir.join(format!("{name}.tmp"));
-    let mut file = File::create(&tmp).map_err(StoreError::io("create", &tmp))?;
-    file.write_all(bytes).map_err(StoreError::io("write", &tmp))?;
-    drop(file);
-    std::fs::rename(&tmp, &path).map_err(StoreError::io("rename into place", &path))?;
-    Ok(())
+    let written = File::create(&tmp).map_err(StoreError::io("create", &tmp)).and_then(|mut file| {
+        file.write_all(bytes).map_err(StoreError::io("write", &tmp))?;
+        drop(file);
+        std::fs::rename(&tmp, &path).map_err(StoreError::io("rename into place", &path))
+    });
+    if written.is_err() {
+        // A full disk keeps no half-written temp file.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Replaces `dir/name` with `bytes` durably (temp file, fsync, rename, fsync the directory) and
+/// returns the new file open for appending: the store keeps writing to the file it just put in
+/// place, with no second open that could fail (out of descriptors) after the rename and leave
+/// it holding the replaced file.
+pub(crate) fn replace_and_open_append(dir: &Path, name: &str, bytes: &[u8]) -> Result<File, StoreError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut file =
+            OpenOptions::new().append(true).create_new(true).open(&tmp).map_err(StoreError::io("create", &tmp))?;
+        file.write_all(bytes).map_err(StoreError::io("write", &tmp))?;
+        file.sync_all().map_err(StoreError::io("fsync", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(StoreError::io("rename into place", &path))?;
+        Ok(file)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let file = written?;
+    sync_dir(dir)?;
+    Ok(file)
 }
 
 /// fsyncs a directory so that creations and renames in it are durable.
@@ -228,6 +373,44 @@ mod tests {
         let mut buf = frames(&[b"first", b"second", b"third"]);
         buf[FRAME_HEADER_BYTES + 1] ^= 0xff;
         assert!(matches!(decode_frames(Path::new("x"), &buf), Err(StoreError::Corrupt { position: 0, .. })));
+    }
+
+    fn os_error(errno: i32) -> StoreError {
+        StoreError::Io { action: "write", path: PathBuf::from("x"), source: io::Error::from_raw_os_error(errno) }
+    }
+
+    // Proves a write that runs out of descriptors or space is retried until it succeeds (handing
+    // it the reserved descriptors first), and that EIO fails at once.
+    #[test]
+    fn transient_errors_are_retried_and_others_are_not() {
+        let transient = Transient::new();
+        let mut failures = vec![libc::ENOSPC, libc::EMFILE, libc::EDQUOT, libc::ENFILE];
+        let written = transient.retry("test", || match failures.pop() {
+            Some(errno) => Err(os_error(errno)),
+            None => Ok(7),
+        });
+        assert_eq!(written.expect("retried until it succeeded"), 7);
+        assert_eq!(transient.retries(), 4);
+        assert_eq!(transient.reserve.lock().unwrap().len(), RESERVED_DESCRIPTORS, "the reserve is refilled");
+        let mut calls = 0;
+        let failed = transient.retry("test", || -> Result<(), StoreError> {
+            calls += 1;
+            Err(os_error(libc::EIO))
+        });
+        assert!(matches!(failed, Err(StoreError::Io { .. })));
+        assert_eq!(calls, 1);
+        assert_eq!(transient.retries(), 4);
+    }
+
+    // Proves the replacement is in place and appends through the returned handle reach it.
+    #[test]
+    fn replace_and_open_append_keeps_writing_the_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("f"), b"old content").expect("write");
+        let mut file = replace_and_open_append(dir.path(), "f", b"new").expect("replace");
+        file.write_all(b"+more").expect("append");
+        assert_eq!(std::fs::read(dir.path().join("f")).expect("read"), b"new+more");
+        assert!(!dir.path().join("f.tmp").exists());
     }
 
     // Proves the directory lock excludes a second holder until the first is dropped.

@@ -9,6 +9,10 @@
 //! `save_vote` returns; entries in memory are exactly the entries in the file, contiguous, starting
 //! right after the last purged log id. `committed.json` is a hint (openraft recomputes commitment
 //! from the quorum); a damaged or inconsistent hint is ignored.
+//! Resource exhaustion (descriptors, disk space) never fails openraft's calls: the append handle is
+//! opened at start and kept (a rewrite appends through the very file it renamed into place), and
+//! every write waits out EMFILE/ENOSPC in `Transient::retry`, an append first cutting back
+//! whatever part of it reached the file. Only a non-transient error (EIO) poisons the log.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -22,7 +26,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError};
 use serde::{Deserialize, Serialize};
 
-use super::disk::{self, blocking, DirLock, Durability, StoreError};
+use super::disk::{self, blocking, DirLock, Durability, StoreError, Transient};
 use super::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 pub(crate) const LOG_FILE: &str = "raft.log";
@@ -58,39 +62,78 @@ type SharedEntries = Arc<Mutex<BTreeMap<u64, Entry>>>;
 struct LogFile {
     path: PathBuf,
     file: File,
+    /// Bytes of the file that are whole, fsynced frames: where a failed append is cut back to.
+    len: u64,
     /// Set after a failed write or fsync: the file's state is unknown, refuse further writes.
     poisoned: bool,
+    transient: Arc<Transient>,
 }
 
 impl LogFile {
-    fn open_append(path: PathBuf) -> Result<LogFile, StoreError> {
+    fn open_append(path: PathBuf, transient: Arc<Transient>) -> Result<LogFile, StoreError> {
         let file = OpenOptions::new().append(true).open(&path).map_err(StoreError::io("open", &path))?;
-        Ok(LogFile { path, file, poisoned: false })
+        let len = file.metadata().map_err(StoreError::io("stat", &path))?.len();
+        Ok(LogFile { path, file, len, poisoned: false, transient })
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned);
         }
-        let res = self.file.write_all(bytes).and_then(|()| self.file.sync_data());
-        res.map_err(|source| {
-            // A partial write is cut at the next open (torn tail); after a failed fsync the page
-            // cache cannot be trusted either way.
+        let transient = self.transient.clone();
+        let res = transient.retry("append to the metadata log", || self.try_append(bytes));
+        if res.is_err() {
             self.poisoned = true;
-            StoreError::Io { action: "append to", path: self.path.clone(), source }
-        })
+        }
+        res
     }
 
-    /// Atomically replaces the whole file with a header and `entries`.
+    /// One attempt. A transient failure (ENOSPC in the write or the fsync) cuts the file back to
+    /// its last whole frame, so the retry writes the frame whole again: the bytes up to `len` were
+    /// fsynced before, and the cut drops whatever the failed attempt left in the page cache.
+    /// Any other failure leaves the file unknown (a partial write is cut at the next open, a torn
+    /// tail; after a failed fsync the page cache cannot be trusted either way).
+    fn try_append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let io = |source| StoreError::Io { action: "append to", path: self.path.clone(), source };
+        match self.file.write_all(bytes).and_then(|()| self.file.sync_data()) {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(source) if disk::is_transient(&source) => {
+                let cut = self.file.set_len(self.len).and_then(|()| self.file.sync_data());
+                match cut {
+                    // Retried: the cut is done again with the next attempt if it ran out too.
+                    Ok(()) => Err(io(source)),
+                    Err(cut) if disk::is_transient(&cut) => Err(io(cut)),
+                    Err(cut) => Err(StoreError::Io { action: "cut back a failed append to", path: self.path.clone(), source: cut }),
+                }
+            }
+            Err(source) => Err(io(source)),
+        }
+    }
+
+    /// Atomically replaces the whole file with a header and `entries`; appends continue on the
+    /// new file's own handle (no reopen).
     fn rewrite(&mut self, last_purged: Option<&LogId>, entries: &[Entry]) -> Result<(), StoreError> {
         if self.poisoned {
             return Err(StoreError::Poisoned);
         }
         let bytes = encode_log(last_purged, entries)?;
         let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
-        disk::write_atomically(&dir, LOG_FILE, &bytes, Durability::Durable)?;
-        *self = LogFile::open_append(self.path.clone())?;
-        Ok(())
+        let transient = self.transient.clone();
+        match transient.retry("rewrite the metadata log", || disk::replace_and_open_append(&dir, LOG_FILE, &bytes)) {
+            Ok(file) => {
+                self.file = file;
+                self.len = bytes.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // The rename may have happened: the handle may name the replaced file.
+                self.poisoned = true;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -123,12 +166,17 @@ pub(crate) struct LogStore {
     last_purged: Option<LogId>,
     vote: Option<Vote>,
     committed: Option<LogId>,
+    transient: Arc<Transient>,
     _lock: Arc<DirLock>,
 }
 
 impl LogStore {
     /// Loads (or creates) the log in `dir`, cutting a torn tail. Blocking.
-    pub(crate) fn open(dir: &Path, dir_lock: Arc<DirLock>) -> Result<(LogStore, LogOpenReport), StoreError> {
+    pub(crate) fn open(
+        dir: &Path,
+        dir_lock: Arc<DirLock>,
+        transient: Arc<Transient>,
+    ) -> Result<(LogStore, LogOpenReport), StoreError> {
         let path = dir.join(LOG_FILE);
         let _ = std::fs::remove_file(dir.join(format!("{LOG_FILE}.tmp")));
         let bytes = match disk::read_if_exists(&path)? {
@@ -202,10 +250,11 @@ impl LogStore {
         let store = LogStore {
             dir: dir.to_path_buf(),
             entries: Arc::new(Mutex::new(entries)),
-            file: Arc::new(Mutex::new(LogFile::open_append(path)?)),
+            file: Arc::new(Mutex::new(LogFile::open_append(path, transient.clone())?)),
             last_purged,
             vote,
             committed,
+            transient,
             _lock: dir_lock,
         };
         Ok((store, report))
@@ -294,9 +343,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes =
             serde_json::to_vec(vote).map_err(|e| io_error(StoreError::Encode(e), StorageIOError::write_vote))?;
-        let dir = self.dir.clone();
-        blocking(move || disk::write_atomically(&dir, VOTE_FILE, &bytes, Durability::Durable))
-            .await
+        let (dir, transient) = (self.dir.clone(), self.transient.clone());
+        blocking(move || {
+            transient.retry("save the vote", || disk::write_atomically(&dir, VOTE_FILE, &bytes, Durability::Durable))
+        })
+        .await
             .map_err(|e| io_error(e, StorageIOError::write_vote))?;
         self.vote = Some(*vote);
         Ok(())
@@ -310,9 +361,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let bytes =
             serde_json::to_vec(&committed).map_err(|e| io_error(StoreError::Encode(e), StorageIOError::write))?;
         let dir = self.dir.clone();
-        blocking(move || disk::write_atomically(&dir, COMMITTED_FILE, &bytes, Durability::ProcessCrashSafe))
-            .await
-            .map_err(|e| io_error(e, StorageIOError::write))?;
+        let written =
+            blocking(move || disk::write_atomically(&dir, COMMITTED_FILE, &bytes, Durability::ProcessCrashSafe)).await;
+        match written {
+            Ok(()) => {}
+            // A hint: an older one on disk only makes a restart re-apply a little more, so a
+            // full disk or a lack of descriptors skips it rather than stall the quorum.
+            Err(e) if e.is_transient() => {
+                tracing::debug!(error = %e, "metadata store: committed hint not written (out of a resource)");
+            }
+            Err(e) => return Err(io_error(e, StorageIOError::write)),
+        }
         self.committed = committed;
         Ok(())
     }
@@ -391,7 +450,7 @@ mod tests {
 
     fn open(dir: &Path) -> (LogStore, LogOpenReport) {
         let lock = Arc::new(DirLock::acquire(dir).expect("lock"));
-        LogStore::open(dir, lock).expect("open")
+        LogStore::open(dir, lock, Arc::new(Transient::new())).expect("open")
     }
 
     /// Appends without going through openraft's callback (which needs a running core).

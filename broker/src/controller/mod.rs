@@ -6,12 +6,14 @@
 //! controller to add it to the membership, then receives every committed entry and snapshot like a
 //! voter, but never votes, never stands for election and never counts toward a commit.
 //!
-//! Owns: everything under `data_dir/metadata/` (raft log, vote, committed hint, snapshot, lock
-//! file) and the raft RPC listener. Files: `record` (the record vocabulary), `image` (the image and
+//! Owns: everything under `data_dir/metadata/` or the configured `metadata.log.dir` (raft log,
+//! vote, committed hint, snapshot, lock file) and the raft RPC listener. Files: `record` (the record vocabulary), `image` (the image and
 //! the deterministic apply), `log_store` / `state_machine` (openraft storage), `disk` (frames,
 //! atomic writes, the directory lock), `network` / `server` (TCP RPCs), `raft_types`.
 //! Invariant: the image only ever reflects committed entries, applied in log order; every
-//! acknowledged proposal is durable on a quorum (fsync before acknowledging an append). openraft
+//! acknowledged proposal is durable on a quorum (fsync before acknowledging an append). Running
+//! out of descriptors or disk space stalls the quorum's writes until the resource is back, never
+//! fails them (`disk::Transient`): openraft stops for good on a storage error. openraft
 //! types never cross this module's public API: the broker sees `Controller`, records, images and
 //! `ControllerError` only. The voters are the configured ones: an observer joining (or
 //! rejoining) never changes them. This module must not touch partition data or client connections.
@@ -47,7 +49,7 @@ pub use self::record::{
     ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, StartPosition, TransformImage, TransformSpec,
 };
 
-use self::disk::{DirLock, StoreError};
+use self::disk::{DirLock, StoreError, Transient};
 use self::lifecycle::Leases;
 use self::log_store::LogStore;
 use self::network::{ConnPolicy, ForwardError, NetworkFactory, PeerPool, RpcRequest, RpcResponse};
@@ -131,8 +133,11 @@ pub struct ControllerConfig {
     /// All voters (including this node if it is one): node id → "host:port" of their raft
     /// listener. An observer advertises its own listener address when it joins.
     pub voters: BTreeMap<NodeId, String>,
-    /// The raft log, vote and snapshots live in `data_dir/metadata/`.
+    /// The raft log, vote and snapshots live in `data_dir/metadata/` ...
     pub data_dir: PathBuf,
+    /// ... or here when set (Kafka's `metadata.log.dir`: e.g. another filesystem than the
+    /// partitions', so a full data disk leaves the quorum writing).
+    pub metadata_dir: Option<PathBuf>,
     /// Leader heartbeat period; also the timeout of one AppendEntries RPC.
     pub heartbeat_interval_ms: u64,
     /// A follower that hears no leader for a random time in [min, max) starts an election.
@@ -167,6 +172,7 @@ impl ControllerConfig {
             listen_addr,
             voters,
             data_dir: data_dir.into(),
+            metadata_dir: None,
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 300,
             election_timeout_max_ms: 600,
@@ -182,6 +188,11 @@ impl ControllerConfig {
     pub fn single_node(node_id: NodeId, listen_addr: SocketAddr, data_dir: impl Into<PathBuf>) -> ControllerConfig {
         let voters = BTreeMap::from([(node_id, listen_addr.to_string())]);
         ControllerConfig::new(node_id, listen_addr, voters, data_dir)
+    }
+
+    /// Where the quorum's files live: `metadata_dir`, else `data_dir/metadata/`.
+    pub fn metadata_dir(&self) -> PathBuf {
+        self.metadata_dir.clone().unwrap_or_else(|| self.data_dir.join(METADATA_DIR))
     }
 
     fn raft_config(&self) -> Result<openraft::Config, ControllerError> {
@@ -231,6 +242,8 @@ struct Inner {
     server: Mutex<Option<JoinHandle<()>>>,
     /// Closed once the state machine and its snapshot builders are gone.
     state_machine_alive: Mutex<Option<mpsc::Receiver<()>>>,
+    /// The store's waits on exhausted resources.
+    transient: Arc<Transient>,
 }
 
 impl Drop for Inner {
@@ -302,8 +315,10 @@ impl Controller {
             return Err(ControllerError::ObserverAddrUnspecified { addr: local_addr });
         }
 
-        let dir = config.data_dir.join(METADATA_DIR);
+        let dir = config.metadata_dir();
         let (alive_tx, alive_rx) = mpsc::channel(1);
+        let transient = Arc::new(disk::blocking(|| Ok(Transient::new())).await?);
+        let store_transient = transient.clone();
         let (log_store, state_machine, image_rx) = disk::blocking(move || {
             if !dir.exists() {
                 std::fs::create_dir_all(&dir).map_err(StoreError::io("create", &dir))?;
@@ -312,8 +327,8 @@ impl Controller {
                 }
             }
             let lock = Arc::new(DirLock::acquire(&dir)?);
-            let (log_store, report) = LogStore::open(&dir, lock.clone())?;
-            let (state_machine, image_rx) = StateMachine::open(&dir, lock, alive_tx)?;
+            let (log_store, report) = LogStore::open(&dir, lock.clone(), store_transient.clone())?;
+            let (state_machine, image_rx) = StateMachine::open(&dir, lock, alive_tx, store_transient)?;
             tracing::info!(dir = %dir.display(), entries = report.entries, torn_tail_bytes = report.torn_tail_bytes,
                 applied_index = image_rx.borrow().applied_index, "opened the metadata store");
             Ok((log_store, state_machine, image_rx))
@@ -342,6 +357,7 @@ impl Controller {
                 unclean_elections: std::sync::atomic::AtomicU64::new(0),
                 server: Mutex::new(Some(server)),
                 state_machine_alive: Mutex::new(Some(alive_rx)),
+                transient,
             }),
         };
         if let Err(e) = controller.initialize_if_first(&config).await {
@@ -511,6 +527,12 @@ impl Controller {
     /// Unclean leader elections committed by this node while it was the active controller.
     pub fn unclean_elections(&self) -> u64 {
         self.inner.unclean_elections.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Writes of the metadata store that ran out of descriptors, disk space or memory and were
+    /// retried (instead of failing the quorum), since start.
+    pub fn storage_retries(&self) -> u64 {
+        self.inner.transient.retries()
     }
 
     pub(crate) fn leases(&self) -> &Leases {

@@ -21,7 +21,7 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use super::disk::{self, blocking, DirLock, Durability, StoreError};
+use super::disk::{self, blocking, DirLock, Durability, StoreError, Transient};
 use super::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 use super::raft_types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use super::record::{ApplyOutcome, NodeId};
@@ -217,6 +217,8 @@ struct SnapshotStore {
     /// Serialises file writes between builder tasks and installs. Held only in blocking tasks.
     write: Mutex<()>,
     next_id: AtomicU64,
+    /// A snapshot write that runs out of descriptors or disk space waits and retries.
+    transient: Arc<Transient>,
     _lock: Arc<DirLock>,
 }
 
@@ -235,7 +237,9 @@ impl SnapshotStore {
         let mut bytes = Vec::with_capacity(meta.len() + snapshot.data.len() + 2 * disk::FRAME_HEADER_BYTES);
         disk::encode_frame(&meta, &mut bytes)?;
         disk::encode_frame(&snapshot.data, &mut bytes)?;
-        disk::write_atomically(&self.dir, SNAPSHOT_FILE, &bytes, Durability::Durable)?;
+        self.transient.retry("write the metadata snapshot", || {
+            disk::write_atomically(&self.dir, SNAPSHOT_FILE, &bytes, Durability::Durable)
+        })?;
         *lock(&self.current) = Some(snapshot);
         Ok(())
     }
@@ -301,6 +305,7 @@ impl StateMachine {
         dir: &Path,
         dir_lock: Arc<DirLock>,
         alive: mpsc::Sender<()>,
+        transient: Arc<Transient>,
     ) -> Result<(StateMachine, watch::Receiver<Arc<MetadataImage>>), StoreError> {
         let loaded = load_snapshot(dir)?;
         let millis = crate::log::now_ms().max(0) as u64;
@@ -309,6 +314,7 @@ impl StateMachine {
             current: Mutex::new(None),
             write: Mutex::new(()),
             next_id: AtomicU64::new(millis),
+            transient,
             _lock: dir_lock,
         });
         let (image, last_applied, membership) = match loaded {
@@ -437,7 +443,7 @@ mod tests {
     fn open(dir: &Path) -> (StateMachine, watch::Receiver<Arc<MetadataImage>>) {
         let lock = Arc::new(DirLock::acquire(dir).expect("lock"));
         let (alive, _) = mpsc::channel(1);
-        StateMachine::open(dir, lock, alive).expect("open")
+        StateMachine::open(dir, lock, alive, Arc::new(Transient::new())).expect("open")
     }
 
     fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry {

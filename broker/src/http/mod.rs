@@ -149,6 +149,35 @@ async fn method_not_allowed() -> impl IntoResponse {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, 40501, "method not allowed on this route (see /openapi.json)")
 }
 
+/// The HTTP listener with the Kafka listener's handling of failed accepts (out of descriptors:
+/// back off, one log line per episode, counted) instead of axum's (an error line per failure,
+/// each followed by a fixed 1 s pause).
+struct BackoffListener {
+    listener: TcpListener,
+    errors: crate::server::AcceptErrors,
+}
+
+impl axum::serve::Listener for BackoffListener {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.listener.accept().await {
+                Ok(accepted) => {
+                    self.errors.accepted();
+                    return accepted;
+                }
+                Err(e) => self.errors.failed(&e).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
 /// Serves HTTP until `shutdown` turns true; in-flight long polls end early then.
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
     let state = Arc::new(Http {
@@ -160,6 +189,9 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: watch::
     let reaper = tokio::spawn(consumer::expire_idle(state.clone()));
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop = shutdown.clone();
+    let errors = crate::server::AcceptErrors::new("http", &state.broker.metrics);
+    // `tap_io` gives the wrapper axum's `ConnectInfo<SocketAddr>`.
+    let listener = axum::serve::ListenerExt::tap_io(BackoffListener { listener, errors }, |_| {});
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;

@@ -95,6 +95,7 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     metrics.active_brokers.set(if active { (image.brokers.len() - fenced) as i64 } else { 0 });
     metrics.replica_max_lag.set(max_lag);
     metrics.unclean_leader_elections.set(broker.controller.unclean_elections() as i64);
+    metrics.metadata_storage_retries.set(broker.controller.storage_retries() as i64);
 
     metrics.group_lag.reset();
     metrics.group_offset.reset();

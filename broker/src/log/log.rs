@@ -596,10 +596,15 @@ impl Log {
             active.cut_back(&start.active, settings)?;
             sync_dir(&dir)
         })();
+        // Only a roll or flush during the append moved the recovery point the checkpoint names;
+        // otherwise the checkpoint on disk is still right, and rewriting it would fail on the
+        // full disk that failed the append and take the log offline for nothing.
+        let checkpoint_moved = self.recovery_point != start.recovery_point;
         self.log_end_offset = start.log_end_offset;
         self.recovery_point = start.recovery_point;
-        let undone =
-            undone.map_err(io_err("undo a failed append in", &dir)).and_then(|()| self.write_checkpoint(false));
+        let undone = undone
+            .map_err(io_err("undo a failed append in", &dir))
+            .and_then(|()| if checkpoint_moved { self.write_checkpoint(false) } else { Ok(()) });
         match undone {
             Ok(()) => self.check_invariants(),
             Err(e) => {

@@ -13,6 +13,9 @@ const FILE: &str = "leader-epoch-checkpoint";
 pub struct LeaderEpochCache {
     path: PathBuf,
     entries: Vec<(i32, i64)>,
+    /// The file lags `entries`: a write failed (disk full, out of descriptors) and is done
+    /// again by [`LeaderEpochCache::persist_if_behind`].
+    behind: bool,
 }
 
 impl LeaderEpochCache {
@@ -33,7 +36,7 @@ impl LeaderEpochCache {
             }
         }
         entries.retain(|&(_, offset)| offset <= log_end_offset);
-        Ok(LeaderEpochCache { path, entries })
+        Ok(LeaderEpochCache { path, entries, behind: false })
     }
 
     pub fn latest_epoch(&self) -> Option<i32> {
@@ -78,7 +81,22 @@ impl LeaderEpochCache {
         crate::replication::truncation::kafka_end_offset_for(&starts, log_end_offset, requested).unwrap_or((-1, -1))
     }
 
-    fn persist(&self) -> io::Result<()> {
+    /// Writes the file again if an earlier write failed (the partition calls it after each
+    /// append that succeeded, so the file catches up once the disk has room again).
+    pub fn persist_if_behind(&mut self) -> io::Result<()> {
+        if self.behind {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    fn persist(&mut self) -> io::Result<()> {
+        let written = self.write_file();
+        self.behind = written.is_err();
+        written
+    }
+
+    fn write_file(&self) -> io::Result<()> {
         let mut text = format!("0\n{}\n", self.entries.len());
         for (epoch, offset) in &self.entries {
             text.push_str(&format!("{epoch} {offset}\n"));

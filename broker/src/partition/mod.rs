@@ -10,6 +10,9 @@
 //! follower only from the batches it appended. On the leader the high watermark is the
 //! `replication::leader::LeaderState`'s (minimum log end offset over the ISR); on a follower it
 //! is the leader's, capped by its own log end offset.
+//! A storage error of an append (disk full, out of descriptors, EIO) fails that append only, with
+//! the log cut back (KAFKA_STORAGE_ERROR): logged once per episode, reads go on, and the next
+//! append tries the disk again, so a disk that has room again takes writes without a restart.
 //! Locks: the log mutex, then the role mutex, never the other way round; neither is held across
 //! an `.await`; reads take the log mutex only to find the file slice and read after releasing
 //! it.
@@ -19,7 +22,7 @@ mod manager;
 pub mod partitioner;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -192,6 +195,9 @@ pub struct Partition {
     /// or high watermark moved, or the role changed. Long polls wait on the partitions they
     /// read (Kafka's per-partition delayed fetch keys), not on every append of the node.
     progress: watch::Sender<u64>,
+    /// Set while appends fail with a storage error: the episode is logged once, at its start
+    /// and at its end.
+    storage_failing: AtomicBool,
 }
 
 impl Partition {
@@ -245,7 +251,54 @@ impl Partition {
             }),
             changed: watch::channel(0).0,
             progress: watch::channel(0).0,
+            storage_failing: AtomicBool::new(false),
         })
+    }
+
+    /// Notes an append that failed: a storage error (disk full, out of descriptors, I/O error)
+    /// starts an episode with one clear log line; the other errors are the client's.
+    fn storage_failed(&self, error: &LogError, refused: &'static str) {
+        let errno = match error {
+            LogError::Io { source, .. } => source.raw_os_error(),
+            LogError::Offline { .. } => None,
+            _ => return,
+        };
+        if !self.storage_failing.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                topic = %self.topic,
+                partition = self.index,
+                errno = errno.unwrap_or(0),
+                %error,
+                "partition storage failed: {refused} answer KAFKA_STORAGE_ERROR (each cut back, nothing \
+                 kept) until the disk takes writes again; reads and other partitions are unaffected"
+            );
+        }
+    }
+
+    /// Notes an append that succeeded: ends a storage episode (one load on the hot path
+    /// otherwise), and writes the epoch cache again if its file fell behind during one.
+    fn storage_ok(&self) {
+        if !self.storage_failing.load(Ordering::Acquire) || !self.storage_failing.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(topic = %self.topic, partition = self.index, "partition storage recovered: appends succeed again");
+        let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = epochs.persist_if_behind() {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+            self.storage_failing.store(true, Ordering::Release);
+        }
+    }
+
+    /// A `leader-epoch-checkpoint` write failed: the cache holds the epoch, its file is written
+    /// again after the next successful append (the storage episode's end).
+    fn epoch_checkpoint_failed(&self, error: &std::io::Error) {
+        tracing::warn!(topic = %self.topic, partition = self.index, %error, "could not persist leader epoch; retried after the next successful append");
+        self.storage_failing.store(true, Ordering::Release);
+    }
+
+    /// Whether the last append failed with a storage error (an episode is going on).
+    pub fn storage_failing(&self) -> bool {
+        self.storage_failing.load(Ordering::Acquire)
     }
 
     fn state(&self) -> MutexGuard<'_, ReplicaState> {
@@ -392,7 +445,7 @@ impl Partition {
                 {
                     let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
                     if let Err(e) = epochs.assign(state.leader_epoch, log_end_offset) {
-                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+                        self.epoch_checkpoint_failed(&e);
                     }
                 }
                 current.role = Role::Leader(LeaderState::new(LeaderStart {
@@ -510,7 +563,7 @@ impl Partition {
             return Err(PartitionError::NotEnoughReplicas { isr: isr_len, min_insync_replicas });
         }
         let leader_epoch = ls.leader_epoch();
-        let info = log.append_as_leader(records, leader_epoch, origin)?;
+        let info = log.append_as_leader(records, leader_epoch, origin).inspect_err(|e| self.storage_failed(e, "appends"))?;
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
         self.progressed();
@@ -525,6 +578,7 @@ impl Partition {
         if moved.is_some() {
             self.signal();
         }
+        self.storage_ok();
         Ok((info, log_start_offset, leader_epoch))
     }
 
@@ -674,14 +728,16 @@ impl Partition {
             }
         }
         if !records.is_empty() {
-            let info = log.append_as_follower(records)?;
+            let info =
+                log.append_as_follower(records).inspect_err(|e| self.storage_failed(e, "replicated appends"))?;
+            self.storage_ok();
             let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
             let mut rest = &records[..];
             while rest.len() >= crate::log::batch::HEADER_SIZE {
                 let Ok(header) = crate::log::batch::BatchHeader::read(rest) else { break };
                 if epochs.latest_epoch().is_none_or(|latest| header.partition_leader_epoch > latest) {
                     if let Err(e) = epochs.assign(header.partition_leader_epoch, header.base_offset) {
-                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not persist leader epoch");
+                        self.epoch_checkpoint_failed(&e);
                     }
                 }
                 rest = &rest[header.size().min(rest.len())..];

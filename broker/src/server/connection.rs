@@ -9,6 +9,9 @@
 //! mutes it) and the bytes wait in the kernel's socket buffer. They go back to the pool when
 //! the response is written. The body buffer grows as bytes arrive, never to a size the client
 //! declared before sending it.
+//! An `accept` that fails because the process is out of descriptors (or the kernel of memory)
+//! pauses the acceptor with a backoff (`AcceptErrors`, one log line per episode, counted) while
+//! the open connections keep being served; the client waits in the listen backlog meanwhile.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -131,6 +134,68 @@ impl Drop for PoolGrant {
     }
 }
 
+/// First and longest pause of an acceptor whose `accept` keeps failing.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// The failed accepts of one listener (the Kafka and the HTTP one). Out of descriptors (EMFILE,
+/// ENFILE) or memory, `accept` fails at once for as long as nothing is freed: retrying at once
+/// would spin a core and log a line per attempt, so the acceptor waits, doubling the pause up to
+/// [`ACCEPT_BACKOFF_MAX`], and logs the first failure of an episode and its end. A client that
+/// gave up before being accepted (ECONNABORTED) is no episode. Kafka's acceptor and hyper back
+/// off the same way.
+pub struct AcceptErrors {
+    listener: &'static str,
+    counter: prometheus::IntCounter,
+    failing_since: Option<Instant>,
+    failures: u64,
+    backoff: Duration,
+}
+
+impl AcceptErrors {
+    pub fn new(listener: &'static str, metrics: &crate::metrics::Metrics) -> AcceptErrors {
+        let counter = metrics.accept_errors.with_label_values(&[listener]);
+        AcceptErrors { listener, counter, failing_since: None, failures: 0, backoff: ACCEPT_BACKOFF_MIN }
+    }
+
+    /// After `accept` failed: logs (the first of an episode), counts, and waits for the backoff.
+    pub async fn failed(&mut self, error: &std::io::Error) {
+        self.counter.inc();
+        if matches!(error.raw_os_error(), Some(libc::ECONNABORTED | libc::ECONNRESET | libc::EPROTO)) {
+            tracing::debug!(listener = self.listener, %error, "a client left before its connection was accepted");
+            return;
+        }
+        self.failures += 1;
+        if self.failing_since.is_none() {
+            self.failing_since = Some(Instant::now());
+            let exhausted = matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM));
+            tracing::error!(
+                listener = self.listener,
+                %error,
+                out_of_descriptors_or_memory = exhausted,
+                "cannot accept connections; open connections are still served, new ones wait in the \
+                 listen backlog while accepting is retried with backoff"
+            );
+        }
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
+    }
+
+    /// After `accept` succeeded: ends an episode.
+    pub fn accepted(&mut self) {
+        if let Some(since) = self.failing_since.take() {
+            tracing::warn!(
+                listener = self.listener,
+                failed_accepts = self.failures,
+                failing_ms = since.elapsed().as_millis() as u64,
+                "accepting connections again"
+            );
+            self.failures = 0;
+            self.backoff = ACCEPT_BACKOFF_MIN;
+        }
+    }
+}
+
 /// State shared by the acceptor and every connection task.
 struct Listener {
     limits: ConnectionLimits,
@@ -181,6 +246,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
         per_ip: Mutex::new(HashMap::new()),
         limits,
     });
+    let mut accept_errors = AcceptErrors::new("kafka", &broker.metrics);
     loop {
         // max.connections: like Kafka's acceptor, wait for a free slot before accepting; the
         // clients that arrive meanwhile wait in the listen backlog.
@@ -207,6 +273,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
         };
         match accepted {
             Ok((stream, peer)) => {
+                accept_errors.accepted();
                 let Some(ip_slot) = shared.take_ip_slot(peer.ip()) else {
                     // Kafka closes it at once (TooManyConnectionsException).
                     broker.metrics.connections_rejected.with_label_values(&["max_connections_per_ip"]).inc();
@@ -241,11 +308,8 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
                     metrics.connections.dec();
                 });
             }
-            Err(e) => {
-                // EMFILE and friends: keep serving the connections we have.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::task::yield_now().await;
-            }
+            // EMFILE and friends: keep serving the connections we have, retry after a pause.
+            Err(e) => accept_errors.failed(&e).await,
         }
     }
 }

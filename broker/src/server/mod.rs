@@ -23,7 +23,7 @@ pub mod versions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use self::connection::{as_peer, client_host, serve};
+pub use self::connection::{as_peer, client_host, serve, AcceptErrors};
 pub use self::errors::{
     controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code,
     record_errors,

@@ -49,8 +49,12 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
                         .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))?;
                     Ok((info, log_start_offset, leader_epoch, partition))
                 });
-            if let Ok((info, ..)) = &result {
-                broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64);
+            match &result {
+                Ok((info, ..)) => broker.metrics.record_in(name, info.bytes, info.record_count.max(0) as u64),
+                Err((ResponseError::KafkaStorageError, ..)) => {
+                    broker.metrics.log_storage_errors.with_label_values(&[name]).inc();
+                }
+                Err(_) => {}
             }
             partitions.push((data.index, result));
         }
