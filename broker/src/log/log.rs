@@ -238,7 +238,7 @@ fn delete_segment_files(dir: &Path, bases: &[i64]) -> Result<u64, LogError> {
         for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
             match fs::remove_file(dir.join(segment::file_name(base, suffix))) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e });
+                    return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e })
                 }
                 _ => {}
             }
