@@ -518,7 +518,8 @@ fn creating_partitions_past_the_descriptor_limit_never_kills_the_quorum() {
     commit(&member, "data", 2).expect("a group commit");
 
     // Deleting the wide topic frees its descriptors; a new topic then opens and takes writes.
-    let deleted = admin.call(5, &DeleteTopicsRequest::default().with_topic_names(vec![topic_name("wide")]).with_timeout_ms(30_000));
+    let deleted = admin
+        .call(5, &DeleteTopicsRequest::default().with_topic_names(vec![topic_name("wide")]).with_timeout_ms(30_000));
     assert_eq!(deleted.responses[0].error_code, NONE, "{:?}", deleted.responses[0].error_message);
     assert_eq!(create_topics(&mut admin, "fresh", 2).0, NONE);
     assert!(

@@ -478,7 +478,10 @@ fn reconciler(
 /// disk, no descriptors left) and waits for the next reconcile.
 fn unopened_partitions(image: &MetadataImage, replicas: &ReplicaManager, node_id: u64) -> bool {
     image.topics.values().any(|topic| {
-        topic.partitions.iter().any(|p| p.replicas.contains(&node_id) && replicas.get(&topic.name, p.partition).is_none())
+        topic
+            .partitions
+            .iter()
+            .any(|p| p.replicas.contains(&node_id) && replicas.get(&topic.name, p.partition).is_none())
     })
 }
 

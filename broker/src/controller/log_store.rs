@@ -106,7 +106,11 @@ impl LogFile {
                     // Retried: the cut is done again with the next attempt if it ran out too.
                     Ok(()) => Err(io(source)),
                     Err(cut) if disk::is_transient(&cut) => Err(io(cut)),
-                    Err(cut) => Err(StoreError::Io { action: "cut back a failed append to", path: self.path.clone(), source: cut }),
+                    Err(cut) => Err(StoreError::Io {
+                        action: "cut back a failed append to",
+                        path: self.path.clone(),
+                        source: cut,
+                    }),
                 }
             }
             Err(source) => Err(io(source)),
@@ -348,7 +352,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             transient.retry("save the vote", || disk::write_atomically(&dir, VOTE_FILE, &bytes, Durability::Durable))
         })
         .await
-            .map_err(|e| io_error(e, StorageIOError::write_vote))?;
+        .map_err(|e| io_error(e, StorageIOError::write_vote))?;
         self.vote = Some(*vote);
         Ok(())
     }

@@ -602,9 +602,13 @@ impl Log {
         let checkpoint_moved = self.recovery_point != start.recovery_point;
         self.log_end_offset = start.log_end_offset;
         self.recovery_point = start.recovery_point;
-        let undone = undone
-            .map_err(io_err("undo a failed append in", &dir))
-            .and_then(|()| if checkpoint_moved { self.write_checkpoint(false) } else { Ok(()) });
+        let undone = undone.map_err(io_err("undo a failed append in", &dir)).and_then(|()| {
+            if checkpoint_moved {
+                self.write_checkpoint(false)
+            } else {
+                Ok(())
+            }
+        });
         match undone {
             Ok(()) => self.check_invariants(),
             Err(e) => {

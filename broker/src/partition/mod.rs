@@ -563,7 +563,8 @@ impl Partition {
             return Err(PartitionError::NotEnoughReplicas { isr: isr_len, min_insync_replicas });
         }
         let leader_epoch = ls.leader_epoch();
-        let info = log.append_as_leader(records, leader_epoch, origin).inspect_err(|e| self.storage_failed(e, "appends"))?;
+        let info =
+            log.append_as_leader(records, leader_epoch, origin).inspect_err(|e| self.storage_failed(e, "appends"))?;
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
         self.progressed();
@@ -728,8 +729,7 @@ impl Partition {
             }
         }
         if !records.is_empty() {
-            let info =
-                log.append_as_follower(records).inspect_err(|e| self.storage_failed(e, "replicated appends"))?;
+            let info = log.append_as_follower(records).inspect_err(|e| self.storage_failed(e, "replicated appends"))?;
             self.storage_ok();
             let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
             let mut rest = &records[..];

@@ -168,7 +168,8 @@ impl AcceptErrors {
         self.failures += 1;
         if self.failing_since.is_none() {
             self.failing_since = Some(Instant::now());
-            let exhausted = matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM));
+            let exhausted =
+                matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM));
             tracing::error!(
                 listener = self.listener,
                 %error,
