@@ -24,7 +24,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use support::{block_on, client_config, wait_until, HttpApi, RawConn, Runnel, SpawnOptions};
+use support::{HttpApi, RawConn, Runnel, SpawnOptions, block_on, client_config, wait_until};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 /// How long a request that must not be answered yet is given to show it is not.
@@ -205,10 +205,12 @@ fn topic_name(name: &str) -> TopicName {
 
 /// CreateTopics over `conn`: the topic's error code and message.
 fn create_topics(conn: &mut RawConn, name: &str, partitions: i32) -> (i16, Option<String>) {
-    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
-        .with_name(topic_name(name))
-        .with_num_partitions(partitions)
-        .with_replication_factor(1)]);
+    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+        CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1),
+    ]);
     let response = conn.call(7, &request);
     let topic = &response.topics[0];
     (topic.error_code, topic.error_message.as_ref().map(|m| m.to_string()))
@@ -396,6 +398,18 @@ fn set_nofile(pid: u32, soft: u64, hard: u64) {
     assert!(status.success(), "prlimit --pid {pid} --nofile={soft}:{hard}");
 }
 
+/// A node in `dir` whose process starts under RLIMIT_NOFILE `hard` (soft = hard), logging to
+/// `dir/node.log` (returned) so a test can read its log lines.
+fn start_with_nofile(dir: &std::path::Path, hard: u64) -> (Runnel, std::path::PathBuf) {
+    let log = dir.join("node.log");
+    let node = Runnel::start_in_with(
+        &dir.join("data"),
+        &["--offsets-topic-num-partitions", "1"],
+        SpawnOptions { stderr_file: Some(log.clone()), nofile_limit: Some(hard) },
+    );
+    (node, log)
+}
+
 #[test]
 fn out_of_descriptors_new_connections_wait_while_the_quorum_groups_and_open_connections_keep_working() {
     // Proves a broker at RLIMIT_NOFILE with client connections keeps serving the connections it
@@ -404,12 +418,7 @@ fn out_of_descriptors_new_connections_wait_while_the_quorum_groups_and_open_conn
     // episode), and recovers without a restart when its limit is raised (prlimit --pid) and
     // when the connections close.
     let temp = tempfile::tempdir().expect("temp dir");
-    let log = temp.path().join("node.log");
-    let node = Runnel::start_in_with(
-        &temp.path().join("data"),
-        &["--offsets-topic-num-partitions", "1"],
-        SpawnOptions { stderr_file: Some(log.clone()), nofile_limit: Some(NOFILE_HARD) },
-    );
+    let (node, log) = start_with_nofile(temp.path(), NOFILE_HARD);
     set_nofile(node.pid(), NOFILE, NOFILE_HARD);
     let http = HttpApi::new(&node);
     let mut admin = RawConn::open(&node, "limits-admin");
@@ -480,12 +489,7 @@ fn creating_partitions_past_the_descriptor_limit_never_kills_the_quorum() {
     // clearly, but never loses the metadata quorum: CreateTopics, Metadata, produce to existing
     // partitions and group commits keep working, and deleting the topic frees what it held.
     let temp = tempfile::tempdir().expect("temp dir");
-    let log = temp.path().join("node.log");
-    let node = Runnel::start_in_with(
-        &temp.path().join("data"),
-        &["--offsets-topic-num-partitions", "1"],
-        SpawnOptions { stderr_file: Some(log.clone()), nofile_limit: Some(NOFILE) },
-    );
+    let (node, log) = start_with_nofile(temp.path(), NOFILE);
     let mut admin = RawConn::open(&node, "limits-admin");
     assert_eq!(create_topics(&mut admin, "data", 1).0, NONE);
     let producer = producer(&node);

@@ -7,18 +7,18 @@
 //! Everything waits on a condition with a deadline; the only sleep is the producers' pacing.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
 
 use super::checker::{Checker, FinalBounds};
 use super::{block_on, wait_until};
@@ -463,7 +463,7 @@ pub fn produce_one(
             Ok(result) => return result,
             Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err("delivery report dropped".to_string()),
             Err(std::sync::mpsc::TryRecvError::Empty) if Instant::now() >= until => {
-                return Err(format!("no delivery report within {timeout:?}"))
+                return Err(format!("no delivery report within {timeout:?}"));
             }
             Err(std::sync::mpsc::TryRecvError::Empty) => {}
         }
