@@ -548,7 +548,8 @@ mod tests {
     use crate::partition::{Acks, FirstBatch};
 
     fn image_with(applied_index: u64, topic_id: Option<[u8; 16]>) -> MetadataImage {
-        let mut image = MetadataImage { applied_index, ..MetadataImage::default() };
+        let mut image = MetadataImage::default();
+        image.applied_index = applied_index;
         if let Some(topic_id) = topic_id {
             let partition = PartitionImage {
                 partition: 0,
@@ -562,7 +563,7 @@ mod tests {
             };
             let topic =
                 TopicImage { name: "t".into(), topic_id, partitions: vec![partition], configs: Default::default() };
-            image.topics.insert("t".into(), topic);
+            image.insert_topic(topic);
         }
         image
     }

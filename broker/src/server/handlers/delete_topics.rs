@@ -5,14 +5,14 @@
 
 use std::collections::BTreeSet;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName};
-use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
-use crate::server::{controller_error_code, Broker};
+use crate::server::{Broker, controller_error_code};
 
 pub async fn handle(
     broker: &Broker,
@@ -134,7 +134,7 @@ mod tests {
             partitions: Vec::new(),
             configs: Default::default(),
         };
-        image.topics.insert("t".to_string(), topic);
+        image.insert_topic(topic);
         assert_eq!(resolve(&image, Some("t"), Uuid::nil()).unwrap(), ("t".to_string(), id));
         assert_eq!(resolve(&image, None, id).unwrap(), ("t".to_string(), id));
         assert_eq!(resolve(&image, Some("t"), id).unwrap_err().0, ResponseError::InvalidRequest);
