@@ -22,7 +22,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, OptionalSend, RaftLogReader, StorageIOError};
 use serde::{Deserialize, Serialize};
 
-use super::disk::{self, blocking, DirLock, Durability, StoreError};
+use super::disk::{self, DirLock, Durability, StoreError, blocking};
 use super::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 pub(crate) const LOG_FILE: &str = "raft.log";

@@ -44,7 +44,8 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, StartPosition, TransformImage, TransformSpec,
+    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage,
+    TransformSpec,
 };
 
 use self::disk::{DirLock, StoreError};
@@ -410,7 +411,7 @@ impl Controller {
                     self.wait_for_change(&mut metrics).await?;
                 }
                 Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_))) => {
-                    return Err(raft_failure(&e))
+                    return Err(raft_failure(&e));
                 }
                 Err(RaftError::Fatal(f)) => return Err(fatal_error(f)),
             }
@@ -602,7 +603,7 @@ impl Controller {
                     continue;
                 }
                 Ok(RpcResponse::AddObserver(Err(ForwardError::IsAVoter { .. }))) => {
-                    return Err(ControllerError::ObserverIsAVoter { node_id })
+                    return Err(ControllerError::ObserverIsAVoter { node_id });
                 }
                 Ok(RpcResponse::AddObserver(Err(e))) => {
                     tracing::debug!(target, error = %e, "voter could not add this observer yet")

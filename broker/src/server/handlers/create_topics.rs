@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
 use crate::server::placement::{self, PlacementSpec, Start};
-use crate::server::{controller_error_code, Broker};
+use crate::server::{Broker, controller_error_code};
 
 pub async fn handle(
     broker: &Broker,
@@ -61,7 +61,7 @@ pub async fn handle(
         }
         results.push(result);
     }
-    broker.reconcile_now();
+    broker.reconcile_now().await;
     Some(CreateTopicsResponse::default().with_topics(results))
 }
 
@@ -200,6 +200,6 @@ pub(crate) async fn create(
                 tracing::debug!(topic = name, %message, "auto-create failed");
                 code
             })?;
-    broker.reconcile_now();
+    broker.reconcile_now().await;
     Ok(created)
 }

@@ -63,7 +63,7 @@ pub async fn handle(
         responses.push(response);
     }
     if deleted {
-        broker.reconcile_now();
+        broker.reconcile_now().await;
     }
     Some(DeleteTopicsResponse::default().with_responses(responses))
 }
