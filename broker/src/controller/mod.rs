@@ -67,6 +67,37 @@ pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: u64 = 1000;
 /// `broker.heartbeat.interval.ms` (Kafka: 2 s).
 pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 200;
 
+/// Partition assignments (plus one per record) in one `MetadataRecord::Batch`: about 2 MB of
+/// JSON at most for three replicas, far below the RPC frame bound, and a commit that followers
+/// apply in milliseconds.
+const BATCH_WEIGHT_MAX: usize = 100_000;
+
+/// Cuts `records` into consecutive batches of at most `BATCH_WEIGHT_MAX` weight (a record
+/// heavier than that goes alone).
+fn batches(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
+    let weight = |r: &MetadataRecord| match r {
+        MetadataRecord::CreateTopic { partitions, .. } => 1 + partitions.len(),
+        MetadataRecord::CreatePartitions { new_partitions, .. } => 1 + new_partitions.len(),
+        _ => 1,
+    };
+    let mut batches: Vec<Vec<MetadataRecord>> = Vec::new();
+    let mut current_weight = 0;
+    for record in records {
+        let w = weight(&record);
+        match batches.last_mut() {
+            Some(last) if current_weight + w <= BATCH_WEIGHT_MAX => {
+                current_weight += w;
+                last.push(record);
+            }
+            _ => {
+                current_weight = w;
+                batches.push(vec![record]);
+            }
+        }
+    }
+    batches
+}
+
 /// Pause between retries while the cluster has no (reachable) leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
 /// Upper bound of one attempt of an observer to join through one voter (a paused voter must not
@@ -382,6 +413,34 @@ impl Controller {
             Err(RaftError::APIError(e @ InitializeError::NotInMembers(_))) => Err(raft_failure(&e)),
             Err(RaftError::Fatal(f)) => Err(fatal_error(f)),
         }
+    }
+
+    /// Proposes many records (the topics of one CreateTopics or DeleteTopics request) as few raft
+    /// entries as possible: `MetadataRecord::Batch`es of at most `BATCH_WEIGHT_MAX` partition
+    /// assignments each (an entry stays far below the RPC frame bound), one outcome per record in
+    /// order. Each record applies on its own; a batch that fails to commit fails its records
+    /// only (with the same caveat as `propose`: they may still be committed).
+    pub async fn propose_all(&self, records: Vec<MetadataRecord>) -> Vec<Result<ApplyOutcome, Arc<ControllerError>>> {
+        let mut outcomes = Vec::with_capacity(records.len());
+        for chunk in batches(records) {
+            let count = chunk.len();
+            let proposed = match <[MetadataRecord; 1]>::try_from(chunk) {
+                Ok([record]) => self.propose(record).await.map(|outcome| vec![outcome]),
+                Err(chunk) => match self.propose(MetadataRecord::Batch(chunk)).await {
+                    Ok(ApplyOutcome::Batch(each)) if each.len() == count => Ok(each),
+                    Ok(other) => Err(ControllerError::Raft(RaftFailure::new(&format!("unexpected outcome {other:?}")))),
+                    Err(e) => Err(e),
+                },
+            };
+            match proposed {
+                Ok(each) => outcomes.extend(each.into_iter().map(Ok)),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    outcomes.extend((0..count).map(|_| Err(e.clone())));
+                }
+            }
+        }
+        outcomes
     }
 
     /// Proposes `record` through the quorum, forwarding it to the leader if this node is not the
@@ -713,5 +772,43 @@ impl Controller {
             }
         }
         stopped.map_err(|e| raft_failure(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves `propose_all` cuts records into consecutive batches bounded by partition count,
+    // keeping their order, with a record heavier than the bound alone.
+    #[test]
+    fn batches_keep_order_and_bound_partitions() {
+        let create = |name: &str, partitions: usize| MetadataRecord::CreateTopic {
+            name: name.into(),
+            topic_id: [0; 16],
+            partitions: vec![vec![1]; partitions],
+            configs: BTreeMap::new(),
+        };
+        let names = |batch: &Vec<MetadataRecord>| -> Vec<String> {
+            batch
+                .iter()
+                .map(|r| match r {
+                    MetadataRecord::CreateTopic { name, .. } | MetadataRecord::DeleteTopic { name } => name.clone(),
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        let half = BATCH_WEIGHT_MAX / 2;
+        let records = vec![
+            create("a", 10),
+            MetadataRecord::DeleteTopic { name: "b".into() },
+            create("c", half),
+            create("d", half),
+            create("e", BATCH_WEIGHT_MAX * 2),
+            create("f", 1),
+        ];
+        let batches: Vec<Vec<String>> = batches(records).iter().map(names).collect();
+        assert_eq!(batches, vec![vec!["a", "b", "c"], vec!["d"], vec!["e"], vec!["f"]]);
+        assert!(super::batches(Vec::new()).is_empty());
     }
 }
