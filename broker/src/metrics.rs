@@ -663,7 +663,9 @@ mod tests {
             })
             .collect();
         let topic = TopicImage { name: "t".into(), topic_id: [7; 16], partitions, configs: Default::default() };
-        Arc::new(MetadataImage { topics: [("t".to_string(), topic)].into(), ..Default::default() })
+        let mut image = MetadataImage::default();
+        image.insert_topic(topic);
+        Arc::new(image)
     }
 
     #[test]
@@ -700,8 +702,8 @@ mod tests {
         let mut history = IsrHistory::default();
         history.sample(&image(&[&[1, 2, 3]]), 0);
         let mut recreated = (*image(&[&[1]])).clone();
-        if let Some(t) = recreated.topics.get_mut("t") {
-            t.topic_id = [8; 16];
+        if let Some(t) = recreated.topic("t") {
+            recreated.insert_topic(TopicImage { topic_id: [8; 16], ..t.clone() });
         }
         history.sample(&Arc::new(recreated), 1);
         assert!(history.buckets(1).iter().all(|b| b.shrinks == 0 && b.expands == 0));

@@ -126,21 +126,25 @@ impl Node {
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
         let addresses = crate::peer::BrokerAddresses::new(config.broker_address_overrides.clone());
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
-        let reconcile = {
-            let partitions = reconciler(replicas.clone(), config.node_id, config.log_defaults.clone());
+        let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {
+            let partitions = Reconciler::new(replicas.clone(), config.node_id, config.log_defaults.clone());
             let groups = groups.clone();
             let fetchers = fetchers.clone();
             // Groups map over the actual partition count of `__consumer_offsets` once it exists.
-            move |image: &crate::controller::MetadataImage| {
-                partitions(image);
-                fetchers.update();
+            Arc::new(move |image: &crate::controller::MetadataImage| {
+                // The fetchers follow the partitions' roles, which only a touched partition changes.
+                if partitions.reconcile(image).touched() {
+                    fetchers.update();
+                }
                 if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
                     groups.offsets.set_partition_count(topic.partitions.len() as u32);
                     groups.follow_leadership();
                 }
-            }
+            })
         };
-        reconcile(&controller.image());
+        // Opens every hosted partition (in parallel, off the async workers).
+        let opening = (reconcile.clone(), controller.image());
+        let _ = tokio::task::spawn_blocking(move || (opening.0)(&opening.1)).await;
         {
             let image = controller.image();
             replicas.remove_strays(|topic, partition| {
@@ -190,7 +194,7 @@ impl Node {
             fetchers: fetchers.clone(),
             peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
-            reconcile: Box::new(reconcile),
+            reconcile,
         });
         transforms.attach(Arc::new(crate::transform::Host {
             node_id: config.node_id,
@@ -232,7 +236,7 @@ impl Node {
         if unfenced.is_err() {
             tracing::warn!(broker_epoch, "not unfenced by the controller within 30 s; serving anyway");
         }
-        broker.reconcile_now();
+        broker.reconcile_now().await;
         transforms.reconcile(&controller.image()).await;
 
         // ISR expiration: followers that fell behind leave the ISRs this node leads.
@@ -255,9 +259,8 @@ impl Node {
                     changed = images.changed() => if changed.is_err() { return },
                 }
                 let image = images.borrow_and_update().clone();
-                let broker = follower.clone();
-                let reconciled = image.clone();
-                let _ = tokio::task::spawn_blocking(move || (broker.reconcile)(&reconciled)).await;
+                let (reconcile, reconciled) = (follower.reconcile.clone(), image.clone());
+                let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
                 follower.transforms.reconcile(&image).await;
             }
         }));
@@ -285,7 +288,6 @@ impl Node {
         let imaged = broker.controller.clone();
         let checkpointed = replicas.clone();
         let reopened = broker.clone();
-        let node_id = config.node_id;
         let mut stop = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -302,11 +304,9 @@ impl Node {
                 ticks += 1;
                 if ticks % 5 == 0 {
                     // A partition that could not be opened (disk full, out of descriptors) is
-                    // tried again, without waiting for the next metadata change.
-                    if unopened_partitions(&reopened.controller.image(), &checkpointed, node_id) {
-                        let broker = reopened.clone();
-                        let _ = tokio::task::spawn_blocking(move || broker.reconcile_now()).await;
-                    }
+                    // tried again, without waiting for the next metadata change. The same image
+                    // again costs nothing but those retries: reconcile works by difference.
+                    reopened.reconcile_now().await;
                     let replicas = checkpointed.clone();
                     let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
                     // A full disk fails it every 5 s: logged once per episode. The high
@@ -425,80 +425,228 @@ where
     })
 }
 
-/// Makes the hosted partitions match an image. Serialized by a mutex: handlers and the image
-/// follower both call it, and a partition must be opened once.
-fn reconciler(
-    replicas: Arc<ReplicaManager>,
-    node_id: u64,
-    log_defaults: LogConfig,
-) -> impl Fn(&MetadataImage) + Send + Sync + 'static {
-    // The applied index of the newest image reconciled so far. Handlers and the image follower
-    // race to reconcile; an older image reconciled after a newer one would delete the partitions
-    // of a topic recreated since (and reopen them empty once the newer image comes back round),
-    // losing acknowledged records, so older images are skipped.
-    let newest_applied_index = Mutex::new(0u64);
-    move |image: &MetadataImage| {
-        let mut newest = newest_applied_index.lock().unwrap_or_else(|p| p.into_inner());
-        if image.applied_index < *newest {
-            return;
-        }
-        *newest = image.applied_index;
-        for partition in replicas.all() {
-            let current = image.topics.get(&**partition.topic());
-            if current.is_none_or(|t| t.topic_id != partition.topic_id()) {
-                if let Err(e) = replicas.remove_topic(partition.topic()) {
-                    tracing::error!(topic = %partition.topic(), error = %e, "could not delete a deleted topic's partitions");
-                }
-            }
-        }
-        remove_unassigned(&replicas, node_id, image);
-        for topic in image.topics.values() {
-            let config = crate::server::topic_log_config(&log_defaults, &topic.configs);
-            for p in &topic.partitions {
-                if !p.replicas.contains(&node_id) {
-                    continue;
-                }
-                let leadership = crate::partition::LeaderAndIsr {
-                    leader: p.leader,
-                    leader_epoch: p.leader_epoch,
-                    partition_epoch: p.partition_epoch,
-                    replicas: p.replicas.clone(),
-                    isr: p.isr.clone(),
-                    fenced: p.replicas.iter().copied().filter(|&r| !image.is_live(r)).collect(),
-                };
-                if let Err(e) = replicas.ensure(&topic.name, p.partition, topic.topic_id, config.clone(), leadership) {
-                    tracing::error!(topic = %topic.name, partition = p.partition, error = %e, "could not open partition");
-                }
-            }
-        }
+/// What one reconcile did (tests observe which partitions it touched).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Reconciled {
+    /// The partitions `ReplicaManager::ensure` was called for, in no particular order.
+    pub ensured: Vec<(String, u32)>,
+    /// Topics whose hosted partitions were deleted (deleted or recreated topics).
+    pub removed_topics: Vec<String>,
+    /// Partitions deleted because the image no longer assigns them here.
+    pub removed_partitions: Vec<(String, u32)>,
+}
+
+impl Reconciled {
+    fn touched(&self) -> bool {
+        !self.ensured.is_empty() || !self.removed_topics.is_empty() || !self.removed_partitions.is_empty()
     }
 }
 
-/// Whether the image assigns this node a partition it does not host: its open failed (a full
-/// disk, no descriptors left) and waits for the next reconcile.
-fn unopened_partitions(image: &MetadataImage, replicas: &ReplicaManager, node_id: u64) -> bool {
-    image.topics.values().any(|topic| {
-        topic
-            .partitions
-            .iter()
-            .any(|p| p.replicas.contains(&node_id) && replicas.get(&topic.name, p.partition).is_none())
-    })
+/// Makes the hosted partitions match an image, by difference with the image it reconciled last:
+/// only the topics whose value changed (shared topics of two images are skipped without being
+/// visited, `OrdMap::diff`), the partitions whose replicas include a broker whose liveness changed
+/// (their `LeaderAndIsr.fenced`), and the topics a previous reconcile failed on are looked at; the
+/// first reconcile looks at everything. Partitions to open or apply run in parallel on blocking
+/// threads (`partition::parallel`); the caller must be a blocking thread too, never an async
+/// worker. Serialized by a mutex: handlers and the image follower both call it, and a partition
+/// must be opened once.
+pub(crate) struct Reconciler {
+    replicas: Arc<ReplicaManager>,
+    node_id: u64,
+    log_defaults: LogConfig,
+    state: Mutex<ReconcileState>,
 }
 
-/// Partitions this node hosts that the image no longer assigns to it (a reassignment moved them
-/// away) are deleted the way a deleted topic's are (renamed to `-delete`, removed off the
-/// reconcile path); the fetchers drop them with the next update.
-fn remove_unassigned(replicas: &ReplicaManager, node_id: u64, image: &MetadataImage) {
-    for partition in replicas.all() {
-        let (topic, index) = (partition.topic().clone(), partition.index());
-        // A topic the image no longer has is the topic-deletion path's, not this one's.
-        let Some(assigned) = image.partition(&topic, index) else { continue };
-        if assigned.replicas.contains(&node_id) {
-            continue;
+#[derive(Default)]
+struct ReconcileState {
+    /// The newest image reconciled so far. Handlers and the image follower race to reconcile; an
+    /// older image reconciled after a newer one would delete the partitions of a topic recreated
+    /// since (and reopen them empty once the newer image comes back round), losing acknowledged
+    /// records, so older images are skipped.
+    last: Option<MetadataImage>,
+    /// Topics some partition of which could not be opened or deleted: looked at again next time.
+    retry: std::collections::BTreeSet<String>,
+}
+
+/// One partition to ensure: its topic (shared with the image) and index.
+type Work = (Arc<crate::controller::TopicImage>, u32);
+
+impl Reconciler {
+    pub(crate) fn new(replicas: Arc<ReplicaManager>, node_id: u64, log_defaults: LogConfig) -> Reconciler {
+        Reconciler { replicas, node_id, log_defaults, state: Mutex::new(ReconcileState::default()) }
+    }
+
+    pub(crate) fn reconcile(&self, image: &MetadataImage) -> Reconciled {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.last.as_ref().is_some_and(|last| image.applied_index < last.applied_index) {
+            return Reconciled::default();
         }
-        tracing::info!(%topic, partition = index, "deleting the replica a reassignment moved off this node");
-        if let Err(e) = replicas.remove_partition(&topic, index) {
-            tracing::error!(%topic, partition = index, error = %e, "could not delete the replica moved off this node");
+        let mut done = Reconciled::default();
+        let mut failed = std::collections::BTreeSet::new();
+        let retry = std::mem::take(&mut state.retry);
+        let work = match state.last.take() {
+            None => self.remove_everything_unknown(image, &mut done, &mut failed),
+            Some(last) => self.remove_what_changed(&last, image, retry, &mut done, &mut failed),
+        };
+        self.ensure_all(work, image, &mut done, &mut failed);
+        state.retry = failed;
+        state.last = Some(image.clone());
+        done
+    }
+
+    /// The first reconcile: hosted partitions of topics the image lacks (or has under another
+    /// id) or no longer assigns here are deleted; every partition assigned here is to ensure.
+    fn remove_everything_unknown(
+        &self,
+        image: &MetadataImage,
+        done: &mut Reconciled,
+        failed: &mut std::collections::BTreeSet<String>,
+    ) -> Vec<Work> {
+        for partition in self.replicas.all() {
+            let topic = partition.topic().to_string();
+            match image.topics.get(&topic) {
+                Some(t) if t.topic_id == partition.topic_id() => {
+                    let assigned = t.partitions.get(partition.index() as usize);
+                    if assigned.is_none_or(|p| !p.replicas.contains(&self.node_id)) {
+                        self.remove_partition(&topic, partition.index(), done, failed);
+                    }
+                }
+                _ if done.removed_topics.contains(&topic) => {}
+                _ => self.remove_topic(&topic, done, failed),
+            }
+        }
+        image.topics.values().flat_map(|t| self.hosted_here(t)).collect()
+    }
+
+    /// Later reconciles: what differs from `last`.
+    fn remove_what_changed(
+        &self,
+        last: &MetadataImage,
+        image: &MetadataImage,
+        retry: std::collections::BTreeSet<String>,
+        done: &mut Reconciled,
+        failed: &mut std::collections::BTreeSet<String>,
+    ) -> Vec<Work> {
+        use imbl::ordmap::DiffItem;
+        let mut changed: Vec<Arc<crate::controller::TopicImage>> = Vec::new();
+        for item in last.topics.diff(&image.topics) {
+            match item {
+                DiffItem::Add(_, topic) => changed.push(topic.clone()),
+                DiffItem::Update { old: (name, old), new: (_, topic) } => {
+                    if old.topic_id != topic.topic_id {
+                        self.remove_topic(name, done, failed);
+                    }
+                    changed.push(topic.clone());
+                }
+                DiffItem::Remove(name, _) => self.remove_topic(name, done, failed),
+            }
+        }
+        for name in retry {
+            let Some(topic) = image.topics.get(&name) else { continue };
+            if !changed.iter().any(|t| t.name == name) {
+                if self.replicas.all().iter().any(|p| **p.topic() == *name && p.topic_id() != topic.topic_id) {
+                    self.remove_topic(&name, done, failed);
+                }
+                changed.push(topic.clone());
+            }
+        }
+        let mut work = Vec::new();
+        for topic in &changed {
+            // A reassignment may have moved partitions of a changed topic off this node.
+            for p in topic.partitions.iter().filter(|p| !p.replicas.contains(&self.node_id)) {
+                if self.replicas.get(&topic.name, p.partition).is_some() {
+                    self.remove_partition(&topic.name, p.partition, done, failed);
+                }
+            }
+            work.extend(self.hosted_here(topic));
+        }
+        // A broker fenced or unfenced changes `LeaderAndIsr.fenced` of every partition it is a
+        // replica of, in topics that did not change otherwise.
+        let flipped: Vec<u64> = last
+            .brokers
+            .keys()
+            .chain(image.brokers.keys())
+            .copied()
+            .filter(|&b| last.is_live(b) != image.is_live(b))
+            .collect();
+        if !flipped.is_empty() {
+            for topic in image.topics.values().filter(|t| !changed.iter().any(|c| Arc::ptr_eq(c, t))) {
+                work.extend(
+                    self.hosted_here(topic)
+                        .filter(|(t, p)| t.partitions[*p as usize].replicas.iter().any(|r| flipped.contains(r))),
+                );
+            }
+        }
+        work
+    }
+
+    /// The partitions of `topic` assigned to this node.
+    fn hosted_here<'a>(&self, topic: &'a Arc<crate::controller::TopicImage>) -> impl Iterator<Item = Work> + 'a {
+        let node_id = self.node_id;
+        topic.partitions.iter().filter(move |p| p.replicas.contains(&node_id)).map(|p| (topic.clone(), p.partition))
+    }
+
+    /// Opens (or creates) and applies the leadership of every partition in `work`, in parallel:
+    /// a new partition costs a few fsyncs, and a new leadership one (the epoch checkpoint).
+    fn ensure_all(
+        &self,
+        work: Vec<Work>,
+        image: &MetadataImage,
+        done: &mut Reconciled,
+        failed: &mut std::collections::BTreeSet<String>,
+    ) {
+        let configs: Mutex<BTreeMap<String, LogConfig>> = Mutex::new(BTreeMap::new());
+        let errors = Mutex::new(std::collections::BTreeSet::new());
+        done.ensured.extend(work.iter().map(|(t, p)| (t.name.clone(), *p)));
+        let ensure = |(topic, partition): Work| {
+            let config = {
+                let mut configs = configs.lock().unwrap_or_else(|p| p.into_inner());
+                configs
+                    .entry(topic.name.clone())
+                    .or_insert_with(|| crate::server::topic_log_config(&self.log_defaults, &topic.configs))
+                    .clone()
+            };
+            let p = &topic.partitions[partition as usize];
+            let leadership = crate::partition::LeaderAndIsr {
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                fenced: p.replicas.iter().copied().filter(|&r| !image.is_live(r)).collect(),
+            };
+            if let Err(e) = self.replicas.ensure(&topic.name, partition, topic.topic_id, config, leadership) {
+                tracing::error!(topic = %topic.name, partition, error = %e, "could not open partition");
+                errors.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.name.clone());
+            }
+        };
+        crate::partition::parallel::for_each_parallel(work, crate::partition::parallel::PARTITION_IO_THREADS, ensure);
+        failed.append(&mut errors.into_inner().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn remove_topic(&self, topic: &str, done: &mut Reconciled, failed: &mut std::collections::BTreeSet<String>) {
+        done.removed_topics.push(topic.to_string());
+        if let Err(e) = self.replicas.remove_topic(topic) {
+            tracing::error!(%topic, error = %e, "could not delete a deleted topic's partitions");
+            failed.insert(topic.to_string());
+        }
+    }
+
+    /// A partition this node hosts that the image no longer assigns to it (a reassignment moved
+    /// it away) is deleted the way a deleted topic's are (renamed to `-delete`, removed off the
+    /// reconcile path); the fetchers drop it with the next update.
+    fn remove_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        done: &mut Reconciled,
+        failed: &mut std::collections::BTreeSet<String>,
+    ) {
+        tracing::info!(%topic, partition, "deleting the replica a reassignment moved off this node");
+        done.removed_partitions.push((topic.to_string(), partition));
+        if let Err(e) = self.replicas.remove_partition(topic, partition) {
+            tracing::error!(%topic, partition, error = %e, "could not delete the replica moved off this node");
+            failed.insert(topic.to_string());
         }
     }
 }
@@ -595,7 +743,8 @@ mod tests {
     use crate::partition::{Acks, FirstBatch};
 
     fn image_with(applied_index: u64, topic_id: Option<[u8; 16]>) -> MetadataImage {
-        let mut image = MetadataImage { applied_index, ..MetadataImage::default() };
+        let mut image = MetadataImage::default();
+        image.applied_index = applied_index;
         if let Some(topic_id) = topic_id {
             let partition = PartitionImage {
                 partition: 0,
@@ -609,7 +758,7 @@ mod tests {
             };
             let topic =
                 TopicImage { name: "t".into(), topic_id, partitions: vec![partition], configs: Default::default() };
-            image.topics.insert("t".into(), topic);
+            image.insert_topic(topic);
         }
         image
     }
@@ -621,7 +770,8 @@ mod tests {
         // (and reopen it empty later), losing records it had acknowledged.
         let dir = tempfile::tempdir().unwrap();
         let replicas = Arc::new(ReplicaManager::new(1, dir.path(), Arc::new(SystemClock)));
-        let reconcile = reconciler(replicas.clone(), 1, LogConfig::default());
+        let reconciler = Reconciler::new(replicas.clone(), 1, LogConfig::default());
+        let reconcile = |image: &MetadataImage| reconciler.reconcile(image);
         reconcile(&image_with(5, Some([1; 16])));
         reconcile(&image_with(7, Some([2; 16])));
         let mut builder = BatchBuilder::new(Compression::None);
@@ -654,5 +804,162 @@ mod tests {
             "{:?}",
             names()
         );
+    }
+
+    /// Applies `records` to `image`, one raft index each.
+    fn applied(image: &MetadataImage, records: Vec<MetadataRecord>) -> MetadataImage {
+        let mut image = image.clone();
+        for record in records {
+            image.applied_index += 1;
+            image.apply(&record);
+        }
+        image
+    }
+
+    fn create(name: &str, id: u8, partitions: Vec<Vec<u64>>) -> MetadataRecord {
+        MetadataRecord::CreateTopic { name: name.into(), topic_id: [id; 16], partitions, configs: BTreeMap::new() }
+    }
+
+    fn brokers(ids: &[u64]) -> Vec<MetadataRecord> {
+        ids.iter()
+            .map(|&node_id| MetadataRecord::RegisterBroker { node_id, host: "h".into(), port: 1, rack: None })
+            .collect()
+    }
+
+    /// What a reconciled node hosts, as the handlers and fetchers see it.
+    fn hosted(replicas: &ReplicaManager) -> BTreeMap<(String, u32), String> {
+        replicas
+            .all()
+            .iter()
+            .map(|p| ((p.topic().to_string(), p.index()), format!("{:?} {:?}", p.topic_id(), p.leader_and_isr())))
+            .collect()
+    }
+
+    #[test]
+    fn a_change_to_one_topic_ensures_only_its_partitions() {
+        // Proves reconcile works by difference: after the first (full) reconcile, a leadership
+        // change of one topic ensures that topic's partitions on this node and no other, an
+        // unrelated image change ensures nothing, and a liveness change ensures exactly the
+        // partitions that have the broker among their replicas.
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = Arc::new(ReplicaManager::new(1, dir.path(), Arc::new(SystemClock)));
+        let reconciler = Reconciler::new(replicas.clone(), 1, LogConfig::default());
+        let mut image = applied(&MetadataImage::default(), brokers(&[1, 2, 3]));
+        let epoch = |image: &MetadataImage, b: u64| image.brokers[&b].broker_epoch;
+        let unfence: Vec<_> = [1, 2, 3]
+            .iter()
+            .map(|&node_id| MetadataRecord::UnfenceBroker { node_id, broker_epoch: epoch(&image, node_id) })
+            .collect();
+        image = applied(&image, unfence);
+        image = applied(
+            &image,
+            vec![
+                create("a", 1, vec![vec![1, 2], vec![2, 1], vec![3, 2]]),
+                create("b", 2, vec![vec![1, 3], vec![3, 1]]),
+                create("c", 3, vec![vec![1]]),
+            ],
+        );
+        let first = reconciler.reconcile(&image);
+        assert_eq!(first.ensured.len(), 5, "{first:?}");
+
+        let change = MetadataRecord::PartitionChange {
+            topic: "a".into(),
+            partition: 1,
+            expected_partition_epoch: 0,
+            leader: Some(1),
+            isr: vec![1, 2],
+            assignment: None,
+        };
+        image = applied(&image, vec![change]);
+        let mut ensured = reconciler.reconcile(&image).ensured;
+        ensured.sort();
+        assert_eq!(ensured, vec![("a".to_string(), 0), ("a".to_string(), 1)]);
+        assert!(replicas.get("a", 1).unwrap().is_leader());
+
+        image = applied(&image, vec![MetadataRecord::DeleteTransform { name: "none".into() }]);
+        assert_eq!(reconciler.reconcile(&image), Reconciled::default());
+
+        let fence = MetadataRecord::FenceBroker { node_id: 3, broker_epoch: epoch(&image, 3) };
+        image = applied(&image, vec![fence]);
+        let mut ensured = reconciler.reconcile(&image).ensured;
+        ensured.sort();
+        // a changed (3 led a-2, hosted elsewhere: a topic is the unit of change) and b has 3
+        // among the replicas of both its partitions; c is untouched.
+        let expected = [("a", 0), ("a", 1), ("b", 0), ("b", 1)].map(|(t, p)| (t.to_string(), p));
+        assert_eq!(ensured, expected.to_vec());
+        assert_eq!(replicas.get("b", 0).unwrap().leader_and_isr().fenced, vec![3]);
+        assert_eq!(hosted(&replicas).len(), 5);
+    }
+
+    #[test]
+    fn reconciling_by_difference_ends_where_a_full_reconcile_does() {
+        // Proves that over a sequence of images (creations, deletions, a recreation under a new
+        // id, leadership and ISR changes, fencing and unfencing, added partitions, a partition
+        // moved off this node and back) a node reconciling each image by difference hosts
+        // exactly what a node reconciling each image from scratch hosts, roles included.
+        let (diff_dir, full_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let by_difference = Arc::new(ReplicaManager::new(1, diff_dir.path(), Arc::new(SystemClock)));
+        let from_scratch = Arc::new(ReplicaManager::new(1, full_dir.path(), Arc::new(SystemClock)));
+        let reconciler = Reconciler::new(by_difference.clone(), 1, LogConfig::default());
+        let mut image = applied(&MetadataImage::default(), brokers(&[1, 2]));
+        fn epoch(image: &MetadataImage, b: u64) -> i64 {
+            image.brokers[&b].broker_epoch
+        }
+        fn unfence(image: &MetadataImage, b: u64) -> MetadataRecord {
+            MetadataRecord::UnfenceBroker { node_id: b, broker_epoch: epoch(image, b) }
+        }
+        fn fence(image: &MetadataImage, b: u64) -> MetadataRecord {
+            MetadataRecord::FenceBroker { node_id: b, broker_epoch: epoch(image, b) }
+        }
+        fn change(
+            image: &MetadataImage,
+            topic: &str,
+            partition: u32,
+            leader: Option<u64>,
+            isr: Vec<u64>,
+            assignment: Option<crate::controller::ReplicaAssignment>,
+        ) -> MetadataRecord {
+            MetadataRecord::PartitionChange {
+                topic: topic.into(),
+                partition,
+                expected_partition_epoch: image.partition(topic, partition).unwrap().partition_epoch,
+                leader,
+                isr,
+                assignment,
+            }
+        }
+        fn moved(replicas: Vec<u64>) -> Option<crate::controller::ReplicaAssignment> {
+            Some(crate::controller::ReplicaAssignment { replicas, adding_replicas: vec![], removing_replicas: vec![] })
+        }
+        type Step = Box<dyn Fn(&MetadataImage) -> Vec<MetadataRecord>>;
+        let steps: Vec<Step> = vec![
+            Box::new(|i| vec![unfence(i, 1), unfence(i, 2)]),
+            Box::new(|_| vec![create("a", 1, vec![vec![1, 2], vec![2, 1]]), create("b", 2, vec![vec![2, 1]])]),
+            Box::new(|i| vec![change(i, "a", 0, Some(2), vec![2], None)]),
+            Box::new(|i| vec![fence(i, 2)]),
+            Box::new(|_| vec![MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![1]] }]),
+            Box::new(|_| vec![MetadataRecord::DeleteTopic { name: "b".into() }, create("c", 3, vec![vec![2]])]),
+            Box::new(|i| vec![unfence(i, 2)]),
+            Box::new(|i| vec![change(i, "a", 2, Some(2), vec![2], moved(vec![2]))]),
+            Box::new(|_| vec![MetadataRecord::DeleteTopic { name: "a".into() }, create("a", 4, vec![vec![1]])]),
+            Box::new(|i| vec![change(i, "c", 0, Some(2), vec![2], moved(vec![2, 1]))]),
+            Box::new(|_| {
+                let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+                vec![MetadataRecord::SetTopicConfigs { topic: "a".into(), configs }]
+            }),
+            Box::new(|i| vec![fence(i, 1)]),
+            Box::new(|i| vec![unfence(i, 1)]),
+        ];
+        for (n, step) in steps.iter().enumerate() {
+            image = applied(&image, step(&image));
+            reconciler.reconcile(&image);
+            Reconciler::new(from_scratch.clone(), 1, LogConfig::default()).reconcile(&image);
+            assert_eq!(hosted(&by_difference), hosted(&from_scratch), "after step {n}");
+            for p in by_difference.all() {
+                let config = by_difference.get(p.topic(), p.index()).unwrap().config().unwrap();
+                assert_eq!(config, from_scratch.get(p.topic(), p.index()).unwrap().config().unwrap());
+            }
+        }
+        assert_eq!(hosted(&by_difference).len(), 2, "a-0 of the new a, c-0 moved back");
     }
 }

@@ -8,11 +8,21 @@
 //! unique. A partition's replicas are distinct, its ISR is a non-empty subset of them, and an
 //! ongoing reassignment's adding and removing replicas are disjoint subsets of them (asserted
 //! after every change). The image knows nothing of raft, disks or the network.
+//!
+//! Cost: the image is shared by copy-on-write (the state machine publishes it while subscribers
+//! still hold the previous one), so topics live in a persistent map (`imbl::OrdMap`) with each
+//! topic behind its own `Arc`: cloning the image copies the broker and transform maps (a few
+//! entries) and no topic, and a record copies only the map path to the topics it changes and
+//! those topics. Applying a record costs O(what it changes · log topics), except fencing and
+//! unfencing, which read every partition (they may change any of them) and copy only the topics
+//! they change. `MetadataImage::topics` of two images can be diffed without visiting what they
+//! share (`OrdMap::diff`), which is how the node reconciles only what changed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::election::{
-    check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
+    AlterPartition, PartitionState, Reassignment, ReplicaChange, check_alter_partition, elect_leader, on_broker_fenced,
 };
 use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage};
 
@@ -20,13 +30,19 @@ use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, Tra
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataImage {
     pub brokers: BTreeMap<NodeId, BrokerInfo>,
-    pub topics: BTreeMap<String, TopicImage>,
+    /// By name. Change it only through `apply` or `insert_topic`, which keep `topic_ids` in step.
+    pub topics: TopicMap,
+    /// Topic id → name of every topic in `topics`.
+    pub(super) topic_ids: imbl::OrdMap<[u8; 16], String>,
     /// Deployed WASM transforms by name.
     pub transforms: BTreeMap<String, TransformImage>,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
     /// cluster, its initial membership, has index 0 too).
     pub applied_index: u64,
 }
+
+/// The topics of an image: a persistent map (clones share structure), each topic copied on write.
+pub type TopicMap = imbl::OrdMap<String, Arc<TopicImage>>;
 
 /// A registered broker: its endpoint and the lifecycle the controller tracks for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,17 +111,45 @@ impl PartitionImage {
 impl MetadataImage {
     /// The topic called `name`.
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
-        self.topics.get(name)
+        self.topics.get(name).map(|t| &**t)
     }
 
-    /// The topic whose id is `topic_id` (a scan: the image keeps no id index).
+    /// The topic whose id is `topic_id`.
     pub fn topic_by_id(&self, topic_id: &[u8; 16]) -> Option<&TopicImage> {
-        self.topics.values().find(|t| &t.topic_id == topic_id)
+        let name = self.topic_ids.get(topic_id)?;
+        self.topics.get(name).map(|t| &**t).filter(|t| &t.topic_id == topic_id)
+    }
+
+    /// Adds `topic`, replacing the topic of that name if there is one (snapshots, tests; records
+    /// go through `apply`).
+    pub fn insert_topic(&mut self, topic: TopicImage) {
+        if let Some(old) = self.topics.get(&topic.name) {
+            self.topic_ids.remove(&old.topic_id);
+        }
+        self.topic_ids.insert(topic.topic_id, topic.name.clone());
+        self.topics.insert(topic.name.clone(), Arc::new(topic));
+    }
+
+    /// Removes the topic called `name`.
+    fn remove_topic(&mut self, name: &str) -> Option<Arc<TopicImage>> {
+        let removed = self.topics.remove(name)?;
+        self.topic_ids.remove(&removed.topic_id);
+        Some(removed)
+    }
+
+    /// The topic called `name`, copied first if another image shares it.
+    fn topic_mut(&mut self, name: &str) -> Option<&mut TopicImage> {
+        self.topics.get_mut(name).map(Arc::make_mut)
     }
 
     /// Partition `partition` of topic `topic`.
     pub fn partition(&self, topic: &str, partition: u32) -> Option<&PartitionImage> {
         self.topics.get(topic)?.partitions.get(usize::try_from(partition).ok()?)
+    }
+
+    /// Every partition, with its topic's name.
+    pub fn partitions(&self) -> impl Iterator<Item = (&str, &PartitionImage)> {
+        self.topics.values().flat_map(|t| t.partitions.iter().map(move |p| (t.name.as_str(), p)))
     }
 
     /// A broker that may lead and be in an ISR: registered and not fenced.
@@ -178,12 +222,13 @@ impl MetadataImage {
                     return ApplyOutcome::IsrChangeRejected { reason: e.to_string() };
                 }
                 let p = self.partition_mut(topic, *partition).expect("looked up above");
+
                 p.isr = new_isr.clone();
                 p.partition_epoch = p.partition_epoch.saturating_add(1);
                 ApplyOutcome::Applied
             }
             MetadataRecord::CreateTopic { name, topic_id, partitions, configs } => {
-                if self.topics.contains_key(name) || self.topic_by_id(topic_id).is_some() {
+                if self.topics.contains_key(name) || self.topic_ids.contains_key(topic_id) {
                     return ApplyOutcome::TopicAlreadyExists;
                 }
                 if partitions.is_empty() {
@@ -194,15 +239,15 @@ impl MetadataImage {
                 };
                 let topic =
                     TopicImage { name: name.clone(), topic_id: *topic_id, partitions, configs: configs.clone() };
-                self.topics.insert(name.clone(), topic);
+                self.insert_topic(topic);
                 ApplyOutcome::Applied
             }
-            MetadataRecord::DeleteTopic { name } => match self.topics.remove(name) {
+            MetadataRecord::DeleteTopic { name } => match self.remove_topic(name) {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTopic,
             },
             MetadataRecord::CreatePartitions { topic, new_partitions } => {
-                let Some(image) = self.topics.get_mut(topic) else {
+                let Some(image) = self.topics.get(topic) else {
                     return ApplyOutcome::UnknownTopic;
                 };
                 let current = u32::try_from(image.partitions.len()).unwrap_or(u32::MAX);
@@ -212,10 +257,10 @@ impl MetadataImage {
                 let Some(added) = number_partitions(current, new_partitions) else {
                     return ApplyOutcome::InvalidPartitionCount { current };
                 };
-                image.partitions.extend(added);
+                self.topic_mut(topic).expect("looked up above").partitions.extend(added);
                 ApplyOutcome::Applied
             }
-            MetadataRecord::SetTopicConfigs { topic, configs } => match self.topics.get_mut(topic) {
+            MetadataRecord::SetTopicConfigs { topic, configs } => match self.topic_mut(topic) {
                 Some(image) => {
                     image.configs = configs.clone();
                     ApplyOutcome::Applied
@@ -247,10 +292,10 @@ impl MetadataImage {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTransform,
             },
+            MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::PartitionChange { topic, partition, expected_partition_epoch, leader, isr, assignment } => {
-                let Some(p) =
-                    self.topics.get_mut(topic).and_then(|t| t.partitions.get_mut(usize::try_from(*partition).ok()?))
-                else {
+                // Checked on the shared topic; copied only once the change applies.
+                let Some(p) = self.partition(topic, *partition) else {
                     return ApplyOutcome::UnknownTopic;
                 };
                 if *expected_partition_epoch != p.partition_epoch {
@@ -268,6 +313,7 @@ impl MetadataImage {
                 if !valid {
                     return ApplyOutcome::InvalidPartitionChange;
                 }
+                let p = self.partition_mut(topic, *partition).expect("looked up above");
                 let replica_left = assignment.as_ref().is_some_and(|a| p.apply_assignment(a));
                 if replica_left && p.leader == *leader {
                     // Kafka bumps the leader epoch when a replica leaves, which fences the removed
@@ -285,7 +331,29 @@ impl MetadataImage {
 
 impl MetadataImage {
     fn partition_mut(&mut self, topic: &str, partition: u32) -> Option<&mut PartitionImage> {
-        self.topics.get_mut(topic)?.partitions.get_mut(usize::try_from(partition).ok()?)
+        let index = usize::try_from(partition).ok()?;
+        self.topic_mut(topic)?.partitions.get_mut(index)
+    }
+
+    /// Applies `decide` to every partition, copying only the topics where it decides a change.
+    fn decide_everywhere(
+        &mut self,
+        mut decide: impl FnMut(&PartitionImage) -> Option<super::election::PartitionDecision>,
+    ) {
+        let mut changes: Vec<(String, Vec<(usize, super::election::PartitionDecision)>)> = Vec::new();
+        for topic in self.topics.values() {
+            let decided: Vec<_> =
+                topic.partitions.iter().enumerate().filter_map(|(i, p)| decide(p).map(|d| (i, d))).collect();
+            if !decided.is_empty() {
+                changes.push((topic.name.clone(), decided));
+            }
+        }
+        for (name, decided) in changes {
+            let topic = self.topic_mut(&name).expect("collected above");
+            for (i, decision) in decided {
+                topic.partitions[i].apply_decision(decision.leader, decision.isr);
+            }
+        }
     }
 
     /// Fences `node_id`: every partition it led elects a new leader from the live ISR (or goes
@@ -295,24 +363,25 @@ impl MetadataImage {
             b.fenced = true;
         }
         let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
-        for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
-            if let Some(decision) = on_broker_fenced(&p.election_state(), node_id, |r| live.contains(&r), false) {
-                p.apply_decision(decision.leader, decision.isr);
-            }
-        }
+        // `on_broker_fenced` changes nothing where the broker is no replica: skip those cheaply.
+        self.decide_everywhere(|p| {
+            p.replicas
+                .contains(&node_id)
+                .then(|| on_broker_fenced(&p.election_state(), node_id, |r| live.contains(&r), false))
+                .flatten()
+        });
     }
 
     /// Every partition without a leader whose ISR has a live member elects one (clean only).
     fn elect_offline_leaders(&mut self) {
         let live: Vec<NodeId> = self.brokers.values().filter(|b| !b.fenced).map(|b| b.node_id).collect();
-        for p in self.topics.values_mut().flat_map(|t| t.partitions.iter_mut()) {
-            if p.leader.is_none() {
-                let decision = elect_leader(&p.election_state(), |r| live.contains(&r), false);
-                if decision.leader.is_some() {
-                    p.apply_decision(decision.leader, decision.isr);
-                }
+        self.decide_everywhere(|p| {
+            if p.leader.is_some() {
+                return None;
             }
-        }
+            let decision = elect_leader(&p.election_state(), |r| live.contains(&r), false);
+            decision.leader.is_some().then_some(decision)
+        });
     }
 }
 
@@ -574,6 +643,85 @@ mod tests {
         assert_eq!(image.apply(&unknown("a", 1)), ApplyOutcome::UnknownTopic);
         assert_eq!(image.apply(&unknown("b", 0)), ApplyOutcome::UnknownTopic);
         assert_eq!(image, before);
+    }
+
+    // Proves a record copies only the topics it changes: the others stay shared with the image
+    // it was applied to (what keeps applying O(what changed) and lets the node diff images).
+    #[test]
+    fn a_record_copies_only_the_topics_it_changes() {
+        let mut image = MetadataImage::default();
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            image.apply(&create(name, i as u8 + 1, vec![vec![1, 2], vec![2, 1]]));
+        }
+        let before = image.clone();
+        let change = MetadataRecord::PartitionChange {
+            topic: "b".into(),
+            partition: 1,
+            expected_partition_epoch: 0,
+            leader: Some(2),
+            isr: vec![2],
+            assignment: None,
+        };
+        assert_eq!(image.apply(&change), ApplyOutcome::Applied);
+        let shared = |name: &str| Arc::ptr_eq(&image.topics[name], &before.topics[name]);
+        assert!(shared("a") && shared("c") && !shared("b"));
+        let changed: Vec<String> = before
+            .topics
+            .diff(&image.topics)
+            .map(|d| match d {
+                imbl::ordmap::DiffItem::Update { new, .. } => new.0.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(changed, vec!["b".to_string()]);
+        // A rejected record copies nothing.
+        let again = image.clone();
+        assert!(matches!(image.apply(&change), ApplyOutcome::StalePartitionEpoch { .. }));
+        assert!(image.topics.iter().all(|(name, t)| Arc::ptr_eq(t, &again.topics[name])));
+        // Fencing broker 1 copies the topics it is a replica of (all), not others.
+        image.apply(&create("d", 9, vec![vec![2]]));
+        let before_fence = image.clone();
+        image.brokers.insert(
+            1,
+            BrokerInfo { node_id: 1, host: "h".into(), port: 1, rack: None, broker_epoch: 1, fenced: false },
+        );
+        image.brokers.insert(
+            2,
+            BrokerInfo { node_id: 2, host: "h".into(), port: 2, rack: None, broker_epoch: 2, fenced: false },
+        );
+        image.apply(&MetadataRecord::FenceBroker { node_id: 1, broker_epoch: 1 });
+        assert!(Arc::ptr_eq(&image.topics["d"], &before_fence.topics["d"]));
+        assert_eq!(image.partition("a", 0).and_then(|p| p.leader), Some(2));
+    }
+
+    // Proves a Batch applies each record on its own, in order, with one outcome each, and keeps
+    // the id index in step with the names (a deleted id can be reused, a live one cannot).
+    #[test]
+    fn a_batch_applies_each_record_with_its_own_outcome() {
+        let mut image = MetadataImage::default();
+        let batch = MetadataRecord::Batch(vec![
+            create("a", 1, vec![vec![1]]),
+            create("b", 1, vec![vec![1]]),
+            create("c", 3, vec![]),
+            create("d", 4, vec![vec![1], vec![1]]),
+            MetadataRecord::DeleteTopic { name: "a".into() },
+            create("e", 1, vec![vec![1]]),
+        ]);
+        assert_eq!(
+            image.apply(&batch),
+            ApplyOutcome::Batch(vec![
+                ApplyOutcome::Applied,
+                ApplyOutcome::TopicAlreadyExists,
+                ApplyOutcome::InvalidPartitionCount { current: 0 },
+                ApplyOutcome::Applied,
+                ApplyOutcome::Applied,
+                ApplyOutcome::Applied,
+            ])
+        );
+        assert_eq!(image.topics.keys().cloned().collect::<Vec<_>>(), vec!["d".to_string(), "e".to_string()]);
+        assert_eq!(image.topic_by_id(&[1; 16]).map(|t| t.name.as_str()), Some("e"));
+        assert_eq!(image.topic_by_id(&[4; 16]).map(|t| t.partitions.len()), Some(2));
+        assert!(image.topic_by_id(&[3; 16]).is_none());
     }
 
     // Proves RegisterBroker adds and then replaces a broker's endpoint.

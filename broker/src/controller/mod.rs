@@ -46,7 +46,8 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, StartPosition, TransformImage, TransformSpec,
+    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage,
+    TransformSpec,
 };
 
 use self::disk::{DirLock, StoreError, Transient};
@@ -67,6 +68,37 @@ pub const METADATA_LOG_FILE: &str = log_store::LOG_FILE;
 pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: u64 = 1000;
 /// `broker.heartbeat.interval.ms` (Kafka: 2 s).
 pub const DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: u64 = 200;
+
+/// Partition assignments (plus one per record) in one `MetadataRecord::Batch`: about 2 MB of
+/// JSON at most for three replicas, far below the RPC frame bound, and a commit that followers
+/// apply in milliseconds.
+const BATCH_WEIGHT_MAX: usize = 100_000;
+
+/// Cuts `records` into consecutive batches of at most `BATCH_WEIGHT_MAX` weight (a record
+/// heavier than that goes alone).
+fn batches(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
+    let weight = |r: &MetadataRecord| match r {
+        MetadataRecord::CreateTopic { partitions, .. } => 1 + partitions.len(),
+        MetadataRecord::CreatePartitions { new_partitions, .. } => 1 + new_partitions.len(),
+        _ => 1,
+    };
+    let mut batches: Vec<Vec<MetadataRecord>> = Vec::new();
+    let mut current_weight = 0;
+    for record in records {
+        let w = weight(&record);
+        match batches.last_mut() {
+            Some(last) if current_weight + w <= BATCH_WEIGHT_MAX => {
+                current_weight += w;
+                last.push(record);
+            }
+            _ => {
+                current_weight = w;
+                batches.push(vec![record]);
+            }
+        }
+    }
+    batches
+}
 
 /// Pause between retries while the cluster has no (reachable) leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(50);
@@ -399,6 +431,34 @@ impl Controller {
         }
     }
 
+    /// Proposes many records (the topics of one CreateTopics or DeleteTopics request) as few raft
+    /// entries as possible: `MetadataRecord::Batch`es of at most `BATCH_WEIGHT_MAX` partition
+    /// assignments each (an entry stays far below the RPC frame bound), one outcome per record in
+    /// order. Each record applies on its own; a batch that fails to commit fails its records
+    /// only (with the same caveat as `propose`: they may still be committed).
+    pub async fn propose_all(&self, records: Vec<MetadataRecord>) -> Vec<Result<ApplyOutcome, Arc<ControllerError>>> {
+        let mut outcomes = Vec::with_capacity(records.len());
+        for chunk in batches(records) {
+            let count = chunk.len();
+            let proposed = match <[MetadataRecord; 1]>::try_from(chunk) {
+                Ok([record]) => self.propose(record).await.map(|outcome| vec![outcome]),
+                Err(chunk) => match self.propose(MetadataRecord::Batch(chunk)).await {
+                    Ok(ApplyOutcome::Batch(each)) if each.len() == count => Ok(each),
+                    Ok(other) => Err(ControllerError::Raft(RaftFailure::new(&format!("unexpected outcome {other:?}")))),
+                    Err(e) => Err(e),
+                },
+            };
+            match proposed {
+                Ok(each) => outcomes.extend(each.into_iter().map(Ok)),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    outcomes.extend((0..count).map(|_| Err(e.clone())));
+                }
+            }
+        }
+        outcomes
+    }
+
     /// Proposes `record` through the quorum, forwarding it to the leader if this node is not the
     /// leader. Resolves once the record is committed and applied to this node's image, with the
     /// outcome of applying it. On `Timeout` or `Forward` errors the record may still be committed.
@@ -426,7 +486,7 @@ impl Controller {
                     self.wait_for_change(&mut metrics).await?;
                 }
                 Err(RaftError::APIError(e @ ClientWriteError::ChangeMembershipError(_))) => {
-                    return Err(raft_failure(&e))
+                    return Err(raft_failure(&e));
                 }
                 Err(RaftError::Fatal(f)) => return Err(fatal_error(f)),
             }
@@ -624,7 +684,7 @@ impl Controller {
                     continue;
                 }
                 Ok(RpcResponse::AddObserver(Err(ForwardError::IsAVoter { .. }))) => {
-                    return Err(ControllerError::ObserverIsAVoter { node_id })
+                    return Err(ControllerError::ObserverIsAVoter { node_id });
                 }
                 Ok(RpcResponse::AddObserver(Err(e))) => {
                     tracing::debug!(target, error = %e, "voter could not add this observer yet")
@@ -734,5 +794,43 @@ impl Controller {
             }
         }
         stopped.map_err(|e| raft_failure(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves `propose_all` cuts records into consecutive batches bounded by partition count,
+    // keeping their order, with a record heavier than the bound alone.
+    #[test]
+    fn batches_keep_order_and_bound_partitions() {
+        let create = |name: &str, partitions: usize| MetadataRecord::CreateTopic {
+            name: name.into(),
+            topic_id: [0; 16],
+            partitions: vec![vec![1]; partitions],
+            configs: BTreeMap::new(),
+        };
+        let names = |batch: &Vec<MetadataRecord>| -> Vec<String> {
+            batch
+                .iter()
+                .map(|r| match r {
+                    MetadataRecord::CreateTopic { name, .. } | MetadataRecord::DeleteTopic { name } => name.clone(),
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        let half = BATCH_WEIGHT_MAX / 2;
+        let records = vec![
+            create("a", 10),
+            MetadataRecord::DeleteTopic { name: "b".into() },
+            create("c", half),
+            create("d", half),
+            create("e", BATCH_WEIGHT_MAX * 2),
+            create("f", 1),
+        ];
+        let batches: Vec<Vec<String>> = batches(records).iter().map(names).collect();
+        assert_eq!(batches, vec![vec!["a", "b", "c"], vec!["d"], vec!["e"], vec!["f"]]);
+        assert!(super::batches(Vec::new()).is_empty());
     }
 }

@@ -301,7 +301,7 @@ impl PeerPool {
         let response = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(response)) => response,
             Ok(Err(RpcError::Io(source))) if fresh => {
-                return Err(RpcError::ClosedUnanswered { addr: addr.to_string(), source })
+                return Err(RpcError::ClosedUnanswered { addr: addr.to_string(), source });
             }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(RpcError::Timeout),

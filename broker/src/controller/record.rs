@@ -70,6 +70,11 @@ pub enum MetadataRecord {
     SetTransformPaused { name: String, paused: bool },
     /// Removes a transform (its committed positions stay in its group until they expire).
     DeleteTransform { name: String },
+    /// Several records in one raft entry (CreateTopics or DeleteTopics of many topics: one
+    /// proposal, one commit), applied in order and each on its own, as Kafka answers each topic
+    /// of a request on its own: one rejected record leaves the others applied. The outcome is
+    /// `ApplyOutcome::Batch`, one per record.
+    Batch(Vec<MetadataRecord>),
 }
 
 /// A partition's replica list and the replicas an ongoing reassignment adds to it and removes
@@ -183,4 +188,6 @@ pub enum ApplyOutcome {
     /// `AlterPartition` refused by the controller's checks (the reason names Kafka's error); the
     /// image is unchanged.
     IsrChangeRejected { reason: String },
+    /// The outcomes of a `MetadataRecord::Batch`, in its order.
+    Batch(Vec<ApplyOutcome>),
 }

@@ -19,7 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::lifecycle::Leases;
-use super::network::{read_frame, write_frame, Envelope, ForwardError, Proposed, RpcRequest, RpcResponse};
+use super::network::{Envelope, ForwardError, Proposed, RpcRequest, RpcResponse, read_frame, write_frame};
 use super::raft_types::Raft;
 use super::record::{MetadataRecord, NodeId};
 
@@ -222,7 +222,7 @@ async fn add_observer_as_leader(
     let change = match stored_addr {
         Some(stored) if stored == addr && membership_applied => return Ok(()),
         Some(stored) if stored == addr => {
-            return Err(ForwardError::Failed { message: "the membership holding it is not committed yet".into() })
+            return Err(ForwardError::Failed { message: "the membership holding it is not committed yet".into() });
         }
         Some(_) => raft.change_membership(ChangeMembers::SetNodes([(observer, BasicNode::new(addr))].into()), true),
         None => {

@@ -145,7 +145,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
     if dto.format_version != IMAGE_FORMAT_VERSION {
         return Err(ImageDecodeError::Version(dto.format_version));
     }
-    Ok(MetadataImage {
+    let mut image = MetadataImage {
         applied_index: dto.applied_index,
         brokers: dto
             .brokers
@@ -162,29 +162,27 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
                 (b.node_id, info)
             })
             .collect(),
-        topics: dto
-            .topics
-            .into_iter()
-            .map(|t| {
-                let partitions = t
-                    .partitions
-                    .into_iter()
-                    .map(|p| PartitionImage {
-                        partition: p.partition,
-                        leader: p.leader,
-                        leader_epoch: p.leader_epoch,
-                        partition_epoch: p.partition_epoch,
-                        replicas: p.replicas,
-                        isr: p.isr,
-                        adding_replicas: p.adding_replicas,
-                        removing_replicas: p.removing_replicas,
-                    })
-                    .collect();
-                (t.name.clone(), TopicImage { name: t.name, topic_id: t.topic_id, partitions, configs: t.configs })
-            })
-            .collect(),
         transforms: dto.transforms.into_iter().map(|t| (t.name.clone(), t)).collect(),
-    })
+        ..MetadataImage::default()
+    };
+    for t in dto.topics {
+        let partitions = t
+            .partitions
+            .into_iter()
+            .map(|p| PartitionImage {
+                partition: p.partition,
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                replicas: p.replicas,
+                isr: p.isr,
+                adding_replicas: p.adding_replicas,
+                removing_replicas: p.removing_replicas,
+            })
+            .collect();
+        image.insert_topic(TopicImage { name: t.name, topic_id: t.topic_id, partitions, configs: t.configs });
+    }
+    Ok(image)
 }
 
 // ---- the snapshot file ----
@@ -342,7 +340,11 @@ pub(crate) struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let data = encode_image(&self.image).map_err(|e| io_error(e, StorageIOError::read_state_machine))?;
+        // Encoding reads every partition: off the async workers, like the write.
+        let image = self.image.clone();
+        let data = blocking(move || encode_image(&image))
+            .await
+            .map_err(|e| io_error(e, StorageIOError::read_state_machine))?;
         let snapshot_id = self.snapshots.next_id(self.last_applied.as_ref());
         let meta =
             SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };

@@ -27,7 +27,7 @@ pub async fn create_topic(
     create_topics::validate_and_create(&http.broker, name, assignment, configs, false)
         .await
         .map_err(|(code, message)| ApiError::kafka(code, Some(&message)))?;
-    http.broker.reconcile_now();
+    http.broker.reconcile_now().await;
     Ok(())
 }
 
@@ -104,7 +104,7 @@ pub async fn alter_topic_configs(
     match response.responses.first() {
         Some(r) if r.error_code != 0 => Err(ApiError::kafka_code(r.error_code, r.error_message.as_deref())),
         _ => {
-            http.broker.reconcile_now();
+            http.broker.reconcile_now().await;
             Ok(())
         }
     }

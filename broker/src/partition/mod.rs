@@ -19,6 +19,7 @@
 
 mod epoch_cache;
 mod manager;
+pub mod parallel;
 pub mod partitioner;
 
 use std::path::{Path, PathBuf};
@@ -390,6 +391,10 @@ impl Partition {
             Role::Follower { leader } => leader,
             Role::Leader(_) => None,
         }
+    }
+    /// The leadership last applied from the metadata image.
+    pub fn leader_and_isr(&self) -> LeaderAndIsr {
+        self.state().assignment.clone()
     }
     /// The leader as the metadata names it.
     pub fn leader(&self) -> Option<u64> {

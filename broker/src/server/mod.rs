@@ -107,14 +107,19 @@ pub struct Broker {
     /// Kafka connections to the other brokers (HTTP and transforms reach leaders elsewhere).
     pub peers: Arc<crate::peer::Peers>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
-    /// change so the response reflects it.
-    pub reconcile: Box<dyn Fn(&MetadataImage) + Send + Sync>,
+    /// change so the response reflects it. Blocking (it opens files): call it on a blocking
+    /// thread, as `reconcile_now` does.
+    pub reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync>,
 }
 
 impl Broker {
-    /// Makes this node's partitions match the latest image now.
-    pub fn reconcile_now(&self) {
-        (self.reconcile)(&self.controller.image());
+    /// Makes this node's partitions match the latest image now (on the blocking pool: opening
+    /// thousands of new partitions must not hold up an async worker), and returns once they do.
+    pub async fn reconcile_now(&self) {
+        let (reconcile, image) = (self.reconcile.clone(), self.controller.image());
+        if let Err(e) = tokio::task::spawn_blocking(move || reconcile(&image)).await {
+            tracing::error!(error = %e, "reconcile failed");
+        }
     }
 
     /// The effective log config of a topic: broker defaults plus the topic's overrides.

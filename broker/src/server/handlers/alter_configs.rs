@@ -4,17 +4,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, RequestHeader};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::{str_bytes, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
-use crate::server::{controller_error_code, Broker};
+use crate::server::{Broker, controller_error_code};
 
 pub async fn handle(
     broker: &Broker,
@@ -35,7 +35,7 @@ pub async fn handle(
         responses.push(resource_response(resource.resource_type, &resource.resource_name, outcome));
     }
     if applied {
-        broker.reconcile_now();
+        broker.reconcile_now().await;
     }
     Some(AlterConfigsResponse::default().with_responses(responses))
 }

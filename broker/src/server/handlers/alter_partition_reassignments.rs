@@ -6,6 +6,7 @@
 //! partition epoch it saw, and the controller's decision loop completes the reassignment once
 //! every target replica is in the ISR.
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::ReassignablePartition;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -13,12 +14,11 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, RequestHeader,
 };
-use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::election::{self, ReassignmentError};
 use crate::controller::{ApplyOutcome, MetadataImage, NodeId};
-use crate::server::{controller_error_code, reassignment_error_code, Broker};
+use crate::server::{Broker, controller_error_code, reassignment_error_code};
 
 /// How often a change is recomputed when a concurrent one (an ISR change, a fencing) moved the
 /// partition epoch between reading the image and committing.
@@ -50,7 +50,7 @@ pub async fn handle(
         responses.push(ReassignableTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
     }
     if changed {
-        broker.reconcile_now();
+        broker.reconcile_now().await;
     }
     Some(
         AlterPartitionReassignmentsResponse::default()
@@ -89,7 +89,7 @@ async fn alter_one(
             Ok(ApplyOutcome::StalePartitionEpoch { .. }) => continue,
             Ok(ApplyOutcome::UnknownTopic) => return Err(unknown_partition(topic, target.partition_index)),
             Ok(outcome) => {
-                return Err((ResponseError::UnknownServerError, format!("reassignment not applied: {outcome:?}")))
+                return Err((ResponseError::UnknownServerError, format!("reassignment not applied: {outcome:?}")));
             }
             Err(e) => return Err((controller_error_code(&e), e.to_string())),
         }

@@ -1,25 +1,30 @@
 //! CreateTopics: validates names, partition counts, replication factors and configs, places
 //! replicas over the usable brokers (`server::placement`, Kafka's rack-aware assignment), and
-//! commits a CreateTopic record through the metadata quorum.
+//! commits the CreateTopic records of all the valid topics of a request through the metadata
+//! quorum as one entry (`Controller::propose_all`), each topic answered with its own outcome.
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
 use crate::server::placement::{self, PlacementSpec, Start};
-use crate::server::{controller_error_code, Broker};
+use crate::server::{Broker, controller_error_code};
 
 pub async fn handle(
     broker: &Broker,
     _header: &RequestHeader,
     request: CreateTopicsRequest,
 ) -> Option<CreateTopicsResponse> {
-    let mut results = Vec::with_capacity(request.topics.len());
+    // Every topic is validated against one image first; the valid ones are then created with
+    // one proposal (`Controller::propose_all`), each with its own outcome, as Kafka's controller
+    // answers each topic of a request on its own.
+    let image = broker.controller.image();
+    let mut checked = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name = topic.name.0.to_string();
         let mut configs = BTreeMap::new();
@@ -29,19 +34,36 @@ pub async fn handle(
             }
         }
         let duplicate = request.topics.iter().filter(|t| t.name == topic.name).count() > 1;
-        let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
         let outcome = if duplicate {
             Err((ResponseError::InvalidRequest, "topic appears more than once in the request".to_string()))
         } else if !topic.assignments.is_empty() {
             let assignments: Vec<Vec<u64>> =
                 topic.assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0.max(0) as u64).collect()).collect();
-            validate_and_create(broker, &name, Assignment::Manual(assignments), configs.clone(), request.validate_only)
-                .await
+            validate(broker, &image, &name, Assignment::Manual(assignments), configs.clone())
         } else {
             let assignment =
                 Assignment::Auto { partitions: topic.num_partitions, replication_factor: topic.replication_factor };
-            validate_and_create(broker, &name, assignment, configs.clone(), request.validate_only).await
+            validate(broker, &image, &name, assignment, configs.clone())
         };
+        checked.push((topic.name.clone(), configs, outcome));
+    }
+    let records: Vec<MetadataRecord> = if request.validate_only {
+        Vec::new()
+    } else {
+        checked.iter().filter_map(|(_, _, outcome)| outcome.as_ref().ok().map(|(_, record)| record.clone())).collect()
+    };
+    let mut committed = broker.controller.propose_all(records).await.into_iter();
+    let mut results = Vec::with_capacity(checked.len());
+    for (name, configs, outcome) in checked {
+        let outcome = match outcome {
+            Ok((created, _)) if request.validate_only => Ok(created),
+            Ok((created, _)) => match committed.next() {
+                Some(committed) => created_or_error(&name.0, created, committed),
+                None => Err((ResponseError::UnknownServerError, "no outcome for this topic".to_string())),
+            },
+            Err(e) => Err(e),
+        };
+        let mut result = CreatableTopicResult::default().with_name(name);
         match outcome {
             Ok(created) => {
                 let log_config = broker.topic_log_config(&configs);
@@ -61,8 +83,24 @@ pub async fn handle(
         }
         results.push(result);
     }
-    broker.reconcile_now();
+    broker.reconcile_now().await;
     Some(CreateTopicsResponse::default().with_topics(results))
+}
+
+/// The answer for a topic whose CreateTopic record was proposed.
+fn created_or_error(
+    name: &str,
+    created: Created,
+    committed: Result<ApplyOutcome, std::sync::Arc<crate::controller::ControllerError>>,
+) -> Result<Created, (ResponseError, String)> {
+    match committed {
+        Ok(ApplyOutcome::Applied) => Ok(created),
+        Ok(ApplyOutcome::TopicAlreadyExists) => {
+            Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
+        }
+        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Err(e) => Err((controller_error_code(&e), e.to_string())),
+    }
 }
 
 fn config_entries(config: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
@@ -99,8 +137,23 @@ pub(crate) async fn validate_and_create(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<Created, (ResponseError, String)> {
+    let (created, record) = validate(broker, &broker.controller.image(), name, assignment, configs)?;
+    if validate_only {
+        return Ok(created);
+    }
+    created_or_error(name, created, broker.controller.propose(record).await.map_err(std::sync::Arc::new))
+}
+
+/// Checks a topic creation against `image` (Kafka's checks and words) and places its replicas:
+/// what to answer and the record that creates it.
+fn validate(
+    broker: &Broker,
+    image: &crate::controller::MetadataImage,
+    name: &str,
+    assignment: Assignment,
+    configs: BTreeMap<String, String>,
+) -> Result<(Created, MetadataRecord), (ResponseError, String)> {
     validate_topic_name(name).map_err(|m| (ResponseError::InvalidTopicException, m.to_string()))?;
-    let image = broker.controller.image();
     if image.topics.contains_key(name) {
         return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
     }
@@ -153,7 +206,7 @@ pub(crate) async fn validate_and_create(
                 return Err((ResponseError::InvalidPartitions, "number of partitions is above 100000".to_string()));
             }
             let spec = PlacementSpec { first_partition: 0, partitions: partitions as u32, replication_factor };
-            placement::assign_replicas(&placement::usable_brokers(&image), spec, Start::random()).map_err(|e| {
+            placement::assign_replicas(&placement::usable_brokers(image), spec, Start::random()).map_err(|e| {
                 (
                     ResponseError::InvalidReplicationFactor,
                     format!("Unable to replicate the partition {replication_factor} time(s): {e}"),
@@ -166,23 +219,13 @@ pub(crate) async fn validate_and_create(
         partitions: replicas.len() as u32,
         replication_factor: replicas.first().map_or(0, |r| r.len() as u16),
     };
-    if validate_only {
-        return Ok(created);
-    }
     let record = MetadataRecord::CreateTopic {
         name: name.to_string(),
         topic_id: created.topic_id,
         partitions: replicas,
         configs,
     };
-    match broker.controller.propose(record).await {
-        Ok(ApplyOutcome::Applied) => Ok(created),
-        Ok(ApplyOutcome::TopicAlreadyExists) => {
-            Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
-        }
-        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
-        Err(e) => Err((controller_error_code(&e), e.to_string())),
-    }
+    Ok((created, record))
 }
 
 /// Auto-creation with broker defaults (Metadata with allow_auto_topic_creation).
@@ -200,6 +243,6 @@ pub(crate) async fn create(
                 tracing::debug!(topic = name, %message, "auto-create failed");
                 code
             })?;
-    broker.reconcile_now();
+    broker.reconcile_now().await;
     Ok(created)
 }

@@ -1,18 +1,18 @@
 //! DeleteTopics: topics by name (v1-5) or by name or topic id (v6) are deleted through the
-//! metadata quorum; reconciling then closes and deletes their partition logs on this node.
+//! metadata quorum (all of a request's in one entry, each with its own outcome); reconciling then closes and deletes their partition logs on this node.
 //! `__consumer_offsets` may not be deleted (POLICY_VIOLATION): Kafka 4.x brokers accept it and
 //! its groups break; Kafka's `kafka-topics.sh` refuses it, and so does Runnel, on the broker.
 
 use std::collections::BTreeSet;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName};
-use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
-use crate::server::{controller_error_code, Broker};
+use crate::server::{Broker, controller_error_code};
 
 pub async fn handle(
     broker: &Broker,
@@ -30,21 +30,34 @@ pub async fn handle(
     let resolved: Vec<Resolved> =
         targets.iter().map(|(name, id)| resolve(&image, name.as_ref().map(|n| &*n.0), *id)).collect();
     let duplicated = duplicates(&resolved);
-    let mut deleted = false;
-    let mut responses = Vec::with_capacity(targets.len());
-    for ((name, id), target) in targets.iter().zip(resolved) {
-        let target = match target {
+    let checked: Vec<Resolved> = resolved
+        .into_iter()
+        .map(|target| match target {
             Ok(topic) if duplicated.contains(&topic.0) => Err((
                 ResponseError::InvalidRequest,
                 format!("topic '{}' appears more than once in the request", topic.0),
             )),
+            Ok(topic) if topic.0 == crate::group::OFFSETS_TOPIC => {
+                Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_DELETE_REFUSED.to_string()))
+            }
             other => other,
-        };
+        })
+        .collect();
+    // One proposal for every topic to delete, each with its own outcome.
+    let records =
+        checked.iter().flatten().map(|(topic, _)| MetadataRecord::DeleteTopic { name: topic.clone() }).collect();
+    let mut committed = broker.controller.propose_all(records).await.into_iter();
+    let mut deleted = false;
+    let mut responses = Vec::with_capacity(targets.len());
+    for ((name, id), target) in targets.iter().zip(checked) {
         let response = match target {
             Ok((topic, topic_id)) => {
                 let result =
                     DeletableTopicResult::default().with_name(Some(topic_name(&topic))).with_topic_id(topic_id);
-                match delete(broker, &topic).await {
+                let outcome = committed
+                    .next()
+                    .ok_or_else(|| (ResponseError::UnknownServerError, "no outcome for this topic".to_string()));
+                match outcome.and_then(|outcome| deleted_or_error(&topic, outcome)) {
                     Ok(()) => {
                         deleted = true;
                         result
@@ -63,7 +76,7 @@ pub async fn handle(
         responses.push(response);
     }
     if deleted {
-        broker.reconcile_now();
+        broker.reconcile_now().await;
     }
     Some(DeleteTopicsResponse::default().with_responses(responses))
 }
@@ -103,12 +116,11 @@ fn duplicates(resolved: &[Resolved]) -> BTreeSet<String> {
     duplicated
 }
 
-async fn delete(broker: &Broker, topic: &str) -> Result<(), (ResponseError, String)> {
-    if topic == crate::group::OFFSETS_TOPIC {
-        return Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_DELETE_REFUSED.to_string()));
-    }
-    let record = MetadataRecord::DeleteTopic { name: topic.to_string() };
-    match broker.controller.propose(record).await {
+fn deleted_or_error(
+    topic: &str,
+    committed: Result<ApplyOutcome, std::sync::Arc<crate::controller::ControllerError>>,
+) -> Result<(), (ResponseError, String)> {
+    match committed {
         Ok(ApplyOutcome::Applied) => Ok(()),
         Ok(ApplyOutcome::UnknownTopic) => {
             Err((ResponseError::UnknownTopicOrPartition, format!("topic '{topic}' does not exist")))
@@ -134,7 +146,7 @@ mod tests {
             partitions: Vec::new(),
             configs: Default::default(),
         };
-        image.topics.insert("t".to_string(), topic);
+        image.insert_topic(topic);
         assert_eq!(resolve(&image, Some("t"), Uuid::nil()).unwrap(), ("t".to_string(), id));
         assert_eq!(resolve(&image, None, id).unwrap(), ("t".to_string(), id));
         assert_eq!(resolve(&image, Some("t"), id).unwrap_err().0, ResponseError::InvalidRequest);

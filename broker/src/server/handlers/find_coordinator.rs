@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
 use super::join_group::coordinator_partition;
 use super::{broker_id, create_topics, str_bytes};
 use crate::group::OFFSETS_TOPIC;
-use crate::server::{placement, Broker};
+use crate::server::{Broker, placement};
 
 /// Key type of a group coordinator.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -46,7 +46,7 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
     let replication_factor = offsets_topic_replication_factor(broker.groups.offsets_topic_replication_factor, usable);
     match create_topics::create(broker, OFFSETS_TOPIC, partitions, replication_factor, offsets_topic_configs()).await {
         Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
-            broker.reconcile_now();
+            broker.reconcile_now().await;
             Ok(())
         }
         Err(code) => {
@@ -117,11 +117,7 @@ pub async fn handle(
         Err(code) => {
             let response =
                 response.with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1).with_error_code(code.code());
-            if version >= 1 {
-                response.with_error_message(Some(str_bytes(&code.to_string())))
-            } else {
-                response
-            }
+            if version >= 1 { response.with_error_message(Some(str_bytes(&code.to_string()))) } else { response }
         }
     })
 }

@@ -20,7 +20,7 @@ pub async fn handle(
 ) -> Option<ListPartitionReassignmentsResponse> {
     let image = broker.controller.image();
     let wanted: Vec<(&TopicImage, Vec<&PartitionImage>)> = match &request.topics {
-        None => image.topics.values().map(|t| (t, t.partitions.iter().collect())).collect(),
+        None => image.topics.values().map(|t| (&**t, t.partitions.iter().collect())).collect(),
         Some(topics) => topics
             .iter()
             .filter_map(|wanted| {

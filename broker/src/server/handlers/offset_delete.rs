@@ -5,12 +5,12 @@
 //! this node knows nothing of is GROUP_ID_NOT_FOUND; partitions the metadata does not know are
 //! UNKNOWN_TOPIC_OR_PARTITION.
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse, RequestHeader};
-use kafka_protocol::ResponseError;
 
 use crate::group::membership::GroupState;
-use crate::server::{offset_error_code, Broker};
+use crate::server::{Broker, offset_error_code};
 
 /// Topics the live members subscribe to. While the group
 /// rebalances the subscriptions are unknown and every topic counts as subscribed.
@@ -80,7 +80,7 @@ pub async fn handle(
                 && offsets.group_metadata(group).is_none()
                 && matches!(state, None | Some(GroupState::Dead)) =>
         {
-            return error(ResponseError::GroupIdNotFound)
+            return error(ResponseError::GroupIdNotFound);
         }
         Ok(_) => {}
         Err(e) => return error(offset_error_code(&e)),
