@@ -102,6 +102,51 @@ pub struct Metrics {
     started: Instant,
     rates: Mutex<Rates>,
     isr_history: Mutex<IsrHistory>,
+    /// Where the log file cache's figures come from, once the node names it.
+    log_file_cache: std::sync::RwLock<Option<OpenFileStatsSource>>,
+}
+
+/// The log file cache's figures (segment files held open for reads), as the storage reports
+/// them: the reporting side of `/metrics` and `/v1/cluster`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFileStats {
+    pub open: u64,
+    pub capacity: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub open_failures: u64,
+}
+
+/// Reads the log file cache's figures at scrape time (the node passes it in).
+pub type OpenFileStatsSource = Arc<dyn Fn() -> OpenFileStats + Send + Sync>;
+
+/// The process's descriptors against RLIMIT_NOFILE (None where Linux's `/proc` or
+/// `getrlimit` cannot say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessFiles {
+    pub open: Option<u64>,
+    pub soft_limit: Option<u64>,
+    pub hard_limit: Option<u64>,
+}
+
+impl ProcessFiles {
+    pub fn read() -> ProcessFiles {
+        // The directory's own descriptor is listed while it is read.
+        let open = std::fs::read_dir("/proc/self/fd").ok().map(|d| (d.count() as u64).saturating_sub(1));
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit only writes the struct we pass.
+        let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        let value = |v: libc::rlim_t| (known && v != libc::RLIM_INFINITY).then_some(v as u64);
+        ProcessFiles { open, soft_limit: value(limit.rlim_cur), hard_limit: value(limit.rlim_max) }
+    }
+}
+
+/// Descriptors of the process and of the log file cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileStats {
+    pub process: ProcessFiles,
+    pub log_file_cache: Option<OpenFileStats>,
 }
 
 /// Width of one bucket of the ISR change history.
@@ -483,6 +528,7 @@ impl Metrics {
             started: Instant::now(),
             rates: Mutex::new(Rates::default()),
             isr_history: Mutex::new(IsrHistory::default()),
+            log_file_cache: std::sync::RwLock::new(None),
         })
     }
 
@@ -554,13 +600,28 @@ impl Metrics {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Renders every registered metric in the Prometheus text format.
+    /// Names where the log file cache's figures come from; `/metrics` and `/v1/cluster` read
+    /// it on every scrape.
+    pub fn set_log_file_cache_stats(&self, source: OpenFileStatsSource) {
+        *self.log_file_cache.write().unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// The process's descriptors now, and the log file cache's figures if a source is set.
+    pub fn files(&self) -> FileStats {
+        let source = self.log_file_cache.read().unwrap_or_else(|p| p.into_inner()).clone();
+        FileStats { process: ProcessFiles::read(), log_file_cache: source.map(|f| f()) }
+    }
+
+    /// Renders every registered metric in the Prometheus text format, then the descriptor
+    /// figures (read now, not registered: they come from the kernel and the cache).
     pub fn render(&self) -> String {
         let mut out = Vec::with_capacity(64 << 10);
         let families = self.registry.gather();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&families, &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        let mut text = String::from_utf8(out).unwrap_or_default();
+        write_files(&mut text, &self.files());
+        text
     }
 
     /// Updates the per-second rates from the counters (call about once a second).
@@ -616,6 +677,34 @@ impl Metrics {
     }
 }
 
+/// `process_open_fds`/`process_max_fds` (the Prometheus process collector's names), the hard
+/// limit, and the log file cache's `runnel_log_file_cache_*` series.
+fn write_files(out: &mut String, files: &FileStats) {
+    use std::fmt::Write;
+    let mut family = |name: &str, help: &str, kind: &str, value: Option<u64>| {
+        if let Some(value) = value {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
+        }
+    };
+    let p = &files.process;
+    family("process_open_fds", "Number of open file descriptors", "gauge", p.open);
+    family("process_max_fds", "Maximum number of open file descriptors (soft RLIMIT_NOFILE)", "gauge", p.soft_limit);
+    family("runnel_process_max_fds_hard", "Hard RLIMIT_NOFILE", "gauge", p.hard_limit);
+    if let Some(c) = &files.log_file_cache {
+        family("runnel_log_file_cache_open", "Segment files the log file cache holds open", "gauge", Some(c.open));
+        family(
+            "runnel_log_file_cache_capacity",
+            "Segment files the log file cache may hold open",
+            "gauge",
+            Some(c.capacity),
+        );
+        family("runnel_log_file_cache_hits_total", "Reads that found their file open", "counter", Some(c.hits));
+        family("runnel_log_file_cache_misses_total", "Reads that had to open their file", "counter", Some(c.misses));
+        family("runnel_log_file_cache_evictions_total", "Files closed to make room", "counter", Some(c.evictions));
+        family("runnel_log_file_cache_open_failures_total", "Opens that failed", "counter", Some(c.open_failures));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,6 +755,33 @@ mod tests {
         assert_eq!(buckets.iter().map(|b| b.shrinks).sum::<u64>(), 2);
         assert_eq!(buckets.iter().map(|b| b.expands).sum::<u64>(), 0);
         assert!(history.buckets.len() <= ISR_HISTORY_BUCKETS);
+    }
+
+    #[test]
+    fn descriptor_figures_are_rendered_and_the_cache_source_is_read_at_scrape_time() {
+        // Proves /metrics carries the process's descriptors and limit, and the log file cache's
+        // series once a source is set, with the source's figures.
+        let metrics = Metrics::new();
+        let text = metrics.render();
+        assert!(text.contains("\nprocess_open_fds "), "{text}");
+        assert!(text.contains("\nprocess_max_fds "));
+        assert!(!text.contains("runnel_log_file_cache_open"));
+        let stats = OpenFileStats { open: 3, capacity: 10, hits: 7, misses: 4, evictions: 1, open_failures: 2 };
+        metrics.set_log_file_cache_stats(Arc::new(move || stats));
+        let text = metrics.render();
+        for line in [
+            "runnel_log_file_cache_open 3",
+            "runnel_log_file_cache_capacity 10",
+            "runnel_log_file_cache_hits_total 7",
+            "runnel_log_file_cache_misses_total 4",
+            "runnel_log_file_cache_evictions_total 1",
+            "runnel_log_file_cache_open_failures_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing");
+        }
+        assert_eq!(metrics.files().log_file_cache, Some(stats));
+        let open = metrics.files().process.open.expect("Linux /proc");
+        assert!(open >= 3, "stdin, stdout, stderr at least: {open}");
     }
 
     #[test]
