@@ -272,6 +272,33 @@ fn topic_admin_commands_round_trip_as_json() {
 }
 
 #[test]
+fn topic_list_pages_follows_every_page_or_prints_one_with_its_cursor() {
+    // Proves `topic list` without --limit follows the node's pages to the end (every topic
+    // once, in order), --limit prints one page and the --after that continues it, and
+    // --prefix narrows the listing on the node.
+    let node = Runnel::start(&[]);
+    let names: Vec<String> = (0..7).map(|i| format!("t{i}")).chain(["other".to_string()]).collect();
+    support::create_topics(&node, &names, 1);
+    let listed = cli(&node, &["topic", "list", "--page-size", "3", "--output", "json"]).json();
+    let got: Vec<&str> =
+        listed["topics"].as_array().expect("topics").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(got, ["other", "t0", "t1", "t2", "t3", "t4", "t5", "t6"], "{listed}");
+    assert_eq!((listed["total"].as_i64(), listed["next"].is_null()), (Some(8), true));
+
+    let page = cli(&node, &["topic", "list", "--prefix", "t", "--limit", "3"]).ok();
+    let rows: Vec<&str> = page.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(&rows[..3], ["t0", "t1", "t2"], "{page}");
+    assert!(page.contains("3 of 7 topics; next page: --after t2"), "{page}");
+    let page =
+        cli(&node, &["topic", "list", "--prefix", "t", "--limit", "3", "--after", "t5", "--output", "json"]).json();
+    assert_eq!(page["topics"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!((page["topics"][0]["name"].as_str(), page["next"].is_null()), (Some("t6"), true));
+    let refused = cli(&node, &["topic", "list", "--limit", "0"]);
+    assert_eq!(refused.code, 1);
+    assert!(refused.stderr.contains("(40002)"), "{}", refused.stderr);
+}
+
+#[test]
 fn connection_flags_before_the_subcommand_are_accepted() {
     // Proves --url and --output work before the subcommand (`runnel --url U topic list`) as well
     // as after it, and mixed, with no RUNNEL_URL to fall back on.

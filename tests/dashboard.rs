@@ -200,6 +200,53 @@ fn dashboard_shows_cluster_topics_records_and_group_lag_and_manages_topics() {
 }
 
 #[test]
+fn dashboard_pages_through_topics_a_page_at_a_time_and_filters_on_the_node() {
+    // Proves the Topics page shows one page of 100 topics out of 250 (never all of them),
+    // Next and Previous walk the pages in name order, and the filter box is applied by the node
+    // across every page (a match on the last page shows without paging to it).
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    let node = Runnel::start(&[]);
+    let base = node.http_url();
+    let names: Vec<String> = (0..250).map(|i| format!("paged-{i:03}")).collect();
+    support::create_topics(&node, &names, 1);
+    let browser = Browser::start();
+    let row = |name: &str| format!(r#"[data-testid="topic-row"][data-topic="{name}"]"#);
+    let rows = r#"[data-testid="topic-row"]"#;
+    let range = r#"[data-testid="topics-range"]"#;
+
+    browser.navigate(&format!("{base}/#/topics"));
+    browser.wait_for_text(range, "1–100 of 250");
+    browser.wait_for_count(rows, 100);
+    browser.wait_for_count(&row("paged-000"), 1);
+    browser.wait_for_count(&row("paged-099"), 1);
+    assert_eq!(browser.count(&row("paged-100")), 0, "the second page is not loaded");
+    browser.wait_for_text("#topic-count", "250 topics");
+
+    browser.click(r#"[data-testid="topics-next"]"#);
+    browser.wait_for_text(range, "101–200 of 250");
+    browser.wait_for_count(&row("paged-100"), 1);
+    assert_eq!(browser.count(&row("paged-000")), 0);
+    browser.click(r#"[data-testid="topics-next"]"#);
+    browser.wait_for_text(range, "201–250 of 250");
+    browser.wait_for_count(rows, 50);
+    assert_eq!(browser.attribute(r#"[data-testid="topics-next"]"#, "disabled").as_deref(), Some("true"));
+    browser.click(r#"[data-testid="topics-prev"]"#);
+    browser.wait_for_text(range, "101–200 of 250");
+    browser.wait_for_count(&row("paged-150"), 1);
+
+    // From page 2, a filter matching only topics of page 3 starts over at its first page.
+    browser.type_into(r#"[data-testid="topic-filter"]"#, "paged-24");
+    browser.wait_for_text("#topic-count", "10 topics match the filter");
+    browser.wait_for_count(rows, 10);
+    browser.wait_for_count(&row("paged-249"), 1);
+    browser.clear_input(r#"[data-testid="topic-filter"]"#);
+    browser.wait_for_text(range, "1–100 of 250");
+}
+
+#[test]
 fn dashboard_shows_a_running_transform_and_pauses_it() {
     // Proves the Transforms tab lists a deployed identity transform as running, its page shows
     // the records it read (as the API counts them), its logs and live throughput, and its Pause

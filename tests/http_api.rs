@@ -355,6 +355,112 @@ fn replication_health_has_kafkas_metric_names_and_agrees_with_v1_cluster() {
 }
 
 #[test]
+fn topics_page_by_name_and_the_descriptor_budget_is_reported() {
+    // Proves GET /v1/topics answers a page at a time in name order (`next` cursor, `total`
+    // over all pages, `prefix` and `search` applied before paging), refuses a limit outside
+    // 1..=5000, and the node reports its descriptors and log file cache in /metrics and
+    // /v1/cluster with figures that agree with each other and with the kernel's limit.
+    let node = Runnel::start(&["--log-open-files-max", "40"]);
+    let api = HttpApi::new(&node);
+    let names: Vec<String> = (0..12).map(|i| format!("page-{i:02}")).chain(["zeta".to_string()]).collect();
+    support::create_topics(&node, &names, 2);
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let query = after.as_ref().map(|a| format!("&after={a}")).unwrap_or_default();
+        let page = api.get(&format!("/v1/topics?limit=5{query}")).json;
+        assert_eq!(page["total"], 13, "{page}");
+        let topics = page["topics"].as_array().expect("topics");
+        assert!(topics.len() <= 5);
+        seen.extend(topics.iter().map(|t| t["name"].as_str().expect("name").to_string()));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, names, "every topic once, in name order");
+    let page = api.get("/v1/topics?prefix=page-1&limit=2").json;
+    assert_eq!((page["total"].clone(), page["next"].clone()), (json!(2), json!(null)), "{page}");
+    let page = api.get("/v1/topics?search=ET").json;
+    assert_eq!(page["topics"][0]["name"], "zeta", "search ignores case: {page}");
+    assert_eq!(page["total"], 1);
+    for bad in ["0", "5001"] {
+        let refused = api.get(&format!("/v1/topics?limit={bad}"));
+        assert_eq!((refused.status, refused.json["error_code"].clone()), (400, json!(40002)), "{}", refused.json);
+    }
+
+    // Produce to every partition so the cache has opened files, then read its figures.
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        client_config(&node, &[("linger.ms", "0")]).create().expect("producer");
+    for name in &names {
+        for partition in 0..2 {
+            producer.send(BaseRecord::<(), str>::to(name).partition(partition).payload("x")).expect("enqueue");
+        }
+    }
+    producer.flush(TIMEOUT).expect("flush");
+    let files = api.get("/v1/cluster").json["files"].clone();
+    let cache = &files["log_file_cache"];
+    assert_eq!(cache["capacity"], 40, "{files}");
+    let open = cache["open"].as_u64().expect("cache open");
+    assert!((1..=40).contains(&open), "{files}");
+    let soft = files["soft_limit"].as_u64().expect("soft limit");
+    assert!(files["open"].as_u64().is_some_and(|o| o > open && o < soft), "{files}");
+    assert!(files["hard_limit"].as_u64().is_some_and(|h| h >= soft), "raised to at most the hard limit: {files}");
+    // The same figures in /metrics.
+    let text = api.get("/metrics").text;
+    assert_eq!(metric(&text, "runnel_log_file_cache_capacity", &[]), Some(40.0));
+    assert_eq!(metric(&text, "process_max_fds", &[]), Some(soft as f64));
+    assert!(metric(&text, "process_open_fds", &[]).is_some_and(|v| v > 0.0));
+    assert!(metric(&text, "runnel_log_file_cache_open", &[]).is_some_and(|v| v >= 1.0), "{text}");
+    assert_eq!(metric(&text, "runnel_log_file_cache_open_failures_total", &[]), Some(0.0));
+}
+
+#[test]
+fn aggregated_metrics_write_a_series_per_topic_not_per_partition() {
+    // Proves --metrics-aggregate true sums the log and group series per topic (no partition
+    // label, values the sums of the partitions'), and the per-topic group sums are written in
+    // both modes.
+    for aggregate in [false, true] {
+        let flag = aggregate.to_string();
+        let node = Runnel::start(&["--metrics-aggregate", &flag]);
+        let api = HttpApi::new(&node);
+        assert_eq!(api.post("/v1/topics", &json!({"name": "summed", "partitions": 3})).status, 201);
+        let producer: ThreadedProducer<DefaultProducerContext> =
+            client_config(&node, &[("linger.ms", "0")]).create().expect("producer");
+        for (partition, records) in [(0, 1), (1, 2), (2, 4)] {
+            for _ in 0..records {
+                producer.send(BaseRecord::<(), str>::to("summed").partition(partition).payload("x")).expect("enqueue");
+            }
+        }
+        producer.flush(TIMEOUT).expect("flush");
+        let consumer = assign_consumer(&node, "summed", 3);
+        let mut offsets = TopicPartitionList::new();
+        for partition in 0..3 {
+            offsets.add_partition_offset("summed", partition, Offset::Offset(1)).expect("offset");
+        }
+        consumer.commit(&offsets, CommitMode::Sync).expect("commit");
+        let text = api.get("/metrics").text;
+        let per_partition =
+            |name: &str| text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.contains("partition=\""));
+        for name in ["kafka_log_log_log_end_offset", "kafka_log_log_size", "kafka_consumergroup_lag"] {
+            assert_eq!(per_partition(name), !aggregate, "{name} with --metrics-aggregate {aggregate}:\n{text}");
+        }
+        if aggregate {
+            assert_eq!(metric(&text, "kafka_log_log_log_end_offset", &[("topic", "summed")]), Some(7.0), "{text}");
+            assert!(!text.contains("\nkafka_consumergroup_lag{"), "{text}");
+        } else {
+            assert_eq!(
+                metric(&text, "kafka_log_log_log_end_offset", &[("topic", "summed"), ("partition", "2")]),
+                Some(4.0)
+            );
+        }
+        let group = [("consumergroup", "reader"), ("topic", "summed")];
+        assert_eq!(metric(&text, "kafka_consumergroup_lag_sum", &group), Some(4.0), "(1-1)+(2-1)+(4-1):\n{text}");
+        assert_eq!(metric(&text, "kafka_consumergroup_current_offset_sum", &group), Some(3.0));
+    }
+}
+
+#[test]
 fn every_openapi_route_answers() {
     // Proves /openapi.json lists the routes the server has: each path and method, with its
     // parameters filled in, answers without 5xx, 405 or "no such route".

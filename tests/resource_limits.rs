@@ -24,7 +24,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use support::{HttpApi, RawConn, Runnel, SpawnOptions, block_on, client_config, wait_until};
+use support::{block_on, client_config, wait_until, HttpApi, RawConn, Runnel, SpawnOptions};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 /// How long a request that must not be answered yet is given to show it is not.
@@ -205,12 +205,10 @@ fn topic_name(name: &str) -> TopicName {
 
 /// CreateTopics over `conn`: the topic's error code and message.
 fn create_topics(conn: &mut RawConn, name: &str, partitions: i32) -> (i16, Option<String>) {
-    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
-        CreatableTopic::default()
-            .with_name(topic_name(name))
-            .with_num_partitions(partitions)
-            .with_replication_factor(1),
-    ]);
+    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)]);
     let response = conn.call(7, &request);
     let topic = &response.topics[0];
     (topic.error_code, topic.error_message.as_ref().map(|m| m.to_string()))

@@ -398,15 +398,20 @@
       <span class="value" data-testid="${testid}">${esc(value)}</span></div>${sparkline(samples)}</div>`;
   }
 
-  // Topics list state survives navigation (filter text, internal toggle, sort order).
-  const topicsState = { filter: "", internal: false, sort: { key: "name", dir: 1 } };
+  // Topics list state survives navigation (filter text, internal toggle, sort order, page).
+  // The node answers a page at a time in name order (`next` is the cursor of the one after):
+  // `cursors` holds the `after` of every page up to the current one, so Previous pops it.
+  const TOPICS_PAGE = 100;
+  const topicsState = { filter: "", internal: false, sort: { key: "name", dir: 1 }, cursors: [null] };
 
   function topicsView() {
     let root;
     let topics = null;
+    let page = { next: null, total: 0 };
     let lastRender = null;
     const render = () => {
       if (!topics) return;
+      renderPager();
       const needle = topicsState.filter.trim().toLowerCase();
       const shown = sortRows(needle ? topics.filter((t) => t.name.toLowerCase().includes(needle)) : topics, topicsState.sort);
       const html = shown
@@ -424,16 +429,31 @@
             <td class="num" data-field="offline_partitions">${offline > 0 ? `<span class="badge bad">${fmtInt(offline)}</span>` : `<span class="muted">0</span>`}</td></tr>`;
         })
         .join("");
+      root.querySelector("#topic-count").textContent = needle
+        ? `${plural(page.total, "topic")} match the filter`
+        : plural(page.total, "topic");
       // Polls that change nothing leave the DOM alone (keeps text selections and hover).
       if (html === lastRender) return;
       lastRender = html;
       root.querySelector("tbody").innerHTML = html;
       root.querySelector("[data-testid=topics-empty]").hidden = shown.length > 0;
-      root.querySelector("[data-testid=topics-empty]").textContent = topics.length
-        ? "No topic matches the filter."
-        : "No topics yet. Create one above.";
-      root.querySelector("#topic-count").textContent =
-        shown.length === topics.length ? plural(topics.length, "topic") : `${fmtInt(shown.length)} of ${plural(topics.length, "topic")}`;
+      root.querySelector("[data-testid=topics-empty]").textContent =
+        topics.length || needle ? "No topic matches the filter." : "No topics yet. Create one above.";
+    };
+    const renderPager = () => {
+      const first = (topicsState.cursors.length - 1) * TOPICS_PAGE;
+      const pager = root.querySelector("[data-testid=topics-pager]");
+      pager.hidden = first === 0 && !page.next;
+      root.querySelector("[data-testid=topics-range]").textContent = topics.length
+        ? `${fmtInt(first + 1)}–${fmtInt(first + topics.length)} of ${fmtInt(page.total)}`
+        : `none of ${fmtInt(page.total)}`;
+      root.querySelector("[data-testid=topics-prev]").disabled = first === 0;
+      root.querySelector("[data-testid=topics-next]").disabled = !page.next;
+    };
+    const turn = (cursors) => {
+      topicsState.cursors = cursors;
+      lastRender = null;
+      refreshNow();
     };
     return {
       title: "Topics",
@@ -469,28 +489,52 @@
               <tbody></tbody>
             </table>
             <p class="empty" data-testid="topics-empty" hidden></p>
-          </section>`;
+          </section>
+          <div class="pager" data-testid="topics-pager" hidden>
+            <button type="button" data-testid="topics-prev">← Previous</button>
+            <span class="muted" data-testid="topics-range"></span>
+            <button type="button" data-testid="topics-next">Next →</button>
+          </div>`;
         const filter = root.querySelector("[data-testid=topic-filter]");
         filter.value = topicsState.filter;
         filter.addEventListener("input", () => {
           topicsState.filter = filter.value;
-          render();
+          render(); // this page at once; the node filters every page with the next poll
+          turn([null]);
         });
         const internal = root.querySelector("[data-testid=show-internal]");
         internal.checked = topicsState.internal;
         internal.addEventListener("change", () => {
           topicsState.internal = internal.checked;
-          refreshNow();
+          turn([null]);
         });
         sortable(root.querySelector("thead"), topicsState.sort, render);
         rowLinks(root.querySelector("tbody"));
         root.querySelector("form").addEventListener("submit", createTopic);
+        root.querySelector("[data-testid=topics-prev]").addEventListener("click", () => {
+          if (topicsState.cursors.length > 1) turn(topicsState.cursors.slice(0, -1));
+        });
+        root.querySelector("[data-testid=topics-next]").addEventListener("click", () => {
+          if (page.next) turn([...topicsState.cursors, page.next]);
+        });
       },
       async refresh(signal) {
-        const internal = topicsState.internal;
-        const data = await api(`/v1/topics?internal=${internal}`, { signal });
-        if (internal !== topicsState.internal) return; // toggled while in flight; next poll is queued
+        const { internal, cursors } = topicsState;
+        const search = topicsState.filter.trim();
+        const params = new URLSearchParams({ internal, limit: TOPICS_PAGE });
+        if (search) params.set("search", search);
+        const after = cursors[cursors.length - 1];
+        if (after !== null) params.set("after", after);
+        const data = await api(`/v1/topics?${params}`, { signal });
+        // Toggled, typed or paged while in flight: the next poll (queued) asks again.
+        if (internal !== topicsState.internal || cursors !== topicsState.cursors || search !== topicsState.filter.trim()) return;
         topics = data.topics || [];
+        page = { next: data.next ?? null, total: data.total ?? topics.length };
+        // A page emptied by deletions steps back to the first.
+        if (!topics.length && cursors.length > 1) {
+          turn([null]);
+          return;
+        }
         render();
       },
     };

@@ -156,6 +156,12 @@ pub struct ServeArgs {
     /// raised it to the hard limit; at least 16 [default: auto].
     #[arg(long, env = "RUNNEL_LOG_OPEN_FILES_MAX")]
     pub log_open_files_max: Option<String>,
+    /// `metrics.aggregate` (Redpanda's `aggregate_metrics`; Kafka has none): `/metrics` writes
+    /// the per-partition series (log size and offsets, group lag and offsets) summed per topic,
+    /// without a partition label: one series per topic instead of one per partition, for nodes
+    /// with tens of thousands of partitions [default: false].
+    #[arg(long, env = "RUNNEL_METRICS_AGGREGATE")]
+    pub metrics_aggregate: Option<bool>,
     /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
@@ -215,6 +221,7 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     broker_address_override: Option<Vec<String>>,
     log_open_files_max: Option<toml::Value>,
+    metrics_aggregate: Option<bool>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -308,6 +315,8 @@ pub struct NodeConfig {
     /// `log.open.files.max`: the capacity of the node's cache of open segment files; `None` is
     /// `auto` (see `OpenFiles::auto_capacity`, read when the node starts).
     pub log_open_files_max: Option<usize>,
+    /// `metrics.aggregate`: per-partition series summed per topic.
+    pub metrics_aggregate: bool,
     /// `--broker-address-override`: broker id → `host:port` this node reaches it at instead of
     /// its registered address (node-to-node traffic only).
     pub broker_address_overrides: BTreeMap<u64, String>,
@@ -470,6 +479,7 @@ impl NodeConfig {
             },
             log_defaults,
             log_open_files_max,
+            metrics_aggregate: args.metrics_aggregate.or(file.metrics_aggregate).unwrap_or(false),
             broker_address_overrides,
         })
     }

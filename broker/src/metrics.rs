@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::controller::{MetadataImage, PartitionImage};
+use crate::log::OpenFilesStats;
 
 use prometheus::{
     Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -84,11 +85,6 @@ pub struct Metrics {
     /// follower's (ISR members and not), in records.
     pub replica_max_lag: IntGauge,
     pub unclean_leader_elections: IntGauge,
-    pub log_size: IntGaugeVec,
-    pub log_end_offset: IntGaugeVec,
-    pub log_start_offset: IntGaugeVec,
-    pub group_lag: IntGaugeVec,
-    pub group_offset: IntGaugeVec,
     pub group_members: IntGaugeVec,
     pub scrape_seconds: Histogram,
     pub transform_records_in: IntCounterVec,
@@ -110,6 +106,39 @@ pub struct Metrics {
     started: Instant,
     rates: Mutex<Rates>,
     isr_history: Mutex<IsrHistory>,
+    /// Where the log file cache's figures come from, once the node names it.
+    log_file_cache: std::sync::RwLock<Option<OpenFileStatsSource>>,
+}
+
+/// Reads the log file cache's figures at scrape time (the node passes it in).
+pub type OpenFileStatsSource = Arc<dyn Fn() -> OpenFilesStats + Send + Sync>;
+
+/// The process's descriptors against RLIMIT_NOFILE (None where Linux's `/proc` or
+/// `getrlimit` cannot say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessFiles {
+    pub open: Option<u64>,
+    pub soft_limit: Option<u64>,
+    pub hard_limit: Option<u64>,
+}
+
+impl ProcessFiles {
+    pub fn read() -> ProcessFiles {
+        // The directory's own descriptor is listed while it is read.
+        let open = std::fs::read_dir("/proc/self/fd").ok().map(|d| (d.count() as u64).saturating_sub(1));
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit only writes the struct we pass.
+        let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        let value = |v: libc::rlim_t| (known && v != libc::RLIM_INFINITY).then_some(v as u64);
+        ProcessFiles { open, soft_limit: value(limit.rlim_cur), hard_limit: value(limit.rlim_max) }
+    }
+}
+
+/// Descriptors of the process and of the log file cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileStats {
+    pub process: ProcessFiles,
+    pub log_file_cache: Option<OpenFilesStats>,
 }
 
 /// Width of one bucket of the ISR change history.
@@ -424,36 +453,6 @@ impl Metrics {
                 "kafka_controller_kafkacontroller_offlinepartitionscount",
                 "Partitions without a leader (on the active controller; 0 elsewhere)",
             ),
-            log_size: gauge_vec(
-                &r,
-                "kafka_log_log_size",
-                "Bytes on disk of a partition's log",
-                &["topic", "partition"],
-            ),
-            log_end_offset: gauge_vec(
-                &r,
-                "kafka_log_log_log_end_offset",
-                "Log end offset of a partition",
-                &["topic", "partition"],
-            ),
-            log_start_offset: gauge_vec(
-                &r,
-                "kafka_log_log_log_start_offset",
-                "Log start offset of a partition",
-                &["topic", "partition"],
-            ),
-            group_lag: gauge_vec(
-                &r,
-                "kafka_consumergroup_lag",
-                "High watermark minus committed offset, per group and partition",
-                &["consumergroup", "topic", "partition"],
-            ),
-            group_offset: gauge_vec(
-                &r,
-                "kafka_consumergroup_current_offset",
-                "Committed offset, per group and partition",
-                &["consumergroup", "topic", "partition"],
-            ),
             group_members: gauge_vec(&r, "kafka_consumergroup_members", "Members of a group", &["consumergroup"]),
             scrape_seconds,
             transform_records_in: counter_vec(
@@ -508,6 +507,7 @@ impl Metrics {
             started: Instant::now(),
             rates: Mutex::new(Rates::default()),
             isr_history: Mutex::new(IsrHistory::default()),
+            log_file_cache: std::sync::RwLock::new(None),
         })
     }
 
@@ -580,13 +580,30 @@ impl Metrics {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Renders every registered metric in the Prometheus text format.
-    pub fn render(&self) -> String {
-        let mut out = Vec::with_capacity(64 << 10);
+    /// Names where the log file cache's figures come from; `/metrics` and `/v1/cluster` read
+    /// it on every scrape.
+    pub fn set_log_file_cache_stats(&self, source: OpenFileStatsSource) {
+        *self.log_file_cache.write().unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// The process's descriptors now, and the log file cache's figures if a source is set.
+    pub fn files(&self) -> FileStats {
+        let source = self.log_file_cache.read().unwrap_or_else(|p| p.into_inner()).clone();
+        FileStats { process: ProcessFiles::read(), log_file_cache: source.map(|f| f()) }
+    }
+
+    /// Renders every registered metric in the Prometheus text format, then the descriptor
+    /// figures (read now, not registered: they come from the kernel and the cache), then
+    /// `state`: the per-partition series the scrape wrote itself ([`StateSeries`]).
+    pub fn render(&self, state: &StateSeries) -> String {
+        let mut out = Vec::with_capacity((64 << 10) + state.len());
         let families = self.registry.gather();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&families, &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        let mut text = String::from_utf8(out).unwrap_or_default();
+        write_files(&mut text, &self.files());
+        text.push_str(&state.text);
+        text
     }
 
     /// Updates the per-second rates from the counters (call about once a second).
@@ -642,6 +659,95 @@ impl Metrics {
     }
 }
 
+/// Gauge families with a series per partition (or per group and partition), in the Prometheus
+/// text format, written by the scrape straight from the partitions and groups: with 50,000
+/// partitions a registry's label hashing, per-series allocation and sort cost more than the
+/// scrape's reading of the partitions, and they would be reset and refilled on every scrape.
+/// A family is written whole (its samples must be contiguous).
+#[derive(Debug, Default)]
+pub struct StateSeries {
+    text: String,
+}
+
+impl StateSeries {
+    pub fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// One gauge family: `samples` are label sets and values.
+    pub fn gauge<'a, L>(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (L, i64)>)
+    where
+        L: AsRef<[(&'a str, &'a str)]>,
+    {
+        use std::fmt::Write;
+        let _ = write!(self.text, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+        for (labels, value) in samples {
+            self.text.push_str(name);
+            self.text.push('{');
+            for (i, (key, label)) in labels.as_ref().iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                self.text.push_str(key);
+                self.text.push_str("=\"");
+                escape_label_value(&mut self.text, label);
+                self.text.push('"');
+            }
+            let _ = writeln!(self.text, "}} {value}");
+        }
+    }
+}
+
+/// A label value in the text format: backslash, double quote and line feed escaped (group
+/// ids may hold any of them).
+fn escape_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// `process_open_fds`/`process_max_fds` (the Prometheus process collector's names), the hard
+/// limit, and the log file cache's `runnel_log_file_cache_*` series.
+fn write_files(out: &mut String, files: &FileStats) {
+    use std::fmt::Write;
+    let mut family = |name: &str, help: &str, kind: &str, value: Option<u64>| {
+        if let Some(value) = value {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
+        }
+    };
+    let p = &files.process;
+    family("process_open_fds", "Number of open file descriptors", "gauge", p.open);
+    family("process_max_fds", "Maximum number of open file descriptors (soft RLIMIT_NOFILE)", "gauge", p.soft_limit);
+    family("runnel_process_max_fds_hard", "Hard RLIMIT_NOFILE", "gauge", p.hard_limit);
+    if let Some(c) = &files.log_file_cache {
+        family(
+            "runnel_log_file_cache_open",
+            "Segment files the log file cache holds open",
+            "gauge",
+            Some(c.open as u64),
+        );
+        family(
+            "runnel_log_file_cache_capacity",
+            "Segment files the log file cache may hold open",
+            "gauge",
+            Some(c.capacity as u64),
+        );
+        family("runnel_log_file_cache_hits_total", "Reads that found their file open", "counter", Some(c.hits));
+        family("runnel_log_file_cache_misses_total", "Reads that had to open their file", "counter", Some(c.misses));
+        family("runnel_log_file_cache_evictions_total", "Files closed to make room", "counter", Some(c.evictions));
+        family("runnel_log_file_cache_open_failures_total", "Opens that failed", "counter", Some(c.open_failures));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -694,6 +800,53 @@ mod tests {
         assert_eq!(buckets.iter().map(|b| b.shrinks).sum::<u64>(), 2);
         assert_eq!(buckets.iter().map(|b| b.expands).sum::<u64>(), 0);
         assert!(history.buckets.len() <= ISR_HISTORY_BUCKETS);
+    }
+
+    #[test]
+    fn descriptor_figures_are_rendered_and_the_cache_source_is_read_at_scrape_time() {
+        // Proves /metrics carries the process's descriptors and limit, and the log file cache's
+        // series once a source is set, with the source's figures.
+        let metrics = Metrics::new();
+        let text = metrics.render(&StateSeries::default());
+        assert!(text.contains("\nprocess_open_fds "), "{text}");
+        assert!(text.contains("\nprocess_max_fds "));
+        assert!(!text.contains("runnel_log_file_cache_open"));
+        let stats = OpenFilesStats { open: 3, capacity: 10, hits: 7, misses: 4, evictions: 1, open_failures: 2 };
+        metrics.set_log_file_cache_stats(Arc::new(move || stats));
+        let text = metrics.render(&StateSeries::default());
+        for line in [
+            "runnel_log_file_cache_open 3",
+            "runnel_log_file_cache_capacity 10",
+            "runnel_log_file_cache_hits_total 7",
+            "runnel_log_file_cache_misses_total 4",
+            "runnel_log_file_cache_evictions_total 1",
+            "runnel_log_file_cache_open_failures_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing");
+        }
+        assert_eq!(metrics.files().log_file_cache, Some(stats));
+        let open = metrics.files().process.open.expect("Linux /proc");
+        assert!(open >= 3, "stdin, stdout, stderr at least: {open}");
+    }
+
+    #[test]
+    fn state_series_are_written_whole_with_label_values_escaped() {
+        // Proves a family written by the scrape is valid text format: HELP and TYPE once, one
+        // line per sample, a group id's backslash, quote and line feed escaped.
+        let mut state = StateSeries::default();
+        state.gauge(
+            "kafka_consumergroup_lag",
+            "Lag",
+            [([("consumergroup", "a\\b\"c\nd"), ("topic", "t")], 7), ([("consumergroup", "g"), ("topic", "t")], -1)],
+        );
+        assert_eq!(
+            state.text,
+            "# HELP kafka_consumergroup_lag Lag\n# TYPE kafka_consumergroup_lag gauge\n\
+             kafka_consumergroup_lag{consumergroup=\"a\\\\b\\\"c\\nd\",topic=\"t\"} 7\n\
+             kafka_consumergroup_lag{consumergroup=\"g\",topic=\"t\"} -1\n"
+        );
+        let text = Metrics::new().render(&state);
+        assert!(text.ends_with(&state.text), "state series come last, whole");
     }
 
     #[test]

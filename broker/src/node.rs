@@ -181,6 +181,7 @@ impl Node {
                 fetch_max_bytes: config.fetch_max_bytes,
                 data_dir: data_dir.clone(),
                 replica_selector: config.replica_selector,
+                metrics_aggregate: config.metrics_aggregate,
                 http_address: Some(if http_addr.ip().is_unspecified() {
                     format!("{advertised_host}:{}", http_addr.port())
                 } else {
@@ -196,6 +197,8 @@ impl Node {
             transforms: transforms.clone(),
             reconcile,
         });
+        let cached = replicas.clone();
+        broker.metrics.set_log_file_cache_stats(Arc::new(move || cached.open_files().stats()));
         transforms.attach(Arc::new(crate::transform::Host {
             node_id: config.node_id,
             replicas: replicas.clone(),

@@ -331,6 +331,21 @@ pub fn create_topic(node: &Runnel, name: &str, partitions: i32) {
     }
 }
 
+/// Creates every topic of `names` (RF 1) in one CreateTopics request, as `kafka-topics.sh`
+/// scripts and Terraform providers do in bulk.
+pub fn create_topics(node: &Runnel, names: &[String], partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        client_config(node, &[]).create().expect("admin client");
+    let options = AdminOptions::new().operation_timeout(Some(START_TIMEOUT)).request_timeout(Some(START_TIMEOUT));
+    let topics: Vec<NewTopic> =
+        names.iter().map(|name| NewTopic::new(name, partitions, TopicReplication::Fixed(1))).collect();
+    let results = block_on(admin.create_topics(&topics, &options)).expect("CreateTopics");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating {name}: {code:?}"));
+    }
+}
+
 /// A group member subscribed to `topic`: 6 s session, manual commits, from the earliest offset.
 pub fn group_consumer(node: &Runnel, group: &str, topic: &str) -> rdkafka::consumer::BaseConsumer {
     use rdkafka::consumer::Consumer;

@@ -38,6 +38,19 @@ enum TopicAction {
         /// Include internal topics (`__consumer_offsets`).
         #[arg(long)]
         internal: bool,
+        /// Only topics whose names start with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Print one page of at most this many topics (1..=5000) and the `--after` of the next
+        /// page, instead of every page.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Start after this topic name (the cursor a previous page printed).
+        #[arg(long, value_name = "TOPIC")]
+        after: Option<String>,
+        /// Topics per request while following every page (the node's default if omitted).
+        #[arg(long, hide = true)]
+        page_size: Option<usize>,
     },
     /// Show a topic's partitions (leader, replicas, ISR, offsets, size) and config overrides.
     Describe { name: String },
@@ -84,17 +97,56 @@ pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()>
                 topic.replication_factor
             ))?;
         }
-        TopicAction::List { internal } => {
-            let mut url = client.url(&["v1", "topics"]);
-            url.query_pairs_mut().append_pair("internal", if internal { "true" } else { "false" });
-            let raw: serde_json::Value = client.get(url).await?;
+        TopicAction::List { internal, prefix, limit, after, page_size } => {
+            // The node answers a page at a time (`next` is the cursor of the one after);
+            // without --limit every page is fetched, a server-sized page per request.
+            let mut pages = Vec::new();
+            let mut cursor = after;
+            let (list, total) = loop {
+                let mut url = client.url(&["v1", "topics"]);
+                {
+                    let mut query = url.query_pairs_mut();
+                    query.append_pair("internal", if internal { "true" } else { "false" });
+                    if let Some(prefix) = &prefix {
+                        query.append_pair("prefix", prefix);
+                    }
+                    if let Some(limit) = limit.or(page_size) {
+                        query.append_pair("limit", &limit.to_string());
+                    }
+                    if let Some(cursor) = &cursor {
+                        query.append_pair("after", cursor);
+                    }
+                }
+                let raw: serde_json::Value = client.get(url).await?;
+                let page: TopicList = serde_json::from_value(raw.clone())?;
+                let total = page.total;
+                pages.push(raw);
+                match page.next {
+                    Some(next) if limit.is_none() => cursor = Some(next),
+                    next => break (TopicList { next, ..page }, total),
+                }
+            };
             if output == Output::Json {
-                return print_json(&raw);
+                if limit.is_some() {
+                    return print_json(&pages[0]);
+                }
+                // Every page's topics as one answer of the API's shape, with no next page.
+                let topics: Vec<serde_json::Value> = pages
+                    .iter_mut()
+                    .flat_map(|p| std::mem::take(&mut p["topics"]).as_array().cloned().unwrap_or_default())
+                    .collect();
+                return print_json(&json!({ "topics": topics, "next": null, "total": total }));
             }
-            let mut list: TopicList = serde_json::from_value(raw)?;
-            list.topics.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut topics: Vec<_> = pages
+                .into_iter()
+                .map(serde_json::from_value::<TopicList>)
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .flat_map(|p| p.topics)
+                .collect();
+            topics.sort_by(|a, b| a.name.cmp(&b.name));
             let mut table = Table::new(&["TOPIC", "PARTITIONS", "REPLICAS", "MESSAGES", "SIZE", "MSG/S", "URP"]);
-            for t in &list.topics {
+            for t in &topics {
                 let name = if t.internal { format!("{} (internal)", t.name) } else { t.name.clone() };
                 table.row(vec![
                     name,
@@ -106,7 +158,11 @@ pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()>
                     t.under_replicated_partitions.to_string(),
                 ]);
             }
-            write_stdout(&table.render())?;
+            let mut text = table.render();
+            if let Some(next) = &list.next {
+                text.push_str(&format!("{} of {total} topics; next page: --after {next}\n", topics.len()));
+            }
+            write_stdout(&text)?;
         }
         TopicAction::Describe { name } => {
             let raw: serde_json::Value = client.get(client.url(&["v1", "topics", &name])).await?;

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::election::{
-    AlterPartition, PartitionState, Reassignment, ReplicaChange, check_alter_partition, elect_leader, on_broker_fenced,
+    check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
 use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage};
 

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Controller;
 use super::record::{MetadataRecord, NodeId};
+use super::Controller;
 
 /// How long a broker whose heartbeat connection closed has to beat again before it is fenced.
 pub(crate) const CONNECTION_LOSS_GRACE: Duration = Duration::from_millis(400);
@@ -131,7 +131,11 @@ impl Leases {
             Some(b) => now.saturating_duration_since(b.at) > session,
             None => now.saturating_duration_since(leading_since) > session.min(NEW_LEADER_GRACE),
         };
-        if expired || wants_shutdown { Decision::Fence } else { Decision::Nothing }
+        if expired || wants_shutdown {
+            Decision::Fence
+        } else {
+            Decision::Nothing
+        }
     }
 }
 

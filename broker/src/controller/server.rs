@@ -19,7 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::lifecycle::Leases;
-use super::network::{Envelope, ForwardError, Proposed, RpcRequest, RpcResponse, read_frame, write_frame};
+use super::network::{read_frame, write_frame, Envelope, ForwardError, Proposed, RpcRequest, RpcResponse};
 use super::raft_types::Raft;
 use super::record::{MetadataRecord, NodeId};
 

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::admin;
 use super::error::ApiError;
+use crate::metrics::StateSeries;
 use crate::server::Broker;
 
 pub async fn track(State(http): State<super::State>, request: Request, next: Next) -> Response {
@@ -36,8 +37,8 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
     let broker = http.broker.clone();
     let text = tokio::task::spawn_blocking(move || {
         let start = Instant::now();
-        refresh_gauges(&broker);
-        let text = broker.metrics.render();
+        let state = refresh_gauges(&broker);
+        let text = broker.metrics.render(&state);
         broker.metrics.scrape_seconds.observe(start.elapsed().as_secs_f64());
         text
     })
@@ -46,34 +47,49 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
+/// A log's series: topic, partition (None when summed per topic), size, log end, log start.
+type LogRow<'a> = (&'a str, Option<String>, i64, i64, i64);
+/// A committed offset's series: group, topic, partition, committed offset, lag.
+type GroupRow = (String, String, String, i64, Option<i64>);
+
 /// Scrapes are serialized: a gauge family is reset and refilled as one step.
 static REFRESH: Mutex<()> = Mutex::new(());
 
-fn refresh_gauges(broker: &Arc<Broker>) {
+/// Sets the node-wide state gauges and writes the per-partition families: per partition, or
+/// summed per topic under `metrics.aggregate` (Redpanda's `aggregate_metrics`), which keeps a
+/// scrape of 50,000 partitions to a series per topic.
+fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     let _serial = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let metrics = &broker.metrics;
+    let aggregate = broker.settings.metrics_aggregate;
     let image = broker.controller.image();
     let node_id = broker.settings.node_id;
     let (mut hosted, mut leaders) = (0, 0);
     let mut max_lag = 0i64;
-    metrics.log_size.reset();
-    metrics.log_end_offset.reset();
-    metrics.log_start_offset.reset();
+    let mut logs: Vec<LogRow> = Vec::new();
     for topic in image.topics.values() {
+        let mut sum: Option<(i64, i64, i64)> = None;
         for p in &topic.partitions {
             if p.leader == Some(node_id) {
                 leaders += 1;
             }
             if let Some(partition) = broker.replicas.get(&topic.name, p.partition) {
                 hosted += 1;
-                let labels = [topic.name.as_str(), &p.partition.to_string()];
-                metrics.log_size.with_label_values(&labels).set(partition.size_bytes() as i64);
-                metrics.log_end_offset.with_label_values(&labels).set(partition.log_end_offset());
-                metrics.log_start_offset.with_label_values(&labels).set(partition.log_start_offset());
+                let (size, end, start) =
+                    (partition.size_bytes() as i64, partition.log_end_offset(), partition.log_start_offset());
+                if aggregate {
+                    let s = sum.get_or_insert((0, 0, 0));
+                    *s = (s.0 + size, s.1 + end, s.2 + start);
+                } else {
+                    logs.push((&topic.name, Some(p.partition.to_string()), size, end, start));
+                }
                 for (_, follower_end) in partition.follower_log_end_offsets() {
-                    max_lag = max_lag.max(partition.log_end_offset() - follower_end.max(0));
+                    max_lag = max_lag.max(end - follower_end.max(0));
                 }
             }
+        }
+        if let Some((size, end, start)) = sum {
+            logs.push((&topic.name, None, size, end, start));
         }
     }
     metrics.partition_count.set(hosted);
@@ -97,22 +113,84 @@ fn refresh_gauges(broker: &Arc<Broker>) {
     metrics.unclean_leader_elections.set(broker.controller.unclean_elections() as i64);
     metrics.metadata_storage_retries.set(broker.controller.storage_retries() as i64);
 
-    metrics.group_lag.reset();
-    metrics.group_offset.reset();
+    let mut state = StateSeries::default();
+    let summed = if aggregate { ", summed over the topic's partitions on this node" } else { "" };
+    fn labels<'a>((topic, partition, ..): &'a LogRow<'a>) -> Vec<(&'static str, &'a str)> {
+        match partition {
+            Some(p) => vec![("topic", *topic), ("partition", p.as_str())],
+            None => vec![("topic", *topic)],
+        }
+    }
+    state.gauge(
+        "kafka_log_log_size",
+        &format!("Bytes on disk of a partition's log{summed}"),
+        logs.iter().map(|log| (labels(log), log.2)),
+    );
+    state.gauge(
+        "kafka_log_log_log_end_offset",
+        &format!("Log end offset of a partition{summed}"),
+        logs.iter().map(|log| (labels(log), log.3)),
+    );
+    state.gauge(
+        "kafka_log_log_log_start_offset",
+        &format!("Log start offset of a partition{summed}"),
+        logs.iter().map(|log| (labels(log), log.4)),
+    );
+
     metrics.group_members.reset();
     let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
     groups.extend(broker.groups.offsets.groups_with_offsets());
     groups.sort();
     groups.dedup();
+    // (group, topic, partition, committed, lag) per partition, and lag and committed offsets
+    // summed per group and topic (kafka_exporter's `_sum` series, always written).
+    let mut rows: Vec<GroupRow> = Vec::new();
+    let mut sums: std::collections::BTreeMap<(String, String), (i64, i64)> = std::collections::BTreeMap::new();
     for group_id in groups {
         let Some(group) = admin::group_loaded(broker, &group_id) else { continue };
         metrics.group_members.with_label_values(&[group_id.as_str()]).set(group.members.len() as i64);
         for row in &group.offsets {
-            let labels = [group_id.as_str(), row.topic.as_str(), &row.partition.to_string()];
-            metrics.group_offset.with_label_values(&labels).set(row.committed_offset);
-            if let Some(lag) = row.lag {
-                metrics.group_lag.with_label_values(&labels).set(lag);
+            let sum = sums.entry((group_id.clone(), row.topic.clone())).or_default();
+            sum.0 += row.lag.unwrap_or(0);
+            sum.1 += row.committed_offset;
+            if !aggregate {
+                rows.push((
+                    group_id.clone(),
+                    row.topic.clone(),
+                    row.partition.to_string(),
+                    row.committed_offset,
+                    row.lag,
+                ));
             }
         }
     }
+    fn row_labels((g, t, p, ..): &GroupRow) -> [(&'static str, &str); 3] {
+        [("consumergroup", g.as_str()), ("topic", t.as_str()), ("partition", p.as_str())]
+    }
+    if !aggregate {
+        state.gauge(
+            "kafka_consumergroup_lag",
+            "High watermark minus committed offset, per group and partition",
+            rows.iter().filter_map(|r| r.4.map(|lag| (row_labels(r), lag))),
+        );
+        state.gauge(
+            "kafka_consumergroup_current_offset",
+            "Committed offset, per group and partition",
+            rows.iter().map(|r| (row_labels(r), r.3)),
+        );
+    }
+    fn sum_labels((g, t): &(String, String)) -> [(&'static str, &str); 2] {
+        [("consumergroup", g.as_str()), ("topic", t.as_str())]
+    }
+    state.gauge(
+        "kafka_consumergroup_lag_sum",
+        "High watermark minus committed offset, summed over a topic's partitions, per group",
+        sums.iter().map(|(k, v)| (sum_labels(k), v.0)),
+    );
+    state.gauge(
+        "kafka_consumergroup_current_offset_sum",
+        "Committed offsets summed over a topic's partitions, per group",
+        sums.iter().map(|(k, v)| (sum_labels(k), v.1)),
+    );
+    state
 }

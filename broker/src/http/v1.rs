@@ -90,6 +90,50 @@ pub struct Cluster {
     pub connections: i64,
     /// Deployed WASM transforms.
     pub transforms: usize,
+    /// File descriptors of the answering node.
+    pub files: Files,
+}
+
+/// The answering node's file descriptors against its limit (RLIMIT_NOFILE), and the log file
+/// cache's share of them.
+#[derive(Serialize, ToSchema)]
+pub struct Files {
+    /// Descriptors open now (`/proc/self/fd`); null where that cannot be read.
+    pub open: Option<u64>,
+    /// RLIMIT_NOFILE: the soft limit (what opening is refused at) and the hard one.
+    pub soft_limit: Option<u64>,
+    pub hard_limit: Option<u64>,
+    /// Null while the node reports no log file cache.
+    pub log_file_cache: Option<LogFileCache>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LogFileCache {
+    /// Segment files held open, and the most the cache holds.
+    pub open: u64,
+    pub capacity: u64,
+    /// Since start: reads that found their file open, that had to open it, files closed to
+    /// make room, and opens that failed.
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub open_failures: u64,
+}
+
+fn files(stats: &crate::metrics::FileStats) -> Files {
+    Files {
+        open: stats.process.open,
+        soft_limit: stats.process.soft_limit,
+        hard_limit: stats.process.hard_limit,
+        log_file_cache: stats.log_file_cache.map(|c| LogFileCache {
+            open: c.open as u64,
+            capacity: c.capacity as u64,
+            hits: c.hits,
+            misses: c.misses,
+            evictions: c.evictions,
+            open_failures: c.open_failures,
+        }),
+    }
 }
 
 /// Cluster health: nodes, controller, partition counts, ISR changes, throughput.
@@ -131,6 +175,7 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
         offline_partitions: health.offline,
         reassigning_partitions: health.reassigning,
         isr_changes: isr_changes(&broker.metrics.isr_changes()),
+        files: files(&broker.metrics.files()),
         bytes_in_per_sec: rates.bytes_in_per_sec,
         bytes_out_per_sec: rates.bytes_out_per_sec,
         messages_in_per_sec: rates.messages_in_per_sec,
@@ -169,28 +214,61 @@ pub struct TopicSummary {
     pub reassigning_partitions: usize,
 }
 
+/// One page of topics, ordered by name.
 #[derive(Serialize, ToSchema)]
 pub struct TopicList {
     pub topics: Vec<TopicSummary>,
+    /// The `after` cursor of the next page: the name of this page's last topic when more
+    /// topics follow, else null (the listing is complete).
+    pub next: Option<String>,
+    /// Topics matching `internal`, `prefix` and `search`, over all pages.
+    pub total: usize,
 }
+
+/// Topics per page when `limit` is not given, and the largest `limit` accepted.
+pub const TOPICS_PAGE_DEFAULT: usize = 1000;
+pub const TOPICS_PAGE_MAX: usize = 5000;
 
 #[derive(Deserialize, IntoParams)]
 pub struct ListTopicsQuery {
     /// Include internal topics (`__consumer_offsets`).
     #[serde(default)]
     pub internal: bool,
+    /// Topics per page, 1..=5000 (default 1000).
+    pub limit: Option<usize>,
+    /// Cursor: list the topics whose names sort after this one (a previous page's `next`).
+    pub after: Option<String>,
+    /// Only topics whose names start with this.
+    pub prefix: Option<String>,
+    /// Only topics whose names contain this, ignoring case (the dashboard's filter box).
+    pub search: Option<String>,
 }
 
-/// Topics with partition counts, sizes, message counts and rates.
-#[utoipa::path(get, path = "/v1/topics", tag = "v1", params(ListTopicsQuery), responses((status = 200, body = TopicList)))]
-pub async fn list_topics(State(http): State<super::State>, Query(query): Query<ListTopicsQuery>) -> Json<TopicList> {
+/// Topics with partition counts, sizes, message counts and rates, one page at a time in name
+/// order: only the topics of the page are summarised (their hosted partitions read), so a
+/// node with many topics answers a page in time proportional to the page.
+#[utoipa::path(get, path = "/v1/topics", tag = "v1", params(ListTopicsQuery), responses(
+    (status = 200, body = TopicList),
+    (status = 400, description = "limit outside 1..=5000", body = super::error::ErrorBody)))]
+pub async fn list_topics(
+    State(http): State<super::State>,
+    Query(query): Query<ListTopicsQuery>,
+) -> ApiResult<Json<TopicList>> {
+    let limit = query.limit.unwrap_or(TOPICS_PAGE_DEFAULT);
+    if !(1..=TOPICS_PAGE_MAX).contains(&limit) {
+        return Err(ApiError::bad_parameter(format!("limit must be between 1 and {TOPICS_PAGE_MAX}")));
+    }
     let broker = &http.broker;
     let image = broker.controller.image();
     let rates = broker.metrics.rates();
-    let topics = image
-        .topics
-        .values()
-        .filter(|t| query.internal || !admin::is_internal(&t.name))
+    let prefix = query.prefix.as_deref().unwrap_or("");
+    let search = query.search.as_deref().map(str::to_lowercase).unwrap_or_default();
+    let matching = |t: &&std::sync::Arc<crate::controller::TopicImage>| {
+        (query.internal || !admin::is_internal(&t.name)) && t.name.to_lowercase().contains(&search)
+    };
+    let (page, next, total) = page_of(&image.topics, prefix, query.after.as_deref(), limit, matching);
+    let topics = page
+        .into_iter()
         .map(|t| {
             let (mut size_bytes, mut messages) = (0u64, 0i64);
             for p in &t.partitions {
@@ -217,7 +295,37 @@ pub async fn list_topics(State(http): State<super::State>, Query(query): Query<L
             }
         })
         .collect();
-    Json(TopicList { topics })
+    Ok(Json(TopicList { topics, next, total }))
+}
+
+/// The values of `map` (keyed by name) whose names start with `prefix`, sort after `after` and
+/// pass `keep`: at most `limit` of them in name order, the cursor of the next page (the last
+/// name returned, when more follow) and how many match in all. Only names are compared past
+/// the page: a range from the cursor, not a scan of every value's contents.
+fn page_of<'a, V: Clone>(
+    map: &'a imbl::OrdMap<String, V>,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+    keep: impl Fn(&&'a V) -> bool + Copy,
+) -> (Vec<&'a V>, Option<String>, usize) {
+    use std::ops::Bound;
+    let with_prefix = |from: Bound<&str>| {
+        map.range::<_, str>((from, Bound::Unbounded))
+            .take_while(move |(name, _)| name.starts_with(prefix))
+            .map(|(name, v)| (name, v))
+            .filter(move |(_, v)| keep(v))
+    };
+    let total = with_prefix(Bound::Included(prefix)).count();
+    let start = match after {
+        Some(after) if after >= prefix => Bound::Excluded(after),
+        _ => Bound::Included(prefix),
+    };
+    let mut page: Vec<(&String, &V)> = with_prefix(start).take(limit + 1).collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let next = if more { page.last().map(|(name, _)| name.to_string()) } else { None };
+    (page.into_iter().map(|(_, v)| v).collect(), next, total)
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -696,4 +804,44 @@ pub async fn describe_group(
 pub async fn delete_group(State(http): State<super::State>, Path(group): Path<String>) -> ApiResult<StatusCode> {
     admin::delete_group(&http, &group).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_pages_follow_the_cursor_in_name_order_with_prefix_and_filter() {
+        // Proves paging returns every matching name once, in order, with `next` only while
+        // more follow, `total` over all pages, and the prefix and filter applied.
+        let map: imbl::OrdMap<String, u32> = ["a", "b1", "b2", "b3", "b4", "c", "__x"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i as u32))
+            .collect();
+        let all = |_: &&u32| true;
+        let mut seen: Vec<&u32> = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let (page, next, total) = page_of(&map, "", after.as_deref(), 3, all);
+            assert_eq!(total, 7);
+            assert!(page.len() <= 3);
+            seen.extend(page);
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(seen, vec![&6, &0, &1, &2, &3, &4, &5], "__x sorts first");
+        let (page, next, total) = page_of(&map, "b", None, 2, all);
+        assert_eq!((page, next.as_deref(), total), (vec![&1, &2], Some("b2"), 4));
+        let (page, next, _) = page_of(&map, "b", Some("b2"), 2, all);
+        assert_eq!((page, next), (vec![&3, &4], None));
+        let (page, next, _) = page_of(&map, "b", Some("a"), 10, all);
+        assert_eq!((page.len(), next), (4, None), "a cursor before the prefix starts at the prefix");
+        let (page, _, total) = page_of(&map, "", None, 10, |v: &&u32| **v != 6);
+        assert_eq!((page.len(), total), (6, 6));
+        let (page, next, total) = page_of(&map, "zz", None, 10, all);
+        assert_eq!((page.len(), next, total), (0, None, 0));
+    }
 }

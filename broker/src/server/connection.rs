@@ -25,11 +25,11 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::response::{Frame, ResponseBuf, pass_through_of};
-use super::{Broker, ConnectionLimits, handlers, versions};
+use super::response::{pass_through_of, Frame, ResponseBuf};
+use super::{handlers, versions, Broker, ConnectionLimits};
 
 /// The smallest allocation step of a frame body. A body buffer is sized by the bytes that have
 /// arrived (in the read-ahead buffer and the kernel's), at least this, and doubles as more come:

@@ -2,8 +2,8 @@
 
 use kafka_protocol::ResponseError;
 
-use crate::controller::ControllerError;
 use crate::controller::election::ReassignmentError;
+use crate::controller::ControllerError;
 use crate::group::offsets::OffsetError;
 use crate::log::{BatchError, LogError, RecordError};
 use crate::partition::PartitionError;

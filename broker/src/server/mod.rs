@@ -59,6 +59,9 @@ pub struct ServerSettings {
     /// it as `runnel.http.address`, so a node's HTTP API can ask the others (transforms
     /// cluster-wide). `None` when the node serves no HTTP.
     pub http_address: Option<String>,
+    /// `metrics.aggregate` (Redpanda's `aggregate_metrics`): `/metrics` sums the per-partition
+    /// series per topic instead of writing one per partition.
+    pub metrics_aggregate: bool,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

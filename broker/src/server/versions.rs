@@ -50,7 +50,11 @@ pub fn range(api: ApiKey) -> Option<(i16, i16)> {
 /// the Produce range includes v0. Dispatch still refuses Produce v0-2 by closing the
 /// connection, as Kafka does.
 pub fn advertised(api: ApiKey, min: i16, max: i16) -> (i16, i16) {
-    if api == ApiKey::Produce { (0, max) } else { (min, max) }
+    if api == ApiKey::Produce {
+        (0, max)
+    } else {
+        (min, max)
+    }
 }
 
 pub fn is_supported(api: ApiKey, version: i16) -> bool {

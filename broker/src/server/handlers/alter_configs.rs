@@ -4,17 +4,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, RequestHeader};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::{str_bytes, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
-use crate::server::{Broker, controller_error_code};
+use crate::server::{controller_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,

@@ -6,7 +6,6 @@
 //! partition epoch it saw, and the controller's decision loop completes the reassignment once
 //! every target replica is in the ISR.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::ReassignablePartition;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -14,11 +13,12 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, RequestHeader,
 };
+use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::election::{self, ReassignmentError};
 use crate::controller::{ApplyOutcome, MetadataImage, NodeId};
-use crate::server::{Broker, controller_error_code, reassignment_error_code};
+use crate::server::{controller_error_code, reassignment_error_code, Broker};
 
 /// How often a change is recomputed when a concurrent one (an ISR change, a fencing) moved the
 /// partition epoch between reading the image and committing.

@@ -1,10 +1,10 @@
 //! ApiVersions: the versions of every API this broker implements (`server::versions`).
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
-use crate::server::{Broker, versions};
+use crate::server::{versions, Broker};
 
 pub async fn handle(
     _broker: &Broker,

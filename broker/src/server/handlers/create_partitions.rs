@@ -5,15 +5,15 @@
 
 use std::collections::BTreeSet;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::server::placement::{self, PlacementSpec, Start};
-use crate::server::{Broker, controller_error_code};
+use crate::server::{controller_error_code, Broker};
 
 /// The same bound CreateTopics puts on a topic's partition count.
 const MAX_PARTITIONS: i32 = 100_000;

@@ -5,15 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
 use crate::server::placement::{self, PlacementSpec, Start};
-use crate::server::{Broker, controller_error_code};
+use crate::server::{controller_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,

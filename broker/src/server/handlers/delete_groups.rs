@@ -1,12 +1,12 @@
 //! DeleteGroups (v0-2): deletes Empty groups (NON_EMPTY_GROUP otherwise) with their committed
 //! offsets and stored metadata; GROUP_ID_NOT_FOUND for a group nobody knows.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::join_group::check_coordinator;
-use crate::server::{Broker, offset_error_code};
+use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,

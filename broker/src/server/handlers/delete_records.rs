@@ -10,7 +10,7 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse, RequestHeader};
 
 use super::hosted_partition;
-use crate::server::{Broker, partition_error_code};
+use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on the request's `timeout_ms`, so a client cannot park a request for hours.
 const MAX_TIMEOUT_MS: i32 = 300_000;

@@ -5,14 +5,14 @@
 
 use std::collections::BTreeSet;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName};
+use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
-use crate::server::{Broker, controller_error_code};
+use crate::server::{controller_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,

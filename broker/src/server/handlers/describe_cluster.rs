@@ -1,9 +1,9 @@
 //! DescribeCluster: cluster id, controller and registered brokers. Only the broker endpoint
 //! type (1) is served, as on a Kafka broker; authorized operations are never reported.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::{broker_id, str_bytes};
 use crate::server::Broker;

@@ -2,12 +2,12 @@
 //! synonyms under Kafka's broker property names), and this broker's static properties. Only the
 //! configs Runnel implements are listed; broker configs are all read-only (no dynamic configs).
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse, RequestHeader};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::{str_bytes, validate_topic_name};
 use crate::log::LogConfig;
@@ -499,13 +499,11 @@ mod tests {
                 .into_iter()
                 .map(|c| to_protocol(c, true, version >= 3))
                 .collect();
-            let response = DescribeConfigsResponse::default().with_results(vec![
-                DescribeConfigsResult::default()
-                    .with_resource_type(RESOURCE_TOPIC)
-                    .with_resource_name(str_bytes("t"))
-                    .with_error_message(None)
-                    .with_configs(configs),
-            ]);
+            let response = DescribeConfigsResponse::default().with_results(vec![DescribeConfigsResult::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(str_bytes("t"))
+                .with_error_message(None)
+                .with_configs(configs)]);
             let mut buf = BytesMut::new();
             response.encode(&mut buf, version).unwrap();
             let decoded = DescribeConfigsResponse::decode(&mut buf.freeze(), version).unwrap();
@@ -536,6 +534,7 @@ mod tests {
             data_dir: std::path::PathBuf::from("/data"),
             replica_selector: crate::config::ReplicaSelector::LeaderOnly,
             http_address: Some("127.0.0.1:8080".to_string()),
+            metrics_aggregate: false,
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);

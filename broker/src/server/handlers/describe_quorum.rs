@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{DescribeQuorumRequest, DescribeQuorumResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::{broker_id, str_bytes};
 use crate::controller::{QuorumReplica, QuorumStatus};
@@ -68,11 +68,9 @@ fn describe(status: &QuorumStatus, version: i16) -> DescribeQuorumResponse {
         .with_high_watermark(status.high_watermark)
         .with_current_voters(status.voters.iter().map(replica).collect())
         .with_observers(status.observers.iter().map(replica).collect());
-    let mut response = DescribeQuorumResponse::default().with_topics(vec![
-        TopicData::default()
-            .with_topic_name(kafka_protocol::messages::TopicName(str_bytes(METADATA_TOPIC)))
-            .with_partitions(vec![partition]),
-    ]);
+    let mut response = DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
+        .with_topic_name(kafka_protocol::messages::TopicName(str_bytes(METADATA_TOPIC)))
+        .with_partitions(vec![partition])]);
     if version >= 2 {
         // v2 names each voter's controller listener (Kafka's `nodes`).
         let nodes = status

@@ -3,14 +3,14 @@
 //! is live and in the ISR; an unclean election (v1+) gives an offline partition to its first live
 //! replica. Each change is a `PartitionChange` computed from the partition epoch it saw.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::str_bytes;
-use crate::controller::election::{PreferredElection, elect_leader, elect_preferred};
+use crate::controller::election::{elect_leader, elect_preferred, PreferredElection};
 use crate::controller::{ApplyOutcome, MetadataImage};
-use crate::server::{Broker, controller_error_code};
+use crate::server::{controller_error_code, Broker};
 
 const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;

@@ -10,17 +10,17 @@
 
 use std::time::Duration;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 
 use super::hosted_partition;
 use crate::config::ReplicaSelector;
 use crate::partition::{FirstBatch, ReplicaFetch};
-use crate::server::{Broker, partition_error_code};
+use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
 const MAX_WAIT_MS: i32 = 30_000;

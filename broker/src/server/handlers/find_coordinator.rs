@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::join_group::coordinator_partition;
 use super::{broker_id, create_topics, str_bytes};
 use crate::group::OFFSETS_TOPIC;
-use crate::server::{Broker, placement};
+use crate::server::{placement, Broker};
 
 /// Key type of a group coordinator.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -117,7 +117,11 @@ pub async fn handle(
         Err(code) => {
             let response =
                 response.with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1).with_error_code(code.code());
-            if version >= 1 { response.with_error_message(Some(str_bytes(&code.to_string()))) } else { response }
+            if version >= 1 {
+                response.with_error_message(Some(str_bytes(&code.to_string())))
+            } else {
+                response
+            }
         }
     })
 }

@@ -6,15 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::alter_configs::{
     check_resource_type, duplicate_resources, set_topic_configs, unknown_topic, validate_overrides,
 };
-use super::describe_configs::{ConfigType, RESOURCE_BROKER, topic_config_info};
+use super::describe_configs::{topic_config_info, ConfigType, RESOURCE_BROKER};
 use super::str_bytes;
 use crate::server::Broker;
 

@@ -3,12 +3,12 @@
 //! microseconds); cluster-wide allocation through the controller and sequence checking come
 //! with the idempotence issue. Transactional ids are refused until transactions exist.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use crate::server::Broker;
 

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::str_bytes;
-use crate::group::OFFSETS_TOPIC;
 use crate::group::membership::{self, JoinRequest, JoinResult, Reply};
-use crate::server::{Broker, offset_error_code};
+use crate::group::OFFSETS_TOPIC;
+use crate::server::{offset_error_code, Broker};
 
 /// Slack on top of the rebalance timeout before a parked join gives up on the sweep.
 const PARKED_SLACK: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestH
 
 use super::hosted_partition;
 use crate::partition::OffsetSpec;
-use crate::server::{Broker, partition_error_code};
+use crate::server::{partition_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,

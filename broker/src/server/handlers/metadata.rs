@@ -2,11 +2,11 @@
 //! replicas, ISR). Unknown topics are auto-created when both the broker
 //! (`auto.create.topics.enable`) and the request allow it.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::{broker_id, create_topics, str_bytes, topic_name, uuid_of, validate_topic_name};
 use crate::controller::{MetadataImage, TopicImage};

@@ -5,15 +5,15 @@
 //! (`Membership::validate_commit`): generation -1 is a consumer without a group (`assign()`).
 //! `retention_time_ms` (v2-4) is ignored, as Kafka does since 2.1.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
-use crate::group::Replicated;
 use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::group::Replicated;
 use crate::log::now_ms;
-use crate::server::{Broker, offset_error_code};
+use crate::server::{offset_error_code, Broker};
 
 /// Whether the committing member may commit for `group` at `generation_id`: the membership
 /// layer applies Kafka's checks (a consumer without a group, generation -1, may commit while

@@ -5,12 +5,12 @@
 //! this node knows nothing of is GROUP_ID_NOT_FOUND; partitions the metadata does not know are
 //! UNKNOWN_TOPIC_OR_PARTITION.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use crate::group::membership::GroupState;
-use crate::server::{Broker, offset_error_code};
+use crate::server::{offset_error_code, Broker};
 
 /// Topics the live members subscribe to. While the group
 /// rebalances the subscriptions are unknown and every topic counts as subscribed.

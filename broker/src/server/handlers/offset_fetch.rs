@@ -3,16 +3,16 @@
 //! without a commit answers offset -1, metadata "" and leader epoch -1. `require_stable` is
 //! ignored: without transactions no offset is ever pending.
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, RequestHeader, TopicName};
+use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name};
 use crate::group::offsets::CommittedOffset;
-use crate::server::{Broker, offset_error_code};
+use crate::server::{offset_error_code, Broker};
 
 /// One partition's answer.
 struct Row {
@@ -135,7 +135,11 @@ fn partition_v1(row: Row, version: i16) -> OffsetFetchResponsePartition {
     match row.committed {
         Some(c) => {
             let response = response.with_committed_offset(c.offset).with_metadata(Some(str_bytes(&c.metadata)));
-            if version >= 5 { response.with_committed_leader_epoch(c.leader_epoch) } else { response }
+            if version >= 5 {
+                response.with_committed_leader_epoch(c.leader_epoch)
+            } else {
+                response
+            }
         }
         None => response.with_committed_offset(-1).with_metadata(Some(str_bytes(""))),
     }

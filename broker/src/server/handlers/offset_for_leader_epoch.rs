@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset,
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader};
 
 use super::hosted_partition;
-use crate::server::{Broker, partition_error_code};
+use crate::server::{partition_error_code, Broker};
 
 /// Kafka's `FetchRequest.DEBUGGING_CONSUMER_ID`: a tool that may read any replica.
 const DEBUGGING_REPLICA_ID: i32 = -2;

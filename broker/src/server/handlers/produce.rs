@@ -6,17 +6,17 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
+use kafka_protocol::ResponseError;
 
 use super::hosted_partition;
 use super::str_bytes;
 use crate::log::AppendOrigin;
 use crate::partition::Acks;
-use crate::server::{Broker, partition_error_code, record_errors};
+use crate::server::{partition_error_code, record_errors, Broker};
 
 /// Upper bound on a produce request's `timeout_ms` (how long acks=all may wait).
 const MAX_TIMEOUT_MS: i32 = 300_000;

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{RequestHeader, SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::ResponseError;
 
 use super::join_group::check_coordinator;
 use super::str_bytes;
