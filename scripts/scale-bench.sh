@@ -28,6 +28,10 @@
 #   --kafka-port P            Kafka: listener P, controller P+1 (default 26092)
 #   --runnel-bin PATH         a prebuilt `runnel` (default: build, then copy into the work dir)
 #   --scale-bin PATH          a prebuilt scale example (same)
+#   --tmpfs SIZE              put the work dir (both sides' data) on a tmpfs of SIZE (root; e.g.
+#                             8g): takes the disk and its filesystem's state out of the figures
+#                             (on this machine's ext4, creating inodes soon after many were
+#                             deleted costs milliseconds each, whoever creates them)
 #   --keep                    keep the work dir (data dirs and logs) and print its path
 # Environment:
 #   KAFKA_HARNESS      the Apache Kafka anchor harness (default /work/shared/bench/kafka): its
@@ -45,7 +49,7 @@ cd "$ROOT"
 
 PARTITIONS=5000 PER_TOPIC=10 RECORDS=10 SIZE=100 CREATE_BATCH=1000 SAMPLE=100 TIMEOUT=600
 RUN_KAFKA=1 RUN_RUNNEL=1 KAFKA_NOFILE="" RUNNEL_NOFILE="" MAX_MAP_COUNT="" KAFKA_HEAP=""
-RUNNEL_PORT=25092 KAFKA_PORT=26092 RUNNEL_BIN="" SCALE_BIN="" KEEP=0
+RUNNEL_PORT=25092 KAFKA_PORT=26092 RUNNEL_BIN="" SCALE_BIN="" KEEP=0 TMPFS="" MOUNTED=0
 HARNESS=${KAFKA_HARNESS:-/work/shared/bench/kafka}
 export KAFKA_ANCHOR_HOME=${KAFKA_ANCHOR_HOME:-$HOME/.cache/kafka-anchor-44}
 
@@ -70,6 +74,7 @@ while [[ $# -gt 0 ]]; do
         --runnel-bin) RUNNEL_BIN=$2; shift ;;
         --scale-bin) SCALE_BIN=$2; shift ;;
         --keep) KEEP=1 ;;
+        --tmpfs) TMPFS=$2; shift ;;
         -h | --help) usage 0 ;;
         *) echo "unknown option $1" >&2; usage ;;
     esac
@@ -115,9 +120,16 @@ cleanup() {
         fi
     done
     if [[ -n $OLD_MAP_COUNT ]]; then sysctl -qw vm.max_map_count="$OLD_MAP_COUNT"; fi
-    if ((KEEP)); then log "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+    if ((MOUNTED)); then
+        cd / && umount "$WORK" && rmdir "$WORK"
+    elif ((KEEP)); then log "work dir kept: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+if [[ -n $TMPFS ]]; then
+    mount -t tmpfs -o size="$TMPFS" tmpfs "$WORK" || { echo "cannot mount a tmpfs on $WORK (root?)" >&2; exit 1; }
+    MOUNTED=1
+    log "work dir on a tmpfs of $TMPFS"
+fi
 trap 'exit 130' INT TERM
 
 fail() {  # fail SIDE STEP MESSAGE: the first failure of a side is the one reported
@@ -373,7 +385,7 @@ row() {  # row LABEL KEY [FORMAT]
 }
 
 echo
-echo "Scale benchmark: $PARTITIONS partitions ($((PARTITIONS / PER_TOPIC)) topics x $PER_TOPIC, RF 1), $RECORDS records of $SIZE B each, $CREATE_BATCH topics per CreateTopics, one node on loopback, $(nproc) cores"
+echo "Scale benchmark: $PARTITIONS partitions ($((PARTITIONS / PER_TOPIC)) topics x $PER_TOPIC, RF 1), $RECORDS records of $SIZE B each, $CREATE_BATCH topics per CreateTopics, one node on loopback, $(nproc) cores, data on $(if [[ -n $TMPFS ]]; then echo "a tmpfs"; else df -T "$WORK" | awk 'NR == 2 { print $2 }'; fi)"
 header="| |" rule="|---|"
 for side in "${SIDES[@]}"; do
     case $side in

@@ -208,10 +208,14 @@ impl IsrHistory {
 
 /// (shrinks, expands) from `before` to `after`: partitions of the same topic incarnation whose
 /// ISR lost, gained members. Created and deleted partitions are not ISR changes.
+/// Only the topics whose value changed are visited (`OrdMap::diff` skips shared subtrees).
 fn isr_changes(before: &MetadataImage, after: &MetadataImage) -> (u64, u64) {
     let (mut shrinks, mut expands) = (0, 0);
-    for topic in after.topics.values() {
-        let Some(old) = before.topics.get(&topic.name).filter(|t| t.topic_id == topic.topic_id) else { continue };
+    for item in before.topics.diff(&after.topics) {
+        let imbl::ordmap::DiffItem::Update { old: (_, old), new: (_, topic) } = item else { continue };
+        if old.topic_id != topic.topic_id {
+            continue;
+        }
         for p in &topic.partitions {
             let Some(q) = old.partitions.get(p.partition as usize).filter(|q| q.partition == p.partition) else {
                 continue;
