@@ -6,7 +6,8 @@
 //! returns the cached `Arc<File>`; a miss opens the file (outside the lock), inserts it and closes
 //! the least recently used descriptors beyond the capacity. The cache only drops its own `Arc`:
 //! a read in flight (a `FileSlice`, a compaction scan) keeps the descriptor open until it ends,
-//! so the bound is soft by the reads in flight.
+//! so the bound is soft by the reads in flight. Out of descriptors (EMFILE), a cache at least
+//! half full closes its older half and retries the open once; a cache less full keeps its files.
 //!
 //! Invariant: no partition pins a descriptor. A handle's entry is removed when the handle is
 //! dropped (its segment was deleted, replaced by compaction, or its log closed), so a deleted
@@ -159,17 +160,26 @@ impl OpenFiles {
         file
     }
 
-    /// Closes the least recently used half of the cache: the process ran out of descriptors.
-    fn shed_half(&self) {
+    /// The process ran out of descriptors: closes the least recently used half of the cache if
+    /// it holds at least half its capacity, and says whether it did. A cache that full is a
+    /// large share of the process's descriptors, and half of them back is likely to let the
+    /// open succeed; one holding fewer keeps its files, since the descriptors went elsewhere
+    /// (connections) and closing the files of partitions in use would fail those partitions too.
+    fn shed_half(&self) -> bool {
         let evicted = {
             let mut inner = self.lock();
+            if inner.files.len() < self.capacity.div_ceil(2) {
+                return false;
+            }
             let keep = inner.files.len() / 2;
             inner.evict_to(keep)
         };
         self.evictions.fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        true
     }
 
-    /// Opens `path` with `options`; on EMFILE/ENFILE sheds half the cache and tries once more.
+    /// Opens `path` with `options`; on EMFILE/ENFILE sheds half the cache (see `shed_half`) and
+    /// tries once more.
     fn open_with_retry(&self, path: &Path, options: &OpenOptions) -> io::Result<File> {
         let open = || {
             #[cfg(test)]
@@ -180,9 +190,13 @@ impl OpenFiles {
         };
         let opened = match open() {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                tracing::warn!(path = %path.display(), error = %e, "out of file descriptors; closing half of the cached segment files");
-                self.shed_half();
-                open()
+                if self.shed_half() {
+                    tracing::warn!(path = %path.display(), error = %e, "out of file descriptors; closed half of the cached segment files");
+                    open()
+                } else {
+                    tracing::warn!(path = %path.display(), error = %e, "out of file descriptors, not held by the segment file cache");
+                    Err(e)
+                }
             }
             other => other,
         };
@@ -358,6 +372,20 @@ mod tests {
         assert_eq!(files.stats().open_failures, 1);
         assert!(handles[0].get().is_ok(), "the next attempt opens it");
         assert!(more.get().is_ok());
+    }
+
+    #[test]
+    fn a_cache_under_half_full_keeps_its_files_when_descriptors_run_out_elsewhere() {
+        // Proves EMFILE with the cache holding less than half its capacity closes nothing (the
+        // files of partitions in use stay open) and fails the open.
+        let dir = tempfile::tempdir().unwrap();
+        let files = OpenFiles::new(8);
+        let _handles = files_in(dir.path(), 3, &files);
+        files.fail_next_opens(1);
+        let err = files.handle(dir.path().join("more.log"), true).map(|_| ()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EMFILE));
+        let stats = files.stats();
+        assert_eq!((stats.open, stats.evictions, stats.open_failures), (3, 0, 1));
     }
 
     #[test]

@@ -10,8 +10,9 @@
 
 use std::sync::Mutex;
 
-/// Threads for disk-bound partition work. Measured on the development machine (2 cores, SSD):
-/// creating 10,000 partitions takes about a seventh of the time with 16 threads as with one.
+/// Threads for disk-bound partition work: enough for the device to overlap fsyncs. Not tuned
+/// by measurement; on this project's 2-core machine the cost of creating partitions on ext4 was
+/// the kernel's inode allocation, on-CPU, which more threads do not speed up.
 pub const PARTITION_IO_THREADS: usize = 16;
 
 /// Calls `work` on every item, on up to `threads` threads (the caller's included), and returns
