@@ -77,15 +77,6 @@ fn connect_from(node: &Runnel, source: &str) -> TcpStream {
     })
 }
 
-/// The sum of every series of metric `name` on the node's `/metrics`.
-fn metric(http: &HttpApi, name: &str) -> f64 {
-    let text = http.get("/metrics").text;
-    text.lines()
-        .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// A field of `/proc/<pid>/status` in bytes (VmRSS, VmSize).
 fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/<pid>/status");
@@ -112,7 +103,7 @@ fn queued_max_request_bytes_bounds_the_memory_of_half_sent_frames_and_a_small_cl
         &POOL_BYTES.to_string(),
     ]);
     let http = HttpApi::new(&node);
-    assert_eq!(metric(&http, "kafka_network_socketserver_memory_pool_available_bytes"), POOL_BYTES as f64);
+    assert_eq!(http.metric_sum("kafka_network_socketserver_memory_pool_available_bytes"), POOL_BYTES as f64);
     let rss_before = proc_status_bytes(node.pid(), "VmRSS");
 
     let sent_all = Arc::new(AtomicUsize::new(0));
@@ -135,7 +126,7 @@ fn queued_max_request_bytes_bounds_the_memory_of_half_sent_frames_and_a_small_cl
     assert!(
         wait_until(START_TIMEOUT, || {
             sent_all.load(Ordering::SeqCst) >= grants
-                && metric(&http, "kafka_network_socketserver_memory_pool_used_bytes") == POOL_BYTES as f64
+                && http.metric_sum("kafka_network_socketserver_memory_pool_used_bytes") == POOL_BYTES as f64
         }),
         "the pool was never exhausted: {} writers done",
         sent_all.load(Ordering::SeqCst)
@@ -172,7 +163,7 @@ fn queued_max_request_bytes_bounds_the_memory_of_half_sent_frames_and_a_small_cl
     let mut conn = RawConn::open(&node, "after-flood");
     let metadata = conn.call(12, &MetadataRequest::default());
     assert_eq!(metadata.brokers.len(), 1);
-    assert!(wait_until(START_TIMEOUT, || metric(&http, "kafka_network_socketserver_memory_pool_used_bytes") == 0.0));
+    assert!(wait_until(START_TIMEOUT, || http.metric_sum("kafka_network_socketserver_memory_pool_used_bytes") == 0.0));
     eprintln!("RSS after the connections closed {} MiB", proc_status_bytes(node.pid(), "VmRSS") / MIB);
 }
 
@@ -204,7 +195,7 @@ fn a_declared_100_mib_frame_with_10_bytes_sent_allocates_only_what_arrived() {
     // Every frame is granted its bytes from the pool before its body is read.
     assert!(
         wait_until(START_TIMEOUT, || {
-            metric(&http, "kafka_network_socketserver_memory_pool_used_bytes") == (CONNECTIONS * FRAME_BYTES) as f64
+            http.metric_sum("kafka_network_socketserver_memory_pool_used_bytes") == (CONNECTIONS * FRAME_BYTES) as f64
         }),
         "not every frame was granted"
     );
@@ -238,7 +229,7 @@ fn max_connections_blocks_accepting_until_a_connection_closes() {
     assert_eq!(api_versions(&mut fourth, 4, SILENCE), Answer::Silent);
     drop(open.pop());
     assert_eq!(read_answer(&mut fourth, START_TIMEOUT), Answer::Answered(4));
-    assert!(metric(&http, "kafka_network_acceptor_blocked_seconds_total") > 0.0);
+    assert!(http.metric_sum("kafka_network_acceptor_blocked_seconds_total") > 0.0);
     for conn in &mut open {
         assert_eq!(conn.call(3, &ApiVersionsRequest::default()).error_code, 0);
     }
@@ -257,7 +248,7 @@ fn max_connections_per_ip_closes_the_extra_connection_at_once() {
 
     let mut third = connect_from(&node, "127.0.0.2");
     assert_eq!(api_versions(&mut third, 3, START_TIMEOUT), Answer::Closed);
-    assert_eq!(metric(&http, "kafka_server_socketserver_connection_rejected_total"), 1.0);
+    assert_eq!(http.metric_sum("kafka_server_socketserver_connection_rejected_total"), 1.0);
 
     let mut other_host = RawConn::from_stream(connect_from(&node, "127.0.0.3"), "other-host");
     assert_eq!(other_host.call(3, &ApiVersionsRequest::default()).error_code, 0);
@@ -284,7 +275,7 @@ fn connections_max_idle_ms_closes_idle_connections_and_half_sent_frames() {
     let mut stalled = TcpStream::connect(node.kafka_addr).expect("connect");
     stalled.write_all(&[0, 0x10, 0, 0, 0, 18, 0, 0, 0, 0]).expect("a 1 MiB frame's first bytes");
     assert!(wait_until(START_TIMEOUT, || {
-        metric(&http, "kafka_network_socketserver_memory_pool_used_bytes") == (1 << 20) as f64
+        http.metric_sum("kafka_network_socketserver_memory_pool_used_bytes") == (1 << 20) as f64
     }));
     let started = Instant::now();
 
@@ -297,8 +288,8 @@ fn connections_max_idle_ms_closes_idle_connections_and_half_sent_frames() {
     assert_eq!(read_answer(&mut between, START_TIMEOUT), Answer::Closed);
     assert_eq!(read_answer(&mut stalled, START_TIMEOUT), Answer::Closed);
     assert!(wait_until(START_TIMEOUT, || {
-        metric(&http, "kafka_server_socketserver_connection_idle_expired_total") == 2.0
-            && metric(&http, "kafka_network_socketserver_memory_pool_used_bytes") == 0.0
+        http.metric_sum("kafka_server_socketserver_connection_idle_expired_total") == 2.0
+            && http.metric_sum("kafka_network_socketserver_memory_pool_used_bytes") == 0.0
     }));
     assert_eq!(active.call(3, &ApiVersionsRequest::default()).error_code, 0);
     let mut fresh = TcpStream::connect(node.kafka_addr).expect("connect");

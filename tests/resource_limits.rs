@@ -102,15 +102,6 @@ fn log_lines(log: &Path, needles: &[&str]) -> Vec<String> {
     text.lines().filter(|l| needles.iter().all(|n| l.contains(n))).map(str::to_string).collect()
 }
 
-/// The sum of every series of metric `name` on the node's `/metrics`.
-fn metric(http: &HttpApi, name: &str) -> f64 {
-    let text = http.get("/metrics").text;
-    text.lines()
-        .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// acks=all, no retries: every refused append shows in its delivery report.
 fn producer(node: &Runnel) -> FutureProducer {
     client_config(
@@ -298,7 +289,7 @@ fn a_full_data_disk_refuses_appends_with_kafka_storage_error_and_resumes_when_sp
     }
     let lines = log_lines(&log, &["partition storage failed", "topic=data", "errno=28"]);
     assert_eq!(lines.len(), 1, "one log line per episode, with the errno: {}", log_text(&log));
-    assert!(metric(&http, "kafka_log_storage_errors_total") >= 4.0);
+    assert!(http.metric_sum("kafka_log_storage_errors_total") >= 4.0);
     // HTTP produce: 503 with the Kafka error named, per the HTTP API's error conventions.
     // (A record larger than the room a page the log already has can give: it needs new pages.)
     let cluster = http.cluster_id();
@@ -346,7 +337,7 @@ fn a_full_data_disk_refuses_appends_with_kafka_storage_error_and_resumes_when_sp
 
     // Every acknowledged record, exactly once, in order.
     assert_eq!(read_all(&node, "data", acknowledged.len()), acknowledged);
-    assert_eq!(metric(&http, "runnel_metadata_storage_retries"), 0.0, "the quorum's disk never filled");
+    assert_eq!(http.metric_sum("runnel_metadata_storage_retries"), 0.0, "the quorum's disk never filled");
     assert!(log_lines(&log, &["metadata quorum failure"]).is_empty());
     drop((member, late_member, producer));
     assert!(node.terminate(), "clean shutdown after the episode");
@@ -396,6 +387,18 @@ fn set_nofile(pid: u32, soft: u64, hard: u64) {
     assert!(status.success(), "prlimit --pid {pid} --nofile={soft}:{hard}");
 }
 
+/// What both descriptor tests start from: an admin connection, topic "data" with a record, and a
+/// member of group "limits-group" that committed its position; all before descriptors run out.
+fn topic_with_a_group(node: &Runnel) -> (RawConn, FutureProducer, BaseConsumer) {
+    let mut admin = RawConn::open(node, "limits-admin");
+    assert_eq!(create_topics(&mut admin, "data", 1).0, NONE);
+    let producer = producer(node);
+    send(&producer, "data", b"first").expect("produce");
+    let (member, position) = joined_member(node, "limits-group", "data");
+    commit(&member, "data", position).expect("commit");
+    (admin, producer, member)
+}
+
 /// A node in `dir` whose process starts under RLIMIT_NOFILE `hard` (soft = hard), logging to
 /// `dir/node.log` (returned) so a test can read its log lines.
 fn start_with_nofile(dir: &std::path::Path, hard: u64) -> (Runnel, std::path::PathBuf) {
@@ -420,12 +423,7 @@ fn out_of_descriptors_new_connections_wait_while_the_quorum_groups_and_open_conn
     let (node, log) = start_with_nofile(temp.path(), NOFILE_HARD);
     set_nofile(node.pid(), NOFILE, NOFILE_HARD);
     let http = HttpApi::new(&node);
-    let mut admin = RawConn::open(&node, "limits-admin");
-    assert_eq!(create_topics(&mut admin, "data", 1).0, NONE);
-    let producer = producer(&node);
-    send(&producer, "data", b"first").expect("produce");
-    let (member, position) = joined_member(&node, "limits-group", "data");
-    commit(&member, "data", position).expect("commit");
+    let (mut admin, producer, member) = topic_with_a_group(&node);
 
     // Flood: more connections than descriptors are left. The broker accepts until EMFILE; the
     // rest wait in the listen backlog.
@@ -482,7 +480,7 @@ fn out_of_descriptors_new_connections_wait_while_the_quorum_groups_and_open_conn
     );
     send(&producer, "after", b"x").expect("produce to a topic created after recovery");
     drop(flood);
-    assert!(metric(&http, "kafka_network_acceptor_accept_errors_total") >= 1.0);
+    assert!(http.metric_sum("kafka_network_acceptor_accept_errors_total") >= 1.0);
     assert_eq!(committed(&member, "data"), Some(2));
     assert!(log_lines(&log, &["metadata quorum failure"]).is_empty());
 }
@@ -497,12 +495,7 @@ fn creating_partitions_past_the_descriptor_limit_never_kills_the_quorum() {
     let temp = tempfile::tempdir().expect("temp dir");
     let (node, log) = start_with_nofile(temp.path(), NOFILE);
     let http = HttpApi::new(&node);
-    let mut admin = RawConn::open(&node, "limits-admin");
-    assert_eq!(create_topics(&mut admin, "data", 1).0, NONE);
-    let producer = producer(&node);
-    send(&producer, "data", b"first").expect("produce");
-    let (member, position) = joined_member(&node, "limits-group", "data");
-    commit(&member, "data", position).expect("commit");
+    let (mut admin, producer, member) = topic_with_a_group(&node);
 
     const PARTITIONS: i32 = 400;
     let (code, message) = create_topics(&mut admin, "wide", PARTITIONS);
@@ -519,11 +512,11 @@ fn creating_partitions_past_the_descriptor_limit_never_kills_the_quorum() {
         let delivered = block_on(delivery).expect("delivery").unwrap_or_else(|(e, _)| panic!("wide-{partition}: {e}"));
         assert_eq!((delivered.partition, delivered.offset), (partition as i32, 0), "wide-{partition}");
     }
-    let capacity = metric(&http, "runnel_log_file_cache_capacity");
+    let capacity = http.metric_sum("runnel_log_file_cache_capacity");
     assert!(capacity < f64::from(PARTITIONS), "auto capacity {capacity} is half the soft limit");
-    assert!(metric(&http, "runnel_log_file_cache_open") <= capacity);
-    assert!(metric(&http, "runnel_log_file_cache_evictions_total") > 0.0, "the cache closed files to stay bounded");
-    assert!(metric(&http, "process_open_fds") < f64::from(NOFILE as u32));
+    assert!(http.metric_sum("runnel_log_file_cache_open") <= capacity);
+    assert!(http.metric_sum("runnel_log_file_cache_evictions_total") > 0.0, "the cache closed files to stay bounded");
+    assert!(http.metric_sum("process_open_fds") < f64::from(NOFILE as u32));
     // Whatever became of "wide": the quorum commits, existing partitions and groups work.
     assert_eq!(create_topics(&mut admin, "small", 1).0, NONE, "the quorum commits");
     assert!(metadata_names(&mut admin, "data"));

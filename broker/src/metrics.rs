@@ -126,11 +126,13 @@ impl ProcessFiles {
     pub fn read() -> ProcessFiles {
         // The directory's own descriptor is listed while it is read.
         let open = std::fs::read_dir("/proc/self/fd").ok().map(|d| (d.count() as u64).saturating_sub(1));
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit only writes the struct we pass.
-        let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-        let value = |v: libc::rlim_t| (known && v != libc::RLIM_INFINITY).then_some(v as u64);
-        ProcessFiles { open, soft_limit: value(limit.rlim_cur), hard_limit: value(limit.rlim_max) }
+        let limits = crate::log::files::nofile_limits();
+        let finite = |v: u64| (v != libc::RLIM_INFINITY as u64).then_some(v);
+        ProcessFiles {
+            open,
+            soft_limit: limits.and_then(|(soft, _)| finite(soft)),
+            hard_limit: limits.and_then(|(_, hard)| finite(hard)),
+        }
     }
 }
 
@@ -600,7 +602,7 @@ impl Metrics {
     /// figures (read now, not registered: they come from the kernel and the cache), then
     /// `state`: the per-partition series the scrape wrote itself ([`StateSeries`]).
     pub fn render(&self, state: &StateSeries) -> String {
-        let mut out = Vec::with_capacity((64 << 10) + state.len());
+        let mut out = Vec::with_capacity((64 << 10) + state.text.len());
         let families = self.registry.gather();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&families, &mut out);
@@ -674,14 +676,6 @@ pub struct StateSeries {
 }
 
 impl StateSeries {
-    pub fn len(&self) -> usize {
-        self.text.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-    }
-
     /// One gauge family: `samples` are label sets and values.
     pub fn gauge<'a, L>(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (L, i64)>)
     where

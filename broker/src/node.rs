@@ -544,10 +544,23 @@ impl Reconciler {
                 DiffItem::Remove(name, _) => self.remove_topic(name, done, failed),
             }
         }
+        // Topics some hosted partition of which belongs to another incarnation than the image's
+        // (a removal that failed before), found in one pass over the hosted partitions.
+        let stale: std::collections::BTreeSet<Arc<str>> = if retry.is_empty() {
+            Default::default()
+        } else {
+            let hosted = self.replicas.all();
+            hosted
+                .iter()
+                .filter(|p| retry.contains(&**p.topic()))
+                .filter(|p| image.topics.get(&**p.topic()).is_some_and(|t| t.topic_id != p.topic_id()))
+                .map(|p| p.topic().clone())
+                .collect()
+        };
         for name in retry {
             let Some(topic) = image.topics.get(&name) else { continue };
             if !changed.iter().any(|t| t.name == name) {
-                if self.replicas.all().iter().any(|p| **p.topic() == *name && p.topic_id() != topic.topic_id) {
+                if stale.contains(name.as_str()) {
                     self.remove_topic(&name, done, failed);
                 }
                 changed.push(topic.clone());

@@ -392,6 +392,15 @@ impl HttpApi {
         HttpApi { runtime, client, base: base.trim_end_matches('/').to_string() }
     }
 
+    /// The sum of every series of metric `name` on the node's `/metrics` (0 when absent).
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").text;
+        text.lines()
+            .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Any request; `body` is sent with `content_type` when given.
     pub fn call(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> HttpAnswer {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");

@@ -40,16 +40,6 @@ pub struct ClusterNode {
 }
 
 #[derive(Deserialize)]
-pub struct TopicList {
-    pub topics: Vec<TopicSummary>,
-    /// The cursor of the next page (`after`), null on the last page.
-    #[serde(default)]
-    pub next: Option<String>,
-    #[serde(default)]
-    pub total: usize,
-}
-
-#[derive(Deserialize)]
 pub struct TopicSummary {
     pub name: String,
     pub internal: bool,

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::json;
 
-use super::api::{Topic, TopicConfigs, TopicList};
+use super::api::{Topic, TopicConfigs, TopicSummary};
 use super::client::{Body, Client, REQUEST_TIMEOUT};
 use super::output::{human_bytes, id_list, print_json, write_stdout, Output, Table};
 use super::{parse_key_value, Connection};
@@ -100,9 +100,9 @@ pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()>
         TopicAction::List { internal, prefix, limit, after, page_size } => {
             // The node answers a page at a time (`next` is the cursor of the one after);
             // without --limit every page is fetched, a server-sized page per request.
-            let mut pages = Vec::new();
+            let mut topics: Vec<serde_json::Value> = Vec::new();
             let mut cursor = after;
-            let (list, total) = loop {
+            let (next, total) = loop {
                 let mut url = client.url(&["v1", "topics"]);
                 {
                     let mut query = url.query_pairs_mut();
@@ -117,33 +117,26 @@ pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()>
                         query.append_pair("after", cursor);
                     }
                 }
-                let raw: serde_json::Value = client.get(url).await?;
-                let page: TopicList = serde_json::from_value(raw.clone())?;
-                let total = page.total;
-                pages.push(raw);
-                match page.next {
+                let mut page: serde_json::Value = client.get(url).await?;
+                if limit.is_some() && output == Output::Json {
+                    return print_json(&page);
+                }
+                let next = page["next"].as_str().map(str::to_string);
+                let total = page["total"].as_u64().unwrap_or(0);
+                if let serde_json::Value::Array(page_topics) = page["topics"].take() {
+                    topics.extend(page_topics);
+                }
+                match next {
                     Some(next) if limit.is_none() => cursor = Some(next),
-                    next => break (TopicList { next, ..page }, total),
+                    next => break (next, total),
                 }
             };
             if output == Output::Json {
-                if limit.is_some() {
-                    return print_json(&pages[0]);
-                }
                 // Every page's topics as one answer of the API's shape, with no next page.
-                let topics: Vec<serde_json::Value> = pages
-                    .iter_mut()
-                    .flat_map(|p| std::mem::take(&mut p["topics"]).as_array().cloned().unwrap_or_default())
-                    .collect();
                 return print_json(&json!({ "topics": topics, "next": null, "total": total }));
             }
-            let mut topics: Vec<_> = pages
-                .into_iter()
-                .map(serde_json::from_value::<TopicList>)
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter()
-                .flat_map(|p| p.topics)
-                .collect();
+            let mut topics: Vec<TopicSummary> =
+                topics.into_iter().map(serde_json::from_value).collect::<Result<_, _>>()?;
             topics.sort_by(|a, b| a.name.cmp(&b.name));
             let mut table = Table::new(&["TOPIC", "PARTITIONS", "REPLICAS", "MESSAGES", "SIZE", "MSG/S", "URP"]);
             for t in &topics {
@@ -159,7 +152,7 @@ pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()>
                 ]);
             }
             let mut text = table.render();
-            if let Some(next) = &list.next {
+            if let Some(next) = &next {
                 text.push_str(&format!("{} of {total} topics; next page: --after {next}\n", topics.len()));
             }
             write_stdout(&text)?;

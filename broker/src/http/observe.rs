@@ -49,8 +49,6 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
 
 /// A log's series: topic, partition (None when summed per topic), size, log end, log start.
 type LogRow<'a> = (&'a str, Option<String>, i64, i64, i64);
-/// A committed offset's series: group, topic, partition, committed offset, lag.
-type GroupRow = (String, String, String, i64, Option<i64>);
 
 /// Scrapes are serialized: a gauge family is reset and refilled as one step.
 static REFRESH: Mutex<()> = Mutex::new(());
@@ -142,45 +140,41 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     groups.extend(broker.groups.offsets.groups_with_offsets());
     groups.sort();
     groups.dedup();
-    // (group, topic, partition, committed, lag) per partition, and lag and committed offsets
-    // summed per group and topic (kafka_exporter's `_sum` series, always written).
-    let mut rows: Vec<GroupRow> = Vec::new();
-    let mut sums: std::collections::BTreeMap<(String, String), (i64, i64)> = std::collections::BTreeMap::new();
-    for group_id in groups {
-        let Some(group) = admin::group_loaded(broker, &group_id) else { continue };
+    // The groups' views, then per partition (group, row, partition label) borrowed from them,
+    // and lag and committed offsets summed per group and topic (kafka_exporter's `_sum` series,
+    // always written).
+    let views: Vec<(String, admin::GroupView)> =
+        groups.into_iter().filter_map(|id| admin::group_loaded(broker, &id).map(|view| (id, view))).collect();
+    let mut sums: std::collections::BTreeMap<(&str, &str), (i64, i64)> = std::collections::BTreeMap::new();
+    let mut rows: Vec<(&str, &admin::LagRow, String)> = Vec::new();
+    for (group_id, group) in &views {
         metrics.group_members.with_label_values(&[group_id.as_str()]).set(group.members.len() as i64);
         for row in &group.offsets {
-            let sum = sums.entry((group_id.clone(), row.topic.clone())).or_default();
+            let sum = sums.entry((group_id, &row.topic)).or_default();
             sum.0 += row.lag.unwrap_or(0);
             sum.1 += row.committed_offset;
             if !aggregate {
-                rows.push((
-                    group_id.clone(),
-                    row.topic.clone(),
-                    row.partition.to_string(),
-                    row.committed_offset,
-                    row.lag,
-                ));
+                rows.push((group_id, row, row.partition.to_string()));
             }
         }
     }
-    fn row_labels((g, t, p, ..): &GroupRow) -> [(&'static str, &str); 3] {
-        [("consumergroup", g.as_str()), ("topic", t.as_str()), ("partition", p.as_str())]
+    fn row_labels<'a>((group, row, partition): &'a (&str, &admin::LagRow, String)) -> [(&'static str, &'a str); 3] {
+        [("consumergroup", group), ("topic", row.topic.as_str()), ("partition", partition.as_str())]
     }
     if !aggregate {
         state.gauge(
             "kafka_consumergroup_lag",
             "High watermark minus committed offset, per group and partition",
-            rows.iter().filter_map(|r| r.4.map(|lag| (row_labels(r), lag))),
+            rows.iter().filter_map(|r| r.1.lag.map(|lag| (row_labels(r), lag))),
         );
         state.gauge(
             "kafka_consumergroup_current_offset",
             "Committed offset, per group and partition",
-            rows.iter().map(|r| (row_labels(r), r.3)),
+            rows.iter().map(|r| (row_labels(r), r.1.committed_offset)),
         );
     }
-    fn sum_labels((g, t): &(String, String)) -> [(&'static str, &str); 2] {
-        [("consumergroup", g.as_str()), ("topic", t.as_str())]
+    fn sum_labels<'a>(&(group, topic): &(&'a str, &'a str)) -> [(&'static str, &'a str); 2] {
+        [("consumergroup", group), ("topic", topic)]
     }
     state.gauge(
         "kafka_consumergroup_lag_sum",

@@ -105,13 +105,6 @@ impl IndexFile {
         Ok(())
     }
 
-    /// Drops a closed index's map (it is mapped again at the next `load`).
-    fn unload(&mut self) {
-        if let Storage::File { map } = &mut self.storage {
-            *map = OnceLock::new();
-        }
-    }
-
     fn bytes(&self) -> &[u8] {
         let len = self.entries * self.entry_size;
         match &self.storage {
@@ -291,34 +284,6 @@ pub struct OffsetIndex {
 impl OffsetIndex {
     pub const ENTRY_SIZE: usize = 8;
 
-    /// Opens the index file at `path` (missing: no entries): `writable`, as an active index of
-    /// up to `max_bytes` held in memory; else as a closed one, mapped now.
-    pub fn open(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        let index = OffsetIndex::open_lazy(path, base_offset, max_bytes, writable)?;
-        index.file.load()?;
-        Ok(index)
-    }
-
-    /// [`OffsetIndex::open`] that maps a closed index only at its first lookup (or `load`).
-    pub fn open_lazy(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        let file = if writable {
-            IndexFile::active(path, Self::ENTRY_SIZE, max_bytes)?
-        } else {
-            IndexFile::closed(path, Self::ENTRY_SIZE)?
-        };
-        Ok(OffsetIndex { base_offset, file })
-    }
-
-    pub fn entries(&self) -> usize {
-        self.file.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.file.is_full()
-    }
-    pub fn path(&self) -> &Path {
-        &self.file.path
-    }
-
     pub fn entry(&self, i: usize) -> OffsetPosition {
         let bytes = self.file.entry(i);
         let relative = u32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes"));
@@ -392,44 +357,6 @@ impl OffsetIndex {
         }
         Ok(())
     }
-
-    /// Forgets every entry, to rebuild the index (as an active one, up to `max_bytes`).
-    pub fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.reset(max_bytes)
-    }
-    /// Keeps only the first `entries` entries (an active index).
-    pub fn truncate_entries(&mut self, entries: usize) {
-        self.file.truncate_entries(entries);
-    }
-    /// Writes the entries added (or dropped) since the last time to the file, and fsyncs it.
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.file.persist()
-    }
-    /// Writes the file as [`Self::flush`] does and keeps no copy in memory: the segment closed.
-    pub fn close(&mut self) -> io::Result<()> {
-        self.file.close()
-    }
-    /// Takes entries again, up to `max_bytes` (the segment became the active one).
-    pub fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.make_active(max_bytes)
-    }
-    /// What the file holds now, to put it back with [`Self::restore_file`].
-    pub fn file_mark(&self) -> FileMark {
-        self.file.file_mark()
-    }
-    /// Puts the file back as it was at `mark`, after the index was cut back to the entries it
-    /// had then (a failed append is undone, files included).
-    pub fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
-        self.file.restore_file(mark)
-    }
-    /// Maps a closed index now (lookups do it on their own).
-    pub fn load(&self) -> io::Result<()> {
-        self.file.load()
-    }
-    /// Drops a closed index's map until its next lookup.
-    pub fn unload(&mut self) {
-        self.file.unload();
-    }
 }
 
 /// An entry of the time index: batches up to `offset` hold timestamps up to `timestamp`.
@@ -447,33 +374,6 @@ pub struct TimeIndex {
 
 impl TimeIndex {
     pub const ENTRY_SIZE: usize = 12;
-
-    /// See [`OffsetIndex::open`].
-    pub fn open(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        let index = TimeIndex::open_lazy(path, base_offset, max_bytes, writable)?;
-        index.file.load()?;
-        Ok(index)
-    }
-
-    /// See [`OffsetIndex::open_lazy`].
-    pub fn open_lazy(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
-        let file = if writable {
-            IndexFile::active(path, Self::ENTRY_SIZE, max_bytes)?
-        } else {
-            IndexFile::closed(path, Self::ENTRY_SIZE)?
-        };
-        Ok(TimeIndex { base_offset, file })
-    }
-
-    pub fn entries(&self) -> usize {
-        self.file.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.file.is_full()
-    }
-    pub fn path(&self) -> &Path {
-        &self.file.path
-    }
 
     pub fn entry(&self, i: usize) -> TimestampOffset {
         let bytes = self.file.entry(i);
@@ -544,45 +444,79 @@ impl TimeIndex {
         }
         Ok(())
     }
-
-    /// Forgets every entry, to rebuild the index (as an active one, up to `max_bytes`).
-    pub fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.reset(max_bytes)
-    }
-    /// Keeps only the first `entries` entries (an active index).
-    pub fn truncate_entries(&mut self, entries: usize) {
-        self.file.truncate_entries(entries);
-    }
-    /// Writes the entries added (or dropped) since the last time to the file, and fsyncs it.
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.file.persist()
-    }
-    /// Writes the file as [`Self::flush`] does and keeps no copy in memory: the segment closed.
-    pub fn close(&mut self) -> io::Result<()> {
-        self.file.close()
-    }
-    /// Takes entries again, up to `max_bytes` (the segment became the active one).
-    pub fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
-        self.file.make_active(max_bytes)
-    }
-    /// What the file holds now, to put it back with [`Self::restore_file`].
-    pub fn file_mark(&self) -> FileMark {
-        self.file.file_mark()
-    }
-    /// Puts the file back as it was at `mark`, after the index was cut back to the entries it
-    /// had then (a failed append is undone, files included).
-    pub fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
-        self.file.restore_file(mark)
-    }
-    /// Maps a closed index now (lookups do it on their own).
-    pub fn load(&self) -> io::Result<()> {
-        self.file.load()
-    }
-    /// Drops a closed index's map until its next lookup.
-    pub fn unload(&mut self) {
-        self.file.unload();
-    }
 }
+
+/// The methods both index types have alike: opening, and the file's life cycle, all the
+/// `IndexFile`'s. `$name` must have `base_offset` and `file: IndexFile` and an `ENTRY_SIZE`.
+macro_rules! index_file_methods {
+    ($name:ident) => {
+        impl $name {
+            /// Opens the index file at `path` (missing: no entries): `writable`, as an active
+            /// index of up to `max_bytes` held in memory; else as a closed one, mapped now.
+            pub fn open(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
+                let index = Self::open_lazy(path, base_offset, max_bytes, writable)?;
+                index.file.load()?;
+                Ok(index)
+            }
+
+            /// [`Self::open`] that maps a closed index only at its first lookup (or `load`).
+            pub fn open_lazy(path: &Path, base_offset: i64, max_bytes: usize, writable: bool) -> io::Result<Self> {
+                let file = if writable {
+                    IndexFile::active(path, Self::ENTRY_SIZE, max_bytes)?
+                } else {
+                    IndexFile::closed(path, Self::ENTRY_SIZE)?
+                };
+                Ok($name { base_offset, file })
+            }
+
+            pub fn entries(&self) -> usize {
+                self.file.entries
+            }
+            pub fn is_full(&self) -> bool {
+                self.file.is_full()
+            }
+            pub fn path(&self) -> &Path {
+                &self.file.path
+            }
+            /// Forgets every entry, to rebuild the index (as an active one, up to `max_bytes`).
+            pub fn reset(&mut self, max_bytes: usize) -> io::Result<()> {
+                self.file.reset(max_bytes)
+            }
+            /// Keeps only the first `entries` entries (an active index).
+            pub fn truncate_entries(&mut self, entries: usize) {
+                self.file.truncate_entries(entries);
+            }
+            /// Writes the entries added (or dropped) since the last time to the file, and fsyncs it.
+            pub fn flush(&mut self) -> io::Result<()> {
+                self.file.persist()
+            }
+            /// Writes the file as [`Self::flush`] does and keeps no copy in memory: the segment closed.
+            pub fn close(&mut self) -> io::Result<()> {
+                self.file.close()
+            }
+            /// Takes entries again, up to `max_bytes` (the segment became the active one).
+            pub fn make_active(&mut self, max_bytes: usize) -> io::Result<()> {
+                self.file.make_active(max_bytes)
+            }
+            /// What the file holds now, to put it back with [`Self::restore_file`].
+            pub fn file_mark(&self) -> FileMark {
+                self.file.file_mark()
+            }
+            /// Puts the file back as it was at `mark`, after the index was cut back to the
+            /// entries it had then (a failed append is undone, files included).
+            pub fn restore_file(&mut self, mark: FileMark) -> io::Result<()> {
+                self.file.restore_file(mark)
+            }
+            /// Maps a closed index now (lookups do it on their own).
+            pub fn load(&self) -> io::Result<()> {
+                self.file.load()
+            }
+        }
+    };
+}
+
+index_file_methods!(OffsetIndex);
+index_file_methods!(TimeIndex);
 
 #[cfg(test)]
 mod tests {
