@@ -104,6 +104,11 @@ pub struct ServeArgs {
     /// Retention, compaction and flush checks every this many ms [default: 15000].
     #[arg(long, env = "RUNNEL_HOUSEKEEPING_INTERVAL_MS")]
     pub housekeeping_interval_ms: Option<u64>,
+    /// `producer.id.expiration.ms`: a partition forgets a producer (its epoch and sequences)
+    /// that wrote nothing for this long and has no open transaction; checked every
+    /// housekeeping interval [default: 86400000].
+    #[arg(long, env = "RUNNEL_PRODUCER_ID_EXPIRATION_MS")]
+    pub producer_id_expiration_ms: Option<u64>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
     /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
@@ -207,6 +212,7 @@ struct FileConfig {
     connections_max_idle_ms: Option<u64>,
     fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
+    producer_id_expiration_ms: Option<u64>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
@@ -298,6 +304,8 @@ pub struct NodeConfig {
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
     pub housekeeping_interval_ms: u64,
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: u64,
     /// `broker.session.timeout.ms`, `broker.heartbeat.interval.ms`, `replica.lag.time.max.ms`.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -421,6 +429,10 @@ impl NodeConfig {
             connection_limits,
             fetch_max_bytes: args.fetch_max_bytes.or(file.fetch_max_bytes).unwrap_or(57_671_680),
             housekeeping_interval_ms: args.housekeeping_interval_ms.or(file.housekeeping_interval_ms).unwrap_or(15_000),
+            producer_id_expiration_ms: args
+                .producer_id_expiration_ms
+                .or(file.producer_id_expiration_ms)
+                .unwrap_or(86_400_000),
             broker_session_timeout_ms: args
                 .broker_session_timeout_ms
                 .or(file.broker_session_timeout_ms)

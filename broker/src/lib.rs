@@ -23,3 +23,4 @@ pub mod peer;
 pub mod replication;
 pub mod server;
 pub mod transform;
+pub mod txn;

@@ -195,6 +195,7 @@ impl Node {
             fetchers: fetchers.clone(),
             peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
+            producer_ids: crate::txn::ProducerIds::new(config.node_id),
             reconcile,
         });
         let cached = replicas.clone();
@@ -273,11 +274,12 @@ impl Node {
         let groups = broker.groups.clone();
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
+        let producer_id_expiration_ms = i64::try_from(config.producer_id_expiration_ms).unwrap_or(i64::MAX);
         tasks.push(every(interval, shutdown_rx.clone(), move || {
             let (replicas, groups) = (housekeeping.clone(), groups.clone());
             async move {
                 let _ = tokio::task::spawn_blocking(move || {
-                    replicas.maintain();
+                    replicas.maintain(producer_id_expiration_ms);
                     // Offsets of groups without members expire after offsets.retention.minutes.
                     groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, groups.membership.as_ref());
                 })

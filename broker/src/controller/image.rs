@@ -26,6 +26,9 @@ use super::election::{
 };
 use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage};
 
+/// Producer ids per `AllocateProducerIds` (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
 /// The cluster metadata as of raft log index `applied_index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataImage {
@@ -36,6 +39,8 @@ pub struct MetadataImage {
     pub(super) topic_ids: imbl::OrdMap<[u8; 16], String>,
     /// Deployed WASM transforms by name.
     pub transforms: BTreeMap<String, TransformImage>,
+    /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
+    pub next_producer_id: i64,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
     /// cluster, its initial membership, has index 0 too).
     pub applied_index: u64,
@@ -293,6 +298,15 @@ impl MetadataImage {
                 None => ApplyOutcome::UnknownTransform,
             },
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
+            MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {
+                Some(b) if b.broker_epoch == *broker_epoch => {
+                    let first = self.next_producer_id;
+                    let count = PRODUCER_ID_BLOCK_SIZE.min(i64::MAX - first);
+                    self.next_producer_id = first + count;
+                    ApplyOutcome::ProducerIds { first, count }
+                }
+                _ => ApplyOutcome::StaleBrokerEpoch,
+            },
             MetadataRecord::PartitionChange { topic, partition, expected_partition_epoch, leader, isr, assignment } => {
                 // Checked on the shared topic; copied only once the change applies.
                 let Some(p) = self.partition(topic, *partition) else {

@@ -70,6 +70,10 @@ pub enum MetadataRecord {
     SetTransformPaused { name: String, paused: bool },
     /// Removes a transform (its committed positions stay in its group until they expire).
     DeleteTransform { name: String },
+    /// A block of producer ids for a broker's InitProducerId answers (Kafka's
+    /// AllocateProducerIds, KIP-730): the next `PRODUCER_ID_BLOCK_SIZE` ids, never handed out
+    /// again. Applies only for the registration with `broker_epoch`.
+    AllocateProducerIds { node_id: NodeId, broker_epoch: i64 },
     /// Several records in one raft entry (CreateTopics or DeleteTopics of many topics: one
     /// proposal, one commit), applied in order and each on its own, as Kafka answers each topic
     /// of a request on its own: one rejected record leaves the others applied. The outcome is
@@ -190,4 +194,6 @@ pub enum ApplyOutcome {
     IsrChangeRejected { reason: String },
     /// The outcomes of a `MetadataRecord::Batch`, in its order.
     Batch(Vec<ApplyOutcome>),
+    /// `AllocateProducerIds`: the ids `first .. first + count` are the broker's.
+    ProducerIds { first: i64, count: i64 },
 }

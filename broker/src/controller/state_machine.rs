@@ -45,6 +45,9 @@ struct ImageDto {
     /// Absent in snapshots written before transforms existed.
     #[serde(default)]
     transforms: Vec<super::record::TransformImage>,
+    /// Absent in snapshots written before producer ids were allocated by the quorum.
+    #[serde(default)]
+    next_producer_id: i64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -127,6 +130,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
             })
             .collect(),
         transforms: image.transforms.values().cloned().collect(),
+        next_producer_id: image.next_producer_id,
     };
     serde_json::to_vec(&dto).map_err(StoreError::Encode)
 }
@@ -163,6 +167,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
             })
             .collect(),
         transforms: dto.transforms.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        next_producer_id: dto.next_producer_id,
         ..MetadataImage::default()
     };
     for t in dto.topics {

@@ -28,6 +28,7 @@ use super::batch::{
 use super::config::LogConfig;
 use super::durable::{self, sync_dir};
 use super::files::OpenFiles;
+use super::producer_state::{EndTxnMarker, PendingUpdates, ProducerError, ProducerState, Validation};
 use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
 
 /// Where wall-clock time comes from; tests drive a [`ManualClock`].
@@ -114,6 +115,9 @@ pub struct AppendInfo {
     pub batch_count: u32,
     pub record_count: i64,
     pub bytes: u64,
+    /// The batch repeats one its producer already wrote (an exact retry): nothing was
+    /// appended, and the offsets are the original batch's.
+    pub duplicate: bool,
 }
 
 /// Errors of the partition log. The server maps each to one Kafka error code.
@@ -154,6 +158,9 @@ pub enum LogError {
         #[source]
         source: io::Error,
     },
+    /// A batch breaks the idempotent or transactional producer rules (one Kafka error each).
+    #[error("{0}")]
+    Producer(#[from] ProducerError),
     /// KAFKA_STORAGE_ERROR: an earlier I/O failure left the log in a state it could not repair;
     /// it refuses writes until it is reopened (which recovers it).
     #[error("log {dir} is offline after an I/O failure")]
@@ -286,6 +293,8 @@ pub struct Log {
     marked_dirty: bool,
     offline: bool,
     open_report: OpenReport,
+    /// The producers of the batches below the log end offset (see `producer_state`).
+    producers: ProducerState,
 }
 
 impl Log {
@@ -365,7 +374,10 @@ impl Log {
             marked_dirty: false,
             offline: false,
             open_report: report,
+            producers: ProducerState::default(),
         };
+        log.producers.scan_snapshots(dir).map_err(io_err("list producer snapshots in", dir))?;
+        log.rebuild_producer_state(clean)?;
         if !clean {
             // Everything is validated now; make it durable so the next crash starts from here.
             log.flush()?;
@@ -424,13 +436,47 @@ impl Log {
         let mut offsets_needed = 0i64;
         let mut record_errors = Vec::new();
         let mut invalid_timestamp = false;
+        let mut producer_updates = PendingUpdates::default();
+        let validation = match origin {
+            AppendOrigin::Client => Validation::Client,
+            AppendOrigin::Coordinator => Validation::Coordinator,
+        };
         let mut rest = &records[..];
+        let mut batch_index = 0;
         while !rest.is_empty() {
             let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
             self.check_batch(&header, origin)?;
             let start = records.len() - rest.len();
             let batch_bytes = records.slice(start..start + header.size());
             self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
+            if header.producer_id >= 0 {
+                if origin == AppendOrigin::Client {
+                    if let Some(original) = self.producers.find_duplicate(&header) {
+                        // Kafka answers the whole append with the retried batch's offsets.
+                        return Ok(AppendInfo {
+                            first_offset: original.first_offset,
+                            last_offset: original.last_offset,
+                            max_timestamp: original.timestamp,
+                            offset_of_max_timestamp: original.last_offset,
+                            log_append_time: batch::NO_TIMESTAMP,
+                            batch_count: 0,
+                            record_count: 0,
+                            bytes: 0,
+                            duplicate: true,
+                        });
+                    }
+                }
+                let first_offset = self.log_end_offset.saturating_add(offsets_needed);
+                self.prepare_producer_update(
+                    &mut producer_updates,
+                    &header,
+                    &batch_bytes,
+                    batch_index,
+                    first_offset,
+                    validation,
+                )?;
+            }
+            batch_index += 1;
             record_count += header.record_count as i64;
             offsets_needed += header.last_offset_delta as i64 + 1;
             rest = &rest[header.size()..];
@@ -455,8 +501,9 @@ impl Log {
             batch_count: 0,
             record_count,
             bytes: records.len() as u64,
+            duplicate: false,
         };
-        self.write_validated(records, now, &mut info, |header, body, base_offset| {
+        self.write_validated(records, now, &mut info, &producer_updates, |header, body, base_offset| {
             batch::patch_header(header, base_offset, partition_leader_epoch);
             if log_append {
                 stamp_log_append_time(header, body, now);
@@ -465,19 +512,46 @@ impl Log {
         Ok(info)
     }
 
+    /// Checks a producer's batch against the producer state as the batches before it in the
+    /// same append leave it, and notes what it will change (applied once it is written).
+    fn prepare_producer_update(
+        &self,
+        updates: &mut PendingUpdates,
+        header: &BatchHeader,
+        batch_bytes: &Bytes,
+        batch_index: usize,
+        first_offset: i64,
+        validation: Validation,
+    ) -> Result<(), LogError> {
+        if header.attributes.is_control() {
+            if let Some(marker) = EndTxnMarker::of_batch(batch_bytes) {
+                updates.marker(&self.producers, header, marker, first_offset, batch_index, validation)?;
+            }
+            return Ok(());
+        }
+        updates.data_batch(&self.producers, header, first_offset, batch_index, validation)?;
+        Ok(())
+    }
+
     /// Writes batches that passed validation, one by one, after `stamp` has rewritten each header
     /// (given the offset the batch starts at), and notes each in `info`. On any failure the log
     /// is cut back to where it was: a partition's append is all or nothing.
+    /// The producer state takes each batch's update as the batch is written, so a snapshot taken
+    /// by a roll between two batches is the state of everything before the new segment.
     fn write_validated(
         &mut self,
         records: &[u8],
         now: i64,
         info: &mut AppendInfo,
+        producer_updates: &PendingUpdates,
         mut stamp: impl FnMut(&mut [u8; HEADER_SIZE], &[u8], i64),
     ) -> Result<(), LogError> {
         let start = self.append_start();
+        let mut undo_producers = self.producers.begin();
+        let mut updates = producer_updates.iter().peekable();
         let written = (|| {
             let mut rest = records;
+            let mut batch_index = 0;
             while !rest.is_empty() {
                 let (_, size) = BatchHeader::peek_size(rest).expect("validated above");
                 let (batch, tail) = rest.split_at(size);
@@ -487,6 +561,11 @@ impl Log {
                 stamp(&mut header, body, self.log_end_offset);
                 let parsed = BatchHeader::read(&header).expect("61 bytes");
                 self.append_batch(&header, body, &parsed, now)?;
+                while let Some(update) = updates.next_if(|u| u.batch_index() == batch_index) {
+                    self.producers.apply(update, &mut undo_producers);
+                }
+                self.producers.set_map_end_offset(self.log_end_offset);
+                batch_index += 1;
                 info.first_offset = info.first_offset.min(parsed.base_offset);
                 info.last_offset = parsed.last_offset();
                 if parsed.max_timestamp > info.max_timestamp {
@@ -498,6 +577,7 @@ impl Log {
             self.after_append(info.record_count)
         })();
         if let Err(e) = written {
+            self.producers.undo(undo_producers);
             self.undo_append(&start);
             return Err(e);
         }
@@ -591,6 +671,7 @@ impl Log {
             for base in rolled.into_iter().rev() {
                 let segment = self.segments.remove(&base).expect("listed above");
                 segment.delete_files()?;
+                self.producers.delete_snapshot(&dir, base)?;
             }
             let active = self.segments.get_mut(&start.active_base).expect("the segment the append started in");
             active.cut_back(&start.active, settings)?;
@@ -624,8 +705,24 @@ impl Log {
         let mut rest = &records[..];
         let mut expected = self.log_end_offset;
         let mut record_count = 0;
+        let mut producer_updates = PendingUpdates::default();
+        let mut batch_index = 0;
         while !rest.is_empty() {
             let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
+            if header.producer_id >= 0 {
+                // The leader checked it; a follower builds the same state, unchecked.
+                let start = records.len() - rest.len();
+                let batch_bytes = records.slice(start..start + header.size());
+                self.prepare_producer_update(
+                    &mut producer_updates,
+                    &header,
+                    &batch_bytes,
+                    batch_index,
+                    header.base_offset,
+                    Validation::None,
+                )?;
+            }
+            batch_index += 1;
             if header.base_offset < expected {
                 return Err(LogError::NonMonotonicOffsets {
                     base_offset: header.base_offset,
@@ -659,9 +756,10 @@ impl Log {
             batch_count: 0,
             record_count,
             bytes: records.len() as u64,
+            duplicate: false,
         };
         // A follower keeps the leader's offsets and epochs: nothing to stamp.
-        self.write_validated(records, now, &mut info, |_, _, _| {})?;
+        self.write_validated(records, now, &mut info, &producer_updates, |_, _, _| {})?;
         Ok(info)
     }
 
@@ -749,6 +847,11 @@ impl Log {
         let segment = Segment::create(&dir, base_offset, settings, now, &self.open_files)
             .map_err(io_err("create segment in", &dir))?;
         self.segments.insert(base_offset, segment);
+        // Kafka takes a producer snapshot at every new segment's base offset, so recovery
+        // replays at most the active segment. Nothing lies between the log end and the base.
+        // After the segment exists, so that a failed append's undo removes both.
+        self.producers.set_map_end_offset(base_offset);
+        self.producers.write_snapshot(&dir).map_err(io_err("write producer snapshot in", &dir))?;
         // The closed segment was fsynced: nothing before the new one needs recovery.
         self.recovery_point = self.recovery_point.max(base_offset.min(self.log_end_offset));
         self.write_checkpoint(false)
@@ -825,7 +928,10 @@ impl Log {
         self.check_invariants();
         // The log start offset may have moved down (the cut batch held it); a crash must not
         // bring back the old one, which would hide the offsets appended after it.
-        self.write_checkpoint(false)
+        self.write_checkpoint(false)?;
+        // Kafka's `truncateAndReload`: the newest snapshot at or below the new end, then the
+        // batches after it.
+        self.rebuild_producer_state(false)
     }
 
     /// Deletes everything and starts empty at `offset` (a follower far behind the leader).
@@ -842,6 +948,11 @@ impl Log {
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.recovery_point = offset;
+        let snapshots: Vec<i64> = self.producers.snapshot_offsets().collect();
+        for snapshot in snapshots {
+            self.producers.delete_snapshot(&dir, snapshot).map_err(io_err("delete producer snapshot in", &dir))?;
+        }
+        self.producers.clear(offset);
         self.write_checkpoint(false)
     }
 
@@ -926,6 +1037,11 @@ impl Log {
             tracing::debug!(segment = %segment.log_path().display(), "deleting segment by retention");
             segment.delete_files().map_err(io_err("delete segment in", &self.dir))?;
         }
+        // The snapshots of deleted segments go with them (the newest always stays).
+        let first_base = *self.segments.keys().next().expect("the active segment remains");
+        self.producers
+            .delete_snapshots_below(&self.dir, first_base)
+            .map_err(io_err("delete producer snapshot in", &self.dir))?;
         Ok(outcome)
     }
 
@@ -1017,8 +1133,64 @@ impl Log {
         }
         let dir = self.dir.clone();
         self.active_mut().close_active().map_err(io_err("close", &dir))?;
+        // A log that never had a producer and has no snapshot needs none: a clean open without
+        // one starts with no producers.
+        if !self.producers.is_empty() || self.producers.snapshot_offsets().next().is_some() {
+            self.producers.set_map_end_offset(self.log_end_offset);
+            self.producers.write_snapshot(&dir).map_err(io_err("write producer snapshot in", &dir))?;
+        }
         self.recovery_point = self.log_end_offset;
         self.write_checkpoint(true)
+    }
+
+    /// Rebuilds the producer state from the newest snapshot at or below the log end offset and
+    /// the batches after it (from the first segment when there is none, unless the log was shut
+    /// down cleanly without one: then it never had producers since snapshots existed).
+    fn rebuild_producer_state(&mut self, clean_shutdown: bool) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        let loaded = self
+            .producers
+            .load_latest_snapshot(&dir, self.log_end_offset)
+            .map_err(io_err("load producer snapshot in", &dir))?;
+        let first_base = *self.segments.keys().next().expect("at least one segment");
+        let from = match loaded {
+            Some(offset) => offset,
+            None if clean_shutdown => self.log_end_offset,
+            None => first_base,
+        };
+        let from = from.max(first_base);
+        self.producers.set_map_end_offset(from);
+        let segments: Vec<i64> = self.segments.range(..=from).next_back().map(|(b, _)| *b).into_iter().collect();
+        let start_base = segments.first().copied().unwrap_or(first_base);
+        for segment in self.segments.range(start_base..).map(|(_, s)| s) {
+            if segment.next_offset() <= from {
+                continue;
+            }
+            let position = match segment.locate(from).map_err(io_err("read", &dir))? {
+                Some((position, _)) => position,
+                None => continue,
+            };
+            let mut scanner = segment.scanner(position).map_err(io_err("read", &dir))?;
+            while let Some((header, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &dir))? {
+                if header.last_offset() >= from {
+                    self.producers.replay(&header, bytes);
+                }
+            }
+        }
+        self.producers.set_map_end_offset(self.log_end_offset);
+        Ok(())
+    }
+
+    /// Removes producers idle for `producer.id.expiration.ms` (Kafka's expiry, every
+    /// `producer.id.expiration.check.interval.ms`); returns how many went.
+    pub fn expire_producers(&mut self, expiration_ms: i64) -> usize {
+        let now = self.clock.now_ms();
+        self.producers.expire(now, expiration_ms)
+    }
+
+    /// The producers of this partition.
+    pub fn producer_state(&self) -> &ProducerState {
+        &self.producers
     }
 
     /// Replaces the config (AlterConfigs). Index sizes apply to segments created afterwards.

@@ -8,6 +8,7 @@ use super::*;
 use crate::log::batch::{BatchIter, Compression};
 use crate::log::compaction::CompactionStats;
 use crate::log::config::CleanupPolicy;
+use crate::log::producer_state::ProducerError;
 use crate::log::records::BatchBuilder;
 
 const T0: i64 = 1_700_000_000_000;
@@ -940,4 +941,154 @@ fn the_active_index_kept_in_memory_survives_crashes_clean_closes_and_flushes() {
         rebuilt.starts_with(&flushed) && rebuilt.len() > flushed.len(),
         "the rebuilt index extends the flushed one"
     );
+}
+
+// ---- idempotent producers (KIP-98): the producer state in the log ----
+
+fn producer_batch(pid: i64, epoch: i16, seq: i32, n: usize, timestamp: i64) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None).producer(pid, epoch, seq);
+    for i in 0..n {
+        builder.push(timestamp, None, Some(format!("p{pid}-e{epoch}-s{}", seq as usize + i).as_bytes()), &[]);
+    }
+    builder.build().unwrap().into_bytes()
+}
+
+fn producer_error(result: Result<AppendInfo, LogError>) -> ProducerError {
+    match result {
+        Err(LogError::Producer(e)) => e,
+        other => panic!("expected a producer error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_exact_retry_of_any_of_the_last_five_batches_gets_its_original_offsets_and_appends_nothing() {
+    // Proves Kafka's de-duplication: a retried batch is answered with the offsets it was written
+    // at and the log does not grow; gaps, stale epochs and a new epoch not at 0 are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let mut written = Vec::new();
+    for i in 0..6 {
+        let info = log.append_as_leader(&producer_batch(7, 0, i * 2, 2, T0), 0, AppendOrigin::Client).unwrap();
+        assert!(!info.duplicate);
+        written.push((info.first_offset, info.last_offset));
+    }
+    let end = log.log_end_offset();
+    for i in 1..6 {
+        let retry = log.append_as_leader(&producer_batch(7, 0, i * 2, 2, T0), 0, AppendOrigin::Client).unwrap();
+        assert!(retry.duplicate, "batch {i} is a retry");
+        assert_eq!((retry.first_offset, retry.last_offset), written[i as usize]);
+    }
+    assert_eq!(log.log_end_offset(), end, "retries append nothing");
+    // The oldest batch fell out of the five retained: a retry of it is out of order.
+    let e = producer_error(log.append_as_leader(&producer_batch(7, 0, 0, 2, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::OutOfOrderSequence { sequence: 0, last: 11, .. }), "{e:?}");
+    let e = producer_error(log.append_as_leader(&producer_batch(7, 0, 13, 1, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::OutOfOrderSequence { .. }), "a gap: {e:?}");
+    let e = producer_error(log.append_as_leader(&producer_batch(7, 1, 5, 1, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::OutOfOrderSequence { .. }), "a new epoch starts at 0: {e:?}");
+    log.append_as_leader(&producer_batch(7, 1, 0, 1, T0), 0, AppendOrigin::Client).unwrap();
+    let e = producer_error(log.append_as_leader(&producer_batch(7, 0, 12, 1, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::InvalidProducerEpoch { epoch: 0, current: 1, .. }), "{e:?}");
+    assert_eq!(log.log_end_offset(), end + 1, "refused batches append nothing");
+}
+
+#[test]
+fn producer_state_survives_a_clean_restart_a_crash_rolls_and_truncation() {
+    // Proves snapshots (`<offset>.snapshot` on roll and clean close) and replay after them:
+    // after a clean close, after a crash (no close) and after a truncation the last batch of
+    // each producer is still recognised as a retry and its sequence continues.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { segment_bytes: 300, ..small_config() };
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let mut last = AppendInfo {
+        first_offset: 0,
+        last_offset: 0,
+        max_timestamp: 0,
+        offset_of_max_timestamp: 0,
+        log_append_time: 0,
+        batch_count: 0,
+        record_count: 0,
+        bytes: 0,
+        duplicate: false,
+    };
+    for i in 0..20 {
+        last = log.append_as_leader(&producer_batch(3, 0, i, 1, T0), 0, AppendOrigin::Client).unwrap();
+    }
+    assert!(log.segment_count() > 3, "rolled");
+    let snapshots: Vec<i64> = log.producer_state().snapshot_offsets().collect();
+    assert_eq!(&snapshots[..], &log.segment_base_offsets()[1..], "a snapshot at every rolled segment's base");
+    log.close().unwrap();
+    assert!(dir.path().join(format!("{:020}.snapshot", last.last_offset + 1)).exists(), "clean close snapshots");
+
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let retry = log.append_as_leader(&producer_batch(3, 0, 19, 1, T0), 0, AppendOrigin::Client).unwrap();
+    assert!(retry.duplicate && retry.first_offset == last.first_offset, "after a clean restart");
+    log.append_as_leader(&producer_batch(3, 0, 20, 1, T0), 0, AppendOrigin::Client).unwrap();
+    log.append_as_leader(&producer_batch(4, 2, 0, 3, T0), 0, AppendOrigin::Client).unwrap();
+    drop(log); // a crash: no clean close, the state after the last snapshot is replayed
+
+    let mut log = open(dir.path(), config.clone(), &clock);
+    assert!(log.append_as_leader(&producer_batch(3, 0, 20, 1, T0), 0, AppendOrigin::Client).unwrap().duplicate);
+    assert!(log.append_as_leader(&producer_batch(4, 2, 0, 3, T0), 0, AppendOrigin::Client).unwrap().duplicate);
+    let e = producer_error(log.append_as_leader(&producer_batch(3, 0, 22, 1, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::OutOfOrderSequence { last: 20, .. }), "{e:?}");
+
+    // Truncating producer 4's batch away (a follower after a leader change) forgets it, and
+    // the snapshots above the cut are gone.
+    let cut = log.log_end_offset() - 3;
+    log.truncate_to(cut).unwrap();
+    assert!(log.producer_state().entry(4).is_none());
+    assert!(log.producer_state().snapshot_offsets().all(|o| o <= cut));
+    assert!(!log.append_as_leader(&producer_batch(4, 2, 0, 3, T0), 0, AppendOrigin::Client).unwrap().duplicate);
+}
+
+#[test]
+fn a_follower_builds_the_leaders_producer_state_so_it_deduplicates_after_it_takes_over() {
+    // Proves the failover case: a batch the old leader wrote reaches the follower by
+    // replication; when the follower leads and the client retries it, the retry is answered
+    // with the original offsets.
+    let clock = ManualClock::new(T0);
+    let (leader_dir, follower_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut leader = open(leader_dir.path(), LogConfig::default(), &clock);
+    let mut follower = open(follower_dir.path(), LogConfig::default(), &clock);
+    for seq in 0..3 {
+        leader.append_as_leader(&producer_batch(9, 0, seq * 4, 4, T0), 0, AppendOrigin::Client).unwrap();
+    }
+    let replicated = leader.read(0, 1 << 20, i64::MAX).unwrap();
+    follower.append_as_follower(&replicated).unwrap();
+    let retry = follower.append_as_leader(&producer_batch(9, 0, 8, 4, T0), 1, AppendOrigin::Client).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!((retry.first_offset, retry.last_offset), (8, 11));
+    let next = follower.append_as_leader(&producer_batch(9, 0, 12, 1, T0), 1, AppendOrigin::Client).unwrap();
+    assert_eq!(next.first_offset, 12);
+}
+
+#[test]
+fn producers_expire_after_the_expiration_time_and_their_snapshots_go_with_their_segments() {
+    // Proves producer.id.expiration.ms (measured from the producer's last batch timestamp) and
+    // that retention deletes the snapshots of the segments it deletes.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { segment_bytes: 300, ..small_config() };
+    let mut log = open(dir.path(), config, &clock);
+    for i in 0..20 {
+        log.append_as_leader(&producer_batch(5, 0, i, 1, T0), 0, AppendOrigin::Client).unwrap();
+    }
+    assert_eq!(log.expire_producers(60_000), 0);
+    clock.advance(60_000);
+    assert_eq!(log.expire_producers(60_000), 1);
+    assert!(log.producer_state().is_empty());
+    // An expired producer is unknown: any sequence is accepted again (KIP-360).
+    log.append_as_leader(&producer_batch(5, 0, 100, 1, T0 + 60_000), 0, AppendOrigin::Client).unwrap();
+    let bases = log.segment_base_offsets();
+    log.delete_records_before(bases[bases.len() - 1]).unwrap();
+    let snapshots: Vec<i64> = log.producer_state().snapshot_offsets().collect();
+    assert_eq!(snapshots, vec![*bases.last().unwrap()], "only the newest snapshot is left");
+    let on_disk = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".snapshot"))
+        .count();
+    assert_eq!(on_disk, 1);
 }

@@ -15,6 +15,7 @@ pub mod files;
 pub mod index;
 #[allow(clippy::module_inception)]
 mod log;
+pub mod producer_state;
 pub mod records;
 pub mod segment;
 

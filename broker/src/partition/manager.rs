@@ -209,10 +209,11 @@ impl ReplicaManager {
         self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
-    /// Retention, compaction and flushing for every partition.
-    pub fn maintain(&self) {
+    /// Retention, compaction, flushing and producer expiry (`producer.id.expiration.ms`) for
+    /// every partition.
+    pub fn maintain(&self, producer_id_expiration_ms: i64) {
         for partition in self.all() {
-            if let Err(e) = partition.maintain() {
+            if let Err(e) = partition.maintain(producer_id_expiration_ms) {
                 tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "housekeeping failed");
             }
         }

@@ -927,12 +927,13 @@ impl Partition {
         }
     }
 
-    /// Periodic housekeeping: retention, compaction, time-based flush.
-    pub fn maintain(&self) -> Result<(), PartitionError> {
+    /// Periodic housekeeping: retention, compaction, time-based flush, producer expiry.
+    pub fn maintain(&self, producer_id_expiration_ms: i64) -> Result<(), PartitionError> {
         let job = {
             let mut guard = self.log()?;
             let log = guard.as_mut().expect("checked by log()");
             log.enforce_retention(self.high_watermark())?;
+            log.expire_producers(producer_id_expiration_ms);
             log.maybe_flush()?;
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
             self.assert_offsets();

@@ -5,6 +5,7 @@ use kafka_protocol::ResponseError;
 use crate::controller::election::ReassignmentError;
 use crate::controller::ControllerError;
 use crate::group::offsets::OffsetError;
+use crate::log::producer_state::ProducerError;
 use crate::log::{BatchError, LogError, RecordError};
 use crate::partition::PartitionError;
 
@@ -29,6 +30,12 @@ pub fn log_error_code(error: &LogError) -> ResponseError {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::OffsetOverflow { .. } | LogError::NonMonotonicOffsets { .. } => ResponseError::UnknownServerError,
         LogError::Io { .. } | LogError::Offline { .. } => ResponseError::KafkaStorageError,
+        LogError::Producer(e) => match e {
+            ProducerError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            ProducerError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+        },
     }
 }
 

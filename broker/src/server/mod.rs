@@ -109,6 +109,8 @@ pub struct Broker {
     pub fetchers: Arc<crate::replication::fetcher::Fetchers>,
     /// Kafka connections to the other brokers (HTTP and transforms reach leaders elsewhere).
     pub peers: Arc<crate::peer::Peers>,
+    /// This node's block of cluster-wide producer ids (InitProducerId).
+    pub producer_ids: crate::txn::ProducerIds,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it. Blocking (it opens files): call it on a blocking
     /// thread, as `reconcile_now` does.

@@ -1,40 +1,28 @@
 //! InitProducerId for idempotent producers (no transactional id): a fresh producer id per
-//! call, epoch 0. Ids are unique on this node across restarts (seeded from the clock in
-//! microseconds); cluster-wide allocation through the controller and sequence checking come
-//! with the idempotence issue. Transactional ids are refused until transactions exist.
-
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
+//! call, epoch 0, from this node's block of cluster-wide ids (`txn::ProducerIds`), as Kafka
+//! answers a request without a transactional id (a client bumping its epoch after
+//! OUT_OF_ORDER_SEQUENCE_NUMBER, KIP-360, gets a new id too). Transactional ids are refused
+//! until the transaction coordinator exists.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use crate::server::Broker;
 
-fn next_producer_id(node_id: u64) -> i64 {
-    static NEXT: OnceLock<AtomicI64> = OnceLock::new();
-    let next = NEXT.get_or_init(|| {
-        let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-        // Node id in the top bits keeps nodes apart; the clock keeps restarts apart.
-        AtomicI64::new(((node_id as i64 & 0x3ff) << 52) | (micros & ((1 << 52) - 1)))
-    });
-    next.fetch_add(1, Ordering::Relaxed)
-}
-
 pub async fn handle(
     broker: &Broker,
     _header: &RequestHeader,
     request: InitProducerIdRequest,
 ) -> Option<InitProducerIdResponse> {
-    let response = InitProducerIdResponse::default();
+    let response = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     if request.transactional_id.is_some() {
-        return Some(
-            response
-                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        );
+        return Some(response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));
     }
-    Some(response.with_producer_id(ProducerId(next_producer_id(broker.settings.node_id))).with_producer_epoch(0))
+    match broker.producer_ids.next(&broker.controller).await {
+        Ok(id) => Some(response.with_producer_id(ProducerId(id)).with_producer_epoch(0)),
+        Err(e) => {
+            tracing::warn!(error = %e, "InitProducerId");
+            Some(response.with_error_code(ResponseError::CoordinatorLoadInProgress.code()))
+        }
+    }
 }
