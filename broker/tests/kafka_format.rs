@@ -672,6 +672,59 @@ fn follower_replay_of_kafka_batches_writes_kafkas_segments_byte_for_byte() {
 }
 
 #[test]
+fn follower_replay_of_kafka_batches_writes_kafkas_producer_snapshots() {
+    // Proves the producer state matches Kafka's ProducerStateManager: replaying Kafka's batches
+    // (idempotent, transactional and control ones) writes, at every offset where Kafka wrote a
+    // `.snapshot`, the same bytes (where Runnel skips one, a log with no producer and no
+    // snapshot at clean close, Kafka's must hold no producer); and a fresh open of Kafka's own
+    // directory loads Kafka's newest snapshot as its state.
+    let mut m = Mismatches::default();
+    let snapshots = |dir: &Path| -> BTreeMap<String, Vec<u8>> {
+        fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "snapshot"))
+            .map(|p| (p.file_name().expect("name").to_string_lossy().into_owned(), fs::read(&p).expect("read")))
+            .collect()
+    };
+    let mut compared = 0;
+    for topic in topics() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut log =
+            Log::open(dir.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open empty log");
+        for batch in kafka_batches(topic) {
+            log.append_as_follower(batch.bytes()).expect("append_as_follower");
+        }
+        log.close().expect("close");
+        let ours = snapshots(dir.path());
+        for (name, kafka) in snapshots(&topic.dir) {
+            match ours.get(&name) {
+                Some(bytes) => {
+                    compared += 1;
+                    m.check_bytes(format!("{} {name}", topic.name), bytes, &kafka);
+                }
+                None => m.check(
+                    format!("{} {name}: Kafka's entries where Runnel wrote no snapshot", topic.name),
+                    runnel::log::producer_state::decode_snapshot(&kafka).map(|e| e.len()),
+                    Some(0),
+                ),
+            }
+        }
+        // Kafka's own directory: its newest snapshot is the state.
+        let copy = copy_partition(topic);
+        let log = Log::open(copy.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open");
+        let newest = snapshots(&topic.dir).into_iter().next_back();
+        if let Some((name, kafka)) = newest {
+            let entries = runnel::log::producer_state::decode_snapshot(&kafka).expect("Kafka's snapshot decodes");
+            m.check(format!("{} producers loaded from {name}", topic.name), log.producer_state().len(), entries.len());
+        }
+    }
+    eprintln!("{compared} producer snapshots identical to Kafka's");
+    assert!(compared > 0, "some snapshot was compared byte for byte");
+    m.assert_none();
+}
+
+#[test]
 fn leader_append_of_kafka_batches_reproduces_kafkas_segments() {
     // Proves append_as_leader (client data, coordinator markers) assigns Kafka's offsets and writes Kafka's bytes.
     let mut m = Mismatches::default();
