@@ -801,7 +801,8 @@ mod tests {
         reconcile(&image_with(6, None));
         let hosted = replicas.get("t", 0).expect("still hosted");
         assert_eq!(hosted.topic_id(), [2; 16]);
-        let records = hosted.read(0, 1 << 20, FirstBatch::Whole).unwrap().records;
+        let records =
+            hosted.read(0, 1 << 20, FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted).unwrap().records;
         let mut values = Vec::new();
         crate::log::records::for_each_record(records, 0, usize::MAX, |r| values.push(r.value));
         assert_eq!(values, vec![Some(bytes::Bytes::from_static(b"acknowledged"))]);

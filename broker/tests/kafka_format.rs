@@ -672,22 +672,24 @@ fn follower_replay_of_kafka_batches_writes_kafkas_segments_byte_for_byte() {
 }
 
 #[test]
-fn follower_replay_of_kafka_batches_writes_kafkas_producer_snapshots() {
+fn follower_replay_of_kafka_batches_writes_kafkas_producer_snapshots_and_txn_indexes() {
     // Proves the producer state matches Kafka's ProducerStateManager: replaying Kafka's batches
     // (idempotent, transactional and control ones) writes, at every offset where Kafka wrote a
     // `.snapshot`, the same bytes (where Runnel skips one, a log with no producer and no
     // snapshot at clean close, Kafka's must hold no producer); and a fresh open of Kafka's own
     // directory loads Kafka's newest snapshot as its state.
     let mut m = Mismatches::default();
-    let snapshots = |dir: &Path| -> BTreeMap<String, Vec<u8>> {
+    let files = |dir: &Path, extension: &str| -> BTreeMap<String, Vec<u8>> {
         fs::read_dir(dir)
             .expect("read dir")
             .map(|e| e.expect("entry").path())
-            .filter(|p| p.extension().is_some_and(|x| x == "snapshot"))
+            .filter(|p| p.extension().is_some_and(|x| x == extension))
             .map(|p| (p.file_name().expect("name").to_string_lossy().into_owned(), fs::read(&p).expect("read")))
             .collect()
     };
+    let snapshots = |dir: &Path| files(dir, "snapshot");
     let mut compared = 0;
+    let mut txn_indexes = 0;
     for topic in topics() {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut log =
@@ -696,6 +698,17 @@ fn follower_replay_of_kafka_batches_writes_kafkas_producer_snapshots() {
             log.append_as_follower(batch.bytes()).expect("append_as_follower");
         }
         log.close().expect("close");
+        // The aborted-transaction index, where Kafka wrote one, byte for byte.
+        let our_txn_indexes = files(dir.path(), "txnindex");
+        m.check(
+            format!("{} .txnindex files", topic.name),
+            our_txn_indexes.keys().collect::<Vec<_>>(),
+            files(&topic.dir, "txnindex").keys().collect::<Vec<_>>(),
+        );
+        for (name, kafka) in files(&topic.dir, "txnindex") {
+            txn_indexes += 1;
+            m.check_bytes(format!("{} {name}", topic.name), our_txn_indexes.get(&name).map_or(&[][..], |b| b), &kafka);
+        }
         let ours = snapshots(dir.path());
         for (name, kafka) in snapshots(&topic.dir) {
             match ours.get(&name) {
@@ -713,14 +726,20 @@ fn follower_replay_of_kafka_batches_writes_kafkas_producer_snapshots() {
         // Kafka's own directory: its newest snapshot is the state.
         let copy = copy_partition(topic);
         let log = Log::open(copy.path(), topic.config.clone(), LogContext::standalone(clock())).expect("open");
+        let kafka_aborts: usize = files(&topic.dir, "txnindex").values().map(|b| b.len() / 34).sum();
+        m.check(
+            format!("{} aborted transactions loaded from Kafka's .txnindex", topic.name),
+            log.aborted_transactions(0, log.log_end_offset()).len(),
+            kafka_aborts,
+        );
         let newest = snapshots(&topic.dir).into_iter().next_back();
         if let Some((name, kafka)) = newest {
             let entries = runnel::log::producer_state::decode_snapshot(&kafka).expect("Kafka's snapshot decodes");
             m.check(format!("{} producers loaded from {name}", topic.name), log.producer_state().len(), entries.len());
         }
     }
-    eprintln!("{compared} producer snapshots identical to Kafka's");
-    assert!(compared > 0, "some snapshot was compared byte for byte");
+    eprintln!("{compared} producer snapshots and {txn_indexes} aborted-transaction indexes identical to Kafka's");
+    assert!(compared > 0 && txn_indexes > 0, "some snapshot and some txn index were compared byte for byte");
     m.assert_none();
 }
 

@@ -660,7 +660,8 @@ fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError
             break;
         }
         // Whole: a batch above the read size must not stop the load.
-        let data = hosted.read(next, LOAD_READ_BYTES, FirstBatch::Whole)?;
+        let data =
+            hosted.read(next, LOAD_READ_BYTES, FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted)?;
         if data.records.is_empty() {
             break;
         }
@@ -873,7 +874,7 @@ mod tests {
         let (replicas, store) = open(dir.path());
         store.commit("g", vec![("t".into(), 3, committed(42, 7))]).unwrap();
         let hosted = replicas.get(OFFSETS_TOPIC, store.partition_of("g")).unwrap();
-        let data = hosted.read(0, 1 << 20, FirstBatch::Whole).unwrap();
+        let data = hosted.read(0, 1 << 20, FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted).unwrap();
         let batch = BatchIter::new(data.records).next().unwrap().unwrap();
         let records = batch.records().unwrap();
         assert_eq!(records.len(), 1);

@@ -30,6 +30,7 @@ use super::durable::{self, sync_dir};
 use super::files::OpenFiles;
 use super::producer_state::{EndTxnMarker, PendingUpdates, ProducerError, ProducerState, Validation};
 use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
+use super::txn_index::{AbortedTxn, TxnIndex, TXN_INDEX_SUFFIX};
 
 /// Where wall-clock time comes from; tests drive a [`ManualClock`].
 pub trait Clock: Send + Sync + 'static {
@@ -242,7 +243,7 @@ fn delete_segment_files(dir: &Path, bases: &[i64]) -> Result<u64, LogError> {
         let path = dir.join(segment::file_name(base, LOG_SUFFIX));
         removed += fs::metadata(&path).map_or(0, |m| m.len());
         tracing::warn!(segment = %path.display(), "deleting a segment that follows damaged data");
-        for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
+        for suffix in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             match fs::remove_file(dir.join(segment::file_name(base, suffix))) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(LogError::Io { op: "delete segment in", path: dir.to_path_buf(), source: e })
@@ -295,6 +296,8 @@ pub struct Log {
     open_report: OpenReport,
     /// The producers of the batches below the log end offset (see `producer_state`).
     producers: ProducerState,
+    /// The aborted transactions, per segment (`.txnindex`).
+    txn_index: TxnIndex,
 }
 
 impl Log {
@@ -375,7 +378,9 @@ impl Log {
             offline: false,
             open_report: report,
             producers: ProducerState::default(),
+            txn_index: TxnIndex::default(),
         };
+        log.txn_index = TxnIndex::load(dir, log.segments.keys().copied()).map_err(io_err("read txn index in", dir))?;
         log.producers.scan_snapshots(dir).map_err(io_err("list producer snapshots in", dir))?;
         log.rebuild_producer_state(clean)?;
         if !clean {
@@ -561,8 +566,13 @@ impl Log {
                 stamp(&mut header, body, self.log_end_offset);
                 let parsed = BatchHeader::read(&header).expect("61 bytes");
                 self.append_batch(&header, body, &parsed, now)?;
+                let aborted_before = undo_producers.aborted().len();
                 while let Some(update) = updates.next_if(|u| u.batch_index() == batch_index) {
                     self.producers.apply(update, &mut undo_producers);
+                }
+                for &txn in &undo_producers.aborted()[aborted_before..] {
+                    let base = self.active().base_offset();
+                    self.txn_index.append(&self.dir, base, txn).map_err(io_err("append to txn index in", &self.dir))?;
                 }
                 self.producers.set_map_end_offset(self.log_end_offset);
                 batch_index += 1;
@@ -577,7 +587,14 @@ impl Log {
             self.after_append(info.record_count)
         })();
         if let Err(e) = written {
+            let wrote_aborts = !undo_producers.aborted().is_empty();
             self.producers.undo(undo_producers);
+            if wrote_aborts {
+                if let Err(undo) = self.txn_index.truncate_from(&self.dir, start.log_end_offset) {
+                    tracing::error!(dir = %self.dir.display(), error = %undo, "could not undo a txn index append; the log is offline");
+                    self.offline = true;
+                }
+            }
             self.undo_append(&start);
             return Err(e);
         }
@@ -672,6 +689,7 @@ impl Log {
                 let segment = self.segments.remove(&base).expect("listed above");
                 segment.delete_files()?;
                 self.producers.delete_snapshot(&dir, base)?;
+                self.txn_index.remove_segment(&dir, base)?;
             }
             let active = self.segments.get_mut(&start.active_base).expect("the segment the append started in");
             active.cut_back(&start.active, settings)?;
@@ -844,6 +862,8 @@ impl Log {
         let dir = self.dir.clone();
         let settings = index_settings(&self.config);
         self.active_mut().close_active().map_err(io_err("close segment in", &dir))?;
+        let closed = self.active().base_offset();
+        self.txn_index.sync(&dir, closed).map_err(io_err("sync txn index in", &dir))?;
         let segment = Segment::create(&dir, base_offset, settings, now, &self.open_files)
             .map_err(io_err("create segment in", &dir))?;
         self.segments.insert(base_offset, segment);
@@ -918,6 +938,7 @@ impl Log {
             }
             let segment = self.segments.remove(&base).expect("listed above");
             segment.delete_files().map_err(io_err("delete segment in", &dir))?;
+            self.txn_index.remove_segment(&dir, base).map_err(io_err("delete txn index in", &dir))?;
         }
         let active = self.active_mut();
         let new_end = active.truncate_to(offset, settings).map_err(io_err("truncate", &dir))?;
@@ -938,8 +959,9 @@ impl Log {
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
         self.mark_dirty()?;
         let dir = self.dir.clone();
-        for (_, segment) in std::mem::take(&mut self.segments) {
+        for (base, segment) in std::mem::take(&mut self.segments) {
             segment.delete_files().map_err(io_err("delete segment in", &dir))?;
+            self.txn_index.remove_segment(&dir, base).map_err(io_err("delete txn index in", &dir))?;
         }
         let segment =
             Segment::create(&dir, offset, index_settings(&self.config), self.clock.now_ms(), &self.open_files)
@@ -1036,6 +1058,7 @@ impl Log {
             outcome.bytes_deleted += segment.size();
             tracing::debug!(segment = %segment.log_path().display(), "deleting segment by retention");
             segment.delete_files().map_err(io_err("delete segment in", &self.dir))?;
+            self.txn_index.remove_segment(&self.dir, base).map_err(io_err("delete txn index in", &self.dir))?;
         }
         // The snapshots of deleted segments go with them (the newest always stays).
         let first_base = *self.segments.keys().next().expect("the active segment remains");
@@ -1133,6 +1156,7 @@ impl Log {
         }
         let dir = self.dir.clone();
         self.active_mut().close_active().map_err(io_err("close", &dir))?;
+        self.txn_index.sync(&dir, self.active().base_offset()).map_err(io_err("sync txn index in", &dir))?;
         // A log that never had a producer and has no snapshot needs none: a clean open without
         // one starts with no producers.
         if !self.producers.is_empty() || self.producers.snapshot_offsets().next().is_some() {
@@ -1160,6 +1184,9 @@ impl Log {
         };
         let from = from.max(first_base);
         self.producers.set_map_end_offset(from);
+        // The replay writes the aborts after `from` again.
+        self.txn_index.truncate_from(&dir, from).map_err(io_err("truncate txn index in", &dir))?;
+        let mut aborted: Vec<(i64, AbortedTxn)> = Vec::new();
         let segments: Vec<i64> = self.segments.range(..=from).next_back().map(|(b, _)| *b).into_iter().collect();
         let start_base = segments.first().copied().unwrap_or(first_base);
         for segment in self.segments.range(start_base..).map(|(_, s)| s) {
@@ -1173,12 +1200,42 @@ impl Log {
             let mut scanner = segment.scanner(position).map_err(io_err("read", &dir))?;
             while let Some((header, bytes)) = scanner.next_batch(false).map_err(|e| scan_error(e, &dir))? {
                 if header.last_offset() >= from {
-                    self.producers.replay(&header, bytes);
+                    if let Some(txn) = self.producers.replay(&header, bytes) {
+                        aborted.push((segment.base_offset(), txn));
+                    }
                 }
             }
         }
+        for (base, txn) in aborted {
+            self.txn_index.append(&dir, base, txn).map_err(io_err("append to txn index in", &dir))?;
+        }
         self.producers.set_map_end_offset(self.log_end_offset);
         Ok(())
+    }
+
+    /// The last stable offset for a high watermark: no transaction open (or completed above the
+    /// high watermark) starts below it, and it is never above the high watermark (KIP-98).
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        self.producers.first_unstable_offset(high_watermark).map_or(high_watermark, |o| o.min(high_watermark))
+    }
+
+    /// Forgets the completed transactions whose markers are below the high watermark.
+    pub fn on_high_watermark(&mut self, high_watermark: i64) {
+        self.producers.on_high_watermark(high_watermark);
+    }
+
+    /// The aborted transactions overlapping `[fetch_offset, upper_bound_offset)`, for a
+    /// `read_committed` fetch.
+    pub fn aborted_transactions(&self, fetch_offset: i64, upper_bound_offset: i64) -> Vec<AbortedTxn> {
+        if self.txn_index.is_empty() {
+            return Vec::new();
+        }
+        self.txn_index.overlapping(fetch_offset, upper_bound_offset)
+    }
+
+    /// The aborted-transaction index (tests, tools).
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
     }
 
     /// Removes producers idle for `producer.id.expiration.ms` (Kafka's expiry, every
@@ -1293,8 +1350,10 @@ fn list_segments(dir: &Path) -> io::Result<Vec<i64>> {
             if let Ok(base) = stem.parse::<i64>() {
                 bases.push(base);
             }
-        } else if let Some(stem) =
-            name.strip_suffix(segment::INDEX_SUFFIX).or_else(|| name.strip_suffix(segment::TIME_INDEX_SUFFIX))
+        } else if let Some(stem) = name
+            .strip_suffix(segment::INDEX_SUFFIX)
+            .or_else(|| name.strip_suffix(segment::TIME_INDEX_SUFFIX))
+            .or_else(|| name.strip_suffix(TXN_INDEX_SUFFIX))
         {
             if stem.parse::<i64>().is_ok() {
                 orphans.push((stem.to_string(), entry.path()));

@@ -8,8 +8,9 @@ use super::*;
 use crate::log::batch::{BatchIter, Compression};
 use crate::log::compaction::CompactionStats;
 use crate::log::config::CleanupPolicy;
-use crate::log::producer_state::ProducerError;
+use crate::log::producer_state::{ControlType, EndTxnMarker, ProducerError};
 use crate::log::records::BatchBuilder;
+use crate::log::txn_index::AbortedTxn;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -1091,4 +1092,73 @@ fn producers_expire_after_the_expiration_time_and_their_snapshots_go_with_their_
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".snapshot"))
         .count();
     assert_eq!(on_disk, 1);
+}
+
+// ---- transactions in the log: last stable offset and the aborted-transaction index ----
+
+fn txn_batch(pid: i64, seq: i32, n: usize) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None).producer(pid, 0, seq).transactional(true);
+    for i in 0..n {
+        builder.push(T0, None, Some(format!("t{pid}-{}", seq as usize + i).as_bytes()), &[]);
+    }
+    builder.build().unwrap().into_bytes()
+}
+
+fn marker(pid: i64, control: ControlType, coordinator_epoch: i32) -> Bytes {
+    let (key, value) = EndTxnMarker { control, coordinator_epoch }.encode();
+    let mut builder = BatchBuilder::new(Compression::None)
+        .producer(pid, 0, crate::log::batch::NO_SEQUENCE)
+        .transactional(true)
+        .control(true);
+    builder.push(T0, Some(&key), Some(&value), &[]);
+    builder.build().unwrap().into_bytes()
+}
+
+#[test]
+fn open_transactions_hold_the_last_stable_offset_and_aborts_are_indexed_across_restarts() {
+    // Proves KIP-98 in the log: the LSO is the first offset of the oldest open transaction
+    // (and of one whose marker the high watermark has not passed), commit and abort markers
+    // close transactions, an abort gets a `.txnindex` entry with Kafka's last stable offset,
+    // a read_committed fetch range finds the aborts overlapping it, a stale coordinator epoch is
+    // refused, and the index is rebuilt after a crash and reloaded after a clean close.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    log.append_as_leader(&value_batch(2, 5, T0), 0, AppendOrigin::Client).unwrap(); // 0..1
+    log.append_as_leader(&txn_batch(1, 0, 3), 0, AppendOrigin::Client).unwrap(); // 2..4
+    log.append_as_leader(&txn_batch(2, 0, 2), 0, AppendOrigin::Client).unwrap(); // 5..6
+    assert_eq!(log.last_stable_offset(7), 2);
+    assert_eq!(log.last_stable_offset(1), 1, "never above the high watermark");
+    // A non-transactional write of a producer inside a transaction is refused.
+    let e = producer_error(log.append_as_leader(&producer_batch(1, 0, 3, 1, T0), 0, AppendOrigin::Client));
+    assert!(matches!(e, ProducerError::InvalidTxnState { producer_id: 1 }), "{e:?}");
+    let commit = log.append_as_leader(&marker(1, ControlType::Commit, 3), 0, AppendOrigin::Coordinator).unwrap();
+    assert_eq!(commit.first_offset, 7);
+    assert_eq!(log.last_stable_offset(7), 2, "the commit marker is not below the high watermark yet");
+    assert_eq!(log.last_stable_offset(8), 5, "producer 2's transaction is still open");
+    log.append_as_leader(&marker(2, ControlType::Abort, 3), 0, AppendOrigin::Coordinator).unwrap(); // 8
+    assert_eq!(log.last_stable_offset(9), 9);
+    let aborted = AbortedTxn { producer_id: 2, first_offset: 5, last_offset: 8, last_stable_offset: 9 };
+    assert_eq!(log.aborted_transactions(0, 9), vec![aborted]);
+    assert_eq!(log.aborted_transactions(9, 20), vec![]);
+    assert_eq!(log.aborted_transactions(0, 5), vec![], "the abort starts at the range's end");
+    let index = dir.path().join("00000000000000000000.txnindex");
+    assert_eq!(std::fs::read(&index).unwrap(), aborted.encode().to_vec());
+    // An older coordinator's marker is fenced.
+    log.append_as_leader(&txn_batch(2, 2, 1), 0, AppendOrigin::Client).unwrap(); // 9
+    let e = producer_error(log.append_as_leader(&marker(2, ControlType::Abort, 1), 0, AppendOrigin::Coordinator));
+    assert!(matches!(e, ProducerError::CoordinatorFenced { coordinator_epoch: 1, current: 3, .. }), "{e:?}");
+    assert_eq!(log.last_stable_offset(10), 9);
+
+    drop(log); // crash: the state and the index are rebuilt from the log
+    std::fs::remove_file(&index).unwrap();
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.last_stable_offset(10), 9, "producer 2's second transaction is open again");
+    assert_eq!(log.aborted_transactions(0, 10), vec![aborted]);
+    assert_eq!(std::fs::read(&index).unwrap(), aborted.encode().to_vec(), "the index file is rebuilt");
+    log.append_as_leader(&marker(2, ControlType::Abort, 3), 0, AppendOrigin::Coordinator).unwrap(); // 10
+    log.close().unwrap();
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.aborted_transactions(0, 11).len(), 2);
+    assert_eq!(log.last_stable_offset(11), 11);
 }

@@ -18,6 +18,7 @@ mod log;
 pub mod producer_state;
 pub mod records;
 pub mod segment;
+pub mod txn_index;
 
 pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
 pub use self::config::{CleanupPolicy, ConfigError, LogConfig};

@@ -26,6 +26,7 @@ use bytes::Bytes;
 
 use super::batch::{self, BatchHeader, RecordBatch, NO_PRODUCER_EPOCH};
 use super::durable;
+use super::txn_index::AbortedTxn;
 
 /// Suffix of producer snapshot files, `%020d.snapshot` as Kafka names them.
 pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
@@ -342,6 +343,15 @@ pub struct UndoUpdates {
     started: Vec<i64>,
     completed: Vec<CompletedTxn>,
     map_end_offset: i64,
+    /// The aborted transactions the append completed, for the `.txnindex`.
+    aborted: Vec<AbortedTxn>,
+}
+
+impl UndoUpdates {
+    /// The aborts the applied updates completed, each with the LSO once it completed.
+    pub fn aborted(&self) -> &[AbortedTxn] {
+        &self.aborted
+    }
 }
 
 /// The producer state of one partition.
@@ -350,6 +360,11 @@ pub struct ProducerState {
     producers: BTreeMap<i64, ProducerEntry>,
     /// Open transactions: first offset → producer id.
     ongoing: BTreeMap<i64, i64>,
+    /// Transactions whose marker is written but maybe not yet below the high watermark: first
+    /// offset → marker offset (Kafka's `unreplicatedTxns`). They hold the LSO back until the
+    /// high watermark passes the marker, so a marker lost in a failover never exposes data a
+    /// new leader may still abort.
+    unreplicated: BTreeMap<i64, i64>,
     /// Every batch below this offset is reflected in the state.
     map_end_offset: i64,
     /// Offsets of the snapshot files in the directory.
@@ -377,9 +392,23 @@ impl ProducerState {
         self.map_end_offset
     }
 
-    /// The first offset of the oldest open transaction.
-    pub fn first_unstable_offset(&self) -> Option<i64> {
-        self.ongoing.keys().next().copied()
+    /// The first offset of the oldest transaction that is open, or completed by a marker at or
+    /// above `high_watermark` (Kafka's `firstUnstableOffset`).
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        let ongoing = self.ongoing.keys().next().copied();
+        let unreplicated =
+            self.unreplicated.iter().filter(|(_, marker)| **marker >= high_watermark).map(|(f, _)| *f).min();
+        match (ongoing, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets completed transactions whose marker is below the high watermark.
+    pub fn on_high_watermark(&mut self, high_watermark: i64) {
+        if !self.unreplicated.is_empty() {
+            self.unreplicated.retain(|_, marker| *marker >= high_watermark);
+        }
     }
 
     /// Open transactions as (first offset, producer id), oldest first.
@@ -407,7 +436,19 @@ impl ProducerState {
         }
         if let Some(txn) = update.completed {
             self.ongoing.remove(&txn.first_offset);
+            self.unreplicated.insert(txn.first_offset, txn.last_offset);
             undo.completed.push(txn);
+            if txn.aborted {
+                // Kafka's `lastStableOffset(completedTxn)`: the oldest other open transaction,
+                // else just past the marker.
+                let last_stable_offset = self.ongoing.keys().next().copied().unwrap_or(txn.last_offset + 1);
+                undo.aborted.push(AbortedTxn {
+                    producer_id: txn.producer_id,
+                    first_offset: txn.first_offset,
+                    last_offset: txn.last_offset,
+                    last_stable_offset,
+                });
+            }
         }
     }
 
@@ -422,6 +463,7 @@ impl ProducerState {
             self.ongoing.remove(&first);
         }
         for txn in undo.completed {
+            self.unreplicated.remove(&txn.first_offset);
             self.ongoing.insert(txn.first_offset, txn.producer_id);
         }
         for (pid, previous) in undo.replaced.into_iter().rev() {
@@ -433,17 +475,14 @@ impl ProducerState {
         self.map_end_offset = undo.map_end_offset;
     }
 
-    /// The transactions completed by an append, for the aborted-transaction index.
-    pub fn completed(undo: &UndoUpdates) -> &[CompletedTxn] {
-        &undo.completed
-    }
-
     pub fn set_map_end_offset(&mut self, offset: i64) {
         self.map_end_offset = offset;
     }
 
-    /// Replays one batch read back from the log (recovery, truncation): no checks.
-    pub fn replay(&mut self, header: &BatchHeader, bytes: &[u8]) {
+    /// Replays one batch read back from the log (recovery, truncation): no checks. Returns the
+    /// transaction it aborted, if it is such a marker.
+    pub fn replay(&mut self, header: &BatchHeader, bytes: &[u8]) -> Option<AbortedTxn> {
+        let mut aborted = None;
         if header.producer_id >= 0 {
             let mut pending = PendingUpdates::default();
             let replayed = if header.attributes.is_control() {
@@ -459,8 +498,10 @@ impl ProducerState {
             for update in &pending.updates {
                 self.apply(update, &mut undo);
             }
+            aborted = undo.aborted.first().copied();
         }
         self.map_end_offset = header.last_offset() + 1;
+        aborted
     }
 
     /// Removes producers idle for `expiration_ms` (`producer.id.expiration.ms`) with no open
@@ -477,6 +518,7 @@ impl ProducerState {
     pub fn clear(&mut self, map_end_offset: i64) {
         self.producers.clear();
         self.ongoing.clear();
+        self.unreplicated.clear();
         self.map_end_offset = map_end_offset;
     }
 
@@ -767,11 +809,11 @@ mod tests {
         for u in &pending.updates {
             s.apply(u, &mut undo);
         }
-        assert_eq!(s.first_unstable_offset(), Some(2));
+        assert_eq!(s.first_unstable_offset(0), Some(2));
         s.undo(undo);
         assert_eq!(*s.entry(1).unwrap(), before);
         assert!(s.entry(2).is_none());
-        assert_eq!(s.first_unstable_offset(), None);
+        assert_eq!(s.first_unstable_offset(0), None);
     }
 
     #[test]

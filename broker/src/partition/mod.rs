@@ -154,10 +154,23 @@ pub struct ReplicaRead {
 #[derive(Debug, Clone)]
 pub struct FetchedData {
     pub high_watermark: i64,
+    /// `<= high_watermark`: no open transaction starts below it (KIP-98).
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
     /// Raw batches, starting at the batch that contains the fetch offset.
     pub records: Bytes,
+    /// `read_committed`: the aborted transactions overlapping the range read.
+    pub aborted: Vec<crate::log::txn_index::AbortedTxn>,
+}
+
+/// What a consumer may read (Fetch and ListOffsets `isolation_level`, KIP-98).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Up to the high watermark, aborted data included.
+    ReadUncommitted,
+    /// Up to the last stable offset, with the aborted transactions to drop.
+    ReadCommitted,
 }
 
 /// How many replicas must have a produce before it is acknowledged.
@@ -369,6 +382,12 @@ impl Partition {
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.load(Ordering::Acquire)
     }
+    /// The last stable offset (KIP-98): the high watermark, or the first offset of the oldest
+    /// transaction still open below it.
+    pub fn last_stable_offset(&self) -> Result<i64, PartitionError> {
+        let guard = self.log()?;
+        Ok(guard.as_ref().expect("checked by log()").last_stable_offset(self.high_watermark()))
+    }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset.load(Ordering::Acquire)
     }
@@ -577,6 +596,7 @@ impl Partition {
         if let Some(hw) = moved {
             self.store_high_watermark(hw);
         }
+        log.on_high_watermark(self.high_watermark());
         drop(state);
         self.assert_offsets();
         let log_start_offset = log.log_start_offset();
@@ -659,9 +679,11 @@ impl Partition {
                 if end_offset < fetch.fetch_offset || epoch < fetch.last_fetched_epoch {
                     let data = FetchedData {
                         high_watermark: ls.high_watermark(),
+                        last_stable_offset: log.last_stable_offset(ls.high_watermark()),
                         log_start_offset,
                         log_end_offset,
                         records: Bytes::new(),
+                        aborted: Vec::new(),
                     };
                     let diverging = Some(LeaderEpochEnd { leader_epoch: epoch, end_offset });
                     return Ok(ReplicaRead { data, diverging, proposal: None });
@@ -690,9 +712,11 @@ impl Partition {
             }
             let data = FetchedData {
                 high_watermark: ls.high_watermark(),
+                last_stable_offset: log.last_stable_offset(ls.high_watermark()),
                 log_start_offset,
                 log_end_offset,
                 records: Bytes::new(),
+                aborted: Vec::new(),
             };
             drop(state);
             self.assert_offsets();
@@ -760,6 +784,7 @@ impl Partition {
         if high_watermark != self.high_watermark() {
             self.store_high_watermark(high_watermark);
         }
+        log.on_high_watermark(high_watermark);
         self.assert_offsets();
         Ok(())
     }
@@ -824,20 +849,32 @@ impl Partition {
         fetch_offset: i64,
         max_bytes: usize,
         first_batch: FirstBatch,
+        isolation: Isolation,
     ) -> Result<FetchedData, PartitionError> {
         let high_watermark = self.high_watermark();
-        let (slice, log_start_offset, log_end_offset) = {
+        let (slice, log_start_offset, log_end_offset, last_stable_offset, aborted) = {
             let guard = self.log()?;
             let log = guard.as_ref().expect("checked by log()");
-            (log.slice(fetch_offset, high_watermark)?, log.log_start_offset(), log.log_end_offset())
+            let last_stable_offset = log.last_stable_offset(high_watermark);
+            let (upper, aborted) = match isolation {
+                Isolation::ReadUncommitted => (high_watermark, Vec::new()),
+                Isolation::ReadCommitted => {
+                    (last_stable_offset, log.aborted_transactions(fetch_offset, last_stable_offset))
+                }
+            };
+            (log.slice(fetch_offset, upper)?, log.log_start_offset(), log.log_end_offset(), last_stable_offset, aborted)
+        };
+        let upper = match isolation {
+            Isolation::ReadUncommitted => high_watermark,
+            Isolation::ReadCommitted => last_stable_offset,
         };
         let records = match slice {
-            Some(slice) => slice.read_batches_limited(max_bytes, high_watermark, first_batch).map_err(|source| {
+            Some(slice) => slice.read_batches_limited(max_bytes, upper, first_batch).map_err(|source| {
                 LogError::Io { op: "read", path: format!("{}-{}", self.topic, self.index).into(), source }
             })?,
             None => Bytes::new(),
         };
-        Ok(FetchedData { high_watermark, log_start_offset, log_end_offset, records })
+        Ok(FetchedData { high_watermark, last_stable_offset, log_start_offset, log_end_offset, records, aborted })
     }
 
     /// NOT_LEADER_OR_FOLLOWER unless this replica leads.
@@ -850,11 +887,15 @@ impl Partition {
     }
 
     /// ListOffsets: `(offset, timestamp)`; timestamp -1 where Kafka answers none.
-    pub fn list_offset(&self, spec: OffsetSpec) -> Result<Option<(i64, i64)>, PartitionError> {
+    pub fn list_offset(&self, spec: OffsetSpec, isolation: Isolation) -> Result<Option<(i64, i64)>, PartitionError> {
         self.check_leader()?;
         let guard = self.log()?;
         let log = guard.as_ref().expect("checked by log()");
-        let high_watermark = self.high_watermark();
+        // read_committed: the latest offset is the last stable offset (KIP-98).
+        let high_watermark = match isolation {
+            Isolation::ReadUncommitted => self.high_watermark(),
+            Isolation::ReadCommitted => log.last_stable_offset(self.high_watermark()),
+        };
         Ok(match spec {
             OffsetSpec::Earliest => Some((log.log_start_offset(), -1)),
             OffsetSpec::Latest => Some((high_watermark, -1)),

@@ -259,7 +259,12 @@ pub(super) async fn run(mut w: Worker) {
         }
         progress.borrow_and_update();
         let read_bytes = (spec.batch_records_max as f64 * bytes_per_record * 1.1) as usize;
-        let read = match input.read(position, read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX), FirstBatch::Whole) {
+        let read = match input.read(
+            position,
+            read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX),
+            FirstBatch::Whole,
+            crate::partition::Isolation::ReadUncommitted,
+        ) {
             Ok(read) => read,
             Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { .. })) => {
                 let start = input.log_start_offset();

@@ -2,7 +2,8 @@
 //! `min_bytes`, woken by the partitions it reads), total and per-partition byte limits (the total capped by the
 //! broker's `fetch.max.bytes`), and the "at least one batch" rule for the first partition with
 //! data (KIP-74). A consumer (replica id -1) is served by the leader only, up to the high
-//! watermark; a follower (replica id = its node id) is served up to the log end offset, its
+//! watermark (`read_committed`: up to the last stable offset, with the aborted transactions
+//! overlapping the data, KIP-98); a follower (replica id = its node id) is served up to the log end offset, its
 //! progress moves the high watermark, and a log that diverges from the leader's gets a
 //! `diverging_epoch` instead of records. Fetch sessions: every request is answered as a full
 //! fetch with session id 0 ("no session"), which clients accept; an unknown non-zero session id
@@ -11,15 +12,15 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, RequestHeader};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 
 use super::hosted_partition;
 use crate::config::ReplicaSelector;
-use crate::partition::{FirstBatch, ReplicaFetch};
+use crate::partition::{FirstBatch, Isolation, ReplicaFetch};
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on `max_wait_ms`, so a client cannot park a request for hours.
@@ -138,14 +139,17 @@ fn read_for_consumer(
         if let Some(replica) = preferred_read_replica(broker, image, partition, fetch.fetch_offset, client_rack) {
             let read = crate::partition::FetchedData {
                 high_watermark: partition.high_watermark(),
+                last_stable_offset: partition.last_stable_offset()?,
                 log_start_offset: partition.log_start_offset(),
                 log_end_offset: partition.log_end_offset(),
                 records: bytes::Bytes::new(),
+                aborted: Vec::new(),
             };
             return Ok((read, Some(replica)));
         }
     }
-    partition.read(fetch.fetch_offset, max_bytes, first_batch).map(|read| (read, None))
+    let isolation = if request.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
+    partition.read(fetch.fetch_offset, max_bytes, first_batch, isolation).map(|read| (read, None))
 }
 
 /// Kafka's `RackAwareReplicaSelector` on the leader: none when the client names no rack or the
@@ -239,8 +243,20 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                         Ok((read, diverging)) => {
                             data = data
                                 .with_high_watermark(read.high_watermark)
-                                .with_last_stable_offset(read.high_watermark)
+                                .with_last_stable_offset(read.last_stable_offset)
                                 .with_log_start_offset(read.log_start_offset);
+                            if read_committed {
+                                let aborted = read
+                                    .aborted
+                                    .iter()
+                                    .map(|t| {
+                                        AbortedTransaction::default()
+                                            .with_producer_id(ProducerId(t.producer_id))
+                                            .with_first_offset(t.first_offset)
+                                    })
+                                    .collect();
+                                data = data.with_aborted_transactions(Some(aborted));
+                            }
                             if let Some(diverging) = diverging {
                                 data = data.with_diverging_epoch(diverging);
                             }

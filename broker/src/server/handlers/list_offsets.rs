@@ -6,7 +6,7 @@ use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionRespon
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
 
 use super::hosted_partition;
-use crate::partition::OffsetSpec;
+use crate::partition::{Isolation, OffsetSpec};
 use crate::server::{partition_error_code, Broker};
 
 pub async fn handle(
@@ -17,6 +17,8 @@ pub async fn handle(
     // leader_epoch exists from v4 on; the codec refuses fields a version does not have.
     let with_epoch = header.request_api_version >= 4;
     let image = broker.controller.image();
+    // KIP-98: read_committed (v2+) lists the last stable offset as the latest.
+    let isolation = if request.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.name.0;
@@ -38,7 +40,7 @@ pub async fn handle(
                 partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .and_then(|()| match spec {
-                        Some(spec) => partition.list_offset(spec),
+                        Some(spec) => partition.list_offset(spec, isolation),
                         None => Ok(None),
                     })
                     .map(|found| (found, partition.leader_epoch()))

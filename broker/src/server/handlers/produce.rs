@@ -29,7 +29,10 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         -1 => Acks::All,
         _ => return Some(reject_all(&request, ResponseError::InvalidRequiredAcks)),
     };
-    if request.transactional_id.is_some() {
+    // Kafka's rule: transactional records need the request's transactional id (checked on
+    // each partition's first batch); and until the transaction coordinator exists, a
+    // transactional id is refused too, so no transaction can open and hold the LSO.
+    if request.transactional_id.is_some() || has_transactional_records(&request) {
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();
@@ -143,6 +146,16 @@ fn batch_record_errors(error: &crate::partition::PartitionError) -> Vec<BatchInd
                 .with_batch_index_error_message(Some(str_bytes(&e.message)))
         })
         .collect()
+}
+
+/// Whether any partition's first batch is transactional (Kafka's `hasTransactionalRecords`).
+fn has_transactional_records(request: &ProduceRequest) -> bool {
+    request.topic_data.iter().flat_map(|t| &t.partition_data).any(|p| {
+        p.records
+            .as_ref()
+            .and_then(|r| crate::log::BatchHeader::read(r).ok())
+            .is_some_and(|h| h.attributes.is_transactional())
+    })
 }
 
 fn reject_all(request: &ProduceRequest, code: ResponseError) -> ProduceResponse {
