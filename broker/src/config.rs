@@ -109,6 +109,11 @@ pub struct ServeArgs {
     /// housekeeping interval [default: 86400000].
     #[arg(long, env = "RUNNEL_PRODUCER_ID_EXPIRATION_MS")]
     pub producer_id_expiration_ms: Option<u64>,
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a transactional
+    /// producer may ask for (InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it)
+    /// [default: 900000].
+    #[arg(long, env = "RUNNEL_TRANSACTION_MAX_TIMEOUT_MS")]
+    pub transaction_max_timeout_ms: Option<i32>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
     /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
@@ -213,6 +218,7 @@ struct FileConfig {
     fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
     producer_id_expiration_ms: Option<u64>,
+    transaction_max_timeout_ms: Option<i32>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
@@ -306,6 +312,8 @@ pub struct NodeConfig {
     pub housekeeping_interval_ms: u64,
     /// `producer.id.expiration.ms`.
     pub producer_id_expiration_ms: u64,
+    /// The transaction coordinator's settings (`transaction.max.timeout.ms`, ...).
+    pub transactions: crate::txn::TxnSettings,
     /// `broker.session.timeout.ms`, `broker.heartbeat.interval.ms`, `replica.lag.time.max.ms`.
     pub broker_session_timeout_ms: u64,
     pub broker_heartbeat_interval_ms: u64,
@@ -433,6 +441,13 @@ impl NodeConfig {
                 .producer_id_expiration_ms
                 .or(file.producer_id_expiration_ms)
                 .unwrap_or(86_400_000),
+            transactions: crate::txn::TxnSettings {
+                max_timeout_ms: args
+                    .transaction_max_timeout_ms
+                    .or(file.transaction_max_timeout_ms)
+                    .unwrap_or(crate::txn::TxnSettings::default().max_timeout_ms),
+                ..crate::txn::TxnSettings::default()
+            },
             broker_session_timeout_ms: args
                 .broker_session_timeout_ms
                 .or(file.broker_session_timeout_ms)

@@ -124,11 +124,18 @@ impl Node {
             .with_open_files(OpenFiles::new(open_files_max)),
         );
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
+        let txn = Arc::new(crate::txn::TxnCoordinator::new(
+            config.transactions.clone(),
+            config.node_id,
+            replicas.clone(),
+            controller.clone(),
+        ));
         let addresses = crate::peer::BrokerAddresses::new(config.broker_address_overrides.clone());
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
         let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {
             let partitions = Reconciler::new(replicas.clone(), config.node_id, config.log_defaults.clone());
             let groups = groups.clone();
+            let txn = txn.clone();
             let fetchers = fetchers.clone();
             // Groups map over the actual partition count of `__consumer_offsets` once it exists.
             Arc::new(move |image: &crate::controller::MetadataImage| {
@@ -139,6 +146,10 @@ impl Node {
                 if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
                     groups.offsets.set_partition_count(topic.partitions.len() as u32);
                     groups.follow_leadership();
+                }
+                if let Some(topic) = image.topics.get(crate::txn::TRANSACTION_STATE_TOPIC) {
+                    txn.set_partition_count(topic.partitions.len() as u32);
+                    txn.follow_leadership();
                 }
             })
         };
@@ -195,9 +206,10 @@ impl Node {
             fetchers: fetchers.clone(),
             peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
-            producer_ids: crate::txn::ProducerIds::new(config.node_id),
+            txn: txn.clone(),
             reconcile,
         });
+        txn.set_marker_sink(Arc::new(crate::server::handlers::write_txn_markers::ServerMarkers::new(&broker)));
         let cached = replicas.clone();
         broker.metrics.set_log_file_cache_stats(Arc::new(move || cached.open_files().stats()));
         transforms.attach(Arc::new(crate::transform::Host {
@@ -267,6 +279,13 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
                 follower.transforms.reconcile(&image).await;
             }
+        }));
+
+        // Transactions past their timeout abort; idle transactional ids expire.
+        let expiring = txn.clone();
+        tasks.push(every(TXN_EXPIRY_INTERVAL, shutdown_rx.clone(), move || {
+            let txn = expiring.clone();
+            async move { txn.expire().await }
         }));
 
         // Housekeeping: retention, compaction, time-based flush, expiry of committed offsets.
@@ -412,6 +431,11 @@ impl Node {
 }
 
 /// Runs `tick` every `interval` (a late tick is delayed, not bunched) until `stop` turns true.
+/// How often the transaction coordinator looks for timed-out transactions (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; a shorter check costs
+/// a scan of the coordinated ids, which is small, and aborts closer to the timeout).
+const TXN_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
+
 fn every<F, Fut>(interval: Duration, mut stop: watch::Receiver<bool>, mut tick: F) -> JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,

@@ -97,9 +97,13 @@ struct Shard {
     loading: Option<Leadership>,
     groups: HashMap<String, GroupOffsets>,
     /// Writes in the leader's log not yet below its high watermark, in log order: (the offset
-    /// after the batch, its records). Applied by [`Shard::settle`] once replicated; dropped with
-    /// the shard when the leadership changes (the next leader loads whatever survived).
-    pending: VecDeque<(i64, Vec<OffsetsRecord>)>,
+    /// after the batch, its records, the producer id of a transactional commit). Applied by
+    /// [`Shard::settle`] once replicated; dropped with the shard when the leadership changes
+    /// (the next leader loads whatever survived).
+    pending: VecDeque<(i64, Vec<OffsetsRecord>, Option<i64>)>,
+    /// Transactional commits (TxnOffsetCommit, KIP-98) replicated but not yet decided, by
+    /// producer id: applied when the commit marker arrives, dropped on an abort marker.
+    open_txns: HashMap<i64, Vec<OffsetsRecord>>,
 }
 
 /// A shard and the condition its waiters wait on until a load ends.
@@ -141,8 +145,30 @@ impl GroupOffsets {
 impl Shard {
     /// Applies, in log order, every pending write the high watermark has passed.
     fn settle(&mut self, high_watermark: i64) {
-        while self.pending.front().is_some_and(|(end_offset, _)| *end_offset <= high_watermark) {
-            if let Some((_, records)) = self.pending.pop_front() {
+        while self.pending.front().is_some_and(|(end_offset, _, _)| *end_offset <= high_watermark) {
+            match self.pending.pop_front() {
+                Some((_, records, None)) => {
+                    for record in records {
+                        self.apply(record);
+                    }
+                }
+                Some((_, records, Some(producer_id))) => self.open_txns.entry(producer_id).or_default().extend(records),
+                None => {}
+            }
+        }
+    }
+
+    /// Records a write the leader appended; memory takes it once it is replicated.
+    fn appended(&mut self, hosted: &Partition, end_offset: i64, records: Vec<OffsetsRecord>, txn: Option<i64>) {
+        debug_assert!(self.pending.back().is_none_or(|(last, _, _)| *last < end_offset), "pending writes in log order");
+        self.pending.push_back((end_offset, records, txn));
+        self.settle(hosted.high_watermark());
+    }
+
+    /// A transaction marker for `producer_id`: its commits become visible, or vanish.
+    fn complete_txn(&mut self, producer_id: i64, commit: bool) {
+        if let Some(records) = self.open_txns.remove(&producer_id) {
+            if commit {
                 for record in records {
                     self.apply(record);
                 }
@@ -150,11 +176,15 @@ impl Shard {
         }
     }
 
-    /// Records a write the leader appended; memory takes it once it is replicated.
-    fn appended(&mut self, hosted: &Partition, end_offset: i64, records: Vec<OffsetsRecord>) {
-        debug_assert!(self.pending.back().is_none_or(|(last, _)| *last < end_offset), "pending writes in log order");
-        self.pending.push_back((end_offset, records));
-        self.settle(hosted.high_watermark());
+    /// Whether a transactional commit for one of `partitions` of `group` is not decided yet.
+    fn has_open_txn_commit(&self, group: &str, partitions: Option<&[(String, i32)]>) -> bool {
+        let pending = self.pending.iter().filter(|(_, _, txn)| txn.is_some()).flat_map(|(_, r, _)| r);
+        self.open_txns.values().flatten().chain(pending).any(|record| match record {
+            OffsetsRecord::Commit { group: g, topic, partition, .. } if g == group => {
+                partitions.is_none_or(|wanted| wanted.iter().any(|(t, p)| t == topic && p == partition))
+            }
+            _ => false,
+        })
     }
 
     fn apply(&mut self, record: OffsetsRecord) {
@@ -350,24 +380,49 @@ impl OffsetStore {
             return Ok(None);
         }
         let partition = self.partition_of(group);
-        let records: Vec<OffsetsRecord> = offsets
-            .into_iter()
-            .map(|(topic, p, c)| OffsetsRecord::Commit {
-                group: group.to_string(),
-                topic,
-                partition: p,
-                value: Some(OffsetValue {
-                    offset: c.offset,
-                    leader_epoch: c.leader_epoch,
-                    metadata: c.metadata,
-                    commit_timestamp: c.commit_timestamp,
-                }),
-            })
-            .collect();
+        let records = commit_records(group, offsets);
         self.with_shard(partition, Cold::Start, |shard, hosted| {
-            let replicated = append(hosted, partition, &records)?;
-            shard.appended(hosted, replicated.required_offset, records);
+            let replicated = append(hosted, partition, &records, None)?;
+            shard.appended(hosted, replicated.required_offset, records, None);
             Ok(Some(replicated))
+        })
+    }
+
+    /// TxnOffsetCommit: the offsets go into the log as a transactional batch of the producer;
+    /// they become visible only when the transaction's commit marker reaches this partition
+    /// ([`OffsetStore::complete_txn`]) and vanish on an abort.
+    pub fn commit_transactional(
+        &self,
+        group: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<(String, i32, CommittedOffset)>,
+    ) -> Result<Option<Replicated>, OffsetError> {
+        if offsets.is_empty() {
+            return Ok(None);
+        }
+        let partition = self.partition_of(group);
+        let records = commit_records(group, offsets);
+        self.with_shard(partition, Cold::Start, |shard, hosted| {
+            let replicated = append(hosted, partition, &records, Some((producer_id, producer_epoch)))?;
+            shard.appended(hosted, replicated.required_offset, records, Some(producer_id));
+            Ok(Some(replicated))
+        })
+    }
+
+    /// A transaction marker for `producer_id` was written (and replicated) to `partition`.
+    pub fn complete_txn(&self, partition: u32, producer_id: i64, commit: bool) -> Result<(), OffsetError> {
+        self.with_shard(partition, Cold::Wait, |shard, _| {
+            shard.complete_txn(producer_id, commit);
+            Ok(())
+        })
+    }
+
+    /// OffsetFetch `require_stable`: whether a transactional commit for one of `partitions` of
+    /// `group` (all of them with `None`) is still undecided (UNSTABLE_OFFSET_COMMIT).
+    pub fn has_unstable_commit(&self, group: &str, partitions: Option<&[(String, i32)]>) -> Result<bool, OffsetError> {
+        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
+            Ok(shard.has_open_txn_commit(group, partitions))
         })
     }
 
@@ -432,8 +487,8 @@ impl OffsetStore {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Wait, |shard, hosted| {
             let records = vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }];
-            let replicated = append(hosted, partition, &records)?;
-            shard.appended(hosted, replicated.required_offset, records);
+            let replicated = append(hosted, partition, &records, None)?;
+            shard.appended(hosted, replicated.required_offset, records, None);
             Ok(replicated)
         })
     }
@@ -516,6 +571,23 @@ pub trait EmptyGroupGate {
     fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool;
 }
 
+fn commit_records(group: &str, offsets: Vec<(String, i32, CommittedOffset)>) -> Vec<OffsetsRecord> {
+    offsets
+        .into_iter()
+        .map(|(topic, p, c)| OffsetsRecord::Commit {
+            group: group.to_string(),
+            topic,
+            partition: p,
+            value: Some(OffsetValue {
+                offset: c.offset,
+                leader_epoch: c.leader_epoch,
+                metadata: c.metadata,
+                commit_timestamp: c.commit_timestamp,
+            }),
+        })
+        .collect()
+}
+
 /// Tombstones of every offset and the metadata of `group`; `None` if the shard has nothing.
 fn group_tombstones(shard: &Shard, group: &str) -> Option<Vec<OffsetsRecord>> {
     let g = shard.groups.get(group)?;
@@ -560,8 +632,8 @@ fn write_all(
 ) -> Result<(), OffsetError> {
     while !records.is_empty() {
         let rest = records.split_off(records.len().min(TOMBSTONES_PER_BATCH));
-        let replicated = append(hosted, partition, &records)?;
-        shard.appended(hosted, replicated.required_offset, records);
+        let replicated = append(hosted, partition, &records, None)?;
+        shard.appended(hosted, replicated.required_offset, records, None);
         records = rest;
     }
     Ok(())
@@ -584,10 +656,20 @@ impl Replicated {
     }
 }
 
-/// Appends `records` as one uncompressed batch on the leader (acks=all: the caller waits).
-fn append(hosted: &Arc<Partition>, partition: u32, records: &[OffsetsRecord]) -> Result<Replicated, OffsetError> {
+/// Appends `records` as one uncompressed batch on the leader (acks=all: the caller waits); a
+/// transactional one carries its producer's id and epoch (no sequence, as Kafka's coordinator
+/// writes them).
+fn append(
+    hosted: &Arc<Partition>,
+    partition: u32,
+    records: &[OffsetsRecord],
+    producer: Option<(i64, i16)>,
+) -> Result<Replicated, OffsetError> {
     let timestamp = now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
+    if let Some((producer_id, producer_epoch)) = producer {
+        builder = builder.producer(producer_id, producer_epoch, crate::log::batch::NO_SEQUENCE).transactional(true);
+    }
     for record in records {
         let (key, value) = record.encode().map_err(OffsetError::Encode)?;
         builder.push(timestamp, Some(&key), value.as_deref(), &[]);
@@ -620,8 +702,9 @@ fn load_into(
     if shard.loading == Some(leadership) {
         shard.loading = None;
     }
-    let result = loaded.map(|groups| {
+    let result = loaded.map(|(groups, open_txns)| {
         shard.groups = groups;
+        shard.open_txns = open_txns;
         shard.pending.clear();
         shard.loaded_from = Some(leadership);
         if let Some(listener) = on_load {
@@ -649,7 +732,11 @@ fn load_into(
 
 /// Reads a `__consumer_offsets` partition from its log start to its high watermark; later
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
-fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError> {
+/// Transactional commits are held per producer until their marker: applied on commit, dropped
+/// on abort; those still open at the end are returned with the groups.
+type LoadedShard = (HashMap<String, GroupOffsets>, HashMap<i64, Vec<OffsetsRecord>>);
+
+fn load(hosted: &Partition) -> Result<LoadedShard, OffsetError> {
     let partition = hosted.index();
     let mut shard = Shard { loaded_from: Some(leadership_of(hosted)), ..Shard::default() };
     let mut next = hosted.log_start_offset();
@@ -671,7 +758,14 @@ fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError
             if batch.last_offset() < next {
                 continue;
             }
-            if !batch.header().attributes.is_control() {
+            let header = *batch.header();
+            if header.attributes.is_control() {
+                if let Some(marker) = crate::log::producer_state::EndTxnMarker::of_batch(batch.bytes()) {
+                    let commit = marker.control == crate::log::producer_state::ControlType::Commit;
+                    shard.complete_txn(header.producer_id, commit);
+                }
+            } else {
+                let transactional = header.attributes.is_transactional() && header.producer_id >= 0;
                 let records = batch.record_iter().map_err(|source| OffsetError::Batch { partition, source })?;
                 for record in records {
                     let record = record.map_err(|source| OffsetError::Batch { partition, source })?;
@@ -679,6 +773,9 @@ fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError
                         continue;
                     }
                     match OffsetsRecord::decode(record.key.as_deref(), record.value.as_deref()) {
+                        Ok(decoded) if transactional => {
+                            shard.open_txns.entry(header.producer_id).or_default().push(decoded)
+                        }
                         Ok(decoded) => shard.apply(decoded),
                         Err(_) => skipped += 1,
                     }
@@ -694,7 +791,7 @@ fn load(hosted: &Partition) -> Result<HashMap<String, GroupOffsets>, OffsetError
     if skipped > 0 {
         tracing::warn!(partition, skipped, "skipped undecodable __consumer_offsets records");
     }
-    Ok(shard.groups)
+    Ok((shard.groups, shard.open_txns))
 }
 
 #[cfg(test)]

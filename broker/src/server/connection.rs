@@ -489,6 +489,11 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         ListPartitionReassignments => list_partition_reassignments,
         DescribeLogDirs => describe_log_dirs,
         DescribeQuorum => describe_quorum,
+        AddPartitionsToTxn => add_partitions_to_txn,
+        AddOffsetsToTxn => add_offsets_to_txn,
+        EndTxn => end_txn,
+        TxnOffsetCommit => txn_offset_commit,
+        WriteTxnMarkers => write_txn_markers,
     };
     Ok(response)
 }

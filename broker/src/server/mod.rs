@@ -109,8 +109,8 @@ pub struct Broker {
     pub fetchers: Arc<crate::replication::fetcher::Fetchers>,
     /// Kafka connections to the other brokers (HTTP and transforms reach leaders elsewhere).
     pub peers: Arc<crate::peer::Peers>,
-    /// This node's block of cluster-wide producer ids (InitProducerId).
-    pub producer_ids: crate::txn::ProducerIds,
+    /// The transaction coordinator (and this node's block of cluster-wide producer ids).
+    pub txn: Arc<crate::txn::TxnCoordinator>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it. Blocking (it opens files): call it on a blocking
     /// thread, as `reconcile_now` does.

@@ -14,7 +14,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::InitProducerId, 0, 5),
+    // Transactions at Kafka 3.7's client versions: transaction version 1 (KIP-890's
+    // InitProducerId v5, EndTxn v4+ and TxnOffsetCommit v4+ come with transaction version 2).
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),

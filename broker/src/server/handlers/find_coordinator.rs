@@ -1,7 +1,7 @@
 //! FindCoordinator: the coordinator of a group is the leader of partition
-//! `partition_for(group)` of `__consumer_offsets`, which is created on first use. v4+ batch
-//! several keys. Transaction coordinators (key type 1) do not exist yet:
-//! COORDINATOR_NOT_AVAILABLE.
+//! `partition_for(group)` of `__consumer_offsets`, that of a transactional id (key type 1) the
+//! leader of its partition of `__transaction_state`; both topics are created on first use. v4+
+//! batch several keys.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +13,7 @@ use super::join_group::coordinator_partition;
 use super::{broker_id, create_topics, str_bytes};
 use crate::group::OFFSETS_TOPIC;
 use crate::server::{placement, Broker};
+use crate::txn::TRANSACTION_STATE_TOPIC;
 
 /// Key type of a group coordinator.
 const KEY_TYPE_GROUP: i8 = 0;
@@ -80,11 +81,61 @@ async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, St
     Ok((broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32))
 }
 
+/// Topic configs of `__transaction_state`, as Kafka creates it (`transaction.state.log.*`:
+/// compacted, `min.insync.replicas` 2 where there are that many replicas).
+fn transaction_topic_configs(replication_factor: i16) -> BTreeMap<String, String> {
+    let min_isr = replication_factor.clamp(1, 2).to_string();
+    let mut configs = offsets_topic_configs();
+    configs.insert("min.insync.replicas".to_string(), min_isr);
+    configs.insert("unclean.leader.election.enable".to_string(), "false".to_string());
+    configs
+}
+
+/// Creates `__transaction_state` through the metadata quorum if the image does not have it yet.
+pub(crate) async fn ensure_transaction_topic(broker: &Broker) -> Result<(), ResponseError> {
+    if broker.controller.image().topics.contains_key(TRANSACTION_STATE_TOPIC) {
+        return Ok(());
+    }
+    let partitions = broker.txn.settings.num_partitions as i32;
+    let usable = placement::usable_brokers(&broker.controller.image()).len();
+    let replication_factor = offsets_topic_replication_factor(broker.txn.settings.replication_factor, usable);
+    let configs = transaction_topic_configs(replication_factor);
+    match create_topics::create(broker, TRANSACTION_STATE_TOPIC, partitions, replication_factor, configs).await {
+        Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
+            broker.reconcile_now().await;
+            Ok(())
+        }
+        Err(code) => {
+            tracing::warn!(?code, "could not create __transaction_state");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
+    }
+}
+
+/// (node id, host, port) of the coordinator of `transactional_id`.
+async fn transaction_coordinator(
+    broker: &Broker,
+    transactional_id: &str,
+) -> Result<(BrokerId, String, i32), ResponseError> {
+    ensure_transaction_topic(broker).await?;
+    let image = broker.controller.image();
+    let topic = image.topics.get(TRANSACTION_STATE_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    broker.txn.set_partition_count(topic.partitions.len() as u32);
+    let partition = broker.txn.partition_of(transactional_id);
+    let leader = topic
+        .partitions
+        .get(partition as usize)
+        .and_then(|p| p.leader)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let endpoint = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    Ok((broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32))
+}
+
 async fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, String, i32), ResponseError> {
     match key_type {
-        KEY_TYPE_GROUP if key.is_empty() => Err(ResponseError::InvalidRequest),
+        KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION if key.is_empty() => Err(ResponseError::InvalidRequest),
         KEY_TYPE_GROUP => group_coordinator(broker, key).await,
-        KEY_TYPE_TRANSACTION => Err(ResponseError::CoordinatorNotAvailable),
+        KEY_TYPE_TRANSACTION => transaction_coordinator(broker, key).await,
         _ => Err(ResponseError::InvalidRequest),
     }
 }

@@ -1,8 +1,8 @@
-//! InitProducerId for idempotent producers (no transactional id): a fresh producer id per
-//! call, epoch 0, from this node's block of cluster-wide ids (`txn::ProducerIds`), as Kafka
-//! answers a request without a transactional id (a client bumping its epoch after
-//! OUT_OF_ORDER_SEQUENCE_NUMBER, KIP-360, gets a new id too). Transactional ids are refused
-//! until the transaction coordinator exists.
+//! InitProducerId. Without a transactional id (an idempotent producer): a fresh producer id,
+//! epoch 0, from this node's block of cluster-wide ids (`txn::ProducerIds`), as Kafka answers
+//! (a client bumping its epoch after OUT_OF_ORDER_SEQUENCE_NUMBER, KIP-360, gets a new id too).
+//! With one: the transaction coordinator of that id answers (`TxnCoordinator::init_producer_id`:
+//! a new id, or the id's producer with its epoch bumped, fencing the previous producer).
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -15,14 +15,18 @@ pub async fn handle(
     request: InitProducerIdRequest,
 ) -> Option<InitProducerIdResponse> {
     let response = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-    if request.transactional_id.is_some() {
-        return Some(response.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()));
-    }
-    match broker.producer_ids.next(&broker.controller).await {
-        Ok(id) => Some(response.with_producer_id(ProducerId(id)).with_producer_epoch(0)),
-        Err(e) => {
-            tracing::warn!(error = %e, "InitProducerId");
-            Some(response.with_error_code(ResponseError::CoordinatorLoadInProgress.code()))
+    let outcome = match &request.transactional_id {
+        Some(id) => {
+            let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+            broker.txn.init_producer_id(&id.0, request.transaction_timeout_ms, expected).await
         }
-    }
+        None => broker.txn.producer_ids.next(&broker.controller).await.map(|id| (id, 0)).map_err(|e| {
+            tracing::warn!(error = %e, "InitProducerId");
+            ResponseError::CoordinatorLoadInProgress
+        }),
+    };
+    Some(match outcome {
+        Ok((id, epoch)) => response.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
+        Err(code) => response.with_error_code(code.code()),
+    })
 }

@@ -3,6 +3,8 @@
 //! (`None` only where Kafka sends no response: produce with acks=0). Handlers turn every
 //! client mistake into an error code in the response; none of them panics on input.
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod api_versions;
@@ -17,6 +19,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_quorum;
 pub mod elect_leaders;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -34,6 +37,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;

@@ -1,7 +1,8 @@
 //! OffsetFetch: the committed offsets of a group (v1-7) or of several groups (v8+), of the
 //! named partitions or, with null topics, of every partition the group committed. A partition
-//! without a commit answers offset -1, metadata "" and leader epoch -1. `require_stable` is
-//! ignored: without transactions no offset is ever pending.
+//! without a commit answers offset -1, metadata "" and leader epoch -1. With `require_stable`
+//! (v7+, KIP-447) a partition with a transactional commit not yet decided answers
+//! UNSTABLE_OFFSET_COMMIT, so the consumer retries instead of starting from a stale offset.
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -23,6 +24,27 @@ struct Row {
 
 /// The rows of one group, by topic in request order (or by name for "all"), or a group error.
 fn fetch_group(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
+) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
+    let mut topics = fetch_committed(broker, group, wanted)?;
+    if require_stable {
+        for (name, rows) in &mut topics {
+            for row in rows.iter_mut() {
+                let key = [(name.0.to_string(), row.partition)];
+                if broker.groups.offsets.has_unstable_commit(group, Some(&key)).map_err(|e| offset_error_code(&e))? {
+                    row.committed = None;
+                    row.error = Some(ResponseError::UnstableOffsetCommit);
+                }
+            }
+        }
+    }
+    Ok(topics)
+}
+
+fn fetch_committed(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
@@ -80,7 +102,7 @@ pub async fn handle(
                 .as_ref()
                 .map(|topics| topics.iter().map(|t| (t.name.clone(), t.partition_indexes.clone())).collect());
             let response = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            groups.push(match fetch_group(broker, &g.group_id.0, wanted) {
+            groups.push(match fetch_group(broker, &g.group_id.0, wanted, request.require_stable) {
                 Ok(topics) => response.with_topics(
                     topics
                         .into_iter()
@@ -101,7 +123,8 @@ pub async fn handle(
         .topics
         .as_ref()
         .map(|topics| topics.iter().map(|t| (t.name.clone(), t.partition_indexes.clone())).collect());
-    let topics = match fetch_group(broker, &request.group_id.0, wanted.clone()) {
+    let topics = match fetch_group(broker, &request.group_id.0, wanted.clone(), version >= 7 && request.require_stable)
+    {
         Ok(topics) => topics,
         Err(code) if version >= 2 => return Some(OffsetFetchResponse::default().with_error_code(code.code())),
         // v1 has no top-level error code: every requested partition carries it.

@@ -30,9 +30,8 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         _ => return Some(reject_all(&request, ResponseError::InvalidRequiredAcks)),
     };
     // Kafka's rule: transactional records need the request's transactional id (checked on
-    // each partition's first batch); and until the transaction coordinator exists, a
-    // transactional id is refused too, so no transaction can open and hold the LSO.
-    if request.transactional_id.is_some() || has_transactional_records(&request) {
+    // each partition's first batch).
+    if request.transactional_id.is_none() && has_transactional_records(&request) {
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();

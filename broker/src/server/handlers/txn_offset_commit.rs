@@ -1,0 +1,91 @@
+//! TxnOffsetCommit: a transactional producer commits a group's offsets inside its transaction
+//! (`send_offsets_to_transaction`). They are written to the group's `__consumer_offsets`
+//! partition as a transactional batch of the producer and become visible only when the
+//! transaction's commit marker arrives there. KIP-447: a member id, generation or instance id
+//! the client sends is checked against the group like an OffsetCommit (a zombie of an older
+//! generation is refused); without them (generation -1) the commit is not checked.
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{RequestHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::ResponseError;
+
+use super::find_coordinator::ensure_offsets_topic;
+use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use crate::group::Replicated;
+use crate::log::now_ms;
+use crate::server::{offset_error_code, Broker};
+
+pub async fn handle(
+    broker: &Broker,
+    header: &RequestHeader,
+    request: TxnOffsetCommitRequest,
+) -> Option<TxnOffsetCommitResponse> {
+    let version = header.request_api_version;
+    let group: &str = &request.group_id.0;
+    let checked = !request.member_id.is_empty() || request.generation_id >= 0 || request.group_instance_id.is_some();
+    let group_error = if group.is_empty() {
+        Err(ResponseError::InvalidGroupId)
+    } else {
+        match ensure_offsets_topic(broker).await {
+            Ok(()) if checked => broker.groups.membership.validate_commit(
+                group,
+                &request.member_id,
+                request.generation_id,
+                request.group_instance_id.as_deref(),
+            ),
+            other => other,
+        }
+    };
+    let image = broker.controller.image();
+    let now = now_ms();
+    let mut results: Vec<(usize, i32, Result<(), ResponseError>)> = Vec::new();
+    let mut commits = Vec::new();
+    for (t, topic) in request.topics.iter().enumerate() {
+        let known = image.topic(&topic.name.0);
+        for p in &topic.partitions {
+            let metadata = p.committed_metadata.as_deref().unwrap_or("");
+            let result = if let Err(code) = group_error {
+                Err(code)
+            } else if known.is_none_or(|k| p.partition_index < 0 || p.partition_index as usize >= k.partitions.len()) {
+                Err(ResponseError::UnknownTopicOrPartition)
+            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                Err(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                commits.push((
+                    topic.name.0.to_string(),
+                    p.partition_index,
+                    CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: if version >= 2 { p.committed_leader_epoch } else { -1 },
+                        metadata: metadata.to_string(),
+                        commit_timestamp: now,
+                    },
+                ));
+                Ok(())
+            };
+            results.push((t, p.partition_index, result));
+        }
+    }
+    let written =
+        match broker.groups.offsets.commit_transactional(group, request.producer_id.0, request.producer_epoch, commits)
+        {
+            Ok(None) => Ok(()),
+            Ok(Some(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| {
+            tracing::debug!(group, error = %e, "transactional offset commit failed");
+            offset_error_code(&e)
+        });
+    let mut topics: Vec<TxnOffsetCommitResponseTopic> =
+        request.topics.iter().map(|t| TxnOffsetCommitResponseTopic::default().with_name(t.name.clone())).collect();
+    for (t, partition_index, result) in results {
+        let code = result.and(written).err().map_or(0, |c| c.code());
+        topics[t].partitions.push(
+            TxnOffsetCommitResponsePartition::default().with_partition_index(partition_index).with_error_code(code),
+        );
+    }
+    Some(TxnOffsetCommitResponse::default().with_topics(topics))
+}

@@ -1,0 +1,829 @@
+//! The transaction coordinator (KIP-98, transaction version 1): the state of each
+//! transactional id lives in partition `partition_for(id)` of the compacted, replicated
+//! `__transaction_state` topic, and the leader of that partition coordinates it.
+//!
+//! State machine (Kafka's `TransactionMetadata`): Empty → Ongoing (AddPartitionsToTxn,
+//! AddOffsetsToTxn) → PrepareCommit / PrepareAbort (EndTxn, a timeout, or a new producer fencing
+//! the old one) → markers written to every partition of the transaction (WriteTxnMarkers,
+//! through [`MarkerSink`]) → CompleteCommit / CompleteAbort → Ongoing again on the next add.
+//!
+//! Invariants: a transition is answered only once its record is replicated (acks=all on the
+//! internal topic); memory takes a transition only after that, and only if the leadership it
+//! was computed under still holds; while a transition is being written the id is `pending` and
+//! every other request for it answers CONCURRENT_TRANSACTIONS. A transaction in a Prepare state
+//! is driven to completion by this node while it leads the partition; a new leader resumes it
+//! from the loaded state. No mutex is held across an `.await`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::schema::{self, TxnLogValue, TxnState};
+use super::ProducerIds;
+use crate::controller::Controller;
+use crate::group::partition_for;
+use crate::log::batch::BatchIter;
+use crate::log::now_ms;
+use crate::log::records::BatchBuilder;
+use crate::log::{AppendOrigin, Compression};
+use crate::partition::{Acks, FirstBatch, Isolation, Partition, PartitionError, ReplicaManager};
+
+/// The internal topic of transaction states.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// How long a write to `__transaction_state` may wait for the ISR.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between rounds of marker writes that failed (a leader moving, a broker down).
+const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// Kafka's `Short.MaxValue - 1`: past it a producer gets a new id instead of an epoch bump.
+const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
+
+/// The coordinator's settings, Kafka's names.
+#[derive(Debug, Clone)]
+pub struct TxnSettings {
+    /// `transaction.state.log.num.partitions`.
+    pub num_partitions: u32,
+    /// `transaction.state.log.replication.factor` (capped to the usable brokers at creation).
+    pub replication_factor: u16,
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a client may ask for.
+    pub max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: an idle, finished transactional id is forgotten.
+    pub id_expiration_ms: i64,
+}
+
+impl Default for TxnSettings {
+    fn default() -> TxnSettings {
+        TxnSettings {
+            num_partitions: 50,
+            replication_factor: 3,
+            max_timeout_ms: 900_000,
+            id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
+        }
+    }
+}
+
+/// What a transactional id is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<(String, i32)>,
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    /// A transition is being written.
+    pending: bool,
+}
+
+impl TxnMetadata {
+    fn value(&self) -> TxnLogValue {
+        TxnLogValue {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            timeout_ms: self.timeout_ms,
+            state: self.state,
+            partitions: self.partitions.clone(),
+            last_update_ms: self.last_update_ms,
+            start_ms: self.start_ms,
+        }
+    }
+
+    fn from_value(transactional_id: String, v: TxnLogValue) -> TxnMetadata {
+        TxnMetadata {
+            transactional_id,
+            producer_id: v.producer_id,
+            producer_epoch: v.producer_epoch,
+            timeout_ms: v.timeout_ms,
+            state: v.state,
+            partitions: v.partitions,
+            start_ms: v.start_ms,
+            last_update_ms: v.last_update_ms,
+            pending: false,
+        }
+    }
+}
+
+/// One round of markers for a transaction, to the partitions one broker leads.
+#[derive(Debug, Clone)]
+pub struct MarkerRequest {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// Where markers go: the server writes them in process to the partitions this node leads and
+/// sends WriteTxnMarkers to the others. Answers, per partition, Ok or the Kafka error.
+pub trait MarkerSink: Send + Sync {
+    fn write(
+        &self,
+        leader: u64,
+        request: MarkerRequest,
+    ) -> Pin<Box<dyn Future<Output = Vec<((String, i32), Result<(), ResponseError>)>> + Send + '_>>;
+}
+
+type Leadership = ([u8; 16], i32);
+
+#[derive(Default)]
+struct Shard {
+    loaded_from: Option<Leadership>,
+    loading: Option<Leadership>,
+    txns: HashMap<String, TxnMetadata>,
+}
+
+pub struct TxnCoordinator {
+    pub settings: TxnSettings,
+    pub producer_ids: ProducerIds,
+    replicas: Arc<ReplicaManager>,
+    controller: Controller,
+    partitions: AtomicU32,
+    shards: RwLock<Vec<Arc<Mutex<Shard>>>>,
+    markers: RwLock<Option<Arc<dyn MarkerSink>>>,
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kafka's mapping of a failed `__transaction_state` append (`TransactionStateManager`).
+fn append_error_code(e: &PartitionError) -> ResponseError {
+    match e {
+        PartitionError::NotEnoughReplicas { .. }
+        | PartitionError::NotEnoughReplicasAfterAppend { .. }
+        | PartitionError::ReplicationTimeout { .. } => ResponseError::CoordinatorNotAvailable,
+        _ => ResponseError::NotCoordinator,
+    }
+}
+
+impl TxnCoordinator {
+    pub fn new(
+        settings: TxnSettings,
+        node_id: u64,
+        replicas: Arc<ReplicaManager>,
+        controller: Controller,
+    ) -> TxnCoordinator {
+        TxnCoordinator {
+            partitions: AtomicU32::new(settings.num_partitions.max(1)),
+            settings,
+            producer_ids: ProducerIds::new(node_id),
+            replicas,
+            controller,
+            shards: RwLock::new(Vec::new()),
+            markers: RwLock::new(None),
+        }
+    }
+
+    /// The one sink markers are written through (set by the node once the server exists).
+    pub fn set_marker_sink(&self, sink: Arc<dyn MarkerSink>) {
+        *self.markers.write().unwrap_or_else(|p| p.into_inner()) = Some(sink);
+    }
+
+    /// Follows the topic's actual partition count once it exists.
+    pub fn set_partition_count(&self, partitions: u32) {
+        if partitions > 0 {
+            self.partitions.store(partitions, Ordering::Release);
+        }
+    }
+
+    /// The `__transaction_state` partition of `transactional_id` (Kafka's `partitionFor`).
+    pub fn partition_of(&self, transactional_id: &str) -> u32 {
+        partition_for(transactional_id, self.partitions.load(Ordering::Acquire))
+    }
+
+    fn shard(&self, partition: u32) -> Arc<Mutex<Shard>> {
+        if let Some(shard) = self.shards.read().unwrap_or_else(|p| p.into_inner()).get(partition as usize) {
+            return shard.clone();
+        }
+        let mut shards = self.shards.write().unwrap_or_else(|p| p.into_inner());
+        while shards.len() <= partition as usize {
+            shards.push(Arc::new(Mutex::new(Shard::default())));
+        }
+        shards[partition as usize].clone()
+    }
+
+    /// The shard of `transactional_id` if this node coordinates it and has loaded it (else
+    /// NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while a load it started runs).
+    fn coordinating(
+        self: &Arc<Self>,
+        transactional_id: &str,
+    ) -> Result<(u32, Arc<Mutex<Shard>>, Arc<Partition>, Leadership), ResponseError> {
+        let partition = self.partition_of(transactional_id);
+        let hosted = self
+            .replicas
+            .get(TRANSACTION_STATE_TOPIC, partition)
+            .filter(|p| p.is_leader())
+            .ok_or(ResponseError::NotCoordinator)?;
+        let leadership = (hosted.topic_id(), hosted.leader_epoch());
+        let shard = self.shard(partition);
+        let mut guard = lock(&shard);
+        if guard.loaded_from == Some(leadership) {
+            drop(guard);
+            return Ok((partition, shard, hosted, leadership));
+        }
+        if guard.loading != Some(leadership) {
+            guard.loading = Some(leadership);
+            drop(guard);
+            self.start_load(partition, hosted, leadership);
+        }
+        Err(ResponseError::CoordinatorLoadInProgress)
+    }
+
+    /// Loads a partition's states on the blocking pool, then resumes the transactions it left
+    /// in a Prepare state.
+    fn start_load(self: &Arc<Self>, partition: u32, hosted: Arc<Partition>, leadership: Leadership) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let coordinator = self.clone();
+        runtime.spawn(async move {
+            let reader = hosted.clone();
+            let loaded = tokio::task::spawn_blocking(move || load(&reader)).await;
+            let shard = coordinator.shard(partition);
+            let resume: Vec<String> = {
+                let mut guard = lock(&shard);
+                if guard.loading == Some(leadership) {
+                    guard.loading = None;
+                }
+                match loaded {
+                    Ok(Ok(txns)) => {
+                        guard.txns = txns;
+                        guard.loaded_from = Some(leadership);
+                        tracing::debug!(
+                            partition,
+                            transactions = guard.txns.len(),
+                            "loaded __transaction_state partition"
+                        );
+                        guard
+                            .txns
+                            .values()
+                            .filter(|t| matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+                            .map(|t| t.transactional_id.clone())
+                            .collect()
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(partition, error = %e, "could not load __transaction_state partition");
+                        Vec::new()
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition, error = %e, "load of __transaction_state partition failed");
+                        Vec::new()
+                    }
+                }
+            };
+            for id in resume {
+                coordinator.spawn_completion(id);
+            }
+        });
+    }
+
+    /// Drops the shards of partitions this node no longer leads, and starts loading the ones it
+    /// now leads (called with every metadata image).
+    pub fn follow_leadership(self: &Arc<Self>) {
+        let count = self.partitions.load(Ordering::Acquire);
+        for partition in 0..count {
+            let hosted = self.replicas.get(TRANSACTION_STATE_TOPIC, partition).filter(|p| p.is_leader());
+            match hosted {
+                Some(hosted) => {
+                    let leadership = (hosted.topic_id(), hosted.leader_epoch());
+                    let shard = self.shard(partition);
+                    let mut guard = lock(&shard);
+                    if guard.loaded_from != Some(leadership) && guard.loading != Some(leadership) {
+                        guard.loading = Some(leadership);
+                        drop(guard);
+                        self.start_load(partition, hosted, leadership);
+                    }
+                }
+                None => {
+                    let exists = (partition as usize) < self.shards.read().unwrap_or_else(|p| p.into_inner()).len();
+                    if exists {
+                        let shard = self.shard(partition);
+                        let mut guard = lock(&shard);
+                        if guard.loaded_from.is_some() {
+                            guard.loaded_from = None;
+                            guard.txns.clear();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `value` (a tombstone when `None`) for `transactional_id` and waits for the ISR.
+    async fn persist(
+        &self,
+        hosted: &Arc<Partition>,
+        transactional_id: &str,
+        value: Option<&TxnLogValue>,
+    ) -> Result<(), ResponseError> {
+        let key = schema::encode_key(transactional_id).map_err(|_| ResponseError::InvalidRequest)?;
+        let value = value.map(schema::encode_value).transpose().map_err(|_| ResponseError::InvalidRequest)?;
+        let mut builder = BatchBuilder::new(Compression::None);
+        builder.push(now_ms(), Some(&key), value.as_deref(), &[]);
+        let batch = builder.build().map_err(|_| ResponseError::UnknownServerError)?.into_bytes();
+        let (info, _, leader_epoch) =
+            hosted.append_in_epoch(&batch, Acks::All, AppendOrigin::Coordinator).map_err(|e| append_error_code(&e))?;
+        hosted
+            .wait_replicated(info.last_offset + 1, leader_epoch, APPEND_TIMEOUT)
+            .await
+            .map_err(|e| append_error_code(&e))
+    }
+
+    /// Moves `transactional_id` to `target` (computed under the shard lock by `decide`, which
+    /// also answers the request's error if it refuses): marks it pending, writes the record,
+    /// then applies it if the leadership held. `decide` gets the current state (`None`: unknown
+    /// id) and returns the new one.
+    async fn transition(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        decide: impl FnOnce(Option<&TxnMetadata>) -> Result<TxnMetadata, ResponseError>,
+    ) -> Result<TxnMetadata, ResponseError> {
+        let (_, shard, hosted, leadership) = self.coordinating(transactional_id)?;
+        let (target, was_new) = {
+            let mut guard = lock(&shard);
+            let current = guard.txns.get(transactional_id);
+            let was_new = current.is_none();
+            if current.is_some_and(|t| t.pending) {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            let target = decide(current)?;
+            if current == Some(&target) {
+                return Ok(target);
+            }
+            let placeholder = current.cloned().unwrap_or_else(|| TxnMetadata { pending: true, ..target.clone() });
+            guard.txns.insert(transactional_id.to_string(), TxnMetadata { pending: true, ..placeholder });
+            (target, was_new)
+        };
+        let written = self.persist(&hosted, transactional_id, Some(&target.value())).await;
+        let mut guard = lock(&shard);
+        let still_leading = guard.loaded_from == Some(leadership);
+        match (&written, still_leading) {
+            (Ok(()), true) => {
+                guard.txns.insert(transactional_id.to_string(), target.clone());
+                Ok(target)
+            }
+            _ => {
+                if was_new {
+                    guard.txns.remove(transactional_id);
+                } else if let Some(t) = guard.txns.get_mut(transactional_id) {
+                    t.pending = false;
+                }
+                Err(written.err().unwrap_or(ResponseError::NotCoordinator))
+            }
+        }
+    }
+
+    /// InitProducerId with a transactional id (Kafka's `handleInitProducerId`): a new id gets a
+    /// producer id at epoch 0; a known one has its epoch bumped, which fences the previous
+    /// producer; an open transaction of the previous producer is aborted first (the client is
+    /// answered CONCURRENT_TRANSACTIONS and retries). `expected` is the (id, epoch) a KIP-360
+    /// client sends to bump its own epoch.
+    pub async fn init_producer_id(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ResponseError> {
+        if transactional_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if timeout_ms <= 0 || timeout_ms > self.settings.max_timeout_ms {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        // A fresh id, if one is needed, is taken before the shard is locked.
+        let needs_id = {
+            let (_, shard, _, _) = self.coordinating(transactional_id)?;
+            let guard = lock(&shard);
+            guard.txns.get(transactional_id).is_none_or(|t| t.producer_epoch >= EPOCH_EXHAUSTED)
+        };
+        let fresh = if needs_id {
+            Some(self.producer_ids.next(&self.controller).await.map_err(|_| ResponseError::CoordinatorLoadInProgress)?)
+        } else {
+            None
+        };
+        let now = now_ms();
+        let mut fence = false;
+        let id = transactional_id.to_string();
+        let decided = self
+            .transition(transactional_id, |current| {
+                let Some(current) = current else {
+                    let producer_id = fresh.ok_or(ResponseError::ConcurrentTransactions)?;
+                    return Ok(TxnMetadata {
+                        transactional_id: id.clone(),
+                        producer_id,
+                        producer_epoch: 0,
+                        timeout_ms,
+                        state: TxnState::Empty,
+                        partitions: BTreeSet::new(),
+                        start_ms: -1,
+                        last_update_ms: now,
+                        pending: false,
+                    });
+                };
+                if let Some((pid, epoch)) = expected {
+                    if pid != current.producer_id || epoch != current.producer_epoch {
+                        return Err(ResponseError::ProducerFenced);
+                    }
+                }
+                match current.state {
+                    TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+                        Err(ResponseError::ConcurrentTransactions)
+                    }
+                    TxnState::Ongoing => {
+                        // Fence the previous producer: its transaction aborts under a new epoch.
+                        fence = true;
+                        Ok(TxnMetadata {
+                            producer_epoch: bump(current.producer_epoch),
+                            state: TxnState::PrepareAbort,
+                            last_update_ms: now,
+                            ..current.clone()
+                        })
+                    }
+                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Dead => {
+                        let (producer_id, producer_epoch) = match fresh {
+                            Some(pid) if current.producer_epoch >= EPOCH_EXHAUSTED => (pid, 0),
+                            _ => (current.producer_id, bump(current.producer_epoch)),
+                        };
+                        Ok(TxnMetadata {
+                            producer_id,
+                            producer_epoch,
+                            timeout_ms,
+                            state: TxnState::Empty,
+                            partitions: BTreeSet::new(),
+                            start_ms: -1,
+                            last_update_ms: now,
+                            ..current.clone()
+                        })
+                    }
+                }
+            })
+            .await?;
+        if fence {
+            self.spawn_completion(transactional_id.to_string());
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        Ok((decided.producer_id, decided.producer_epoch))
+    }
+
+    /// Kafka's producer id / epoch checks of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
+    fn check_producer(
+        current: Option<&TxnMetadata>,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<&TxnMetadata, ResponseError> {
+        let current = current.ok_or(ResponseError::InvalidProducerIdMapping)?;
+        if current.producer_id != producer_id {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if current.producer_epoch != epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        Ok(current)
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the transaction (it starts
+    /// now if none was open).
+    pub async fn add_partitions(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        self.transition(transactional_id, |current| {
+            let current = Self::check_producer(current, producer_id, producer_epoch)?;
+            match current.state {
+                TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
+                TxnState::Dead => return Err(ResponseError::InvalidTxnState),
+                _ => {}
+            }
+            if current.state == TxnState::Ongoing && partitions.iter().all(|p| current.partitions.contains(p)) {
+                return Ok(current.clone());
+            }
+            let starting = current.state != TxnState::Ongoing;
+            let mut all = if starting { BTreeSet::new() } else { current.partitions.clone() };
+            all.extend(partitions.iter().cloned());
+            Ok(TxnMetadata {
+                state: TxnState::Ongoing,
+                partitions: all,
+                start_ms: if starting { now } else { current.start_ms },
+                last_update_ms: now,
+                ..current.clone()
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// EndTxn: PrepareCommit / PrepareAbort is written and answered; the markers follow in the
+    /// background. A retry of a finished end with the same result succeeds.
+    pub async fn end_txn(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), ResponseError> {
+        let now = now_ms();
+        let mut started = false;
+        self.transition(transactional_id, |current| {
+            let current = Self::check_producer(current, producer_id, producer_epoch)?;
+            match (current.state, commit) {
+                (TxnState::Ongoing, _) => {
+                    started = true;
+                    Ok(TxnMetadata {
+                        state: if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort },
+                        last_update_ms: now,
+                        ..current.clone()
+                    })
+                }
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(current.clone()),
+                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                    Err(ResponseError::ConcurrentTransactions)
+                }
+                _ => Err(ResponseError::InvalidTxnState),
+            }
+        })
+        .await?;
+        if started {
+            self.spawn_completion(transactional_id.to_string());
+        }
+        Ok(())
+    }
+
+    /// The state of a transactional id this node coordinates (DescribeTransactions).
+    pub fn describe(self: &Arc<Self>, transactional_id: &str) -> Result<Option<TxnMetadata>, ResponseError> {
+        let (_, shard, _, _) = self.coordinating(transactional_id)?;
+        let guard = lock(&shard);
+        Ok(guard.txns.get(transactional_id).filter(|t| t.producer_id >= 0).cloned())
+    }
+
+    /// Every transactional id of the partitions this node coordinates (ListTransactions).
+    pub fn list(&self) -> Vec<TxnMetadata> {
+        let shards: Vec<Arc<Mutex<Shard>>> = self.shards.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut all: Vec<TxnMetadata> = shards
+            .iter()
+            .flat_map(|s| {
+                let guard = lock(s);
+                if guard.loaded_from.is_none() {
+                    return Vec::new();
+                }
+                guard.txns.values().cloned().collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        all
+    }
+
+    /// Aborts transactions open longer than their timeout, under a bumped epoch so the
+    /// producer is fenced (Kafka's `abortTimedOutTransactions`), and forgets finished ids idle
+    /// for `transactional.id.expiration.ms`. Called periodically.
+    pub async fn expire(self: &Arc<Self>) {
+        let now = now_ms();
+        let mut timed_out = Vec::new();
+        let mut expired = Vec::new();
+        for shard in self.shards.read().unwrap_or_else(|p| p.into_inner()).clone() {
+            let guard = lock(&shard);
+            if guard.loaded_from.is_none() {
+                continue;
+            }
+            for t in guard.txns.values().filter(|t| !t.pending) {
+                match t.state {
+                    TxnState::Ongoing if t.start_ms.saturating_add(t.timeout_ms as i64) < now => {
+                        timed_out.push((t.transactional_id.clone(), t.producer_id, t.producer_epoch))
+                    }
+                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                        if t.last_update_ms.saturating_add(self.settings.id_expiration_ms) < now =>
+                    {
+                        expired.push(t.transactional_id.clone())
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (id, producer_id, epoch) in timed_out {
+            tracing::info!(transactional_id = %id, producer_id, "aborting a transaction past its timeout");
+            let aborted = self
+                .transition(&id, |current| {
+                    let current = Self::check_producer(current, producer_id, epoch)?;
+                    if current.state != TxnState::Ongoing {
+                        return Err(ResponseError::InvalidTxnState);
+                    }
+                    Ok(TxnMetadata {
+                        producer_epoch: bump(current.producer_epoch),
+                        state: TxnState::PrepareAbort,
+                        last_update_ms: now,
+                        ..current.clone()
+                    })
+                })
+                .await;
+            if aborted.is_ok() {
+                self.spawn_completion(id);
+            }
+        }
+        for id in expired {
+            let Ok((_, shard, hosted, leadership)) = self.coordinating(&id) else { continue };
+            let still_idle = {
+                let mut guard = lock(&shard);
+                match guard.txns.get_mut(&id) {
+                    Some(t) if !t.pending && t.last_update_ms.saturating_add(self.settings.id_expiration_ms) < now => {
+                        t.pending = true;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if !still_idle {
+                continue;
+            }
+            let written = self.persist(&hosted, &id, None).await;
+            let mut guard = lock(&shard);
+            if written.is_ok() && guard.loaded_from == Some(leadership) {
+                guard.txns.remove(&id);
+            } else if let Some(t) = guard.txns.get_mut(&id) {
+                t.pending = false;
+            }
+        }
+    }
+
+    /// Drives a transaction in a Prepare state to completion in the background.
+    fn spawn_completion(self: &Arc<Self>, transactional_id: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let coordinator = self.clone();
+        runtime.spawn(async move { coordinator.complete(&transactional_id).await });
+    }
+
+    /// Writes the markers of a prepared transaction to every partition in it (retrying each
+    /// failed one until it succeeds or this node stops coordinating), then CompleteCommit /
+    /// CompleteAbort.
+    async fn complete(self: &Arc<Self>, transactional_id: &str) {
+        let Some(sink) = self.markers.read().unwrap_or_else(|p| p.into_inner()).clone() else { return };
+        let Ok((_, shard, hosted, leadership)) = self.coordinating(transactional_id) else { return };
+        let Some(txn) = lock(&shard).txns.get(transactional_id).cloned() else { return };
+        let commit = match txn.state {
+            TxnState::PrepareCommit => true,
+            TxnState::PrepareAbort => false,
+            _ => return,
+        };
+        let coordinator_epoch = leadership.1;
+        let mut remaining: BTreeSet<(String, i32)> = txn.partitions.clone();
+        while !remaining.is_empty() {
+            if lock(&shard).loaded_from != Some(leadership) {
+                return;
+            }
+            let image = self.controller.image();
+            let mut by_leader: BTreeMap<u64, Vec<(String, i32)>> = BTreeMap::new();
+            for (topic, partition) in &remaining {
+                match image.topic(topic).and_then(|t| t.partitions.get(*partition as usize)) {
+                    // A deleted partition takes no marker (Kafka drops it too).
+                    None => {}
+                    Some(p) => {
+                        if let Some(leader) = p.leader {
+                            by_leader.entry(leader).or_default().push((topic.clone(), *partition));
+                        }
+                    }
+                }
+            }
+            remaining.retain(|(t, p)| image.topic(t).is_some_and(|topic| (*p as usize) < topic.partitions.len()));
+            let rounds = by_leader.into_iter().map(|(leader, partitions)| {
+                let request = MarkerRequest {
+                    producer_id: txn.producer_id,
+                    producer_epoch: txn.producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                    partitions,
+                };
+                sink.write(leader, request)
+            });
+            for results in futures_util::future::join_all(rounds).await {
+                for (partition, result) in results {
+                    match result {
+                        Ok(()) => {
+                            remaining.remove(&partition);
+                        }
+                        Err(code) => {
+                            tracing::debug!(transactional_id, ?partition, ?code, "transaction marker not written yet")
+                        }
+                    }
+                }
+            }
+            if !remaining.is_empty() {
+                tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+            }
+        }
+        let now = now_ms();
+        let done = TxnMetadata {
+            state: if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort },
+            partitions: BTreeSet::new(),
+            last_update_ms: now,
+            ..txn.clone()
+        };
+        {
+            let mut guard = lock(&shard);
+            match guard.txns.get_mut(transactional_id) {
+                Some(t) if *t == txn => t.pending = true,
+                _ => return,
+            }
+        }
+        let written = self.persist(&hosted, transactional_id, Some(&done.value())).await;
+        let retry = {
+            let mut guard = lock(&shard);
+            if guard.loaded_from != Some(leadership) {
+                return;
+            }
+            match written {
+                Ok(()) => {
+                    guard.txns.insert(transactional_id.to_string(), done);
+                    None
+                }
+                Err(code) => {
+                    if let Some(t) = guard.txns.get_mut(transactional_id) {
+                        t.pending = false;
+                    }
+                    Some(code)
+                }
+            }
+        };
+        if let Some(code) = retry {
+            tracing::warn!(transactional_id, ?code, "could not complete a transaction; retrying");
+            tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+            self.spawn_completion(transactional_id.to_string());
+        }
+    }
+}
+
+fn bump(epoch: i16) -> i16 {
+    epoch.saturating_add(1).min(i16::MAX)
+}
+
+/// Reads a `__transaction_state` partition to its high watermark: the last record of each id
+/// wins, a tombstone forgets it.
+fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while hosted.high_watermark() < hosted.log_end_offset() && std::time::Instant::now() < deadline {
+        std::thread::park_timeout(Duration::from_millis(5));
+    }
+    let mut txns = HashMap::new();
+    let mut next = hosted.log_start_offset();
+    loop {
+        if next >= hosted.high_watermark() {
+            break;
+        }
+        let data = hosted.read(next, 1 << 20, FirstBatch::Whole, Isolation::ReadUncommitted)?;
+        if data.records.is_empty() {
+            break;
+        }
+        let before = next;
+        for batch in BatchIter::new(data.records) {
+            let Ok(batch) = batch else { break };
+            if batch.last_offset() < next {
+                continue;
+            }
+            next = batch.last_offset() + 1;
+            if batch.header().attributes.is_control() {
+                continue;
+            }
+            let Ok(records) = batch.record_iter() else { continue };
+            for record in records.flatten() {
+                let Some(key) = record.key.as_deref() else { continue };
+                let Ok(id) = schema::decode_key(key) else { continue };
+                match record.value.as_deref().map(schema::decode_value) {
+                    None => {
+                        txns.remove(&id);
+                    }
+                    Some(Ok(value)) => {
+                        txns.insert(id.clone(), TxnMetadata::from_value(id, value));
+                    }
+                    Some(Err(e)) => tracing::warn!(transactional_id = %id, error = %e, "skipping a transaction record"),
+                }
+            }
+        }
+        if next == before {
+            break;
+        }
+    }
+    Ok(txns)
+}
+
+/// The marker batch of a transaction for one partition: a control batch of the producer with
+/// one record (Kafka's `EndTransactionMarker`).
+pub fn marker_batch(producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32) -> Bytes {
+    use crate::log::producer_state::{ControlType, EndTxnMarker};
+    let control = if commit { ControlType::Commit } else { ControlType::Abort };
+    let (key, value) = EndTxnMarker { control, coordinator_epoch }.encode();
+    let mut builder = BatchBuilder::new(Compression::None)
+        .producer(producer_id, producer_epoch, crate::log::batch::NO_SEQUENCE)
+        .transactional(true)
+        .control(true);
+    builder.push(now_ms(), Some(&key), Some(&value), &[]);
+    builder.build().expect("a one-record control batch always builds").into_bytes()
+}

@@ -1,0 +1,234 @@
+//! Transactions end to end (issue 12, KIP-98) with librdkafka through `rdkafka`: a
+//! transactional producer committing and aborting across topics and partitions, read by
+//! `read_committed` and `read_uncommitted` consumers; a zombie producer fenced by a new one with
+//! the same transactional id; `send_offsets_to_transaction` with a consumer group; a
+//! transaction past its timeout aborted by the coordinator.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use support::Runnel;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn transactional_producer(node: &Runnel, id: &str, extra: &[(&str, &str)]) -> BaseProducer {
+    let mut settings = vec![("transactional.id", id), ("linger.ms", "5")];
+    settings.extend_from_slice(extra);
+    let producer: BaseProducer = support::client_config(node, &settings).create().expect("producer");
+    producer.init_transactions(TIMEOUT).expect("init_transactions");
+    producer
+}
+
+fn send(producer: &BaseProducer, topic: &str, partition: i32, value: &str) {
+    loop {
+        match producer.send(BaseRecord::<(), str>::to(topic).partition(partition).payload(value)) {
+            Ok(()) => return,
+            Err((e, _)) => {
+                assert!(matches!(e, KafkaError::MessageProduction(_)), "send: {e}");
+                producer.poll(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Every value in `topic`'s partitions up to their end, read with `isolation`.
+fn read_all(node: &Runnel, topic: &str, partitions: i32, isolation: &str) -> Vec<String> {
+    let consumer: BaseConsumer = support::client_config(
+        node,
+        &[("group.id", "txn-reader"), ("enable.auto.commit", "false"), ("isolation.level", isolation)],
+    )
+    .create()
+    .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).expect("assign");
+    }
+    consumer.assign(&assignment).expect("assign");
+    // Read until every partition reached the end it had when we started (for read_committed the
+    // consumer's end is the last stable offset).
+    let mut ends = BTreeMap::new();
+    for p in 0..partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, p, TIMEOUT).expect("watermarks");
+        ends.insert(p, high);
+    }
+    let mut values = Vec::new();
+    let mut positions: BTreeMap<i32, i64> = BTreeMap::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while Instant::now() < deadline {
+        let done = ends.iter().all(|(p, end)| {
+            consumer.position().ok().and_then(|tpl| tpl.find_partition(topic, *p).map(|e| e.offset())).is_some_and(
+                |o| match o {
+                    Offset::Offset(o) => o >= *end,
+                    _ => *end == 0,
+                },
+            )
+        });
+        if done {
+            break;
+        }
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            positions.insert(m.partition(), m.offset());
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    values
+}
+
+#[test]
+fn committed_transactions_are_read_committed_and_aborted_ones_only_read_uncommitted() {
+    // Proves the core of KIP-98 with a real client: three transactions over two topics and four
+    // partitions, the middle one aborted. read_committed sees every committed record and none
+    // of the aborted ones; read_uncommitted sees all of them; each transaction is all or
+    // nothing across partitions.
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "txn-a", 3);
+    support::create_topic(&node, "txn-b", 1);
+    let producer = transactional_producer(&node, "txn-mix", &[]);
+    let mut committed = BTreeSet::new();
+    let mut aborted = BTreeSet::new();
+    for (round, commit) in [(0, true), (1, false), (2, true)] {
+        producer.begin_transaction().expect("begin");
+        for i in 0..30 {
+            let value = format!("r{round}-{i}");
+            let (topic, partition) = if i % 4 == 3 { ("txn-b", 0) } else { ("txn-a", i % 3) };
+            send(&producer, topic, partition, &value);
+            if commit {
+                committed.insert(value)
+            } else {
+                aborted.insert(value)
+            };
+        }
+        if commit {
+            producer.commit_transaction(TIMEOUT).expect("commit");
+        } else {
+            producer.flush(TIMEOUT).expect("flush before abort");
+            producer.abort_transaction(TIMEOUT).expect("abort");
+        }
+    }
+    let mut seen: BTreeSet<String> = read_all(&node, "txn-a", 3, "read_committed").into_iter().collect();
+    seen.extend(read_all(&node, "txn-b", 1, "read_committed"));
+    assert_eq!(seen, committed, "read_committed: exactly the committed records");
+    let mut all: BTreeSet<String> = read_all(&node, "txn-a", 3, "read_uncommitted").into_iter().collect();
+    all.extend(read_all(&node, "txn-b", 1, "read_uncommitted"));
+    assert_eq!(all, committed.union(&aborted).cloned().collect(), "read_uncommitted: aborted records too");
+}
+
+#[test]
+fn a_new_producer_with_the_same_transactional_id_fences_the_old_one_and_aborts_its_transaction() {
+    // Proves zombie fencing: producer 1 has an open transaction when producer 2 initialises the
+    // same transactional id; producer 1's transaction is aborted (never visible), its commit
+    // fails, and producer 2's transaction commits.
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "txn-fence", 2);
+    let zombie = transactional_producer(&node, "txn-fenced", &[]);
+    zombie.begin_transaction().expect("begin");
+    for i in 0..10 {
+        send(&zombie, "txn-fence", i % 2, &format!("zombie-{i}"));
+    }
+    zombie.flush(TIMEOUT).expect("zombie's records written");
+    let successor = transactional_producer(&node, "txn-fenced", &[]);
+    successor.begin_transaction().expect("begin");
+    for i in 0..10 {
+        send(&successor, "txn-fence", i % 2, &format!("successor-{i}"));
+    }
+    successor.commit_transaction(TIMEOUT).expect("the successor commits");
+    let zombie_commit = zombie.commit_transaction(TIMEOUT);
+    assert!(zombie_commit.is_err(), "the fenced producer cannot commit: {zombie_commit:?}");
+    let seen = read_all(&node, "txn-fence", 2, "read_committed");
+    assert_eq!(seen.len(), 10, "only the successor's records: {seen:?}");
+    assert!(seen.iter().all(|v| v.starts_with("successor-")), "{seen:?}");
+}
+
+#[test]
+fn offsets_sent_to_a_transaction_are_committed_with_it_and_vanish_when_it_aborts() {
+    // Proves send_offsets_to_transaction (AddOffsetsToTxn + TxnOffsetCommit): a group's offsets
+    // committed in an aborted transaction are not visible, those of a committed one are.
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "txn-in", 1);
+    support::create_topic(&node, "txn-out", 1);
+    let plain: BaseProducer = support::client_config(&node, &[]).create().expect("producer");
+    for i in 0..20 {
+        send(&plain, "txn-in", 0, &format!("in-{i}"));
+    }
+    plain.flush(TIMEOUT).expect("flush");
+    let consumer: BaseConsumer = support::client_config(
+        &node,
+        &[
+            ("group.id", "txn-group"),
+            ("enable.auto.commit", "false"),
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create()
+    .expect("consumer");
+    consumer.subscribe(&["txn-in"]).expect("subscribe");
+    let mut read = 0;
+    let deadline = Instant::now() + TIMEOUT;
+    while read < 20 && Instant::now() < deadline {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            read += 1;
+        }
+    }
+    assert_eq!(read, 20);
+    let producer = transactional_producer(&node, "txn-offsets", &[]);
+    let offsets_at = |offset: i64| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("txn-in", 0, Offset::Offset(offset)).expect("offset");
+        tpl
+    };
+    let group_metadata = consumer.group_metadata().expect("group metadata");
+    // Aborted: offset 10 must not become the group's.
+    producer.begin_transaction().expect("begin");
+    send(&producer, "txn-out", 0, "out-aborted");
+    producer.send_offsets_to_transaction(&offsets_at(10), &group_metadata, TIMEOUT).expect("send offsets");
+    producer.flush(TIMEOUT).expect("flush before abort");
+    producer.abort_transaction(TIMEOUT).expect("abort");
+    let committed = |c: &BaseConsumer| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("txn-in", 0);
+        c.committed_offsets(tpl, TIMEOUT).expect("committed").find_partition("txn-in", 0).map(|e| e.offset())
+    };
+    assert_eq!(committed(&consumer), Some(Offset::Invalid), "an aborted transaction commits no offset");
+    // Committed: offset 20 is the group's once the transaction commits.
+    producer.begin_transaction().expect("begin");
+    send(&producer, "txn-out", 0, "out-committed");
+    producer.send_offsets_to_transaction(&offsets_at(20), &group_metadata, TIMEOUT).expect("send offsets");
+    producer.commit_transaction(TIMEOUT).expect("commit");
+    let mut seen = None;
+    let visible = support::wait_until(TIMEOUT, || {
+        seen = committed(&consumer);
+        seen == Some(Offset::Offset(20))
+    });
+    assert!(visible, "the committed transaction's offset is the group's: {seen:?}");
+    assert_eq!(read_all(&node, "txn-out", 1, "read_committed"), vec!["out-committed".to_string()]);
+}
+
+#[test]
+fn a_transaction_past_its_timeout_is_aborted_by_the_coordinator() {
+    // Proves transaction.timeout.ms: a producer that never ends its transaction does not hold
+    // the last stable offset forever; the coordinator aborts it (its records are never
+    // read_committed) and records committed after it become readable.
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "txn-timeout", 1);
+    let stuck = transactional_producer(&node, "txn-stuck", &[("transaction.timeout.ms", "2000")]);
+    stuck.begin_transaction().expect("begin");
+    send(&stuck, "txn-timeout", 0, "stuck");
+    stuck.flush(TIMEOUT).expect("written");
+    let other = transactional_producer(&node, "txn-other", &[]);
+    other.begin_transaction().expect("begin");
+    send(&other, "txn-timeout", 0, "after");
+    other.commit_transaction(TIMEOUT).expect("commit");
+    let mut seen = Vec::new();
+    let readable = support::wait_until(TIMEOUT, || {
+        seen = read_all(&node, "txn-timeout", 1, "read_committed");
+        seen == vec!["after".to_string()]
+    });
+    assert!(readable, "the stuck transaction was aborted and the committed record is readable: {seen:?}");
+}
