@@ -229,3 +229,128 @@ fn kafka_consumer_groups_tool_lists_describes_resets_and_deletes() {
     let (ok, out) = run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--list"], None);
     assert!(ok && !out.lines().any(|l| l.trim() == "billing"), "{out}");
 }
+
+#[test]
+fn java_transactional_producer_read_committed_consumer_and_kafka_transactions_tool() {
+    // Proves transactions with Kafka's Java client and tools (issue 12): ProducerPerformance's
+    // transactional producer commits every 100 ms and a read_committed console consumer reads
+    // every record; `kafka-transactions.sh` lists and describes a librdkafka transaction left
+    // open, describes the partition's producers, and aborts it, after which a read_committed
+    // reader gets past it and never sees its records.
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let Some(cli) = kafka_cli() else { return };
+    let node = Runnel::start(&[]);
+    let b = node.bootstrap();
+    for topic in ["java-txn", "java-txn-hang"] {
+        let (ok, out) =
+            run(&cli, &["topics", "--bootstrap-server", &b, "--create", "--topic", topic, "--partitions", "1"], None);
+        assert!(ok, "{out}");
+    }
+    let props = format!("bootstrap.servers={b}");
+    let (ok, out) = run(
+        &cli,
+        &[
+            "producer-perf-test",
+            "--topic",
+            "java-txn",
+            "--num-records",
+            "2000",
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--transactional-id",
+            "java-perf",
+            "--transaction-duration-ms",
+            "100",
+            "--producer-props",
+            &props,
+        ],
+        None,
+    );
+    assert!(ok && out.contains("2000 records sent"), "{out}");
+    let read_committed = |topic: &str, max: &str| {
+        run(
+            &cli,
+            &[
+                "console-consumer",
+                "--bootstrap-server",
+                &b,
+                "--topic",
+                topic,
+                "--partition",
+                "0",
+                "--offset",
+                "earliest",
+                "--isolation-level",
+                "read_committed",
+                "--max-messages",
+                max,
+                "--timeout-ms",
+                "15000",
+            ],
+            None,
+        )
+    };
+    let (_, out) = read_committed("java-txn", "2000");
+    assert!(out.contains("Processed a total of 2000 messages"), "{out}");
+
+    // A transaction left open by librdkafka.
+    let hanging: BaseProducer =
+        support::client_config(&node, &[("transactional.id", "hanging-txn"), ("transaction.timeout.ms", "300000")])
+            .create()
+            .expect("producer");
+    let timeout = std::time::Duration::from_secs(30);
+    hanging.init_transactions(timeout).expect("init");
+    hanging.begin_transaction().expect("begin");
+    for i in 0..5 {
+        hanging
+            .send(BaseRecord::<(), str>::to("java-txn-hang").partition(0).payload(&format!("hang-{i}")))
+            .expect("send");
+    }
+    hanging.flush(timeout).expect("flush");
+    let (ok, out) = run(&cli, &["transactions", "--bootstrap-server", &b, "list"], None);
+    assert!(ok && out.contains("hanging-txn") && out.contains("Ongoing") && out.contains("java-perf"), "{out}");
+    let (ok, out) =
+        run(&cli, &["transactions", "--bootstrap-server", &b, "describe", "--transactional-id", "hanging-txn"], None);
+    assert!(ok && out.contains("Ongoing") && out.contains("java-txn-hang-0"), "{out}");
+    let (ok, out) = run(
+        &cli,
+        &[
+            "transactions",
+            "--bootstrap-server",
+            &b,
+            "describe-producers",
+            "--topic",
+            "java-txn-hang",
+            "--partition",
+            "0",
+        ],
+        None,
+    );
+    assert!(ok && out.contains("ProducerId"), "{out}");
+    let (ok, out) = run(
+        &cli,
+        &[
+            "transactions",
+            "--bootstrap-server",
+            &b,
+            "abort",
+            "--topic",
+            "java-txn-hang",
+            "--partition",
+            "0",
+            "--start-offset",
+            "0",
+        ],
+        None,
+    );
+    assert!(ok, "abort: {out}");
+    // Past the aborted transaction: a plain record after it is read_committed, the aborted ones
+    // never are.
+    let plain: BaseProducer = support::client_config(&node, &[]).create().expect("producer");
+    plain.send(BaseRecord::<(), str>::to("java-txn-hang").partition(0).payload("after")).expect("send");
+    plain.flush(timeout).expect("flush");
+    let (_, out) = read_committed("java-txn-hang", "1");
+    assert!(out.contains("after") && !out.contains("hang-"), "{out}");
+}

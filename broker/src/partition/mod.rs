@@ -382,6 +382,12 @@ impl Partition {
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.load(Ordering::Acquire)
     }
+    /// The producers this leader knows (DescribeProducers): each one's state in the log.
+    pub fn producers(&self) -> Result<Vec<crate::log::producer_state::ProducerEntry>, PartitionError> {
+        self.check_leader()?;
+        let guard = self.log()?;
+        Ok(guard.as_ref().expect("checked by log()").producer_state().producers().copied().collect())
+    }
     /// The last stable offset (KIP-98): the high watermark, or the first offset of the oldest
     /// transaction still open below it.
     pub fn last_stable_offset(&self) -> Result<i64, PartitionError> {

@@ -494,6 +494,9 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         EndTxn => end_txn,
         TxnOffsetCommit => txn_offset_commit,
         WriteTxnMarkers => write_txn_markers,
+        DescribeTransactions => describe_transactions,
+        ListTransactions => list_transactions,
+        DescribeProducers => describe_producers,
     };
     Ok(response)
 }
