@@ -1,11 +1,10 @@
 //! Runnel broker library: the storage engine, the partition layer, the metadata quorum,
 //! consumer groups, the Kafka protocol server, the HTTP API and metrics, the node that composes
-//! them, WASM transforms (through `runnel_runtime`), and the `runnel` CLI. The pure cores of
-//! replication exist (`replication`, `controller::election`); their wiring and transactions come
-//! as the roadmap (`shared/DESIGN.md` §7) adds them.
+//! them, WASM transforms (through `runnel_runtime`), idempotent and transactional producers
+//! (`txn`: producer ids and the transaction coordinator), and the `runnel` CLI.
 //!
 //! Layers are folders and dependencies flow one way:
-//! `log ← partition/replication ← controller ← group ← transform ← server ← http ← node`, with
+//! `log ← partition/replication ← controller ← group ← txn ← transform ← server ← http ← node`, with
 //! `metrics` written by `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
 //! `peer` (the Kafka client to the other brokers, addresses from the controller's image) sits
 //! under `transform`, `server` and `http`; the replica fetchers frame their requests with it.
