@@ -19,7 +19,7 @@ lib=$root/target/kafka/$version/lib
 slf4j=2.0.17
 log4j=2.24.3
 
-if [[ ${FORCE:-0} != 1 && -f $lib/COMPLETE ]]; then
+if [[ ${FORCE:-0} != 1 && -f $lib/COMPLETE && -f $lib/kafka-streams-$version.jar ]]; then
     echo "$lib"
     exit 0
 fi
@@ -36,7 +36,8 @@ trap 'rm -rf "$work"' EXIT
 deps=""
 # kafka-tools holds every tool the suite runs (in the pinned version DumpLogSegments too),
 # and pulls the storage and metadata modules they need; no Scala core.
-for artifact in kafka-tools kafka-clients; do
+# kafka-streams: the exactly-once Streams application of tests/kafka_streams.rs.
+for artifact in kafka-tools kafka-clients kafka-streams; do
     deps+="<dependency><groupId>org.apache.kafka</groupId><artifactId>$artifact</artifactId><version>$version</version></dependency>"
 done
 deps+="<dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>$slf4j</version></dependency>"
@@ -61,7 +62,7 @@ if ! mvn -B -q -f "$work/pom.xml" \
     echo "kafka-jars: Kafka $version did not resolve" >&2
     exit 1
 fi
-for jar in "kafka-tools-$version.jar" "kafka-clients-$version.jar"; do
+for jar in "kafka-tools-$version.jar" "kafka-clients-$version.jar" "kafka-streams-$version.jar"; do
     [[ -f $lib/$jar ]] || { echo "kafka-jars: $jar missing after resolution" >&2; exit 1; }
 done
 echo "$version" >"$lib/COMPLETE"

@@ -21,6 +21,8 @@ command -v g++ >/dev/null || need_apt+=(g++)
 [[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
 [[ -x /usr/bin/chromedriver ]] || need_apt+=(chromium-driver)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# javac: tests/kafka_streams.rs compiles its Kafka Streams application.
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 if ((${#need_apt[@]})); then
     if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then

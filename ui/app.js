@@ -660,7 +660,7 @@
             <td class="num" data-field="isr">${ids(p.isr)}</td>
             <td data-field="reassignment">${moves.length ? esc(moves.join(" · ")) : `<span class="muted">${DASH}</span>`}</td>
             ${num(p.leader_epoch, "leader_epoch")}${num(p.log_start_offset, "log_start_offset")}
-            ${num(p.high_watermark, "high_watermark")}${num(p.log_end_offset, "log_end_offset")}
+            ${num(p.high_watermark, "high_watermark")}${num(p.last_stable_offset, "last_stable_offset")}${num(p.log_end_offset, "log_end_offset")}
             ${lags.length ? num(Math.max(...lags), "max_follower_lag") : `<td class="num muted" data-field="max_follower_lag" title="Known on the leader only">${DASH}</td>`}
             ${num(p.size_bytes, "size_bytes", fmtBytes(p.size_bytes))}
             <td data-field="status">${status.length ? status.join(" ") : `<span class="badge ok">in sync</span>`}</td>
@@ -771,6 +771,7 @@
                 <th class="num">Partition</th><th class="num">Leader</th>
                 <th class="num" title="Replicas out of the ISR are struck through">Replicas</th><th class="num">ISR</th><th>Reassignment</th>
                 <th class="num">Leader epoch</th><th class="num">Log start</th><th class="num">High watermark</th>
+                <th class="num" title="Last stable offset: read_committed consumers read up to here (an open transaction holds it back)">LSO</th>
                 <th class="num">Log end</th><th class="num" title="Records the furthest follower is behind the leader's log end">Follower lag</th>
                 <th class="num">Size</th><th>Status</th></tr></thead><tbody></tbody></table>
             </section>

@@ -16,6 +16,13 @@
 //!   and together they hold all 12 partitions once, repeated `--repeats R` (default 3) times.
 //!   `--strategy range|cooperative-sticky` (default range).
 //!
+//! `--mode transactions` benchmarks transactional produce (librdkafka, 100-byte records or
+//! `--sizes S`): for each `--txn-records 100,1000,10000` a fresh topic gets `--records N`
+//! (default 1000000) records in transactions of that many records (begin, send, commit), with
+//! the time each `commit_transaction` takes (p50/p99); a `read_committed` consumer then reads
+//! the topic back. It also produces `--records` records acks=all with `enable.idempotence`
+//! false and true, to compare idempotent with plain produce.
+//!
 //! Only loopback addresses are accepted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +41,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 enum Mode {
     Records,
     Groups,
+    Transactions,
 }
 
 struct Options {
@@ -51,6 +59,7 @@ struct Options {
     linger_ms: u32,
     batch_size: u32,
     replication_factor: i32,
+    txn_records: Vec<usize>,
 }
 
 fn parse_args() -> Options {
@@ -69,6 +78,7 @@ fn parse_args() -> Options {
         linger_ms: 5,
         batch_size: 65536,
         replication_factor: 1,
+        txn_records: vec![100, 1000, 10000],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -80,7 +90,8 @@ fn parse_args() -> Options {
                 options.mode = match value.as_str() {
                     "records" => Mode::Records,
                     "groups" => Mode::Groups,
-                    other => panic!("--mode records|groups, not {other}"),
+                    "transactions" => Mode::Transactions,
+                    other => panic!("--mode records|groups|transactions, not {other}"),
                 }
             }
             "--groups" => options.groups = value.parse().expect("--groups G"),
@@ -95,6 +106,9 @@ fn parse_args() -> Options {
             "--linger-ms" => options.linger_ms = value.parse().expect("--linger-ms L"),
             "--batch-size" => options.batch_size = value.parse().expect("--batch-size B"),
             "--replication-factor" => options.replication_factor = value.parse().expect("--replication-factor R"),
+            "--txn-records" => {
+                options.txn_records = value.split(',').map(|s| s.parse().expect("--txn-records a,b")).collect()
+            }
             "--bench" => {
                 i += 1;
                 continue;
@@ -199,8 +213,13 @@ fn produce(options: &Options, topic: &str, size: usize, acks: &str) -> (f64, f64
 }
 
 fn consume(options: &Options, topic: &str, size: usize) -> (f64, f64) {
+    consume_with(options, topic, size, "read_uncommitted")
+}
+
+fn consume_with(options: &Options, topic: &str, size: usize, isolation: &str) -> (f64, f64) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &options.bootstrap)
+        .set("isolation.level", isolation)
         .set("group.id", "runnel-bench")
         .set("enable.auto.commit", "false")
         .set("fetch.max.bytes", "52428800")
@@ -232,6 +251,118 @@ fn main() {
     match options.mode {
         Mode::Records => records_main(&options),
         Mode::Groups => groups_main(&options),
+        Mode::Transactions => transactions_main(&options),
+    }
+}
+
+/// Transactions of `per_txn` records until `options.records` are written: (records/s, MB/s,
+/// commit p50 ms, commit p99 ms, transactions).
+fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: usize) -> (f64, f64, f64, f64, usize) {
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &options.bootstrap)
+        .set("transactional.id", format!("{topic}-producer"))
+        .set("linger.ms", options.linger_ms.to_string())
+        .set("batch.size", options.batch_size.to_string())
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()
+        .expect("transactional producer");
+    let timeout = Duration::from_secs(60);
+    producer.init_transactions(timeout).expect("init_transactions");
+    let payload = vec![b'x'; size];
+    let mut commits_us: Vec<u32> = Vec::new();
+    let start = Instant::now();
+    let mut written = 0usize;
+    while written < options.records {
+        producer.begin_transaction().expect("begin");
+        let n = per_txn.min(options.records - written);
+        for i in 0..n {
+            let mut record = BaseRecord::<(), [u8]>::to(topic)
+                .payload(&payload)
+                .partition(((written + i) % options.partitions as usize) as i32);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, returned)) => {
+                        producer.poll(Duration::from_millis(1));
+                        record = returned;
+                    }
+                }
+            }
+        }
+        let commit = Instant::now();
+        producer.commit_transaction(timeout).expect("commit");
+        commits_us.push(commit.elapsed().as_micros() as u32);
+        written += n;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    commits_us.sort_unstable();
+    let records_per_s = written as f64 / elapsed;
+    (
+        records_per_s,
+        records_per_s * size as f64 / 1e6,
+        percentile(&commits_us, 0.5),
+        percentile(&commits_us, 0.99),
+        commits_us.len(),
+    )
+}
+
+/// `--records` records acks=all with `enable.idempotence` as given: records/s.
+fn produce_plain(options: &Options, topic: &str, size: usize, idempotence: bool) -> f64 {
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &options.bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", idempotence.to_string())
+        .set("linger.ms", options.linger_ms.to_string())
+        .set("batch.size", options.batch_size.to_string())
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()
+        .expect("producer");
+    let payload = vec![b'x'; size];
+    let start = Instant::now();
+    for i in 0..options.records {
+        let mut record =
+            BaseRecord::<(), [u8]>::to(topic).payload(&payload).partition((i % options.partitions as usize) as i32);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, returned)) => {
+                    producer.poll(Duration::from_millis(1));
+                    record = returned;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).expect("flush");
+    options.records as f64 / start.elapsed().as_secs_f64()
+}
+
+fn transactions_main(options: &Options) {
+    let run = std::process::id();
+    let size = options.sizes.first().copied().unwrap_or(100);
+    println!("| step | records/txn | records/s | MB/s | commit p50 ms | commit p99 ms | transactions |");
+    println!("|---|---|---|---|---|---|---|");
+    for &per_txn in &options.txn_records {
+        let topic = format!("bench-txn-{run}-{per_txn}");
+        create_topic(options, &topic, options.partitions);
+        let (rps, mbps, p50, p99, txns) = produce_transactions(options, &topic, size, per_txn);
+        println!("| transactional produce | {per_txn} | {rps:.0} | {mbps:.1} | {p50:.2} | {p99:.2} | {txns} |");
+        let (crps, cmbps) = consume_with(options, &topic, size, "read_committed");
+        println!("| read_committed consume | {per_txn} | {crps:.0} | {cmbps:.1} | | | |");
+        println!(
+            "RESULT {{\"mode\":\"transactions\",\"records_per_txn\":{per_txn},\"produce_records_per_s\":{rps:.0},\"commit_p50_ms\":{p50:.3},\"commit_p99_ms\":{p99:.3},\"read_committed_records_per_s\":{crps:.0}}}"
+        );
+    }
+    for idempotence in [false, true] {
+        let topic = format!("bench-idem-{run}-{idempotence}");
+        create_topic(options, &topic, options.partitions);
+        let rps = produce_plain(options, &topic, size, idempotence);
+        println!(
+            "| produce acks=all enable.idempotence={idempotence} | | {rps:.0} | {:.1} | | | |",
+            rps * size as f64 / 1e6
+        );
+        println!("RESULT {{\"mode\":\"idempotence\",\"enable_idempotence\":{idempotence},\"produce_records_per_s\":{rps:.0}}}");
     }
 }
 

@@ -69,6 +69,11 @@ pub fn kafka_tools() -> Result<KafkaTools, String> {
 }
 
 impl KafkaTools {
+    /// The jar directory (a classpath of `<lib>/*`).
+    pub fn lib(&self) -> &std::path::Path {
+        &self.lib
+    }
+
     /// Runs `scripts/kafka-tool.sh <tool> <args>` with `stdin` fed to it, and kills it after a
     /// deadline (a tool waiting on a broker that never answers must not hang the suite).
     pub fn run(&self, tool: &str, args: &[&str], stdin: Option<&str>) -> ToolOutput {

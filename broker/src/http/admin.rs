@@ -121,6 +121,9 @@ pub struct PartitionState {
     /// From the local replica; `None` when this node does not host the partition.
     pub log_start_offset: Option<i64>,
     pub high_watermark: Option<i64>,
+    /// The last stable offset (KIP-98): `read_committed` consumers read up to it; below the
+    /// high watermark while a transaction is open.
+    pub last_stable_offset: Option<i64>,
     pub log_end_offset: Option<i64>,
     pub size_bytes: Option<u64>,
     /// Fewer in-sync replicas than the replication factor ([`is_under_replicated`]).
@@ -161,6 +164,7 @@ pub fn partition_states(broker: &Broker, topic: &TopicImage) -> Vec<PartitionSta
                 leader_epoch: p.leader_epoch,
                 log_start_offset: hosted.as_ref().map(|h| h.log_start_offset()),
                 high_watermark: hosted.as_ref().map(|h| h.high_watermark()),
+                last_stable_offset: hosted.as_ref().and_then(|h| h.last_stable_offset().ok()),
                 log_end_offset: hosted.as_ref().map(|h| h.log_end_offset()),
                 size_bytes: hosted.as_ref().map(|h| h.size_bytes()),
                 under_replicated: is_under_replicated(p),
