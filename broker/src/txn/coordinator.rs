@@ -148,7 +148,18 @@ pub struct TxnCoordinator {
     partitions: AtomicU32,
     shards: RwLock<Vec<Arc<Mutex<Shard>>>>,
     markers: RwLock<Option<Arc<dyn MarkerSink>>>,
+    /// Woken whenever a transaction completes (its markers written and CompleteCommit /
+    /// CompleteAbort stored), so an add that found it still completing retries at once.
+    completed: tokio::sync::Notify,
 }
+
+/// How long AddPartitionsToTxn waits for the producer's previous transaction to finish
+/// completing before it answers CONCURRENT_TRANSACTIONS: a client that begins its next
+/// transaction right after a commit would otherwise back off (librdkafka: `retry.backoff.ms`,
+/// 100 ms) on every transaction.
+const ADD_WAITS_FOR_COMPLETION: Duration = Duration::from_secs(2);
+/// The longest sleep between two tries while waiting (a wakeup can be missed).
+const COMPLETION_POLL: Duration = Duration::from_millis(20);
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(|p| p.into_inner())
@@ -179,6 +190,7 @@ impl TxnCoordinator {
             controller,
             shards: RwLock::new(Vec::new()),
             markers: RwLock::new(None),
+            completed: tokio::sync::Notify::new(),
         }
     }
 
@@ -496,6 +508,25 @@ impl TxnCoordinator {
         producer_epoch: i16,
         partitions: &[(String, i32)],
     ) -> Result<(), ResponseError> {
+        let deadline = tokio::time::Instant::now() + ADD_WAITS_FOR_COMPLETION;
+        loop {
+            let completed = self.completed.notified();
+            match self.add_partitions_once(transactional_id, producer_id, producer_epoch, partitions).await {
+                Err(ResponseError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
+                    let _ = tokio::time::timeout(COMPLETION_POLL, completed).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn add_partitions_once(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), ResponseError> {
         let now = now_ms();
         self.transition(transactional_id, |current| {
             let current = Self::check_producer(current, producer_id, producer_epoch)?;
@@ -743,6 +774,7 @@ impl TxnCoordinator {
             match written {
                 Ok(()) => {
                     guard.txns.insert(transactional_id.to_string(), done);
+                    self.completed.notify_waiters();
                     None
                 }
                 Err(code) => {
