@@ -11,9 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    InitProducerIdRequest, ListOffsetsRequest, ProduceRequest, ProduceResponse, TopicName, TransactionalId,
-};
+use kafka_protocol::messages::{InitProducerIdRequest, ListOffsetsRequest, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -72,8 +70,8 @@ fn retries_are_answered_with_their_offsets_across_restarts_and_the_sequence_rule
     // Proves the broker side of KIP-98 over the wire: producer ids are unique across a restart
     // (blocks from the metadata quorum), an exact retry gets its original base offset and
     // appends nothing, after a clean restart and after kill -9 too; a gap is
-    // OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH; a transactional id is
-    // still refused.
+    // OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH; transactional records
+    // without a transactional id are refused.
     let mut node = Runnel::start(&[]);
     support::create_topic(&node, "idem", 1);
     let mut conn = RawConn::open(&node, "idem-test");
@@ -90,13 +88,11 @@ fn retries_are_answered_with_their_offsets_across_restarts_and_the_sequence_rule
     assert_eq!(produce(&mut conn, "idem", producer_batch(pid, 0, 5, &["gap"])).0, OUT_OF_ORDER_SEQUENCE_NUMBER);
     assert_eq!(produce(&mut conn, "idem", producer_batch(pid, 1, 0, &["d"])), (NONE, 3), "a new epoch at 0");
     assert_eq!(produce(&mut conn, "idem", producer_batch(pid, 0, 3, &["old"])).0, INVALID_PRODUCER_EPOCH);
-    let refused = conn.call(
-        4,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("txn"))))
-            .with_transaction_timeout_ms(60_000),
-    );
-    assert_eq!(refused.error_code, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    // Kafka's rule: transactional records need the request's transactional id.
+    let mut transactional = BatchBuilder::new(Compression::None).producer(pid, 1, 1).transactional(true);
+    transactional.push(1_700_000_000_000, None, Some(b"t"), &[]);
+    let refused = produce(&mut conn, "idem", transactional.build().expect("batch").into_bytes());
+    assert_eq!(refused.0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     drop(conn);
 
     assert!(node.terminate(), "clean shutdown");

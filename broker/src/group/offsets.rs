@@ -376,27 +376,26 @@ impl OffsetStore {
         group: &str,
         offsets: Vec<(String, i32, CommittedOffset)>,
     ) -> Result<Option<Replicated>, OffsetError> {
-        if offsets.is_empty() {
-            return Ok(None);
-        }
-        let partition = self.partition_of(group);
-        let records = commit_records(group, offsets);
-        self.with_shard(partition, Cold::Start, |shard, hosted| {
-            let replicated = append(hosted, partition, &records, None)?;
-            shard.appended(hosted, replicated.required_offset, records, None);
-            Ok(Some(replicated))
-        })
+        self.commit_as(group, offsets, None)
     }
 
-    /// TxnOffsetCommit: the offsets go into the log as a transactional batch of the producer;
-    /// they become visible only when the transaction's commit marker reaches this partition
-    /// ([`OffsetStore::complete_txn`]) and vanish on an abort.
+    /// TxnOffsetCommit: the offsets go into the log as a transactional batch of the producer
+    /// `(id, epoch)`; they become visible only when the transaction's commit marker reaches this
+    /// partition ([`OffsetStore::complete_txn`]) and vanish on an abort.
     pub fn commit_transactional(
         &self,
         group: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        producer: (i64, i16),
         offsets: Vec<(String, i32, CommittedOffset)>,
+    ) -> Result<Option<Replicated>, OffsetError> {
+        self.commit_as(group, offsets, Some(producer))
+    }
+
+    fn commit_as(
+        &self,
+        group: &str,
+        offsets: Vec<(String, i32, CommittedOffset)>,
+        producer: Option<(i64, i16)>,
     ) -> Result<Option<Replicated>, OffsetError> {
         if offsets.is_empty() {
             return Ok(None);
@@ -404,8 +403,8 @@ impl OffsetStore {
         let partition = self.partition_of(group);
         let records = commit_records(group, offsets);
         self.with_shard(partition, Cold::Start, |shard, hosted| {
-            let replicated = append(hosted, partition, &records, Some((producer_id, producer_epoch)))?;
-            shard.appended(hosted, replicated.required_offset, records, Some(producer_id));
+            let replicated = append(hosted, partition, &records, producer)?;
+            shard.appended(hosted, replicated.required_offset, records, producer.map(|(id, _)| id));
             Ok(Some(replicated))
         })
     }

@@ -9,6 +9,11 @@
 //! whose newest value is still in the active segment keeps its older values until that segment
 //! closes, as in Kafka.
 //!
+//! Transactions (KIP-98, as Kafka's cleaner): only segments wholly below the first unstable
+//! offset are cleaned (an open transaction may still abort), and records of aborted
+//! transactions (the `.txnindex` ranges of their producers) neither enter the key map nor
+//! survive the rewrite, so an aborted value never replaces a committed one. Markers are kept.
+//!
 //! Tombstones (null values) are removed once their segment's newest timestamp is older than
 //! `delete.retention.ms`, giving consumers that long to see them. (Kafka 3.x measures from the
 //! first cleaning through a delete horizon stored in the batch; this is the older, simpler rule.)
@@ -24,6 +29,7 @@ use super::files::{OpenFiles, SegmentFile};
 use super::log::{cleaned_dir, commit_cleaned, index_settings, Log, LogError};
 use super::records::BatchBuilder;
 use super::segment::{IndexSettings, Scanner, Segment};
+use super::txn_index::AbortedTxn;
 
 /// Figures of one compaction, for logs and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,6 +58,21 @@ pub struct CompactionJob {
     segments: Vec<Cleanable>,
     delete_retention_ms: i64,
     now_ms: i64,
+    /// The aborted transactions of the log, from its `.txnindex`.
+    aborted: Vec<AbortedTxn>,
+}
+
+impl CompactionJob {
+    /// A data batch of an aborted transaction.
+    fn is_aborted(&self, header: &BatchHeader) -> bool {
+        header.attributes.is_transactional()
+            && !header.attributes.is_control()
+            && self.aborted.iter().any(|t| {
+                t.producer_id == header.producer_id
+                    && t.first_offset <= header.base_offset
+                    && header.base_offset <= t.last_offset
+            })
+    }
 }
 
 /// A finished compaction whose files wait in `.cleaned/` to be installed.
@@ -71,9 +92,17 @@ impl Log {
         let now_ms = self.clock().now_ms();
         let segments = self.segments();
         let active = *segments.keys().next_back()?;
+        // An open (or not yet replicated) transaction may still abort: nothing at or above its
+        // first offset is cleaned.
+        let first_unstable = self.producer_state().first_unstable_offset(0).unwrap_or(i64::MAX);
+        let bases: Vec<i64> = segments.keys().copied().collect();
         let cleanable: Vec<Cleanable> = segments
             .range(..active)
             .map(|(_, s)| s)
+            .take_while(|s| {
+                let next = bases.iter().copied().find(|b| *b > s.base_offset()).unwrap_or(active);
+                next <= first_unstable
+            })
             .take_while(|s| s.max_timestamp() <= now_ms - config.min_compaction_lag_ms)
             .map(|s| Cleanable {
                 base_offset: s.base_offset(),
@@ -92,6 +121,7 @@ impl Log {
             segments: cleanable,
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
+            aborted: self.txn_index().entries().copied().collect(),
         })
     }
 
@@ -139,7 +169,7 @@ impl CompactionJob {
         let mut latest: HashMap<Bytes, i64> = HashMap::new();
         for segment in &self.segments {
             for_each_batch(segment, |header, batch| {
-                if header.attributes.is_control() {
+                if header.attributes.is_control() || self.is_aborted(header) {
                     return Ok(());
                 }
                 for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
@@ -165,6 +195,10 @@ impl CompactionJob {
             for_each_batch(segment, |header, batch| {
                 if header.attributes.is_control() {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
+                }
+                if self.is_aborted(header) {
+                    stats.records_read += header.record_count.max(0) as u64;
+                    return Ok(());
                 }
                 let records = batch.records().map_err(LogError::CorruptBatch)?;
                 stats.records_read += records.len() as u64;

@@ -1162,3 +1162,46 @@ fn open_transactions_hold_the_last_stable_offset_and_aborts_are_indexed_across_r
     assert_eq!(log.aborted_transactions(0, 11).len(), 2);
     assert_eq!(log.last_stable_offset(11), 11);
 }
+
+fn keyed_txn_batch(pid: i64, seq: i32, key: &str, value: &str) -> Bytes {
+    let mut builder = BatchBuilder::new(Compression::None).producer(pid, 0, seq).transactional(true);
+    builder.push(T0, Some(key.as_bytes()), Some(value.as_bytes()), &[]);
+    builder.build().unwrap().into_bytes()
+}
+
+#[test]
+fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_value() {
+    // Proves Kafka's cleaner rules for transactions: an aborted transaction's value for a key
+    // neither wins the key map nor survives (the committed value stays), and nothing at or
+    // above an open transaction's first offset is cleaned (it may still abort).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, segment_bytes: 2048, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    log.append_as_leader(&batch(Compression::None, &[(Some("k"), Some("committed"))], T0), 0, AppendOrigin::Client)
+        .unwrap(); // 0
+    log.append_as_leader(&keyed_txn_batch(1, 0, "k", "aborted"), 0, AppendOrigin::Client).unwrap(); // 1
+    log.append_as_leader(&marker(1, ControlType::Abort, 0), 0, AppendOrigin::Coordinator).unwrap(); // 2
+    log.roll().unwrap();
+    log.append_as_leader(&batch(Compression::None, &[(Some("x"), Some("pad"))], T0), 0, AppendOrigin::Client).unwrap(); // 3
+    log.on_high_watermark(log.log_end_offset());
+    log.compact().unwrap().expect("the first segment is cleanable");
+    // (read_all also returns the marker's control record, at offset 2.)
+    let all = read_all(&log, 0);
+    let data: Vec<(i64, Option<Bytes>)> = all.into_iter().filter(|r| r.0 != 2).collect();
+    assert_eq!(
+        data,
+        vec![(0, Some(Bytes::from_static(b"committed"))), (3, Some(Bytes::from_static(b"pad")))],
+        "the aborted value is gone and the committed one kept"
+    );
+    // An open transaction: the segment holding it is not cleaned.
+    log.append_as_leader(&keyed_txn_batch(2, 0, "k", "open"), 0, AppendOrigin::Client).unwrap(); // 4
+    log.roll().unwrap();
+    log.append_as_leader(&batch(Compression::None, &[(Some("y"), Some("pad"))], T0), 0, AppendOrigin::Client).unwrap();
+    log.on_high_watermark(log.log_end_offset());
+    let before = read_all(&log, 0);
+    let _ = log.compact().unwrap();
+    let after = read_all(&log, 0);
+    assert!(after.iter().any(|r| r.0 == 0), "the committed value survives while a later transaction is open");
+    assert_eq!(before.iter().filter(|r| r.0 >= 4).count(), after.iter().filter(|r| r.0 >= 4).count());
+}

@@ -981,6 +981,8 @@ impl Partition {
             let log = guard.as_mut().expect("checked by log()");
             log.enforce_retention(self.high_watermark())?;
             log.expire_producers(producer_id_expiration_ms);
+            // Completed transactions below the high watermark no longer hold compaction back.
+            log.on_high_watermark(self.high_watermark());
             log.maybe_flush()?;
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
             self.assert_offsets();

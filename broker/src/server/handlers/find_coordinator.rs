@@ -37,24 +37,39 @@ fn offsets_topic_replication_factor(configured: u16, usable_brokers: usize) -> i
     i16::try_from(capped).unwrap_or(i16::MAX)
 }
 
-/// Creates `__consumer_offsets` through the metadata quorum if the image does not have it yet.
-pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), ResponseError> {
-    if broker.controller.image().topics.contains_key(OFFSETS_TOPIC) {
+/// Creates an internal topic through the metadata quorum if the image does not have it yet,
+/// with `configured_replication_factor` capped to the usable brokers and `configs` for the
+/// factor it gets.
+async fn ensure_internal_topic(
+    broker: &Broker,
+    name: &str,
+    partitions: u32,
+    configured_replication_factor: u16,
+    configs: impl FnOnce(i16) -> BTreeMap<String, String>,
+) -> Result<(), ResponseError> {
+    if broker.controller.image().topics.contains_key(name) {
         return Ok(());
     }
-    let partitions = broker.groups.offsets_topic_num_partitions as i32;
     let usable = placement::usable_brokers(&broker.controller.image()).len();
-    let replication_factor = offsets_topic_replication_factor(broker.groups.offsets_topic_replication_factor, usable);
-    match create_topics::create(broker, OFFSETS_TOPIC, partitions, replication_factor, offsets_topic_configs()).await {
+    let replication_factor = offsets_topic_replication_factor(configured_replication_factor, usable);
+    let partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
+    match create_topics::create(broker, name, partitions, replication_factor, configs(replication_factor)).await {
         Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
             broker.reconcile_now().await;
             Ok(())
         }
         Err(code) => {
-            tracing::warn!(?code, "could not create __consumer_offsets");
+            tracing::warn!(topic = name, ?code, "could not create an internal topic");
             Err(ResponseError::CoordinatorNotAvailable)
         }
     }
+}
+
+/// Creates `__consumer_offsets` through the metadata quorum if the image does not have it yet.
+pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), ResponseError> {
+    let (partitions, replication_factor) =
+        (broker.groups.offsets_topic_num_partitions, broker.groups.offsets_topic_replication_factor);
+    ensure_internal_topic(broker, OFFSETS_TOPIC, partitions, replication_factor, |_| offsets_topic_configs()).await
 }
 
 /// (node id, host, port) of the coordinator of `group`.
@@ -93,23 +108,10 @@ fn transaction_topic_configs(replication_factor: i16) -> BTreeMap<String, String
 
 /// Creates `__transaction_state` through the metadata quorum if the image does not have it yet.
 pub(crate) async fn ensure_transaction_topic(broker: &Broker) -> Result<(), ResponseError> {
-    if broker.controller.image().topics.contains_key(TRANSACTION_STATE_TOPIC) {
-        return Ok(());
-    }
-    let partitions = broker.txn.settings.num_partitions as i32;
-    let usable = placement::usable_brokers(&broker.controller.image()).len();
-    let replication_factor = offsets_topic_replication_factor(broker.txn.settings.replication_factor, usable);
-    let configs = transaction_topic_configs(replication_factor);
-    match create_topics::create(broker, TRANSACTION_STATE_TOPIC, partitions, replication_factor, configs).await {
-        Ok(_) | Err(ResponseError::TopicAlreadyExists) => {
-            broker.reconcile_now().await;
-            Ok(())
-        }
-        Err(code) => {
-            tracing::warn!(?code, "could not create __transaction_state");
-            Err(ResponseError::CoordinatorNotAvailable)
-        }
-    }
+    let settings = &broker.txn.settings;
+    let (partitions, replication_factor) = (settings.num_partitions, settings.replication_factor);
+    ensure_internal_topic(broker, TRANSACTION_STATE_TOPIC, partitions, replication_factor, transaction_topic_configs)
+        .await
 }
 
 /// (node id, host, port) of the coordinator of `transactional_id`.

@@ -28,6 +28,51 @@ fn validate_member(
     broker.groups.membership.validate_commit(group, member_id, generation_id, group_instance_id)
 }
 
+/// One partition an OffsetCommit or TxnOffsetCommit asks to commit.
+pub(super) struct CommitAsked<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: &'a str,
+}
+
+/// Per partition of a commit request, `(topic index, partition, decision)`, and the offsets to
+/// commit: partitions the metadata does not know get UNKNOWN_TOPIC_OR_PARTITION, metadata above
+/// `offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE, and a group error applies to all.
+#[allow(clippy::type_complexity)]
+pub(super) fn check_commits<'a>(
+    image: &crate::controller::MetadataImage,
+    group_error: Result<(), ResponseError>,
+    topics: impl Iterator<Item = (&'a str, Vec<CommitAsked<'a>>)>,
+) -> (Vec<(usize, i32, Result<(), ResponseError>)>, Vec<(String, i32, CommittedOffset)>) {
+    let now = now_ms();
+    let mut results = Vec::new();
+    let mut commits = Vec::new();
+    for (t, (name, partitions)) in topics.enumerate() {
+        let known = image.topics.get(name);
+        for p in partitions {
+            let result = if let Err(code) = group_error {
+                Err(code)
+            } else if known.is_none_or(|k| p.partition < 0 || p.partition as usize >= k.partitions.len()) {
+                Err(ResponseError::UnknownTopicOrPartition)
+            } else if p.metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                Err(ResponseError::OffsetMetadataTooLarge)
+            } else {
+                let committed = CommittedOffset {
+                    offset: p.offset,
+                    leader_epoch: p.leader_epoch,
+                    metadata: p.metadata.to_string(),
+                    commit_timestamp: now,
+                };
+                commits.push((name.to_string(), p.partition, committed));
+                Ok(())
+            };
+            results.push((t, p.partition, result));
+        }
+    }
+    (results, commits)
+}
+
 pub async fn handle(
     broker: &Broker,
     header: &RequestHeader,
@@ -51,37 +96,16 @@ pub async fn handle(
     };
 
     let image = broker.controller.image();
-    let now = now_ms();
-    // Per partition: Err(code) decided now, or Ok(()) = part of the commit.
-    let mut results: Vec<(usize, i32, Result<(), ResponseError>)> = Vec::new();
-    let mut commits = Vec::new();
-    for (t, topic) in request.topics.iter().enumerate() {
-        let name: &str = &topic.name.0;
-        let known = image.topics.get(name);
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_deref().unwrap_or("");
-            let result = if let Err(code) = group_error {
-                Err(code)
-            } else if known.is_none_or(|k| p.partition_index < 0 || p.partition_index as usize >= k.partitions.len()) {
-                Err(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
-                Err(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                commits.push((
-                    name.to_string(),
-                    p.partition_index,
-                    CommittedOffset {
-                        offset: p.committed_offset,
-                        leader_epoch: if version >= 6 { p.committed_leader_epoch } else { -1 },
-                        metadata: metadata.to_string(),
-                        commit_timestamp: now,
-                    },
-                ));
-                Ok(())
-            };
-            results.push((t, p.partition_index, result));
-        }
-    }
+    let asked = request.topics.iter().map(|topic| {
+        let partitions = topic.partitions.iter().map(|p| CommitAsked {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: if version >= 6 { p.committed_leader_epoch } else { -1 },
+            metadata: p.committed_metadata.as_deref().unwrap_or(""),
+        });
+        (&*topic.name.0, partitions.collect())
+    });
+    let (results, commits) = check_commits(&image, group_error, asked);
     let commit_result = match broker.groups.offsets.commit(group, commits) {
         Ok(None) => Ok(()),
         // Acknowledged once the internal topic's ISR has it, as Kafka's coordinator does.

@@ -12,9 +12,8 @@ use kafka_protocol::messages::{RequestHeader, TxnOffsetCommitRequest, TxnOffsetC
 use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
-use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
+use super::offset_commit::{check_commits, CommitAsked};
 use crate::group::Replicated;
-use crate::log::now_ms;
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -39,46 +38,29 @@ pub async fn handle(
         }
     };
     let image = broker.controller.image();
-    let now = now_ms();
-    let mut results: Vec<(usize, i32, Result<(), ResponseError>)> = Vec::new();
-    let mut commits = Vec::new();
-    for (t, topic) in request.topics.iter().enumerate() {
-        let known = image.topic(&topic.name.0);
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_deref().unwrap_or("");
-            let result = if let Err(code) = group_error {
-                Err(code)
-            } else if known.is_none_or(|k| p.partition_index < 0 || p.partition_index as usize >= k.partitions.len()) {
-                Err(ResponseError::UnknownTopicOrPartition)
-            } else if metadata.len() > OFFSET_METADATA_MAX_BYTES {
-                Err(ResponseError::OffsetMetadataTooLarge)
-            } else {
-                commits.push((
-                    topic.name.0.to_string(),
-                    p.partition_index,
-                    CommittedOffset {
-                        offset: p.committed_offset,
-                        leader_epoch: if version >= 2 { p.committed_leader_epoch } else { -1 },
-                        metadata: metadata.to_string(),
-                        commit_timestamp: now,
-                    },
-                ));
-                Ok(())
-            };
-            results.push((t, p.partition_index, result));
-        }
-    }
-    let written =
-        match broker.groups.offsets.commit_transactional(group, request.producer_id.0, request.producer_epoch, commits)
-        {
-            Ok(None) => Ok(()),
-            Ok(Some(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
-            Err(e) => Err(e),
-        }
-        .map_err(|e| {
-            tracing::debug!(group, error = %e, "transactional offset commit failed");
-            offset_error_code(&e)
+    let asked = request.topics.iter().map(|topic| {
+        let partitions = topic.partitions.iter().map(|p| CommitAsked {
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: if version >= 2 { p.committed_leader_epoch } else { -1 },
+            metadata: p.committed_metadata.as_deref().unwrap_or(""),
         });
+        (&*topic.name.0, partitions.collect())
+    });
+    let (results, commits) = check_commits(&image, group_error, asked);
+    let written = match broker.groups.offsets.commit_transactional(
+        group,
+        (request.producer_id.0, request.producer_epoch),
+        commits,
+    ) {
+        Ok(None) => Ok(()),
+        Ok(Some(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| {
+        tracing::debug!(group, error = %e, "transactional offset commit failed");
+        offset_error_code(&e)
+    });
     let mut topics: Vec<TxnOffsetCommitResponseTopic> =
         request.topics.iter().map(|t| TxnOffsetCommitResponseTopic::default().with_name(t.name.clone())).collect();
     for (t, partition_index, result) in results {
