@@ -176,15 +176,20 @@ impl Shard {
         }
     }
 
-    /// Whether a transactional commit for one of `partitions` of `group` is not decided yet.
-    fn has_open_txn_commit(&self, group: &str, partitions: Option<&[(String, i32)]>) -> bool {
+    /// The partitions of `group` with a transactional commit not decided yet.
+    fn open_txn_commits(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
         let pending = self.pending.iter().filter(|(_, _, txn)| txn.is_some()).flat_map(|(_, r, _)| r);
-        self.open_txns.values().flatten().chain(pending).any(|record| match record {
-            OffsetsRecord::Commit { group: g, topic, partition, .. } if g == group => {
-                partitions.is_none_or(|wanted| wanted.iter().any(|(t, p)| t == topic && p == partition))
-            }
-            _ => false,
-        })
+        self.open_txns
+            .values()
+            .flatten()
+            .chain(pending)
+            .filter_map(|record| match record {
+                OffsetsRecord::Commit { group: g, topic, partition, .. } if g == group => {
+                    Some((topic.clone(), *partition))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     fn apply(&mut self, record: OffsetsRecord) {
@@ -417,12 +422,10 @@ impl OffsetStore {
         })
     }
 
-    /// OffsetFetch `require_stable`: whether a transactional commit for one of `partitions` of
-    /// `group` (all of them with `None`) is still undecided (UNSTABLE_OFFSET_COMMIT).
-    pub fn has_unstable_commit(&self, group: &str, partitions: Option<&[(String, i32)]>) -> Result<bool, OffsetError> {
-        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
-            Ok(shard.has_open_txn_commit(group, partitions))
-        })
+    /// OffsetFetch `require_stable`: the partitions of `group` whose transactional commit is
+    /// still undecided (UNSTABLE_OFFSET_COMMIT).
+    pub fn unstable_commits(&self, group: &str) -> Result<std::collections::BTreeSet<(String, i32)>, OffsetError> {
+        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| Ok(shard.open_txn_commits(group)))
     }
 
     /// Committed offsets of `group`: of the given partitions (those with a commit), or all.

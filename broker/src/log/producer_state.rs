@@ -234,10 +234,6 @@ impl BatchUpdate {
 }
 
 impl PendingUpdates {
-    pub fn is_empty(&self) -> bool {
-        self.updates.is_empty()
-    }
-
     pub fn iter(&self) -> std::slice::Iter<'_, BatchUpdate> {
         self.updates.iter()
     }
@@ -388,10 +384,6 @@ impl ProducerState {
         self.producers.is_empty()
     }
 
-    pub fn map_end_offset(&self) -> i64 {
-        self.map_end_offset
-    }
-
     /// The first offset of the oldest transaction that is open, or completed by a marker at or
     /// above `high_watermark` (Kafka's `firstUnstableOffset`).
     pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
@@ -409,11 +401,6 @@ impl ProducerState {
         if !self.unreplicated.is_empty() {
             self.unreplicated.retain(|_, marker| *marker >= high_watermark);
         }
-    }
-
-    /// Open transactions as (first offset, producer id), oldest first.
-    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.ongoing.iter().map(|(o, p)| (*o, *p))
     }
 
     /// A client batch that repeats one of its producer's retained batches exactly: the append

@@ -72,18 +72,28 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
     ensure_internal_topic(broker, OFFSETS_TOPIC, partitions, replication_factor, |_| offsets_topic_configs()).await
 }
 
-/// (node id, host, port) of the coordinator of `group`.
-async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, String, i32), ResponseError> {
-    ensure_offsets_topic(broker).await?;
-    let partition = coordinator_partition(broker, group)?;
-    let image = broker.controller.image();
-    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+/// The leader of `partition` of `topic` and its endpoint: the coordinator of a key mapped there.
+fn partition_leader(
+    image: &crate::controller::MetadataImage,
+    topic: &crate::controller::TopicImage,
+    partition: u32,
+) -> Result<(u64, (BrokerId, String, i32)), ResponseError> {
     let leader = topic
         .partitions
         .get(partition as usize)
         .and_then(|p| p.leader)
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     let endpoint = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    Ok((leader, (broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32)))
+}
+
+/// (node id, host, port) of the coordinator of `group`.
+async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, String, i32), ResponseError> {
+    ensure_offsets_topic(broker).await?;
+    let partition = coordinator_partition(broker, group)?;
+    let image = broker.controller.image();
+    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let (leader, endpoint) = partition_leader(&image, topic, partition)?;
     if leader == broker.settings.node_id {
         // Load the group's partition now, off the async workers, so the requests that follow
         // find it in memory. A failure shows up again, with its code, on those requests.
@@ -93,7 +103,7 @@ async fn group_coordinator(broker: &Broker, group: &str) -> Result<(BrokerId, St
             tracing::debug!(partition, error = %e, "could not load __consumer_offsets partition");
         }
     }
-    Ok((broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32))
+    Ok(endpoint)
 }
 
 /// Topic configs of `__transaction_state`, as Kafka creates it (`transaction.state.log.*`:
@@ -124,13 +134,7 @@ async fn transaction_coordinator(
     let topic = image.topics.get(TRANSACTION_STATE_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
     broker.txn.set_partition_count(topic.partitions.len() as u32);
     let partition = broker.txn.partition_of(transactional_id);
-    let leader = topic
-        .partitions
-        .get(partition as usize)
-        .and_then(|p| p.leader)
-        .ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let endpoint = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    Ok((broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32))
+    partition_leader(&image, topic, partition).map(|(_, endpoint)| endpoint)
 }
 
 async fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, String, i32), ResponseError> {

@@ -31,10 +31,10 @@ fn fetch_group(
 ) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
     let mut topics = fetch_committed(broker, group, wanted)?;
     if require_stable {
+        let unstable = broker.groups.offsets.unstable_commits(group).map_err(|e| offset_error_code(&e))?;
         for (name, rows) in &mut topics {
             for row in rows.iter_mut() {
-                let key = [(name.0.to_string(), row.partition)];
-                if broker.groups.offsets.has_unstable_commit(group, Some(&key)).map_err(|e| offset_error_code(&e))? {
+                if unstable.contains(&(name.0.to_string(), row.partition)) {
                     row.committed = None;
                     row.error = Some(ResponseError::UnstableOffsetCommit);
                 }
