@@ -340,6 +340,46 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
 }
 
 #[test]
+fn dashboard_lists_an_open_transaction_and_clears_it_when_it_commits() {
+    // Proves the Transactions tab: an open librdkafka transaction is listed with its state,
+    // producer id (as the API reports it) and partitions; after the commit the open-only view
+    // is empty and unticking "Open only" shows it as CompleteCommit.
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    let node = Runnel::start(&[]);
+    let base = node.http_url();
+    create_topic(&node, "payments", 2);
+    let producer: BaseProducer =
+        client_config(&node, &[("transactional.id", "checkout-1"), ("linger.ms", "5")]).create().expect("producer");
+    producer.init_transactions(DEADLINE).expect("init_transactions");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(BaseRecord::<(), str>::to("payments").partition(1).payload("paid"))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(DEADLINE).expect("flush");
+
+    let browser = Browser::start();
+    let (_, described) = browser.http_json(Method::GET, &format!("{base}/v1/transactions/checkout-1"), None);
+    assert_eq!(described["state"], "Ongoing", "{described}");
+    browser.navigate(&format!("{base}/"));
+    browser.click(r#"a[data-nav="transactions"]"#);
+    let row = r#"[data-testid="txn-row"][data-txn="checkout-1"]"#;
+    browser.wait_for_text(&format!(r#"{row} [data-field="state"]"#), "Ongoing");
+    browser.wait_for_text(&format!(r#"{row} [data-field="producer_id"]"#), &described["producer_id"].to_string());
+    browser.wait_for_text(&format!(r#"{row} [data-field="partitions"]"#), "payments [1]");
+    browser.screenshot("transactions-open");
+
+    producer.commit_transaction(DEADLINE).expect("commit");
+    browser.wait_for_count(row, 0);
+    browser.wait_for_text(r#"[data-testid="txns-empty"]"#, "No open transactions.");
+    browser.click(r#"[data-testid="txn-open-only"]"#);
+    browser.wait_for_text(&format!(r#"{row} [data-field="state"]"#), "CompleteCommit");
+}
+
+#[test]
 fn dashboard_on_a_cluster_shows_nodes_fenced_and_partitions_under_replicated_after_a_kill() {
     // Proves on three nodes the overview shows every node live with its roles and the active
     // controller; after kill -9 of a node it shows that node fenced, the topic's partitions

@@ -232,3 +232,106 @@ fn a_transaction_past_its_timeout_is_aborted_by_the_coordinator() {
     });
     assert!(readable, "the stuck transaction was aborted and the committed record is readable: {seen:?}");
 }
+
+#[test]
+fn http_and_metrics_show_an_open_transaction_and_its_lso_lag_until_it_commits() {
+    // Proves the operator's view of issue 12: `/v1/transactions` lists an open transaction with
+    // its producer, age and partitions (`?open=true` too), `/v1/transactions/{id}` describes it
+    // (404 for an unknown id), the topic's partition shows its last stable offset below the
+    // high watermark, and `/metrics` counts it as Ongoing with an LSO lag; after the commit all
+    // of that clears.
+    let node = Runnel::start(&[]);
+    let http = support::HttpApi::new(&node);
+    support::create_topic(&node, "txn-http", 2);
+    let producer = transactional_producer(&node, "txn-http-1", &[]);
+    producer.begin_transaction().expect("begin");
+    for i in 0..3 {
+        send(&producer, "txn-http", 1, &format!("v{i}"));
+    }
+    producer.flush(TIMEOUT).expect("written");
+
+    let listed = http.get("/v1/transactions?open=true");
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let txns = listed.json["transactions"].as_array().expect("transactions").clone();
+    assert_eq!(txns.len(), 1, "{}", listed.text);
+    let t = &txns[0];
+    assert_eq!(t["transactional_id"], "txn-http-1");
+    assert_eq!(t["state"], "Ongoing");
+    assert_eq!(t["open"], true);
+    assert!(t["producer_id"].as_i64().unwrap() >= 0);
+    assert!(t["age_ms"].as_i64().is_some_and(|a| a >= 0), "{t}");
+    assert_eq!(t["partitions"], serde_json::json!([{"topic": "txn-http", "partitions": [1]}]));
+    assert_eq!(listed.json["unreachable_brokers"], serde_json::json!([]));
+    let one = http.get("/v1/transactions/txn-http-1");
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_eq!(one.json["state"], "Ongoing");
+    assert_eq!(http.get("/v1/transactions/no-such-id").status, 404);
+
+    let topic = http.get("/v1/topics/txn-http").json;
+    let partition = &topic["partitions"][1];
+    assert_eq!(partition["high_watermark"], 3, "{topic}");
+    assert_eq!(partition["last_stable_offset"], 0, "{topic}");
+    let metrics = http.get("/metrics").text;
+    assert!(metrics.contains("runnel_transactions{state=\"Ongoing\"} 1"), "{metrics}");
+    assert!(metrics.contains("runnel_partition_lso_lag{topic=\"txn-http\",partition=\"1\"} 3"), "{metrics}");
+    assert!(http.metric_sum("runnel_transaction_oldest_open_ms") >= 0.0);
+
+    producer.commit_transaction(TIMEOUT).expect("commit");
+    let cleared = support::wait_until(TIMEOUT, || {
+        http.get("/v1/transactions/txn-http-1").json["state"] == "CompleteCommit"
+            && http.get("/v1/transactions?open=true").json["transactions"].as_array().is_some_and(|a| a.is_empty())
+            && http.metric_sum("runnel_partition_lso_lag") == 0.0
+    });
+    assert!(cleared, "the commit clears the open transaction and the LSO lag");
+    let all = http.get("/v1/transactions").json;
+    assert_eq!(all["transactions"][0]["open"], false, "{all}");
+    assert!(all["transactions"][0]["age_ms"].is_null(), "{all}");
+    assert_eq!(http.metric_sum("runnel_transaction_oldest_open_ms"), 0.0);
+}
+
+#[test]
+fn the_record_browser_reads_committed_or_uncommitted_as_asked() {
+    // Proves `GET /v1/topics/{t}/records?isolation=`: read_committed leaves out an aborted
+    // transaction's records and stops at the last stable offset while a transaction is open;
+    // read_uncommitted (the default) shows every record; another value is a 400.
+    let node = Runnel::start(&[]);
+    let http = support::HttpApi::new(&node);
+    support::create_topic(&node, "txn-browse", 1);
+    let producer = transactional_producer(&node, "txn-browse-1", &[]);
+    producer.begin_transaction().expect("begin");
+    send(&producer, "txn-browse", 0, "a0");
+    send(&producer, "txn-browse", 0, "a1");
+    producer.flush(TIMEOUT).expect("written");
+    producer.abort_transaction(TIMEOUT).expect("abort");
+    producer.begin_transaction().expect("begin");
+    send(&producer, "txn-browse", 0, "c0");
+    producer.commit_transaction(TIMEOUT).expect("commit");
+    producer.begin_transaction().expect("begin");
+    send(&producer, "txn-browse", 0, "open");
+    producer.flush(TIMEOUT).expect("written");
+
+    let values = |isolation: &str| {
+        let answer = http.get(&format!("/v1/topics/txn-browse/records?partition=0{isolation}"));
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        let values: Vec<String> = answer.json["records"]
+            .as_array()
+            .expect("records")
+            .iter()
+            .map(|r| r["value"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (values, answer.json)
+    };
+    let (committed, body) = values("&isolation=read_committed");
+    assert_eq!(committed, vec!["c0"], "{body}");
+    assert_eq!(body["isolation"], "read_committed");
+    // a0 a1 abort-marker c0 commit-marker: the open transaction starts at 5.
+    assert_eq!(body["last_stable_offset"], 5, "{body}");
+    assert_eq!(body["high_watermark"], 6, "{body}");
+    let (all, body) = values("");
+    assert_eq!(all, vec!["a0", "a1", "c0", "open"], "{body}");
+    assert_eq!(body["isolation"], "read_uncommitted");
+    assert_eq!(http.get("/v1/topics/txn-browse/records?isolation=snapshot").status, 400);
+    producer.commit_transaction(TIMEOUT).expect("commit");
+    let (committed, body) = values("&isolation=read_committed");
+    assert_eq!(committed, vec!["c0", "open"], "{body}");
+}

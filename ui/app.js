@@ -1,6 +1,6 @@
 // Runnel dashboard: a single page over the broker's /v1 HTTP API.
 //
-// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>, #/transforms,
+// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>, #/transactions, #/transforms,
 // #/transforms/<name>) pick a view; the current
 // view polls its endpoint every POLL_MS while the tab is visible and re-renders only the parts
 // that show data, so inputs (filters, forms, the message browser) keep their state.
@@ -730,7 +730,8 @@
       const partition = form.elements.partition.value;
       const offset = offsetOverride ?? form.elements.offset.value.trim();
       const limit = form.elements.limit.value.trim() || "50";
-      const params = new URLSearchParams({ partition, limit });
+      const isolation = form.elements.isolation.value;
+      const params = new URLSearchParams({ partition, limit, isolation });
       if (offset !== "") params.set("offset", offset);
       const status = root.querySelector("#records-meta");
       status.textContent = "Loading…";
@@ -741,10 +742,13 @@
         nextOffset = data.next_offset;
         if (offsetOverride != null) form.elements.offset.value = String(offsetOverride);
         renderRecords(
-          `${plural(records.length, "record")} · partition ${data.partition} · log start ${fmtInt(data.log_start_offset)} · high watermark ${fmtInt(data.high_watermark)}`,
+          `${plural(records.length, "record")} · partition ${data.partition} · log start ${fmtInt(data.log_start_offset)} · high watermark ${fmtInt(data.high_watermark)}` +
+            (data.last_stable_offset < data.high_watermark ? ` · last stable ${fmtInt(data.last_stable_offset)}` : ""),
           data.high_watermark === data.log_start_offset
             ? `Partition ${data.partition} is empty.`
-            : "No records from this offset up to the high watermark.",
+            : isolation === "read_committed"
+              ? "No committed records from this offset up to the last stable offset."
+              : "No records from this offset up to the high watermark.",
         );
       } catch (e) {
         status.textContent = e.message;
@@ -786,6 +790,8 @@
                 <label class="field small">Partition<select name="partition"></select></label>
                 <label class="field small">Offset<input name="offset" placeholder="log start" inputmode="numeric" title="Empty: from the log start. Negative: that many before the high watermark."></label>
                 <label class="field small">Limit<input name="limit" type="number" min="1" max="1000" value="50"></label>
+                <label class="field small">Isolation<select name="isolation" data-testid="records-isolation" title="read_committed: up to the last stable offset, without aborted transactions' records">
+                  <option value="read_uncommitted">read_uncommitted</option><option value="read_committed">read_committed</option></select></label>
                 <button type="submit" class="primary" data-testid="records-fetch">Fetch</button>
                 <button type="button" id="records-next" data-testid="records-next" disabled>Next page →</button>
                 <button type="button" id="records-tail" data-testid="records-tail">Latest</button>
@@ -1034,6 +1040,100 @@
               })
               .join("")}</tbody></table>`
           : `<p class="empty">No committed offsets.</p>`;
+      },
+    };
+  }
+
+  const transactionsState = { filter: "", openOnly: true, sort: { key: "age_ms", dir: -1 } };
+
+  /** A transaction's state: open ones amber (they hold last stable offsets back), aborts red. */
+  function txnBadge(state) {
+    const tone = { CompleteCommit: "ok", Empty: "neutral", CompleteAbort: "bad", Dead: "bad", PrepareAbort: "bad" }[state] || "warn";
+    return `<span class="badge ${tone}" data-field="state">${esc(state)}</span>`;
+  }
+
+  function transactionsView() {
+    let root;
+    let data = null;
+    let lastRender = null;
+    const render = () => {
+      if (!data) return;
+      const all = data.transactions || [];
+      const needle = transactionsState.filter.trim().toLowerCase();
+      const matching = all.filter(
+        (t) => (!transactionsState.openOnly || t.open) && (!needle || t.transactional_id.toLowerCase().includes(needle)),
+      );
+      const shown = sortRows(matching, transactionsState.sort);
+      const html = shown
+        .map((t) => {
+          const parts = (t.partitions || [])
+            .map((p) => `<a href="${topicHref(p.topic)}">${esc(p.topic)}</a> <span class="muted">[${p.partitions.map(fmtInt).join(", ")}]</span>`)
+            .join("<br>");
+          const overdue = t.open && t.age_ms != null && t.age_ms > t.timeout_ms;
+          return `<tr data-testid="txn-row" data-txn="${esc(t.transactional_id)}">
+            <td data-field="transactional_id"><code>${esc(t.transactional_id)}</code></td>
+            <td>${txnBadge(t.state)}</td>
+            ${num(t.producer_id, "producer_id")}
+            ${num(t.producer_epoch, "producer_epoch")}
+            <td class="num" data-field="age_ms">${t.age_ms == null ? `<span class="muted">${DASH}</span>` : overdue ? `<strong>${fmtDuration(t.age_ms)}</strong>` : fmtDuration(t.age_ms)}</td>
+            <td class="num" data-field="timeout_ms">${fmtDuration(t.timeout_ms)}</td>
+            <td data-field="partitions">${parts || `<span class="muted">${DASH}</span>`}</td>
+            ${num(t.coordinator, "coordinator")}</tr>`;
+        })
+        .join("");
+      const unreachable = data.unreachable_brokers || [];
+      const key = html + unreachable.join(",");
+      if (key === lastRender) return;
+      lastRender = key;
+      root.querySelector("tbody").innerHTML = html;
+      const empty = root.querySelector("[data-testid=txns-empty]");
+      empty.hidden = shown.length > 0;
+      empty.textContent = all.length
+        ? transactionsState.openOnly && !needle ? "No open transactions." : "No transaction matches the filter."
+        : "No transactional producers yet.";
+      const open = all.filter((t) => t.open).length;
+      root.querySelector("#txn-count").textContent = `${plural(all.length, "transactional id")}, ${fmtInt(open)} open`;
+      const partial = root.querySelector("[data-testid=txns-partial]");
+      partial.hidden = unreachable.length === 0;
+      partial.textContent = `Brokers ${unreachable.join(", ")} did not answer: their transactions are missing.`;
+    };
+    return {
+      title: "Transactions",
+      mount(el) {
+        root = el;
+        root.innerHTML = `
+          <div class="page-head"><div><h1>Transactions</h1><p class="sub" id="txn-count">Loading…</p></div></div>
+          <p class="banner warn" data-testid="txns-partial" hidden></p>
+          <div class="toolbar">
+            <input type="search" class="filter" data-testid="txn-filter" placeholder="Filter by transactional id" aria-label="Filter transactions" spellcheck="false">
+            <label class="check"><input type="checkbox" data-testid="txn-open-only"> Open only</label>
+          </div>
+          <section class="card flush">
+            <table class="data" data-testid="txns-table"><thead><tr>
+              <th data-sort="transactional_id">Transactional id</th><th data-sort="state">State</th>
+              <th class="num" data-sort="producer_id">Producer id</th><th class="num" data-sort="producer_epoch">Epoch</th>
+              <th class="num" data-sort="age_ms">Open for</th><th class="num" data-sort="timeout_ms">Timeout</th>
+              <th>Partitions</th><th class="num" data-sort="coordinator">Coordinator</th>
+            </tr></thead><tbody></tbody></table>
+            <p class="empty" data-testid="txns-empty" hidden></p>
+          </section>`;
+        const filter = root.querySelector("[data-testid=txn-filter]");
+        filter.value = transactionsState.filter;
+        filter.addEventListener("input", () => {
+          transactionsState.filter = filter.value;
+          render();
+        });
+        const openOnly = root.querySelector("[data-testid=txn-open-only]");
+        openOnly.checked = transactionsState.openOnly;
+        openOnly.addEventListener("change", () => {
+          transactionsState.openOnly = openOnly.checked;
+          render();
+        });
+        sortable(root.querySelector("thead"), transactionsState.sort, render);
+      },
+      async refresh(signal) {
+        data = await api("/v1/transactions", { signal });
+        render();
       },
     };
   }
@@ -1306,6 +1406,7 @@
     if (section === "topics") return { nav: "topics", view: topicView(rest.join("/")) };
     if (section === "groups" && rest.length === 0) return { nav: "groups", view: groupsView() };
     if (section === "groups") return { nav: "groups", view: groupView(rest.join("/")) };
+    if (section === "transactions" && rest.length === 0) return { nav: "transactions", view: transactionsView() };
     if (section === "transforms" && rest.length === 0) return { nav: "transforms", view: transformsView() };
     if (section === "transforms") return { nav: "transforms", view: transformView(rest.join("/")) };
     return { nav: null, view: notFoundView() };

@@ -84,6 +84,9 @@ pub struct Metrics {
     /// Over the partitions this node leads: the largest gap between the log end offset and a
     /// follower's (ISR members and not), in records.
     pub replica_max_lag: IntGauge,
+    /// How long the oldest open transaction this node coordinates has been open, ms (0: none):
+    /// a hanging transaction holds its partitions' last stable offsets back.
+    pub transaction_oldest_open_ms: IntGauge,
     pub unclean_leader_elections: IntGauge,
     pub group_members: IntGaugeVec,
     pub scrape_seconds: Histogram,
@@ -453,6 +456,11 @@ impl Metrics {
                 &r,
                 "kafka_server_replicafetchermanager_maxlag",
                 "Largest follower lag (records) over the partitions this node leads",
+            ),
+            transaction_oldest_open_ms: gauge(
+                &r,
+                "runnel_transaction_oldest_open_ms",
+                "Age (ms) of the oldest open transaction this node coordinates; 0 when none is open",
             ),
             offline_partitions: gauge(
                 &r,

@@ -417,3 +417,142 @@ mod tests {
         assert!(is_under_replicated(&partitions[4]));
     }
 }
+
+/// A transaction as the HTTP API shows it (DescribeTransactions' view, from its coordinator).
+pub struct TxnView {
+    pub transactional_id: String,
+    pub coordinator: u64,
+    pub state: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    /// -1 when no transaction has started.
+    pub start_ms: i64,
+    pub partitions: Vec<(String, Vec<i32>)>,
+}
+
+impl TxnView {
+    /// Ongoing or being ended (markers not yet all written): it holds partitions' last
+    /// stable offsets back.
+    pub fn is_open(&self) -> bool {
+        matches!(self.state.as_str(), "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence")
+    }
+}
+
+const TXN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Every transactional id of the cluster, asked of every broker as `kafka-transactions.sh list`
+/// and `describe` do (ListTransactions, then DescribeTransactions with the ids it named), through
+/// the Kafka handlers here and the peer client elsewhere. Also returns the brokers that did not
+/// answer, so a view can say it is partial.
+pub async fn transactions(http: &Http) -> (Vec<TxnView>, Vec<u64>) {
+    let image = http.broker.controller.image();
+    let me = http.broker.settings.node_id;
+    let asks = image.brokers.keys().map(|&node| async move {
+        let route = if node == me { kafka::Route::Here } else { kafka::Route::Peer(node) };
+        (node, coordinator_transactions(http, route, None).await)
+    });
+    let mut all = Vec::new();
+    let mut unreachable = Vec::new();
+    for (node, answer) in futures_util::future::join_all(asks).await {
+        match answer {
+            Ok(views) => all.extend(views.into_iter().map(|v| TxnView { coordinator: node, ..v })),
+            Err(e) => {
+                tracing::debug!(node, error = %e.message, "transactions: broker did not answer");
+                unreachable.push(node);
+            }
+        }
+    }
+    all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+    (all, unreachable)
+}
+
+/// One transactional id, from its coordinator (the leader of its `__transaction_state`
+/// partition); 404 when it is unknown.
+pub async fn transaction(http: &Http, transactional_id: &str) -> ApiResult<TxnView> {
+    let image = http.broker.controller.image();
+    let me = http.broker.settings.node_id;
+    let not_found = || {
+        ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            40403,
+            format!("transactional id '{transactional_id}' not found"),
+        )
+    };
+    let topic = crate::txn::coordinator::TRANSACTION_STATE_TOPIC;
+    if !image.topics.contains_key(topic) {
+        return Err(not_found());
+    }
+    let partition = http.broker.txn.partition_of(transactional_id);
+    let route = kafka::leader_route(me, &image, topic, partition as i32);
+    let coordinator = match route {
+        kafka::Route::Here => me,
+        kafka::Route::Peer(node) => node,
+    };
+    let views = coordinator_transactions(http, route, Some(transactional_id)).await?;
+    views.into_iter().next().map(|v| TxnView { coordinator, ..v }).ok_or_else(not_found)
+}
+
+/// The transactions one coordinator knows: `only` one id, else every id it lists.
+async fn coordinator_transactions(http: &Http, route: kafka::Route, only: Option<&str>) -> ApiResult<Vec<TxnView>> {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, ListTransactionsRequest, TransactionalId};
+    use kafka_protocol::ResponseError;
+    let ids: Vec<TransactionalId> = match only {
+        Some(id) => vec![TransactionalId(handlers::str_bytes(id))],
+        None => {
+            let request = ListTransactionsRequest::default();
+            let response = match route {
+                kafka::Route::Here => {
+                    handlers::list_transactions::handle(&http.broker, &kafka::header(kafka::LIST_TRANSACTIONS), request)
+                        .await
+                        .ok_or_else(|| ApiError::internal("ListTransactions returned no response"))?
+                }
+                kafka::Route::Peer(node) => {
+                    kafka::forward(http, node, kafka::LIST_TRANSACTIONS, &request, TXN_CALL_TIMEOUT).await?
+                }
+            };
+            if response.error_code != 0 {
+                return Err(ApiError::kafka_code(response.error_code, Some("ListTransactions")));
+            }
+            response.transaction_states.into_iter().map(|t| t.transactional_id).collect()
+        }
+    };
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let request = DescribeTransactionsRequest::default().with_transactional_ids(ids);
+    let response = match route {
+        kafka::Route::Here => {
+            handlers::describe_transactions::handle(&http.broker, &kafka::header(kafka::DESCRIBE_TRANSACTIONS), request)
+                .await
+                .ok_or_else(|| ApiError::internal("DescribeTransactions returned no response"))?
+        }
+        kafka::Route::Peer(node) => {
+            kafka::forward(http, node, kafka::DESCRIBE_TRANSACTIONS, &request, TXN_CALL_TIMEOUT).await?
+        }
+    };
+    let mut views = Vec::new();
+    for t in response.transaction_states {
+        // An id that expired or moved between the two calls is simply not shown.
+        if t.error_code == ResponseError::TransactionalIdNotFound.code() {
+            continue;
+        }
+        if t.error_code != 0 {
+            return Err(ApiError::kafka_code(
+                t.error_code,
+                Some(&format!("transactional id '{}'", &*t.transactional_id)),
+            ));
+        }
+        views.push(TxnView {
+            transactional_id: t.transactional_id.to_string(),
+            coordinator: 0,
+            state: t.transaction_state.to_string(),
+            producer_id: t.producer_id.0,
+            producer_epoch: t.producer_epoch,
+            timeout_ms: t.transaction_timeout_ms,
+            start_ms: t.transaction_start_time_ms,
+            partitions: t.topics.into_iter().map(|d| (d.topic.0.to_string(), d.partitions)).collect(),
+        });
+    }
+    Ok(views)
+}

@@ -548,7 +548,7 @@ pub async fn poll(
                     continue;
                 }
                 let mut read = Vec::new();
-                let next = records::decode(data.partition_index, bytes, position, usize::MAX, &mut read);
+                let next = records::decode(data.partition_index, bytes, position, usize::MAX, None, &mut read);
                 let mut taken = 0;
                 let mut next_position = position;
                 for record in read {

@@ -32,6 +32,8 @@ pub const LEAVE_GROUP: Api = (ApiKey::LeaveGroup, 5);
 pub const OFFSET_COMMIT: Api = (ApiKey::OffsetCommit, 8);
 pub const OFFSET_FETCH: Api = (ApiKey::OffsetFetch, 7);
 pub const DELETE_GROUPS: Api = (ApiKey::DeleteGroups, 2);
+pub const LIST_TRANSACTIONS: Api = (ApiKey::ListTransactions, 0);
+pub const DESCRIBE_TRANSACTIONS: Api = (ApiKey::DescribeTransactions, 0);
 
 /// The client id HTTP requests carry (what DescribeGroups shows for HTTP consumers).
 pub const CLIENT_ID: &str = "runnel-http";

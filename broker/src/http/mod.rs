@@ -75,7 +75,7 @@ type State = Arc<Http>;
             {\"error_code\": int, \"message\": string}."
     ),
     tags(
-        (name = "v1", description = "Runnel's own: cluster health, partitions, groups with lag, record browser"),
+        (name = "v1", description = "Runnel's own: cluster health, partitions, groups with lag, transactions, record browser"),
         (name = "v3", description = "Confluent REST Proxy v3: clusters, topics, configs, records, consumer-group lag"),
         (name = "v2", description = "Confluent REST Proxy v2: produce and consumer instances"),
         (name = "ops", description = "Metrics"),
@@ -93,6 +93,8 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
         .routes(routes!(v1::browse_records))
         .routes(routes!(v1::list_groups))
         .routes(routes!(v1::describe_group, v1::delete_group))
+        .routes(routes!(v1::list_transactions))
+        .routes(routes!(v1::describe_transaction))
         .routes(routes!(v3::list_clusters))
         .routes(routes!(v3::get_cluster))
         .routes(routes!(v3::list_topics, v3::create_topic))

@@ -1,6 +1,7 @@
 //! Request metrics for every HTTP route, and `/metrics`: the Prometheus text format, with the
 //! state gauges (partitions, log sizes, group lag) refreshed from the node at scrape time.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -65,8 +66,12 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     let (mut hosted, mut leaders) = (0, 0);
     let mut max_lag = 0i64;
     let mut logs: Vec<LogRow> = Vec::new();
+    // High watermark minus last stable offset of the partitions this node leads: how far
+    // read_committed consumers trail read_uncommitted ones behind open transactions.
+    let mut lso_lags: Vec<(&str, Option<String>, i64)> = Vec::new();
     for topic in image.topics.values() {
         let mut sum: Option<(i64, i64, i64)> = None;
+        let mut lso_sum: Option<i64> = None;
         for p in &topic.partitions {
             if p.leader == Some(node_id) {
                 leaders += 1;
@@ -84,10 +89,21 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
                 for (_, follower_end) in partition.follower_log_end_offsets() {
                     max_lag = max_lag.max(end - follower_end.max(0));
                 }
+                if let (true, Ok(lso)) = (partition.is_leader(), partition.last_stable_offset()) {
+                    let lag = (partition.high_watermark() - lso).max(0);
+                    if aggregate {
+                        *lso_sum.get_or_insert(0) += lag;
+                    } else {
+                        lso_lags.push((&topic.name, Some(p.partition.to_string()), lag));
+                    }
+                }
             }
         }
         if let Some((size, end, start)) = sum {
             logs.push((&topic.name, None, size, end, start));
+        }
+        if let Some(lag) = lso_sum {
+            lso_lags.push((&topic.name, None, lag));
         }
     }
     metrics.partition_count.set(hosted);
@@ -134,6 +150,34 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
         &format!("Log start offset of a partition{summed}"),
         logs.iter().map(|log| (labels(log), log.4)),
     );
+
+    state.gauge(
+        "runnel_partition_lso_lag",
+        &format!("High watermark minus last stable offset of a partition this node leads (records held back from read_committed consumers by open transactions){summed}"),
+        lso_lags.iter().map(|(topic, partition, lag)| {
+            let labels = match partition {
+                Some(p) => vec![("topic", *topic), ("partition", p.as_str())],
+                None => vec![("topic", *topic)],
+            };
+            (labels, *lag)
+        }),
+    );
+    let txns = broker.txn.list();
+    let now = crate::log::now_ms();
+    let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
+    let mut oldest_open_ms = 0i64;
+    for t in &txns {
+        *by_state.entry(t.state.name()).or_default() += 1;
+        if t.state.is_open() && t.start_ms >= 0 {
+            oldest_open_ms = oldest_open_ms.max(now - t.start_ms);
+        }
+    }
+    state.gauge(
+        "runnel_transactions",
+        "Transactional ids this node coordinates, per state (Ongoing, PrepareCommit, ... as kafka-transactions.sh names them)",
+        by_state.iter().map(|(name, count)| ([("state", *name)], *count)),
+    );
+    metrics.transaction_oldest_open_ms.set(oldest_open_ms);
 
     metrics.group_members.reset();
     let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();

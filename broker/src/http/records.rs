@@ -20,7 +20,7 @@ use kafka_protocol::ResponseError;
 use super::error::{ApiError, ApiResult};
 use super::kafka::Route;
 use super::{kafka, Http};
-use crate::log::records::{for_each_record, BatchBuilder};
+use crate::log::records::{for_each_committed_record, AbortedFilter, BatchBuilder};
 use crate::log::{now_ms, Compression};
 use crate::server::handlers;
 
@@ -216,10 +216,18 @@ async fn produce_routed(
 }
 
 /// Decodes the records of fetched batches at or after `from_offset`, at most `limit` of them
-/// (see [`for_each_record`]); returns the offset to read next.
-pub fn decode(partition: i32, bytes: Bytes, from_offset: i64, limit: usize, out: &mut Vec<ReadRecord>) -> i64 {
+/// (see [`for_each_committed_record`]); returns the offset to read next.
+/// With `aborted` (a read_committed fetch's aborted transactions) their records are left out.
+pub fn decode(
+    partition: i32,
+    bytes: Bytes,
+    from_offset: i64,
+    limit: usize,
+    aborted: Option<&mut AbortedFilter>,
+    out: &mut Vec<ReadRecord>,
+) -> i64 {
     let limit = limit.saturating_sub(out.len());
-    for_each_record(bytes, from_offset, limit, |record| {
+    for_each_committed_record(bytes, from_offset, limit, aborted, |record| {
         out.push(ReadRecord {
             partition,
             offset: record.offset,

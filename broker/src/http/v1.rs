@@ -1,6 +1,6 @@
 //! Runnel's own endpoints: cluster health, topics with per-partition state (leader, replicas,
 //! ISR, epochs, offsets, sizes), topic configs, a record browser, and consumer groups with
-//! per-partition lag. The dashboard and the CLI use these.
+//! per-partition lag, transactions (every coordinator asked). The dashboard and the CLI use these.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use super::admin;
 use super::error::{ApiError, ApiResult, JsonBody, Path, Query};
 use super::records::{self, text_or_base64, ReadRecord};
 use super::{kafka, LONG_POLL_MAX_MS};
+use crate::log::records::AbortedFilter;
 use crate::server::handlers;
 
 #[derive(Serialize, ToSchema)]
@@ -469,6 +470,10 @@ pub struct BrowseQuery {
     pub limit: Option<usize>,
     /// Wait up to this many ms (at most 30000) for records when there are none at `offset`.
     pub wait_ms: Option<u64>,
+    /// `read_uncommitted` (default: every record up to the high watermark, aborted
+    /// transactions' included) or `read_committed` (up to the last stable offset, without
+    /// aborted transactions' records), as a Kafka consumer's `isolation.level`.
+    pub isolation: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -529,6 +534,10 @@ pub struct BrowsedRecords {
     pub partition: i32,
     pub log_start_offset: i64,
     pub high_watermark: i64,
+    /// Where read_committed readers stop: below the high watermark while a transaction is open.
+    pub last_stable_offset: i64,
+    /// `read_uncommitted` or `read_committed`, as asked.
+    pub isolation: String,
     /// Where the next page starts.
     pub next_offset: i64,
     pub records: Vec<BrowsedRecord>,
@@ -580,6 +589,15 @@ pub async fn browse_records(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_parameter("limit must be between 1 and 1000"));
     }
+    let read_committed = match query.isolation.as_deref() {
+        None | Some("read_uncommitted") => false,
+        Some("read_committed") => true,
+        Some(other) => {
+            return Err(ApiError::bad_parameter(format!(
+                "isolation must be read_uncommitted or read_committed, not '{other}'"
+            )))
+        }
+    };
     let image = http.broker.controller.image();
     let route = kafka::leader_route(http.broker.settings.node_id, &image, &topic, partition_index);
     let (hosted, mut log_start_offset, mut high_watermark) = match route {
@@ -600,6 +618,8 @@ pub async fn browse_records(
             (None, start, end)
         }
     };
+    // Until a fetch says otherwise (an empty partition is never fetched past its end).
+    let mut last_stable_offset = high_watermark;
     let offset = match query.offset {
         None => log_start_offset,
         Some(o) if o < 0 => (high_watermark + o).max(log_start_offset),
@@ -612,6 +632,7 @@ pub async fn browse_records(
     for _ in 0..16 {
         let request = FetchRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_isolation_level(i8::from(read_committed))
             .with_max_wait_ms(if records.is_empty() { wait_ms as i32 } else { 0 })
             .with_min_bytes(1)
             .with_max_bytes(1 << 20)
@@ -634,6 +655,7 @@ pub async fn browse_records(
             return Err(ApiError::kafka_code(data.error_code, Some(&format!("reading {topic}-{partition_index}"))));
         }
         high_watermark = data.high_watermark;
+        last_stable_offset = data.last_stable_offset;
         if data.log_start_offset >= 0 {
             log_start_offset = data.log_start_offset;
         }
@@ -642,8 +664,12 @@ pub async fn browse_records(
             break;
         }
         let before = next_offset;
-        next_offset = records::decode(partition_index, bytes, next_offset, limit, &mut records);
-        if records.len() >= limit || next_offset == before || next_offset >= data.high_watermark {
+        let mut aborted = read_committed.then(|| {
+            AbortedFilter::new(data.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)))
+        });
+        next_offset = records::decode(partition_index, bytes, next_offset, limit, aborted.as_mut(), &mut records);
+        let end = if read_committed { data.last_stable_offset } else { data.high_watermark };
+        if records.len() >= limit || next_offset == before || next_offset >= end {
             break;
         }
     }
@@ -653,6 +679,8 @@ pub async fn browse_records(
         // Here: the partition's offsets now; elsewhere: what the leader's last answer said.
         log_start_offset: hosted.as_ref().map_or(log_start_offset, |p| p.log_start_offset()),
         high_watermark: hosted.as_ref().map_or(high_watermark, |p| p.high_watermark()),
+        last_stable_offset: hosted.as_ref().and_then(|p| p.last_stable_offset().ok()).unwrap_or(last_stable_offset),
+        isolation: if read_committed { "read_committed" } else { "read_uncommitted" }.to_string(),
         next_offset,
         records: records.into_iter().map(BrowsedRecord::from).collect(),
     }))
@@ -804,6 +832,94 @@ pub async fn describe_group(
 pub async fn delete_group(State(http): State<super::State>, Path(group): Path<String>) -> ApiResult<StatusCode> {
     admin::delete_group(&http, &group).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransactionPartitions {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Transaction {
+    pub transactional_id: String,
+    /// The broker coordinating it (leader of its `__transaction_state` partition).
+    pub coordinator: u64,
+    /// Kafka's state names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    /// CompleteAbort, PrepareEpochFence, Dead.
+    pub state: String,
+    /// Ongoing or being ended: it holds its partitions' last stable offsets back.
+    pub open: bool,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    /// When the current (or last) transaction started, ms since the epoch; `None` before the
+    /// first one.
+    pub start_time_ms: Option<i64>,
+    /// How long an open transaction has been open; `None` when it is not open.
+    pub age_ms: Option<i64>,
+    pub partitions: Vec<TransactionPartitions>,
+}
+
+impl From<admin::TxnView> for Transaction {
+    fn from(t: admin::TxnView) -> Transaction {
+        let open = t.is_open();
+        let start_time_ms = (t.start_ms >= 0).then_some(t.start_ms);
+        Transaction {
+            age_ms: start_time_ms.filter(|_| open).map(|start| (crate::log::now_ms() - start).max(0)),
+            start_time_ms,
+            open,
+            transactional_id: t.transactional_id,
+            coordinator: t.coordinator,
+            state: t.state,
+            producer_id: t.producer_id,
+            producer_epoch: t.producer_epoch,
+            timeout_ms: t.timeout_ms,
+            partitions: t
+                .partitions
+                .into_iter()
+                .map(|(topic, partitions)| TransactionPartitions { topic, partitions })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TransactionList {
+    pub transactions: Vec<Transaction>,
+    /// Brokers that did not answer: their transactions are missing from the list.
+    pub unreachable_brokers: Vec<u64>,
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct TransactionsQuery {
+    /// Only open transactions (Ongoing or being committed/aborted); default false.
+    pub open: Option<bool>,
+}
+
+/// Every transactional id of the cluster with its state, producer, age and partitions (what
+/// `kafka-transactions.sh list` and `describe` show), asked of every broker.
+#[utoipa::path(get, path = "/v1/transactions", tag = "v1", params(TransactionsQuery),
+    responses((status = 200, body = TransactionList)))]
+pub async fn list_transactions(
+    State(http): State<super::State>,
+    Query(query): Query<TransactionsQuery>,
+) -> Json<TransactionList> {
+    let (all, unreachable_brokers) = admin::transactions(&http).await;
+    let only_open = query.open.unwrap_or(false);
+    let transactions = all.into_iter().filter(|t| !only_open || t.is_open()).map(Transaction::from).collect();
+    Json(TransactionList { transactions, unreachable_brokers })
+}
+
+/// One transactional id, from its coordinator.
+#[utoipa::path(get, path = "/v1/transactions/{transactional_id}", tag = "v1",
+    params(("transactional_id" = String, Path)),
+    responses((status = 200, body = Transaction), (status = 404, body = super::error::ErrorBody)))]
+pub async fn describe_transaction(
+    State(http): State<super::State>,
+    Path(transactional_id): Path<String>,
+) -> ApiResult<Json<Transaction>> {
+    Ok(Json(admin::transaction(&http, &transactional_id).await?.into()))
 }
 
 #[cfg(test)]

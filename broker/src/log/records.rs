@@ -120,7 +120,19 @@ impl RecordBatch {
 /// malformed batch. Returns the offset after the last record visited, or after the batches
 /// seen when none of their records were wanted (so a reader never re-reads a range of control
 /// records or records below `from_offset`).
-pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, mut visit: impl FnMut(Record)) -> i64 {
+pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, visit: impl FnMut(Record)) -> i64 {
+    for_each_committed_record(bytes, from_offset, limit, None, visit)
+}
+
+/// [`for_each_record`] that, given the Fetch's aborted transactions (`read_committed`), also
+/// skips the records of aborted transactions as a Kafka consumer does.
+pub fn for_each_committed_record(
+    bytes: Bytes,
+    from_offset: i64,
+    limit: usize,
+    mut aborted: Option<&mut AbortedFilter>,
+    mut visit: impl FnMut(Record),
+) -> i64 {
     let mut next = from_offset;
     let mut visited = 0;
     for batch in crate::log::batch::BatchIter::new(bytes) {
@@ -128,7 +140,8 @@ pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, mut visit: 
         if visited >= limit {
             break;
         }
-        if batch.header().attributes.is_control() {
+        let skip = aborted.as_deref_mut().is_some_and(|filter| filter.skips(&batch));
+        if skip || batch.header().attributes.is_control() {
             next = next.max(batch.last_offset() + 1);
             continue;
         }
@@ -150,6 +163,57 @@ pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, mut visit: 
         }
     }
     next
+}
+
+/// A `read_committed` reader's view of the aborted transactions a Fetch named (KIP-98, the
+/// Java consumer's `abortedProducerIds`): a transactional batch of a producer whose aborted
+/// transaction started at or before the batch is skipped, until that producer's abort marker.
+/// Batches must be shown in offset order.
+#[derive(Debug, Default)]
+pub struct AbortedFilter {
+    /// (first offset, producer id), by first offset, not yet reached.
+    pending: Vec<(i64, i64)>,
+    /// Producers inside an aborted transaction.
+    aborting: std::collections::BTreeSet<i64>,
+}
+
+impl AbortedFilter {
+    /// `aborted`: (producer id, first offset) pairs, as Fetch returns them.
+    pub fn new(aborted: impl IntoIterator<Item = (i64, i64)>) -> AbortedFilter {
+        let mut pending: Vec<(i64, i64)> = aborted.into_iter().map(|(pid, first)| (first, pid)).collect();
+        // Popped from the end: the earliest first offset last.
+        pending.sort_unstable_by(|a, b| b.cmp(a));
+        AbortedFilter { pending, aborting: Default::default() }
+    }
+
+    /// Whether `batch`'s records are hidden from a read_committed reader (control batches are
+    /// hidden anyway; an abort marker ends its producer's aborted range).
+    pub fn skips(&mut self, batch: &crate::log::batch::RecordBatch) -> bool {
+        let header = batch.header();
+        if !header.attributes.is_transactional() {
+            return false;
+        }
+        while let Some(&(first, pid)) = self.pending.last() {
+            if first > batch.last_offset() {
+                break;
+            }
+            self.aborting.insert(pid);
+            self.pending.pop();
+        }
+        if header.attributes.is_control() {
+            let abort = batch
+                .record_iter()
+                .ok()
+                .and_then(|mut records| records.next()?.ok())
+                .and_then(|marker| marker.key)
+                .is_some_and(|key| key.len() >= 4 && i16::from_be_bytes([key[2], key[3]]) == 0);
+            if abort {
+                self.aborting.remove(&header.producer_id);
+            }
+            return true;
+        }
+        self.aborting.contains(&header.producer_id)
+    }
 }
 
 /// Lazily decodes the records of one batch; see [`RecordBatch::record_iter`].

@@ -48,6 +48,14 @@ impl TxnState {
         })
     }
 
+    /// Ongoing or being ended (its markers not all written): it holds last stable offsets back.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence
+        )
+    }
+
     /// Kafka's names (`kafka-transactions.sh`, ListTransactions state filters).
     pub fn name(self) -> &'static str {
         match self {
