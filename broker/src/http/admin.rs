@@ -435,7 +435,7 @@ impl TxnView {
     /// Ongoing or being ended (markers not yet all written): it holds partitions' last
     /// stable offsets back.
     pub fn is_open(&self) -> bool {
-        matches!(self.state.as_str(), "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence")
+        crate::txn::schema::TxnState::from_name(&self.state).is_some_and(|s| s.is_open())
     }
 }
 
@@ -450,13 +450,13 @@ pub async fn transactions(http: &Http) -> (Vec<TxnView>, Vec<u64>) {
     let me = http.broker.settings.node_id;
     let asks = image.brokers.keys().map(|&node| async move {
         let route = if node == me { kafka::Route::Here } else { kafka::Route::Peer(node) };
-        (node, coordinator_transactions(http, route, None).await)
+        (node, coordinator_transactions(http, node, route, None).await)
     });
     let mut all = Vec::new();
     let mut unreachable = Vec::new();
     for (node, answer) in futures_util::future::join_all(asks).await {
         match answer {
-            Ok(views) => all.extend(views.into_iter().map(|v| TxnView { coordinator: node, ..v })),
+            Ok(views) => all.extend(views),
             Err(e) => {
                 tracing::debug!(node, error = %e.message, "transactions: broker did not answer");
                 unreachable.push(node);
@@ -489,12 +489,18 @@ pub async fn transaction(http: &Http, transactional_id: &str) -> ApiResult<TxnVi
         kafka::Route::Here => me,
         kafka::Route::Peer(node) => node,
     };
-    let views = coordinator_transactions(http, route, Some(transactional_id)).await?;
-    views.into_iter().next().map(|v| TxnView { coordinator, ..v }).ok_or_else(not_found)
+    let views = coordinator_transactions(http, coordinator, route, Some(transactional_id)).await?;
+    views.into_iter().next().ok_or_else(not_found)
 }
 
-/// The transactions one coordinator knows: `only` one id, else every id it lists.
-async fn coordinator_transactions(http: &Http, route: kafka::Route, only: Option<&str>) -> ApiResult<Vec<TxnView>> {
+/// The transactions broker `coordinator` (reached by `route`) knows: `only` one id, else every
+/// id it lists.
+async fn coordinator_transactions(
+    http: &Http,
+    coordinator: u64,
+    route: kafka::Route,
+    only: Option<&str>,
+) -> ApiResult<Vec<TxnView>> {
     use kafka_protocol::messages::{DescribeTransactionsRequest, ListTransactionsRequest, TransactionalId};
     use kafka_protocol::ResponseError;
     let ids: Vec<TransactionalId> = match only {
@@ -545,7 +551,7 @@ async fn coordinator_transactions(http: &Http, route: kafka::Route, only: Option
         }
         views.push(TxnView {
             transactional_id: t.transactional_id.to_string(),
-            coordinator: 0,
+            coordinator,
             state: t.transaction_state.to_string(),
             producer_id: t.producer_id.0,
             producer_epoch: t.producer_epoch,

@@ -51,6 +51,14 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
 /// A log's series: topic, partition (None when summed per topic), size, log end, log start.
 type LogRow<'a> = (&'a str, Option<String>, i64, i64, i64);
 
+/// A per-partition series' labels; `partition` is `None` when summed per topic.
+fn partition_labels<'a>(topic: &'a str, partition: Option<&'a str>) -> Vec<(&'static str, &'a str)> {
+    match partition {
+        Some(p) => vec![("topic", topic), ("partition", p)],
+        None => vec![("topic", topic)],
+    }
+}
+
 /// Scrapes are serialized: a gauge family is reset and refilled as one step.
 static REFRESH: Mutex<()> = Mutex::new(());
 
@@ -130,10 +138,7 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     let mut state = StateSeries::default();
     let summed = if aggregate { ", summed over the topic's partitions on this node" } else { "" };
     fn labels<'a>((topic, partition, ..): &'a LogRow<'a>) -> Vec<(&'static str, &'a str)> {
-        match partition {
-            Some(p) => vec![("topic", *topic), ("partition", p.as_str())],
-            None => vec![("topic", *topic)],
-        }
+        partition_labels(topic, partition.as_deref())
     }
     state.gauge(
         "kafka_log_log_size",
@@ -154,13 +159,7 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     state.gauge(
         "runnel_partition_lso_lag",
         &format!("High watermark minus last stable offset of a partition this node leads (records held back from read_committed consumers by open transactions){summed}"),
-        lso_lags.iter().map(|(topic, partition, lag)| {
-            let labels = match partition {
-                Some(p) => vec![("topic", *topic), ("partition", p.as_str())],
-                None => vec![("topic", *topic)],
-            };
-            (labels, *lag)
-        }),
+        lso_lags.iter().map(|(topic, partition, lag)| (partition_labels(topic, partition.as_deref()), *lag)),
     );
     let txns = broker.txn.list();
     let now = crate::log::now_ms();

@@ -48,6 +48,22 @@ impl TxnState {
         })
     }
 
+    pub const ALL: [TxnState; 8] = [
+        TxnState::Empty,
+        TxnState::Ongoing,
+        TxnState::PrepareCommit,
+        TxnState::PrepareAbort,
+        TxnState::CompleteCommit,
+        TxnState::CompleteAbort,
+        TxnState::Dead,
+        TxnState::PrepareEpochFence,
+    ];
+
+    /// The state Kafka names `name` ([`TxnState::name`]).
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        TxnState::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// Ongoing or being ended (its markers not all written): it holds last stable offsets back.
     pub fn is_open(self) -> bool {
         matches!(

@@ -14,17 +14,6 @@ use crate::log::now_ms;
 use crate::server::Broker;
 use crate::txn::schema::TxnState;
 
-const STATES: [TxnState; 8] = [
-    TxnState::Empty,
-    TxnState::Ongoing,
-    TxnState::PrepareCommit,
-    TxnState::PrepareAbort,
-    TxnState::CompleteCommit,
-    TxnState::CompleteAbort,
-    TxnState::Dead,
-    TxnState::PrepareEpochFence,
-];
-
 pub async fn handle(
     broker: &Broker,
     _header: &RequestHeader,
@@ -38,8 +27,7 @@ pub async fn handle(
         },
         None => None,
     };
-    let unknown: Vec<_> =
-        request.state_filters.iter().filter(|f| !STATES.iter().any(|s| s.name() == &***f)).cloned().collect();
+    let unknown: Vec<_> = request.state_filters.iter().filter(|f| TxnState::from_name(f).is_none()).cloned().collect();
     let now = now_ms();
     let states = broker
         .txn
