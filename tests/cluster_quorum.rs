@@ -66,6 +66,26 @@ fn metadata_survives_kill_9_of_the_active_controller() {
 }
 
 #[test]
+fn a_node_restarting_while_the_active_controller_is_paused_becomes_ready() {
+    // Proves a restarting voter whose stored vote names a controller that is SIGSTOPped (its
+    // socket accepts and never answers) still catches up, with the controller the other two
+    // elect, within the start timeout, and can change metadata through it.
+    let mut cluster = Cluster::start(3, &[]);
+    let controller = controller_seen_by(&cluster, 1).expect("a controller");
+    let restarting = cluster.ids().find(|&id| id != controller).expect("another node");
+    cluster.kill9(restarting);
+    cluster.sigstop(controller);
+    // Panics unless the node prints READY within the fixture's start timeout.
+    cluster.restart(restarting);
+    let moved =
+        support::wait_until(DEADLINE, || controller_seen_by(&cluster, restarting).is_some_and(|c| c != controller));
+    assert!(moved, "the restarted node follows a new controller");
+    assert_eq!(create(&cluster, restarting, "while-paused"), 201);
+    cluster.sigcont(controller);
+    wait_for_topic(&cluster, controller, "while-paused");
+}
+
+#[test]
 fn an_isolated_node_cannot_change_metadata_and_catches_up_when_healed() {
     // Proves a minority of one refuses metadata changes, the majority goes on, and a heal converges.
     let cluster = Cluster::start(3, &[]);

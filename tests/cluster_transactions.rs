@@ -8,6 +8,12 @@
 //! acknowledged not read), **duplicates** (a record read twice), and **partial transactions** (a
 //! transaction whose outcome the client could not learn read in part). All must be zero.
 //!
+//! A second test aims its faults at one phase of a transaction at a time (ducktape's
+//! `transactions_test` kills at random; these rounds make each phase happen): the coordinator
+//! killed while it holds PrepareCommit with markers unwritten (and the partition's leader
+//! SIGSTOPped with it), killed between AddPartitionsToTxn and EndTxn, and a producer that dies
+//! with its transaction open; `GET /v1/transactions/{id}` confirms each phase was reached.
+//!
 //! Seeded: every run prints `RUNNEL_FAULT_SEED=<seed>`; replay a schedule with
 //! `RUNNEL_FAULT_SEED=<seed> cargo test -p runnel-broker --test cluster_transactions`. A soak:
 //! `RUNNEL_FAULT_ROUNDS=50 cargo test -p runnel-broker --test cluster_transactions -- --nocapture`.
@@ -55,14 +61,20 @@ fn partition_for(id: &str, partitions: u32) -> u32 {
 }
 
 fn new_producer(bootstrap: &str, id: &str) -> Option<BaseProducer> {
+    new_producer_with_timeout(bootstrap, id, Duration::from_secs(10))
+}
+
+/// A transactional producer whose transactions (and messages) time out after `timeout`.
+fn new_producer_with_timeout(bootstrap: &str, id: &str, timeout: Duration) -> Option<BaseProducer> {
+    let timeout_ms = timeout.as_millis().to_string();
     let producer: BaseProducer = workload::config(
         bootstrap,
         &[
             ("transactional.id", id),
-            ("transaction.timeout.ms", "10000"),
+            ("transaction.timeout.ms", &timeout_ms),
             ("linger.ms", "5"),
             ("request.timeout.ms", "5000"),
-            ("message.timeout.ms", "10000"),
+            ("message.timeout.ms", &timeout_ms),
         ],
     )
     .create()
@@ -161,8 +173,9 @@ fn produce(bootstrap: String, id: String, stop: Arc<AtomicBool>, history: Arc<Mu
     }
 }
 
-/// Every value of every partition, read_committed, up to each partition's end.
-fn read_committed(bootstrap: &str) -> Result<Vec<String>, String> {
+/// Every value of every partition of `topic`, read_committed, up to each partition's end (so
+/// each partition's last stable offset has reached its high watermark).
+fn read_committed(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<String>, String> {
     let consumer: BaseConsumer = workload::config(
         bootstrap,
         &[("group.id", "txn-checker"), ("enable.auto.commit", "false"), ("isolation.level", "read_committed")],
@@ -170,13 +183,13 @@ fn read_committed(bootstrap: &str) -> Result<Vec<String>, String> {
     .create()
     .map_err(|e| e.to_string())?;
     let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        assignment.add_partition_offset(TOPIC, p, Offset::Beginning).map_err(|e| e.to_string())?;
+    for p in 0..partitions {
+        assignment.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
     }
     consumer.assign(&assignment).map_err(|e| e.to_string())?;
     let mut ends = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (_, high) = consumer.fetch_watermarks(TOPIC, p, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    for p in 0..partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_err(|e| e.to_string())?;
         ends.insert(p, high);
     }
     let mut values = Vec::new();
@@ -184,7 +197,7 @@ fn read_committed(bootstrap: &str) -> Result<Vec<String>, String> {
     loop {
         let position = consumer.position().map_err(|e| e.to_string())?;
         let done = ends.iter().all(|(p, end)| {
-            position.find_partition(TOPIC, *p).is_some_and(|e| match e.offset() {
+            position.find_partition(topic, *p).is_some_and(|e| match e.offset() {
                 Offset::Offset(o) => o >= *end,
                 _ => *end == 0,
             })
@@ -302,9 +315,9 @@ fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_expose
         p.join().expect("producer thread");
     }
     // Any transaction still open times out (10 s) before the read reaches every end.
-    let read = support::wait_until(DEADLINE, || read_committed(&bootstrap).is_ok());
+    let read = support::wait_until(DEADLINE, || read_committed(&bootstrap, TOPIC, PARTITIONS).is_ok());
     assert!(read, "the final read_committed read completes (seed {})", rng.seed());
-    let values = read_committed(&bootstrap).expect("final read");
+    let values = read_committed(&bootstrap, TOPIC, PARTITIONS).expect("final read");
     let history = history.lock().unwrap();
     let report = check(&history, &values);
     eprintln!(
@@ -322,6 +335,260 @@ fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_expose
         report.lost,
         report.duplicates,
         report.partial,
+        rng.seed(),
+        rng.seed()
+    );
+}
+
+/// The topic of the phase-targeted rounds.
+const PHASE_TOPIC: &str = "txn-phases";
+
+/// Where in a transaction's life a phase round strikes.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// EndTxn(commit) answered and PrepareCommit written, the markers held back from the
+    /// partition's leader (its link from the coordinator black-holed); then kill -9 of the
+    /// coordinator, and in half the rounds SIGSTOP of the leader too, so a new coordinator writes
+    /// the markers to a new leader.
+    PrepareCommit,
+    /// Records written and the partition added (Ongoing); kill -9 of the coordinator, a restart,
+    /// then the producer commits or aborts through the new coordinator.
+    Ongoing,
+    /// The producer dies with its transaction open; the coordinator (in half the rounds a new
+    /// one, after kill -9 of the first) aborts it when `transaction.timeout.ms` passes.
+    Abandoned,
+}
+
+/// A transactional id whose coordinator does not lead partition `partition` of the phase topic,
+/// so the two can be faulted apart: (id, coordinator, leader, the third node).
+fn roles(bootstrap: &str, round: usize, partition: i32) -> Option<(String, u64, u64, u64)> {
+    let txn_leaders = workload::partition_states(bootstrap, "__transaction_state")?;
+    let leader = workload::partition_states(bootstrap, PHASE_TOPIC)?.get(partition as usize)?.leader?;
+    (0..1000).find_map(|k| {
+        let id = format!("txn-phase-{round}-{k}");
+        let coordinator = txn_leaders.get(partition_for(&id, 50) as usize)?.leader?;
+        let third = (1..=3).find(|n| *n != coordinator && *n != leader)?;
+        (coordinator != leader).then_some((id, coordinator, leader, third))
+    })
+}
+
+/// The state of `id` as node `node`'s `GET /v1/transactions/{id}` reports it (the node asks the
+/// coordinator), with the partitions in it; `None` while it cannot answer.
+fn txn_state(cluster: &Cluster, node: u64, id: &str) -> Option<(String, usize)> {
+    let answer = support::HttpApi::new(cluster.node(node)).get(&format!("/v1/transactions/{id}"));
+    if answer.status != 200 {
+        return None;
+    }
+    let state = answer.json["state"].as_str()?.to_string();
+    let partitions = answer.json["partitions"]
+        .as_array()
+        .map_or(0, |topics| topics.iter().map(|t| t["partitions"].as_array().map_or(0, Vec::len)).sum());
+    Some((state, partitions))
+}
+
+fn wait_for_state(cluster: &Cluster, node: u64, id: &str, state: &str) -> bool {
+    support::wait_until(DEADLINE, || txn_state(cluster, node, id).is_some_and(|(s, _)| s == state))
+}
+
+/// Every broker up and every partition of the phase topic led with its full ISR: the state a
+/// phase round starts from.
+fn settled(bootstrap: &str) -> bool {
+    support::wait_until(DEADLINE, || {
+        workload::broker_count(bootstrap) == Some(3)
+            && workload::partition_states(bootstrap, PHASE_TOPIC)
+                .is_some_and(|states| states.iter().all(|s| s.leader.is_some() && s.isr.len() == 3))
+    })
+}
+
+/// Begins a transaction and writes `values` to `partition`, waiting for every delivery.
+fn write_open(producer: &BaseProducer, partition: i32, values: &[String]) -> Result<(), KafkaError> {
+    producer.begin_transaction()?;
+    for value in values {
+        let mut record = Some(BaseRecord::<(), str>::to(PHASE_TOPIC).partition(partition).payload(value.as_str()));
+        while let Some(r) = record.take() {
+            if let Err((e, r)) = producer.send(r) {
+                if !matches!(e, KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)) {
+                    return Err(e);
+                }
+                producer.poll(Duration::from_millis(10));
+                record = Some(r);
+            }
+        }
+    }
+    producer.flush(TXN_TIMEOUT)
+}
+
+/// Commits (retrying a retriable error, as librdkafka advises) or aborts; the outcome the
+/// client learnt.
+fn end(producer: &BaseProducer, commit: bool) -> Outcome {
+    if !commit {
+        return match producer.abort_transaction(TXN_TIMEOUT) {
+            Ok(()) => Outcome::Aborted,
+            Err(e) => {
+                eprintln!("abort: {e}");
+                Outcome::Unknown
+            }
+        };
+    }
+    let mut result = producer.commit_transaction(TXN_TIMEOUT);
+    for _ in 0..5 {
+        match &result {
+            Err(KafkaError::Transaction(t)) if t.is_retriable() => result = producer.commit_transaction(TXN_TIMEOUT),
+            _ => break,
+        }
+    }
+    match result {
+        Ok(()) => Outcome::Committed,
+        Err(e) => {
+            eprintln!("commit: {e}");
+            if requires_abort(&e) && producer.abort_transaction(TXN_TIMEOUT).is_ok() {
+                Outcome::Aborted
+            } else {
+                Outcome::Unknown
+            }
+        }
+    }
+}
+
+#[test]
+fn faults_at_each_phase_of_a_transaction_resolve_it_all_or_nothing() {
+    // Proves, per phase (see `Phase`), that a transaction caught by kill -9 of its coordinator
+    // (and SIGSTOP of a leader, or the death of its producer) ends as the client was told or,
+    // untold, as the coordinator decides: committed records all visible to read_committed,
+    // aborted ones never, the LSO back at the high watermark, the id usable again.
+    let mut rng = FaultRng::from_env();
+    // Leadership returns to the preferred replicas after each round's faults, so a round finds a
+    // partition led away from some transactional id's coordinator.
+    let mut cluster = Cluster::start(3, &["--leader-imbalance-check-interval-seconds", "1"]);
+    let bootstrap = cluster.bootstrap();
+    assert!(support::wait_until(DEADLINE, || workload::broker_count(&bootstrap) == Some(3)), "three brokers");
+    workload::create_topic(&bootstrap, PHASE_TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]).expect("topic");
+    // The first transactional producer creates __transaction_state.
+    let warm = new_producer(&bootstrap, "txn-phase-warm-up").expect("a transactional producer initialises");
+    drop(warm);
+    let mut history = History::default();
+    let phases = [Phase::PrepareCommit, Phase::Ongoing, Phase::Abandoned];
+    for round in 0..fault_rounds(phases.len()) {
+        let phase = phases[round % phases.len()];
+        assert!(settled(&bootstrap), "round {round}: the cluster settles (seed {})", rng.seed());
+        let partition = rng.below(PARTITIONS as u64) as i32;
+        let mut found = None;
+        support::wait_until(DEADLINE, || {
+            found = roles(&bootstrap, round, partition);
+            found.is_some()
+        });
+        let (id, coordinator, leader, third) = found.expect("an id coordinated away from the partition's leader");
+        let name = format!("{id}-t");
+        let values: Vec<String> = (0..RECORDS_PER_TXN).map(|i| format!("{name}-{i}")).collect();
+        let timeout = match phase {
+            Phase::Abandoned => Duration::from_secs(5),
+            _ => Duration::from_secs(20),
+        };
+        let mut producer = Some(new_producer_with_timeout(&bootstrap, &id, timeout).expect("producer"));
+        let open = producer.as_ref().expect("producer");
+        write_open(open, partition, &values).expect("the transaction's records are written");
+        let faulty = rng.below(2) == 1;
+        eprintln!(
+            "round {round}: {phase:?} (extra fault: {faulty}), {id} coordinated by node {coordinator}, \
+             {PHASE_TOPIC}-{partition} led by node {leader}"
+        );
+        match phase {
+            Phase::PrepareCommit => {
+                cluster.black_hole_data_link(coordinator, leader);
+                let outcome = end(open, true);
+                assert_eq!(
+                    outcome,
+                    Outcome::Committed,
+                    "round {round}: EndTxn is answered once PrepareCommit is written"
+                );
+                history.txns.insert(name.clone(), (outcome, values.clone()));
+                assert!(
+                    wait_for_state(&cluster, third, &id, "PrepareCommit"),
+                    "round {round}: the coordinator holds PrepareCommit while its markers cannot pass"
+                );
+                if faulty {
+                    cluster.sigstop(leader);
+                }
+                cluster.kill9(coordinator);
+                cluster.heal();
+                cluster.restart(coordinator);
+                assert!(
+                    wait_for_state(&cluster, third, &id, "CompleteCommit"),
+                    "round {round}: a new coordinator completes the commit (seed {})",
+                    rng.seed()
+                );
+                if faulty {
+                    cluster.sigcont(leader);
+                }
+            }
+            Phase::Ongoing => {
+                assert!(
+                    support::wait_until(DEADLINE, || txn_state(&cluster, third, &id)
+                        .is_some_and(|(s, partitions)| s == "Ongoing" && partitions == 1)),
+                    "round {round}: the coordinator has the transaction open with its partition"
+                );
+                cluster.kill9(coordinator);
+                if faulty {
+                    std::thread::sleep(rng.millis(500, 3000));
+                }
+                cluster.restart(coordinator);
+                let commit = rng.below(2) == 0;
+                let outcome = end(open, commit);
+                let intended = if commit { Outcome::Committed } else { Outcome::Aborted };
+                assert_eq!(
+                    outcome,
+                    intended,
+                    "round {round}: the new coordinator ends it as asked (seed {})",
+                    rng.seed()
+                );
+                history.txns.insert(name.clone(), (outcome, values.clone()));
+            }
+            Phase::Abandoned => {
+                assert!(wait_for_state(&cluster, third, &id, "Ongoing"), "round {round}: the transaction is open");
+                drop(producer.take());
+                let (state, _) = txn_state(&cluster, third, &id).expect("state");
+                assert_eq!(state, "Ongoing", "round {round}: closing the client does not end its transaction");
+                if faulty {
+                    cluster.kill9(coordinator);
+                    cluster.restart(coordinator);
+                }
+                assert!(
+                    wait_for_state(&cluster, third, &id, "CompleteAbort"),
+                    "round {round}: the coordinator aborts the abandoned transaction past its timeout (seed {})",
+                    rng.seed()
+                );
+                history.txns.insert(name.clone(), (Outcome::Aborted, values.clone()));
+            }
+        }
+        // The id goes on: its next transaction commits (from the same producer, or a new one
+        // where it died).
+        let producer = producer.unwrap_or_else(|| new_producer(&bootstrap, &id).expect("the id initialises again"));
+        let next = format!("{id}-next");
+        let again: Vec<String> = (0..RECORDS_PER_TXN).map(|i| format!("{next}-{i}")).collect();
+        write_open(&producer, partition, &again).expect("records of the next transaction");
+        let outcome = end(&producer, true);
+        assert_eq!(
+            outcome,
+            Outcome::Committed,
+            "round {round}: the id's next transaction commits (seed {})",
+            rng.seed()
+        );
+        history.txns.insert(next, (outcome, again));
+    }
+    let read = support::wait_until(DEADLINE, || read_committed(&bootstrap, PHASE_TOPIC, PARTITIONS).is_ok());
+    assert!(read, "read_committed reaches every partition's high watermark (seed {})", rng.seed());
+    let values = read_committed(&bootstrap, PHASE_TOPIC, PARTITIONS).expect("final read");
+    let report = check(&history, &values);
+    eprintln!("phases: {} committed, {} aborted; {} records read", report.committed, report.aborted, values.len());
+    assert!(
+        report.clean() && report.unknown == 0,
+        "aborted reads {:?}, lost {:?}, duplicates {:?}, partial {:?}, unknown {} (seed {}; replay with \
+         RUNNEL_FAULT_SEED={})",
+        report.aborted_reads,
+        report.lost,
+        report.duplicates,
+        report.partial,
+        report.unknown,
         rng.seed(),
         rng.seed()
     );

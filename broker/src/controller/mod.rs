@@ -105,6 +105,10 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(50);
 /// Upper bound of one attempt of an observer to join through one voter (a paused voter must not
 /// hold the join up for the whole start timeout).
 const JOIN_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Upper bound of one read-index attempt while a starting node catches up: the leader its
+/// metrics name may be paused (SIGSTOP: its socket accepts and never answers) while the others
+/// elect a new one, which the next attempt then asks.
+const READY_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long `shutdown` waits for the state machine task to release the metadata directory.
 const STATE_MACHINE_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -629,9 +633,10 @@ impl Controller {
         let mut metrics = self.inner.raft.metrics();
         loop {
             let leader = metrics.borrow_and_update().current_leader;
+            let attempt = deadline.min(Instant::now() + READY_ATTEMPT_TIMEOUT);
             match leader {
                 Some(leader) if leader == self.inner.node_id => {
-                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    let remaining = attempt.saturating_duration_since(Instant::now());
                     match server::read_index_as_leader(&self.inner.raft, remaining).await {
                         // ensure_linearizable returns after the local state machine caught up.
                         Ok(_) => return Ok(()),
@@ -640,7 +645,7 @@ impl Controller {
                     }
                 }
                 Some(leader) => {
-                    if let Some(index) = self.read_index_from(leader, deadline).await {
+                    if let Some(index) = self.read_index_from(leader, attempt).await {
                         return self.wait_applied(index).await;
                     }
                 }
