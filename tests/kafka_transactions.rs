@@ -335,3 +335,151 @@ fn the_record_browser_reads_committed_or_uncommitted_as_asked() {
     let (committed, body) = values("&isolation=read_committed");
     assert_eq!(committed, vec!["c0", "open"], "{body}");
 }
+
+// ---- KIP-890 part 1: the leader verifies a transaction's first batch with its coordinator ----
+
+mod raw {
+    use bytes::Bytes;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+        ProduceRequest, ProduceResponse, ProducerId, TopicName, TransactionalId,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use runnel::log::records::BatchBuilder;
+    use runnel::log::Compression;
+
+    use super::support::RawConn;
+    use super::TIMEOUT;
+
+    fn name(s: &str) -> StrBytes {
+        StrBytes::from_string(s.to_string())
+    }
+
+    /// FindCoordinator (TRANSACTION) for `id` (which creates `__transaction_state`), then
+    /// InitProducerId, each retried while the coordinator is being set up.
+    pub fn init(conn: &mut RawConn, id: &str) -> (i64, i16) {
+        let find = FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![name(id)]);
+        let found = super::support::wait_until(TIMEOUT, || conn.call(4, &find).coordinators[0].error_code == 0);
+        assert!(found, "FindCoordinator succeeds");
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(name(id))))
+            .with_transaction_timeout_ms(60_000);
+        let mut answer = None;
+        super::support::wait_until(TIMEOUT, || {
+            let response = conn.call(4, &request);
+            answer = (response.error_code == 0).then_some((response.producer_id.0, response.producer_epoch));
+            answer.is_some()
+        });
+        answer.expect("InitProducerId succeeds")
+    }
+
+    pub fn add_partition(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), topic: &str) -> i16 {
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(name(id)))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(name(topic)))
+                .with_partitions(vec![0])]);
+        conn.call(3, &request).results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    }
+
+    pub fn end(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), commit: bool) -> i16 {
+        let request = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(name(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(commit);
+        conn.call(3, &request).error_code
+    }
+
+    /// A transactional batch of `values` from sequence `seq`, produced (acks=all) to
+    /// `topic`-0 with Produce `version`: its error code.
+    pub fn produce(
+        conn: &mut RawConn,
+        version: i16,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        seq: i32,
+        topic: &str,
+        values: &[&str],
+    ) -> i16 {
+        let mut builder = BatchBuilder::new(Compression::None).producer(pid, epoch, seq).transactional(true);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+        for v in values {
+            builder.push(now, None, Some(v.as_bytes()), &[]);
+        }
+        let records: Bytes = builder.build().expect("batch").into_bytes();
+        let request = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(name(id))))
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(name(topic)))
+                .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(records))])]);
+        let response: ProduceResponse = conn.call(version, &request);
+        response.responses[0].partition_responses[0].error_code
+    }
+
+    /// `topic`-0's latest offset as read_committed (the LSO) and read_uncommitted (the HW).
+    pub fn lso_and_hw(conn: &mut RawConn, topic: &str) -> (i64, i64) {
+        let latest = |conn: &mut RawConn, isolation: i8| {
+            let request = ListOffsetsRequest::default()
+                .with_replica_id((-1).into())
+                .with_isolation_level(isolation)
+                .with_topics(vec![ListOffsetsTopic::default().with_name(TopicName(name(topic))).with_partitions(
+                    vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)],
+                )]);
+            conn.call(7, &request).topics[0].partitions[0].offset
+        };
+        (latest(conn, 1), latest(conn, 0))
+    }
+}
+
+/// One transaction of `id` aborted on `topic`-0, then a late batch of it sent with Produce
+/// `version` without being added again: the late batch's error code, and the LSO and HW after.
+fn late_batch_after_an_abort(node: &Runnel, id: &str, topic: &str, version: i16) -> (i16, (i64, i64)) {
+    let mut conn = support::RawConn::open(node, "late-batch");
+    let producer = raw::init(&mut conn, id);
+    assert!(support::wait_until(TIMEOUT, || raw::add_partition(&mut conn, id, producer, topic) == 0), "added");
+    assert_eq!(raw::produce(&mut conn, version, id, producer, 0, topic, &["in-txn"]), 0, "the transaction's batch");
+    assert_eq!(raw::end(&mut conn, id, producer, false), 0, "abort");
+    let api = support::HttpApi::new(node);
+    let aborted = support::wait_until(TIMEOUT, || {
+        api.get(&format!("/v1/transactions/{id}")).json["state"].as_str() == Some("CompleteAbort")
+    });
+    assert!(aborted, "the abort's markers are written");
+    let code = raw::produce(&mut conn, version, id, producer, 1, topic, &["late"]);
+    (code, raw::lso_and_hw(&mut conn, topic))
+}
+
+#[test]
+fn a_late_batch_of_an_ended_transaction_is_refused_instead_of_hanging_the_partition() {
+    // Proves KIP-890 part 1 end to end: with verification on (the default), a transactional
+    // batch that arrives after its transaction was aborted (a retry, a zombie) is refused with
+    // INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce v11), nothing is appended and the
+    // LSO stays at the high watermark; with `--transaction-partition-verification-enable false`
+    // the same batch is appended and opens a transaction no coordinator knows, so the LSO
+    // stays behind the high watermark (the hanging transaction the check prevents).
+    const INVALID_TXN_STATE: i16 = 48;
+    const TRANSACTION_ABORTABLE: i16 = 120;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "late-v9", 1);
+    support::create_topic(&node, "late-v11", 1);
+    let (code, (lso, hw)) = late_batch_after_an_abort(&node, "late-a", "late-v9", 9);
+    assert_eq!(code, INVALID_TXN_STATE, "Produce v9");
+    assert_eq!((lso, hw), (2, 2), "the batch and its abort marker only; nothing open");
+    let (code, (lso, hw)) = late_batch_after_an_abort(&node, "late-b", "late-v11", 11);
+    assert_eq!(code, TRANSACTION_ABORTABLE, "Produce v11");
+    assert_eq!((lso, hw), (2, 2));
+    drop(node);
+
+    let node = Runnel::start(&["--transaction-partition-verification-enable", "false"]);
+    support::create_topic(&node, "late-unverified", 1);
+    let (code, (lso, hw)) = late_batch_after_an_abort(&node, "late-c", "late-unverified", 9);
+    assert_eq!(code, 0, "unverified, the late batch is appended");
+    assert_eq!((lso, hw), (2, 3), "and holds the LSO back: a hanging transaction");
+}

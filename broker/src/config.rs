@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// [default: 900000].
     #[arg(long, env = "RUNNEL_TRANSACTION_MAX_TIMEOUT_MS")]
     pub transaction_max_timeout_ms: Option<i32>,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1): before a transaction's
+    /// first batch in a partition is appended, its leader asks the transaction coordinator
+    /// whether the partition is in the producer's ongoing transaction; a late or zombie batch is
+    /// refused (INVALID_TXN_STATE) instead of opening a transaction that never ends
+    /// [default: true].
+    #[arg(long, env = "RUNNEL_TRANSACTION_PARTITION_VERIFICATION_ENABLE")]
+    pub transaction_partition_verification_enable: Option<bool>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
     /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
@@ -219,6 +226,7 @@ struct FileConfig {
     housekeeping_interval_ms: Option<u64>,
     producer_id_expiration_ms: Option<u64>,
     transaction_max_timeout_ms: Option<i32>,
+    transaction_partition_verification_enable: Option<bool>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
@@ -446,6 +454,10 @@ impl NodeConfig {
                     .transaction_max_timeout_ms
                     .or(file.transaction_max_timeout_ms)
                     .unwrap_or(crate::txn::TxnSettings::default().max_timeout_ms),
+                partition_verification: args
+                    .transaction_partition_verification_enable
+                    .or(file.transaction_partition_verification_enable)
+                    .unwrap_or(true),
                 ..crate::txn::TxnSettings::default()
             },
             broker_session_timeout_ms: args

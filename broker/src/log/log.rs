@@ -28,7 +28,9 @@ use super::batch::{
 use super::config::LogConfig;
 use super::durable::{self, sync_dir};
 use super::files::OpenFiles;
-use super::producer_state::{EndTxnMarker, PendingUpdates, ProducerError, ProducerState, Validation};
+use super::producer_state::{
+    EndTxnMarker, PendingUpdates, ProducerError, ProducerState, Validation, VerificationGuard,
+};
 use super::segment::{self, FileSlice, IndexSettings, ScanEnd, Segment, LOG_SUFFIX};
 use super::txn_index::{AbortedTxn, TxnIndex, TXN_INDEX_SUFFIX};
 
@@ -102,6 +104,16 @@ const STANDALONE_OPEN_FILES: usize = 16;
 pub enum AppendOrigin {
     Client,
     Coordinator,
+}
+
+/// Whether a client's transactional batch that opens a transaction must show a verification
+/// (KIP-890 part 1, `transaction.partition.verification.enable`): `Required(guard)` carries the
+/// guard the partition handed out for it ([`ProducerState::start_verification`]), `None` when
+/// it asked for none (a transaction of its epoch was open already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVerification {
+    NotRequired,
+    Required(Option<VerificationGuard>),
 }
 
 /// What an append did.
@@ -436,6 +448,19 @@ impl Log {
         partition_leader_epoch: i32,
         origin: AppendOrigin,
     ) -> Result<AppendInfo, LogError> {
+        self.append_as_leader_verified(records, partition_leader_epoch, origin, TxnVerification::NotRequired)
+    }
+
+    /// [`Log::append_as_leader`], where a client's transactional batch that opens a transaction
+    /// is refused (INVALID_TXN_STATE) unless `verification` holds the producer's verification
+    /// guard still in place.
+    pub fn append_as_leader_verified(
+        &mut self,
+        records: &Bytes,
+        partition_leader_epoch: i32,
+        origin: AppendOrigin,
+        verification: TxnVerification,
+    ) -> Result<AppendInfo, LogError> {
         let now = self.clock.now_ms();
         let mut record_count = 0i64;
         let mut offsets_needed = 0i64;
@@ -469,6 +494,19 @@ impl Log {
                             bytes: 0,
                             duplicate: true,
                         });
+                    }
+                }
+                if let TxnVerification::Required(guard) = verification {
+                    if origin == AppendOrigin::Client
+                        && header.attributes.is_transactional()
+                        && !header.attributes.is_control()
+                        && producer_updates.opens_transaction(&self.producers, &header)
+                        && (guard.is_none() || self.producers.verification(header.producer_id) != guard)
+                    {
+                        // Kafka's "Record was not part of an ongoing transaction".
+                        return Err(LogError::Producer(ProducerError::UnverifiedTransaction {
+                            producer_id: header.producer_id,
+                        }));
                     }
                 }
                 let first_offset = self.log_end_offset.saturating_add(offsets_needed);
@@ -1248,6 +1286,21 @@ impl Log {
     /// The producers of this partition.
     pub fn producer_state(&self) -> &ProducerState {
         &self.producers
+    }
+
+    /// See [`ProducerState::start_verification`].
+    pub fn start_txn_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<Option<VerificationGuard>, ProducerError> {
+        let now = self.clock.now_ms();
+        self.producers.start_verification(producer_id, epoch, now)
+    }
+
+    /// See [`ProducerState::end_verification`].
+    pub fn end_txn_verification(&mut self, producer_id: i64, guard: VerificationGuard) {
+        self.producers.end_verification(producer_id, guard);
     }
 
     /// Replaces the config (AlterConfigs). Index sizes apply to segments created afterwards.

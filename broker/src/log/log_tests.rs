@@ -1205,3 +1205,45 @@ fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_valu
     assert!(after.iter().any(|r| r.0 == 0), "the committed value survives while a later transaction is open");
     assert_eq!(before.iter().filter(|r| r.0 >= 4).count(), after.iter().filter(|r| r.0 >= 4).count());
 }
+
+#[test]
+fn a_transaction_opens_only_with_a_verification_still_in_place() {
+    // Proves KIP-890 part 1 in the log: with verification required, a transactional batch that
+    // opens a transaction needs the guard the partition handed out; a marker between the
+    // verification and the append voids it (the late batch of an ended transaction is refused,
+    // nothing written, no transaction left open); batches of a transaction already open need
+    // none; another producer's guard does not serve; without verification nothing changes.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    let verified = |g| TxnVerification::Required(g);
+    // No guard at all: refused.
+    let e = producer_error(log.append_as_leader_verified(&txn_batch(1, 0, 2), 0, AppendOrigin::Client, verified(None)));
+    assert!(matches!(e, ProducerError::UnverifiedTransaction { producer_id: 1 }), "{e:?}");
+    assert_eq!(log.log_end_offset(), 0);
+    // A guard in place: the transaction opens; its next batch needs none.
+    let guard = log.start_txn_verification(1, 0).unwrap();
+    assert!(guard.is_some());
+    log.append_as_leader_verified(&txn_batch(1, 0, 2), 0, AppendOrigin::Client, verified(guard)).unwrap();
+    assert_eq!(log.start_txn_verification(1, 0).unwrap(), None, "a transaction of this epoch is open");
+    log.append_as_leader_verified(&txn_batch(1, 2, 2), 0, AppendOrigin::Client, verified(None)).unwrap();
+    log.append_as_leader(&marker(1, ControlType::Abort, 0), 0, AppendOrigin::Coordinator).unwrap(); // 4
+                                                                                                    // Verified, then the transaction ends before the batch arrives: the guard is void.
+    let guard = log.start_txn_verification(1, 0).unwrap();
+    assert!(guard.is_some());
+    log.append_as_leader(&marker(1, ControlType::Abort, 0), 0, AppendOrigin::Coordinator).unwrap(); // 5
+    let end = log.log_end_offset();
+    let e =
+        producer_error(log.append_as_leader_verified(&txn_batch(1, 4, 1), 0, AppendOrigin::Client, verified(guard)));
+    assert!(matches!(e, ProducerError::UnverifiedTransaction { .. }), "{e:?}");
+    assert_eq!(log.log_end_offset(), end, "nothing of the late batch was written");
+    assert_eq!(log.last_stable_offset(end), end, "no transaction was left open");
+    // Another producer's guard does not serve.
+    let other = log.start_txn_verification(2, 0).unwrap();
+    let e =
+        producer_error(log.append_as_leader_verified(&txn_batch(1, 4, 1), 0, AppendOrigin::Client, verified(other)));
+    assert!(matches!(e, ProducerError::UnverifiedTransaction { .. }), "{e:?}");
+    // Without verification the same batch opens a transaction as before.
+    log.append_as_leader(&txn_batch(1, 4, 1), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.last_stable_offset(log.log_end_offset()), end);
+}

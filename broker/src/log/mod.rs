@@ -26,5 +26,5 @@ pub use self::files::{OpenFiles, OpenFilesStats};
 pub use self::log::now_ms;
 pub use self::log::{
     AppendInfo, AppendOrigin, Clock, Log, LogContext, LogError, ManualClock, OpenReport, RecordError, RetentionOutcome,
-    SystemClock, CHECKPOINT_FILE,
+    SystemClock, TxnVerification, CHECKPOINT_FILE,
 };

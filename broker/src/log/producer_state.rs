@@ -145,6 +145,10 @@ pub enum ProducerError {
     /// INVALID_TXN_STATE: a non-transactional batch from a producer with an open transaction.
     #[error("expected a transactional write from producer {producer_id}, which has an open transaction")]
     InvalidTxnState { producer_id: i64 },
+    /// INVALID_TXN_STATE: a transactional batch that would open a transaction here without a
+    /// verification by the coordinator still in place (KIP-890 part 1).
+    #[error("the record of producer {producer_id} was not part of an ongoing transaction")]
+    UnverifiedTransaction { producer_id: i64 },
     /// TRANSACTION_COORDINATOR_FENCED: a marker from an older coordinator.
     #[error("coordinator epoch {coordinator_epoch} of a marker for producer {producer_id} is older than {current}")]
     CoordinatorFenced { producer_id: i64, coordinator_epoch: i32, current: i32 },
@@ -218,6 +222,8 @@ pub struct BatchUpdate {
     /// The batch opened a transaction at this offset.
     started: Option<i64>,
     completed: Option<CompletedTxn>,
+    /// The batch is a transaction marker.
+    marker: bool,
 }
 
 /// The updates of one append, one per producer batch in order, each checked against the state
@@ -236,6 +242,12 @@ impl BatchUpdate {
 impl PendingUpdates {
     pub fn iter(&self) -> std::slice::Iter<'_, BatchUpdate> {
         self.updates.iter()
+    }
+
+    /// Whether a transactional batch of `header`'s producer would open a transaction here (none
+    /// is open, counting the batches before it in the same append): the rule `data_batch` uses.
+    pub fn opens_transaction(&self, state: &ProducerState, header: &BatchHeader) -> bool {
+        self.current(state, header.producer_id).current_txn_first_offset.is_none()
     }
 
     fn current(&self, state: &ProducerState, producer_id: i64) -> ProducerEntry {
@@ -292,7 +304,7 @@ impl PendingUpdates {
             }
             _ => {}
         }
-        self.updates.push(BatchUpdate { batch_index, entry, started, completed: None });
+        self.updates.push(BatchUpdate { batch_index, entry, started, completed: None, marker: false });
         Ok(())
     }
 
@@ -327,7 +339,7 @@ impl PendingUpdates {
         entry.coordinator_epoch = marker.coordinator_epoch;
         entry.last_timestamp = header.max_timestamp;
         entry.current_txn_first_offset = None;
-        self.updates.push(BatchUpdate { batch_index, entry, started: None, completed });
+        self.updates.push(BatchUpdate { batch_index, entry, started: None, completed, marker: true });
         Ok(())
     }
 }
@@ -365,7 +377,29 @@ pub struct ProducerState {
     map_end_offset: i64,
     /// Offsets of the snapshot files in the directory.
     snapshots: BTreeSet<i64>,
+    /// Transaction verifications in flight (KIP-890 part 1), leader-only and in memory: the
+    /// producers whose first transactional batch here waits for the coordinator's word.
+    verifications: BTreeMap<i64, Verification>,
+    next_guard: u64,
 }
+
+/// A verification of one producer's transaction (Kafka's `VerificationStateEntry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Verification {
+    guard: VerificationGuard,
+    epoch: i16,
+    started_ms: i64,
+}
+
+/// What a transactional batch that opens a transaction must present to be appended: the guard
+/// of a verification still in place. A marker of the producer removes it, so a verification
+/// answered before an abort cannot let a late batch open a transaction the coordinator no
+/// longer knows (a hanging transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerificationGuard(u64);
+
+/// A verification that never reached its append is forgotten after this long.
+const VERIFICATION_EXPIRY_MS: i64 = 60_000;
 
 impl ProducerState {
     pub fn entry(&self, producer_id: i64) -> Option<&ProducerEntry> {
@@ -382,6 +416,48 @@ impl ProducerState {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// Starts verifying that producer `producer_id` at `epoch` has this partition in an ongoing
+    /// transaction (Kafka's `maybeStartTransactionVerification`): `None` when a transaction of
+    /// that epoch is open here already (nothing to verify), else the guard its first batch must
+    /// present. An epoch older than the producer's is INVALID_PRODUCER_EPOCH.
+    pub fn start_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<Option<VerificationGuard>, ProducerError> {
+        if let Some(entry) = self.producers.get(&producer_id) {
+            if entry.epoch != NO_PRODUCER_EPOCH && epoch < entry.epoch {
+                return Err(ProducerError::InvalidProducerEpoch { producer_id, epoch, current: entry.epoch });
+            }
+            if entry.current_txn_first_offset.is_some() && entry.epoch == epoch {
+                return Ok(None);
+            }
+        }
+        if let Some(v) = self.verifications.get_mut(&producer_id) {
+            if v.epoch == epoch {
+                v.started_ms = now_ms;
+                return Ok(Some(v.guard));
+            }
+        }
+        self.next_guard += 1;
+        let guard = VerificationGuard(self.next_guard);
+        self.verifications.insert(producer_id, Verification { guard, epoch, started_ms: now_ms });
+        Ok(Some(guard))
+    }
+
+    /// The guard of `producer_id`'s verification in place, if any.
+    pub fn verification(&self, producer_id: i64) -> Option<VerificationGuard> {
+        self.verifications.get(&producer_id).map(|v| v.guard)
+    }
+
+    /// Drops `producer_id`'s verification if it is still `guard` (the coordinator refused it).
+    pub fn end_verification(&mut self, producer_id: i64, guard: VerificationGuard) {
+        if self.verifications.get(&producer_id).is_some_and(|v| v.guard == guard) {
+            self.verifications.remove(&producer_id);
+        }
     }
 
     /// The first offset of the oldest transaction that is open, or completed by a marker at or
@@ -413,6 +489,10 @@ impl ProducerState {
     /// it replaced.
     pub fn apply(&mut self, update: &BatchUpdate, undo: &mut UndoUpdates) {
         let pid = update.entry.producer_id;
+        if update.marker || update.started.is_some() {
+            // A marker ends what any verification vouched for; a started transaction needs none.
+            self.verifications.remove(&pid);
+        }
         let previous = self.producers.insert(pid, update.entry);
         if !undo.replaced.iter().any(|(p, _)| *p == pid) {
             undo.replaced.push((pid, previous));
@@ -494,6 +574,7 @@ impl ProducerState {
     /// Removes producers idle for `expiration_ms` (`producer.id.expiration.ms`) with no open
     /// transaction, as Kafka's `removeExpiredProducers`. Returns how many went.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.verifications.retain(|_, v| now_ms.saturating_sub(v.started_ms) < VERIFICATION_EXPIRY_MS);
         let before = self.producers.len();
         self.producers.retain(|_, e| {
             e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms
@@ -506,6 +587,7 @@ impl ProducerState {
         self.producers.clear();
         self.ongoing.clear();
         self.unreplicated.clear();
+        self.verifications.clear();
         self.map_end_offset = map_end_offset;
     }
 

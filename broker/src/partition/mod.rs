@@ -33,7 +33,7 @@ use tokio::sync::watch;
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
 pub use crate::log::segment::FirstBatch;
-use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogContext, LogError};
+use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogContext, LogError, TxnVerification};
 use crate::replication::leader::{AckStatus, FollowerFetch, IsrProposal, LeaderStart, LeaderState};
 use crate::replication::truncation::{truncation_for, LeaderEpochEnd, Truncation};
 
@@ -388,6 +388,27 @@ impl Partition {
         let guard = self.log()?;
         Ok(guard.as_ref().expect("checked by log()").producer_state().producers().copied().collect())
     }
+    /// Starts verifying a transactional producer's first batch here with its coordinator
+    /// (KIP-890 part 1; see [`crate::log::producer_state::ProducerState::start_verification`]).
+    /// Leader only.
+    pub fn start_txn_verification(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<Option<crate::log::producer_state::VerificationGuard>, PartitionError> {
+        self.check_leader()?;
+        let mut guard = self.log()?;
+        let log = guard.as_mut().expect("checked by log()");
+        Ok(log.start_txn_verification(producer_id, epoch).map_err(crate::log::LogError::Producer)?)
+    }
+    /// Drops a verification the coordinator refused.
+    pub fn end_txn_verification(&self, producer_id: i64, verification: crate::log::producer_state::VerificationGuard) {
+        if let Ok(mut guard) = self.log() {
+            if let Some(log) = guard.as_mut() {
+                log.end_txn_verification(producer_id, verification);
+            }
+        }
+    }
     /// The last stable offset (KIP-98): the high watermark, or the first offset of the oldest
     /// transaction still open below it.
     pub fn last_stable_offset(&self) -> Result<i64, PartitionError> {
@@ -579,6 +600,18 @@ impl Partition {
         acks: Acks,
         origin: AppendOrigin,
     ) -> Result<(AppendInfo, i64, i32), PartitionError> {
+        self.append_verified(records, acks, origin, TxnVerification::NotRequired)
+    }
+
+    /// [`Partition::append_in_epoch`] with a transaction verification (see
+    /// [`crate::log::Log::append_as_leader_verified`]).
+    pub fn append_verified(
+        &self,
+        records: &Bytes,
+        acks: Acks,
+        origin: AppendOrigin,
+        verification: TxnVerification,
+    ) -> Result<(AppendInfo, i64, i32), PartitionError> {
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
         let now_ms = self.now_ms(log);
@@ -593,8 +626,9 @@ impl Partition {
             return Err(PartitionError::NotEnoughReplicas { isr: isr_len, min_insync_replicas });
         }
         let leader_epoch = ls.leader_epoch();
-        let info =
-            log.append_as_leader(records, leader_epoch, origin).inspect_err(|e| self.storage_failed(e, "appends"))?;
+        let info = log
+            .append_as_leader_verified(records, leader_epoch, origin, verification)
+            .inspect_err(|e| self.storage_failed(e, "appends"))?;
         let end = log.log_end_offset();
         self.log_end_offset.store(end, Ordering::Release);
         self.progressed();

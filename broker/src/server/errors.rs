@@ -33,7 +33,9 @@ pub fn log_error_code(error: &LogError) -> ResponseError {
         LogError::Producer(e) => match e {
             ProducerError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             ProducerError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-            ProducerError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            ProducerError::InvalidTxnState { .. } | ProducerError::UnverifiedTransaction { .. } => {
+                ResponseError::InvalidTxnState
+            }
             ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
         },
     }

@@ -16,8 +16,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     // Transactions at Kafka 3.7's client versions: transaction version 1 (KIP-890's
     // InitProducerId v5, EndTxn v4+ and TxnOffsetCommit v4+ come with transaction version 2).
+    // AddPartitionsToTxn v4-5 is the leaders' verification batch (KIP-890 part 1).
     (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),

@@ -55,6 +55,9 @@ pub struct TxnSettings {
     pub max_timeout_ms: i32,
     /// `transactional.id.expiration.ms`: an idle, finished transactional id is forgotten.
     pub id_expiration_ms: i64,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1): a partition leader asks
+    /// the coordinator before a transaction's first batch there is appended.
+    pub partition_verification: bool,
 }
 
 impl Default for TxnSettings {
@@ -64,6 +67,7 @@ impl Default for TxnSettings {
             replication_factor: 3,
             max_timeout_ms: 900_000,
             id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
+            partition_verification: true,
         }
     }
 }
@@ -553,6 +557,40 @@ impl TxnCoordinator {
         })
         .await
         .map(|_| ())
+    }
+
+    /// AddPartitionsToTxn v4+ with `verify_only` (KIP-890 part 1, Kafka's
+    /// `handleVerifyPartitionsInTransaction`): whether each partition is in the producer's
+    /// ongoing transaction, asked by a partition leader before the transaction's first batch
+    /// there is appended. Nothing is written. The whole answer fails with the producer checks'
+    /// error, CONCURRENT_TRANSACTIONS while the transaction is changing or ending; a partition
+    /// outside it gets TRANSACTION_ABORTABLE.
+    pub fn verify_partitions(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<((String, i32), Result<(), ResponseError>)>, ResponseError> {
+        let (_, shard, _, _) = self.coordinating(transactional_id)?;
+        let guard = lock(&shard);
+        let current = guard.txns.get(transactional_id);
+        let current = Self::check_producer(current, producer_id, producer_epoch)?;
+        if current.pending || matches!(current.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        let ongoing = current.state == TxnState::Ongoing;
+        Ok(partitions
+            .iter()
+            .map(|p| {
+                let verdict = if ongoing && current.partitions.contains(p) {
+                    Ok(())
+                } else {
+                    Err(ResponseError::TransactionAbortable)
+                };
+                (p.clone(), verdict)
+            })
+            .collect())
     }
 
     /// EndTxn: PrepareCommit / PrepareAbort is written and answered; the markers follow in the

@@ -1,21 +1,27 @@
-//! AddPartitionsToTxn (client versions 0-3): the partitions join the producer's transaction on
+//! AddPartitionsToTxn. Client versions 0-3: the partitions join the producer's transaction on
 //! its coordinator (`txn::TxnCoordinator::add_partitions`). Partitions the metadata does not
 //! know get UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka
-//! answers; a coordinator error applies to every partition.
+//! answers; a coordinator error applies to every partition. Versions 4-5 (KIP-890, sent by
+//! partition leaders): a batch of transactions, each either verified (`verify_only`: are these
+//! partitions in its ongoing transaction? `TxnCoordinator::verify_partitions`) or added.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, RequestHeader};
+use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, RequestHeader, TopicName};
 use kafka_protocol::ResponseError;
 
+use super::str_bytes;
 use crate::server::Broker;
 
 pub async fn handle(
     broker: &Broker,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: AddPartitionsToTxnRequest,
 ) -> Option<AddPartitionsToTxnResponse> {
+    if header.request_api_version >= 4 {
+        return Some(handle_batch(broker, request).await);
+    }
     let image = broker.controller.image();
     let mut wanted = Vec::new();
     let mut unknown = false;
@@ -64,4 +70,60 @@ pub async fn handle(
         })
         .collect();
     Some(AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results))
+}
+
+/// The broker-to-broker form: every transaction of the batch answered on its own.
+async fn handle_batch(broker: &Broker, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse {
+    let image = broker.controller.image();
+    let mut results = Vec::with_capacity(request.transactions.len());
+    for txn in &request.transactions {
+        let wanted: Vec<(String, i32)> =
+            txn.topics.iter().flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p))).collect();
+        let known = |(topic, p): &(String, i32)| {
+            image.topic(topic).is_some_and(|t| *p >= 0 && (*p as usize) < t.partitions.len())
+        };
+        let verdicts: Vec<((String, i32), i16)> = if !wanted.iter().all(known) {
+            let code = |p: &(String, i32)| {
+                if known(p) {
+                    ResponseError::OperationNotAttempted.code()
+                } else {
+                    ResponseError::UnknownTopicOrPartition.code()
+                }
+            };
+            wanted.iter().map(|p| (p.clone(), code(p))).collect()
+        } else if txn.verify_only {
+            match broker.txn.verify_partitions(&txn.transactional_id.0, txn.producer_id.0, txn.producer_epoch, &wanted)
+            {
+                Ok(verdicts) => verdicts.into_iter().map(|(p, v)| (p, v.err().map_or(0, |e| e.code()))).collect(),
+                Err(e) => wanted.iter().map(|p| (p.clone(), e.code())).collect(),
+            }
+        } else {
+            let outcome = broker
+                .txn
+                .add_partitions(&txn.transactional_id.0, txn.producer_id.0, txn.producer_epoch, &wanted)
+                .await;
+            let code = outcome.err().map_or(0, |e| e.code());
+            wanted.iter().map(|p| (p.clone(), code)).collect()
+        };
+        let mut topics: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+        for ((topic, partition), code) in verdicts {
+            let result = AddPartitionsToTxnPartitionResult::default()
+                .with_partition_index(partition)
+                .with_partition_error_code(code);
+            match topics.last_mut() {
+                Some(t) if *t.name.0 == *topic => t.results_by_partition.push(result),
+                _ => topics.push(
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(TopicName(str_bytes(&topic)))
+                        .with_results_by_partition(vec![result]),
+                ),
+            }
+        }
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id.clone())
+                .with_topic_results(topics),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
 }

@@ -3,23 +3,33 @@
 //! leader's append, acks=all once the high watermark passed the batch (at most the request's
 //! `timeout_ms`). acks=0 gets no response, as in Kafka.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, ProduceRequest, ProduceResponse, ProducerId, RequestHeader, TopicName, TransactionalId,
+};
 use kafka_protocol::ResponseError;
 
 use super::hosted_partition;
 use super::str_bytes;
-use crate::log::AppendOrigin;
+use crate::controller::MetadataImage;
+use crate::log::{AppendOrigin, TxnVerification};
 use crate::partition::Acks;
 use crate::server::{partition_error_code, record_errors, Broker};
+use crate::txn::TRANSACTION_STATE_TOPIC;
 
 /// Upper bound on a produce request's `timeout_ms` (how long acks=all may wait).
 const MAX_TIMEOUT_MS: i32 = 300_000;
+/// The broker-to-broker AddPartitionsToTxn version of a verification (KIP-890's batch form).
+const VERIFY_VERSION: i16 = 4;
+/// How long a produce waits for its transaction's coordinator to verify it.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceRequest) -> Option<ProduceResponse> {
     let version = header.request_api_version;
@@ -35,6 +45,12 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();
+    let mut verified = match &request.transactional_id {
+        Some(id) if broker.txn.settings.partition_verification => {
+            verify_transaction(broker, &image, &id.0, version, &request).await
+        }
+        _ => HashMap::new(),
+    };
     // Appends first, every partition; then acks=all waits for all of them at once (Kafka's
     // delayed produce), each until its high watermark passes the batch or the timeout.
     let mut appends = Vec::with_capacity(request.topic_data.len());
@@ -42,12 +58,19 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         let name: &str = &topic.name.0;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in &topic.partition_data {
-            let result = hosted_partition(broker, &image, name, data.index)
-                .map_err(|code| (code, None, vec![]))
-                .and_then(|partition| {
+            let verification =
+                verified.remove(&(name.to_string(), data.index)).unwrap_or(Ok(TxnVerification::NotRequired));
+            let result = verification
+                .map_err(|(code, message)| (code, Some(message), vec![]))
+                .and_then(|verification| {
+                    hosted_partition(broker, &image, name, data.index)
+                        .map_err(|code| (code, None, vec![]))
+                        .map(|partition| (partition, verification))
+                })
+                .and_then(|(partition, verification)| {
                     let records = data.records.clone().unwrap_or_else(Bytes::new);
                     let (info, log_start_offset, leader_epoch) = partition
-                        .append_in_epoch(&records, acks, AppendOrigin::Client)
+                        .append_verified(&records, acks, AppendOrigin::Client, verification)
                         .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))?;
                     Ok((info, log_start_offset, leader_epoch, partition))
                 });
@@ -145,6 +168,145 @@ fn batch_record_errors(error: &crate::partition::PartitionError) -> Vec<BatchInd
                 .with_batch_index_error_message(Some(str_bytes(&e.message)))
         })
         .collect()
+}
+
+/// A partition's verdict before its append: the verification to present, or the error to
+/// answer with.
+type Verdict = Result<TxnVerification, (ResponseError, String)>;
+
+/// KIP-890 part 1 (`transaction.partition.verification.enable`): for each partition whose
+/// first batch is transactional and would open a transaction there, the partition hands out a
+/// verification guard and the transaction's coordinator (this node or another, asked with
+/// AddPartitionsToTxn v4 `verify_only`) confirms the partition is in the producer's ongoing
+/// transaction. A late batch of a transaction already ended (a retry after a timeout abort, a
+/// zombie) is refused instead of opening a transaction nobody will ever end, which would hold
+/// the last stable offset back forever. Errors are mapped as Kafka maps them for the produce
+/// version: coordinator trouble is NOT_ENOUGH_REPLICAS (retriable), a partition outside the
+/// transaction INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11), a fenced producer
+/// INVALID_PRODUCER_EPOCH.
+async fn verify_transaction(
+    broker: &Broker,
+    image: &MetadataImage,
+    transactional_id: &str,
+    version: i16,
+    request: &ProduceRequest,
+) -> HashMap<(String, i32), Verdict> {
+    let mut verdicts = HashMap::new();
+    let mut asking = Vec::new();
+    let mut producer = (-1i64, -1i16);
+    for topic in &request.topic_data {
+        for data in &topic.partition_data {
+            let Some(header) = data.records.as_ref().and_then(|r| crate::log::BatchHeader::read(r).ok()) else {
+                continue;
+            };
+            if !header.attributes.is_transactional() || header.attributes.is_control() {
+                continue;
+            }
+            let key = (topic.name.0.to_string(), data.index);
+            let Ok(partition) = hosted_partition(broker, image, &key.0, key.1) else { continue };
+            match partition.start_txn_verification(header.producer_id, header.producer_epoch) {
+                Ok(None) => {
+                    verdicts.insert(key, Ok(TxnVerification::Required(None)));
+                }
+                Ok(Some(guard)) => {
+                    producer = (header.producer_id, header.producer_epoch);
+                    asking.push((key, partition, guard));
+                }
+                Err(e) => {
+                    verdicts.insert(key, Err((partition_error_code(&e), e.to_string())));
+                }
+            }
+        }
+    }
+    if asking.is_empty() {
+        return verdicts;
+    }
+    let wanted: Vec<(String, i32)> = asking.iter().map(|(k, _, _)| k.clone()).collect();
+    let answers = ask_coordinator(broker, image, transactional_id, producer, &wanted).await;
+    for (key, partition, guard) in asking {
+        let answer = match &answers {
+            Ok(per_partition) => per_partition.get(&key).copied().unwrap_or(ResponseError::UnknownServerError.code()),
+            Err(code) => code.code(),
+        };
+        let verdict = if answer == 0 {
+            Ok(TxnVerification::Required(Some(guard)))
+        } else {
+            partition.end_txn_verification(producer.0, guard);
+            let code = ResponseError::try_from_code(answer).unwrap_or(ResponseError::UnknownServerError);
+            let mapped = match code {
+                ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+                ResponseError::TransactionAbortable if version < 11 => ResponseError::InvalidTxnState,
+                ResponseError::NetworkException
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::NotCoordinator
+                | ResponseError::CoordinatorLoadInProgress
+                | ResponseError::ConcurrentTransactions
+                | ResponseError::RequestTimedOut => ResponseError::NotEnoughReplicas,
+                other => other,
+            };
+            let message = format!(
+                "transaction verification of producer {} (epoch {}) with its coordinator failed: {code:?}",
+                producer.0, producer.1
+            );
+            Err((mapped, message))
+        };
+        verdicts.insert(key, verdict);
+    }
+    verdicts
+}
+
+/// AddPartitionsToTxn v4 `verify_only` to the coordinator of `transactional_id` (a direct call
+/// when it is this node): each partition's error code, or one error for all.
+async fn ask_coordinator(
+    broker: &Broker,
+    image: &MetadataImage,
+    transactional_id: &str,
+    (producer_id, producer_epoch): (i64, i16),
+    partitions: &[(String, i32)],
+) -> Result<HashMap<(String, i32), i16>, ResponseError> {
+    let state = broker.txn.partition_of(transactional_id);
+    let coordinator = image
+        .topic(TRANSACTION_STATE_TOPIC)
+        .and_then(|t| t.partitions.get(state as usize))
+        .and_then(|p| p.leader)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    if coordinator == broker.settings.node_id {
+        let verdicts = broker.txn.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)?;
+        return Ok(verdicts.into_iter().map(|(p, v)| (p, v.err().map_or(0, |e| e.code()))).collect());
+    }
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for (topic, partition) in partitions {
+        match topics.last_mut() {
+            Some(t) if *t.name.0 == **topic => t.partitions.push(*partition),
+            _ => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(str_bytes(topic)))
+                    .with_partitions(vec![*partition]),
+            ),
+        }
+    }
+    let call = AddPartitionsToTxnRequest::default().with_transactions(vec![AddPartitionsToTxnTransaction::default()
+        .with_transactional_id(TransactionalId(str_bytes(transactional_id)))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
+        .with_verify_only(true)
+        .with_topics(topics)]);
+    let response = broker.peers.call(coordinator, VERIFY_VERSION, &call, VERIFY_TIMEOUT).await.map_err(|e| {
+        tracing::debug!(coordinator, error = %e, "transaction verification with a peer failed");
+        ResponseError::NetworkException
+    })?;
+    if response.error_code != 0 {
+        return Err(ResponseError::try_from_code(response.error_code).unwrap_or(ResponseError::UnknownServerError));
+    }
+    let mut codes = HashMap::new();
+    for txn in response.results_by_transaction {
+        for topic in txn.topic_results {
+            for p in topic.results_by_partition {
+                codes.insert((topic.name.0.to_string(), p.partition_index), p.partition_error_code);
+            }
+        }
+    }
+    Ok(codes)
 }
 
 /// Whether any partition's first batch is transactional (Kafka's `hasTransactionalRecords`).
