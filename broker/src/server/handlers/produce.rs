@@ -45,12 +45,14 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();
-    let mut verified = match &request.transactional_id {
-        Some(id) if broker.txn.settings.partition_verification => {
-            verify_transaction(broker, &image, &id.0, version, &request).await
-        }
+    let verifying = broker.txn.settings.partition_verification;
+    let verified = match &request.transactional_id {
+        Some(id) if verifying => verify_transaction(broker, &image, &id.0, version, &request).await,
         _ => HashMap::new(),
     };
+    // A partition verify_transaction gave no verdict (not transactional, not led here) still
+    // needs a guard to open a transaction, should it reach the log.
+    let unverified = if verifying { TxnVerification::Required(None) } else { TxnVerification::NotRequired };
     // Appends first, every partition; then acks=all waits for all of them at once (Kafka's
     // delayed produce), each until its high watermark passes the batch or the timeout.
     let mut appends = Vec::with_capacity(request.topic_data.len());
@@ -58,8 +60,11 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         let name: &str = &topic.name.0;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in &topic.partition_data {
-            let verification =
-                verified.remove(&(name.to_string(), data.index)).unwrap_or(Ok(TxnVerification::NotRequired));
+            let verification = if verified.is_empty() {
+                Ok(unverified)
+            } else {
+                verified.get(&(name.to_string(), data.index)).cloned().unwrap_or(Ok(unverified))
+            };
             let result = verification
                 .map_err(|(code, message)| (code, Some(message), vec![]))
                 .and_then(|verification| {
