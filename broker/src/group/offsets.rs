@@ -28,7 +28,7 @@ use crate::log::batch::BatchIter;
 use crate::log::now_ms;
 use crate::log::records::BatchBuilder;
 use crate::log::{AppendOrigin, BatchError, Compression};
-use crate::partition::{Acks, FirstBatch, Partition, PartitionError, ReplicaManager};
+use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
 
 /// Kafka's `offsets.retention.minutes` default: 7 days.
 pub const DEFAULT_OFFSETS_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
@@ -39,9 +39,6 @@ pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 /// Records per batch when writing many tombstones at once, to stay far below
 /// `max.message.bytes`.
 const TOMBSTONES_PER_BATCH: usize = 1000;
-
-/// How long a load waits for a new leader's high watermark to reach its log end.
-const LOAD_CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Bytes read per step while loading a partition.
 const LOAD_READ_BYTES: usize = 1 << 20;
@@ -693,12 +690,6 @@ fn load_into(
 ) -> Result<(), OffsetError> {
     let leadership = leadership_of(hosted);
     let started = std::time::Instant::now();
-    // A new leader's high watermark may still be below its log end (commits the previous
-    // leader acknowledged): give the followers a moment to confirm them so the load sees them.
-    let deadline = started + LOAD_CATCH_UP_TIMEOUT;
-    while hosted.high_watermark() < hosted.log_end_offset() && std::time::Instant::now() < deadline {
-        std::thread::park_timeout(std::time::Duration::from_millis(5));
-    }
     let loaded = load(hosted);
     let mut shard = slot.lock();
     if shard.loading == Some(leadership) {
@@ -732,7 +723,9 @@ fn load_into(
     result
 }
 
-/// Reads a `__consumer_offsets` partition from its log start to its high watermark; later
+/// Reads a `__consumer_offsets` partition from its log start to its log end offset (a new
+/// leader's high watermark may still be below commits the previous leader acknowledged: see
+/// [`Partition::read_to_log_end`]); later
 /// records win, tombstones delete. Records that do not decode (a future schema) are skipped.
 /// Transactional commits are held per producer until their marker: applied on commit, dropped
 /// on abort; those still open at the end are returned with the groups.
@@ -743,19 +736,18 @@ fn load(hosted: &Partition) -> Result<LoadedShard, OffsetError> {
     let mut shard = Shard { loaded_from: Some(leadership_of(hosted)), ..Shard::default() };
     let mut next = hosted.log_start_offset();
     let mut skipped = 0usize;
+    let end = hosted.log_end_offset();
     loop {
-        let high_watermark = hosted.high_watermark();
-        if next >= high_watermark {
+        if next >= end {
             break;
         }
-        // Whole: a batch above the read size must not stop the load.
-        let data =
-            hosted.read(next, LOAD_READ_BYTES, FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted)?;
-        if data.records.is_empty() {
+        // A batch above the read size comes whole: it must not stop the load.
+        let records = hosted.read_to_log_end(next, LOAD_READ_BYTES)?;
+        if records.is_empty() {
             break;
         }
         let before = next;
-        for batch in BatchIter::new(data.records) {
+        for batch in BatchIter::new(records) {
             let batch = batch.map_err(|source| OffsetError::Batch { partition, source })?;
             if batch.last_offset() < next {
                 continue;
@@ -973,7 +965,9 @@ mod tests {
         let (replicas, store) = open(dir.path());
         store.commit("g", vec![("t".into(), 3, committed(42, 7))]).unwrap();
         let hosted = replicas.get(OFFSETS_TOPIC, store.partition_of("g")).unwrap();
-        let data = hosted.read(0, 1 << 20, FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted).unwrap();
+        let data = hosted
+            .read(0, 1 << 20, crate::partition::FirstBatch::Whole, crate::partition::Isolation::ReadUncommitted)
+            .unwrap();
         let batch = BatchIter::new(data.records).next().unwrap().unwrap();
         let records = batch.records().unwrap();
         assert_eq!(records.len(), 1);

@@ -917,6 +917,32 @@ impl Partition {
         Ok(FetchedData { high_watermark, last_stable_offset, log_start_offset, log_end_offset, records, aborted })
     }
 
+    /// Reads up to `max_bytes` (a larger first batch whole) from `fetch_offset` to the log end
+    /// offset, past the high watermark: a coordinator loading its internal partition as the new
+    /// leader (Kafka loads to the log end too). What the previous leader acknowledged is in this
+    /// log, maybe still above its high watermark until the followers fetch again; a load to the
+    /// high watermark would miss it (a PrepareCommit the client was answered for, read as
+    /// Ongoing, would later be aborted on timeout). The leader's own log is never cut back
+    /// while it leads, and a coordinator unloads when it stops leading.
+    pub fn read_to_log_end(&self, fetch_offset: i64, max_bytes: usize) -> Result<Bytes, PartitionError> {
+        let (slice, log_end_offset) = {
+            let guard = self.log()?;
+            let log = guard.as_ref().expect("checked by log()");
+            let log_end_offset = log.log_end_offset();
+            (log.slice(fetch_offset, log_end_offset)?, log_end_offset)
+        };
+        match slice {
+            Some(slice) => slice.read_batches_limited(max_bytes, log_end_offset, FirstBatch::Whole).map_err(|source| {
+                PartitionError::from(LogError::Io {
+                    op: "read",
+                    path: format!("{}-{}", self.topic, self.index).into(),
+                    source,
+                })
+            }),
+            None => Ok(Bytes::new()),
+        }
+    }
+
     /// NOT_LEADER_OR_FOLLOWER unless this replica leads.
     pub fn check_leader(&self) -> Result<(), PartitionError> {
         let state = self.state();

@@ -32,7 +32,7 @@ use crate::log::batch::BatchIter;
 use crate::log::now_ms;
 use crate::log::records::BatchBuilder;
 use crate::log::{AppendOrigin, Compression};
-use crate::partition::{Acks, FirstBatch, Isolation, Partition, PartitionError, ReplicaManager};
+use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
 
 /// The internal topic of transaction states.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
@@ -835,25 +835,22 @@ fn bump(epoch: i16) -> i16 {
     epoch.saturating_add(1).min(i16::MAX)
 }
 
-/// Reads a `__transaction_state` partition to its high watermark: the last record of each id
-/// wins, a tombstone forgets it.
+/// Reads a `__transaction_state` partition to its log end offset (not its high watermark: see
+/// [`Partition::read_to_log_end`]): the last record of each id wins, a tombstone forgets it.
 fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionError> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while hosted.high_watermark() < hosted.log_end_offset() && std::time::Instant::now() < deadline {
-        std::thread::park_timeout(Duration::from_millis(5));
-    }
     let mut txns = HashMap::new();
     let mut next = hosted.log_start_offset();
+    let end = hosted.log_end_offset();
     loop {
-        if next >= hosted.high_watermark() {
+        if next >= end {
             break;
         }
-        let data = hosted.read(next, 1 << 20, FirstBatch::Whole, Isolation::ReadUncommitted)?;
-        if data.records.is_empty() {
+        let records = hosted.read_to_log_end(next, 1 << 20)?;
+        if records.is_empty() {
             break;
         }
         let before = next;
-        for batch in BatchIter::new(data.records) {
+        for batch in BatchIter::new(records) {
             let Ok(batch) = batch else { break };
             if batch.last_offset() < next {
                 continue;
