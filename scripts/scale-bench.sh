@@ -258,6 +258,7 @@ runnel_launch() {
     setsid bash -c 'echo $$ > "$0"; exec "$@"' "$pidfile" "${prl[@]}" "$RUNNEL_BIN" serve \
         --data-dir "$WORK/runnel/data" --kafka-listen "127.0.0.1:$RUNNEL_PORT" \
         --controller-listen "127.0.0.1:$((RUNNEL_PORT + 1))" --http-listen "127.0.0.1:$((RUNNEL_PORT + 2))" \
+        --max-broker-partitions "$((PARTITIONS + 1000))" \
         >>"$WORK/runnel/out.log" 2>>"$WORK/runnel/err.log" </dev/null &
     disown  # no job-control notice when we kill it; alive() polls /proc
     for _ in $(seq 500); do [[ -s $pidfile ]] && break; sleep 0.01; done

@@ -29,7 +29,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, Timestamp, TopicPartitionList};
 use runnel::log::batch::BatchIter;
 use runnel::log::{Compression, RecordBatch};
-use support::{block_on, client_config, wait_until, Runnel};
+use support::{block_on, client_config, wait_until, HttpApi, Runnel};
 
 /// Longest wait for any one step (a debug build on a loaded 2-core machine).
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -485,6 +485,60 @@ fn admin_creates_partitions_that_clients_then_use() {
     }
     let messages = consume(&new_consumer(&node), &[("growing", 3, 0)], 1);
     assert_eq!(messages[0].payload(), Some(&b"in a new partition"[..]));
+}
+
+#[test]
+fn partitions_past_max_broker_partitions_or_one_request_are_refused_and_create_nothing() {
+    // Proves `--max-broker-partitions` bounds the replicas a broker hosts for CreateTopics (the
+    // topics of one request count against each other), CreatePartitions and the HTTP API, each
+    // refused with POLICY_VIOLATION / 422 naming the bound and creating nothing; Kafka 4's bound
+    // of 10,000 partitions per CreateTopics refuses the whole request in Kafka's words; what is
+    // under the bound is still created and used, and the internal topics are exempt.
+    let node = Runnel::start(&["--max-broker-partitions", "20"]);
+    let admin = new_admin(&node);
+    let fixed = |name, partitions| NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let refused: Result<String, RDKafkaErrorCode> = Err(RDKafkaErrorCode::PolicyViolation);
+    let codes = |results: Vec<Result<String, (String, RDKafkaErrorCode)>>| -> Vec<Result<String, RDKafkaErrorCode>> {
+        results.into_iter().map(|r| r.map_err(|(_, code)| code)).collect()
+    };
+
+    let results = block_on(admin.create_topics(&[fixed("x", 8), fixed("y", 8), fixed("z", 8)], &admin_options()));
+    assert_eq!(codes(results.unwrap()), vec![Ok("x".into()), Ok("y".into()), refused.clone()], "z would make 24 > 20");
+    let grown = block_on(admin.create_partitions(&[NewPartitions::new("x", 13)], &admin_options())).unwrap();
+    assert_eq!(codes(grown), vec![refused.clone()], "x to 13 would make 21");
+    let grown = block_on(admin.create_partitions(&[NewPartitions::new("x", 12)], &admin_options())).unwrap();
+    assert_eq!(codes(grown), vec![Ok("x".into())], "x to 12 makes exactly 20");
+    let excessive = block_on(admin.create_topics(&[fixed("p", 6000), fixed("q", 6000)], &admin_options()));
+    assert_eq!(codes(excessive.unwrap()), vec![refused.clone(), refused], "12,000 partitions in one request");
+
+    let http = HttpApi::new(&node);
+    let cluster = http.cluster_id();
+    let path = format!("/v3/clusters/{cluster}/topics");
+    let over = http.post(&path, &serde_json::json!({"topic_name": "h", "partitions_count": 1}));
+    assert_eq!(over.status, 422, "{}", over.text);
+    assert!(over.text.contains("above its max.broker.partitions of 20"), "{}", over.text);
+    let huge = http.post(&path, &serde_json::json!({"topic_name": "h", "partitions_count": 42_279}));
+    assert_eq!(huge.status, 422, "{}", huge.text);
+    assert!(huge.text.contains("Excessively large number of partitions per request."), "{}", huge.text);
+    let v1 = http.post("/v1/topics", &serde_json::json!({"name": "h", "partitions": 1}));
+    assert_eq!(v1.status, 422, "{}", v1.text);
+
+    // Nothing refused exists; what was created has its partitions and takes records; a group's
+    // coordinator creates __consumer_offsets past the bound.
+    let metadata = admin.inner().fetch_metadata(None, DEADLINE).unwrap();
+    let mut topics: Vec<(String, usize)> =
+        metadata.topics().iter().map(|t| (t.name().to_string(), t.partitions().len())).collect();
+    topics.sort();
+    assert_eq!(topics, vec![("x".to_string(), 12), ("y".to_string(), 8)]);
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let delivered = produce_all(&producer, "x", Some(11), &[TestRecord::new(None, Some(b"last one in"))]);
+    assert_eq!((delivered[0].partition, delivered[0].offset), (11, 0));
+    let mut consumer_config = consumer_config(&node);
+    consumer_config.set("group.id", "past-the-bound");
+    let consumer: BaseConsumer = consumer_config.create().expect("consumer");
+    let mut offsets = TopicPartitionList::new();
+    offsets.add_partition_offset("x", 11, Offset::Offset(1)).unwrap();
+    consumer.commit(&offsets, rdkafka::consumer::CommitMode::Sync).expect("commit: __consumer_offsets is exempt");
 }
 
 #[test]

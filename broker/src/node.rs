@@ -193,6 +193,7 @@ impl Node {
                 data_dir: data_dir.clone(),
                 replica_selector: config.replica_selector,
                 metrics_aggregate: config.metrics_aggregate,
+                max_broker_partitions: config.max_broker_partitions,
                 http_address: Some(if http_addr.ip().is_unspecified() {
                     format!("{advertised_host}:{}", http_addr.port())
                 } else {

@@ -16,6 +16,7 @@
 mod connection;
 mod errors;
 pub mod handlers;
+pub mod partition_limits;
 pub mod placement;
 mod response;
 pub mod versions;
@@ -62,6 +63,9 @@ pub struct ServerSettings {
     /// `metrics.aggregate` (Redpanda's `aggregate_metrics`): `/metrics` sums the per-partition
     /// series per topic instead of writing one per partition.
     pub metrics_aggregate: bool,
+    /// `max.broker.partitions` (KIP-578): partition replicas one broker may host before
+    /// CreateTopics and CreatePartitions refuse more (`server::partition_limits`).
+    pub max_broker_partitions: u64,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

@@ -12,11 +12,9 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::{ApplyOutcome, MetadataRecord};
+use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
-
-/// The same bound CreateTopics puts on a topic's partition count.
-const MAX_PARTITIONS: i32 = 100_000;
 
 pub async fn handle(
     broker: &Broker,
@@ -26,12 +24,14 @@ pub async fn handle(
     let mut seen = BTreeSet::new();
     let duplicated: BTreeSet<&str> = request.topics.iter().map(|t| &*t.name.0).filter(|n| !seen.insert(*n)).collect();
     let mut created = false;
+    // One budget for the request, so its topics count against each other.
+    let mut budget = ReplicaBudget::of(&broker.controller.image(), broker.settings.max_broker_partitions);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let outcome = if duplicated.contains(&*topic.name.0) {
             Err((ResponseError::InvalidRequest, "Duplicate topic name.".to_string()))
         } else {
-            grow(broker, topic, request.validate_only).await
+            grow(broker, &mut budget, topic, request.validate_only).await
         };
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         results.push(match outcome {
@@ -51,6 +51,7 @@ pub async fn handle(
 /// Validates and (unless `validate_only`) adds the partitions. `Ok(true)` when committed.
 async fn grow(
     broker: &Broker,
+    budget: &mut ReplicaBudget,
     topic: &CreatePartitionsTopic,
     validate_only: bool,
 ) -> Result<bool, (ResponseError, String)> {
@@ -91,6 +92,7 @@ async fn grow(
                 .map_err(|e| (ResponseError::InvalidReplicationFactor, e.to_string()))?
         }
     };
+    budget.take(name, &new_partitions).map_err(|message| (ResponseError::PolicyViolation, message))?;
     if validate_only {
         return Ok(false);
     }
@@ -121,10 +123,12 @@ fn check_count(current: usize, requested: i32) -> Result<u32, (ResponseError, St
             format!("Topic currently has {current} partitions, which is higher than the requested {requested}."),
         ));
     }
-    if requested > MAX_PARTITIONS {
-        return Err((ResponseError::InvalidPartitions, format!("number of partitions is above {MAX_PARTITIONS}")));
+    let additional = (requested as i64 - current as i64) as u64;
+    if additional > MAX_PARTITIONS_PER_REQUEST {
+        // CreateTopics' bound on one request, applied to the partitions this one adds.
+        return Err((ResponseError::PolicyViolation, EXCESSIVE_PARTITIONS.to_string()));
     }
-    Ok((requested as i64 - current as i64) as u32)
+    Ok(additional as u32)
 }
 
 /// Kafka's checks of manual assignments: one per new partition, no empty list, no broker twice,
@@ -189,7 +193,8 @@ mod tests {
         let smaller = check_count(3, 2).unwrap_err();
         assert_eq!(smaller.1, "Topic currently has 3 partitions, which is higher than the requested 2.");
         assert_eq!(check_count(3, -1).unwrap_err().0, ResponseError::InvalidPartitions);
-        assert_eq!(check_count(3, i32::MAX).unwrap_err().0, ResponseError::InvalidPartitions);
+        assert_eq!(check_count(3, i32::MAX).unwrap_err().0, ResponseError::PolicyViolation);
+        assert_eq!(check_count(3, 10_003).unwrap(), 10_000);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! replicas over the usable brokers (`server::placement`, Kafka's rack-aware assignment), and
 //! commits the CreateTopic records of all the valid topics of a request through the metadata
 //! quorum as one entry (`Controller::propose_all`), each topic answered with its own outcome.
+//! The partition bounds of `server::partition_limits` are checked before anything is proposed.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
+use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
 
@@ -24,6 +26,10 @@ pub async fn handle(
     // one proposal (`Controller::propose_all`), each with its own outcome, as Kafka's controller
     // answers each topic of a request on its own.
     let image = broker.controller.image();
+    if let Some(refused) = refuse_excessive(broker, &request) {
+        return Some(refused);
+    }
+    let mut budget = ReplicaBudget::of(&image, broker.settings.max_broker_partitions);
     let mut checked = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name = topic.name.0.to_string();
@@ -39,11 +45,11 @@ pub async fn handle(
         } else if !topic.assignments.is_empty() {
             let assignments: Vec<Vec<u64>> =
                 topic.assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0.max(0) as u64).collect()).collect();
-            validate(broker, &image, &name, Assignment::Manual(assignments), configs.clone())
+            validate(broker, &image, &mut budget, &name, Assignment::Manual(assignments), configs.clone())
         } else {
             let assignment =
                 Assignment::Auto { partitions: topic.num_partitions, replication_factor: topic.replication_factor };
-            validate(broker, &image, &name, assignment, configs.clone())
+            validate(broker, &image, &mut budget, &name, assignment, configs.clone())
         };
         checked.push((topic.name.clone(), configs, outcome));
     }
@@ -84,6 +90,37 @@ pub async fn handle(
         results.push(result);
     }
     broker.reconcile_now().await;
+    Some(CreateTopicsResponse::default().with_topics(results))
+}
+
+/// Kafka 4 refuses a request whose topics add up to more than
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions as a whole, every topic POLICY_VIOLATION, before
+/// checking any of them (`ReplicationControlManager.validateTotalNumberOfPartitions`).
+fn refuse_excessive(broker: &Broker, request: &CreateTopicsRequest) -> Option<CreateTopicsResponse> {
+    let total: u64 = request
+        .topics
+        .iter()
+        .map(|topic| match (topic.assignments.len(), topic.num_partitions) {
+            (0, -1) => u64::from(broker.settings.default_partitions),
+            (0, count) => u64::try_from(count).unwrap_or(0),
+            (assigned, _) => assigned as u64,
+        })
+        .sum();
+    if total <= MAX_PARTITIONS_PER_REQUEST {
+        return None;
+    }
+    let results = request
+        .topics
+        .iter()
+        .map(|topic| {
+            CreatableTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_error_code(ResponseError::PolicyViolation.code())
+                .with_error_message(Some(str_bytes(EXCESSIVE_PARTITIONS)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+        })
+        .collect();
     Some(CreateTopicsResponse::default().with_topics(results))
 }
 
@@ -137,7 +174,9 @@ pub(crate) async fn validate_and_create(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<Created, (ResponseError, String)> {
-    let (created, record) = validate(broker, &broker.controller.image(), name, assignment, configs)?;
+    let image = broker.controller.image();
+    let mut budget = ReplicaBudget::of(&image, broker.settings.max_broker_partitions);
+    let (created, record) = validate(broker, &image, &mut budget, name, assignment, configs)?;
     if validate_only {
         return Ok(created);
     }
@@ -149,6 +188,7 @@ pub(crate) async fn validate_and_create(
 fn validate(
     broker: &Broker,
     image: &crate::controller::MetadataImage,
+    budget: &mut ReplicaBudget,
     name: &str,
     assignment: Assignment,
     configs: BTreeMap<String, String>,
@@ -180,6 +220,9 @@ fn validate(
                     "assignment names an unknown broker".to_string(),
                 ));
             }
+            if assignments.len() as u64 > MAX_PARTITIONS_PER_REQUEST {
+                return Err((ResponseError::PolicyViolation, EXCESSIVE_PARTITIONS.to_string()));
+            }
             assignments
         }
         Assignment::Auto { partitions, replication_factor } => {
@@ -202,8 +245,8 @@ fn validate(
             } else {
                 replication_factor as i32
             };
-            if partitions > 100_000 {
-                return Err((ResponseError::InvalidPartitions, "number of partitions is above 100000".to_string()));
+            if partitions as u64 > MAX_PARTITIONS_PER_REQUEST {
+                return Err((ResponseError::PolicyViolation, EXCESSIVE_PARTITIONS.to_string()));
             }
             let spec = PlacementSpec { first_partition: 0, partitions: partitions as u32, replication_factor };
             placement::assign_replicas(&placement::usable_brokers(image), spec, Start::random()).map_err(|e| {
@@ -214,6 +257,7 @@ fn validate(
             })?
         }
     };
+    budget.take(name, &replicas).map_err(|message| (ResponseError::PolicyViolation, message))?;
     let created = Created {
         topic_id: *uuid::Uuid::new_v4().as_bytes(),
         partitions: replicas.len() as u32,

@@ -285,6 +285,13 @@ fn describe_broker(settings: &ServerSettings, extra: &BrokerProperties) -> Vec<D
             ConfigType::Long,
             "Idle connections are closed after this many milliseconds.",
         ),
+        (
+            "max.broker.partitions",
+            settings.max_broker_partitions.to_string(),
+            None,
+            ConfigType::Long,
+            "Partition replicas this broker may host before topic and partition creation is refused.",
+        ),
     ];
     if let Some(rack) = &extra.rack {
         properties.push(("broker.rack", rack.clone(), None, ConfigType::String, "Rack of this broker."));
@@ -535,6 +542,7 @@ mod tests {
             replica_selector: crate::config::ReplicaSelector::LeaderOnly,
             http_address: Some("127.0.0.1:8080".to_string()),
             metrics_aggregate: false,
+            max_broker_partitions: 20_000,
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
