@@ -670,3 +670,76 @@ fn kafka_metadata_quorum_describes_the_leader_and_every_voter() {
     });
     assert!(moved, "no new leader in a higher epoch: {}", last.expect("a run"));
 }
+
+#[test]
+fn java_transactions_on_transaction_version_2_commit_across_partitions_led_by_other_nodes() {
+    // Proves KIP-890 part 2 across nodes: a Java 4.4 transactional producer (ProducerPerformance,
+    // a commit every 100 ms) on a 3-node cluster adds partitions by producing, so the leaders of
+    // partitions its coordinator does not lead add them over the network (AddPartitionsToTxn v4,
+    // not verify-only); every commit bumps the epoch; a read_committed console consumer then
+    // reads every record exactly once.
+    let Some(cli) = kafka_cli() else { return };
+    let _serial = serial();
+    let cluster = Cluster::start(NODES, &[]);
+    wait_for_brokers(&cluster);
+    let bootstrap = cluster.bootstrap();
+    let topic = "java-tv2";
+    // Replication factor 1: each node leads one partition, so every partition but (at most)
+    // one is led by a node that is not the transaction's coordinator.
+    let partitions = PARTITIONS.to_string();
+    let created = run(
+        &cli,
+        "topics",
+        &["--bootstrap-server", &bootstrap, "--create", "--topic", topic, "--partitions", &partitions],
+    );
+    assert!(created.output.success, "{created}");
+    const RECORDS: usize = 3000;
+    let props = format!("bootstrap.servers={bootstrap}");
+    let perf = run(
+        &cli,
+        "producer-perf-test",
+        &[
+            "--topic",
+            topic,
+            "--num-records",
+            &RECORDS.to_string(),
+            "--record-size",
+            "100",
+            "--throughput",
+            "10000",
+            "--transactional-id",
+            "java-tv2",
+            "--transaction-duration-ms",
+            "100",
+            "--producer-props",
+            &props,
+            "batch.size=2000",
+        ],
+    );
+    assert!(perf.output.success && perf.output.text().contains(&format!("{RECORDS} records sent")), "{perf}");
+    let txn = support::HttpApi::at(&cluster.node(1).http_url()).get("/v1/transactions/java-tv2").json;
+    assert!(txn["producer_epoch"].as_i64().is_some_and(|e| e >= 1), "an epoch bump per commit: {txn}");
+    let read = run(
+        &cli,
+        "console-consumer",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--max-messages",
+            &(RECORDS + 1).to_string(),
+            "--timeout-ms",
+            "15000",
+            "--property",
+            "print.partition=true",
+        ],
+    );
+    let text = read.output.text();
+    assert!(text.contains(&format!("Processed a total of {RECORDS} messages")), "{read}");
+    let used: BTreeSet<&str> = read.output.stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(used.len() >= 2, "records in at least two partitions, so one led away from the coordinator: {used:?}");
+}

@@ -233,8 +233,8 @@ fn kafka_consumer_groups_tool_lists_describes_resets_and_deletes() {
 #[test]
 fn java_transactional_producer_read_committed_consumer_and_kafka_transactions_tool() {
     // Proves transactions with Kafka's Java client and tools (issue 12): ProducerPerformance's
-    // transactional producer commits every 100 ms and a read_committed console consumer reads
-    // every record; `kafka-transactions.sh` lists and describes a librdkafka transaction left
+    // transactional producer commits every 100 ms on transaction version 2 (KIP-890: epoch
+    // bumped by its commits) and a read_committed console consumer reads every record; `kafka-transactions.sh` lists and describes a librdkafka transaction left
     // open, describes the partition's producers, and aborts it, after which a read_committed
     // reader gets past it and never sees its records.
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -294,6 +294,10 @@ fn java_transactional_producer_read_committed_consumer_and_kafka_transactions_to
     };
     let (_, out) = read_committed("java-txn", "2000");
     assert!(out.contains("Processed a total of 2000 messages"), "{out}");
+    // The Java 4.x client took transaction version 2 from ApiVersions: each of its commits
+    // bumped the epoch (with version 1 it would still be 0).
+    let perf = support::HttpApi::new(&node).get("/v1/transactions/java-perf").json;
+    assert!(perf["producer_epoch"].as_i64().is_some_and(|e| e >= 1), "{perf}");
 
     // A transaction left open by librdkafka.
     let hanging: BaseProducer =

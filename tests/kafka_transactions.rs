@@ -387,6 +387,44 @@ mod raw {
         conn.call(3, &request).results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
     }
 
+    /// EndTxn v5 (transaction version 2): its error code and the producer id and epoch it
+    /// answers.
+    pub fn end_v5(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), commit: bool) -> (i16, (i64, i16)) {
+        let request = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(name(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(commit);
+        let response = conn.call(5, &request);
+        (response.error_code, (response.producer_id.0, response.producer_epoch))
+    }
+
+    /// TxnOffsetCommit v5 of `offset` for `topic`-0 in `group` (no member checks): its code.
+    pub fn txn_offset_commit_v5(
+        conn: &mut RawConn,
+        id: &str,
+        (pid, epoch): (i64, i16),
+        group: &str,
+        topic: &str,
+        offset: i64,
+    ) -> i16 {
+        use kafka_protocol::messages::txn_offset_commit_request::{
+            TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+        };
+        let request = kafka_protocol::messages::TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(name(id)))
+            .with_group_id(kafka_protocol::messages::GroupId(name(group)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(name(topic)))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)])]);
+        conn.call(5, &request).topics[0].partitions[0].error_code
+    }
+
     pub fn end(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), commit: bool) -> i16 {
         let request = EndTxnRequest::default()
             .with_transactional_id(TransactionalId(name(id)))
@@ -482,4 +520,66 @@ fn a_late_batch_of_an_ended_transaction_is_refused_instead_of_hanging_the_partit
     let (code, (lso, hw)) = late_batch_after_an_abort(&node, "late-c", "late-unverified", 9);
     assert_eq!(code, 0, "unverified, the late batch is appended");
     assert_eq!((lso, hw), (2, 3), "and holds the LSO back: a hanging transaction");
+}
+
+#[test]
+fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_every_end() {
+    // Proves KIP-890 part 2 on the wire: ApiVersions finalizes transaction.version at 2; a
+    // Produce v12 batch adds its partition and TxnOffsetCommit v5 the group's offsets partition
+    // (no AddPartitionsToTxn, no AddOffsetsToTxn); EndTxn v5 commits and answers epoch + 1, and
+    // its retry at the old epoch gets the same answer; a late batch at the old epoch is fenced;
+    // the next transaction starts at sequence 0 of the new epoch and its abort answers
+    // epoch + 2; an abort with nothing added only bumps; read_committed sees exactly the
+    // committed records and the group exactly the committed offset; with
+    // `--transaction-version 1` the feature is finalized at 1.
+    const PRODUCER_FENCED: i16 = 90;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "tv2", 1);
+    let mut conn = support::RawConn::open(&node, "tv2");
+    let finalized = |conn: &mut support::RawConn| {
+        let response = conn.call(3, &kafka_protocol::messages::ApiVersionsRequest::default());
+        assert!(response.finalized_features_epoch >= 0);
+        let feature = response.finalized_features.iter().find(|f| &*f.name == "transaction.version");
+        feature.map(|f| f.max_version_level)
+    };
+    assert_eq!(finalized(&mut conn), Some(2));
+    let api = support::HttpApi::new(&node);
+    let state = |id: &str| api.get(&format!("/v1/transactions/{id}")).json;
+    let id = "tv2-id";
+    let (pid, e0) = raw::init(&mut conn, id);
+
+    assert_eq!(raw::produce(&mut conn, 12, id, (pid, e0), 0, "tv2", &["a", "b"]), 0, "implicit add");
+    assert_eq!(raw::txn_offset_commit_v5(&mut conn, id, (pid, e0), "tv2-group", "tv2", 2), 0);
+    let txn = state(id);
+    assert_eq!(txn["state"], "Ongoing", "{txn}");
+    let partitions = txn["partitions"].to_string();
+    assert!(partitions.contains("\"tv2\"") && partitions.contains("__consumer_offsets"), "{txn}");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e0), true), (0, (pid, e0 + 1)), "commit bumps the epoch");
+    assert!(support::wait_until(TIMEOUT, || state(id)["state"] == "CompleteCommit"), "markers written");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e0), true), (0, (pid, e0 + 1)), "a retry of the commit");
+    assert_ne!(raw::produce(&mut conn, 12, id, (pid, e0), 2, "tv2", &["late"]), 0, "the old epoch is fenced");
+
+    let e1 = e0 + 1;
+    assert_eq!(raw::produce(&mut conn, 12, id, (pid, e1), 0, "tv2", &["aborted"]), 0, "sequence 0 of the new epoch");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e1), false), (0, (pid, e1 + 1)), "abort bumps the epoch");
+    assert!(support::wait_until(TIMEOUT, || state(id)["state"] == "CompleteAbort"));
+    let e2 = e1 + 1;
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e2), false), (0, (pid, e2 + 1)), "an empty abort bumps");
+    assert_eq!(state(id)["producer_epoch"], e2 + 1);
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e2 + 5), true).0, PRODUCER_FENCED, "an epoch never handed out");
+
+    assert_eq!(read_all(&node, "tv2", 1, "read_committed"), ["a", "b"]);
+    assert_eq!(read_all(&node, "tv2", 1, "read_uncommitted"), ["a", "b", "aborted"]);
+    let (lso, hw) = raw::lso_and_hw(&mut conn, "tv2");
+    assert_eq!(lso, hw, "nothing left open");
+    let group: BaseConsumer =
+        support::client_config(&node, &[("group.id", "tv2-group")]).create().expect("group consumer");
+    let mut wanted = TopicPartitionList::new();
+    wanted.add_partition("tv2", 0);
+    let committed = group.committed_offsets(wanted, TIMEOUT).expect("committed offsets");
+    assert_eq!(committed.find_partition("tv2", 0).map(|p| p.offset()), Some(Offset::Offset(2)));
+    drop(node);
+
+    let node = Runnel::start(&["--transaction-version", "1"]);
+    assert_eq!(finalized(&mut support::RawConn::open(&node, "tv1")), Some(1));
 }

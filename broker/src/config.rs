@@ -125,6 +125,12 @@ pub struct ServeArgs {
     /// [default: true].
     #[arg(long, env = "RUNNEL_TRANSACTION_PARTITION_VERIFICATION_ENABLE")]
     pub transaction_partition_verification_enable: Option<bool>,
+    /// The finalized level of Kafka's `transaction.version` feature that ApiVersions
+    /// advertises: 2 (KIP-890 part 2, Kafka 4's default) lets clients that support it (Java 4.x)
+    /// bump the epoch on every commit and abort and add partitions by producing; 0 or 1 keeps
+    /// every client on the classic protocol. Both are served either way [default: 2].
+    #[arg(long, env = "RUNNEL_TRANSACTION_VERSION", value_parser = clap::value_parser!(i16).range(0..=2))]
+    pub transaction_version: Option<i16>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
     /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
@@ -237,6 +243,7 @@ struct FileConfig {
     producer_id_expiration_ms: Option<u64>,
     transaction_max_timeout_ms: Option<i32>,
     transaction_partition_verification_enable: Option<bool>,
+    transaction_version: Option<i16>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
@@ -471,6 +478,11 @@ impl NodeConfig {
                     .transaction_partition_verification_enable
                     .or(file.transaction_partition_verification_enable)
                     .unwrap_or(true),
+                version: args
+                    .transaction_version
+                    .or(file.transaction_version)
+                    .unwrap_or(crate::txn::TxnSettings::default().version)
+                    .clamp(0, 2),
                 ..crate::txn::TxnSettings::default()
             },
             broker_session_timeout_ms: args

@@ -392,9 +392,10 @@ struct Verification {
 }
 
 /// What a transactional batch that opens a transaction must present to be appended: the guard
-/// of a verification still in place. A marker of the producer removes it, so a verification
-/// answered before an abort cannot let a late batch open a transaction the coordinator no
-/// longer knows (a hanging transaction).
+/// of a verification still in place. A marker of the producer removes it (unless it is for a
+/// later epoch than the data the marker ends), so a verification answered before an abort
+/// cannot let a late batch open a transaction the coordinator no longer knows (a hanging
+/// transaction).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VerificationGuard(u64);
 
@@ -489,9 +490,20 @@ impl ProducerState {
     /// it replaced.
     pub fn apply(&mut self, update: &BatchUpdate, undo: &mut UndoUpdates) {
         let pid = update.entry.producer_id;
-        if update.marker || update.started.is_some() {
-            // A marker ends what any verification vouched for; a started transaction needs none.
+        if update.started.is_some() {
+            // A started transaction needs no verification.
             self.verifications.remove(&pid);
+        } else if update.marker {
+            // A marker ends what verifications of its transaction's epoch vouched for. Under
+            // transaction version 2 (KIP-890 part 2) the marker carries the bumped epoch, and a
+            // verification above the epoch of the data it ends is already the next
+            // transaction's (started while this one was completing): that one stays.
+            let data_epoch = self.producers.get(&pid).map(|e| e.epoch);
+            let next_transactions =
+                self.verifications.get(&pid).is_some_and(|v| data_epoch.is_some_and(|e| v.epoch > e));
+            if !next_transactions {
+                self.verifications.remove(&pid);
+            }
         }
         let previous = self.producers.insert(pid, update.entry);
         if !undo.replaced.iter().any(|(p, _)| *p == pid) {
@@ -853,6 +865,49 @@ mod tests {
         assert_eq!(s.entry(9).unwrap().batches().len(), BATCHES_RETAINED);
         assert_eq!(s.find_duplicate(&header(9, 0, 0, 1)), None);
         assert!(s.find_duplicate(&header(9, 0, 1, 1)).is_some());
+    }
+
+    /// A commit marker of `pid` at `epoch` applied at offset `at`.
+    fn commit_marker(state: &mut ProducerState, pid: i64, epoch: i16, at: i64) {
+        let mut b = BatchBuilder::new(Compression::None).producer(pid, epoch, -1).transactional(true).control(true);
+        b.push(at, None, Some(b"m"), &[]);
+        let header = *b.build().expect("marker").header();
+        let marker = EndTxnMarker { control: ControlType::Commit, coordinator_epoch: 0 };
+        let mut pending = PendingUpdates::default();
+        pending.marker(state, &header, marker, at, 0, Validation::Coordinator).expect("marker");
+        let mut undo = state.begin();
+        for u in &pending.updates {
+            state.apply(u, &mut undo);
+        }
+        state.set_map_end_offset(at + 1);
+    }
+
+    #[test]
+    fn a_marker_ends_verifications_of_its_transaction_but_not_of_the_next_epoch() {
+        // Proves KIP-890's two cases: with transaction version 1 the marker has the data's
+        // epoch and removes a verification at that epoch (a late batch cannot open a
+        // transaction); with version 2 it has the bumped epoch, and a verification at the
+        // bumped epoch, taken by the next transaction while this one completed, stays.
+        let transactional = |pid, epoch, seq| {
+            let mut b = BatchBuilder::new(Compression::None).producer(pid, epoch, seq).transactional(true);
+            b.push(0, None, Some(b"v"), &[]);
+            *b.build().expect("batch").header()
+        };
+        let mut s = ProducerState::default();
+        append(&mut s, &transactional(7, 0, 0), 0).unwrap();
+        let same_epoch = s.start_verification(7, 0, 0).unwrap();
+        assert_eq!(same_epoch, None, "an open transaction of this epoch needs no verification");
+        let next = s.start_verification(7, 1, 0).unwrap().expect("the next epoch's transaction is verified");
+        commit_marker(&mut s, 7, 1, 1);
+        assert_eq!(s.verification(7), Some(next), "version 2: the next transaction's verification stays");
+
+        // Version 1: producer 8's verification at the epoch of its data is ended by a marker
+        // of that epoch.
+        append(&mut s, &transactional(8, 0, 0), 2).unwrap();
+        commit_marker(&mut s, 8, 0, 3);
+        s.start_verification(8, 0, 0).unwrap().expect("no open transaction: verified");
+        commit_marker(&mut s, 8, 0, 4);
+        assert_eq!(s.verification(8), None, "version 1: the marker of the same epoch ends it");
     }
 
     #[test]

@@ -14,14 +14,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),
-    // Transactions at Kafka 3.7's client versions: transaction version 1 (KIP-890's
-    // InitProducerId v5, EndTxn v4+ and TxnOffsetCommit v4+ come with transaction version 2).
-    // AddPartitionsToTxn v4-5 is the leaders' verification batch (KIP-890 part 1).
-    (ApiKey::InitProducerId, 0, 4),
+    // Transactions with KIP-890: AddPartitionsToTxn v4-5 is the leaders' verification batch
+    // (part 1); Produce v12, EndTxn v5 and TxnOffsetCommit v5 are transaction version 2
+    // (part 2); the v4/v5 bumps before them only allow TRANSACTION_ABORTABLE answers.
+    (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 5),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),

@@ -1,4 +1,4 @@
-//! The transaction coordinator (KIP-98, transaction version 1): the state of each
+//! The transaction coordinator (KIP-98; transaction versions 1 and 2, KIP-890): the state of each
 //! transactional id lives in partition `partition_for(id)` of the compacted, replicated
 //! `__transaction_state` topic, and the leader of that partition coordinates it.
 //!
@@ -58,6 +58,9 @@ pub struct TxnSettings {
     /// `transaction.partition.verification.enable` (KIP-890 part 1): a partition leader asks
     /// the coordinator before a transaction's first batch there is appended.
     pub partition_verification: bool,
+    /// The finalized level of the `transaction.version` feature ApiVersions advertises (2:
+    /// KIP-890 part 2). The coordinator serves every client's version whatever it is.
+    pub version: i16,
 }
 
 impl Default for TxnSettings {
@@ -68,6 +71,7 @@ impl Default for TxnSettings {
             max_timeout_ms: 900_000,
             id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
             partition_verification: true,
+            version: 2,
         }
     }
 }
@@ -83,6 +87,14 @@ pub struct TxnMetadata {
     pub partitions: BTreeSet<(String, i32)>,
     pub start_ms: i64,
     pub last_update_ms: i64,
+    /// The producer id before an exhausted epoch moved this id to a new one (-1: none); a
+    /// retried EndTxn of the old id is recognised by it (KIP-890).
+    pub previous_producer_id: i64,
+    /// The producer id a transaction ended at an exhausted epoch moves to once complete.
+    pub next_producer_id: i64,
+    /// 2 when the producer ends its transactions with EndTxn v5+ (transaction version 2: an
+    /// epoch bump on every commit and abort), else 0.
+    pub client_version: i16,
     /// A transition is being written.
     pending: bool,
 }
@@ -97,6 +109,9 @@ impl TxnMetadata {
             partitions: self.partitions.clone(),
             last_update_ms: self.last_update_ms,
             start_ms: self.start_ms,
+            previous_producer_id: self.previous_producer_id,
+            next_producer_id: self.next_producer_id,
+            client_version: self.client_version,
         }
     }
 
@@ -110,6 +125,9 @@ impl TxnMetadata {
             partitions: v.partitions,
             start_ms: v.start_ms,
             last_update_ms: v.last_update_ms,
+            previous_producer_id: v.previous_producer_id,
+            next_producer_id: v.next_producer_id,
+            client_version: v.client_version,
             pending: false,
         }
     }
@@ -439,6 +457,9 @@ impl TxnCoordinator {
                         partitions: BTreeSet::new(),
                         start_ms: -1,
                         last_update_ms: now,
+                        previous_producer_id: -1,
+                        next_producer_id: -1,
+                        client_version: 0,
                         pending: false,
                     });
                 };
@@ -474,6 +495,10 @@ impl TxnCoordinator {
                             partitions: BTreeSet::new(),
                             start_ms: -1,
                             last_update_ms: now,
+                            // A new producer session says its version with its first EndTxn.
+                            previous_producer_id: -1,
+                            next_producer_id: -1,
+                            client_version: 0,
                             ..current.clone()
                         })
                     }
@@ -594,30 +619,109 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: PrepareCommit / PrepareAbort is written and answered; the markers follow in the
-    /// background. A retry of a finished end with the same result succeeds.
+    /// background. A retry of a finished end with the same result succeeds. Answers the
+    /// producer id and epoch the producer continues with.
+    ///
+    /// Transaction version 2 (`client_version` 2, EndTxn v5+; KIP-890 part 2, Kafka's
+    /// `TransactionCoordinator.endTransaction`): every end bumps the epoch; the Prepare state and
+    /// the markers carry the bumped epoch, so a late produce of the ended transaction is fenced
+    /// at every partition; an end at `EPOCH_EXHAUSTED` bumps to `i16::MAX` for its markers and
+    /// moves the id to a fresh producer id at epoch 0 once complete. A retry carries the epoch before the bump (or the
+    /// old producer id at the exhausted epoch) and is answered with what the first end
+    /// answered. An abort with nothing in the transaction (the client sent records the
+    /// partitions never added) only bumps the epoch.
     pub async fn end_txn(
         self: &Arc<Self>,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), ResponseError> {
+        client_version: i16,
+    ) -> Result<(i64, i16), ResponseError> {
+        let bumps = client_version >= 2;
+        // A fresh id, if the bump exhausts the epoch, is taken before the shard is locked.
+        let needs_id = bumps && {
+            let (_, shard, _, _) = self.coordinating(transactional_id)?;
+            let guard = lock(&shard);
+            guard.txns.get(transactional_id).is_some_and(|t| t.producer_epoch >= EPOCH_EXHAUSTED)
+        };
+        let fresh = if needs_id {
+            Some(self.producer_ids.next(&self.controller).await.map_err(|_| ResponseError::CoordinatorLoadInProgress)?)
+        } else {
+            None
+        };
         let now = now_ms();
         let mut started = false;
+        let mut answer = (producer_id, producer_epoch);
         self.transition(transactional_id, |current| {
-            let current = Self::check_producer(current, producer_id, producer_epoch)?;
+            let current = current.ok_or(ResponseError::InvalidProducerIdMapping)?;
+            let stored_bumps = current.client_version >= 2;
+            let retry_on_bump = stored_bumps && i32::from(current.producer_epoch) == i32::from(producer_epoch) + 1;
+            let retry_on_overflow = stored_bumps
+                && current.previous_producer_id == producer_id
+                && current.producer_epoch == 0
+                && producer_epoch == EPOCH_EXHAUSTED;
+            if current.producer_id != producer_id && !retry_on_overflow {
+                return Err(ResponseError::InvalidProducerIdMapping);
+            }
+            let same_epoch = producer_epoch == current.producer_epoch;
+            let valid_epoch = match current.state {
+                TxnState::PrepareCommit | TxnState::PrepareAbort if stored_bumps => retry_on_bump,
+                TxnState::CompleteCommit | TxnState::CompleteAbort if stored_bumps => {
+                    retry_on_bump || retry_on_overflow || (bumps && same_epoch)
+                }
+                _ => same_epoch,
+            };
+            if !valid_epoch {
+                return Err(ResponseError::ProducerFenced);
+            }
+            // The epoch (and id) this end moves to: bumped under transaction version 2.
+            let (epoch, next_producer_id) = if !bumps {
+                (current.producer_epoch, -1)
+            } else if current.producer_epoch >= EPOCH_EXHAUSTED {
+                (bump(current.producer_epoch), fresh.ok_or(ResponseError::ConcurrentTransactions)?)
+            } else {
+                (bump(current.producer_epoch), -1)
+            };
+            let continues_with =
+                if next_producer_id >= 0 { (next_producer_id, 0) } else { (current.producer_id, epoch) };
             match (current.state, commit) {
                 (TxnState::Ongoing, _) => {
                     started = true;
+                    answer = continues_with;
                     Ok(TxnMetadata {
                         state: if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort },
+                        producer_epoch: epoch,
+                        next_producer_id,
+                        client_version: if bumps { 2 } else { 0 },
                         last_update_ms: now,
                         ..current.clone()
                     })
                 }
-                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(current.clone()),
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if !(bumps && same_epoch) => {
+                    answer = (current.producer_id, current.producer_epoch);
+                    Ok(current.clone())
+                }
                 (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                     Err(ResponseError::ConcurrentTransactions)
+                }
+                (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+                    if bumps && same_epoch =>
+                {
+                    // Nothing was added: no markers, only the bump that fences what is in flight.
+                    answer = continues_with;
+                    let (producer_id, producer_epoch) = continues_with;
+                    Ok(TxnMetadata {
+                        producer_id,
+                        producer_epoch,
+                        state: TxnState::CompleteAbort,
+                        partitions: BTreeSet::new(),
+                        previous_producer_id: if next_producer_id >= 0 { current.producer_id } else { -1 },
+                        next_producer_id: -1,
+                        client_version: 2,
+                        last_update_ms: now,
+                        ..current.clone()
+                    })
                 }
                 _ => Err(ResponseError::InvalidTxnState),
             }
@@ -626,7 +730,7 @@ impl TxnCoordinator {
         if started {
             self.spawn_completion(transactional_id.to_string());
         }
-        Ok(())
+        Ok(answer)
     }
 
     /// The state of a transactional id this node coordinates (DescribeTransactions).
@@ -790,10 +894,20 @@ impl TxnCoordinator {
             }
         }
         let now = now_ms();
+        // An end that exhausted the epoch moves the id to its next producer id (KIP-890).
+        let (producer_id, producer_epoch, previous_producer_id) = if txn.next_producer_id >= 0 {
+            (txn.next_producer_id, 0, txn.producer_id)
+        } else {
+            (txn.producer_id, txn.producer_epoch, txn.previous_producer_id)
+        };
         let done = TxnMetadata {
             state: if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort },
             partitions: BTreeSet::new(),
             last_update_ms: now,
+            producer_id,
+            producer_epoch,
+            previous_producer_id,
+            next_producer_id: -1,
             ..txn.clone()
         };
         {

@@ -2,8 +2,11 @@
 //! id string), value `TransactionLogValue` v0 (version i16, producer id i64, producer epoch i16,
 //! transaction timeout ms i32, status i8, partitions as a nullable array of (topic string,
 //! partition ids []i32), last update timestamp i64, start timestamp i64), as Kafka 4 writes
-//! them for transaction version 1, so Kafka's tools can read the topic. A null value is the
-//! tombstone of an expired transactional id.
+//! them for transaction version 1, so Kafka's tools can read the topic. A transaction of a
+//! client on transaction version 2 (KIP-890) is written as value v1, Kafka's first flexible
+//! version: compact strings and arrays, and the tagged fields PreviousProducerId (tag 0),
+//! NextProducerId (tag 1) and ClientTransactionVersion (tag 2), each written only when not its
+//! default. A null value is the tombstone of an expired transactional id.
 
 use std::collections::BTreeSet;
 
@@ -97,6 +100,15 @@ pub struct TxnLogValue {
     pub partitions: BTreeSet<(String, i32)>,
     pub last_update_ms: i64,
     pub start_ms: i64,
+    /// The producer id of the last transaction before an epoch overflow moved the id to a new
+    /// producer id (-1: none).
+    pub previous_producer_id: i64,
+    /// The producer id a transaction ending at an exhausted epoch moves to on completion (-1:
+    /// none).
+    pub next_producer_id: i64,
+    /// The client's transaction version: 2 when it ended its transactions with EndTxn v5+
+    /// (an epoch bump on every commit and abort), else 0.
+    pub client_version: i16,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -114,71 +126,95 @@ pub enum TxnSchemaError {
 pub fn encode_key(transactional_id: &str) -> Result<Vec<u8>, TxnSchemaError> {
     let mut out = Vec::with_capacity(4 + transactional_id.len());
     out.extend_from_slice(&0i16.to_be_bytes());
-    put_string(&mut out, transactional_id)?;
+    put_string(&mut out, transactional_id, false)?;
     Ok(out)
 }
 
 pub fn decode_key(bytes: &[u8]) -> Result<String, TxnSchemaError> {
     let mut r = Reader(bytes);
     match r.i16()? {
-        0 => r.string(),
+        0 => r.string(false),
         v => Err(TxnSchemaError::Version(v)),
     }
 }
 
+/// Value v0, or v1 when a transaction version 2 field is not its default.
 pub fn encode_value(value: &TxnLogValue) -> Result<Vec<u8>, TxnSchemaError> {
+    let flexible = value.previous_producer_id != -1 || value.next_producer_id != -1 || value.client_version != 0;
     let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&0i16.to_be_bytes());
+    out.extend_from_slice(&i16::from(flexible).to_be_bytes());
     out.extend_from_slice(&value.producer_id.to_be_bytes());
     out.extend_from_slice(&value.producer_epoch.to_be_bytes());
     out.extend_from_slice(&value.timeout_ms.to_be_bytes());
     out.push(value.state.id() as u8);
-    if value.state == TxnState::Empty {
-        // Kafka writes no partition list for an empty transaction.
-        out.extend_from_slice(&(-1i32).to_be_bytes());
-    } else {
-        let mut topics: Vec<(&str, Vec<i32>)> = Vec::new();
-        for (topic, partition) in &value.partitions {
-            match topics.last_mut() {
-                Some((t, ids)) if t == topic => ids.push(*partition),
-                _ => topics.push((topic, vec![*partition])),
-            }
+    let mut topics: Vec<(&str, Vec<i32>)> = Vec::new();
+    for (topic, partition) in &value.partitions {
+        match topics.last_mut() {
+            Some((t, ids)) if t == topic => ids.push(*partition),
+            _ => topics.push((topic, vec![*partition])),
         }
-        out.extend_from_slice(&(topics.len() as i32).to_be_bytes());
-        for (topic, ids) in topics {
-            put_string(&mut out, topic)?;
-            out.extend_from_slice(&(ids.len() as i32).to_be_bytes());
-            for id in ids {
-                out.extend_from_slice(&id.to_be_bytes());
-            }
+    }
+    // Kafka writes no partition list (null) for an empty transaction.
+    let count = if value.state == TxnState::Empty { None } else { Some(topics.len()) };
+    put_array_len(&mut out, count, flexible);
+    for (topic, ids) in topics.iter().take(count.unwrap_or(0)) {
+        put_string(&mut out, topic, flexible)?;
+        put_array_len(&mut out, Some(ids.len()), flexible);
+        for id in ids {
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+        if flexible {
+            put_uvarint(&mut out, 0); // the partition entry's tagged fields
         }
     }
     out.extend_from_slice(&value.last_update_ms.to_be_bytes());
     out.extend_from_slice(&value.start_ms.to_be_bytes());
+    if flexible {
+        let mut tagged: Vec<(u32, Vec<u8>)> = Vec::new();
+        if value.previous_producer_id != -1 {
+            tagged.push((0, value.previous_producer_id.to_be_bytes().to_vec()));
+        }
+        if value.next_producer_id != -1 {
+            tagged.push((1, value.next_producer_id.to_be_bytes().to_vec()));
+        }
+        if value.client_version != 0 {
+            tagged.push((2, value.client_version.to_be_bytes().to_vec()));
+        }
+        put_uvarint(&mut out, tagged.len() as u32);
+        for (tag, data) in tagged {
+            put_uvarint(&mut out, tag);
+            put_uvarint(&mut out, data.len() as u32);
+            out.extend_from_slice(&data);
+        }
+    }
     Ok(out)
 }
 
 pub fn decode_value(bytes: &[u8]) -> Result<TxnLogValue, TxnSchemaError> {
     let mut r = Reader(bytes);
     let version = r.i16()?;
-    if version != 0 {
+    if !(0..=1).contains(&version) {
         return Err(TxnSchemaError::Version(version));
     }
+    let flexible = version == 1;
     let producer_id = r.i64()?;
     let producer_epoch = r.i16()?;
     let timeout_ms = r.i32()?;
     let state_id = r.i8()?;
     let state = TxnState::from_id(state_id).ok_or(TxnSchemaError::State(state_id))?;
     let mut partitions = BTreeSet::new();
-    let topics = r.i32()?;
-    for _ in 0..topics.max(0) {
-        let topic = r.string()?;
-        let count = r.i32()?;
-        for _ in 0..count.max(0) {
+    let topics = r.array_len(flexible)?;
+    for _ in 0..topics.unwrap_or(0) {
+        let topic = r.string(flexible)?;
+        let count = r.array_len(flexible)?;
+        for _ in 0..count.unwrap_or(0) {
             partitions.insert((topic.clone(), r.i32()?));
         }
+        if flexible {
+            r.skip_tagged_fields(|_, _| Ok(()))?;
+        }
     }
-    Ok(TxnLogValue {
+    let mut value = TxnLogValue {
         producer_id,
         producer_epoch,
         timeout_ms,
@@ -186,12 +222,52 @@ pub fn decode_value(bytes: &[u8]) -> Result<TxnLogValue, TxnSchemaError> {
         partitions,
         last_update_ms: r.i64()?,
         start_ms: r.i64()?,
-    })
+        previous_producer_id: -1,
+        next_producer_id: -1,
+        client_version: 0,
+    };
+    if flexible {
+        r.skip_tagged_fields(|tag, data| {
+            let mut field = Reader(data);
+            match tag {
+                0 => value.previous_producer_id = field.i64()?,
+                1 => value.next_producer_id = field.i64()?,
+                2 => value.client_version = field.i16()?,
+                _ => {}
+            }
+            Ok(())
+        })?;
+    }
+    Ok(value)
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) -> Result<(), TxnSchemaError> {
+fn put_uvarint(out: &mut Vec<u8>, mut value: u32) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// An array's length: INT32 (-1 for null), or a compact array's length + 1 (0 for null).
+fn put_array_len(out: &mut Vec<u8>, len: Option<usize>, flexible: bool) {
+    match (len, flexible) {
+        (None, false) => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        (Some(n), false) => out.extend_from_slice(&(n as i32).to_be_bytes()),
+        (None, true) => put_uvarint(out, 0),
+        (Some(n), true) => put_uvarint(out, n as u32 + 1),
+    }
+}
+
+/// STRING (i16 length), or COMPACT_STRING (length + 1 as an unsigned varint) when flexible;
+/// Kafka's bound of i16::MAX bytes either way.
+fn put_string(out: &mut Vec<u8>, s: &str, flexible: bool) -> Result<(), TxnSchemaError> {
     let len = i16::try_from(s.len()).map_err(|_| TxnSchemaError::TooLong)?;
-    out.extend_from_slice(&len.to_be_bytes());
+    if flexible {
+        put_uvarint(out, len as u32 + 1);
+    } else {
+        out.extend_from_slice(&len.to_be_bytes());
+    }
     out.extend_from_slice(s.as_bytes());
     Ok(())
 }
@@ -219,10 +295,41 @@ impl Reader<'_> {
     fn i64(&mut self) -> Result<i64, TxnSchemaError> {
         Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
-    fn string(&mut self) -> Result<String, TxnSchemaError> {
-        let len = self.i16()?;
-        let bytes = self.take(len.max(0) as usize)?;
+    fn uvarint(&mut self) -> Result<u32, TxnSchemaError> {
+        let mut value = 0u32;
+        for shift in (0..35).step_by(7) {
+            let byte = self.take(1)?[0];
+            value |= u32::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(TxnSchemaError::Truncated)
+    }
+    fn string(&mut self, flexible: bool) -> Result<String, TxnSchemaError> {
+        let len = if flexible { self.uvarint()?.saturating_sub(1) as usize } else { self.i16()?.max(0) as usize };
+        let bytes = self.take(len)?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+    /// An array's length (`None`: null).
+    fn array_len(&mut self, flexible: bool) -> Result<Option<usize>, TxnSchemaError> {
+        if flexible {
+            Ok(self.uvarint()?.checked_sub(1).map(|n| n as usize))
+        } else {
+            Ok(usize::try_from(self.i32()?).ok())
+        }
+    }
+    /// A tagged-field section: each field's tag and bytes to `field`.
+    fn skip_tagged_fields(
+        &mut self,
+        mut field: impl FnMut(u32, &[u8]) -> Result<(), TxnSchemaError>,
+    ) -> Result<(), TxnSchemaError> {
+        for _ in 0..self.uvarint()? {
+            let tag = self.uvarint()?;
+            let size = self.uvarint()? as usize;
+            field(tag, self.take(size)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +347,9 @@ mod tests {
             partitions: [("a".to_string(), 1), ("a".to_string(), 0), ("b".to_string(), 7)].into_iter().collect(),
             last_update_ms: 1000,
             start_ms: 900,
+            previous_producer_id: -1,
+            next_producer_id: -1,
+            client_version: 0,
         };
         let bytes = encode_value(&value).unwrap();
         // version, pid, epoch, timeout, status, 2 topics: "a" [0, 1], "b" [7], two timestamps.
@@ -249,5 +359,35 @@ mod tests {
         let empty = TxnLogValue { state: TxnState::Empty, partitions: BTreeSet::new(), ..value };
         assert_eq!(decode_value(&encode_value(&empty).unwrap()).unwrap(), empty);
         assert_eq!(decode_value(&bytes[..10]), Err(TxnSchemaError::Truncated));
+    }
+
+    #[test]
+    fn transaction_version_2_values_are_flexible_v1_with_their_tagged_fields() {
+        // Proves a TV2 value is v1 in Kafka's flexible layout (compact topic string and arrays,
+        // a tagged-field section per partition entry, then the tags set), round-trips, and an
+        // empty one writes a null partition list.
+        let value = TxnLogValue {
+            producer_id: 42,
+            producer_epoch: 7,
+            timeout_ms: 60_000,
+            state: TxnState::PrepareCommit,
+            partitions: [("a".to_string(), 0), ("a".to_string(), 1)].into_iter().collect(),
+            last_update_ms: 1000,
+            start_ms: 900,
+            previous_producer_id: -1,
+            next_producer_id: 43,
+            client_version: 2,
+        };
+        let bytes = encode_value(&value).unwrap();
+        assert_eq!(&bytes[..2], &1i16.to_be_bytes());
+        // version, pid, epoch, timeout, status, [1 topic: "a" [0, 1] tags], timestamps,
+        // 2 tags: NextProducerId (i64) and ClientTransactionVersion (i16).
+        assert_eq!(bytes.len(), 2 + 8 + 2 + 4 + 1 + 1 + (1 + 1 + 1 + 8 + 1) + 16 + 1 + (2 + 8) + (2 + 2));
+        assert_eq!(&bytes[bytes.len() - 4..], &[2, 2, 0, 2]);
+        assert_eq!(decode_value(&bytes).unwrap(), value);
+        let empty = TxnLogValue { state: TxnState::Empty, partitions: BTreeSet::new(), next_producer_id: -1, ..value };
+        let bytes = encode_value(&empty).unwrap();
+        assert_eq!(bytes[17], 0, "a null compact array");
+        assert_eq!(decode_value(&bytes).unwrap(), empty);
     }
 }

@@ -28,6 +28,9 @@ use crate::txn::TRANSACTION_STATE_TOPIC;
 const MAX_TIMEOUT_MS: i32 = 300_000;
 /// The broker-to-broker AddPartitionsToTxn version of a verification (KIP-890's batch form).
 const VERIFY_VERSION: i16 = 4;
+/// The first Produce version of transaction version 2: a transaction's first batch on a
+/// partition adds the partition to the transaction (KIP-890 part 2).
+const IMPLICIT_ADD_VERSION: i16 = 12;
 /// How long a produce waits for its transaction's coordinator to verify it.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -45,7 +48,9 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
     let image = broker.controller.image();
-    let verifying = broker.txn.settings.partition_verification;
+    // Transaction version 2 clients add partitions by producing, so v12 asks the coordinator
+    // whatever the verification setting says.
+    let verifying = broker.txn.settings.partition_verification || version >= IMPLICIT_ADD_VERSION;
     let verified = match &request.transactional_id {
         Some(id) if verifying => verify_transaction(broker, &image, &id.0, version, &request).await,
         _ => HashMap::new(),
@@ -183,7 +188,8 @@ type Verdict = Result<TxnVerification, (ResponseError, String)>;
 /// first batch is transactional and would open a transaction there, the partition hands out a
 /// verification guard and the transaction's coordinator (this node or another, asked with
 /// AddPartitionsToTxn v4 `verify_only`) confirms the partition is in the producer's ongoing
-/// transaction. A late batch of a transaction already ended (a retry after a timeout abort, a
+/// transaction. From Produce v12 (part 2) the coordinator is asked to add the partition
+/// instead (`verify_only` false), which is how a transaction version 2 client adds it. A late batch of a transaction already ended (a retry after a timeout abort, a
 /// zombie) is refused instead of opening a transaction nobody will ever end, which would hold
 /// the last stable offset back forever. Errors are mapped as Kafka maps them for the produce
 /// version: coordinator trouble is NOT_ENOUGH_REPLICAS (retriable), a partition outside the
@@ -227,7 +233,8 @@ async fn verify_transaction(
         return verdicts;
     }
     let wanted: Vec<(String, i32)> = asking.iter().map(|(k, _, _)| k.clone()).collect();
-    let answers = ask_coordinator(broker, image, transactional_id, producer, &wanted).await;
+    let mode = if version >= IMPLICIT_ADD_VERSION { TxnAsk::Add } else { TxnAsk::Verify };
+    let answers = ask_coordinator(broker, image, transactional_id, producer, &wanted, mode).await;
     for (key, partition, guard) in asking {
         let answer = match &answers {
             Ok(per_partition) => per_partition.get(&key).copied().unwrap_or(ResponseError::UnknownServerError.code()),
@@ -260,14 +267,25 @@ async fn verify_transaction(
     verdicts
 }
 
-/// AddPartitionsToTxn v4 `verify_only` to the coordinator of `transactional_id` (a direct call
-/// when it is this node): each partition's error code, or one error for all.
-async fn ask_coordinator(
+/// What a partition leader (or a group coordinator) asks a transaction's coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnAsk {
+    /// Are these partitions in the ongoing transaction (KIP-890 part 1)?
+    Verify,
+    /// Add them to it, starting one if none is open (part 2's implicit add).
+    Add,
+}
+
+/// AddPartitionsToTxn v4 (`verify_only` for [`TxnAsk::Verify`]) to the coordinator of
+/// `transactional_id` (a direct call when it is this node): each partition's error code, or
+/// one error for all.
+pub(crate) async fn ask_coordinator(
     broker: &Broker,
     image: &MetadataImage,
     transactional_id: &str,
     (producer_id, producer_epoch): (i64, i16),
     partitions: &[(String, i32)],
+    mode: TxnAsk,
 ) -> Result<HashMap<(String, i32), i16>, ResponseError> {
     let state = broker.txn.partition_of(transactional_id);
     let coordinator = image
@@ -276,6 +294,10 @@ async fn ask_coordinator(
         .and_then(|p| p.leader)
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     if coordinator == broker.settings.node_id {
+        if mode == TxnAsk::Add {
+            broker.txn.add_partitions(transactional_id, producer_id, producer_epoch, partitions).await?;
+            return Ok(partitions.iter().map(|p| (p.clone(), 0)).collect());
+        }
         let verdicts = broker.txn.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)?;
         return Ok(verdicts.into_iter().map(|(p, v)| (p, v.err().map_or(0, |e| e.code()))).collect());
     }
@@ -294,7 +316,7 @@ async fn ask_coordinator(
         .with_transactional_id(TransactionalId(str_bytes(transactional_id)))
         .with_producer_id(ProducerId(producer_id))
         .with_producer_epoch(producer_epoch)
-        .with_verify_only(true)
+        .with_verify_only(mode == TxnAsk::Verify)
         .with_topics(topics)]);
     let response = broker.peers.call(coordinator, VERIFY_VERSION, &call, VERIFY_TIMEOUT).await.map_err(|e| {
         tracing::debug!(coordinator, error = %e, "transaction verification with a peer failed");

@@ -4,6 +4,9 @@
 //! transaction's commit marker arrives there. KIP-447: a member id, generation or instance id
 //! the client sends is checked against the group like an OffsetCommit (a zombie of an older
 //! generation is refused); without them (generation -1) the commit is not checked.
+//! Version 5+ (KIP-890 part 2, a client on transaction version 2, which sends no
+//! AddOffsetsToTxn) first adds the group's `__consumer_offsets` partition to the transaction
+//! on its coordinator, as a partition leader adds a partition for Produce v12.
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -13,7 +16,8 @@ use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
 use super::offset_commit::{check_commits, CommitAsked};
-use crate::group::Replicated;
+use super::produce::{ask_coordinator, TxnAsk};
+use crate::group::{Replicated, OFFSETS_TOPIC};
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -38,6 +42,10 @@ pub async fn handle(
         }
     };
     let image = broker.controller.image();
+    let group_error = match group_error {
+        Ok(()) if version >= IMPLICIT_ADD_VERSION => add_offsets_partition(broker, &image, &request).await,
+        other => other,
+    };
     let asked = request.topics.iter().map(|topic| {
         let partitions = topic.partitions.iter().map(|p| CommitAsked {
             partition: p.partition_index,
@@ -70,4 +78,32 @@ pub async fn handle(
         );
     }
     Some(TxnOffsetCommitResponse::default().with_topics(topics))
+}
+
+/// The first TxnOffsetCommit version that adds the offsets partition itself.
+const IMPLICIT_ADD_VERSION: i16 = 5;
+
+/// Adds the group's offsets partition to the producer's transaction (what AddOffsetsToTxn does
+/// for older clients). A coordinator this node cannot reach is COORDINATOR_NOT_AVAILABLE, which
+/// the client retries.
+async fn add_offsets_partition(
+    broker: &Broker,
+    image: &crate::controller::MetadataImage,
+    request: &TxnOffsetCommitRequest,
+) -> Result<(), ResponseError> {
+    let partition = (OFFSETS_TOPIC.to_string(), broker.groups.offsets.partition_of(&request.group_id.0) as i32);
+    let producer = (request.producer_id.0, request.producer_epoch);
+    let answer =
+        ask_coordinator(broker, image, &request.transactional_id.0, producer, &[partition.clone()], TxnAsk::Add)
+            .await
+            .and_then(|codes| match codes.get(&partition).copied().unwrap_or(0) {
+                0 => Ok(()),
+                code => Err(ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)),
+            });
+    answer.map_err(|code| match code {
+        ResponseError::NetworkException | ResponseError::NotCoordinator | ResponseError::CoordinatorLoadInProgress => {
+            ResponseError::CoordinatorNotAvailable
+        }
+        other => other,
+    })
 }
