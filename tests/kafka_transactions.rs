@@ -583,3 +583,70 @@ fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_eve
     let node = Runnel::start(&["--transaction-version", "1"]);
     assert_eq!(finalized(&mut support::RawConn::open(&node, "tv1")), Some(1));
 }
+
+#[test]
+fn a_partition_keeps_at_most_max_producers_evicting_idle_ones_and_refusing_past_open_transactions() {
+    // Proves `--max-producers-per-partition` (pushed past by a client): a fourth producer on a
+    // partition bounded to three evicts the idle one written longest ago, whose retry is then
+    // appended again (no longer recognised), while the others' retries are still answered with
+    // their offsets; producers with open transactions are never evicted, so with three of them
+    // a new producer's batch is refused with POLICY_VIOLATION and appends nothing, until a
+    // commit leaves one idle.
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    const POLICY_VIOLATION: i16 = 44;
+    let node = Runnel::start(&["--max-producers-per-partition", "3"]);
+    support::create_topic(&node, "bounded", 1);
+    let mut conn = support::RawConn::open(&node, "bounded");
+    let new_producer = |conn: &mut support::RawConn| {
+        let request = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000);
+        let response = conn.call(4, &request);
+        assert_eq!(response.error_code, 0, "InitProducerId");
+        response.producer_id.0
+    };
+    let idempotent = |conn: &mut support::RawConn, pid: i64, value: &str| {
+        let mut builder = runnel::log::records::BatchBuilder::new(runnel::log::Compression::None).producer(pid, 0, 0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis();
+        builder.push(now as i64, None, Some(value.as_bytes()), &[]);
+        let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            TopicProduceData::default().with_name(TopicName(StrBytes::from_static_str("bounded"))).with_partition_data(
+                vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(builder.build().expect("batch").into_bytes()))],
+            ),
+        ]);
+        let response = conn.call(9, &request);
+        let partition = &response.responses[0].partition_responses[0];
+        (partition.error_code, partition.base_offset)
+    };
+
+    let pids: Vec<i64> = (0..4).map(|_| new_producer(&mut conn)).collect();
+    for (i, pid) in pids.iter().enumerate() {
+        assert_eq!(idempotent(&mut conn, *pid, "v"), (0, i as i64), "producer {i}");
+    }
+    assert_eq!(idempotent(&mut conn, pids[3], "v"), (0, 3), "a retry of a kept producer");
+    assert_eq!(idempotent(&mut conn, pids[1], "v"), (0, 1), "a retry of a kept producer");
+    assert_eq!(idempotent(&mut conn, pids[0], "v"), (0, 4), "the evicted producer's retry is appended again");
+
+    let mut open = Vec::new();
+    for id in ["bounded-t0", "bounded-t1", "bounded-t2"] {
+        let producer = raw::init(&mut conn, id);
+        assert!(support::wait_until(TIMEOUT, || raw::add_partition(&mut conn, id, producer, "bounded") == 0));
+        assert_eq!(raw::produce(&mut conn, 9, id, producer, 0, "bounded", &["in-txn"]), 0, "{id}");
+        open.push((id, producer));
+    }
+    let (lso, end) = raw::lso_and_hw(&mut conn, "bounded");
+    let late = new_producer(&mut conn);
+    assert_eq!(idempotent(&mut conn, late, "refused").0, POLICY_VIOLATION, "three open transactions");
+    assert_eq!(raw::lso_and_hw(&mut conn, "bounded"), (lso, end), "nothing appended");
+
+    let (id, producer) = open[0];
+    assert_eq!(raw::end(&mut conn, id, producer, true), 0, "commit");
+    let api = support::HttpApi::new(&node);
+    let completed = support::wait_until(TIMEOUT, || {
+        api.get(&format!("/v1/transactions/{id}")).json["state"].as_str() == Some("CompleteCommit")
+    });
+    assert!(completed, "the commit's marker is written");
+    assert_eq!(idempotent(&mut conn, late, "admitted").0, 0, "the committed producer is idle and evicted");
+}

@@ -195,6 +195,14 @@ pub struct ServeArgs {
     /// [default: 20000].
     #[arg(long, env = "RUNNEL_MAX_BROKER_PARTITIONS")]
     pub max_broker_partitions: Option<u64>,
+    /// `max.producers.per.partition` (Runnel's own; Redpanda's `max_concurrent_producer_ids`,
+    /// Kafka bounds producer state only by `producer.id.expiration.ms`): producer ids one
+    /// partition keeps sequence and transaction state for. A new one past it evicts the idle
+    /// producer written longest ago (its later retries are no longer de-duplicated); if every
+    /// producer there has an open transaction, a new producer's batch is refused with
+    /// POLICY_VIOLATION [default: 10000].
+    #[arg(long, env = "RUNNEL_MAX_PRODUCERS_PER_PARTITION", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_producers_per_partition: Option<u64>,
     /// Topic config defaults, Kafka names: `--log retention.ms=3600000` (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "log", env = "RUNNEL_LOG", value_delimiter = ',')]
@@ -260,6 +268,7 @@ struct FileConfig {
     log_open_files_max: Option<toml::Value>,
     metrics_aggregate: Option<bool>,
     max_broker_partitions: Option<u64>,
+    max_producers_per_partition: Option<u64>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
 }
@@ -361,6 +370,8 @@ pub struct NodeConfig {
     pub metrics_aggregate: bool,
     /// `max.broker.partitions`.
     pub max_broker_partitions: u64,
+    /// `max.producers.per.partition`.
+    pub max_producers_per_partition: usize,
     /// `--broker-address-override`: broker id → `host:port` this node reaches it at instead of
     /// its registered address (node-to-node traffic only).
     pub broker_address_overrides: BTreeMap<u64, String>,
@@ -548,6 +559,10 @@ impl NodeConfig {
                 .max_broker_partitions
                 .or(file.max_broker_partitions)
                 .unwrap_or(DEFAULT_MAX_BROKER_PARTITIONS),
+            max_producers_per_partition: args
+                .max_producers_per_partition
+                .or(file.max_producers_per_partition)
+                .map_or(10_000, |n| usize::try_from(n.max(1)).unwrap_or(usize::MAX)),
             broker_address_overrides,
         })
     }

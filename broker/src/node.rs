@@ -121,7 +121,8 @@ impl Node {
                 Arc::new(SystemClock),
                 config.replica_lag_time_max_ms as i64,
             )
-            .with_open_files(OpenFiles::new(open_files_max)),
+            .with_open_files(OpenFiles::new(open_files_max))
+            .with_max_producers(config.max_producers_per_partition),
         );
         let groups = Arc::new(crate::group::GroupCoordinator::new(replicas.clone(), config.groups.clone()));
         let txn = Arc::new(crate::txn::TxnCoordinator::new(

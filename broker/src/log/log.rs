@@ -81,17 +81,24 @@ impl Clock for ManualClock {
 pub struct LogContext {
     pub clock: Arc<dyn Clock>,
     pub open_files: Arc<OpenFiles>,
+    /// The producer ids the log's producer state may hold (`ProducerState::max_producers`).
+    pub max_producers: usize,
 }
 
 impl LogContext {
     pub fn new(clock: Arc<dyn Clock>, open_files: Arc<OpenFiles>) -> LogContext {
-        LogContext { clock, open_files }
+        LogContext { clock, open_files, max_producers: usize::MAX }
+    }
+
+    pub fn with_max_producers(mut self, max_producers: usize) -> LogContext {
+        self.max_producers = max_producers.max(1);
+        self
     }
 
     /// A context with a small cache of its own, for tests, benches and tools that open a log
     /// alone; a node passes its shared cache instead.
     pub fn standalone(clock: Arc<dyn Clock>) -> LogContext {
-        LogContext { clock, open_files: OpenFiles::new(STANDALONE_OPEN_FILES) }
+        LogContext { clock, open_files: OpenFiles::new(STANDALONE_OPEN_FILES), max_producers: usize::MAX }
     }
 }
 
@@ -318,7 +325,7 @@ impl Log {
     /// damage; segments after a damaged one are deleted; indexes that fail their sanity check
     /// are rebuilt. After a clean shutdown nothing is scanned.
     pub fn open(dir: &Path, config: LogConfig, context: LogContext) -> Result<Log, LogError> {
-        let LogContext { clock, open_files } = context;
+        let LogContext { clock, open_files, max_producers } = context;
         fs::create_dir_all(dir).map_err(io_err("create", dir))?;
         let checkpoint = Checkpoint::read(dir);
         let clean = checkpoint.is_some_and(|c| c.clean_shutdown);
@@ -389,7 +396,7 @@ impl Log {
             marked_dirty: false,
             offline: false,
             open_report: report,
-            producers: ProducerState::default(),
+            producers: ProducerState::with_max_producers(max_producers),
             txn_index: TxnIndex::default(),
         };
         log.txn_index = TxnIndex::load(dir, log.segments.keys().copied()).map_err(io_err("read txn index in", dir))?;

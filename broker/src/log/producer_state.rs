@@ -152,6 +152,13 @@ pub enum ProducerError {
     /// TRANSACTION_COORDINATOR_FENCED: a marker from an older coordinator.
     #[error("coordinator epoch {coordinator_epoch} of a marker for producer {producer_id} is older than {current}")]
     CoordinatorFenced { producer_id: i64, coordinator_epoch: i32, current: i32 },
+    /// POLICY_VIOLATION: a new producer where `max.producers.per.partition` producers hold
+    /// open transactions (none can be evicted).
+    #[error(
+        "producer {producer_id} would be one more than max.producers.per.partition ({max}), and every producer \
+         here has an open transaction"
+    )]
+    TooManyProducers { producer_id: i64, max: usize },
 }
 
 /// Commit or abort, the type of a control record (Kafka's `ControlRecordType`).
@@ -276,6 +283,10 @@ impl PendingUpdates {
         }
         if validation == Validation::Client {
             check_sequence(&entry, header)?;
+            let in_this_append = self.updates.iter().any(|u| u.entry.producer_id == header.producer_id);
+            if let Some(max) = state.refuses_new_producer(header.producer_id).filter(|_| !in_this_append) {
+                return Err(ProducerError::TooManyProducers { producer_id: header.producer_id, max });
+            }
         }
         let last_offset = first_offset + header.last_offset_delta as i64;
         entry.add_batch(
@@ -381,6 +392,12 @@ pub struct ProducerState {
     /// producers whose first transactional batch here waits for the coordinator's word.
     verifications: BTreeMap<i64, Verification>,
     next_guard: u64,
+    /// `max.producers.per.partition` (`None`: unbounded). A new producer past it evicts the
+    /// idle producer (no open transaction) with the oldest last write, as Redpanda's
+    /// `max_concurrent_producer_ids` does; a later retry of the evicted producer's batch is
+    /// then not recognised as a duplicate. With every producer in a transaction, a client's
+    /// new producer is refused.
+    max_producers: Option<usize>,
 }
 
 /// A verification of one producer's transaction (Kafka's `VerificationStateEntry`).
@@ -403,6 +420,28 @@ pub struct VerificationGuard(u64);
 const VERIFICATION_EXPIRY_MS: i64 = 60_000;
 
 impl ProducerState {
+    /// An empty state bounded to `max_producers` producer ids (`usize::MAX`: unbounded).
+    pub fn with_max_producers(max_producers: usize) -> ProducerState {
+        ProducerState { max_producers: (max_producers != usize::MAX).then_some(max_producers), ..Default::default() }
+    }
+
+    /// The producer a new one would evict: idle (no open transaction), oldest last write.
+    fn eviction_candidate(&self, except: i64) -> Option<i64> {
+        self.producers
+            .values()
+            .filter(|e| e.current_txn_first_offset.is_none() && e.producer_id != except)
+            .min_by_key(|e| e.last_timestamp)
+            .map(|e| e.producer_id)
+    }
+
+    /// Whether a client's batch from `producer_id` is refused by `max.producers.per.partition`:
+    /// it is new here, the state is full and nothing can be evicted.
+    fn refuses_new_producer(&self, producer_id: i64) -> Option<usize> {
+        let max = self.max_producers?;
+        let full = !self.producers.contains_key(&producer_id) && self.producers.len() >= max;
+        (full && self.eviction_candidate(producer_id).is_none()).then_some(max)
+    }
+
     pub fn entry(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
     }
@@ -508,6 +547,15 @@ impl ProducerState {
         let previous = self.producers.insert(pid, update.entry);
         if !undo.replaced.iter().any(|(p, _)| *p == pid) {
             undo.replaced.push((pid, previous));
+        }
+        if let Some(max) = self.max_producers {
+            // Evicted producers are not put back by `undo`: eviction forgets, by design.
+            while self.producers.len() > max {
+                let Some(evicted) = self.eviction_candidate(pid) else { break };
+                self.producers.remove(&evicted);
+                self.verifications.remove(&evicted);
+                tracing::debug!(producer_id = evicted, max, "evicted an idle producer (max.producers.per.partition)");
+            }
         }
         if let Some(first) = update.started {
             self.ongoing.insert(first, pid);

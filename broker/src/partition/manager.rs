@@ -27,6 +27,8 @@ pub struct ReplicaManager {
     /// High watermarks read from `replication-offset-checkpoint` at start.
     checkpointed: HashMap<(String, u32), i64>,
     replica_lag_time_max_ms: i64,
+    /// `max.producers.per.partition`: the producer ids one partition's state may hold.
+    max_producers: usize,
 }
 
 impl ReplicaManager {
@@ -50,7 +52,15 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             checkpointed,
             replica_lag_time_max_ms,
+            max_producers: usize::MAX,
         }
+    }
+
+    /// With `max.producers.per.partition` (see `log::producer_state`); before any partition is
+    /// opened.
+    pub fn with_max_producers(mut self, max_producers: usize) -> ReplicaManager {
+        self.max_producers = max_producers.max(1);
+        self
     }
 
     /// With the node's cache of open segment files (`log.open.files.max`), replacing the default
@@ -117,7 +127,8 @@ impl ReplicaManager {
                         topic_id,
                         self.node_id,
                         config,
-                        LogContext::new(self.clock.clone(), self.open_files.clone()),
+                        LogContext::new(self.clock.clone(), self.open_files.clone())
+                            .with_max_producers(self.max_producers),
                         checkpointed,
                         self.replica_lag_time_max_ms,
                     )

@@ -37,6 +37,7 @@ pub fn log_error_code(error: &LogError) -> ResponseError {
                 ResponseError::InvalidTxnState
             }
             ProducerError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+            ProducerError::TooManyProducers { .. } => ResponseError::PolicyViolation,
         },
     }
 }
