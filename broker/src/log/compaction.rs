@@ -12,7 +12,12 @@
 //! Transactions (KIP-98, as Kafka's cleaner): only segments wholly below the first unstable
 //! offset are cleaned (an open transaction may still abort), and records of aborted
 //! transactions (the `.txnindex` ranges of their producers) neither enter the key map nor
-//! survive the rewrite, so an aborted value never replaces a committed one. Markers are kept.
+//! survive the rewrite, so an aborted value never replaces a committed one. A commit marker
+//! whose transaction kept no record here (every value superseded or a tombstone removed) goes
+//! once its segment is older than `delete.retention.ms`, as Kafka's cleaner removes markers of
+//! emptied transactions; every other marker is kept. Abort markers stay, with their `.txnindex`
+//! entries: a consumer that was told of an aborted transaction skips its producer's batches
+//! until it reads the abort marker, so the two may only go together (not done yet).
 //!
 //! Tombstones (null values) are removed once their segment's newest timestamp is older than
 //! `delete.retention.ms`, giving consumers that long to see them. (Kafka 3.x measures from the
@@ -27,6 +32,7 @@ use bytes::Bytes;
 use super::batch::{BatchHeader, RecordBatch, HEADER_SIZE};
 use super::files::{OpenFiles, SegmentFile};
 use super::log::{cleaned_dir, commit_cleaned, index_settings, Log, LogError};
+use super::producer_state::{ControlType, EndTxnMarker};
 use super::records::BatchBuilder;
 use super::segment::{IndexSettings, Scanner, Segment};
 use super::txn_index::AbortedTxn;
@@ -188,16 +194,28 @@ impl CompactionJob {
         std::fs::create_dir_all(&out_dir).map_err(io)?;
         let mut stats = CompactionStats { segments: self.segments.len(), ..CompactionStats::default() };
         let mut cleaned = Vec::new();
+        // Producer id → whether its transaction since its last marker kept any record. The job
+        // starts at the log's first segment, so it sees every batch before each marker.
+        let mut transaction_kept: HashMap<i64, bool> = HashMap::new();
         for segment in &self.segments {
             let tombstones_expire = segment.max_timestamp < self.now_ms - self.delete_retention_ms;
             let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms, &self.open_files)
                 .map_err(io)?;
             for_each_batch(segment, |header, batch| {
                 if header.attributes.is_control() {
+                    let kept_data = transaction_kept.remove(&header.producer_id).unwrap_or(false);
+                    let commit =
+                        EndTxnMarker::of_batch(batch.bytes()).is_some_and(|m| m.control == ControlType::Commit);
+                    if commit && !kept_data && tombstones_expire {
+                        stats.records_read += 1;
+                        return Ok(());
+                    }
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }
+                let transactional = header.attributes.is_transactional();
                 if self.is_aborted(header) {
                     stats.records_read += header.record_count.max(0) as u64;
+                    transaction_kept.entry(header.producer_id).or_insert(false);
                     return Ok(());
                 }
                 let records = batch.records().map_err(LogError::CorruptBatch)?;
@@ -208,6 +226,9 @@ impl CompactionJob {
                 };
                 let kept: Vec<_> = records.iter().filter(|r| keep(r)).collect();
                 stats.records_kept += kept.len() as u64;
+                if transactional {
+                    *transaction_kept.entry(header.producer_id).or_insert(false) |= !kept.is_empty();
+                }
                 if kept.len() == records.len() {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }

@@ -1207,6 +1207,45 @@ fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_valu
 }
 
 #[test]
+fn compaction_removes_a_commit_marker_once_its_transaction_kept_nothing_and_delete_retention_passed() {
+    // Proves the cleaner's marker rule: the commit marker of a transaction whose only value was
+    // superseded goes once its segment is older than delete.retention.ms (not before); the
+    // commit marker of a transaction that kept a value stays, and so does an abort marker, with
+    // its aborted-transaction entry.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        delete_retention_ms: 1000,
+        min_compaction_lag_ms: 0,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config, &clock);
+    let append = |log: &mut Log, bytes: &Bytes, origin| log.append_as_leader(bytes, 0, origin).unwrap();
+    append(&mut log, &keyed_txn_batch(1, 0, "k", "superseded"), AppendOrigin::Client); // 0
+    append(&mut log, &marker(1, ControlType::Commit, 0), AppendOrigin::Coordinator); // 1: goes
+    append(&mut log, &keyed_txn_batch(2, 0, "kept", "stays"), AppendOrigin::Client); // 2
+    append(&mut log, &marker(2, ControlType::Commit, 0), AppendOrigin::Coordinator); // 3: stays
+    append(&mut log, &keyed_txn_batch(3, 0, "k", "aborted"), AppendOrigin::Client); // 4
+    append(&mut log, &marker(3, ControlType::Abort, 0), AppendOrigin::Coordinator); // 5: stays
+    append(&mut log, &batch(Compression::None, &[(Some("k"), Some("newest"))], T0), AppendOrigin::Client); // 6
+    log.roll().unwrap();
+    append(&mut log, &batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), AppendOrigin::Client); // 7
+    log.on_high_watermark(log.log_end_offset());
+    let offsets = |log: &Log| read_all(log, 0).into_iter().map(|r| r.0).collect::<Vec<i64>>();
+
+    log.compact().unwrap().expect("cleanable");
+    assert_eq!(offsets(&log), vec![1, 2, 3, 5, 6, 7], "within delete.retention.ms every marker stays");
+    clock.advance(2000);
+    log.compact().unwrap().expect("cleanable");
+    assert_eq!(offsets(&log), vec![2, 3, 5, 6, 7], "the emptied transaction's commit marker is gone");
+    assert_eq!(log.aborted_transactions(0, 8).len(), 1, "the abort and its index entry stay");
+    log.close().unwrap();
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.last_stable_offset(8), 8, "nothing is open after the marker is gone");
+}
+
+#[test]
 fn a_transaction_opens_only_with_a_verification_still_in_place() {
     // Proves KIP-890 part 1 in the log: with verification required, a transactional batch that
     // opens a transaction needs the guard the partition handed out; a marker between the
