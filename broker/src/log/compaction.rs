@@ -12,12 +12,13 @@
 //! Transactions (KIP-98, as Kafka's cleaner): only segments wholly below the first unstable
 //! offset are cleaned (an open transaction may still abort), and records of aborted
 //! transactions (the `.txnindex` ranges of their producers) neither enter the key map nor
-//! survive the rewrite, so an aborted value never replaces a committed one. A commit marker
-//! whose transaction kept no record here (every value superseded or a tombstone removed) goes
-//! once its segment is older than `delete.retention.ms`, as Kafka's cleaner removes markers of
-//! emptied transactions; every other marker is kept. Abort markers stay, with their `.txnindex`
-//! entries: a consumer that was told of an aborted transaction skips its producer's batches
-//! until it reads the abort marker, so the two may only go together (not done yet).
+//! survive the rewrite, so an aborted value never replaces a committed one. A marker whose
+//! transaction kept no record here (an abort's data is always gone; a commit's values may all
+//! be superseded) goes once its segment is older than `delete.retention.ms`, as Kafka's cleaner
+//! removes markers of emptied transactions; other markers are kept. An abort marker goes only
+//! with its `.txnindex` entry: a consumer told of an aborted transaction skips its producer's
+//! batches until it reads the abort marker. So each cleaned segment's `.txnindex` is rewritten
+//! into `.cleaned/` and swapped in with the segment, in the same crash-safe commit.
 //!
 //! Tombstones (null values) are removed once their segment's newest timestamp is older than
 //! `delete.retention.ms`, giving consumers that long to see them. (Kafka 3.x measures from the
@@ -35,7 +36,7 @@ use super::log::{cleaned_dir, commit_cleaned, index_settings, Log, LogError};
 use super::producer_state::{ControlType, EndTxnMarker};
 use super::records::BatchBuilder;
 use super::segment::{IndexSettings, Scanner, Segment};
-use super::txn_index::AbortedTxn;
+use super::txn_index::{AbortedTxn, TxnIndex};
 
 /// Figures of one compaction, for logs and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +67,8 @@ pub struct CompactionJob {
     now_ms: i64,
     /// The aborted transactions of the log, from its `.txnindex`.
     aborted: Vec<AbortedTxn>,
+    /// The same, by the base offset of the segment holding each marker.
+    aborted_by_segment: HashMap<i64, Vec<AbortedTxn>>,
 }
 
 impl CompactionJob {
@@ -120,6 +123,7 @@ impl Log {
         if cleanable.is_empty() {
             return None;
         }
+        let cleanable_bases: Vec<i64> = cleanable.iter().map(|c| c.base_offset).collect();
         Some(CompactionJob {
             dir: self.dir().to_path_buf(),
             settings: index_settings(config),
@@ -128,6 +132,11 @@ impl Log {
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
             aborted: self.txn_index().entries().copied().collect(),
+            aborted_by_segment: cleanable_bases
+                .iter()
+                .map(|base| (*base, self.txn_index().segment_entries(*base).to_vec()))
+                .filter(|(_, entries)| !entries.is_empty())
+                .collect(),
         })
     }
 
@@ -153,6 +162,8 @@ impl Log {
             let (segment, _) =
                 Segment::open(&result.dir, *base, settings, false, false, now, self.open_files()).map_err(io)?;
             self.segments_mut().insert(*base, segment);
+            let dir = self.dir().to_path_buf();
+            self.txn_index_mut().reload_segment(&dir, *base).map_err(io)?;
         }
         Ok(true)
     }
@@ -201,12 +212,15 @@ impl CompactionJob {
             let tombstones_expire = segment.max_timestamp < self.now_ms - self.delete_retention_ms;
             let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms, &self.open_files)
                 .map_err(io)?;
+            let mut removed_aborts: Vec<(i64, i64)> = Vec::new();
             for_each_batch(segment, |header, batch| {
                 if header.attributes.is_control() {
                     let kept_data = transaction_kept.remove(&header.producer_id).unwrap_or(false);
-                    let commit =
-                        EndTxnMarker::of_batch(batch.bytes()).is_some_and(|m| m.control == ControlType::Commit);
-                    if commit && !kept_data && tombstones_expire {
+                    let marker = EndTxnMarker::of_batch(batch.bytes());
+                    if marker.is_some() && !kept_data && tombstones_expire {
+                        if marker.is_some_and(|m| m.control == ControlType::Abort) {
+                            removed_aborts.push((header.producer_id, header.base_offset));
+                        }
                         stats.records_read += 1;
                         return Ok(());
                     }
@@ -256,6 +270,14 @@ impl CompactionJob {
                 let rebuilt = builder.build().map_err(LogError::CorruptBatch)?;
                 write_batch(&mut out, rebuilt.bytes()).map_err(io)
             })?;
+            if let Some(entries) = self.aborted_by_segment.get(&segment.base_offset) {
+                let kept: Vec<AbortedTxn> = entries
+                    .iter()
+                    .filter(|e| !removed_aborts.contains(&(e.producer_id, e.last_offset)))
+                    .copied()
+                    .collect();
+                TxnIndex::write_file(&out_dir, segment.base_offset, &kept).map_err(io)?;
+            }
             stats.bytes_before += segment.size;
             stats.bytes_after += out.size();
             out.close_active().map_err(io)?;

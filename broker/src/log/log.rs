@@ -1282,6 +1282,9 @@ impl Log {
     pub fn txn_index(&self) -> &TxnIndex {
         &self.txn_index
     }
+    pub(super) fn txn_index_mut(&mut self) -> &mut TxnIndex {
+        &mut self.txn_index
+    }
 
     /// Removes producers idle for `producer.id.expiration.ms` (Kafka's expiry, every
     /// `producer.id.expiration.check.interval.ms`); returns how many went.

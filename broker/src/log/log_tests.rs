@@ -1207,11 +1207,11 @@ fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_valu
 }
 
 #[test]
-fn compaction_removes_a_commit_marker_once_its_transaction_kept_nothing_and_delete_retention_passed() {
+fn compaction_removes_markers_of_emptied_transactions_once_delete_retention_passed() {
     // Proves the cleaner's marker rule: the commit marker of a transaction whose only value was
-    // superseded goes once its segment is older than delete.retention.ms (not before); the
-    // commit marker of a transaction that kept a value stays, and so does an abort marker, with
-    // its aborted-transaction entry.
+    // superseded, and an abort marker (its data always goes), go once their segment is older
+    // than delete.retention.ms (not before), the abort's `.txnindex` entry with it, also after a
+    // reopen; the commit marker of a transaction that kept a value stays.
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let config = LogConfig {
@@ -1227,7 +1227,7 @@ fn compaction_removes_a_commit_marker_once_its_transaction_kept_nothing_and_dele
     append(&mut log, &keyed_txn_batch(2, 0, "kept", "stays"), AppendOrigin::Client); // 2
     append(&mut log, &marker(2, ControlType::Commit, 0), AppendOrigin::Coordinator); // 3: stays
     append(&mut log, &keyed_txn_batch(3, 0, "k", "aborted"), AppendOrigin::Client); // 4
-    append(&mut log, &marker(3, ControlType::Abort, 0), AppendOrigin::Coordinator); // 5: stays
+    append(&mut log, &marker(3, ControlType::Abort, 0), AppendOrigin::Coordinator); // 5: goes
     append(&mut log, &batch(Compression::None, &[(Some("k"), Some("newest"))], T0), AppendOrigin::Client); // 6
     log.roll().unwrap();
     append(&mut log, &batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), AppendOrigin::Client); // 7
@@ -1236,13 +1236,15 @@ fn compaction_removes_a_commit_marker_once_its_transaction_kept_nothing_and_dele
 
     log.compact().unwrap().expect("cleanable");
     assert_eq!(offsets(&log), vec![1, 2, 3, 5, 6, 7], "within delete.retention.ms every marker stays");
+    assert_eq!(log.aborted_transactions(0, 8).len(), 1);
     clock.advance(2000);
     log.compact().unwrap().expect("cleanable");
-    assert_eq!(offsets(&log), vec![2, 3, 5, 6, 7], "the emptied transaction's commit marker is gone");
-    assert_eq!(log.aborted_transactions(0, 8).len(), 1, "the abort and its index entry stay");
+    assert_eq!(offsets(&log), vec![2, 3, 6, 7], "the emptied transactions' markers are gone");
+    assert!(log.aborted_transactions(0, 8).is_empty(), "the abort's index entry went with its marker");
     log.close().unwrap();
     let log = open(dir.path(), LogConfig::default(), &clock);
-    assert_eq!(log.last_stable_offset(8), 8, "nothing is open after the marker is gone");
+    assert!(log.aborted_transactions(0, 8).is_empty(), "and stays gone after a reopen");
+    assert_eq!(log.last_stable_offset(8), 8, "nothing is open after the markers are gone");
 }
 
 #[test]

@@ -92,6 +92,30 @@ impl TxnIndex {
         self.by_segment.values().flatten()
     }
 
+    /// The entries of the segment at `segment_base`.
+    pub fn segment_entries(&self, segment_base: i64) -> &[AbortedTxn] {
+        self.by_segment.get(&segment_base).map_or(&[], Vec::as_slice)
+    }
+
+    /// Writes `entries` as a complete `.txnindex` file of the segment at `segment_base` in `dir`
+    /// (compaction writes it into its `.cleaned/` directory, to be swapped in with the segment).
+    pub fn write_file(dir: &Path, segment_base: i64, entries: &[AbortedTxn]) -> io::Result<()> {
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
+        let mut file = fs::File::create(path(dir, segment_base))?;
+        file.write_all(&bytes)?;
+        file.sync_all()
+    }
+
+    /// Re-reads the file of the segment at `segment_base` (after compaction swapped it in).
+    pub fn reload_segment(&mut self, dir: &Path, segment_base: i64) -> io::Result<()> {
+        let reloaded = TxnIndex::load(dir, std::iter::once(segment_base))?;
+        match reloaded.by_segment.into_iter().next() {
+            Some((_, entries)) => self.by_segment.insert(segment_base, entries),
+            None => self.by_segment.remove(&segment_base),
+        };
+        Ok(())
+    }
+
     /// Records an abort whose marker is in the segment at `segment_base`.
     pub fn append(&mut self, dir: &Path, segment_base: i64, txn: AbortedTxn) -> io::Result<()> {
         let mut file = fs::OpenOptions::new().create(true).append(true).open(path(dir, segment_base))?;
