@@ -430,17 +430,8 @@ impl TxnCoordinator {
         if timeout_ms <= 0 || timeout_ms > self.settings.max_timeout_ms {
             return Err(ResponseError::InvalidTransactionTimeout);
         }
-        // A fresh id, if one is needed, is taken before the shard is locked.
-        let needs_id = {
-            let (_, shard, _, _) = self.coordinating(transactional_id)?;
-            let guard = lock(&shard);
-            guard.txns.get(transactional_id).is_none_or(|t| t.producer_epoch >= EPOCH_EXHAUSTED)
-        };
-        let fresh = if needs_id {
-            Some(self.producer_ids.next(&self.controller).await.map_err(|_| ResponseError::CoordinatorLoadInProgress)?)
-        } else {
-            None
-        };
+        let fresh =
+            self.fresh_id_if(transactional_id, |t| t.is_none_or(|t| t.producer_epoch >= EPOCH_EXHAUSTED)).await?;
         let now = now_ms();
         let mut fence = false;
         let id = transactional_id.to_string();
@@ -510,6 +501,26 @@ impl TxnCoordinator {
             return Err(ResponseError::ConcurrentTransactions);
         }
         Ok((decided.producer_id, decided.producer_epoch))
+    }
+
+    /// A fresh producer id if `needed` says the id's current state calls for one, taken from the
+    /// quorum before the shard is locked for the transition (no lock is held across the await).
+    async fn fresh_id_if(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        needed: impl FnOnce(Option<&TxnMetadata>) -> bool,
+    ) -> Result<Option<i64>, ResponseError> {
+        let needed = {
+            let (_, shard, _, _) = self.coordinating(transactional_id)?;
+            let guard = lock(&shard);
+            needed(guard.txns.get(transactional_id))
+        };
+        if !needed {
+            return Ok(None);
+        }
+        let id =
+            self.producer_ids.next(&self.controller).await.map_err(|_| ResponseError::CoordinatorLoadInProgress)?;
+        Ok(Some(id))
     }
 
     /// Kafka's producer id / epoch checks of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
@@ -639,17 +650,10 @@ impl TxnCoordinator {
         client_version: i16,
     ) -> Result<(i64, i16), ResponseError> {
         let bumps = client_version >= 2;
-        // A fresh id, if the bump exhausts the epoch, is taken before the shard is locked.
-        let needs_id = bumps && {
-            let (_, shard, _, _) = self.coordinating(transactional_id)?;
-            let guard = lock(&shard);
-            guard.txns.get(transactional_id).is_some_and(|t| t.producer_epoch >= EPOCH_EXHAUSTED)
-        };
-        let fresh = if needs_id {
-            Some(self.producer_ids.next(&self.controller).await.map_err(|_| ResponseError::CoordinatorLoadInProgress)?)
-        } else {
-            None
-        };
+        // The bump of an exhausted epoch moves to a fresh producer id.
+        let fresh = self
+            .fresh_id_if(transactional_id, |t| bumps && t.is_some_and(|t| t.producer_epoch >= EPOCH_EXHAUSTED))
+            .await?;
         let now = now_ms();
         let mut started = false;
         let mut answer = (producer_id, producer_epoch);
