@@ -513,6 +513,18 @@ fn a_late_batch_of_an_ended_transaction_is_refused_instead_of_hanging_the_partit
     let (code, (lso, hw)) = late_batch_after_an_abort(&node, "late-b", "late-v11", 11);
     assert_eq!(code, TRANSACTION_ABORTABLE, "Produce v11");
     assert_eq!((lso, hw), (2, 2));
+    let metrics = support::HttpApi::new(&node).get("/metrics").text;
+    for series in [
+        r#"runnel_txn_partition_verifications_total{mode="verify",result="ok"} 2"#,
+        r#"runnel_txn_partition_verifications_total{mode="verify",result="InvalidTxnState"} 1"#,
+        r#"runnel_txn_partition_verifications_total{mode="verify",result="TransactionAbortable"} 1"#,
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} in {}",
+            metrics.lines().filter(|l| l.contains("verifications")).collect::<Vec<_>>().join("\n")
+        );
+    }
     drop(node);
 
     let node = Runnel::start(&["--transaction-partition-verification-enable", "false"]);
@@ -568,6 +580,13 @@ fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_eve
     assert_eq!(state(id)["producer_epoch"], e2 + 1);
     assert_eq!(raw::end_v5(&mut conn, id, (pid, e2 + 5), true).0, PRODUCER_FENCED, "an epoch never handed out");
 
+    let metrics = api.get("/metrics").text;
+    let adds = r#"runnel_txn_partition_verifications_total{mode="add",result="ok"} 2"#;
+    assert!(
+        metrics.contains(adds),
+        "two implicit adds counted: {}",
+        metrics.lines().filter(|l| l.contains("verifications")).collect::<Vec<_>>().join("\n")
+    );
     assert_eq!(read_all(&node, "tv2", 1, "read_committed"), ["a", "b"]);
     assert_eq!(read_all(&node, "tv2", 1, "read_uncommitted"), ["a", "b", "aborted"]);
     let (lso, hw) = raw::lso_and_hw(&mut conn, "tv2");

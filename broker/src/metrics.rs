@@ -56,6 +56,10 @@ pub struct Metrics {
     pub connections_created: IntCounter,
     /// Connections closed as soon as accepted, per reason (`max_connections_per_ip`).
     pub connections_rejected: IntCounterVec,
+    /// Partition leaders' questions to transaction coordinators (KIP-890), per `mode` (`verify`:
+    /// part 1's check; `add`: part 2's implicit add) and `result` (`ok`, or the name of the
+    /// error the producer is answered with, e.g. `NotEnoughReplicas`).
+    pub txn_verifications: IntCounterVec,
     /// Connections closed after `connections.max.idle.ms` without traffic.
     pub connections_idle_expired: IntCounter,
     /// Time the acceptor waited for a free slot at `max.connections`.
@@ -350,6 +354,12 @@ impl Metrics {
                 &r,
                 "kafka_server_socketserver_connection_creation_total",
                 "Kafka protocol connections accepted",
+            ),
+            txn_verifications: counter_vec(
+                &r,
+                "runnel_txn_partition_verifications_total",
+                "Transactional first batches a partition leader checked with the transaction's coordinator",
+                &["mode", "result"],
             ),
             connections_rejected: counter_vec(
                 &r,

@@ -240,7 +240,9 @@ async fn verify_transaction(
             Ok(per_partition) => per_partition.get(&key).copied().unwrap_or(ResponseError::UnknownServerError.code()),
             Err(code) => code.code(),
         };
+        let mode_label = if mode == TxnAsk::Add { "add" } else { "verify" };
         let verdict = if answer == 0 {
+            broker.metrics.txn_verifications.with_label_values(&[mode_label, "ok"]).inc();
             Ok(TxnVerification::Required(Some(guard)))
         } else {
             partition.end_txn_verification(producer.0, guard);
@@ -256,6 +258,8 @@ async fn verify_transaction(
                 | ResponseError::RequestTimedOut => ResponseError::NotEnoughReplicas,
                 other => other,
             };
+            let result = format!("{mapped:?}");
+            broker.metrics.txn_verifications.with_label_values(&[mode_label, &result]).inc();
             let message = format!(
                 "transaction verification of producer {} (epoch {}) with its coordinator failed: {code:?}",
                 producer.0, producer.1
