@@ -669,3 +669,25 @@ fn a_partition_keeps_at_most_max_producers_evicting_idle_ones_and_refusing_past_
     assert!(completed, "the commit's marker is written");
     assert_eq!(idempotent(&mut conn, late, "admitted").0, 0, "the committed producer is idle and evicted");
 }
+
+#[test]
+fn transaction_state_log_settings_size_the_topic_and_idle_ids_expire() {
+    // Proves `--transaction-state-log-num-partitions` sizes `__transaction_state` and
+    // `--transactional-id-expiration-ms` makes the coordinator forget an idle id (its state is
+    // tombstoned: describing it is then 404, and a new InitProducerId starts it over at epoch 0
+    // with a new producer id).
+    let node =
+        Runnel::start(&["--transaction-state-log-num-partitions", "3", "--transactional-id-expiration-ms", "1000"]);
+    let mut conn = support::RawConn::open(&node, "expiring");
+    let (first, epoch) = raw::init(&mut conn, "expiring-id");
+    assert_eq!(epoch, 0);
+    let client: BaseConsumer = support::client_config(&node, &[]).create().expect("client");
+    let metadata = client.fetch_metadata(Some("__transaction_state"), TIMEOUT).expect("metadata");
+    assert_eq!(metadata.topics()[0].partitions().len(), 3, "transaction.state.log.num.partitions");
+    let api = support::HttpApi::new(&node);
+    let forgotten = support::wait_until(TIMEOUT, || api.get("/v1/transactions/expiring-id").status == 404);
+    assert!(forgotten, "an id idle past transactional.id.expiration.ms is forgotten");
+    let (again, epoch) = raw::init(&mut conn, "expiring-id");
+    assert_eq!(epoch, 0, "a forgotten id starts over");
+    assert_ne!(again, first, "with a new producer id");
+}

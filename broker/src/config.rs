@@ -131,6 +131,19 @@ pub struct ServeArgs {
     /// every client on the classic protocol. Both are served either way [default: 2].
     #[arg(long, env = "RUNNEL_TRANSACTION_VERSION", value_parser = clap::value_parser!(i16).range(0..=2))]
     pub transaction_version: Option<i16>,
+    /// `transactional.id.expiration.ms`: a transactional id whose last transaction ended (or
+    /// that never began one) this long ago is forgotten by its coordinator, as Kafka does
+    /// [default: 604800000, 7 days].
+    #[arg(long, env = "RUNNEL_TRANSACTIONAL_ID_EXPIRATION_MS", value_parser = clap::value_parser!(i64).range(1..))]
+    pub transactional_id_expiration_ms: Option<i64>,
+    /// `transaction.state.log.num.partitions`: partitions `__transaction_state` is created with
+    /// (fixed once it exists: ids map to partitions by count) [default: 50].
+    #[arg(long, env = "RUNNEL_TRANSACTION_STATE_LOG_NUM_PARTITIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub transaction_state_log_num_partitions: Option<u32>,
+    /// `transaction.state.log.replication.factor`: replicas `__transaction_state` is created
+    /// with, capped to the brokers usable at that moment [default: 3].
+    #[arg(long, env = "RUNNEL_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", value_parser = clap::value_parser!(u16).range(1..))]
+    pub transaction_state_log_replication_factor: Option<u16>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
     /// heartbeat from for this long; its leaderships move and it leaves every ISR [default: 1000].
     #[arg(long, env = "RUNNEL_BROKER_SESSION_TIMEOUT_MS")]
@@ -252,6 +265,9 @@ struct FileConfig {
     transaction_max_timeout_ms: Option<i32>,
     transaction_partition_verification_enable: Option<bool>,
     transaction_version: Option<i16>,
+    transactional_id_expiration_ms: Option<i64>,
+    transaction_state_log_num_partitions: Option<u32>,
+    transaction_state_log_replication_factor: Option<u16>,
     broker_session_timeout_ms: Option<u64>,
     broker_heartbeat_interval_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
@@ -494,6 +510,21 @@ impl NodeConfig {
                     .or(file.transaction_version)
                     .unwrap_or(crate::txn::TxnSettings::default().version)
                     .clamp(0, 2),
+                id_expiration_ms: args
+                    .transactional_id_expiration_ms
+                    .or(file.transactional_id_expiration_ms)
+                    .unwrap_or(crate::txn::TxnSettings::default().id_expiration_ms)
+                    .max(1),
+                num_partitions: args
+                    .transaction_state_log_num_partitions
+                    .or(file.transaction_state_log_num_partitions)
+                    .unwrap_or(crate::txn::TxnSettings::default().num_partitions)
+                    .max(1),
+                replication_factor: args
+                    .transaction_state_log_replication_factor
+                    .or(file.transaction_state_log_replication_factor)
+                    .unwrap_or(crate::txn::TxnSettings::default().replication_factor)
+                    .max(1),
                 ..crate::txn::TxnSettings::default()
             },
             broker_session_timeout_ms: args
