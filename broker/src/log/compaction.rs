@@ -65,10 +65,9 @@ pub struct CompactionJob {
     segments: Vec<Cleanable>,
     delete_retention_ms: i64,
     now_ms: i64,
-    /// The aborted transactions of the log, from its `.txnindex`.
-    aborted: Vec<AbortedTxn>,
-    /// The same, by the base offset of the segment holding each marker.
-    aborted_by_segment: HashMap<i64, Vec<AbortedTxn>>,
+    /// The aborted transactions of the log, from its `.txnindex`, each with the base offset of
+    /// the segment holding its marker.
+    aborted: Vec<(i64, AbortedTxn)>,
 }
 
 impl CompactionJob {
@@ -76,7 +75,7 @@ impl CompactionJob {
     fn is_aborted(&self, header: &BatchHeader) -> bool {
         header.attributes.is_transactional()
             && !header.attributes.is_control()
-            && self.aborted.iter().any(|t| {
+            && self.aborted.iter().any(|(_, t)| {
                 t.producer_id == header.producer_id
                     && t.first_offset <= header.base_offset
                     && header.base_offset <= t.last_offset
@@ -123,7 +122,6 @@ impl Log {
         if cleanable.is_empty() {
             return None;
         }
-        let cleanable_bases: Vec<i64> = cleanable.iter().map(|c| c.base_offset).collect();
         Some(CompactionJob {
             dir: self.dir().to_path_buf(),
             settings: index_settings(config),
@@ -131,12 +129,7 @@ impl Log {
             segments: cleanable,
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
-            aborted: self.txn_index().entries().copied().collect(),
-            aborted_by_segment: cleanable_bases
-                .iter()
-                .map(|base| (*base, self.txn_index().segment_entries(*base).to_vec()))
-                .filter(|(_, entries)| !entries.is_empty())
-                .collect(),
+            aborted: self.txn_index().entries_by_segment().map(|(base, t)| (base, *t)).collect(),
         })
     }
 
@@ -270,12 +263,11 @@ impl CompactionJob {
                 let rebuilt = builder.build().map_err(LogError::CorruptBatch)?;
                 write_batch(&mut out, rebuilt.bytes()).map_err(io)
             })?;
-            if let Some(entries) = self.aborted_by_segment.get(&segment.base_offset) {
-                let kept: Vec<AbortedTxn> = entries
-                    .iter()
-                    .filter(|e| !removed_aborts.contains(&(e.producer_id, e.last_offset)))
-                    .copied()
-                    .collect();
+            let indexed: Vec<AbortedTxn> =
+                self.aborted.iter().filter(|(base, _)| *base == segment.base_offset).map(|(_, t)| *t).collect();
+            if !indexed.is_empty() {
+                let kept: Vec<AbortedTxn> =
+                    indexed.into_iter().filter(|t| !removed_aborts.contains(&(t.producer_id, t.last_offset))).collect();
                 TxnIndex::write_file(&out_dir, segment.base_offset, &kept).map_err(io)?;
             }
             stats.bytes_before += segment.size;

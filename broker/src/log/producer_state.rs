@@ -283,9 +283,11 @@ impl PendingUpdates {
         }
         if validation == Validation::Client {
             check_sequence(&entry, header)?;
-            let in_this_append = self.updates.iter().any(|u| u.entry.producer_id == header.producer_id);
-            if let Some(max) = state.refuses_new_producer(header.producer_id).filter(|_| !in_this_append) {
-                return Err(ProducerError::TooManyProducers { producer_id: header.producer_id, max });
+            if let Some(max) = state.refuses_new_producer(header.producer_id) {
+                // Unless an earlier batch of this append already brings the producer in.
+                if !self.updates.iter().any(|u| u.entry.producer_id == header.producer_id) {
+                    return Err(ProducerError::TooManyProducers { producer_id: header.producer_id, max });
+                }
             }
         }
         let last_offset = first_offset + header.last_offset_delta as i64;

@@ -92,9 +92,9 @@ impl TxnIndex {
         self.by_segment.values().flatten()
     }
 
-    /// The entries of the segment at `segment_base`.
-    pub fn segment_entries(&self, segment_base: i64) -> &[AbortedTxn] {
-        self.by_segment.get(&segment_base).map_or(&[], Vec::as_slice)
+    /// Every entry with the base offset of the segment holding its marker, oldest first.
+    pub fn entries_by_segment(&self) -> impl Iterator<Item = (i64, &AbortedTxn)> {
+        self.by_segment.iter().flat_map(|(base, entries)| entries.iter().map(move |t| (*base, t)))
     }
 
     /// Writes `entries` as a complete `.txnindex` file of the segment at `segment_base` in `dir`

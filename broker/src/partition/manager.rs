@@ -59,7 +59,7 @@ impl ReplicaManager {
     /// With `max.producers.per.partition` (see `log::producer_state`); before any partition is
     /// opened.
     pub fn with_max_producers(mut self, max_producers: usize) -> ReplicaManager {
-        self.max_producers = max_producers.max(1);
+        self.max_producers = max_producers;
         self
     }
 

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId, Reques
 use crate::server::Broker;
 
 /// The first EndTxn version of transaction version 2.
-pub const TRANSACTION_V2_VERSION: i16 = 5;
+const TRANSACTION_V2_VERSION: i16 = 5;
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: EndTxnRequest) -> Option<EndTxnResponse> {
     let client_version = if header.request_api_version >= TRANSACTION_V2_VERSION { 2 } else { 0 };

@@ -235,12 +235,12 @@ async fn verify_transaction(
     let wanted: Vec<(String, i32)> = asking.iter().map(|(k, _, _)| k.clone()).collect();
     let mode = if version >= IMPLICIT_ADD_VERSION { TxnAsk::Add } else { TxnAsk::Verify };
     let answers = ask_coordinator(broker, image, transactional_id, producer, &wanted, mode).await;
+    let mode_label = if mode == TxnAsk::Add { "add" } else { "verify" };
     for (key, partition, guard) in asking {
         let answer = match &answers {
             Ok(per_partition) => per_partition.get(&key).copied().unwrap_or(ResponseError::UnknownServerError.code()),
             Err(code) => code.code(),
         };
-        let mode_label = if mode == TxnAsk::Add { "add" } else { "verify" };
         let verdict = if answer == 0 {
             broker.metrics.txn_verifications.with_label_values(&[mode_label, "ok"]).inc();
             Ok(TxnVerification::Required(Some(guard)))
