@@ -8,7 +8,12 @@
 //! acknowledged not read), **duplicates** (a record read twice), and **partial transactions** (a
 //! transaction whose outcome the client could not learn read in part). All must be zero.
 //!
-//! A second test aims its faults at one phase of a transaction at a time (ducktape's
+//! The same rounds and checker run with Kafka 4.4's Java client too (`tests/java/TxnDriver.java`,
+//! compiled with javac against the jars of `scripts/kafka-jars.sh`): it speaks transaction
+//! version 2 (KIP-890), which librdkafka does not, so partitions are added by produce requests
+//! and every end bumps the epoch while coordinators and leaders die.
+//!
+//! A further test aims its faults at one phase of a transaction at a time (ducktape's
 //! `transactions_test` kills at random; these rounds make each phase happen): the coordinator
 //! killed while it holds PrepareCommit with markers unwritten (and the partition's leader
 //! SIGSTOPped with it), killed between AddPartitionsToTxn and EndTxn, and a producer that dies
@@ -18,9 +23,14 @@
 //! `RUNNEL_FAULT_SEED=<seed> cargo test -p runnel-broker --test cluster_transactions`. A soak:
 //! `RUNNEL_FAULT_ROUNDS=50 cargo test -p runnel-broker --test cluster_transactions -- --nocapture`.
 
+#[path = "support/kafka_tools.rs"]
+mod kafka_tools;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -265,6 +275,38 @@ fn check(history: &History, read: &[String]) -> Report {
     report
 }
 
+/// How many transactions of `history` the client saw commit.
+fn committed(history: &Mutex<History>) -> usize {
+    history.lock().unwrap().txns.values().filter(|(o, _)| *o == Outcome::Committed).count()
+}
+
+/// Seeded rounds of kill -9: the coordinator of one of `ids` or a leader of a partition of
+/// [`TOPIC`], a restart after a pause, and a wait until the producers commit again.
+fn kill_rounds(cluster: &mut Cluster, rng: &mut FaultRng, ids: &[&str], history: &Mutex<History>, rounds: usize) {
+    let bootstrap = cluster.bootstrap();
+    for round in 0..rounds {
+        std::thread::sleep(rng.millis(300, 1500));
+        let victim = if rng.below(2) == 0 {
+            let id = rng.pick(ids);
+            let partition = partition_for(id, 50) as usize;
+            let states = workload::partition_states(&bootstrap, "__transaction_state").unwrap_or_default();
+            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("coordinator of {id}")))
+        } else {
+            let partition = rng.below(PARTITIONS as u64) as usize;
+            let states = workload::partition_states(&bootstrap, TOPIC).unwrap_or_default();
+            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("leader of {TOPIC}-{partition}")))
+        };
+        let Some((node, what)) = victim else { continue };
+        eprintln!("round {round}: kill -9 node {node}, the {what}");
+        cluster.kill9(node);
+        std::thread::sleep(rng.millis(500, 3000));
+        cluster.restart(node);
+        let before = committed(history);
+        let resumed = support::wait_until(DEADLINE, || committed(history) > before);
+        assert!(resumed, "transactions commit again after round {round} (seed {})", rng.seed());
+    }
+}
+
 #[test]
 fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_exposes_no_abort() {
     // Proves, over seeded rounds, that kill -9 of the transaction coordinator (between adds and
@@ -285,41 +327,24 @@ fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_expose
             std::thread::spawn(move || produce(b, id, stop, history))
         })
         .collect();
-    let committed_count =
-        |h: &Arc<Mutex<History>>| h.lock().unwrap().txns.values().filter(|(o, _)| *o == Outcome::Committed).count();
-    assert!(support::wait_until(DEADLINE, || committed_count(&history) >= 3), "transactions commit before faults");
-    for round in 0..fault_rounds(2) {
-        std::thread::sleep(rng.millis(300, 1500));
-        let victim = if rng.below(2) == 0 {
-            // The coordinator of one of the producers' transactional ids.
-            let id = rng.pick(&ids);
-            let partition = partition_for(id, 50) as usize;
-            let states = workload::partition_states(&bootstrap, "__transaction_state").unwrap_or_default();
-            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("coordinator of {id}")))
-        } else {
-            let partition = rng.below(PARTITIONS as u64) as usize;
-            let states = workload::partition_states(&bootstrap, TOPIC).unwrap_or_default();
-            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("leader of {TOPIC}-{partition}")))
-        };
-        let Some((node, what)) = victim else { continue };
-        eprintln!("round {round}: kill -9 node {node}, the {what}");
-        cluster.kill9(node);
-        std::thread::sleep(rng.millis(500, 3000));
-        cluster.restart(node);
-        let before = committed_count(&history);
-        let resumed = support::wait_until(DEADLINE, || committed_count(&history) > before);
-        assert!(resumed, "transactions commit again after round {round} (seed {})", rng.seed());
-    }
+    assert!(support::wait_until(DEADLINE, || committed(&history) >= 3), "transactions commit before faults");
+    kill_rounds(&mut cluster, &mut rng, &ids, &history, fault_rounds(2));
     stop.store(true, Ordering::Release);
     for p in producers {
         p.join().expect("producer thread");
     }
-    // Any transaction still open times out (10 s) before the read reaches every end.
-    let read = support::wait_until(DEADLINE, || read_committed(&bootstrap, TOPIC, PARTITIONS).is_ok());
+    let report = read_and_check(&bootstrap, &history.lock().unwrap(), &rng);
+    assert!(report.committed > 0, "some transactions committed");
+}
+
+/// The final read_committed read of every partition of [`TOPIC`] (any transaction still open
+/// times out, 10 s, before the read reaches every end) and the checker over it; panics on any
+/// anomaly, naming the seed.
+fn read_and_check(bootstrap: &str, history: &History, rng: &FaultRng) -> Report {
+    let read = support::wait_until(DEADLINE, || read_committed(bootstrap, TOPIC, PARTITIONS).is_ok());
     assert!(read, "the final read_committed read completes (seed {})", rng.seed());
-    let values = read_committed(&bootstrap, TOPIC, PARTITIONS).expect("final read");
-    let history = history.lock().unwrap();
-    let report = check(&history, &values);
+    let values = read_committed(bootstrap, TOPIC, PARTITIONS).expect("final read");
+    let report = check(history, &values);
     eprintln!(
         "transactions: {} committed, {} aborted, {} unknown; {} records read",
         report.committed,
@@ -327,7 +352,6 @@ fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_expose
         report.unknown,
         values.len()
     );
-    assert!(report.committed > 0, "some transactions committed");
     assert!(
         report.clean(),
         "aborted reads {:?}, lost {:?}, duplicates {:?}, partial {:?} (seed {}; replay with RUNNEL_FAULT_SEED={})",
@@ -338,6 +362,219 @@ fn kill_9_of_coordinators_and_leaders_mid_transaction_loses_no_commit_and_expose
         rng.seed(),
         rng.seed()
     );
+    report
+}
+
+/// A Java transactional producer (`tests/java/TxnDriver.java`, Kafka 4.4's client on
+/// transaction version 2) whose reported outcomes a thread records into a [`History`].
+struct JavaDriver {
+    child: Child,
+    /// Joins once the driver's stdout ends: whether it printed DONE.
+    reader: std::thread::JoinHandle<bool>,
+}
+
+impl JavaDriver {
+    /// Compiles the driver into `classes`.
+    fn compile(lib: &Path, classes: &Path) {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/java/TxnDriver.java");
+        let status = Command::new("javac")
+            .arg("-cp")
+            .arg(format!("{}/*", lib.display()))
+            .arg("-d")
+            .arg(classes)
+            .arg(&source)
+            .status()
+            .expect("javac runs");
+        assert!(status.success(), "javac {}", source.display());
+    }
+
+    /// Starts a driver for transactional id `id` that runs transactions until stopped, or with
+    /// `steps` one per [`JavaDriver::step`]; its stderr (the client's errors) goes to `log`.
+    fn start(
+        lib: &Path,
+        classes: &Path,
+        bootstrap: &str,
+        id: &str,
+        steps: bool,
+        log: &Path,
+        history: Arc<Mutex<History>>,
+    ) -> Self {
+        let mut child = Command::new("java")
+            .arg("-Xmx128m")
+            .arg("-cp")
+            .arg(format!("{}/*:{}", lib.display(), classes.display()))
+            .arg("TxnDriver")
+            .args([bootstrap, id, TOPIC, &PARTITIONS.to_string(), &RECORDS_PER_TXN.to_string()])
+            .args(steps.then_some("steps"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("driver log"))
+            .spawn()
+            .expect("java runs");
+        let stdout = child.stdout.take().expect("piped");
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let outcome = match line.split_once(' ') {
+                    Some(("COMMITTED", name)) => Some((Outcome::Committed, name)),
+                    Some(("ABORTED", name)) => Some((Outcome::Aborted, name)),
+                    Some(("UNKNOWN", name)) => Some((Outcome::Unknown, name)),
+                    _ if line == "DONE" => return true,
+                    _ => None,
+                };
+                if let Some((outcome, name)) = outcome {
+                    let values = (0..RECORDS_PER_TXN).map(|i| format!("{name}-{i}")).collect();
+                    history.lock().unwrap().txns.insert(name.to_string(), (outcome, values));
+                }
+            }
+            false
+        });
+        JavaDriver { child, reader }
+    }
+
+    /// Has a driver started with `steps` run one more transaction, committed or aborted.
+    fn step(&mut self, commit: bool) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("the driver's stdin");
+        writeln!(stdin, "{}", if commit { "commit" } else { "abort" }).expect("write to the driver");
+        stdin.flush().expect("flush to the driver");
+    }
+
+    /// Closes the driver's stdin (it ends the transaction under way and exits) and waits for it;
+    /// whether it finished cleanly (else it is killed).
+    fn stop(mut self) -> bool {
+        drop(self.child.stdin.take());
+        let exited = support::wait_until(DEADLINE, || self.child.try_wait().is_ok_and(|s| s.is_some()));
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let done = self.reader.join().unwrap_or(false);
+        exited && done
+    }
+}
+
+#[test]
+fn java_transaction_version_2_producers_through_kill_9_of_coordinators_and_leaders_lose_no_commit() {
+    // Proves KIP-890 (transaction version 2, what Kafka 4's Java client speaks) under the same
+    // kill -9 rounds and checker as librdkafka's transaction version 1 above: partitions added by
+    // produce requests to leaders that come and go, an epoch bump on every end that survives a
+    // new coordinator, and still 0 aborted reads, 0 duplicates, 0 lost committed records and
+    // every transaction all or nothing. Where the Kafka jars were never fetched it prints SKIP.
+    let tools = match kafka_tools::kafka_tools() {
+        Ok(tools) => tools,
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+    };
+    let work = tempfile::tempdir().expect("temp dir");
+    let classes = work.path().join("classes");
+    JavaDriver::compile(tools.lib(), &classes);
+    let mut rng = FaultRng::from_env();
+    let mut cluster = Cluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    assert!(support::wait_until(DEADLINE, || workload::broker_count(&bootstrap) == Some(3)), "three brokers");
+    workload::create_topic(&bootstrap, TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]).expect("topic");
+    let history = Arc::new(Mutex::new(History::default()));
+    let ids = ["java-txn-a", "java-txn-b"];
+    let logs: Vec<_> = ids.iter().map(|id| work.path().join(format!("{id}.log"))).collect();
+    let drivers: Vec<_> = ids
+        .iter()
+        .zip(&logs)
+        .map(|(id, log)| JavaDriver::start(tools.lib(), &classes, &bootstrap, id, false, log, history.clone()))
+        .collect();
+    let before_faults = support::wait_until(DEADLINE, || committed(&history) >= 3);
+    let tail = || logs.iter().map(|l| std::fs::read_to_string(l).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+    assert!(before_faults, "Java transactions commit before faults; the drivers said:\n{}", tail());
+    kill_rounds(&mut cluster, &mut rng, &ids, &history, fault_rounds(2));
+    for driver in drivers {
+        assert!(driver.stop(), "a driver ends its last transaction and exits; the drivers said:\n{}", tail());
+    }
+    eprintln!("the drivers said:\n{}", tail());
+    let history = history.lock().unwrap();
+    let report = read_and_check(&bootstrap, &history, &rng);
+    assert!(report.committed > 0, "some transactions committed");
+    // Transaction version 2, not 1: every commit is an EndTxn that bumped the id's epoch (and
+    // each new producer's InitProducerId one more), so the epoch is at least the commit count.
+    for id in ids {
+        let commits =
+            history.txns.iter().filter(|(name, (o, _))| name.starts_with(id) && *o == Outcome::Committed).count();
+        let txn = support::HttpApi::new(cluster.node(1)).get(&format!("/v1/transactions/{id}")).json;
+        let epoch = txn["producer_epoch"].as_i64().unwrap_or(-1);
+        assert!(epoch >= commits as i64, "{id}: epoch {epoch} after {commits} commits: {txn}");
+    }
+}
+
+/// The outcome `history` has for transaction `name`, if the driver reported it.
+fn outcome(history: &Mutex<History>, name: &str) -> Option<Outcome> {
+    history.lock().unwrap().txns.get(name).map(|(o, _)| *o)
+}
+
+#[test]
+fn java_transaction_version_2_end_waits_for_the_previous_ends_markers_instead_of_being_fenced() {
+    // Proves KAFKA-18464's rule: under transaction version 2 a client's next EndTxn (at the
+    // epoch the previous end bumped to) can reach the coordinator while the previous end's
+    // markers are still in flight, e.g. an abort whose records never reached a partition. It
+    // must be answered CONCURRENT_TRANSACTIONS, retried, and succeed once the markers pass (it
+    // was PRODUCER_FENCED, fatal to the producer). The markers are held by black-holing the
+    // coordinator's links to the other nodes, so the race happens every run.
+    let tools = match kafka_tools::kafka_tools() {
+        Ok(tools) => tools,
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+    };
+    let work = tempfile::tempdir().expect("temp dir");
+    let classes = work.path().join("classes");
+    JavaDriver::compile(tools.lib(), &classes);
+    let rng = FaultRng::from_env();
+    let cluster = Cluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    assert!(support::wait_until(DEADLINE, || workload::broker_count(&bootstrap) == Some(3)), "three brokers");
+    // Replication factor 1: each node leads a partition, so markers to two of them cross links.
+    workload::create_topic(&bootstrap, TOPIC, PARTITIONS, 1, &[]).expect("topic");
+    let history = Arc::new(Mutex::new(History::default()));
+    let id = "java-steps";
+    let log = work.path().join("driver.log");
+    let mut driver = JavaDriver::start(tools.lib(), &classes, &bootstrap, id, true, &log, history.clone());
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    let reported = |name: &str| support::wait_until(DEADLINE, || outcome(&history, name).is_some());
+    driver.step(true);
+    assert!(reported("java-steps-1"), "the first transaction ends; the driver said:\n{}", said());
+    assert_eq!(outcome(&history, "java-steps-1"), Some(Outcome::Committed), "{}", said());
+    let coordinator = workload::partition_states(&bootstrap, "__transaction_state")
+        .and_then(|states| states.get(partition_for(id, 50) as usize).and_then(|s| s.leader))
+        .expect("the id's coordinator");
+    let other = (1..=3).find(|n| *n != coordinator).expect("another node");
+    for n in (1..=3).filter(|n| *n != coordinator) {
+        cluster.black_hole_data_link(coordinator, n);
+    }
+    driver.step(true);
+    assert!(reported("java-steps-2"), "the commit is answered once PrepareCommit is written: {}", said());
+    assert_eq!(outcome(&history, "java-steps-2"), Some(Outcome::Committed), "{}", said());
+    assert!(wait_for_state(&cluster, other, id, "PrepareCommit"), "the markers are held");
+    let end_txns = || {
+        let text = support::HttpApi::new(cluster.node(coordinator)).get("/metrics").text;
+        text.lines()
+            .find_map(|l| l.strip_prefix(r#"kafka_network_requestmetrics_requests_total{request="EndTxn"} "#))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = end_txns();
+    driver.step(false);
+    let retried = support::wait_until(DEADLINE, || end_txns() >= before + 2);
+    assert!(retried, "the abort's EndTxn is answered retriable and retried; the driver said:\n{}", said());
+    assert_eq!(outcome(&history, "java-steps-3"), None, "the abort waits for the markers: {}", said());
+    cluster.heal();
+    assert!(reported("java-steps-3"), "the abort ends once the markers pass: {}", said());
+    assert_eq!(outcome(&history, "java-steps-3"), Some(Outcome::Aborted), "not fenced; the driver said:\n{}", said());
+    driver.step(true);
+    assert!(reported("java-steps-4"), "the next transaction ends: {}", said());
+    assert_eq!(outcome(&history, "java-steps-4"), Some(Outcome::Committed), "{}", said());
+    assert!(driver.stop(), "the driver exits: {}", said());
+    let report = read_and_check(&bootstrap, &history.lock().unwrap(), &rng);
+    assert_eq!((report.committed, report.aborted, report.unknown), (3, 1, 0));
 }
 
 /// The topic of the phase-targeted rounds.

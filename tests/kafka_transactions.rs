@@ -361,12 +361,17 @@ mod raw {
     /// FindCoordinator (TRANSACTION) for `id` (which creates `__transaction_state`), then
     /// InitProducerId, each retried while the coordinator is being set up.
     pub fn init(conn: &mut RawConn, id: &str) -> (i64, i16) {
+        init_with_timeout(conn, id, 60_000)
+    }
+
+    /// [`init`] with `transaction.timeout.ms` = `timeout_ms`.
+    pub fn init_with_timeout(conn: &mut RawConn, id: &str, timeout_ms: i32) -> (i64, i16) {
         let find = FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![name(id)]);
         let found = super::support::wait_until(TIMEOUT, || conn.call(4, &find).coordinators[0].error_code == 0);
         assert!(found, "FindCoordinator succeeds");
         let request = InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(name(id))))
-            .with_transaction_timeout_ms(60_000);
+            .with_transaction_timeout_ms(timeout_ms);
         let mut answer = None;
         super::support::wait_until(TIMEOUT, || {
             let response = conn.call(4, &request);
@@ -601,6 +606,31 @@ fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_eve
 
     let node = Runnel::start(&["--transaction-version", "1"]);
     assert_eq!(finalized(&mut support::RawConn::open(&node, "tv1")), Some(1));
+}
+
+#[test]
+fn a_transaction_version_2_commit_after_the_coordinator_aborted_it_on_timeout_is_fenced() {
+    // Proves what a TV2 producer is told when the coordinator aborted its transaction past
+    // `transaction.timeout.ms` (under a bumped epoch) before the producer's own end arrived, as
+    // Kafka answers since KAFKA-20785: its commit at the epoch before the bump is PRODUCER_FENCED
+    // (recoverable: the client re-initialises), not INVALID_TXN_STATE (fatal); its abort there
+    // is answered as the retry of an abort; nothing of the transaction is readable committed.
+    const PRODUCER_FENCED: i16 = 90;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "tv2-timeout", 1);
+    let mut conn = support::RawConn::open(&node, "tv2-timeout");
+    let api = support::HttpApi::new(&node);
+    let id = "tv2-timeout-id";
+    let (pid, e0) = raw::init_with_timeout(&mut conn, id, 1_000);
+    assert_eq!(raw::produce(&mut conn, 12, id, (pid, e0), 0, "tv2-timeout", &["late"]), 0, "implicit add");
+    let aborted =
+        support::wait_until(TIMEOUT, || api.get(&format!("/v1/transactions/{id}")).json["state"] == "CompleteAbort");
+    assert!(aborted, "the coordinator aborts the transaction past its timeout");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e0), true).0, PRODUCER_FENCED, "the commit comes too late");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, e0), false), (0, (pid, e0 + 1)), "an abort is what happened");
+    assert_eq!(read_all(&node, "tv2-timeout", 1, "read_committed"), Vec::<String>::new());
+    let (lso, hw) = raw::lso_and_hw(&mut conn, "tv2-timeout");
+    assert_eq!(lso, hw, "nothing left open");
 }
 
 #[test]

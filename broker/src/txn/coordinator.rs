@@ -540,18 +540,25 @@ impl TxnCoordinator {
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the transaction (it starts
-    /// now if none was open).
+    /// now if none was open). `client_version` is the transaction version of the client: 2 for
+    /// the implicit adds of Produce v12 and TxnOffsetCommit v5, 0 for the client's own requests;
+    /// the transaction remembers it, so a timeout abort and the late end after it are judged
+    /// by the right version's rules (Kafka's `prepareAddPartitions`).
     pub async fn add_partitions(
         self: &Arc<Self>,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        client_version: i16,
     ) -> Result<(), ResponseError> {
         let deadline = tokio::time::Instant::now() + ADD_WAITS_FOR_COMPLETION;
         loop {
             let completed = self.completed.notified();
-            match self.add_partitions_once(transactional_id, producer_id, producer_epoch, partitions).await {
+            match self
+                .add_partitions_once(transactional_id, producer_id, producer_epoch, partitions, client_version)
+                .await
+            {
                 Err(ResponseError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
                     let _ = tokio::time::timeout(COMPLETION_POLL, completed).await;
                 }
@@ -566,6 +573,7 @@ impl TxnCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        client_version: i16,
     ) -> Result<(), ResponseError> {
         let now = now_ms();
         self.transition(transactional_id, |current| {
@@ -588,6 +596,7 @@ impl TxnCoordinator {
                 partitions: all,
                 start_ms: if starting { now } else { current.start_ms },
                 last_update_ms: now,
+                client_version,
                 ..current.clone()
             })
         })
@@ -640,7 +649,8 @@ impl TxnCoordinator {
     /// moves the id to a fresh producer id at epoch 0 once complete. A retry carries the epoch before the bump (or the
     /// old producer id at the exhausted epoch) and is answered with what the first end
     /// answered. An abort with nothing in the transaction (the client sent records the
-    /// partitions never added) only bumps the epoch.
+    /// partitions never added) only bumps the epoch. While the previous end's markers are in
+    /// flight every end is CONCURRENT_TRANSACTIONS (the client retries).
     pub async fn end_txn(
         self: &Arc<Self>,
         transactional_id: &str,
@@ -668,9 +678,15 @@ impl TxnCoordinator {
             if current.producer_id != producer_id && !retry_on_overflow {
                 return Err(ResponseError::InvalidProducerIdMapping);
             }
+            // Markers still in flight: whatever this end is (a retry, or under transaction
+            // version 2 already the next transaction's end at the bumped epoch, e.g. an abort
+            // whose records never reached a partition), it waits for them. Checked before the
+            // epoch, or that next end would be fenced (KAFKA-18464).
+            if matches!(current.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
             let same_epoch = producer_epoch == current.producer_epoch;
             let valid_epoch = match current.state {
-                TxnState::PrepareCommit | TxnState::PrepareAbort if stored_bumps => retry_on_bump,
                 TxnState::CompleteCommit | TxnState::CompleteAbort if stored_bumps => {
                     retry_on_bump || retry_on_overflow || (bumps && same_epoch)
                 }
@@ -706,8 +722,11 @@ impl TxnCoordinator {
                     answer = (current.producer_id, current.producer_epoch);
                     Ok(current.clone())
                 }
-                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                    Err(ResponseError::ConcurrentTransactions)
+                (TxnState::CompleteAbort, true) if stored_bumps && !same_epoch => {
+                    // A commit at the epoch before the bump into an abort the client never asked
+                    // for (the coordinator's, past the timeout): the producer was fenced, which
+                    // a client recovers from; INVALID_TXN_STATE would be fatal (KAFKA-20785).
+                    Err(ResponseError::ProducerFenced)
                 }
                 (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
                     if bumps && same_epoch =>

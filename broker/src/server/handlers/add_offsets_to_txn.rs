@@ -28,6 +28,7 @@ pub async fn handle(
                         request.producer_id.0,
                         request.producer_epoch,
                         &[(OFFSETS_TOPIC.to_string(), partition)],
+                        0,
                     )
                     .await
             }

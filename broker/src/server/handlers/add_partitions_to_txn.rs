@@ -42,6 +42,7 @@ pub async fn handle(
                 request.v3_and_below_producer_id.0,
                 request.v3_and_below_producer_epoch,
                 &wanted,
+                0,
             )
             .await
     };
@@ -100,7 +101,9 @@ async fn handle_batch(broker: &Broker, request: AddPartitionsToTxnRequest) -> Ad
         } else {
             let outcome = broker
                 .txn
-                .add_partitions(&txn.transactional_id.0, txn.producer_id.0, txn.producer_epoch, &wanted)
+                // v4+ comes from a partition leader (or group coordinator) adding for a
+                // transaction version 2 client.
+                .add_partitions(&txn.transactional_id.0, txn.producer_id.0, txn.producer_epoch, &wanted, 2)
                 .await;
             let code = outcome.err().map_or(0, |e| e.code());
             wanted.iter().map(|p| (p.clone(), code)).collect()

@@ -299,7 +299,7 @@ pub(crate) async fn ask_coordinator(
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     if coordinator == broker.settings.node_id {
         if mode == TxnAsk::Add {
-            broker.txn.add_partitions(transactional_id, producer_id, producer_epoch, partitions).await?;
+            broker.txn.add_partitions(transactional_id, producer_id, producer_epoch, partitions, 2).await?;
             return Ok(partitions.iter().map(|p| (p.clone(), 0)).collect());
         }
         let verdicts = broker.txn.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)?;
