@@ -298,6 +298,46 @@ fn restart_redeploy_and_pause_lose_no_input() {
 }
 
 #[test]
+fn outputs_are_split_to_fit_max_message_bytes_and_a_record_too_large_is_named() {
+    // Proves a guest batch whose outputs exceed the output topic's max.message.bytes is written
+    // as several batches that each fit (it was refused with MESSAGE_TOO_LARGE and retried
+    // forever), and that one record no batch of that topic can hold goes through the error
+    // policy with a message naming the topic and the bound.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "big-in", 1);
+    let created = api
+        .post("/v1/topics", &json!({"name": "small-out", "partitions": 1, "configs": {"max.message.bytes": "4096"}}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    let module = component("runnel-example-identity");
+    let config = json!({"input_topic": "big-in", "output_topics": ["small-out"], "error_policy": "skip"});
+    assert_eq!(deploy(&api, "splitter", &module, config).status, 201);
+    // 200 records of 500 bytes in one guest batch: about 100 KB for a topic taking 4 KiB.
+    let records: Vec<(Option<String>, String)> = (0..200).map(|i| (None, format!("{i:>500}"))).collect();
+    produce(&node, "big-in", &records);
+    let mut reader = Reader::new(&node, "small-out", 1);
+    assert!(
+        reader.until(200),
+        "every output arrives: {} of 200; {}",
+        reader.records.len(),
+        transform(&api, "splitter")
+    );
+    let expected: Vec<String> = records.iter().map(|r| r.1.clone()).collect();
+    assert_eq!(reader.values(), expected, "in order, once each");
+    // A record larger than the topic takes: its batch goes through the error policy (skip),
+    // with the reason; the transform goes on.
+    produce(&node, "big-in", &[(None, "x".repeat(5000))]);
+    let skipped = wait_until(TIMEOUT, || transform(&api, "splitter")["partitions"][0]["skipped"] == 1);
+    let status = transform(&api, "splitter");
+    assert!(skipped, "the oversized record is skipped: {status}");
+    let error = status["partitions"][0]["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("'small-out'") && error.contains("max.message.bytes of 4096"), "{status}");
+    produce(&node, "big-in", &[(None, "after".into())]);
+    assert!(reader.until(201), "the next record arrives");
+    assert_eq!(reader.values().last().map(String::as_str), Some("after"));
+}
+
+#[test]
 fn hostile_guests_are_contained() {
     // Proves an infinite loop, a memory bomb, a trap, a panic, a write to an unknown output
     // topic, an oversized output and a failing init each fail only their own transform

@@ -221,6 +221,7 @@ impl Node {
             metrics: broker.metrics.clone(),
             controller: controller.clone(),
             peers: broker.peers.clone(),
+            log_defaults: broker.settings.log_defaults.clone(),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);

@@ -704,6 +704,12 @@ impl BatchBuilder {
         self.record_count
     }
 
+    /// The batch's size in bytes so far, header included, before compression (what it is once
+    /// built with `Compression::None`).
+    pub fn size_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.record_count == 0
     }

@@ -49,6 +49,9 @@ pub struct Host {
     pub controller: Controller,
     /// Reaches the leaders of output partitions led by other brokers.
     pub peers: Arc<crate::peer::Peers>,
+    /// The broker's log defaults, under each output topic's overrides (its `max.message.bytes`
+    /// bounds the batches a worker writes there).
+    pub log_defaults: crate::log::LogConfig,
     /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
     /// committed.
     pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,

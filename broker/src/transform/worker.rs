@@ -85,6 +85,11 @@ enum BatchFailure {
     BadPartition { topic: String, partition: i32, count: usize },
     #[error("encoding output records: {0}")]
     Encode(String),
+    #[error(
+        "an output record for '{topic}' partition {partition} takes a {size}-byte batch, past the topic's \
+         max.message.bytes of {max}"
+    )]
+    RecordTooLarge { topic: String, partition: i32, size: usize, max: usize },
 }
 
 impl BatchFailure {
@@ -96,9 +101,10 @@ impl BatchFailure {
             BatchFailure::Guest(GuestError::Trap(_)) => "trap",
             BatchFailure::Guest(GuestError::Failed(_)) => "guest_error",
             BatchFailure::Guest(GuestError::Init(_)) => "init",
-            BatchFailure::Guest(_) | BatchFailure::BadPartition { .. } | BatchFailure::MissingOutput(_) => {
-                "invalid_output"
-            }
+            BatchFailure::Guest(_)
+            | BatchFailure::BadPartition { .. }
+            | BatchFailure::MissingOutput(_)
+            | BatchFailure::RecordTooLarge { .. } => "invalid_output",
             BatchFailure::Append { .. }
             | BatchFailure::Rejected { .. }
             | BatchFailure::Peer(_)
@@ -453,24 +459,20 @@ fn decode(partition: i32, bytes: Bytes, position: i64, max_records: usize) -> (I
 async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure> {
     let spec = &w.transform.spec;
     let now = now_ms();
-    let mut targets: BTreeMap<(u32, i32), BatchBuilder> = BTreeMap::new();
-    let mut counts: Vec<Option<usize>> = vec![None; spec.output_topics.len()];
+    let mut targets: BTreeMap<(u32, i32), PartitionBatches> = BTreeMap::new();
+    // Per output topic: its partition count and max.message.bytes, looked up once.
+    let mut shapes: Vec<Option<(usize, usize)>> = vec![None; spec.output_topics.len()];
     for record in &output.records {
         // The runtime checked the index against the output topics it was given.
         let Some(topic) = spec.output_topics.get(record.topic as usize) else {
             return Err(BatchFailure::Guest(GuestError::InvalidOutput(format!("output topic index {}", record.topic))));
         };
-        let count = match counts[record.topic as usize] {
-            Some(count) => count,
+        let (count, max_bytes) = match shapes[record.topic as usize] {
+            Some(shape) => shape,
             None => {
-                let image = w.host.controller.image();
-                let count = image
-                    .topics
-                    .get(topic)
-                    .map(|t| t.partitions.len())
-                    .ok_or_else(|| BatchFailure::MissingOutput(topic.clone()))?;
-                counts[record.topic as usize] = Some(count);
-                count
+                let shape = topic_shape(w, topic)?;
+                shapes[record.topic as usize] = Some(shape);
+                shape
             }
         };
         let key = output.key(record);
@@ -486,7 +488,7 @@ async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFa
         };
         let borrowed: Vec<(&str, Option<&[u8]>)> = output.headers(record).collect();
         let timestamp = if record.timestamp >= 0 { record.timestamp } else { now };
-        targets.entry((record.topic, partition)).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
+        targets.entry((record.topic, partition)).or_insert_with(|| PartitionBatches::new(max_bytes)).push(
             timestamp,
             key,
             output.value(record),
@@ -495,15 +497,69 @@ async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFa
     }
     let mut written = 0u64;
     let mut batches = Vec::with_capacity(targets.len());
-    for ((topic_index, partition), builder) in targets {
-        let topic = spec.output_topics[topic_index as usize].clone();
-        let records = builder.len() as u64;
-        let batch = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
-        batches.push(Output { topic, partition, bytes: batch.into_bytes(), records });
-        written += records;
+    for ((topic_index, partition), builders) in targets {
+        written += builders.build(&spec.output_topics[topic_index as usize], partition, &mut batches)?;
     }
     append(w, batches).await?;
     Ok(written)
+}
+
+/// An output topic's partition count and effective `max.message.bytes`, from the image.
+fn topic_shape(w: &Worker, topic: &str) -> Result<(usize, usize), BatchFailure> {
+    let image = w.host.controller.image();
+    let t = image.topics.get(topic).ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
+    let config = crate::server::topic_log_config(&w.host.log_defaults, &t.configs);
+    Ok((t.partitions.len(), config.max_message_bytes as usize))
+}
+
+/// An upper bound of one record's encoded size in a v2 batch: every varint at its widest.
+fn record_size_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) -> usize {
+    // Length, attributes, timestamp delta, offset delta, key length, value length, header count.
+    const FIXED: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+    let headers: usize = headers.iter().map(|(k, v)| 5 + k.len() + 5 + v.map_or(0, <[u8]>::len)).sum();
+    FIXED + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + headers
+}
+
+/// The record batches of one output partition: the next record starts a new batch whenever
+/// it could take the current one past the topic's `max.message.bytes`, which the leader
+/// would refuse with MESSAGE_TOO_LARGE (and a retry would meet again).
+struct PartitionBatches {
+    max_bytes: usize,
+    builders: Vec<BatchBuilder>,
+}
+
+impl PartitionBatches {
+    fn new(max_bytes: usize) -> Self {
+        PartitionBatches { max_bytes, builders: Vec::new() }
+    }
+
+    fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) {
+        let bound = record_size_bound(key, value, headers);
+        let full = self.builders.last().is_none_or(|b| !b.is_empty() && b.size_bytes() + bound > self.max_bytes);
+        if full {
+            self.builders.push(BatchBuilder::new(Compression::None));
+        }
+        if let Some(builder) = self.builders.last_mut() {
+            builder.push(timestamp, key, value, headers);
+        }
+    }
+
+    /// Builds the batches into `outputs` for `topic`-`partition`, in order; the records
+    /// written. A batch still past the bound holds a single record the topic cannot take.
+    fn build(self, topic: &str, partition: i32, outputs: &mut Vec<Output>) -> Result<u64, BatchFailure> {
+        let mut written = 0;
+        for builder in self.builders {
+            let records = builder.len() as u64;
+            let bytes = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?.into_bytes();
+            if bytes.len() > self.max_bytes {
+                let (topic, size, max) = (topic.to_string(), bytes.len(), self.max_bytes);
+                return Err(BatchFailure::RecordTooLarge { topic, partition, size, max });
+            }
+            outputs.push(Output { topic: topic.to_string(), partition, bytes, records });
+            written += records;
+        }
+        Ok(written)
+    }
 }
 
 /// One batch for one output partition.
@@ -561,8 +617,28 @@ async fn append_here(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailur
     futures_util::future::try_join_all(waits).await.map(|_| ())
 }
 
-/// Sends `outputs` to their leader `leader` as one Produce request (acks=all).
+/// Sends `outputs` to their leader `leader` (acks=all): one Produce request per round, the
+/// first batch of every partition, then the second of those that have one, ...; a Produce
+/// request carries one batch per partition (Kafka refuses more since v3).
 async fn send(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(), BatchFailure> {
+    let mut rounds: Vec<Vec<Output>> = Vec::new();
+    let mut taken: BTreeMap<(String, i32), usize> = BTreeMap::new();
+    for output in outputs {
+        let round = taken.entry((output.topic.clone(), output.partition)).or_default();
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(output);
+        *round += 1;
+    }
+    for round in rounds {
+        send_round(w, leader, round).await?;
+    }
+    Ok(())
+}
+
+/// Sends `outputs`, at most one per partition, to `leader` as one Produce request.
+async fn send_round(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(), BatchFailure> {
     let mut topics: BTreeMap<&str, Vec<PartitionProduceData>> = BTreeMap::new();
     for output in &outputs {
         topics.entry(output.topic.as_str()).or_default().push(
@@ -618,17 +694,10 @@ pub(super) fn error_name(code: i16) -> String {
 /// (`runnel.error`, `runnel.transform`, `runnel.source.topic`, `runnel.source.partition`,
 /// `runnel.source.offset`), keyed and timestamped as they came.
 async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailure) -> Result<(), BatchFailure> {
-    let count = w
-        .host
-        .controller
-        .image()
-        .topics
-        .get(topic)
-        .map(|t| t.partitions.len())
-        .ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
+    let (count, max_bytes) = topic_shape(w, topic)?;
     let error = failure.to_string();
     let source_partition = w.partition.to_string();
-    let mut builders: BTreeMap<i32, BatchBuilder> = BTreeMap::new();
+    let mut builders: BTreeMap<i32, PartitionBatches> = BTreeMap::new();
     for record in &batch.records {
         let key = batch.key(record);
         let partition = match key {
@@ -642,7 +711,7 @@ async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &Batc
         headers.push(("runnel.source.topic", Some(w.transform.spec.input_topic.as_bytes())));
         headers.push(("runnel.source.partition", Some(source_partition.as_bytes())));
         headers.push(("runnel.source.offset", Some(offset.as_bytes())));
-        builders.entry(partition).or_insert_with(|| BatchBuilder::new(Compression::None)).push(
+        builders.entry(partition).or_insert_with(|| PartitionBatches::new(max_bytes)).push(
             record.timestamp,
             key,
             batch.value(record),
@@ -650,10 +719,8 @@ async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &Batc
         );
     }
     let mut outputs = Vec::with_capacity(builders.len());
-    for (partition, builder) in builders {
-        let records = builder.len() as u64;
-        let built = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?;
-        outputs.push(Output { topic: topic.to_string(), partition, bytes: built.into_bytes(), records });
+    for (partition, builders) in builders {
+        builders.build(topic, partition, &mut outputs)?;
     }
     append(w, outputs).await?;
     w.logs.push(
@@ -662,4 +729,35 @@ async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &Batc
         format!("{} records sent to dead-letter topic '{topic}'", batch.records.len()),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_batches_fill_up_to_max_message_bytes_and_name_a_record_that_cannot_fit() {
+        // Proves outputs are cut into batches that each fit the bound, keep every record in
+        // order, and are not cut needlessly small; a lone record past the bound is an error.
+        let mut batches = PartitionBatches::new(4096);
+        let value = vec![b'v'; 300];
+        for _ in 0..100 {
+            batches.push(1, Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
+        }
+        let mut outputs = Vec::new();
+        assert_eq!(batches.build("t", 0, &mut outputs).expect("built"), 100);
+        assert!(outputs.len() > 1);
+        assert!(outputs.iter().all(|o| o.bytes.len() <= 4096));
+        let bound = record_size_bound(Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
+        assert!(
+            outputs[..outputs.len() - 1].iter().all(|o| o.bytes.len() + bound > 4096),
+            "each batch as full as allowed"
+        );
+        assert_eq!(outputs.iter().map(|o| o.records).sum::<u64>(), 100);
+
+        let mut batches = PartitionBatches::new(4096);
+        batches.push(1, None, Some(&[0u8; 5000]), &[]);
+        let failure = batches.build("t", 3, &mut Vec::new()).expect_err("too large");
+        assert!(matches!(failure, BatchFailure::RecordTooLarge { partition: 3, max: 4096, .. }), "{failure}");
+    }
 }
