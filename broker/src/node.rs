@@ -294,16 +294,23 @@ impl Node {
         // Housekeeping: retention, compaction, time-based flush, expiry of committed offsets.
         let housekeeping = replicas.clone();
         let groups = broker.groups.clone();
+        let deployments = broker.controller.clone();
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
         let producer_id_expiration_ms = i64::try_from(config.producer_id_expiration_ms).unwrap_or(i64::MAX);
         tasks.push(every(interval, shutdown_rx.clone(), move || {
-            let (replicas, groups) = (housekeeping.clone(), groups.clone());
+            let (replicas, groups, deployments) = (housekeeping.clone(), groups.clone(), deployments.clone());
             async move {
                 let _ = tokio::task::spawn_blocking(move || {
                     replicas.maintain(producer_id_expiration_ms);
-                    // Offsets of groups without members expire after offsets.retention.minutes.
-                    groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, groups.membership.as_ref());
+                    // Offsets of groups without members expire after offsets.retention.minutes,
+                    // except the positions of deployed transforms.
+                    let deployed = deployments.image().transforms.keys().cloned().collect();
+                    let gate = crate::transform::KeepTransformCheckpoints {
+                        inner: groups.membership.as_ref(),
+                        deployed: &deployed,
+                    };
+                    groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, &gate);
                 })
                 .await;
             }

@@ -29,9 +29,36 @@ use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
 use crate::partition::ReplicaManager;
 
+/// The prefix of the groups that hold transforms' input positions.
+const CHECKPOINT_GROUP_PREFIX: &str = "__runnel_transform_";
+
 /// The group that holds a transform's input positions.
 pub fn group_of(transform: &str) -> String {
-    format!("__runnel_transform_{transform}")
+    format!("{CHECKPOINT_GROUP_PREFIX}{transform}")
+}
+
+/// The transform whose input positions `group` holds, if it is such a group.
+pub fn transform_of_group(group: &str) -> Option<&str> {
+    group.strip_prefix(CHECKPOINT_GROUP_PREFIX)
+}
+
+/// Offsets expiry's gate around another: the checkpoint group of a deployed transform keeps
+/// its positions however long the transform has been idle (the group has no members, so
+/// `offsets.retention.minutes` would take them and the transform would start over from its
+/// start position); every other group is left to `inner`.
+pub struct KeepTransformCheckpoints<'a> {
+    pub inner: &'a dyn crate::group::offsets::EmptyGroupGate,
+    /// Names of the deployed transforms.
+    pub deployed: &'a std::collections::BTreeSet<String>,
+}
+
+impl crate::group::offsets::EmptyGroupGate for KeepTransformCheckpoints<'_> {
+    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+        if transform_of_group(group).is_some_and(|t| self.deployed.contains(t)) {
+            return false;
+        }
+        self.inner.run_if_empty(group, write)
+    }
 }
 
 /// The group key FindCoordinator is asked about when a worker needs `__consumer_offsets`.
@@ -302,5 +329,40 @@ impl TransformManager {
         for worker in workers {
             let _ = worker.task.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::offsets::EmptyGroupGate;
+    use std::collections::BTreeSet;
+
+    /// A membership in which every group is empty.
+    struct NoMembers;
+
+    impl EmptyGroupGate for NoMembers {
+        fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut()) -> bool {
+            write();
+            true
+        }
+    }
+
+    #[test]
+    fn a_deployed_transforms_checkpoints_never_expire_and_other_groups_follow_the_inner_gate() {
+        // Proves the expiry gate keeps the positions of a deployed transform only: those of a
+        // deleted transform and of ordinary groups expire as the membership allows.
+        let deployed = BTreeSet::from(["live".to_string()]);
+        let gate = KeepTransformCheckpoints { inner: &NoMembers, deployed: &deployed };
+        let mut expired = Vec::new();
+        for group in [group_of("live"), group_of("deleted"), "app".to_string()] {
+            let mut wrote = false;
+            if gate.run_if_empty(&group, &mut || wrote = true) && wrote {
+                expired.push(group);
+            }
+        }
+        assert_eq!(expired, vec![group_of("deleted"), "app".to_string()]);
+        assert_eq!(transform_of_group(&group_of("a_b")), Some("a_b"));
+        assert_eq!(transform_of_group(OFFSETS_KEY), None);
     }
 }
