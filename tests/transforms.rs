@@ -338,6 +338,42 @@ fn outputs_are_split_to_fit_max_message_bytes_and_a_record_too_large_is_named() 
 }
 
 #[test]
+fn a_position_past_a_recreated_inputs_end_is_shown_and_kept_not_reset() {
+    // Proves the input position never silently moves: after the input topic is deleted and
+    // created again (log end 0, the committed position 50), the partition shows the error and
+    // processes nothing (it used to start over from the log start, reprocessing input), then
+    // goes on from the position once the input reaches past it.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "pe-in", 1);
+    support::create_topic(&node, "pe-out", 1);
+    let module = component("runnel-example-identity");
+    let config = json!({"input_topic": "pe-in", "output_topics": ["pe-out"], "start": "earliest"});
+    assert_eq!(deploy(&api, "keeper", &module, config).status, 201);
+    let values = |from: usize, to: usize| -> Vec<(Option<String>, String)> {
+        (from..to).map(|i| (None, format!("v{i}"))).collect()
+    };
+    produce(&node, "pe-in", &values(0, 50));
+    let mut reader = Reader::new(&node, "pe-out", 1);
+    assert!(reader.until(50), "the first 50 are transformed");
+    let committed_lag = || api.get("/v1/groups/__runnel_transform_keeper").json["total_lag"].as_i64().unwrap_or(-1);
+    assert!(wait_until(TIMEOUT, || committed_lag() == 0), "position 50 committed");
+    assert_eq!(api.delete("/v1/topics/pe-in").status, 204);
+    support::create_topic(&node, "pe-in", 1);
+    let stalled = wait_until(TIMEOUT, || {
+        let p = &transform(&api, "keeper")["partitions"][0];
+        p["state"] == "failed" && p["last_error"].as_str().is_some_and(|e| e.contains("position 50 is past the end 0"))
+    });
+    assert!(stalled, "the partition shows its position past the input's end: {}", transform(&api, "keeper"));
+    // The new input grows past the position: processing goes on from it (records 50..55 of
+    // the new input), nothing before it again.
+    produce(&node, "pe-in", &values(100, 155));
+    assert!(reader.until(55), "processing resumes at the position: {}", transform(&api, "keeper"));
+    assert_eq!(reader.values()[50..], ["v150", "v151", "v152", "v153", "v154"]);
+    assert_eq!(transform(&api, "keeper")["partitions"][0]["state"], "running");
+}
+
+#[test]
 fn hostile_guests_are_contained() {
     // Proves an infinite loop, a memory bomb, a trap, a panic, a write to an unknown output
     // topic, an oversized output and a failing init each fail only their own transform

@@ -506,7 +506,7 @@ impl Metrics {
             transform_errors: counter_vec(
                 &r,
                 "runnel_transform_errors_total",
-                "Failed batches by kind (deadline, memory, trap, guest_error, invalid_output, init, append)",
+                "Failed batches by kind (deadline, memory, trap, guest_error, invalid_output, init, append, position)",
                 &["transform", "kind"],
             ),
             transform_call_seconds: histogram_vec(

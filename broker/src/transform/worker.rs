@@ -90,6 +90,11 @@ enum BatchFailure {
          max.message.bytes of {max}"
     )]
     RecordTooLarge { topic: String, partition: i32, size: usize, max: usize },
+    #[error(
+        "the position {position} is past the end {end} of input '{topic}' partition {partition} (truncated or \
+         recreated?): waiting for the input to reach it; delete the transform to start over"
+    )]
+    PositionPastEnd { topic: String, partition: i32, position: i64, end: i64 },
 }
 
 impl BatchFailure {
@@ -109,6 +114,7 @@ impl BatchFailure {
             | BatchFailure::Rejected { .. }
             | BatchFailure::Peer(_)
             | BatchFailure::Encode(_) => "append",
+            BatchFailure::PositionPastEnd { .. } => "position",
         }
     }
 }
@@ -239,6 +245,8 @@ pub(super) async fn run(mut w: Worker) {
     let mut progress = input.subscribe_progress();
     let mut window = (Instant::now(), 0u64, 0u64);
     let mut bytes_per_record = 256.0f64;
+    // The position the worker reported past the input's end (reported once, not per append).
+    let mut stalled_past_end = None;
     loop {
         if *w.stop.borrow() {
             break;
@@ -271,15 +279,44 @@ pub(super) async fn run(mut w: Worker) {
             FirstBatch::Whole,
             crate::partition::Isolation::ReadUncommitted,
         ) {
-            Ok(read) => read,
-            Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { .. })) => {
-                let start = input.log_start_offset();
+            Ok(read) => {
+                stalled_past_end = None;
+                read
+            }
+            Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange {
+                log_start_offset,
+                log_end_offset,
+                ..
+            })) if position < log_start_offset => {
+                // Retention deleted input the transform had not reached: what is left is read.
                 w.logs.push(
                     "warn",
                     Some(w.partition),
-                    format!("offset {position} is gone (retention); resuming at {start}"),
+                    format!("offset {position} is gone (retention); resuming at {log_start_offset}"),
                 );
-                position = start;
+                position = log_start_offset.min(log_end_offset);
+                continue;
+            }
+            Err(PartitionError::Log(crate::log::LogError::OffsetOutOfRange { log_end_offset, .. })) => {
+                // Past the log end: the input was truncated or recreated. Starting over would
+                // process input again and skipping ahead would lose some, so the position stays
+                // and the partition shows the error until the input reaches it or the
+                // transform is deleted.
+                if stalled_past_end != Some(position) {
+                    let failure = BatchFailure::PositionPastEnd {
+                        topic: spec.input_topic.clone(),
+                        partition: w.partition,
+                        position,
+                        end: log_end_offset,
+                    };
+                    fail(&w, &failure);
+                    stalled_past_end = Some(position);
+                }
+                tokio::select! {
+                    _ = progress.changed() => {}
+                    _ = w.stop.wait_for(|s| *s) => break,
+                    _ = tokio::time::sleep(BACKOFF_MAX) => {}
+                }
                 continue;
             }
             Err(e) => {
