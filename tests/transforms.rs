@@ -374,6 +374,50 @@ fn a_position_past_a_recreated_inputs_end_is_shown_and_kept_not_reset() {
 }
 
 #[test]
+fn a_new_deployment_of_a_deleted_name_starts_fresh_unless_told_to_resume() {
+    // Proves positions belong to a deployment: a redeploy keeps its id and positions; after a
+    // delete, a new deployment of the same name ignores the old positions and starts at its
+    // `start` (it took them over silently before); with `resume` it continues from them.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "fresh-in", 1);
+    support::create_topic(&node, "fresh-out", 1);
+    let module = component("runnel-example-identity");
+    let config = json!({"input_topic": "fresh-in", "output_topics": ["fresh-out"]});
+    let first = deploy(&api, "again", &module, config.clone());
+    assert_eq!(first.status, 201, "{}", first.text);
+    let id = first.json["deployment"].as_str().expect("a deployment id").to_string();
+    let values = |from: usize, to: usize| -> Vec<(Option<String>, String)> {
+        (from..to).map(|i| (None, format!("v{i}"))).collect()
+    };
+    produce(&node, "fresh-in", &values(0, 10));
+    let mut reader = Reader::new(&node, "fresh-out", 1);
+    assert!(reader.until(10));
+    let committed_lag = || api.get("/v1/groups/__runnel_transform_again").json["total_lag"].as_i64().unwrap_or(-1);
+    assert!(wait_until(TIMEOUT, || committed_lag() == 0), "position 10 committed");
+    let redeployed = deploy(&api, "again", &module, config.clone());
+    assert_eq!((redeployed.status, redeployed.json["deployment"].as_str()), (200, Some(id.as_str())));
+
+    assert_eq!(api.delete("/v1/transforms/again").status, 204);
+    let second = deploy(&api, "again", &module, config.clone());
+    assert_eq!(second.status, 201, "{}", second.text);
+    assert_ne!(second.json["deployment"].as_str(), Some(id.as_str()), "a new deployment");
+    assert!(reader.until(20), "the new deployment starts at the start: {}", transform(&api, "again"));
+    assert_eq!(reader.values()[10..], reader.values()[..10]);
+
+    assert!(wait_until(TIMEOUT, || committed_lag() == 0), "position 10 committed again");
+    assert_eq!(api.delete("/v1/transforms/again").status, 204);
+    let mut resumed = config;
+    resumed["resume"] = json!(true);
+    let third = deploy(&api, "again", &module, resumed);
+    assert_eq!((third.status, &third.json["resume"]), (201, &json!(true)), "{}", third.text);
+    produce(&node, "fresh-in", &values(10, 15));
+    assert!(reader.until(25), "the resumed deployment goes on: {}", transform(&api, "again"));
+    assert_eq!(reader.values()[20..], ["v10", "v11", "v12", "v13", "v14"], "from position 10, nothing again");
+    assert_eq!(transform(&api, "again")["partitions"][0]["start_offset"], 10);
+}
+
+#[test]
 fn hostile_guests_are_contained() {
     // Proves an infinite loop, a memory bomb, a trap, a panic, a write to an unknown output
     // topic, an oversized output and a failing init each fail only their own transform

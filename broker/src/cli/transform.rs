@@ -108,6 +108,10 @@ struct DeployArgs {
     /// Records per guest call at most.
     #[arg(long, value_name = "N")]
     batch_records: Option<u32>,
+    /// Continue from the positions an earlier deployment of this name committed (a new
+    /// deployment otherwise starts at --start; a redeploy always continues).
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -356,6 +360,9 @@ async fn deploy(client: &Client, args: DeployArgs, output: Output) -> anyhow::Re
     }
     if let Some(batch_records) = args.batch_records {
         body["batch_records_max"] = json!(batch_records);
+    }
+    if args.resume {
+        body["resume"] = json!(true);
     }
     body["module_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&module));
     let url = client.url(&["v1", "transforms", &args.name]);

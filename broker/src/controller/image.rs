@@ -272,8 +272,9 @@ impl MetadataImage {
                 }
                 None => ApplyOutcome::UnknownTopic,
             },
-            MetadataRecord::DeployTransform { name, spec, module, sha256 } => {
+            MetadataRecord::DeployTransform { name, spec, module, sha256, deployment } => {
                 let version = self.transforms.get(name).map_or(1, |t| t.version + 1);
+                let deployment = self.transforms.get(name).map_or_else(|| deployment.clone(), |t| t.deployment.clone());
                 let paused = false;
                 let transform = TransformImage {
                     name: name.clone(),
@@ -282,6 +283,7 @@ impl MetadataImage {
                     sha256: sha256.clone(),
                     version,
                     paused,
+                    deployment,
                 };
                 self.transforms.insert(name.clone(), transform);
                 ApplyOutcome::Applied

@@ -65,10 +65,20 @@ pub enum MetadataRecord {
     },
     /// Deploys (or redeploys, replacing) a WASM transform: its module travels in the record so
     /// every node has it. The version is one more than the replaced deployment's.
-    DeployTransform { name: String, spec: TransformSpec, module: ModuleBytes, sha256: String },
+    DeployTransform {
+        name: String,
+        spec: TransformSpec,
+        module: ModuleBytes,
+        sha256: String,
+        /// A fresh id per upload; kept by the image across redeploys of an existing transform,
+        /// so it names one deployment from its first upload to its delete.
+        #[serde(default)]
+        deployment: String,
+    },
     /// Pauses or resumes a transform.
     SetTransformPaused { name: String, paused: bool },
-    /// Removes a transform (its committed positions stay in its group until they expire).
+    /// Removes a transform (its committed positions stay in its group until they expire; a
+    /// new deployment of the name ignores them unless it resumes).
     DeleteTransform { name: String },
     /// A block of producer ids for a broker's InitProducerId answers (Kafka's
     /// AllocateProducerIds, KIP-730): the next `PRODUCER_ID_BLOCK_SIZE` ids, never handed out
@@ -109,6 +119,10 @@ pub struct TransformSpec {
     pub call_timeout_ms: u64,
     /// Records per guest call at most.
     pub batch_records_max: u32,
+    /// Continue from positions an earlier deployment of this name committed (else a new
+    /// deployment ignores them and starts at `start`).
+    #[serde(default)]
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +177,10 @@ pub struct TransformImage {
     /// 1 for the first deployment, +1 per redeploy.
     pub version: u64,
     pub paused: bool,
+    /// The deployment's id (see `DeployTransform`): positions committed under another id
+    /// belong to an earlier deployment of this name. Empty for one deployed before ids existed.
+    #[serde(default)]
+    pub deployment: String,
 }
 
 /// The deterministic result of applying one record to the image.

@@ -62,6 +62,10 @@ pub struct DeployConfig {
     pub call_timeout_ms: Option<u64>,
     /// Records per guest call at most (default 1000, at most 100000).
     pub batch_records_max: Option<u32>,
+    /// Continue from the positions an earlier deployment of this name committed (default
+    /// false: a new deployment starts at `start`; a redeploy always continues).
+    #[serde(default)]
+    pub resume: bool,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -107,6 +111,10 @@ pub struct TransformDetail {
     pub memory_bytes: u64,
     pub call_timeout_ms: u64,
     pub batch_records_max: u32,
+    /// Whether this deployment took over an earlier one's positions.
+    pub resume: bool,
+    /// The deployment's id, kept across redeploys; the positions it commits carry it.
+    pub deployment: String,
     pub paused: bool,
     /// running (every partition), failed (any partition), paused, starting.
     pub state: String,
@@ -236,6 +244,8 @@ fn summarize(
         memory_bytes: spec.memory_bytes,
         call_timeout_ms: spec.call_timeout_ms,
         batch_records_max: spec.batch_records_max,
+        resume: spec.resume,
+        deployment: transform.deployment.clone(),
         paused: transform.paused,
         state: state.to_string(),
         lag: partitions.iter().map(|p| p.lag).sum(),
@@ -457,6 +467,7 @@ fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<T
         memory_bytes,
         call_timeout_ms,
         batch_records_max,
+        resume: config.resume,
     })
 }
 
@@ -498,7 +509,13 @@ pub async fn deploy(
     })?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
     let existed = http.broker.controller.image().transforms.contains_key(&name);
-    let record = MetadataRecord::DeployTransform { name: name.clone(), spec, module: ModuleBytes(module), sha256 };
+    let record = MetadataRecord::DeployTransform {
+        name: name.clone(),
+        spec,
+        module: ModuleBytes(module),
+        sha256,
+        deployment: uuid::Uuid::new_v4().to_string(),
+    };
     match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {}
         Ok(other) => return Err(ApiError::internal(format!("deploy: unexpected outcome {other:?}"))),

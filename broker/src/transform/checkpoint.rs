@@ -95,13 +95,15 @@ pub(super) struct Checkpoint<'a> {
 
 impl Checkpoint<'_> {
     /// The committed position, `None` when nothing was committed; retried until `deadline`.
-    pub async fn fetch(&self, deadline: Instant) -> Result<Option<i64>, CheckpointError> {
+    /// The committed position and its metadata (the id of the deployment that committed it).
+    pub async fn fetch(&self, deadline: Instant) -> Result<Option<(i64, String)>, CheckpointError> {
         self.retrying(deadline, || self.fetch_once()).await
     }
 
     /// Commits `position`, acknowledged once replicated; retried until `deadline`.
-    pub async fn commit(&self, position: i64, deadline: Instant) -> Result<(), CheckpointError> {
-        self.retrying(deadline, || self.commit_once(position)).await
+    /// Commits `position` with `metadata` (the committing deployment's id).
+    pub async fn commit(&self, position: i64, metadata: &str, deadline: Instant) -> Result<(), CheckpointError> {
+        self.retrying(deadline, || self.commit_once(position, metadata)).await
     }
 
     async fn retrying<T, F: std::future::Future<Output = Result<T, CheckpointError>>>(
@@ -157,12 +159,12 @@ impl Checkpoint<'_> {
         }
     }
 
-    async fn fetch_once(&self) -> Result<Option<i64>, CheckpointError> {
+    async fn fetch_once(&self) -> Result<Option<(i64, String)>, CheckpointError> {
         let node = match self.coordinator()? {
             Coordinator::Here => {
                 let wanted = [(self.topic.clone(), self.partition)];
                 let committed = self.host.groups.offsets.fetch(&self.group, Some(&wanted))?;
-                return Ok(committed.into_iter().next().map(|(_, _, c)| c.offset));
+                return Ok(committed.into_iter().next().map(|(_, _, c)| (c.offset, c.metadata)));
             }
             Coordinator::Peer(node) => node,
         };
@@ -185,18 +187,19 @@ impl Checkpoint<'_> {
         match answer {
             Some(p) if p.error_code != 0 => Err(CheckpointError::Refused { node, code: p.error_code }),
             // -1: nothing committed.
-            Some(p) => Ok((p.committed_offset >= 0).then_some(p.committed_offset)),
+            Some(p) => Ok((p.committed_offset >= 0)
+                .then(|| (p.committed_offset, p.metadata.as_ref().map_or_else(String::new, |m| m.to_string())))),
             None => Ok(None),
         }
     }
 
-    async fn commit_once(&self, position: i64) -> Result<(), CheckpointError> {
+    async fn commit_once(&self, position: i64, metadata: &str) -> Result<(), CheckpointError> {
         let node = match self.coordinator()? {
             Coordinator::Here => {
                 let committed = CommittedOffset {
                     offset: position,
                     leader_epoch: -1,
-                    metadata: String::new(),
+                    metadata: metadata.to_string(),
                     commit_timestamp: now_ms(),
                 };
                 let replicated = self
@@ -222,7 +225,8 @@ impl Checkpoint<'_> {
                 .with_partitions(vec![OffsetCommitRequestPartition::default()
                     .with_partition_index(self.partition)
                     .with_committed_offset(position)
-                    .with_committed_leader_epoch(-1)])]);
+                    .with_committed_leader_epoch(-1)
+                    .with_committed_metadata(Some(str_bytes(metadata)))])]);
         let response = self.host.peers.call(node, OFFSET_COMMIT_VERSION, &request, CALL_TIMEOUT).await?;
         let code = response
             .topics

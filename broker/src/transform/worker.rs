@@ -176,7 +176,9 @@ impl Worker {
 
     /// The committed position, else the start position of the deployment; `None` if stopped
     /// first. Asks until the group's coordinator answers: starting anywhere else would skip
-    /// input (`latest`) or process it all again (`earliest`).
+    /// input (`latest`) or process it all again (`earliest`). A position committed by an
+    /// earlier deployment of this name (another deployment id) is ignored unless the
+    /// deployment asked to `resume`.
     async fn start_position(&mut self, input: &Partition) -> Option<i64> {
         let committed = loop {
             match self.checkpoint().fetch(Instant::now() + CHECKPOINT_RETRY).await {
@@ -188,6 +190,21 @@ impl Worker {
                     }
                 }
             }
+        };
+        let deployment = &self.transform.deployment;
+        let committed = match committed {
+            Some((offset, by)) if by != *deployment && !self.transform.spec.resume => {
+                self.logs.push(
+                    "info",
+                    Some(self.partition),
+                    format!(
+                        "ignoring position {offset}, committed by an earlier deployment of this name \
+                         (deploy with resume to continue from it)"
+                    ),
+                );
+                None
+            }
+            other => other.map(|(offset, _)| offset),
         };
         Some(match committed {
             Some(offset) => offset.max(input.log_start_offset()),
@@ -201,7 +218,7 @@ impl Worker {
     /// Commits `position` on the group's coordinator; whether it was acknowledged (a failure is
     /// logged, and the next checkpoint tries again).
     async fn commit(&self, position: i64) -> bool {
-        match self.checkpoint().commit(position, Instant::now() + CHECKPOINT_RETRY).await {
+        match self.checkpoint().commit(position, &self.transform.deployment, Instant::now() + CHECKPOINT_RETRY).await {
             Ok(()) => true,
             Err(e) => {
                 self.logs.push("warn", Some(self.partition), format!("checkpoint at {position} failed: {e}"));
