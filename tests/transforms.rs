@@ -418,6 +418,54 @@ fn a_new_deployment_of_a_deleted_name_starts_fresh_unless_told_to_resume() {
 }
 
 #[test]
+fn a_transform_of_a_transactional_topic_sees_committed_records_only() {
+    // Proves the input is read read_committed: records of an aborted transaction never reach
+    // the outputs (they did, read_uncommitted), and those of an open one wait for its commit.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "txn-in", 1);
+    support::create_topic(&node, "txn-out", 1);
+    let module = component("runnel-example-identity");
+    let config = json!({"input_topic": "txn-in", "output_topics": ["txn-out"]});
+    assert_eq!(deploy(&api, "committed-only", &module, config).status, 201);
+    let producer: rdkafka::producer::BaseProducer =
+        client_config(&node, &[("transactional.id", "transform-input"), ("transaction.timeout.ms", "60000")])
+            .create()
+            .expect("transactional producer");
+    producer.init_transactions(TIMEOUT).expect("init");
+    let write = |values: &[&str], commit: bool| {
+        producer.begin_transaction().expect("begin");
+        for v in values {
+            producer.send(rdkafka::producer::BaseRecord::<(), str>::to("txn-in").payload(*v)).expect("send");
+        }
+        producer.flush(TIMEOUT).expect("flush");
+        if commit {
+            producer.commit_transaction(TIMEOUT).expect("commit");
+        } else {
+            producer.abort_transaction(TIMEOUT).expect("abort");
+        }
+    };
+    write(&["c1", "c2"], true);
+    write(&["a1", "a2"], false);
+    write(&["c3"], true);
+    let mut reader = Reader::new(&node, "txn-out", 1);
+    assert!(reader.until(3), "the committed records arrive: {:?}", reader.values());
+    // An open transaction's records wait; its commit lets them through, after c3.
+    producer.begin_transaction().expect("begin");
+    producer.send(rdkafka::producer::BaseRecord::<(), str>::to("txn-in").payload("late")).expect("send");
+    producer.flush(TIMEOUT).expect("flush");
+    produce(&node, "txn-in", &[(None, "plain".into())]);
+    let lso_held = wait_until(TIMEOUT, || {
+        let p = &transform(&api, "committed-only")["partitions"][0];
+        p["high_watermark"].as_i64() >= Some(10)
+    });
+    assert!(lso_held, "the input's high watermark passes the open transaction");
+    producer.commit_transaction(TIMEOUT).expect("commit");
+    assert!(reader.until(5), "the open transaction's record and the one after it arrive: {:?}", reader.values());
+    assert_eq!(reader.values(), ["c1", "c2", "c3", "late", "plain"], "nothing aborted, in log order");
+}
+
+#[test]
 fn hostile_guests_are_contained() {
     // Proves an infinite loop, a memory bomb, a trap, a panic, a write to an unknown output
     // topic, an oversized output and a failing init each fail only their own transform

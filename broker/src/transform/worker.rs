@@ -1,5 +1,8 @@
 //! One transform partition: read → guest (once per batch) → append outputs → checkpoint.
 //!
+//! The input is read `read_committed`: up to its last stable offset, without the records of
+//! aborted transactions, so a transform of a transactional topic sees committed data only.
+//!
 //! Order per batch: the outputs are appended (acks=all) before the input position moves, and
 //! the position is committed at most every `COMMIT_INTERVAL` or when caught up; after a crash
 //! the batch since the last commit is processed again (at-least-once, duplicates possible).
@@ -29,7 +32,7 @@ use super::checkpoint::Checkpoint;
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
 use crate::log::now_ms;
-use crate::log::records::{for_each_record, BatchBuilder};
+use crate::log::records::{for_each_committed_record, AbortedFilter, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::partitioner::partition_for_key;
 use crate::partition::{Acks, FirstBatch, Partition, PartitionError};
@@ -294,7 +297,8 @@ pub(super) async fn run(mut w: Worker) {
             position,
             read_bytes.clamp(READ_BYTES_MIN, READ_BYTES_MAX),
             FirstBatch::Whole,
-            crate::partition::Isolation::ReadUncommitted,
+            // A transactional input's open and aborted transactions are never processed.
+            crate::partition::Isolation::ReadCommitted,
         ) {
             Ok(read) => {
                 stalled_past_end = None;
@@ -360,7 +364,7 @@ pub(super) async fn run(mut w: Worker) {
             }
             continue;
         }
-        let (batch, next) = decode(w.partition, read.records, position, spec.batch_records_max as usize);
+        let (batch, next) = decode(w.partition, read.records, &read.aborted, position, spec.batch_records_max as usize);
         if batch.records.is_empty() {
             position = next.max(position);
             continue;
@@ -497,10 +501,18 @@ fn fail(w: &Worker, failure: &BatchFailure) {
 }
 
 /// Decodes fetched batches from `position` into one guest batch of at most `max_records`
-/// records; returns it with the offset to read next (see [`for_each_record`]).
-fn decode(partition: i32, bytes: Bytes, position: i64, max_records: usize) -> (InputBatch, i64) {
+/// records, leaving out the records of the `aborted` transactions (read_committed); returns it
+/// with the offset to read next (see [`for_each_committed_record`]).
+fn decode(
+    partition: i32,
+    bytes: Bytes,
+    aborted: &[crate::log::txn_index::AbortedTxn],
+    position: i64,
+    max_records: usize,
+) -> (InputBatch, i64) {
     let mut batch = InputBatch::new(partition);
-    let next = for_each_record(bytes, position, max_records.max(1), |record| {
+    let mut filter = AbortedFilter::new(aborted.iter().map(|a| (a.producer_id, a.first_offset)));
+    let next = for_each_committed_record(bytes, position, max_records.max(1), Some(&mut filter), |record| {
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
         batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
