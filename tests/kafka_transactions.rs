@@ -634,6 +634,46 @@ fn a_transaction_version_2_commit_after_the_coordinator_aborted_it_on_timeout_is
 }
 
 #[test]
+fn transaction_version_2_moves_an_exhausted_epoch_to_a_new_producer_id() {
+    // Proves KIP-890's epoch overflow end to end: with every end bumping the epoch, the end at
+    // epoch 32766 (Kafka's exhausted epoch) answers a fresh producer id at epoch 0, a retry of
+    // that end (the old id at 32766) gets the same answer, the old id is fenced, and the new
+    // one produces and commits from sequence 0. The ends up to 32766 are empty aborts (each
+    // bumps the epoch), the cheapest transition there is; the one at 32766 commits records.
+    const EXHAUSTED: i16 = i16::MAX - 1;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "tv2-overflow", 1);
+    let mut conn = support::RawConn::open(&node, "tv2-overflow");
+    let id = "tv2-overflow-id";
+    let (pid, mut epoch) = raw::init(&mut conn, id);
+    let started = Instant::now();
+    while epoch < EXHAUSTED {
+        let (code, answer) = raw::end_v5(&mut conn, id, (pid, epoch), false);
+        assert_eq!((code, answer), (0, (pid, epoch + 1)), "empty abort at epoch {epoch}");
+        epoch += 1;
+    }
+    eprintln!("{EXHAUSTED} empty aborts in {:?}", started.elapsed());
+    // A real transaction at the exhausted epoch: its markers go out at i16::MAX.
+    assert_eq!(raw::produce(&mut conn, 12, id, (pid, EXHAUSTED), 0, "tv2-overflow", &["last"]), 0);
+    let (code, (next_pid, next_epoch)) = raw::end_v5(&mut conn, id, (pid, EXHAUSTED), true);
+    assert_eq!(code, 0);
+    assert!(next_pid != pid && next_pid >= 0 && next_epoch == 0, "a fresh producer id at 0: {next_pid}/{next_epoch}");
+    let api = support::HttpApi::new(&node);
+    let completed = support::wait_until(TIMEOUT, || {
+        let txn = api.get(&format!("/v1/transactions/{id}")).json;
+        txn["state"] == "CompleteCommit" && txn["producer_id"] == next_pid
+    });
+    assert!(completed, "the commit completes on the new id");
+    assert_eq!(raw::end_v5(&mut conn, id, (pid, EXHAUSTED), true), (0, (next_pid, 0)), "the retry's answer");
+    assert_ne!(raw::produce(&mut conn, 12, id, (pid, EXHAUSTED), 1, "tv2-overflow", &["old"]), 0, "the old id");
+    assert_eq!(raw::produce(&mut conn, 12, id, (next_pid, 0), 0, "tv2-overflow", &["new"]), 0, "the new id");
+    assert_eq!(raw::end_v5(&mut conn, id, (next_pid, 0), true), (0, (next_pid, 1)), "commit on the new id");
+    assert_eq!(read_all(&node, "tv2-overflow", 1, "read_committed"), ["last", "new"]);
+    let (lso, hw) = raw::lso_and_hw(&mut conn, "tv2-overflow");
+    assert_eq!(lso, hw, "nothing left open");
+}
+
+#[test]
 fn a_partition_keeps_at_most_max_producers_evicting_idle_ones_and_refusing_past_open_transactions() {
     // Proves `--max-producers-per-partition` (pushed past by a client): a fourth producer on a
     // partition bounded to three evicts the idle one written longest ago, whose retry is then
