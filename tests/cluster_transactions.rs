@@ -374,18 +374,19 @@ struct JavaDriver {
 }
 
 impl JavaDriver {
-    /// Compiles the driver into `classes`.
-    fn compile(lib: &Path, classes: &Path) {
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/java/TxnDriver.java");
-        let status = Command::new("javac")
-            .arg("-cp")
-            .arg(format!("{}/*", lib.display()))
-            .arg("-d")
-            .arg(classes)
-            .arg(&source)
-            .status()
-            .expect("javac runs");
-        assert!(status.success(), "javac {}", source.display());
+    /// Kafka's jars and a temp dir with the driver compiled into `classes/`; `None` (after
+    /// printing SKIP) where the jars were never fetched.
+    fn compiled() -> Option<(kafka_tools::KafkaTools, tempfile::TempDir)> {
+        let tools = match kafka_tools::kafka_tools() {
+            Ok(tools) => tools,
+            Err(reason) => {
+                eprintln!("SKIP: {reason}");
+                return None;
+            }
+        };
+        let work = tempfile::tempdir().expect("temp dir");
+        tools.javac("TxnDriver.java", &work.path().join("classes"));
+        Some((tools, work))
     }
 
     /// Starts a driver for transactional id `id` that runs transactions until stopped, or with
@@ -460,16 +461,8 @@ fn java_transaction_version_2_producers_through_kill_9_of_coordinators_and_leade
     // produce requests to leaders that come and go, an epoch bump on every end that survives a
     // new coordinator, and still 0 aborted reads, 0 duplicates, 0 lost committed records and
     // every transaction all or nothing. Where the Kafka jars were never fetched it prints SKIP.
-    let tools = match kafka_tools::kafka_tools() {
-        Ok(tools) => tools,
-        Err(reason) => {
-            eprintln!("SKIP: {reason}");
-            return;
-        }
-    };
-    let work = tempfile::tempdir().expect("temp dir");
+    let Some((tools, work)) = JavaDriver::compiled() else { return };
     let classes = work.path().join("classes");
-    JavaDriver::compile(tools.lib(), &classes);
     let mut rng = FaultRng::from_env();
     let mut cluster = Cluster::start(3, &[]);
     let bootstrap = cluster.bootstrap();
@@ -518,16 +511,8 @@ fn java_transaction_version_2_end_waits_for_the_previous_ends_markers_instead_of
     // must be answered CONCURRENT_TRANSACTIONS, retried, and succeed once the markers pass (it
     // was PRODUCER_FENCED, fatal to the producer). The markers are held by black-holing the
     // coordinator's links to the other nodes, so the race happens every run.
-    let tools = match kafka_tools::kafka_tools() {
-        Ok(tools) => tools,
-        Err(reason) => {
-            eprintln!("SKIP: {reason}");
-            return;
-        }
-    };
-    let work = tempfile::tempdir().expect("temp dir");
+    let Some((tools, work)) = JavaDriver::compiled() else { return };
     let classes = work.path().join("classes");
-    JavaDriver::compile(tools.lib(), &classes);
     let rng = FaultRng::from_env();
     let cluster = Cluster::start(3, &[]);
     let bootstrap = cluster.bootstrap();

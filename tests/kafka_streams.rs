@@ -26,20 +26,6 @@ const KEYS: usize = 10;
 const PER_KEY_EACH_HALF: usize = 50;
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// Compiles the application into `classes`.
-fn compile(lib: &Path, classes: &Path) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/java/StreamsEos.java");
-    let status = Command::new("javac")
-        .arg("-cp")
-        .arg(format!("{}/*", lib.display()))
-        .arg("-d")
-        .arg(classes)
-        .arg(&source)
-        .status()
-        .expect("javac runs");
-    assert!(status.success(), "javac {}", source.display());
-}
-
 /// Starts the application and waits for its RUNNING line.
 fn start(lib: &Path, classes: &Path, bootstrap: &str, state_dir: &Path) -> Child {
     let mut child = Command::new("java")
@@ -146,7 +132,7 @@ fn kafka_streams_exactly_once_v2_sums_every_input_once_across_a_kill_9() {
     }
     let work = tempfile::tempdir().expect("temp dir");
     let classes = work.path().join("classes");
-    compile(&lib, &classes);
+    tools.javac("StreamsEos.java", &classes);
     let node = Runnel::start(&[]);
     support::create_topic(&node, "streams-in", 2);
     support::create_topic(&node, "streams-out", 2);

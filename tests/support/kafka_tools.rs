@@ -74,6 +74,20 @@ impl KafkaTools {
         &self.lib
     }
 
+    /// Compiles the Java program `tests/java/<file>` against the jars into `classes`.
+    pub fn javac(&self, file: &str, classes: &std::path::Path) {
+        let source = repo_root().join("tests/java").join(file);
+        let status = Command::new("javac")
+            .arg("-cp")
+            .arg(format!("{}/*", self.lib.display()))
+            .arg("-d")
+            .arg(classes)
+            .arg(&source)
+            .status()
+            .expect("javac runs");
+        assert!(status.success(), "javac {}", source.display());
+    }
+
     /// Runs `scripts/kafka-tool.sh <tool> <args>` with `stdin` fed to it, and kills it after a
     /// deadline (a tool waiting on a broker that never answers must not hang the suite).
     pub fn run(&self, tool: &str, args: &[&str], stdin: Option<&str>) -> ToolOutput {
