@@ -591,8 +591,16 @@ fn transform_commands_build_deploy_run_pause_and_delete_the_identity_example() {
             }
         }
     });
+    // The existing lines come first: the worker's producer init, then its start line.
     let first = followed.recv_timeout(Duration::from_secs(60)).expect("the follower prints the existing lines");
-    assert!(first.contains(" p0 ") && first.contains("starting at offset"), "{first}");
+    assert!(first.contains(" p0 "), "{first}");
+    let started = first.contains("starting at offset")
+        || support::wait_until(Duration::from_secs(60), || {
+            followed
+                .recv_timeout(Duration::from_millis(500))
+                .is_ok_and(|l| l.contains(" p0 ") && l.contains("starting at offset"))
+        });
+    assert!(started, "the follower never printed the existing start line");
 
     assert_eq!(cli(&node, &["transform", "pause", "copy"]).ok(), "paused transform 'copy'\n");
     let described = cli(&node, &["transform", "describe", "copy", "--output", "json"]).json();

@@ -69,6 +69,10 @@ pub struct Node {
 
 /// How long a controlled shutdown waits for this node's leaderships to move away.
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `transaction.timeout.ms` of exactly-once transform workers (Kafka Streams uses 10 s; a
+/// replacement worker aborts a vanished one's transaction at once, so this only bounds how long a
+/// worker that vanished without a replacement holds back its outputs' last stable offset).
+const TRANSFORM_TRANSACTION_TIMEOUT_MS: i32 = 60_000;
 
 impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
@@ -222,6 +226,7 @@ impl Node {
             controller: controller.clone(),
             peers: broker.peers.clone(),
             log_defaults: broker.settings.log_defaults.clone(),
+            transaction_timeout_ms: TRANSFORM_TRANSACTION_TIMEOUT_MS.min(broker.txn.settings.max_timeout_ms),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);

@@ -46,8 +46,8 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage,
-    TransformSpec,
+    ApplyOutcome, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition,
+    TransformImage, TransformSpec, COMMIT_INTERVAL_MS_DEFAULT,
 };
 
 use self::disk::{DirLock, StoreError, Transient};

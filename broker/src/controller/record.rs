@@ -123,6 +123,42 @@ pub struct TransformSpec {
     /// deployment ignores them and starts at `start`).
     #[serde(default)]
     pub resume: bool,
+    /// How outputs and positions are made durable.
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// How often a position is committed (exactly-once: how long one transaction gathers
+    /// batches) while input keeps coming; a caught-up worker commits at once.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+}
+
+/// Kafka Streams' `commit.interval.ms` under exactly-once.
+pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 100;
+
+fn default_commit_interval_ms() -> u64 {
+    COMMIT_INTERVAL_MS_DEFAULT
+}
+
+/// A transform's delivery guarantee.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// Outputs, dead letters and the input position commit in one transaction: a
+    /// read_committed consumer of the outputs sees each input's outputs exactly once.
+    #[default]
+    ExactlyOnce,
+    /// Outputs appended, then the position committed: after a crash, outputs since the last
+    /// commit are written again (lower latency, duplicates possible).
+    AtLeastOnce,
+}
+
+impl DeliveryMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeliveryMode::ExactlyOnce => "exactly_once",
+            DeliveryMode::AtLeastOnce => "at_least_once",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,7 +23,10 @@ use sha2::Digest;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, Path, Query};
-use crate::controller::{ApplyOutcome, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec};
+use crate::controller::{
+    ApplyOutcome, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec,
+    COMMIT_INTERVAL_MS_DEFAULT,
+};
 use crate::server::handlers::validate_topic_name;
 
 /// How long the views wait for another node (its DescribeConfigs, then its own view): a node
@@ -39,6 +42,8 @@ const CALL_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 const CALL_TIMEOUT_MS_MAX: u64 = 60_000;
 const BATCH_RECORDS_DEFAULT: u32 = 1_000;
 const BATCH_RECORDS_MAX: u32 = 100_000;
+/// Longer would hold a transaction open close to its 60 s timeout.
+const COMMIT_INTERVAL_MS_MAX: u64 = 30_000;
 
 /// A deployment's configuration (the `config` part of the upload).
 #[derive(Deserialize, ToSchema)]
@@ -66,6 +71,13 @@ pub struct DeployConfig {
     /// false: a new deployment starts at `start`; a redeploy always continues).
     #[serde(default)]
     pub resume: bool,
+    /// "exactly_once" (default: outputs, dead letters and the input position commit in one
+    /// transaction, so read_committed consumers of the outputs see each input's outputs once)
+    /// or "at_least_once" (lower latency; after a crash recent outputs are written again).
+    pub delivery: Option<String>,
+    /// How often positions are committed while input keeps coming, ms (default 100, 1 to
+    /// 30000); exactly-once, the length of one transaction.
+    pub commit_interval_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -113,6 +125,9 @@ pub struct TransformDetail {
     pub batch_records_max: u32,
     /// Whether this deployment took over an earlier one's positions.
     pub resume: bool,
+    /// exactly_once or at_least_once.
+    pub delivery: String,
+    pub commit_interval_ms: u64,
     /// The deployment's id, kept across redeploys; the positions it commits carry it.
     pub deployment: String,
     pub paused: bool,
@@ -245,6 +260,8 @@ fn summarize(
         call_timeout_ms: spec.call_timeout_ms,
         batch_records_max: spec.batch_records_max,
         resume: spec.resume,
+        delivery: spec.delivery.name().to_string(),
+        commit_interval_ms: spec.commit_interval_ms,
         deployment: transform.deployment.clone(),
         paused: transform.paused,
         state: state.to_string(),
@@ -458,6 +475,15 @@ fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<T
     if !(1..=BATCH_RECORDS_MAX).contains(&batch_records_max) {
         return Err(ApiError::invalid(format!("batch_records_max must be between 1 and {BATCH_RECORDS_MAX}")));
     }
+    let delivery = match config.delivery.as_deref().unwrap_or("exactly_once") {
+        "exactly_once" => DeliveryMode::ExactlyOnce,
+        "at_least_once" => DeliveryMode::AtLeastOnce,
+        other => return Err(ApiError::invalid(format!("delivery '{other}': exactly_once or at_least_once"))),
+    };
+    let commit_interval_ms = config.commit_interval_ms.unwrap_or(COMMIT_INTERVAL_MS_DEFAULT);
+    if !(1..=COMMIT_INTERVAL_MS_MAX).contains(&commit_interval_ms) {
+        return Err(ApiError::invalid(format!("commit_interval_ms must be between 1 and {COMMIT_INTERVAL_MS_MAX}")));
+    }
     Ok(TransformSpec {
         input_topic: config.input_topic,
         output_topics: config.output_topics,
@@ -468,6 +494,8 @@ fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<T
         call_timeout_ms,
         batch_records_max,
         resume: config.resume,
+        delivery,
+        commit_interval_ms,
     })
 }
 

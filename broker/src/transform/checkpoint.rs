@@ -72,6 +72,8 @@ impl CheckpointError {
                 ResponseError::CoordinatorLoadInProgress,
                 ResponseError::CoordinatorNotAvailable,
                 ResponseError::RequestTimedOut,
+                // An exactly-once worker's last transaction is still being completed.
+                ResponseError::UnstableOffsetCommit,
             ]
             .iter()
             .any(|e| e.code() == *code),
@@ -94,13 +96,13 @@ pub(super) struct Checkpoint<'a> {
 }
 
 impl Checkpoint<'_> {
-    /// The committed position, `None` when nothing was committed; retried until `deadline`.
-    /// The committed position and its metadata (the id of the deployment that committed it).
+    /// The committed position and its metadata (the id of the deployment that committed it),
+    /// `None` when nothing was committed; retried until `deadline`. Stable only: while a
+    /// transaction that commits the position is undecided the coordinator is asked again.
     pub async fn fetch(&self, deadline: Instant) -> Result<Option<(i64, String)>, CheckpointError> {
         self.retrying(deadline, || self.fetch_once()).await
     }
 
-    /// Commits `position`, acknowledged once replicated; retried until `deadline`.
     /// Commits `position` with `metadata` (the committing deployment's id).
     pub async fn commit(&self, position: i64, metadata: &str, deadline: Instant) -> Result<(), CheckpointError> {
         self.retrying(deadline, || self.commit_once(position, metadata)).await
@@ -163,17 +165,22 @@ impl Checkpoint<'_> {
         let node = match self.coordinator()? {
             Coordinator::Here => {
                 let wanted = [(self.topic.clone(), self.partition)];
+                // require_stable: a position of a transaction not yet ended is not an answer.
+                if self.host.groups.offsets.unstable_commits(&self.group)?.contains(&wanted[0]) {
+                    let code = ResponseError::UnstableOffsetCommit.code();
+                    return Err(CheckpointError::Refused { node: self.host.node_id, code });
+                }
                 let committed = self.host.groups.offsets.fetch(&self.group, Some(&wanted))?;
                 return Ok(committed.into_iter().next().map(|(_, _, c)| (c.offset, c.metadata)));
             }
             Coordinator::Peer(node) => node,
         };
-        let request =
-            OffsetFetchRequest::default().with_group_id(GroupId(str_bytes(&self.group))).with_topics(Some(vec![
-                OffsetFetchRequestTopic::default()
-                    .with_name(TopicName(str_bytes(&self.topic)))
-                    .with_partition_indexes(vec![self.partition]),
-            ]));
+        let request = OffsetFetchRequest::default()
+            .with_group_id(GroupId(str_bytes(&self.group)))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(str_bytes(&self.topic)))
+                .with_partition_indexes(vec![self.partition])]))
+            .with_require_stable(true);
         let response = self.host.peers.call(node, OFFSET_FETCH_VERSION, &request, CALL_TIMEOUT).await?;
         if response.error_code != 0 {
             return Err(CheckpointError::Refused { node, code: response.error_code });

@@ -14,6 +14,7 @@
 //! all partitions of a deployment and cached on disk by the runtime.
 
 mod checkpoint;
+mod txn;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -79,6 +80,10 @@ pub struct Host {
     /// The broker's log defaults, under each output topic's overrides (its `max.message.bytes`
     /// bounds the batches a worker writes there).
     pub log_defaults: crate::log::LogConfig,
+    /// `transaction.timeout.ms` of exactly-once workers (within `transaction.max.timeout.ms`):
+    /// how long a transaction of a worker that vanished stays open before its coordinator
+    /// aborts it (a new worker of the partition aborts it at once).
+    pub transaction_timeout_ms: i32,
     /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
     /// committed.
     pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,

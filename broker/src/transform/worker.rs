@@ -29,8 +29,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::checkpoint::Checkpoint;
+use super::txn::{transactional_id, TxnError, TxnProducer};
 use super::{group_of, Host, LogBuffer, PartitionStatus};
-use crate::controller::{ErrorPolicy, StartPosition, TransformImage};
+use crate::controller::{DeliveryMode, ErrorPolicy, StartPosition, TransformImage};
 use crate::log::now_ms;
 use crate::log::records::{for_each_committed_record, AbortedFilter, BatchBuilder};
 use crate::log::{AppendOrigin, Compression};
@@ -45,7 +46,9 @@ const READ_BYTES_MIN: usize = 64 << 10;
 const READ_BYTES_MAX: usize = 4 << 20;
 /// Per-record framing of a v2 record batch, roughly (attributes, deltas, lengths, headers count).
 const RECORD_OVERHEAD_BYTES: f64 = 16.0;
-const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// How long an exactly-once worker's InitProducerId, or the end of one of its transactions,
+/// retries a coordinator that moved or is loading before the worker logs it and goes on.
+const TXN_CALL_RETRY: Duration = Duration::from_secs(10);
 /// How long one checkpoint read or write retries a coordinator that moved or is loading (a
 /// failover takes about a second or two) before the worker logs it and goes on.
 const CHECKPOINT_RETRY: Duration = Duration::from_secs(3);
@@ -55,6 +58,33 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const OUTPUT_TIMEOUT_MS: i32 = 30_000;
 /// The Produce version outputs are sent to other leaders with.
 const PRODUCE_VERSION: i16 = 10;
+
+/// How a worker makes its outputs and its position durable (the deployment's `delivery`).
+enum Delivery {
+    /// Outputs appended (acks=all), then the position committed now and then: after a crash
+    /// the batches since the last commit are processed again.
+    AtLeastOnce,
+    /// Outputs, dead letters and the position in one transaction of the worker's own
+    /// transactional producer: a read_committed reader sees each input's outputs once.
+    ExactlyOnce(TxnProducer),
+}
+
+impl Delivery {
+    /// Whether an exactly-once transaction is open (outputs or a position not yet committed).
+    fn is_open(&self) -> bool {
+        matches!(self, Delivery::ExactlyOnce(producer) if producer.is_open())
+    }
+}
+
+/// What became of a checkpoint.
+enum Checkpointed {
+    Done,
+    /// Not acknowledged; the position stays and the next checkpoint tries again.
+    Later,
+    /// The transaction was aborted: its outputs are gone and processing goes back to the last
+    /// committed position.
+    RolledBack,
+}
 
 pub(super) struct Worker {
     pub host: Arc<Host>,
@@ -98,6 +128,8 @@ enum BatchFailure {
          recreated?): waiting for the input to reach it; delete the transform to start over"
     )]
     PositionPastEnd { topic: String, partition: i32, position: i64, end: i64 },
+    #[error("transaction: {0}")]
+    Txn(#[from] TxnError),
 }
 
 impl BatchFailure {
@@ -118,6 +150,7 @@ impl BatchFailure {
             | BatchFailure::Peer(_)
             | BatchFailure::Encode(_) => "append",
             BatchFailure::PositionPastEnd { .. } => "position",
+            BatchFailure::Txn(_) => "transaction",
         }
     }
 }
@@ -218,6 +251,100 @@ impl Worker {
         })
     }
 
+    /// Exactly-once: InitProducerId for the worker's transactional id, asked until it is
+    /// answered; `false` if the worker was stopped first.
+    async fn init_producer(&mut self, producer: &mut TxnProducer) -> bool {
+        loop {
+            match producer.init(&self.host, Instant::now() + TXN_CALL_RETRY).await {
+                Ok(()) => {
+                    let (id, epoch) = producer.producer();
+                    self.logs.push(
+                        "info",
+                        Some(self.partition),
+                        format!("transactional producer {id} at epoch {epoch} (earlier workers fenced)"),
+                    );
+                    return true;
+                }
+                Err(e) => {
+                    self.logs.push(
+                        "warn",
+                        Some(self.partition),
+                        format!("initialising the transactional producer: {e}; retrying"),
+                    );
+                    if !self.pause(BACKOFF_MIN).await {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes `position` the committed one: at-least-once an offset commit; exactly-once the
+    /// open transaction's TxnOffsetCommit and commit (aborted on failure).
+    async fn checkpoint_at(&mut self, delivery: &mut Delivery, input: &Partition, position: i64) -> Checkpointed {
+        let producer = match delivery {
+            Delivery::AtLeastOnce => {
+                return if self.commit(position).await { Checkpointed::Done } else { Checkpointed::Later };
+            }
+            Delivery::ExactlyOnce(producer) => producer,
+        };
+        let group = group_of(self.name());
+        let input_topic = self.transform.spec.input_topic.clone();
+        let deadline = Instant::now() + TXN_CALL_RETRY;
+        let committed = producer
+            .commit(&self.host, &group, (&input_topic, self.partition), position, &self.transform.deployment, deadline)
+            .await;
+        match committed {
+            Ok(()) => Checkpointed::Done,
+            Err(e) => {
+                let fenced = e.fenced();
+                fail(self, &BatchFailure::Txn(e));
+                self.abandon(delivery, input, fenced).await;
+                Checkpointed::RolledBack
+            }
+        }
+    }
+
+    /// Exactly-once, after a failure that may have left part of a batch in the open
+    /// transaction: aborts it. When the abort cannot be had (fenced, or the coordinator does
+    /// not answer) a new InitProducerId aborts it instead: at once when the coordinator failed,
+    /// and when fenced only while the input is still led here (a worker left on a deposed
+    /// leader waits to be stopped rather than fence the new leader's).
+    async fn abandon(&mut self, delivery: &mut Delivery, input: &Partition, fenced: bool) {
+        let Delivery::ExactlyOnce(producer) = delivery else { return };
+        if !fenced {
+            match producer.abort(&self.host, Instant::now() + TXN_CALL_RETRY).await {
+                Ok(()) => return,
+                Err(e) if e.fenced() => {}
+                Err(e) => {
+                    self.logs.push(
+                        "warn",
+                        Some(self.partition),
+                        format!("aborting the transaction: {e}; re-initialising"),
+                    );
+                    self.init_producer(producer).await;
+                    return;
+                }
+            }
+        }
+        producer.discard();
+        self.logs.push("warn", Some(self.partition), "fenced by a newer worker of this partition".to_string());
+        let mut progress = input.subscribe_progress();
+        loop {
+            if !self.pause(BACKOFF_MIN).await {
+                return;
+            }
+            if input.is_leader() {
+                self.init_producer(producer).await;
+                return;
+            }
+            tokio::select! {
+                _ = progress.changed() => {}
+                _ = self.stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
     /// Commits `position` on the group's coordinator; whether it was acknowledged (a failure is
     /// logged, and the next checkpoint tries again).
     async fn commit(&self, position: i64) -> bool {
@@ -240,6 +367,20 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.state = "stopped");
         return;
     };
+    let mut delivery = match spec.delivery {
+        DeliveryMode::AtLeastOnce => Delivery::AtLeastOnce,
+        DeliveryMode::ExactlyOnce => {
+            let id = transactional_id(w.name(), w.partition);
+            let mut producer = TxnProducer::new(id, w.host.transaction_timeout_ms);
+            // Before the position is read: fences every earlier worker of this partition and
+            // aborts its open transaction, so what is read is what was committed.
+            if !w.init_producer(&mut producer).await {
+                w.update(|s| s.state = "stopped");
+                return;
+            }
+            Delivery::ExactlyOnce(producer)
+        }
+    };
     let Some(mut position) = w.start_position(&input).await else {
         w.update(|s| s.state = "stopped");
         return;
@@ -253,14 +394,18 @@ pub(super) async fn run(mut w: Worker) {
         "info",
         Some(w.partition),
         format!(
-            "version {} starting at offset {position} of {}-{}",
-            w.transform.version, spec.input_topic, w.partition
+            "version {} starting at offset {position} of {}-{} ({})",
+            w.transform.version,
+            spec.input_topic,
+            w.partition,
+            spec.delivery.name()
         ),
     );
     let mut instance: Option<TransformInstance> = None;
     let mut backoff = BACKOFF_MIN;
     let mut committed = position;
     let mut last_commit = Instant::now();
+    let commit_interval = Duration::from_millis(spec.commit_interval_ms);
     // Woken when the input's log end, log start or high watermark moves, or its role changes.
     let mut progress = input.subscribe_progress();
     let mut window = (Instant::now(), 0u64, 0u64);
@@ -351,8 +496,12 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.high_watermark = read.high_watermark);
         metrics.transform_lag.with_label_values(&labels).set((read.high_watermark - position).max(0));
         if read.records.is_empty() {
-            if committed != position && w.commit(position).await {
-                committed = position;
+            if committed != position || delivery.is_open() {
+                let outcome = w.checkpoint_at(&mut delivery, &input, position).await;
+                if settle(outcome, &mut position, &mut committed) {
+                    w.update(|s| s.position = position);
+                    continue;
+                }
             }
             last_commit = Instant::now();
             let checkpoint_failed = committed != position;
@@ -384,7 +533,9 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.memory_bytes = current.memory_bytes() as u64);
         metrics.transform_memory_bytes.with_label_values(&labels).set(current.memory_bytes() as i64);
         let outcome = match result {
-            Ok(output) => append_outputs(&w, &output).await.map(|written| (written, output.data.len() as u64)),
+            Ok(output) => {
+                append_outputs(&w, &mut delivery, &output).await.map(|written| (written, output.data.len() as u64))
+            }
             Err(e) => Err(BatchFailure::Guest(e)),
         };
         match outcome {
@@ -407,6 +558,22 @@ pub(super) async fn run(mut w: Worker) {
                     s.bytes_out += bytes_out;
                 });
             }
+            Err(BatchFailure::Txn(e)) if matches!(delivery, Delivery::ExactlyOnce(_)) => {
+                // Some outputs of this batch may be in the transaction: it is aborted whatever
+                // the error policy (which is for the guest's failures), and the batches since
+                // the last commit are processed again.
+                instance = Some(current);
+                let fenced = e.fenced();
+                fail(&w, &BatchFailure::Txn(e));
+                w.abandon(&mut delivery, &input, fenced).await;
+                position = committed;
+                w.update(|s| s.position = position);
+                if !w.pause(backoff).await {
+                    break;
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
             Err(failure) => {
                 // A guest that trapped, ran out of time or memory is poisoned: start afresh.
                 // One that returned an error or bad output can go on.
@@ -420,6 +587,13 @@ pub(super) async fn run(mut w: Worker) {
                 match &spec.error_policy {
                     ErrorPolicy::Retry => {
                         instance = None;
+                        // The batches before the failing one are committed first (a backoff
+                        // may outlast the transaction's timeout).
+                        if delivery.is_open() {
+                            let outcome = w.checkpoint_at(&mut delivery, &input, position).await;
+                            settle(outcome, &mut position, &mut committed);
+                            w.update(|s| s.position = position);
+                        }
                         if !w.pause(backoff).await {
                             break;
                         }
@@ -435,24 +609,32 @@ pub(super) async fn run(mut w: Worker) {
                         w.update(|s| s.skipped += records_in);
                         position = next;
                     }
-                    ErrorPolicy::DeadLetter { topic } => match dead_letter(&w, topic, &batch, &failure).await {
-                        Ok(()) => {
-                            w.update(|s| s.dead_lettered += records_in);
-                            position = next;
-                        }
-                        Err(e) => {
-                            w.logs.push(
-                                "error",
-                                Some(w.partition),
-                                format!("dead letter topic '{topic}': {e}; retrying"),
-                            );
-                            if !w.pause(backoff).await {
-                                break;
+                    ErrorPolicy::DeadLetter { topic } => {
+                        match dead_letter(&w, &mut delivery, topic, &batch, &failure).await {
+                            Ok(()) => {
+                                w.update(|s| s.dead_lettered += records_in);
+                                position = next;
                             }
-                            backoff = (backoff * 2).min(BACKOFF_MAX);
-                            continue;
+                            Err(e) => {
+                                w.logs.push(
+                                    "error",
+                                    Some(w.partition),
+                                    format!("dead letter topic '{topic}': {e}; retrying"),
+                                );
+                                if let BatchFailure::Txn(e) = &e {
+                                    // Some dead letters may be in the transaction: it is aborted.
+                                    w.abandon(&mut delivery, &input, e.fenced()).await;
+                                    position = committed;
+                                    w.update(|s| s.position = position);
+                                }
+                                if !w.pause(backoff).await {
+                                    break;
+                                }
+                                backoff = (backoff * 2).min(BACKOFF_MAX);
+                                continue;
+                            }
                         }
-                    },
+                    }
                 }
                 w.update(|s| s.position = position);
             }
@@ -466,15 +648,15 @@ pub(super) async fn run(mut w: Worker) {
             });
             window = (Instant::now(), 0, 0);
         }
-        if last_commit.elapsed() >= COMMIT_INTERVAL {
-            if w.commit(position).await {
-                committed = position;
-            }
+        if last_commit.elapsed() >= commit_interval {
+            let outcome = w.checkpoint_at(&mut delivery, &input, position).await;
+            settle(outcome, &mut position, &mut committed);
+            w.update(|s| s.position = position);
             last_commit = Instant::now();
         }
     }
-    if committed != position {
-        w.commit(position).await;
+    if committed != position || delivery.is_open() {
+        w.checkpoint_at(&mut delivery, &input, position).await;
     }
     w.update(|s| {
         if s.state == "running" || s.state == "starting" {
@@ -485,6 +667,22 @@ pub(super) async fn run(mut w: Worker) {
     });
     let _ = metrics.transform_lag.remove_label_values(&[&labels[0], &labels[1]]);
     let _ = metrics.transform_memory_bytes.remove_label_values(&[&labels[0], &labels[1]]);
+}
+
+/// Applies a checkpoint's outcome to the worker's positions; whether processing went back to
+/// the committed position (an exactly-once transaction was aborted).
+fn settle(outcome: Checkpointed, position: &mut i64, committed: &mut i64) -> bool {
+    match outcome {
+        Checkpointed::Done => {
+            *committed = *position;
+            false
+        }
+        Checkpointed::Later => false,
+        Checkpointed::RolledBack => {
+            *position = *committed;
+            true
+        }
+    }
 }
 
 fn fail(w: &Worker, failure: &BatchFailure) {
@@ -522,7 +720,7 @@ fn decode(
 
 /// Appends the guest's output records, one batch per (topic, partition); returns the number of
 /// records written.
-async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFailure> {
+async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatch) -> Result<u64, BatchFailure> {
     let spec = &w.transform.spec;
     let now = now_ms();
     let mut targets: BTreeMap<(u32, i32), PartitionBatches> = BTreeMap::new();
@@ -561,12 +759,44 @@ async fn append_outputs(w: &Worker, output: &OutputBatch) -> Result<u64, BatchFa
             &borrowed,
         );
     }
+    let targets = targets
+        .into_iter()
+        .map(|((topic, partition), builders)| (spec.output_topics[topic as usize].as_str(), partition, builders));
+    deliver(w, delivery, targets).await
+}
+
+/// Builds the batches of every output partition and writes them the delivery's way; the
+/// records written. Nothing is written when a batch cannot be built (a record too large), and
+/// exactly-once no sequence is spent on it.
+async fn deliver<'t>(
+    w: &Worker,
+    delivery: &mut Delivery,
+    targets: impl Iterator<Item = (&'t str, i32, PartitionBatches)>,
+) -> Result<u64, BatchFailure> {
     let mut written = 0u64;
-    let mut batches = Vec::with_capacity(targets.len());
-    for ((topic_index, partition), builders) in targets {
-        written += builders.build(&spec.output_topics[topic_index as usize], partition, &mut batches)?;
+    let mut batches = Vec::new();
+    match delivery {
+        Delivery::AtLeastOnce => {
+            for (topic, partition, builders) in targets {
+                written += builders.build(topic, partition, None, &mut batches)?;
+            }
+            append(w, batches).await?;
+        }
+        Delivery::ExactlyOnce(producer) => {
+            let savepoint = producer.savepoint();
+            for (topic, partition, builders) in targets {
+                match builders.build(topic, partition, Some(producer), &mut batches) {
+                    Ok(records) => written += records,
+                    Err(e) => {
+                        producer.rollback_to(savepoint);
+                        return Err(e);
+                    }
+                }
+            }
+            let deadline = Instant::now() + Duration::from_millis(OUTPUT_TIMEOUT_MS as u64);
+            producer.produce(&w.host, batches, deadline).await.map_err(BatchFailure::Txn)?;
+        }
     }
-    append(w, batches).await?;
     Ok(written)
 }
 
@@ -612,10 +842,20 @@ impl PartitionBatches {
 
     /// Builds the batches into `outputs` for `topic`-`partition`, in order; the records
     /// written. A batch still past the bound holds a single record the topic cannot take.
-    fn build(self, topic: &str, partition: i32, outputs: &mut Vec<Output>) -> Result<u64, BatchFailure> {
+    /// Exactly-once, each batch is `producer`'s next transactional batch of the partition.
+    fn build(
+        self,
+        topic: &str,
+        partition: i32,
+        mut producer: Option<&mut TxnProducer>,
+        outputs: &mut Vec<Output>,
+    ) -> Result<u64, BatchFailure> {
         let mut written = 0;
-        for builder in self.builders {
+        for mut builder in self.builders {
             let records = builder.len() as u64;
+            if let Some(producer) = producer.as_deref_mut() {
+                builder = producer.stamp(topic, partition, builder.len(), builder);
+            }
             let bytes = builder.build().map_err(|e| BatchFailure::Encode(e.to_string()))?.into_bytes();
             if bytes.len() > self.max_bytes {
                 let (topic, size, max) = (topic.to_string(), bytes.len(), self.max_bytes);
@@ -629,11 +869,11 @@ impl PartitionBatches {
 }
 
 /// One batch for one output partition.
-struct Output {
-    topic: String,
-    partition: i32,
-    bytes: Bytes,
-    records: u64,
+pub(super) struct Output {
+    pub topic: String,
+    pub partition: i32,
+    pub bytes: Bytes,
+    pub records: u64,
 }
 
 /// Appends every batch on its partition's leader with acks=all, all at once: the partitions
@@ -759,7 +999,13 @@ pub(super) fn error_name(code: i16) -> String {
 /// Sends the failed batch's input records to the dead-letter topic with the error in headers
 /// (`runnel.error`, `runnel.transform`, `runnel.source.topic`, `runnel.source.partition`,
 /// `runnel.source.offset`), keyed and timestamped as they came.
-async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &BatchFailure) -> Result<(), BatchFailure> {
+async fn dead_letter(
+    w: &Worker,
+    delivery: &mut Delivery,
+    topic: &str,
+    batch: &InputBatch,
+    failure: &BatchFailure,
+) -> Result<(), BatchFailure> {
     let (count, max_bytes) = topic_shape(w, topic)?;
     let error = failure.to_string();
     let source_partition = w.partition.to_string();
@@ -784,11 +1030,7 @@ async fn dead_letter(w: &Worker, topic: &str, batch: &InputBatch, failure: &Batc
             &headers,
         );
     }
-    let mut outputs = Vec::with_capacity(builders.len());
-    for (partition, builders) in builders {
-        builders.build(topic, partition, &mut outputs)?;
-    }
-    append(w, outputs).await?;
+    deliver(w, delivery, builders.into_iter().map(|(partition, builders)| (topic, partition, builders))).await?;
     w.logs.push(
         "warn",
         Some(w.partition),
@@ -811,7 +1053,7 @@ mod tests {
             batches.push(1, Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
         }
         let mut outputs = Vec::new();
-        assert_eq!(batches.build("t", 0, &mut outputs).expect("built"), 100);
+        assert_eq!(batches.build("t", 0, None, &mut outputs).expect("built"), 100);
         assert!(outputs.len() > 1);
         assert!(outputs.iter().all(|o| o.bytes.len() <= 4096));
         let bound = record_size_bound(Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
@@ -823,7 +1065,7 @@ mod tests {
 
         let mut batches = PartitionBatches::new(4096);
         batches.push(1, None, Some(&[0u8; 5000]), &[]);
-        let failure = batches.build("t", 3, &mut Vec::new()).expect_err("too large");
+        let failure = batches.build("t", 3, None, &mut Vec::new()).expect_err("too large");
         assert!(matches!(failure, BatchFailure::RecordTooLarge { partition: 3, max: 4096, .. }), "{failure}");
     }
 }
