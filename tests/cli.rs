@@ -551,11 +551,16 @@ fn transform_commands_build_deploy_run_pause_and_delete_the_identity_example() {
     assert!(caught_up, "never running with lag 0: {described}");
     assert_eq!(described["parameters"], serde_json::json!({"mode": "copy"}));
     assert_eq!(described["batch_records_max"], 50);
+    assert_eq!(
+        (&described["delivery"], &described["commit_interval_ms"]),
+        (&serde_json::json!("exactly_once"), &serde_json::json!(100))
+    );
     let partitions = described["partitions"].as_array().expect("partitions");
     assert_eq!(partitions.len(), 2);
     assert_eq!(partitions.iter().map(|p| p["records_in"].as_u64().expect("records_in")).sum::<u64>(), 20);
     let table = cli(&node, &["transform", "describe", "copy"]).ok();
     assert!(table.contains("PARTITION") && table.contains("LAST-ERROR"), "{table}");
+    assert!(table.contains("\nDelivery:    exactly_once, commit every 100 ms\n"), "{table}");
     for partition in ["0", "1"] {
         let row = table.lines().find(|l| l.split_whitespace().next() == Some(partition) && l.contains(" running "));
         assert!(row.is_some(), "no running row for partition {partition}:\n{table}");
@@ -620,8 +625,17 @@ fn transform_commands_build_deploy_run_pause_and_delete_the_identity_example() {
     let _ = follower.wait();
     assert!(restarted, "the follower never printed the resumed worker's start line");
 
-    let redeployed = cli(&node, &deploy).ok();
+    let at_least_once = ["--delivery", "at_least_once", "--commit-interval-ms", "250"];
+    let redeployed = cli(&node, &[&deploy[..], &at_least_once].concat()).ok();
     assert!(redeployed.starts_with("redeployed transform 'copy': version 2, "), "{redeployed}");
+    let described = cli(&node, &["transform", "describe", "copy", "--output", "json"]).json();
+    assert_eq!(
+        (&described["delivery"], &described["commit_interval_ms"]),
+        (&serde_json::json!("at_least_once"), &serde_json::json!(250))
+    );
+    let refused = cli(&node, &[&deploy[..], &["--commit-interval-ms", "0"]].concat());
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("commit_interval_ms must be between 1 and 30000"), "{}", refused.stderr);
 
     assert_eq!(cli(&node, &["transform", "delete", "copy"]).ok(), "deleted transform 'copy'\n");
     let gone = cli(&node, &["transform", "describe", "copy"]);

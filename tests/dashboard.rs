@@ -312,6 +312,7 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
         browser.wait_for_text(&format!(r#"{row} [data-field="state"]"#), "running");
     }
     assert_eq!(browser.count(r#"#transform-config i"#), 0, "parameters are escaped");
+    browser.wait_for_text(r#"#transform-config [data-field="delivery"]"#, "exactly-once");
     // One start line per partition at least.
     let logged = wait_until(DEADLINE, || browser.count(r#"[data-testid="transform-logs"] .log-line"#) >= 2);
     assert!(logged, "the logs panel never showed the workers' start lines (page: {})", browser.page_state());

@@ -165,6 +165,23 @@ fn redaction_example_masks_pii_end_to_end() {
     assert!(logs.json["lines"].as_array().unwrap().iter().any(|l| l["message"].as_str().unwrap().contains("starting")));
     let metrics = api.get("/metrics").text;
     assert!(metrics.contains("runnel_transform_records_in_total{transform=\"redact\"} 300"), "metrics");
+    for partition in 0..3 {
+        let series = format!(
+            "runnel_transform_delivery{{delivery=\"exactly_once\",partition=\"{partition}\",transform=\"redact\"}} 1"
+        );
+        assert!(metrics.contains(&series), "no {series}");
+    }
+    // Every partition's transaction with its outputs and position committed (300 records in
+    // 3 partitions: at least one each), none aborted.
+    let committed = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("runnel_transform_transactions_total{outcome=\"committed\",transform=\"redact\"} ")
+        })
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(committed.is_some_and(|n| n >= 3), "committed transactions: {committed:?}");
+    assert!(!metrics.contains("runnel_transform_transactions_total{outcome=\"aborted\""), "a transaction was aborted");
+    assert_eq!(transform(&api, "redact")["delivery"], "exactly_once");
 }
 
 #[test]

@@ -1257,6 +1257,8 @@
         ["Output topics", (t.output_topics || []).map((o, i) => `<span class="muted">${i}:</span> <a href="${topicHref(o)}">${esc(o)}</a>`).join("<br>")],
         ["Parameters", params.length ? params.map(([k, v]) => `<code>${esc(k)}=${esc(v)}</code>`).join("<br>") : `<span class="muted">none</span>`],
         ["Start", esc(t.start)],
+        ["Delivery", `<span data-field="delivery">${esc(String(t.delivery || "").replaceAll("_", "-"))}</span>
+          <span class="muted">· commit every ${fmtInt(t.commit_interval_ms)} ms</span>`],
         ["Error policy", errorPolicy],
         ["Memory limit", `${esc(fmtBytes(t.memory_bytes))} per instance`],
         ["Call timeout", `${fmtInt(t.call_timeout_ms)} ms`],

@@ -102,6 +102,8 @@ pub struct Metrics {
     pub transform_call_seconds: HistogramVec,
     pub transform_lag: IntGaugeVec,
     pub transform_memory_bytes: IntGaugeVec,
+    pub transform_transactions: IntCounterVec,
+    pub transform_delivery: IntGaugeVec,
     /// Partitions led here that a reassignment is moving (Kafka's `ReassigningPartitions`).
     pub reassigning_partitions: IntGauge,
     /// 1 on the active controller (the metadata quorum's leader), else 0.
@@ -506,7 +508,7 @@ impl Metrics {
             transform_errors: counter_vec(
                 &r,
                 "runnel_transform_errors_total",
-                "Failed batches by kind (deadline, memory, trap, guest_error, invalid_output, init, append, position)",
+                "Failed batches by kind (deadline, memory, trap, guest_error, invalid_output, init, append, position, transaction)",
                 &["transform", "kind"],
             ),
             transform_call_seconds: histogram_vec(
@@ -526,6 +528,18 @@ impl Metrics {
                 "runnel_transform_memory_bytes",
                 "Linear memory of the guest instance",
                 &["transform", "partition"],
+            ),
+            transform_transactions: counter_vec(
+                &r,
+                "runnel_transform_transactions_total",
+                "Exactly-once transactions of transform workers, by outcome (committed, aborted)",
+                &["transform", "outcome"],
+            ),
+            transform_delivery: gauge_vec(
+                &r,
+                "runnel_transform_delivery",
+                "1 per worker on this node, labelled with its delivery mode (exactly_once, at_least_once)",
+                &["transform", "partition", "delivery"],
             ),
             registry: r,
             started: Instant::now(),

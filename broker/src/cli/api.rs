@@ -257,6 +257,11 @@ pub struct Transform {
     pub memory_bytes: u64,
     pub call_timeout_ms: u64,
     pub batch_records_max: u32,
+    /// exactly_once or at_least_once (older nodes send none).
+    #[serde(default)]
+    pub delivery: String,
+    #[serde(default)]
+    pub commit_interval_ms: u64,
     /// running, failed, paused or starting.
     pub state: String,
     pub lag: i64,

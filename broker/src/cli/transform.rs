@@ -112,6 +112,22 @@ struct DeployArgs {
     /// deployment otherwise starts at --start; a redeploy always continues).
     #[arg(long)]
     resume: bool,
+    /// exactly_once (the default: outputs, dead letters and the input position commit in one
+    /// transaction) or at_least_once (lower latency; after a crash recent outputs repeat).
+    #[arg(long, value_enum)]
+    delivery: Option<Delivery>,
+    /// How often positions are committed while input keeps coming (exactly-once: the length of
+    /// one transaction), milliseconds.
+    #[arg(long, value_name = "N")]
+    commit_interval_ms: Option<u64>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Delivery {
+    #[value(name = "exactly_once", alias = "exactly-once")]
+    ExactlyOnce,
+    #[value(name = "at_least_once", alias = "at-least-once")]
+    AtLeastOnce,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -364,6 +380,15 @@ async fn deploy(client: &Client, args: DeployArgs, output: Output) -> anyhow::Re
     if args.resume {
         body["resume"] = json!(true);
     }
+    if let Some(delivery) = args.delivery {
+        body["delivery"] = json!(match delivery {
+            Delivery::ExactlyOnce => "exactly_once",
+            Delivery::AtLeastOnce => "at_least_once",
+        });
+    }
+    if let Some(commit_interval_ms) = args.commit_interval_ms {
+        body["commit_interval_ms"] = json!(commit_interval_ms);
+    }
     body["module_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&module));
     let url = client.url(&["v1", "transforms", &args.name]);
     // The node compiles the module before answering: seconds for a big one, within the timeout.
@@ -400,7 +425,7 @@ fn render_transform(t: &Transform) -> String {
     let sum = |field: fn(&TransformPartition) -> u64| t.partitions.iter().map(field).sum::<u64>();
     let mut out = format!(
         "Transform:   {}\nState:       {}\nVersion:     {} (sha256 {}, {})\nInput:       {}\nOutputs:     {}\n\
-         Parameters:  {parameters}\nStart:       {}\nOn error:    {error_policy}\n\
+         Parameters:  {parameters}\nStart:       {}\nDelivery:    {}, commit every {} ms\nOn error:    {error_policy}\n\
          Limits:      {} memory, {} ms per call, {} records per call\n\
          Lag:         {}\nThroughput:  {:.1} records/s in, {:.1} records/s out\n\
          Records:     {} in, {} out, {} errors, {} skipped, {} dead-lettered\n\n",
@@ -412,6 +437,8 @@ fn render_transform(t: &Transform) -> String {
         t.input_topic,
         t.output_topics.join(", "),
         t.start,
+        t.delivery,
+        t.commit_interval_ms,
         human_bytes(t.memory_bytes),
         t.call_timeout_ms,
         t.batch_records_max,

@@ -295,7 +295,10 @@ impl Worker {
             .commit(&self.host, &group, (&input_topic, self.partition), position, &self.transform.deployment, deadline)
             .await;
         match committed {
-            Ok(()) => Checkpointed::Done,
+            Ok(()) => {
+                self.host.metrics.transform_transactions.with_label_values(&[self.name(), "committed"]).inc();
+                Checkpointed::Done
+            }
             Err(e) => {
                 let fenced = e.fenced();
                 fail(self, &BatchFailure::Txn(e));
@@ -312,6 +315,7 @@ impl Worker {
     /// leader waits to be stopped rather than fence the new leader's).
     async fn abandon(&mut self, delivery: &mut Delivery, input: &Partition, fenced: bool) {
         let Delivery::ExactlyOnce(producer) = delivery else { return };
+        self.host.metrics.transform_transactions.with_label_values(&[self.name(), "aborted"]).inc();
         if !fenced {
             match producer.abort(&self.host, Instant::now() + TXN_CALL_RETRY).await {
                 Ok(()) => return,
@@ -385,6 +389,8 @@ pub(super) async fn run(mut w: Worker) {
         w.update(|s| s.state = "stopped");
         return;
     };
+    let delivery_labels = [labels[0].as_str(), labels[1].as_str(), spec.delivery.name()];
+    metrics.transform_delivery.with_label_values(&delivery_labels).set(1);
     w.update(|s| {
         s.position = position;
         s.start_offset = position;
@@ -667,6 +673,7 @@ pub(super) async fn run(mut w: Worker) {
     });
     let _ = metrics.transform_lag.remove_label_values(&[&labels[0], &labels[1]]);
     let _ = metrics.transform_memory_bytes.remove_label_values(&[&labels[0], &labels[1]]);
+    let _ = metrics.transform_delivery.remove_label_values(&delivery_labels);
 }
 
 /// Applies a checkpoint's outcome to the worker's positions; whether processing went back to
