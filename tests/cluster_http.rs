@@ -2,7 +2,9 @@
 //! partitions led by the other nodes, runs v2 consumer instances whose group coordinator and
 //! partitions are elsewhere, browses records of partitions led elsewhere and lists every node's
 //! transform workers; a transform writes outputs to partitions led by other nodes and
-//! checkpoints on a coordinator elsewhere, resuming from it after its leader is killed.
+//! checkpoints on a coordinator elsewhere, resuming from it after its leader is killed; killed
+//! mid-transaction, an exactly-once transform's outputs are read once each (at-least-once:
+//! some twice).
 //! Most topics have replication factor 1 with explicit assignments, so the node serving HTTP (or
 //! running the transform) hosts no replica of what it reaches: every such call is forwarded.
 
@@ -473,4 +475,103 @@ fn the_record_browser_on_one_node_reads_a_partition_led_by_another() {
     let last = api.get("/v1/topics/browsed/records?partition=0&offset=-2");
     assert_eq!(values(&last.json), expected[10..], "{}", last.text);
     assert_eq!(last.json["records"][0]["offset"], 10, "{}", last.text);
+}
+
+/// Runs an identity transform with `delivery` whose worker is kill -9'd mid-backlog (one record
+/// per guest call, positions committed every 30 s while input keeps coming, so outputs of
+/// uncommitted input exist when it dies), then reads its outputs read_committed once the new
+/// leader's worker has processed and committed all input: (distinct outputs, outputs read).
+/// Input led by node 2 (the killed node), outputs led by nodes 1 and 3.
+fn outputs_after_the_workers_node_is_killed(delivery: &str) -> (usize, usize) {
+    let mut cluster = Cluster::start(3, &[]);
+    create_assigned(&cluster, "kill-in", &[vec![2, 1, 3]]);
+    create_assigned(&cluster, "kill-out", &[vec![1, 2, 3], vec![3, 1, 2]]);
+    let mut body = json!({
+        "input_topic": "kill-in",
+        "output_topics": ["kill-out"],
+        "start": "earliest",
+        "delivery": delivery,
+        "batch_records_max": 1,
+        "commit_interval_ms": 30_000,
+    });
+    body["module_base64"] = json!(B64.encode(component("runnel-example-identity")));
+    let deployed = HttpApi::new(cluster.node(1)).send_json("PUT", "/v1/transforms/killed", None, &body);
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+
+    let mut expected = produce_numbered(&cluster, "kill-in", 0..1200);
+    let position = |id: u64| {
+        let detail = HttpApi::new(cluster.node(id)).get("/v1/transforms/killed");
+        let partitions = detail.json["partitions"].as_array().cloned().unwrap_or_default();
+        partitions.iter().find(|p| p["node"] == id && p["state"] == "running").and_then(|p| p["position"].as_i64())
+    };
+    let mut reached = None;
+    let midway = wait_until(TIMEOUT * 2, || {
+        reached = position(2);
+        reached.is_some_and(|p| p >= 200)
+    });
+    assert!(midway, "the worker on node 2 never processed 200 records: position {reached:?}");
+    let uncommitted = committed(&cluster, "__runnel_transform_killed", "kill-in");
+    assert!(uncommitted <= 0, "a position was committed before the kill ({uncommitted}): the test cannot tell");
+    cluster.kill9(2);
+    let killed_at = reached.expect("position");
+    assert!(killed_at < 1200, "the backlog was done before the kill: the test cannot tell");
+    expected.extend(produce_numbered(&cluster, "kill-in", 1200..1300));
+
+    let done = wait_until(TIMEOUT * 4, || committed(&cluster, "__runnel_transform_killed", "kill-in") == 1300);
+    let logs = HttpApi::new(cluster.node(1)).get("/v1/transforms/killed/logs");
+    assert!(done, "no worker on nodes 1 or 3 committed position 1300; logs: {}", logs.text);
+
+    // Every output partition read to its end (read_committed: its last stable offset).
+    let consumer: BaseConsumer = support::workload::config(&cluster.bootstrap(), &[("group.id", "kill-reader")])
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..2 {
+        list.add_partition_offset("kill-out", p, Offset::Beginning).expect("partition");
+    }
+    consumer.assign(&list).expect("assign");
+    let (mut outputs, mut at_end) = (Vec::new(), BTreeSet::new());
+    let read = wait_until(TIMEOUT * 2, || {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => outputs.push(m.payload().unwrap_or_default().to_vec()),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            _ => {}
+        }
+        at_end.len() == 2
+    });
+    assert!(read, "the outputs were never read to their end: {} read", outputs.len());
+    let distinct: BTreeSet<Vec<u8>> = outputs.iter().cloned().collect();
+    let lost: Vec<_> = expected.difference(&distinct).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+    assert!(lost.is_empty(), "{delivery}: {} inputs lost: {:?}", lost.len(), &lost[..lost.len().min(10)]);
+    assert_eq!(distinct, expected, "{delivery}: outputs that are no input's");
+    println!(
+        "{delivery}: killed at position {killed_at}; {} outputs read, {} distinct, {} duplicates",
+        outputs.len(),
+        distinct.len(),
+        outputs.len() - distinct.len()
+    );
+    (distinct.len(), outputs.len())
+}
+
+#[test]
+fn an_exactly_once_transform_whose_node_is_killed_mid_transaction_delivers_each_output_once() {
+    // Proves exactly-once across kill -9 of the worker's node with outputs of uncommitted
+    // input already appended to partitions led by the other nodes: the new leader's worker
+    // fences the old one, its open transaction is aborted, and a read_committed reader sees
+    // every input's output exactly once (0 lost, 0 duplicates).
+    let (distinct, read) = outputs_after_the_workers_node_is_killed("exactly_once");
+    assert_eq!(read, distinct, "exactly_once: {} duplicates", read - distinct);
+}
+
+#[test]
+fn an_at_least_once_transform_whose_node_is_killed_writes_outputs_again() {
+    // Proves the test above can tell: the same kill under at_least_once loses nothing but
+    // writes the outputs of the uncommitted input again (duplicates the reader sees).
+    let (distinct, read) = outputs_after_the_workers_node_is_killed("at_least_once");
+    assert!(read > distinct, "at_least_once: no duplicates after a kill with no committed position");
 }
