@@ -608,3 +608,148 @@ fn bad_uploads_get_clear_errors() {
     assert_eq!(api.get("/v1/transforms/x").status, 404);
     assert_eq!(api.get("/v1/transforms").json["transforms"], json!([]));
 }
+
+/// The committed offset of `group` for `topic`-0 as librdkafka reads it (-1: none).
+fn committed_offset(node: &Runnel, group: &str, topic: &str) -> i64 {
+    let consumer: BaseConsumer = client_config(node, &[("group.id", group)]).create().expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, 0);
+    match consumer
+        .committed_offsets(list, Duration::from_secs(5))
+        .map(|l| l.find_partition(topic, 0).map(|e| e.offset()))
+    {
+        Ok(Some(Offset::Offset(offset))) => offset,
+        _ => -1,
+    }
+}
+
+/// Every record of `topic`'s `partitions` read_committed from the beginning to the end.
+fn read_to_end(node: &Runnel, topic: &str, partitions: i32) -> Vec<Vec<u8>> {
+    let consumer: BaseConsumer = client_config(
+        node,
+        &[
+            ("group.id", "transform-test-end-reader"),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "true"),
+            ("isolation.level", "read_committed"),
+        ],
+    )
+    .create()
+    .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let (mut values, mut at_end) = (Vec::new(), BTreeSet::new());
+    let read = wait_until(TIMEOUT, || {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => values.push(m.payload().unwrap_or_default().to_vec()),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            _ => {}
+        }
+        at_end.len() == partitions as usize
+    });
+    assert!(read, "{topic} never read to its end ({} records read)", values.len());
+    values
+}
+
+#[test]
+fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
+    // Proves the fencing of exactly-once workers: a second producer of a worker's transactional
+    // id (as a second worker would start) aborts the worker's open transaction, whose outputs
+    // never become visible; the worker, still the input's leader, takes its id back (a newer
+    // epoch), after which the second one can commit neither a position nor a transaction; a
+    // read_committed reader sees every input's output exactly once.
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::{
+        EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ProducerId, TransactionalId,
+        TxnOffsetCommitRequest,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "fin", 1);
+    support::create_topic(&node, "fout", 1);
+    let config = json!({
+        "input_topic": "fin",
+        "output_topics": ["fout"],
+        "batch_records_max": 1,
+        "commit_interval_ms": 30_000,
+    });
+    assert_eq!(deploy(&api, "fence", &component("runnel-example-identity"), config).status, 201);
+    let batch = |from: usize, to: usize| -> Vec<(Option<String>, String)> {
+        (from..to).map(|i| (None, format!("record-{i}"))).collect()
+    };
+    produce(&node, "fin", &batch(0, 1000));
+    let position = || transform(&api, "fence")["partitions"][0]["position"].as_i64().unwrap_or(-1);
+    assert!(wait_until(TIMEOUT, || position() >= 100), "never processed 100 records: {}", transform(&api, "fence"));
+    assert!(committed_offset(&node, "__runnel_transform_fence", "fin") < 0, "committed mid-backlog: cannot tell");
+
+    // The second producer: its InitProducerId fences the worker and aborts its transaction.
+    let id = "__runnel_transform_fence-0";
+    let name = |s: &str| StrBytes::from_string(s.to_string());
+    let mut conn = support::RawConn::open(&node, "fencing-test");
+    let find = FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![name(id)]);
+    assert!(wait_until(TIMEOUT, || conn.call(4, &find).coordinators[0].error_code == 0), "FindCoordinator");
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(name(id))))
+        .with_transaction_timeout_ms(60_000);
+    let mut zombie = None;
+    wait_until(TIMEOUT, || {
+        let answer = conn.call(4, &init);
+        zombie = (answer.error_code == 0).then_some((answer.producer_id.0, answer.producer_epoch));
+        zombie.is_some()
+    });
+    let (pid, epoch) = zombie.expect("InitProducerId for the worker's transactional id");
+
+    // The worker notices, and takes its id back at a newer epoch.
+    let logs = || api.get("/v1/transforms/fence/logs").json["lines"].as_array().cloned().unwrap_or_default();
+    let retaken = wait_until(TIMEOUT, || {
+        let lines = logs();
+        let fenced = lines.iter().position(|l| l["message"].as_str().is_some_and(|m| m.contains("fenced by a newer")));
+        fenced.is_some_and(|at| {
+            lines[at..].iter().any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("transactional producer")))
+        })
+    });
+    assert!(retaken, "the worker never took its transactional id back: {:?}", logs());
+
+    // The second producer is now the zombie: neither a position nor a commit gets through.
+    let offsets = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(name(id)))
+        .with_group_id(kafka_protocol::messages::GroupId(name("__runnel_transform_fence")))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(name("fin")))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default().with_committed_offset(999_999)])]);
+    let code = conn.call(5, &offsets).topics[0].partitions[0].error_code;
+    assert!([47, 90].contains(&code), "the zombie's TxnOffsetCommit: error {code}, not fenced");
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(name(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    let code = conn.call(5, &end).error_code;
+    assert!([47, 90].contains(&code), "the zombie's EndTxn: error {code}, not fenced");
+
+    produce(&node, "fin", &batch(1000, 1100));
+    let done = wait_until(TIMEOUT, || committed_offset(&node, "__runnel_transform_fence", "fin") == 1100);
+    assert!(done, "position 1100 never committed: {}", transform(&api, "fence"));
+    let outputs = read_to_end(&node, "fout", 1);
+    let distinct: BTreeSet<Vec<u8>> = outputs.iter().cloned().collect();
+    let expected: BTreeSet<Vec<u8>> = batch(0, 1100).into_iter().map(|r| r.1.into_bytes()).collect();
+    assert_eq!(distinct, expected, "outputs lost or foreign");
+    assert_eq!(outputs.len(), distinct.len(), "{} duplicates", outputs.len() - distinct.len());
+    let metrics = api.get("/metrics").text;
+    assert!(
+        metrics.contains("runnel_transform_transactions_total{outcome=\"aborted\",transform=\"fence\"}"),
+        "no abort counted"
+    );
+}
