@@ -5,8 +5,9 @@
 //! partition led here) running the image's version, and stops workers of paused, deleted or
 //! replaced deployments. A worker (`worker.rs`) reads committed input from its position, calls
 //! the guest once per batch, appends the outputs, and checkpoints the position in the
-//! transform's own group `__runnel_transform_<name>` (at-least-once: outputs are appended
-//! before the position moves; the transactional step wraps these two).
+//! transform's own group `__runnel_transform_<name>`. Exactly-once (the default delivery) the
+//! worker is a transactional producer (`txn.rs`) and outputs, dead letters and the position
+//! commit in one transaction; at-least-once outputs are appended before the position moves.
 //!
 //! Invariants: guests run only through `runnel_runtime` (no wasmtime type here); a failing
 //! guest affects only its own transform partition (state, logs, metrics, error policy); no
