@@ -260,20 +260,7 @@ fn http_consumer_instance_consumes_and_commits_through_other_nodes() {
     assert_eq!(api.delete(&base).status, 204);
 }
 
-/// Builds guest crate `package` for wasm32-wasip2 as tests/transforms.rs does.
-fn component(package: &str) -> Vec<u8> {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target_dir = root.join("target/wasm");
-    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2", "-p", package, "--target-dir"])
-        .arg(&target_dir)
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building {package} for wasm32-wasip2 failed");
-    let file = target_dir.join("wasm32-wasip2/wasm").join(format!("{}.wasm", package.replace('-', "_")));
-    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
-}
+use support::guest_component as component;
 
 #[test]
 fn a_transform_writes_outputs_to_partitions_led_by_other_nodes() {

@@ -259,7 +259,7 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
     let base = node.http_url();
     create_topic(&node, "clicks", 2);
     create_topic(&node, "clicks-copy", 2);
-    let module = identity_component();
+    let module = support::guest_component("runnel-example-identity");
 
     let browser = Browser::start();
     let api = |path: &str| browser.http_json(Method::GET, &format!("{base}{path}"), None);
@@ -493,30 +493,12 @@ fn dashboard_on_a_cluster_shows_nodes_fenced_and_partitions_under_replicated_aft
     println!("screenshots: {} {}", overview_png.display(), topic_png.display());
 }
 
-static GUEST_BUILD: Mutex<()> = Mutex::new(());
-
 /// One test of this file at a time: each runs a browser and one or three debug nodes, too much
 /// at once for a small machine (a failed test poisons nothing: the guard is taken back).
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// runnel-example-identity built for wasm32-wasip2 (profile `wasm`), in its own target dir so
-/// it does not wait on the lock of the build running this test.
-fn identity_component() -> Vec<u8> {
-    let _serial = GUEST_BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2"])
-        .args(["-p", "runnel-example-identity", "--target-dir", "target/wasm"])
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building runnel-example-identity failed (rustup target add wasm32-wasip2?)");
-    let file = root.join("target/wasm/wasm32-wasip2/wasm/runnel_example_identity.wasm");
-    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
 /// Whether the test can run; SKIP (or, with RUNNEL_REQUIRE_BROWSER=1, fail) when it cannot.

@@ -5,9 +5,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -20,23 +17,7 @@ use support::{client_config, wait_until, HttpApi, Runnel};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-static BUILD: Mutex<()> = Mutex::new(());
-
-/// Builds guest crate `package` for wasm32-wasip2 (profile `wasm`) and returns the component.
-fn component(package: &str) -> Vec<u8> {
-    let _serial = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target_dir = root.join("target/wasm");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2", "-p", package, "--target-dir"])
-        .arg(&target_dir)
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building {package} for wasm32-wasip2 failed (rustup target add wasm32-wasip2?)");
-    let file = target_dir.join("wasm32-wasip2/wasm").join(format!("{}.wasm", package.replace('-', "_")));
-    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
-}
+use support::guest_component as component;
 
 fn deploy(api: &HttpApi, name: &str, module: &[u8], config: Value) -> support::HttpAnswer {
     let mut body = config;

@@ -451,3 +451,23 @@ impl HttpApi {
         self.get("/v1/cluster").json["cluster_id"].as_str().expect("cluster id").to_string()
     }
 }
+
+/// Builds guest crate `package` (an SDK example or a `tests/guests` crate) for wasm32-wasip2
+/// with profile `wasm` into `target/wasm` and returns the component's bytes. One build at a
+/// time per test binary (cargo would serialise them on its lock anyway).
+#[allow(dead_code)]
+pub fn guest_component(package: &str) -> Vec<u8> {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target_dir = root.join("target/wasm");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["build", "--quiet", "--profile", "wasm", "--target", "wasm32-wasip2", "-p", package, "--target-dir"])
+        .arg(&target_dir)
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building {package} for wasm32-wasip2 failed (rustup target add wasm32-wasip2?)");
+    let file = target_dir.join("wasm32-wasip2/wasm").join(format!("{}.wasm", package.replace('-', "_")));
+    std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
