@@ -7,7 +7,8 @@
 //! acknowledged order once, in the topic its size routes it to, keyed by its id): lost,
 //! duplicated, misrouted and foreign outputs are counted and must all be 0.
 //!
-//! `RUNNEL_FAULT_SEED` replays a run; `RUNNEL_FAULT_ROUNDS` soaks (the suite runs 3 rounds):
+//! A second run does the same with a guest that traps every 37 records under the retry policy.
+//! `RUNNEL_FAULT_SEED` replays a run; `RUNNEL_FAULT_ROUNDS` soaks (the suite runs 3 and 2 rounds):
 //! `RUNNEL_FAULT_ROUNDS=50 cargo test -p runnel-broker --test cluster_transforms -- --nocapture`.
 
 mod support;
@@ -129,15 +130,19 @@ fn progress(bootstrap: &str, group: &str) -> Vec<(i64, i64)> {
 /// Every output record, read_committed from the beginning to each partition's end:
 /// (topic, key, value). One topic at a time (librdkafka's end-of-partition event names only the
 /// partition).
-fn read_outputs(bootstrap: &str) -> Vec<(String, Option<Vec<u8>>, Vec<u8>)> {
+fn read_outputs(bootstrap: &str, outputs: &[&str]) -> Result<Vec<(String, Option<Vec<u8>>, Vec<u8>)>, String> {
     let mut records = Vec::new();
-    for topic in OUTPUTS {
-        let consumer: BaseConsumer = support::workload::config(bootstrap, &[("group.id", "crash-reader")])
+    for &topic in outputs {
+        let mut config = support::workload::config(bootstrap, &[("group.id", "crash-reader")]);
+        config
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("consumer");
+            .set("enable.auto.commit", "false");
+        if let Ok(debug) = std::env::var("RUNNEL_RDKAFKA_DEBUG") {
+            config.set("debug", &debug).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+        }
+        let consumer: BaseConsumer<support::workload::LoggedContext> =
+            config.create_with_context(support::workload::LoggedContext).expect("consumer");
         let mut list = TopicPartitionList::new();
         for p in 0..PARTITIONS {
             list.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
@@ -158,9 +163,76 @@ fn read_outputs(bootstrap: &str) -> Vec<(String, Option<Vec<u8>>, Vec<u8>)> {
             }
             at_end.len() == PARTITIONS as usize
         });
-        assert!(read, "{topic} was never read to its end ({} records read)", records.len());
+        if !read {
+            let positions = consumer
+                .position()
+                .map(|l| format!("{:?}", l.elements().iter().map(|e| (e.partition(), e.offset())).collect::<Vec<_>>()));
+            return Err(format!(
+                "{topic} was never read to its end ({} records read; at the end: {at_end:?}; positions {positions:?})",
+                records.len()
+            ));
+        }
     }
-    records
+    Ok(records)
+}
+
+/// Diagnosis of a stalled read: Fetch v12 read_committed of `topic`-`partition` from its
+/// leader, from offset 0 on, request after request: where each answer starts and ends, how many
+/// aborted transactions it lists, and where an answer stops making progress.
+fn fetch_from_start(cluster: &Cluster, topic: &str, partition: i32) -> String {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let leader = support::workload::partition_states(&cluster.bootstrap(), topic)
+        .and_then(|states| states.into_iter().find(|s| s.partition == partition).and_then(|s| s.leader));
+    let Some(leader) = leader else { return format!("{topic}-{partition}: no leader") };
+    let mut conn = support::RawConn::open(cluster.node(leader), "crash-diagnosis");
+    let (mut offset, mut steps) = (0i64, Vec::new());
+    for _ in 0..10_000 {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(1)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_current_leader_epoch(-1)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let response = conn.call(12, &request);
+        let Some(p) = response.responses.first().and_then(|t| t.partitions.first()) else {
+            return format!("{topic}-{partition}: empty answer at {offset}");
+        };
+        let records = p.records.clone().unwrap_or_default();
+        let mut next = offset;
+        let mut batches = 0;
+        let mut at = 0usize;
+        while at + 61 <= records.len() {
+            let Ok(header) = runnel::log::batch::BatchHeader::read(&records[at..]) else { break };
+            next = next.max(header.base_offset + header.last_offset_delta as i64 + 1);
+            at += header.batch_length as usize + 12;
+            batches += 1;
+        }
+        let aborted = p.aborted_transactions.as_ref().map_or(0, Vec::len);
+        if next == offset {
+            steps.push(format!(
+                "at {offset}: error {}, hw {}, lso {}, {} bytes, {batches} batches, {aborted} aborted: no progress",
+                p.error_code,
+                p.high_watermark,
+                p.last_stable_offset,
+                records.len()
+            ));
+            break;
+        }
+        if aborted > 0 || steps.len() < 3 {
+            steps.push(format!("{offset}..{next}: {batches} batches, {aborted} aborted"));
+        }
+        offset = next;
+    }
+    format!("{topic}-{partition} from leader {leader}: {}", steps.join("; "))
 }
 
 #[derive(Default, Debug)]
@@ -180,7 +252,12 @@ impl Verdict {
     }
 }
 
-fn judge(acked: &BTreeSet<u64>, sent: u64, outputs: &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Verdict {
+fn judge(
+    acked: &BTreeSet<u64>,
+    sent: u64,
+    outputs: &[(String, Option<Vec<u8>>, Vec<u8>)],
+    route: impl Fn(u64) -> &'static str,
+) -> Verdict {
     let mut verdict = Verdict::default();
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
     for (topic, key, value) in outputs {
@@ -202,26 +279,33 @@ fn judge(acked: &BTreeSet<u64>, sent: u64, outputs: &[(String, Option<Vec<u8>>, 
     verdict
 }
 
-#[test]
-fn an_exactly_once_router_through_kills_and_pauses_writes_each_order_once() {
+/// One crash run: `guest` deployed exactly-once as transform `name` from `orders` to
+/// `outputs` with `parameters`, orders flowing while `rounds` seeded faults hit the cluster,
+/// then the outputs judged against `route`.
+fn crash_run(
+    name: &str,
+    guest: &str,
+    parameters: Value,
+    outputs: &[&'static str],
+    route: fn(u64) -> &'static str,
+    rounds: usize,
+) {
     let mut rng = FaultRng::from_env();
-    let rounds = fault_rounds(3);
     let mut cluster = Cluster::start(3, &["--leader-imbalance-check-interval-seconds", "1"]);
     let bootstrap = cluster.bootstrap();
     support::workload::create_topic(&bootstrap, INPUT, PARTITIONS, 3, &[]).expect("create the input");
-    for topic in OUTPUTS {
+    for topic in outputs {
         support::workload::create_topic(&bootstrap, topic, PARTITIONS, 3, &[]).expect("create an output");
     }
     let mut config = json!({
         "input_topic": INPUT,
-        "output_topics": OUTPUTS,
+        "output_topics": outputs,
         "start": "earliest",
-        "parameters": {"route_field": "size", "route.big": OUTPUTS[0], "route.small": OUTPUTS[1], "key_field": "id"},
+        "parameters": parameters,
         "batch_records_max": 20,
     });
-    config["module_base64"] =
-        json!(base64::engine::general_purpose::STANDARD.encode(support::guest_component("runnel-example-router")));
-    let deployed = HttpApi::new(cluster.node(1)).send_json("PUT", "/v1/transforms/crash", None, &config);
+    config["module_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(support::guest_component(guest)));
+    let deployed = HttpApi::new(cluster.node(1)).send_json("PUT", &format!("/v1/transforms/{name}"), None, &config);
     assert_eq!(deployed.status, 201, "{}", deployed.text);
 
     let orders = Orders::start(&bootstrap);
@@ -262,21 +346,34 @@ fn an_exactly_once_router_through_kills_and_pauses_writes_each_order_once() {
     }
 
     let (sent, acked) = orders.stop();
-    let group = "__runnel_transform_crash";
+    let group = format!("__runnel_transform_{name}");
     let mut last = Vec::new();
     let caught_up = wait_until(DEADLINE, || {
-        last = progress(&bootstrap, group);
+        last = progress(&bootstrap, &group);
         last.iter().all(|(position, high)| *high >= 0 && position == high)
     });
-    let logs = HttpApi::new(cluster.node(1)).get("/v1/transforms/crash").text;
-    assert!(caught_up, "the transform never committed the input's end: {last:?} (seed {}); {logs}", rng.seed());
-    let outputs = read_outputs(&bootstrap);
-    let verdict = judge(&acked, sent, &outputs);
+    let detail = HttpApi::new(cluster.node(1)).get(&format!("/v1/transforms/{name}")).text;
+    assert!(caught_up, "the transform never committed the input's end: {last:?} (seed {}); {detail}", rng.seed());
+    let read = read_outputs(&bootstrap, outputs).unwrap_or_else(|e| {
+        let api = HttpApi::new(cluster.node(1));
+        let topics: Vec<String> = outputs.iter().map(|t| api.get(&format!("/v1/topics/{t}")).text).collect();
+        let transactions = api.get("/v1/transactions").text;
+        let fetched: Vec<String> = outputs
+            .iter()
+            .flat_map(|t| (0..PARTITIONS).map(move |p| (*t, p)))
+            .map(|(t, p)| fetch_from_start(&cluster, t, p))
+            .collect();
+        panic!(
+            "{e} (seed {}); outputs: {topics:?}; transactions: {transactions}; read_committed fetches: {fetched:#?}",
+            rng.seed()
+        )
+    });
+    let verdict = judge(&acked, sent, &read, route);
     eprintln!(
-        "{rounds} rounds: {sent} orders sent, {} acknowledged, {} outputs read; lost {}, duplicated {}, misrouted {}, \
-         foreign {}, unacknowledged {} (seed {})",
+        "{name}, {rounds} rounds: {sent} orders sent, {} acknowledged, {} outputs read; lost {}, duplicated {}, \
+         misrouted {}, foreign {}, unacknowledged {} (seed {})",
         acked.len(),
-        outputs.len(),
+        read.len(),
         verdict.lost.len(),
         verdict.duplicated.len(),
         verdict.misrouted.len(),
@@ -284,5 +381,27 @@ fn an_exactly_once_router_through_kills_and_pauses_writes_each_order_once() {
         verdict.unacknowledged,
         rng.seed()
     );
-    assert!(verdict.clean(), "{verdict:?} (seed {})", rng.seed());
+    assert!(verdict.clean(), "{name}: {verdict:?} (seed {})", rng.seed());
+}
+
+#[test]
+fn an_exactly_once_router_through_kills_and_pauses_writes_each_order_once() {
+    let parameters =
+        json!({"route_field": "size", "route.big": OUTPUTS[0], "route.small": OUTPUTS[1], "key_field": "id"});
+    crash_run("crash", "runnel-example-router", parameters, &OUTPUTS, route, fault_rounds(3));
+}
+
+#[test]
+fn an_exactly_once_transform_whose_guest_traps_every_37_records_writes_each_order_once() {
+    // The guest forwards records and traps at every 37th an instance processes (batches of up
+    // to 20): under the retry policy each trap fails a batch whose predecessors may be in the
+    // open transaction, and the batch is retried on a fresh instance; node faults on top.
+    crash_run(
+        "trapping",
+        "runnel-guest-trap",
+        json!({"every": "37"}),
+        &["orders-copy"],
+        |_| "orders-copy",
+        fault_rounds(2),
+    );
 }

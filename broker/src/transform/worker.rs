@@ -82,8 +82,8 @@ enum Checkpointed {
     /// Not acknowledged; the position stays and the next checkpoint tries again.
     Later,
     /// The transaction was aborted: its outputs are gone and processing goes back to the last
-    /// committed position.
-    RolledBack,
+    /// committed position (the one read again after a re-initialisation, when there was one).
+    RolledBack(Option<i64>),
 }
 
 pub(super) struct Worker {
@@ -302,8 +302,7 @@ impl Worker {
             Err(e) => {
                 let fenced = e.fenced();
                 fail(self, &BatchFailure::Txn(e));
-                self.abandon(delivery, input, fenced).await;
-                Checkpointed::RolledBack
+                Checkpointed::RolledBack(self.abandon(delivery, input, fenced).await)
             }
         }
     }
@@ -312,13 +311,16 @@ impl Worker {
     /// transaction: aborts it. When the abort cannot be had (fenced, or the coordinator does
     /// not answer) a new InitProducerId aborts it instead: at once when the coordinator failed,
     /// and when fenced only while the input is still led here (a worker left on a deposed
-    /// leader waits to be stopped rather than fence the new leader's).
-    async fn abandon(&mut self, delivery: &mut Delivery, input: &Partition, fenced: bool) {
-        let Delivery::ExactlyOnce(producer) = delivery else { return };
+    /// leader waits to be stopped rather than fence the new leader's). After a new
+    /// InitProducerId the committed position is read again and returned: the worker that had
+    /// fenced this one may have committed past it, and going on from this worker's own last
+    /// commit would write that worker's outputs a second time.
+    async fn abandon(&mut self, delivery: &mut Delivery, input: &Partition, fenced: bool) -> Option<i64> {
+        let Delivery::ExactlyOnce(producer) = delivery else { return None };
         self.host.metrics.transform_transactions.with_label_values(&[self.name(), "aborted"]).inc();
         if !fenced {
             match producer.abort(&self.host, Instant::now() + TXN_CALL_RETRY).await {
-                Ok(()) => return,
+                Ok(()) => return None,
                 Err(e) if e.fenced() => {}
                 Err(e) => {
                     self.logs.push(
@@ -326,8 +328,7 @@ impl Worker {
                         Some(self.partition),
                         format!("aborting the transaction: {e}; re-initialising"),
                     );
-                    self.init_producer(producer).await;
-                    return;
+                    return self.reinit(producer, input).await;
                 }
             }
         }
@@ -336,17 +337,27 @@ impl Worker {
         let mut progress = input.subscribe_progress();
         loop {
             if !self.pause(BACKOFF_MIN).await {
-                return;
+                return None;
             }
             if input.is_leader() {
-                self.init_producer(producer).await;
-                return;
+                return self.reinit(producer, input).await;
             }
             tokio::select! {
                 _ = progress.changed() => {}
-                _ = self.stop.wait_for(|s| *s) => return,
+                _ = self.stop.wait_for(|s| *s) => return None,
             }
         }
+    }
+
+    /// A new InitProducerId (fencing every other worker of the partition and aborting its open
+    /// transaction), then the committed position as it stands after it; `None` if stopped.
+    async fn reinit(&mut self, producer: &mut TxnProducer, input: &Partition) -> Option<i64> {
+        if !self.init_producer(producer).await {
+            return None;
+        }
+        let position = self.start_position(input).await?;
+        self.logs.push("info", Some(self.partition), format!("continuing at the committed position {position}"));
+        Some(position)
     }
 
     /// Commits `position` on the group's coordinator; whether it was acknowledged (a failure is
@@ -571,7 +582,9 @@ pub(super) async fn run(mut w: Worker) {
                 instance = Some(current);
                 let fenced = e.fenced();
                 fail(&w, &BatchFailure::Txn(e));
-                w.abandon(&mut delivery, &input, fenced).await;
+                if let Some(reread) = w.abandon(&mut delivery, &input, fenced).await {
+                    committed = reread;
+                }
                 position = committed;
                 w.update(|s| s.position = position);
                 if !w.pause(backoff).await {
@@ -629,7 +642,9 @@ pub(super) async fn run(mut w: Worker) {
                                 );
                                 if let BatchFailure::Txn(e) = &e {
                                     // Some dead letters may be in the transaction: it is aborted.
-                                    w.abandon(&mut delivery, &input, e.fenced()).await;
+                                    if let Some(reread) = w.abandon(&mut delivery, &input, e.fenced()).await {
+                                        committed = reread;
+                                    }
                                     position = committed;
                                     w.update(|s| s.position = position);
                                 }
@@ -685,7 +700,10 @@ fn settle(outcome: Checkpointed, position: &mut i64, committed: &mut i64) -> boo
             false
         }
         Checkpointed::Later => false,
-        Checkpointed::RolledBack => {
+        Checkpointed::RolledBack(reread) => {
+            if let Some(reread) = reread {
+                *committed = reread;
+            }
             *position = *committed;
             true
         }
