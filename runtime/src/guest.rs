@@ -40,6 +40,10 @@ impl Guest {
         })
     }
 
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
     pub(crate) fn memory_bytes(&self) -> usize {
         self.store.data().limiter.used
     }

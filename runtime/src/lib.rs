@@ -1,4 +1,4 @@
-//! `runnel-runtime`: the WebAssembly host for Runnel transforms and assignors.
+//! `runnel-runtime`: the WebAssembly host for Runnel transforms, assignors and validators.
 //!
 //! Owns everything wasmtime: engine configuration, validation and precompilation of uploaded
 //! components, the host side of the WIT contract (`sdk/wit/runnel.wit`), per-call deadlines
@@ -24,6 +24,7 @@ mod guest;
 mod host;
 mod runtime;
 mod transform;
+mod validator;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,9 @@ pub use batch::{Headers, InputBatch, InputRecord, OutputBatch, OutputRecord, Spa
 pub use error::{GuestError, RuntimeError};
 pub use runtime::{ModuleInfo, ModuleKind, Runtime, RuntimeConfig};
 pub use transform::{InstanceSetup, TransformInstance, TransformModule};
+pub use validator::{
+    RecordError, Rejection, ValidatorInstance, ValidatorModule, ValidatorSetup, MESSAGE_BYTES_MAX, RECORD_ERRORS_MAX,
+};
 
 /// Receives guest log lines: the `log` import, and stdout (Info) / stderr (Warn) line by line.
 /// Called on the thread running the guest; it must not block for long.

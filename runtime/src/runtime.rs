@@ -1,4 +1,4 @@
-//! The [`Runtime`]: one wasmtime engine per process, its epoch ticker, the linkers of both
+//! The [`Runtime`]: one wasmtime engine per process, its epoch ticker, the linkers of the three
 //! worlds, and loading of uploaded modules (validation, compilation, the precompiled cache).
 //!
 //! Invariants:
@@ -7,7 +7,7 @@
 //!   temporary file and renamed, so a reader sees a whole artifact or none. A file that fails to
 //!   load (corrupt, or from another wasmtime) is recompiled and replaced, never an error.
 //! - Only this module decides what a valid upload is: a component (not a core module) whose
-//!   exports name exactly one of the two worlds and whose imports are only `logging` and WASI.
+//!   exports name exactly one of the three worlds and whose imports are only `logging` and WASI.
 //! - The ticker advances the engine's epoch every [`EPOCH_TICK`]; it holds only a weak
 //!   reference, so it stops once the runtime and every module built from it are dropped.
 
@@ -28,16 +28,25 @@ use crate::assignor::AssignorModule;
 use crate::bindings;
 use crate::host::{HostState, EPOCH_TICK};
 use crate::transform::TransformModule;
+use crate::validator::ValidatorModule;
 use crate::RuntimeError;
 
 pub(crate) const TRANSFORMER_EXPORT: &str = "runnel:transform/transformer@0.1.0";
 pub(crate) const ASSIGNOR_EXPORT: &str = "runnel:transform/partition-assignor@0.1.0";
+pub(crate) const VALIDATION_EXPORT: &str = "runnel:transform/validation@0.1.0";
 /// Runnel interfaces a guest may import: `logging`, and the record-only interfaces its exports
 /// `use` (a component imports those too, as type-only instances).
 const RUNNEL_IMPORTS: &[&str] =
     &["runnel:transform/logging@0.1.0", "runnel:transform/types@0.1.0", "runnel:transform/assignment@0.1.0"];
 const TRANSFORMER_FUNCS: &[&str] = &["init", "process"];
 const ASSIGNOR_FUNCS: &[&str] = &["name", "assign"];
+const VALIDATION_FUNCS: &[&str] = &["init", "validate"];
+/// What each world exports and the functions its export must have.
+const WORLDS: &[(ModuleKind, &str, &[&str])] = &[
+    (ModuleKind::Transform, TRANSFORMER_EXPORT, TRANSFORMER_FUNCS),
+    (ModuleKind::Assignor, ASSIGNOR_EXPORT, ASSIGNOR_FUNCS),
+    (ModuleKind::Validator, VALIDATION_EXPORT, VALIDATION_FUNCS),
+];
 
 /// Where precompiled artifacts go and how big an upload may be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +76,26 @@ pub struct ModuleInfo {
 pub enum ModuleKind {
     Transform,
     Assignor,
+    Validator,
+}
+
+impl ModuleKind {
+    /// "a transform", "an assignor", "a validator".
+    fn with_article(self) -> &'static str {
+        match self {
+            ModuleKind::Transform => "a transform",
+            ModuleKind::Assignor => "an assignor",
+            ModuleKind::Validator => "a validator",
+        }
+    }
+
+    fn export(self) -> &'static str {
+        match self {
+            ModuleKind::Transform => TRANSFORMER_EXPORT,
+            ModuleKind::Assignor => ASSIGNOR_EXPORT,
+            ModuleKind::Validator => VALIDATION_EXPORT,
+        }
+    }
 }
 
 impl fmt::Display for ModuleKind {
@@ -74,6 +103,7 @@ impl fmt::Display for ModuleKind {
         f.write_str(match self {
             ModuleKind::Transform => "transform",
             ModuleKind::Assignor => "assignor",
+            ModuleKind::Validator => "validator",
         })
     }
 }
@@ -88,6 +118,7 @@ pub(crate) struct RuntimeInner {
     pub(crate) engine: Engine,
     pub(crate) transform_linker: Linker<HostState>,
     pub(crate) assignor_linker: Linker<HostState>,
+    pub(crate) validator_linker: Linker<HostState>,
     cache_dir: PathBuf,
     max_module_bytes: usize,
     /// Hex digest of `Engine::precompile_compatibility_hash`: part of every cache file name.
@@ -128,13 +159,16 @@ impl Runtime {
 
         let mut transform_linker = Linker::new(&engine);
         let mut assignor_linker = Linker::new(&engine);
-        for linker in [&mut transform_linker, &mut assignor_linker] {
+        let mut validator_linker = Linker::new(&engine);
+        for linker in [&mut transform_linker, &mut assignor_linker, &mut validator_linker] {
             wasmtime_wasi::p2::add_to_linker_sync(linker).map_err(link_error)?;
             crate::host::shadow_sleeps(linker).map_err(link_error)?;
         }
         bindings::transform::Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut transform_linker, |s| s)
             .map_err(link_error)?;
         bindings::assignor::Assignor::add_to_linker::<HostState, HasSelf<HostState>>(&mut assignor_linker, |s| s)
+            .map_err(link_error)?;
+        bindings::validator::Validator::add_to_linker::<HostState, HasSelf<HostState>>(&mut validator_linker, |s| s)
             .map_err(link_error)?;
 
         let compatibility = {
@@ -160,6 +194,7 @@ impl Runtime {
                 engine,
                 transform_linker,
                 assignor_linker,
+                validator_linker,
                 cache_dir: config.cache_dir,
                 max_module_bytes: config.max_module_bytes,
                 compatibility,
@@ -167,7 +202,7 @@ impl Runtime {
         })
     }
 
-    /// Validates an upload: size, a component, one of the two worlds. Compiles it (or loads it
+    /// Validates an upload: size, a component, one of the three worlds. Compiles it (or loads it
     /// from the cache), so a later [`Runtime::transform`] or [`Runtime::assignor`] of the same
     /// bytes is a cache hit. Compiling takes up to seconds: call it off the async executor.
     pub fn inspect(&self, bytes: &[u8]) -> Result<ModuleInfo, RuntimeError> {
@@ -187,6 +222,13 @@ impl Runtime {
         let loaded = self.load(bytes)?;
         expect_kind(&loaded, ModuleKind::Assignor)?;
         AssignorModule::new(self.inner.clone(), loaded)
+    }
+
+    /// Loads a validator, compiling it only when the cache has no artifact for it.
+    pub fn validator(&self, bytes: &[u8]) -> Result<ValidatorModule, RuntimeError> {
+        let loaded = self.load(bytes)?;
+        expect_kind(&loaded, ModuleKind::Validator)?;
+        ValidatorModule::new(self.inner.clone(), loaded)
     }
 
     pub(crate) fn load(&self, bytes: &[u8]) -> Result<Loaded, RuntimeError> {
@@ -236,18 +278,12 @@ fn expect_kind(loaded: &Loaded, wanted: ModuleKind) -> Result<(), RuntimeError> 
     if loaded.kind == wanted {
         return Ok(());
     }
-    let (export, missing) = match wanted {
-        ModuleKind::Transform => (ASSIGNOR_EXPORT, TRANSFORMER_EXPORT),
-        ModuleKind::Assignor => (TRANSFORMER_EXPORT, ASSIGNOR_EXPORT),
-    };
-    let article = |kind: ModuleKind| match kind {
-        ModuleKind::Transform => "a transform",
-        ModuleKind::Assignor => "an assignor",
-    };
     Err(RuntimeError::WrongWorld(format!(
-        "this component is {} (it exports `{export}`), not {}: it does not export `{missing}`",
-        article(loaded.kind),
-        article(wanted)
+        "this component is {} (it exports `{}`), not {}: it does not export `{}`",
+        loaded.kind.with_article(),
+        loaded.kind.export(),
+        wanted.with_article(),
+        wanted.export()
     )))
 }
 
@@ -272,7 +308,7 @@ fn check_component_header(bytes: &[u8]) -> Result<(), RuntimeError> {
     }
 }
 
-/// Which world a component implements, from its type: exactly one of the two exports, each
+/// Which world a component implements, from its type: exactly one of the three exports, each
 /// with its functions, and no imports besides `logging` and WASI (the linker then type-checks).
 fn classify_world(engine: &Engine, component: &Component) -> Result<ModuleKind, RuntimeError> {
     let ty = component.component_type();
@@ -285,29 +321,28 @@ fn classify_world(engine: &Engine, component: &Component) -> Result<ModuleKind, 
             )));
         }
     }
-    let export = |name: &str| ty.get_export(engine, name).map(|e| e.ty);
-    let kind = match (export(TRANSFORMER_EXPORT), export(ASSIGNOR_EXPORT)) {
-        (Some(_), Some(_)) => {
-            return Err(RuntimeError::WrongWorld(format!(
-                "the component exports both `{TRANSFORMER_EXPORT}` and `{ASSIGNOR_EXPORT}`; upload them separately"
-            )))
-        }
-        (Some(item), None) => {
-            check_functions(engine, TRANSFORMER_EXPORT, &item, TRANSFORMER_FUNCS).map(|()| ModuleKind::Transform)?
-        }
-        (None, Some(item)) => {
-            check_functions(engine, ASSIGNOR_EXPORT, &item, ASSIGNOR_FUNCS).map(|()| ModuleKind::Assignor)?
-        }
-        (None, None) => {
+    let found: Vec<(ModuleKind, &str, &[&str], ComponentItem)> = WORLDS
+        .iter()
+        .filter_map(|&(kind, export, funcs)| ty.get_export(engine, export).map(|e| (kind, export, funcs, e.ty)))
+        .collect();
+    match found.as_slice() {
+        [(kind, export, funcs, item)] => check_functions(engine, export, item, funcs).map(|()| *kind),
+        [] => {
             let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
             let found = if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") };
-            return Err(RuntimeError::WrongWorld(format!(
-                "missing export: a transform exports `{TRANSFORMER_EXPORT}`, an assignor `{ASSIGNOR_EXPORT}`; \
-                 this component exports {found}"
-            )));
+            Err(RuntimeError::WrongWorld(format!(
+                "missing export: a transform exports `{TRANSFORMER_EXPORT}`, an assignor `{ASSIGNOR_EXPORT}`, \
+                 a validator `{VALIDATION_EXPORT}`; this component exports {found}"
+            )))
         }
-    };
-    Ok(kind)
+        several => {
+            let names: Vec<String> = several.iter().map(|(_, export, ..)| format!("`{export}`")).collect();
+            Err(RuntimeError::WrongWorld(format!(
+                "the component exports {}; a module is one kind: upload them separately",
+                names.join(" and ")
+            )))
+        }
+    }
 }
 
 fn check_functions(engine: &Engine, export: &str, item: &ComponentItem, funcs: &[&str]) -> Result<(), RuntimeError> {

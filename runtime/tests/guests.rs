@@ -1,5 +1,6 @@
 //! Runs real guest components (examples/ and tests/guests/, built for wasm32-wasip2 with the
-//! `wasm` profile) through the runtime: the data round trip, every containment path (deadline,
+//! `wasm` profile) through the runtime: the data round trip, validators' verdicts, every
+//! containment path (deadline,
 //! memory cap, trap, panic, invalid and oversized output, failed init, poisoning), the
 //! precompiled cache and log capture.
 //!
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use runnel_runtime::{
     GuestError, InputBatch, InstanceSetup, Level, Limits, LogSink, Member, ModuleKind, OutputBatch, Runtime,
-    RuntimeConfig, RuntimeError, TopicMetadata, TopicPartitions, TransformInstance, TransformModule,
+    RuntimeConfig, RuntimeError, TopicMetadata, TopicPartitions, TransformInstance, TransformModule, ValidatorModule,
+    ValidatorSetup,
 };
 
 /// (crate name, directory relative to the workspace root)
@@ -31,6 +33,8 @@ const GUESTS: &[(&str, &str)] = &[
     ("runnel-guest-badtopic", "tests/guests/badtopic"),
     ("runnel-guest-oversized", "tests/guests/oversized"),
     ("runnel-guest-failinit", "tests/guests/failinit"),
+    ("runnel-example-schema", "examples/schema"),
+    ("runnel-guest-badvalidator", "tests/guests/badvalidator"),
 ];
 
 fn workspace_root() -> PathBuf {
@@ -429,4 +433,81 @@ fn guest_log_calls_reach_the_log_sink() {
         lines.iter().any(|(level, line)| *level == Level::Warn && line.contains("not JSON") && line.contains("41")),
         "log lines: {lines:?}"
     );
+}
+
+fn validator_setup(parameters: &[(&str, &str)], limits: Limits, log: LogSink) -> ValidatorSetup {
+    ValidatorSetup { parameters: parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), limits, log }
+}
+
+fn values_batch(values: &[&str]) -> InputBatch {
+    let mut batch = InputBatch::new(2);
+    for (i, value) in values.iter().enumerate() {
+        batch.push(i as i64, 1_000, None, Some(value.as_bytes()), &[]);
+    }
+    batch
+}
+
+/// The schema example accepts a batch of well-formed orders and refuses one with bad records,
+/// naming each by index with the guest's reason; one instance serves batch after batch.
+#[test]
+fn schema_validator_accepts_and_rejects_batches() {
+    let Some(bytes) = guest("runnel-example-schema") else { return };
+    let fixture = fixture();
+    assert_eq!(fixture.runtime.inspect(&bytes).unwrap().kind, ModuleKind::Validator);
+    let module: ValidatorModule = fixture.runtime.validator(&bytes).unwrap();
+    let setup = validator_setup(&[("required", "id,amount"), ("types", "amount:number")], Limits::default(), discard());
+    let mut instance = module.instantiate(setup).unwrap();
+    let good = values_batch(&[r#"{"id":"a","amount":1}"#, r#"{"id":"b","amount":2.5}"#]);
+    assert_eq!(instance.validate(&good), Ok(Ok(())));
+    let bad = values_batch(&[r#"{"id":"a","amount":1}"#, r#"{"id":"b"}"#, r#"{"id":"c","amount":"x"}"#]);
+    let rejection = instance.validate(&bad).unwrap().unwrap_err();
+    let named: Vec<(u32, &str)> = rejection.records.iter().map(|e| (e.index, e.message.as_str())).collect();
+    assert_eq!(named, [(1, "missing required field `amount`"), (2, "field `amount` is a string, expected number")]);
+    assert!(rejection.message.starts_with("record 1: missing required field `amount`"), "{}", rejection.message);
+    assert_eq!(instance.validate(&good), Ok(Ok(())), "a rejection leaves the instance usable");
+    // Not a transform, and a transform is not a validator.
+    assert!(matches!(fixture.runtime.transform(&bytes), Err(RuntimeError::WrongWorld(m)) if m.contains("a validator")));
+    let Some(identity) = guest("runnel-example-identity") else { return };
+    assert!(
+        matches!(fixture.runtime.validator(&identity), Err(RuntimeError::WrongWorld(m)) if m.contains("a transform"))
+    );
+}
+
+/// A validator that traps, spins or bombs memory fails with that error and is poisoned; a
+/// failing init is an Init error; the guest's log calls reach the sink.
+#[test]
+fn hostile_validators_are_contained() {
+    let Some(bytes) = guest("runnel-guest-badvalidator") else { return };
+    let fixture = fixture();
+    let module = fixture.runtime.validator(&bytes).unwrap();
+    let limits = Limits { memory_bytes: 16 << 20, call_timeout: Duration::from_millis(200), ..Limits::default() };
+    let (log, lines) = capture();
+    let mut instance = module.instantiate(validator_setup(&[], limits, log)).unwrap();
+    assert_eq!(instance.validate(&values_batch(&["ok"])), Ok(Ok(())));
+    let rejected = instance.validate(&values_batch(&["ok", "reject"])).unwrap().unwrap_err();
+    assert_eq!(rejected.records.len(), 1);
+    assert_eq!(rejected.records[0].index, 1);
+    assert!(lines.lock().unwrap().iter().any(|(level, line)| *level == Level::Warn && line.contains("rejecting")));
+    for (command, expected) in [("trap", "trap"), ("spin", "deadline"), ("membomb", "memory")] {
+        let mut instance = module.instantiate(validator_setup(&[], limits, discard())).unwrap();
+        let started = Instant::now();
+        let error = instance.validate(&values_batch(&["ok", command])).unwrap_err();
+        let matched = match expected {
+            "trap" => matches!(error, GuestError::Trap(_)),
+            "deadline" => matches!(error, GuestError::Deadline { .. }),
+            _ => matches!(error, GuestError::MemoryLimit { .. }),
+        };
+        assert!(matched, "{command}: {error:?}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{command} took {:?}", started.elapsed());
+        assert!(instance.is_poisoned(), "{command}");
+        assert!(instance.validate(&values_batch(&["ok"])).is_err(), "{command}: a poisoned instance is not called");
+    }
+    match module.instantiate(validator_setup(&[("fail_init", "true")], limits, discard())) {
+        Err(GuestError::Init(message)) => assert!(message.contains("init refused"), "{message}"),
+        other => panic!("expected an Init error, got {other:?}"),
+    }
+}
+
+fn discard() -> LogSink {
+    runnel_runtime::discard_logs()
 }

@@ -10,8 +10,10 @@ use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPart
 use crate::bindings::assignor::exports::runnel::transform::partition_assignor as wit_assignor;
 use crate::bindings::assignor::runnel::transform::assignment as wit_assignment;
 use crate::bindings::transform::exports::runnel::transform::transformer as wit_transformer;
+use crate::bindings::validator::exports::runnel::transform::validation as wit_validation;
 use crate::raw::{InputBatch, OutputBatch};
 use crate::transform::{Instance, Transform};
+use crate::validate::{Validator, ValidatorInstance};
 
 thread_local! {
     // The instance `init` built; a component instance is single-threaded and the host calls
@@ -87,5 +89,36 @@ impl<A: Assignor> wit_assignor::Guest for AssignorExport<A> {
                     .collect(),
             })
             .collect())
+    }
+}
+
+/// The type `export_validator!` exports for `V`.
+pub struct ValidatorExport<V>(PhantomData<V>);
+
+impl<V: Validator> wit_validation::Guest for ValidatorExport<V> {
+    fn init(parameters: Vec<(String, String)>) -> Result<(), String> {
+        let instance = ValidatorInstance::<V>::new(parameters).map_err(|e| e.into_message())?;
+        INSTANCE.with(|slot| *slot.borrow_mut() = Some(Box::new(instance)));
+        Ok(())
+    }
+
+    fn validate(batch: InputBatch) -> Result<(), wit_validation::Rejection> {
+        INSTANCE.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let Some(instance) = slot.as_mut().and_then(|i| i.downcast_mut::<ValidatorInstance<V>>()) else {
+                return Err(wit_validation::Rejection {
+                    message: "validate called before a successful init".to_string(),
+                    records: Vec::new(),
+                });
+            };
+            instance.validate(&batch).map_err(|r| wit_validation::Rejection {
+                message: r.message,
+                records: r
+                    .records
+                    .into_iter()
+                    .map(|e| wit_validation::RecordError { index: e.index, message: e.message })
+                    .collect(),
+            })
+        })
     }
 }

@@ -1,5 +1,5 @@
-//! `runnel-sdk`: write Runnel data transforms and consumer group assignors in Rust, compiled to
-//! WebAssembly components (`wasm32-wasip2`).
+//! `runnel-sdk`: write Runnel data transforms, consumer group assignors and produce-path
+//! validators in Rust, compiled to WebAssembly components (`wasm32-wasip2`).
 //!
 //! This crate owns the guest side of the host/guest contract in `sdk/wit/runnel.wit`: it wraps
 //! the wit-bindgen bindings (wasm32 only) in a small API, and implements the same API natively
@@ -61,6 +61,7 @@ mod record;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod transform;
+pub mod validate;
 
 #[cfg(target_arch = "wasm32")]
 mod guest;
@@ -72,6 +73,7 @@ pub use output::{Output, RecordBuilder};
 pub use raw::Headers;
 pub use record::{Batch, Payload, Record};
 pub use transform::Transform;
+pub use validate::{Rejection, Validator};
 
 /// wit-bindgen output, one module per world. `pub_export_macro` keeps each world's exports out
 /// of this crate's component metadata until a user crate invokes the export macro, so a
@@ -98,20 +100,39 @@ pub mod bindings {
             runtime_path: "::runnel_sdk::__private::wit_bindgen::rt",
         });
     }
+
+    /// Shares the transform world's `types` and `logging` bindings, so an input batch is the
+    /// same Rust type for transforms and validators.
+    pub mod validator {
+        wit_bindgen::generate!({
+            path: "wit",
+            world: "validator",
+            pub_export_macro: true,
+            export_macro_name: "export_validator_world",
+            runtime_path: "::runnel_sdk::__private::wit_bindgen::rt",
+            with: {
+                "runnel:transform/types@0.1.0": crate::bindings::transform::runnel::transform::types,
+                "runnel:transform/logging@0.1.0": crate::bindings::transform::runnel::transform::logging,
+            },
+        });
+    }
 }
 
 /// Used by the export macros; not a stable API.
 #[doc(hidden)]
 pub mod __private {
     #[cfg(target_arch = "wasm32")]
-    pub use crate::bindings::{assignor as assignor_bindings, transform as transform_bindings};
+    pub use crate::bindings::{
+        assignor as assignor_bindings, transform as transform_bindings, validator as validator_bindings,
+    };
     #[cfg(target_arch = "wasm32")]
-    pub use crate::guest::{AssignorExport, TransformExport};
+    pub use crate::guest::{AssignorExport, TransformExport, ValidatorExport};
     #[cfg(target_arch = "wasm32")]
     pub use wit_bindgen;
 
     pub fn assert_transform<T: crate::Transform>() {}
     pub fn assert_assignor<A: crate::Assignor>() {}
+    pub fn assert_validator<V: crate::Validator>() {}
 }
 
 /// Makes a [`Transform`] the component's `transformer` export (once per crate).
@@ -153,6 +174,28 @@ macro_rules! export_assignor {
             #[cfg(target_arch = "wasm32")]
             $crate::__private::assignor_bindings::export_assignor_world!(
                 __RunnelAssignorExport with_types_in $crate::__private::assignor_bindings
+            );
+        };
+    };
+}
+
+/// Makes a [`Validator`] the component's `validation` export (once per crate).
+///
+/// On wasm32 this emits the component exports; natively it only checks that the type is a
+/// `Validator`. See [`Validator`] for an example.
+#[macro_export]
+macro_rules! export_validator {
+    ($ty:ty) => {
+        const _: () = {
+            #[allow(dead_code)]
+            fn __runnel_assert_validator() {
+                $crate::__private::assert_validator::<$ty>();
+            }
+            #[cfg(target_arch = "wasm32")]
+            type __RunnelValidatorExport = $crate::__private::ValidatorExport<$ty>;
+            #[cfg(target_arch = "wasm32")]
+            $crate::__private::validator_bindings::export_validator_world!(
+                __RunnelValidatorExport with_types_in $crate::__private::validator_bindings
             );
         };
     };

@@ -1,4 +1,5 @@
-//! Native test support: run a [`Transform`] or [`Assignor`] in plain `cargo test`, no wasm.
+//! Native test support: run a [`Transform`], [`Assignor`] or [`Validator`] in plain
+//! `cargo test`, no wasm.
 //!
 //! [`Harness`] drives the same batch code the guest runs and then checks the output the way the
 //! host does (topic indices, spans, header encoding), so a transform that passes here produces
@@ -8,6 +9,7 @@ use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata};
 use crate::log::Level;
 use crate::raw::{self, Headers, InputBatch, InputRecord, NULL};
 use crate::transform::{Instance, Transform};
+use crate::validate::{Rejection, Validator, ValidatorInstance};
 use crate::{Error, Payload};
 
 /// Runs a transform natively on batches of [`TestRecord`]s.
@@ -67,23 +69,7 @@ impl<T: Transform> Harness<T> {
     /// Runs one batch and returns what it wrote, in order. Records without an explicit offset
     /// get consecutive offsets continuing from the previous batch.
     pub fn process(&mut self, records: &[TestRecord]) -> Result<Vec<Written>, Error> {
-        let mut batch = InputBatch { partition: self.partition, data: Vec::new(), records: Vec::new() };
-        for r in records {
-            let offset = r.offset.unwrap_or(self.next_offset);
-            self.next_offset = offset + 1;
-            let key = raw::append(&mut batch.data, r.key.as_deref());
-            let value = raw::append(&mut batch.data, r.value.as_deref());
-            let headers = if r.headers.is_empty() {
-                NULL
-            } else {
-                let mut encoded = (r.headers.len() as u32).to_le_bytes().to_vec();
-                for (name, value) in &r.headers {
-                    raw::encode_header(&mut encoded, name, value.as_deref());
-                }
-                raw::append(&mut batch.data, Some(&encoded))
-            };
-            batch.records.push(InputRecord { offset, timestamp: r.timestamp, key, value, headers });
-        }
+        let batch = input_batch(self.partition, &mut self.next_offset, records);
         let (data, descriptors) = self.instance.process(&batch)?;
         descriptors.iter().map(|d| self.decode(&data, d)).collect()
     }
@@ -118,6 +104,56 @@ impl<T: Transform> Harness<T> {
             partition: (d.partition >= 0).then_some(d.partition),
             timestamp: (d.timestamp >= 0).then_some(d.timestamp),
         })
+    }
+}
+
+/// The guest batch of `records`; records without an explicit offset continue from
+/// `next_offset`, which moves past the last one.
+fn input_batch(partition: i32, next_offset: &mut i64, records: &[TestRecord]) -> InputBatch {
+    let mut batch = InputBatch { partition, data: Vec::new(), records: Vec::new() };
+    for r in records {
+        let offset = r.offset.unwrap_or(*next_offset);
+        *next_offset = offset + 1;
+        let key = raw::append(&mut batch.data, r.key.as_deref());
+        let value = raw::append(&mut batch.data, r.value.as_deref());
+        let headers = if r.headers.is_empty() {
+            NULL
+        } else {
+            let mut encoded = (r.headers.len() as u32).to_le_bytes().to_vec();
+            for (name, value) in &r.headers {
+                raw::encode_header(&mut encoded, name, value.as_deref());
+            }
+            raw::append(&mut batch.data, Some(&encoded))
+        };
+        batch.records.push(InputRecord { offset, timestamp: r.timestamp, key, value, headers });
+    }
+    batch
+}
+
+/// Runs a validator natively on batches of [`TestRecord`]s, as the broker calls it for a
+/// produced batch (see [`Validator`] for an example).
+pub struct ValidatorHarness<V> {
+    instance: ValidatorInstance<V>,
+    partition: i32,
+}
+
+impl<V: Validator> ValidatorHarness<V> {
+    /// Initializes the validator with these parameters (what `init` gets).
+    pub fn new(parameters: &[(&str, &str)]) -> Result<Self, Error> {
+        let params = parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(ValidatorHarness { instance: ValidatorInstance::new(params)?, partition: 0 })
+    }
+
+    /// The partition of later batches (default 0).
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = partition;
+        self
+    }
+
+    /// Checks one batch; its records are offsets 0, 1, ... as a producer sends them.
+    pub fn validate(&mut self, records: &[TestRecord]) -> Result<(), Rejection> {
+        let batch = input_batch(self.partition, &mut 0, records);
+        self.instance.validate(&batch)
     }
 }
 
