@@ -23,3 +23,4 @@ pub mod replication;
 pub mod server;
 pub mod transform;
 pub mod txn;
+pub mod validator;

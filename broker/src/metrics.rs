@@ -104,6 +104,9 @@ pub struct Metrics {
     pub transform_memory_bytes: IntGaugeVec,
     pub transform_transactions: IntCounterVec,
     pub transform_delivery: IntGaugeVec,
+    pub validator_batches: IntCounterVec,
+    pub validator_records_rejected: IntCounterVec,
+    pub validator_call_seconds: HistogramVec,
     /// Partitions led here that a reassignment is moving (Kafka's `ReassigningPartitions`).
     pub reassigning_partitions: IntGauge,
     /// 1 on the active controller (the metadata quorum's leader), else 0.
@@ -540,6 +543,24 @@ impl Metrics {
                 "runnel_transform_delivery",
                 "1 per worker on this node, labelled with its delivery mode (exactly_once, at_least_once)",
                 &["transform", "partition", "delivery"],
+            ),
+            validator_batches: counter_vec(
+                &r,
+                "runnel_validator_batches_total",
+                "Produced partition batches a validator checked, by result (accepted, rejected, failed_rejected, failed_accepted: the guest failed and the failure policy decided)",
+                &["validator", "topic", "result"],
+            ),
+            validator_records_rejected: counter_vec(
+                &r,
+                "runnel_validator_records_rejected_total",
+                "Records of rejected batches (every record of a refused batch is refused)",
+                &["validator", "topic"],
+            ),
+            validator_call_seconds: histogram_vec(
+                &r,
+                "runnel_validator_call_seconds",
+                "Duration of one validation (decoding the batch and the guest call)",
+                &["validator"],
             ),
             registry: r,
             started: Instant::now(),

@@ -183,6 +183,8 @@ impl Node {
 
         let runtime =
             runnel_runtime::Runtime::new(runnel_runtime::RuntimeConfig::new(data_dir.join("transforms-cache")))?;
+        let metrics = crate::metrics::Metrics::new();
+        let validators = crate::validator::Validators::new(runtime.clone(), metrics.clone());
         let transforms = crate::transform::TransformManager::new(runtime);
         let broker = Arc::new(Broker {
             settings: ServerSettings {
@@ -208,10 +210,11 @@ impl Node {
             controller: controller.clone(),
             replicas: replicas.clone(),
             groups,
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
             fetchers: fetchers.clone(),
             peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
+            validators: validators.clone(),
             txn: txn.clone(),
             reconcile,
         });
@@ -262,6 +265,7 @@ impl Node {
         }
         broker.reconcile_now().await;
         transforms.reconcile(&controller.image()).await;
+        validators.reconcile(&controller.image()).await;
 
         // ISR expiration: followers that fell behind leave the ISRs this node leads.
         tasks.push(tokio::spawn(crate::replication::isr::expiration_loop(
@@ -286,6 +290,7 @@ impl Node {
                 let (reconcile, reconciled) = (follower.reconcile.clone(), image.clone());
                 let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
                 follower.transforms.reconcile(&image).await;
+                follower.validators.reconcile(&image).await;
             }
         }));
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::election::{
     check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
-use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage};
+use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage, ValidatorImage};
 
 /// Producer ids per `AllocateProducerIds` (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -39,6 +39,8 @@ pub struct MetadataImage {
     pub(super) topic_ids: imbl::OrdMap<[u8; 16], String>,
     /// Deployed WASM transforms by name.
     pub transforms: BTreeMap<String, TransformImage>,
+    /// Deployed produce-path validators by name (at most one per topic).
+    pub validators: BTreeMap<String, Arc<ValidatorImage>>,
     /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
     pub next_producer_id: i64,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
@@ -298,6 +300,26 @@ impl MetadataImage {
             MetadataRecord::DeleteTransform { name } => match self.transforms.remove(name) {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTransform,
+            },
+            MetadataRecord::DeployValidator { name, spec, module, sha256 } => {
+                let taken = self.validators.values().find(|v| v.spec.topic == spec.topic && v.name != *name);
+                if let Some(other) = taken {
+                    return ApplyOutcome::TopicHasValidator { validator: other.name.clone() };
+                }
+                let version = self.validators.get(name).map_or(1, |v| v.version + 1);
+                let validator = ValidatorImage {
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    module: module.clone(),
+                    sha256: sha256.clone(),
+                    version,
+                };
+                self.validators.insert(name.clone(), Arc::new(validator));
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::DeleteValidator { name } => match self.validators.remove(name) {
+                Some(_) => ApplyOutcome::Applied,
+                None => ApplyOutcome::UnknownValidator,
             },
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {

@@ -47,7 +47,7 @@ pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
     ApplyOutcome, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition,
-    TransformImage, TransformSpec, COMMIT_INTERVAL_MS_DEFAULT,
+    TransformImage, TransformSpec, ValidatorFailure, ValidatorImage, ValidatorSpec, COMMIT_INTERVAL_MS_DEFAULT,
 };
 
 use self::disk::{DirLock, StoreError, Transient};

@@ -80,6 +80,11 @@ pub enum MetadataRecord {
     /// Removes a transform (its committed positions stay in its group until they expire; a
     /// new deployment of the name ignores them unless it resumes).
     DeleteTransform { name: String },
+    /// Deploys (or redeploys, replacing) a produce-path validator on its topic; the module
+    /// travels in the record. A topic has at most one validator (`TopicHasValidator`).
+    DeployValidator { name: String, spec: ValidatorSpec, module: ModuleBytes, sha256: String },
+    /// Removes a validator: its topic's batches are appended unchecked from then on.
+    DeleteValidator { name: String },
     /// A block of producer ids for a broker's InitProducerId answers (Kafka's
     /// AllocateProducerIds, KIP-730): the next `PRODUCER_ID_BLOCK_SIZE` ids, never handed out
     /// again. Applies only for the registration with `broker_epoch`.
@@ -181,6 +186,51 @@ pub enum ErrorPolicy {
     Skip,
 }
 
+/// What a validator checks and how, as deployed (validated by the proposer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidatorSpec {
+    /// The topic whose produced batches it checks (need not exist yet).
+    pub topic: String,
+    pub parameters: BTreeMap<String, String>,
+    /// What a batch gets when the guest fails on it (trap, deadline, memory cap, failed init).
+    pub on_failure: ValidatorFailure,
+    /// Linear memory cap per instance.
+    pub memory_bytes: u64,
+    /// Deadline of one guest call (one partition's batch).
+    pub call_timeout_ms: u64,
+}
+
+/// A validator's failure policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValidatorFailure {
+    /// Fail closed: the batch is refused (INVALID_RECORD naming the failure).
+    #[default]
+    Reject,
+    /// Fail open: the batch is appended unchecked (the failure is counted and shown).
+    Accept,
+}
+
+impl ValidatorFailure {
+    pub fn name(self) -> &'static str {
+        match self {
+            ValidatorFailure::Reject => "reject",
+            ValidatorFailure::Accept => "accept",
+        }
+    }
+}
+
+/// A deployed validator in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidatorImage {
+    pub name: String,
+    pub spec: ValidatorSpec,
+    pub module: ModuleBytes,
+    pub sha256: String,
+    /// 1 for the first deployment, +1 per redeploy.
+    pub version: u64,
+}
+
 /// Module bytes, shared (the image is cloned on every change) and base64 in JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleBytes(pub std::sync::Arc<Vec<u8>>);
@@ -233,6 +283,10 @@ pub enum ApplyOutcome {
     InvalidPartitionCount { current: u32 },
     /// A transform record names a transform that does not exist; the image is unchanged.
     UnknownTransform,
+    /// `DeleteValidator` names a validator that does not exist; the image is unchanged.
+    UnknownValidator,
+    /// `DeployValidator` on a topic another validator checks; the image is unchanged.
+    TopicHasValidator { validator: String },
     /// `PartitionChange` computed from another partition epoch than the current one (Kafka's
     /// INVALID_UPDATE_VERSION); the image is unchanged.
     StalePartitionEpoch { expected: i32, current: i32 },

@@ -45,6 +45,9 @@ struct ImageDto {
     /// Absent in snapshots written before transforms existed.
     #[serde(default)]
     transforms: Vec<super::record::TransformImage>,
+    /// Absent in snapshots written before validators existed.
+    #[serde(default)]
+    validators: Vec<super::record::ValidatorImage>,
     /// Absent in snapshots written before producer ids were allocated by the quorum.
     #[serde(default)]
     next_producer_id: i64,
@@ -130,6 +133,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
             })
             .collect(),
         transforms: image.transforms.values().cloned().collect(),
+        validators: image.validators.values().map(|v| (**v).clone()).collect(),
         next_producer_id: image.next_producer_id,
     };
     serde_json::to_vec(&dto).map_err(StoreError::Encode)
@@ -167,6 +171,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
             })
             .collect(),
         transforms: dto.transforms.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        validators: dto.validators.into_iter().map(|v| (v.name.clone(), Arc::new(v))).collect(),
         next_producer_id: dto.next_producer_id,
         ..MetadataImage::default()
     };

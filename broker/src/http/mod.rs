@@ -25,6 +25,7 @@ mod ui;
 mod v1;
 mod v2;
 mod v3;
+mod validators;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -123,6 +124,9 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
         .routes(routes!(transforms::pause))
         .routes(routes!(transforms::resume))
         .routes(routes!(transforms::logs))
+        .routes(routes!(validators::list))
+        .routes(routes!(validators::deploy, validators::describe, validators::delete))
+        .routes(routes!(validators::logs))
         .routes(routes!(observe::metrics))
         .with_state(state.clone())
         .split_for_parts();

@@ -164,7 +164,7 @@ pub struct ViewQuery {
 }
 
 impl ViewQuery {
-    fn node_only(&self) -> ApiResult<bool> {
+    pub(super) fn node_only(&self) -> ApiResult<bool> {
         match self.scope.as_deref() {
             None | Some("cluster") => Ok(false),
             Some("node") => Ok(true),
@@ -286,7 +286,7 @@ fn merge(mut partitions: Vec<TransformPartition>) -> Vec<TransformPartition> {
 
 /// What the other registered brokers answer to `path` (their `scope=node` view), asked at
 /// once: (answers by node, the nodes asked, those that did not answer).
-async fn ask_others<T: serde::de::DeserializeOwned>(
+pub(super) async fn ask_others<T: serde::de::DeserializeOwned>(
     http: &super::Http,
     path: &str,
 ) -> (Vec<(u64, Option<T>)>, Vec<u64>, Vec<u64>) {
@@ -373,7 +373,7 @@ fn unknown(name: &str) -> ApiError {
 
 /// Reads the upload: multipart (`config` JSON part + `module` part), or JSON with
 /// `module_base64` next to the config fields.
-async fn read_upload(request: Request) -> ApiResult<(DeployConfig, Vec<u8>)> {
+pub(super) async fn read_upload<C: serde::de::DeserializeOwned>(request: Request) -> ApiResult<(C, Vec<u8>)> {
     let content_type =
         request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     if content_type.starts_with("multipart/form-data") {
@@ -397,7 +397,7 @@ async fn read_upload(request: Request) -> ApiResult<(DeployConfig, Vec<u8>)> {
                 .await
                 .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, 40001, format!("reading part '{name}': {e}")))?;
             match name.as_str() {
-                "config" => config = Some(parse_json::<DeployConfig>(&bytes)?),
+                "config" => config = Some(parse_json::<C>(&bytes)?),
                 "module" => module = Some(bytes.to_vec()),
                 other => return Err(ApiError::invalid(format!("unexpected part '{other}' (config and module)"))),
             }
@@ -415,7 +415,7 @@ async fn read_upload(request: Request) -> ApiResult<(DeployConfig, Vec<u8>)> {
         .and_then(|m| m.as_str().map(str::to_string))
         .ok_or_else(|| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, 42201, "module_base64 (string) is missing"))?;
     let module = super::records::decode_base64("module_base64", &module)?.to_vec();
-    let config: DeployConfig = serde_json::from_value(value).map_err(super::error::json_error)?;
+    let config: C = serde_json::from_value(value).map_err(super::error::json_error)?;
     Ok((config, module))
 }
 
@@ -512,7 +512,7 @@ pub async fn deploy(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
-    let (config, module) = read_upload(request).await?;
+    let (config, module) = read_upload::<DeployConfig>(request).await?;
     let spec = validate(&http, &name, config)?;
     let runtime = http.broker.transforms.runtime().clone();
     let module = std::sync::Arc::new(module);
@@ -556,7 +556,7 @@ pub async fn deploy(
     Ok((status, Json(detail(&http, transform))).into_response())
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -694,13 +694,17 @@ pub async fn logs(
         .logs(&name)
         .tail(limit, query.after.unwrap_or(0), |l| query.partition.is_none_or(|p| l.partition == Some(p)))
         .into_iter()
-        .map(|l| LogLine {
-            seq: l.seq,
-            timestamp_ms: l.timestamp_ms,
-            level: l.level.to_string(),
-            partition: l.partition,
-            message: l.message,
-        })
+        .map(log_line)
         .collect();
     Ok(Json(Logs { lines }))
+}
+
+pub(super) fn log_line(l: crate::transform::LogLine) -> LogLine {
+    LogLine {
+        seq: l.seq,
+        timestamp_ms: l.timestamp_ms,
+        level: l.level.to_string(),
+        partition: l.partition,
+        message: l.message,
+    }
 }

@@ -107,6 +107,7 @@ pub struct Broker {
     pub groups: Arc<crate::group::GroupCoordinator>,
     /// Deployed WASM transforms running on this node.
     pub transforms: Arc<crate::transform::TransformManager>,
+    pub validators: Arc<crate::validator::Validators>,
     /// Prometheus metrics (request latency per API, bytes in/out per topic, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The follower fetchers of this node's follower partitions.

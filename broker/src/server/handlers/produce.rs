@@ -1,7 +1,9 @@
 //! Produce: appends each partition's batches as raw bytes (validated header and CRC, offsets
 //! assigned in place) on the partition's leader and answers per partition: acks=1 after the
 //! leader's append, acks=all once the high watermark passed the batch (at most the request's
-//! `timeout_ms`). acks=0 gets no response, as in Kafka.
+//! `timeout_ms`). acks=0 gets no response, as in Kafka. A topic's validator (`validator.rs`)
+//! judges each partition's batches on the leader first; a refusal is INVALID_RECORD with the
+//! validator's message and the records at fault, nothing appended.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -70,15 +72,30 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
             } else {
                 verified.get(&(name.to_string(), data.index)).cloned().unwrap_or(Ok(unverified))
             };
+            let records = data.records.clone().unwrap_or_else(Bytes::new);
+            // The topic's validator (if any) judges the batches the leader is about to append;
+            // elsewhere the append answers NOT_LEADER_OR_FOLLOWER and the client goes on to the
+            // leader, so the validator's verdict must not hide that.
+            let validated = match hosted_partition(broker, &image, name, data.index) {
+                Ok(partition) if partition.is_leader() && !records.is_empty() => {
+                    broker.validators.check(&image, name, data.index, &records).await
+                }
+                _ => crate::validator::Verdict::Accept,
+            };
             let result = verification
                 .map_err(|(code, message)| (code, Some(message), vec![]))
+                .and_then(|verification| match validated {
+                    crate::validator::Verdict::Accept => Ok(verification),
+                    crate::validator::Verdict::Reject { message, records } => {
+                        Err((ResponseError::InvalidRecord, Some(message), validator_record_errors(records)))
+                    }
+                })
                 .and_then(|verification| {
                     hosted_partition(broker, &image, name, data.index)
                         .map_err(|code| (code, None, vec![]))
                         .map(|partition| (partition, verification))
                 })
                 .and_then(|(partition, verification)| {
-                    let records = data.records.clone().unwrap_or_else(Bytes::new);
                     let (info, log_start_offset, leader_epoch) = partition
                         .append_verified(&records, acks, AppendOrigin::Client, verification)
                         .map_err(|e| (partition_error_code(&e), Some(e.to_string()), batch_record_errors(&e)))?;
@@ -176,6 +193,18 @@ fn batch_record_errors(error: &crate::partition::PartitionError) -> Vec<BatchInd
             BatchIndexAndErrorMessage::default()
                 .with_batch_index(e.batch_index)
                 .with_batch_index_error_message(Some(str_bytes(&e.message)))
+        })
+        .collect()
+}
+
+/// A validator's refusal as KIP-467 `record_errors`.
+fn validator_record_errors(records: Vec<(i32, String)>) -> Vec<BatchIndexAndErrorMessage> {
+    records
+        .into_iter()
+        .map(|(index, message)| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(index)
+                .with_batch_index_error_message(Some(str_bytes(&message)))
         })
         .collect()
 }
