@@ -1,6 +1,6 @@
-//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster, transform) against the
-//! real binary: a node started by `support::Runnel`, the CLI run as a separate process pointed
-//! at its HTTP listener, outputs parsed and exit codes checked.
+//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster, transform, validator)
+//! against the real binary: a node started by `support::Runnel`, the CLI run as a separate
+//! process pointed at its HTTP listener, outputs parsed and exit codes checked.
 
 mod support;
 
@@ -642,4 +642,43 @@ fn transform_commands_build_deploy_run_pause_and_delete_the_identity_example() {
     assert_eq!(gone.code, 1);
     assert!(gone.stderr.starts_with("error: ") && gone.stderr.contains("(40408)"), "{}", gone.stderr);
     assert_eq!(cli(&node, &["transform", "list", "--output", "json"]).json()["transforms"], serde_json::json!([]));
+}
+
+#[test]
+fn validator_commands_deploy_the_schema_example_which_refuses_bad_lines() {
+    // Proves `validator deploy` attaches the schema example (built with `transform build`) to a
+    // topic, `runnel produce` then gets bad lines refused with the validator's reason while good
+    // ones land, describe/list/logs show it, and delete detaches it; an unknown one is a 404.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "orders", "-p", "1"]).ok();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let build_args = ["transform", "build", "--package", "runnel-example-schema", "--target-dir", "target/wasm"];
+    let module = cli_in(Some(&root), None, &build_args, None, BUILD_TIMEOUT).ok().trim_end().to_string();
+    let deploy = ["validator", "deploy", "orders-schema", "--module", &module, "--topic", "orders"];
+    let deployed = cli(&node, &[&deploy[..], &["--param", "required=id", "--on-failure", "reject"]].concat()).ok();
+    assert!(deployed.starts_with("created validator 'orders-schema' on topic 'orders': version 1"), "{deployed}");
+
+    let good = cli_with(Some(&node), &["produce", "orders"], Some(b"{\"id\":1}\n".to_vec()));
+    assert_eq!(good.code, 0, "{}", good.stderr);
+    let bad = cli_with(Some(&node), &["produce", "orders"], Some(b"{\"name\":\"x\"}\n".to_vec()));
+    assert_eq!(bad.code, 1, "stdout {} stderr {}", bad.stdout, bad.stderr);
+    assert!(bad.stderr.contains("missing required field `id`"), "{}", bad.stderr);
+    assert_eq!(message_count(&node, "orders"), 1);
+
+    let described = cli(&node, &["validator", "describe", "orders-schema", "--output", "json"]).json();
+    assert_eq!(described["batches_rejected"], 1, "{described}");
+    assert_eq!(described["parameters"]["required"], "id");
+    let table = cli(&node, &["validator", "describe", "orders-schema"]).ok();
+    assert!(table.contains("last rejection") && table.contains("missing required field"), "{table}");
+    let listed = cli(&node, &["validator", "list"]).ok();
+    assert!(listed.lines().nth(1).is_some_and(|l| l.starts_with("orders-schema") && l.contains("reject")), "{listed}");
+    let logs = cli(&node, &["validator", "logs", "orders-schema"]).ok();
+    assert!(logs.contains("version 1 loaded"), "{logs}");
+
+    assert_eq!(cli(&node, &["validator", "delete", "orders-schema"]).ok(), "deleted validator 'orders-schema'\n");
+    let unknown = cli(&node, &["validator", "describe", "orders-schema"]);
+    assert_eq!(unknown.code, 1);
+    assert_eq!(unknown.stderr, "error: validator 'orders-schema' not found (40409)\n");
+    let unchecked = cli_with(Some(&node), &["produce", "orders"], Some(b"{\"name\":\"x\"}\n".to_vec()));
+    assert_eq!(unchecked.code, 0, "{}", unchecked.stderr);
 }

@@ -16,6 +16,7 @@ mod output;
 mod produce;
 mod topic;
 mod transform;
+mod validator;
 
 use clap::{Args, Subcommand};
 
@@ -38,6 +39,8 @@ pub enum Command {
     Cluster(cluster::ClusterCommand),
     /// Build, deploy, inspect, pause, resume and delete WASM transforms.
     Transform(transform::TransformCommand),
+    /// Attach WASM validators to topics' produce path; list, describe and delete them.
+    Validator(validator::ValidatorCommand),
 }
 
 /// Where the node is and how to print its answers. Flattened into the top-level command with
@@ -90,6 +93,7 @@ async fn dispatch(command: Command, conn: &Connection) -> anyhow::Result<()> {
         Command::Group(command) => group::run(command, conn).await,
         Command::Cluster(command) => cluster::run(command, conn).await,
         Command::Transform(command) => transform::run(command, conn).await,
+        Command::Validator(command) => validator::run(command, conn).await,
     }
 }
 
