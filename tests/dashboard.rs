@@ -300,6 +300,32 @@ fn dashboard_shows_a_running_transform_and_pauses_it() {
     browser.wait_for_text(&format!(r#"{row} [data-field="lag"]"#), "0");
     browser.wait_for_text(&format!(r#"{row} [data-field="version"]"#), "1");
 
+    // A validator on another topic: the same page lists it with what it refused (escaped).
+    create_topic(&node, "orders", 1);
+    let schema = support::guest_component("runnel-example-schema");
+    let config = json!({
+        "topic": "orders",
+        "parameters": {"required": "<b>id</b>"},
+        "module_base64": base64::engine::general_purpose::STANDARD.encode(&schema),
+    });
+    let (status, deployed) =
+        browser.http_json(Method::PUT, &format!("{base}/v1/validators/orders-schema"), Some(config));
+    assert_eq!(status, StatusCode::CREATED, "{deployed}");
+    let refused = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let producer: BaseProducer<Delivered> =
+        client_config(&node, &[]).create_with_context(Delivered(refused.clone())).expect("producer");
+    producer.send(BaseRecord::<str, str>::to("orders").payload("{\"amount\":1}")).map_err(|(e, _)| e).expect("send");
+    producer.flush(DEADLINE).expect("flush");
+    let error = refused.lock().unwrap().take();
+    assert!(error.as_deref().is_some_and(|e| e.contains("InvalidRecord")), "delivery: {error:?}");
+    let validator = r#"[data-testid="validator-row"][data-validator="orders-schema"]"#;
+    browser.wait_for_text(&format!(r#"{validator} [data-field="batches_rejected"]"#), "1");
+    browser.wait_for_text(&format!(r#"{validator} [data-field="on_failure"]"#), "fail closed");
+    browser
+        .wait_for_text(&format!(r#"{validator} [data-field="last"]"#), "record 0: missing required field `<b>id</b>`");
+    assert_eq!(browser.count(&format!("{validator} b")), 0, "the guest's message is escaped");
+    browser.screenshot("dashboard-validators.png");
+
     // Its page: counts, partitions, parameters as text, logs, a throughput sparkline that polls.
     browser.click(&format!(r#"{row} [data-field="name"] a"#));
     browser.wait_for_text(r#"[data-testid="transform-name"]"#, "copy");
@@ -815,5 +841,20 @@ impl Drop for Browser {
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+/// A producer context that keeps the last delivery error (a validator's refusal).
+struct Delivered(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl rdkafka::ClientContext for Delivered {}
+
+impl rdkafka::producer::ProducerContext for Delivered {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            *self.0.lock().unwrap() = Some(format!("{error:?}"));
+        }
     }
 }

@@ -1,7 +1,7 @@
 // Runnel dashboard: a single page over the broker's /v1 HTTP API.
 //
-// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>, #/transactions, #/transforms,
-// #/transforms/<name>) pick a view; the current
+// Hash routes (#/, #/topics, #/topics/<name>, #/groups, #/groups/<id>, #/transactions, #/transforms
+// (with the validators), #/transforms/<name>) pick a view; the current
 // view polls its endpoint every POLL_MS while the tab is visible and re-renders only the parts
 // that show data, so inputs (filters, forms, the message browser) keep their state.
 // Every string that comes from the API is user data: it goes through esc() before it reaches
@@ -1140,6 +1140,29 @@
 
   const transformsState = { filter: "", sort: { key: "name", dir: 1 } };
 
+  /** The validators card of the Transforms page: what each refused, and its failures. */
+  function renderValidators(root, validators) {
+    const html = validators
+      .map((v) => {
+        const last = v.last_error_ms > (v.last_rejection_ms ?? -1) ? v.last_error : v.last_rejection;
+        return `<tr data-testid="validator-row" data-validator="${esc(v.name)}"${v.failures > 0 ? ` class="bad"` : ""}>
+          <td data-field="name">${esc(v.name)}</td>
+          <td data-field="topic"><a href="${topicHref(v.topic)}">${esc(v.topic)}</a></td>
+          <td data-field="on_failure">${v.on_failure === "accept" ? "fail open" : "fail closed"}</td>
+          ${num(v.batches_accepted, "batches_accepted")}
+          ${num(v.batches_rejected, "batches_rejected")}
+          ${num(v.records_rejected, "records_rejected")}
+          <td class="num" data-field="failures">${v.failures > 0 ? `<span class="badge bad">${fmtInt(v.failures)}</span>` : `<span class="muted">0</span>`}</td>
+          <td data-field="last" class="muted">${esc(last ?? "")}</td>
+          ${num(v.version, "version")}</tr>`;
+      })
+      .join("");
+    const body = root.querySelector("[data-testid=validators-table] tbody");
+    if (body.innerHTML !== html) body.innerHTML = html;
+    const empty = root.querySelector("[data-testid=validators-empty]");
+    empty.hidden = validators.length > 0;
+  }
+
   function transformsView() {
     let root;
     let transforms = null;
@@ -1195,6 +1218,14 @@
               <th class="num" data-sort="version">Version</th>
             </tr></thead><tbody></tbody></table>
             <p class="empty" data-testid="transforms-empty" hidden></p>
+          </section>
+          <section class="card flush" data-testid="validators">
+            <h2>Validators <span class="hint">WASM checks on a topic's produce path: a refused batch is answered INVALID_RECORD and never appended</span></h2>
+            <table class="data" data-testid="validators-table"><thead><tr>
+              <th>Name</th><th>Topic</th><th>On failure</th><th class="num">Accepted</th><th class="num">Rejected</th>
+              <th class="num">Records rejected</th><th class="num">Failures</th><th>Last rejection or error</th><th class="num">Version</th>
+            </tr></thead><tbody></tbody></table>
+            <p class="empty" data-testid="validators-empty" hidden>No validators. Attach one to a topic with <code>runnel validator deploy</code>.</p>
           </section>`;
         const filter = root.querySelector("[data-testid=transform-filter]");
         filter.value = transformsState.filter;
@@ -1206,9 +1237,10 @@
         rowLinks(root.querySelector("tbody"));
       },
       async refresh(signal) {
-        const data = await api("/v1/transforms", { signal });
+        const [data, checks] = await Promise.all([api("/v1/transforms", { signal }), api("/v1/validators", { signal })]);
         transforms = data.transforms || [];
         render();
+        renderValidators(root, checks.validators || []);
       },
     };
   }
