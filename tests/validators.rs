@@ -2,7 +2,9 @@
 //! built to wasm32-wasip2 and deployed over HTTP, judged by raw Produce requests (the error
 //! code, message and KIP-467 record errors a client gets), by librdkafka and by the HTTP v3
 //! produce; nothing a validator refuses is ever appended, and a failing guest is contained by
-//! its failure policy while the broker keeps serving.
+//! its failure policy while the broker keeps serving. On a three-node cluster every partition
+//! leader checks its own partitions, from the first produce after the deployment was answered
+//! and after a leader is killed.
 
 mod support;
 
@@ -234,4 +236,79 @@ fn hostile_validators_are_contained_by_their_failure_policy() {
     assert_eq!(after_restart.error_code, INVALID_RECORD, "{after_restart:?}");
     assert_eq!(after_restart.record_errors.len(), 1);
     assert_eq!(HttpApi::new(&node).get("/v1/validators/hostile").json["version"], 4);
+}
+
+/// The leader of each partition of `topic` as the cluster's metadata names it, once every
+/// partition has one.
+fn leaders(cluster: &support::cluster::Cluster, topic: &str) -> Vec<u64> {
+    let mut found = Vec::new();
+    let led = wait_until(TIMEOUT, || {
+        let states = support::workload::partition_states(&cluster.bootstrap(), topic).unwrap_or_default();
+        found = states.iter().filter_map(|s| s.leader).collect();
+        !states.is_empty() && found.len() == states.len()
+    });
+    assert!(led, "{topic} never had a leader for every partition: {found:?}");
+    found
+}
+
+/// On three nodes, a validator deployed through one node refuses bad batches on every
+/// partition's leader at once (each node loads it from the metadata before judging), keeps doing
+/// so on the new leader after the old one is killed with kill -9, and any node's HTTP view adds
+/// up the counters of the nodes that answer and names the one that does not.
+#[test]
+fn every_leader_of_a_cluster_checks_its_partitions_through_a_failover() {
+    let mut cluster = support::cluster::Cluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    support::workload::create_topic(&bootstrap, "orders", 3, 3, &[("min.insync.replicas", "2")]).expect("create");
+    let before = leaders(&cluster, "orders");
+    let parameters = json!({"required": "id,amount"});
+    let api = HttpApi::new(cluster.node(1));
+    let deployed =
+        deploy(&api, "orders-schema", "runnel-example-schema", json!({"topic": "orders", "parameters": parameters}));
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+
+    let mut accepted: u64 = 0;
+    for (partition, &leader) in before.iter().enumerate() {
+        let mut conn = RawConn::open(cluster.node(leader), "validator-cluster");
+        let refused = produce_raw(&mut conn, "orders", partition as i32, &[ORDER_OK, ORDER_NO_AMOUNT]);
+        assert_eq!(refused.error_code, INVALID_RECORD, "partition {partition} on node {leader}: {refused:?}");
+        let ok = produce_raw(&mut conn, "orders", partition as i32, &[ORDER_OK]);
+        assert_eq!((ok.error_code, ok.base_offset), (0, 0), "partition {partition} on node {leader}: {ok:?}");
+        accepted += 1;
+    }
+
+    let victim = before[0];
+    cluster.kill9(victim);
+    let moved = wait_until(TIMEOUT, || {
+        support::workload::partition_states(&cluster.bootstrap(), "orders")
+            .and_then(|s| s.into_iter().find(|s| s.partition == 0))
+            .and_then(|s| s.leader)
+            .is_some_and(|l| l != victim)
+    });
+    assert!(moved, "partition 0 never moved off node {victim}");
+    let successor = leaders(&cluster, "orders")[0];
+    let mut conn = RawConn::open(cluster.node(successor), "validator-cluster");
+    let mut last = None;
+    let refused = wait_until(TIMEOUT, || {
+        let answer = produce_raw(&mut conn, "orders", 0, &[ORDER_NO_AMOUNT]);
+        let code = answer.error_code;
+        last = Some(answer);
+        code == INVALID_RECORD
+    });
+    assert!(refused, "the new leader {successor} of partition 0 never refused a bad batch: {last:?}");
+    let ok = produce_raw(&mut conn, "orders", 0, &[ORDER_OK_2]);
+    assert_eq!((ok.error_code, ok.base_offset), (0, 1), "{ok:?}");
+    accepted += 1;
+
+    let viewer = (1..=3).find(|id| *id != victim).expect("a live node");
+    let detail = HttpApi::new(cluster.node(viewer)).get("/v1/validators/orders-schema");
+    assert_eq!(detail.status, 200, "{}", detail.text);
+    assert_eq!(detail.json["nodes_unreachable"], json!([victim]), "{}", detail.text);
+    let live_accepted: u64 =
+        detail.json["nodes"].as_array().unwrap().iter().filter_map(|n| n["batches_accepted"].as_u64()).sum();
+    assert_eq!(detail.json["batches_accepted"].as_u64(), Some(live_accepted), "{}", detail.text);
+    // The victim's counters went with it: it had judged the partitions it led before.
+    let victim_batches = before.iter().filter(|l| **l == victim).count() as u64;
+    assert_eq!(live_accepted, accepted - victim_batches, "{}", detail.text);
+    assert!(detail.json["batches_rejected"].as_u64().unwrap() > 3 - victim_batches, "{}", detail.text);
 }

@@ -29,6 +29,9 @@ const MEMORY_BYTES_MAX: u64 = 1 << 30;
 /// A validator holds the producer's request: its deadline is shorter than a transform's.
 const CALL_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 const CALL_TIMEOUT_MS_MAX: u64 = 30_000;
+/// How long a deployment's answer waits for the other nodes to load it.
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const LOAD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A validator's configuration (the `config` part of the upload).
 #[derive(Deserialize, ToSchema)]
@@ -135,6 +138,8 @@ fn validate(name: &str, config: ValidatorConfig) -> ApiResult<ValidatorSpec> {
 }
 
 /// Deploys a validator on its topic, or redeploys it (the next batches meet the new version).
+/// Answered once every node that answers has loaded this version (at most 10 s; the others are
+/// in `nodes_unreachable`), so every leader checks the batches produced after the answer.
 /// Body: `multipart/form-data` with a `config` part (JSON) and a `module` part (the
 /// wasm32-wasip2 component), or JSON with the config fields and `module_base64`.
 #[utoipa::path(put, path = "/v1/validators/{name}", tag = "v1", params(("name" = String, Path)),
@@ -182,9 +187,34 @@ pub async fn deploy(
     http.broker.validators.reconcile(&image).await;
     let validator = image.validators.get(&name).ok_or_else(|| unknown(&name))?;
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
-    let me = http.broker.settings.node_id;
-    Ok((status, Json(detail(&image, validator, local_node(&http, validator).into_iter().collect(), vec![me], vec![])))
-        .into_response())
+    let (nodes, nodes_asked, nodes_unreachable) = wait_loaded(&http, validator).await;
+    Ok((status, Json(detail(&image, validator, nodes, nodes_asked, nodes_unreachable))).into_response())
+}
+
+/// Waits (at most [`LOAD_WAIT`]) until every node that answers runs `validator`'s version, so
+/// that once a deployment is answered every leader checks its topic's batches; returns the
+/// nodes' views, the nodes asked and those that did not answer or had not loaded it in time.
+async fn wait_loaded(http: &super::Http, validator: &ValidatorImage) -> (Vec<ValidatorNode>, Vec<u64>, Vec<u64>) {
+    let path = format!("/v1/validators/{}?scope=node", validator.name);
+    let deadline = tokio::time::Instant::now() + LOAD_WAIT;
+    loop {
+        let (answers, asked, mut unreachable) = ask_others::<ValidatorDetail>(http, &path).await;
+        let mut nodes: Vec<ValidatorNode> = local_node(http, validator).into_iter().collect();
+        let mut behind = Vec::new();
+        for (node, answer) in answers {
+            let current = answer.and_then(|d| d.nodes.into_iter().next()).filter(|n| n.version >= validator.version);
+            match current {
+                Some(view) => nodes.push(view),
+                None => behind.push(node),
+            }
+        }
+        if behind.is_empty() || tokio::time::Instant::now() >= deadline {
+            unreachable.extend(behind);
+            unreachable.sort_unstable();
+            return (nodes, asked, unreachable);
+        }
+        tokio::time::sleep(LOAD_POLL).await;
+    }
 }
 
 fn topic_taken(topic: &str, other: &str) -> ApiError {

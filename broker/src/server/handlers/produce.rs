@@ -76,11 +76,15 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
             // The topic's validator (if any) judges the batches the leader is about to append;
             // elsewhere the append answers NOT_LEADER_OR_FOLLOWER and the client goes on to the
             // leader, so the validator's verdict must not hide that.
-            let validated = match hosted_partition(broker, &image, name, data.index) {
-                Ok(partition) if partition.is_leader() && !records.is_empty() => {
-                    broker.validators.check(&image, name, data.index, &records).await
+            let validated = if image.validators.is_empty() || records.is_empty() {
+                crate::validator::Verdict::Accept
+            } else {
+                match hosted_partition(broker, &image, name, data.index) {
+                    Ok(partition) if partition.is_leader() => {
+                        broker.validators.check(&image, name, data.index, &records).await
+                    }
+                    _ => crate::validator::Verdict::Accept,
                 }
-                _ => crate::validator::Verdict::Accept,
             };
             let result = verification
                 .map_err(|(code, message)| (code, Some(message), vec![]))
