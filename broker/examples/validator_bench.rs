@@ -182,6 +182,20 @@ fn main() {
         "{} records of {} B per run, batches of up to {} records, {} partitions, acks=all",
         options.records, options.size, options.batch_records, options.partitions
     );
+    // The node's counters may hold earlier runs: the figures below are this run's differences.
+    let scrape = || {
+        runtime
+            .block_on(async { http.get(format!("{}/metrics", options.url)).send().await?.text().await })
+            .expect("metrics")
+    };
+    let counters = |text: &str| {
+        [
+            metric(text, "runnel_validator_batches_total"),
+            metric(text, "runnel_validator_call_seconds_count"),
+            metric(text, "runnel_validator_call_seconds_sum"),
+        ]
+    };
+    let before = counters(&scrape());
     let (mut best_plain, mut best_checked) = (0f64, 0f64);
     for round in 0..options.rounds {
         let order: [(&str, bool); 2] =
@@ -201,12 +215,8 @@ fn main() {
             }
         }
     }
-    let metrics = runtime
-        .block_on(async { http.get(format!("{}/metrics", options.url)).send().await?.text().await })
-        .expect("metrics");
-    let batches = metric(&metrics, "runnel_validator_batches_total");
-    let calls = metric(&metrics, "runnel_validator_call_seconds_count");
-    let seconds = metric(&metrics, "runnel_validator_call_seconds_sum");
+    let after = counters(&scrape());
+    let [batches, calls, seconds] = [0, 1, 2].map(|i| after[i] - before[i]);
     let judged = (options.records * options.rounds) as f64;
     println!(
         "best: plain {best_plain:.0} records/s, validated {best_checked:.0} records/s: {:.3}x ({:.1} % lost)",

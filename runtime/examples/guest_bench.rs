@@ -38,6 +38,7 @@ use runnel_runtime::{discard_logs, InputBatch, InstanceSetup, Limits, Runtime, R
 
 const IDENTITY: &str = "runnel-example-identity";
 const REDACT: &str = "runnel-example-redact";
+const SCHEMA: &str = "runnel-example-schema";
 const BIG: &str = "runnel-guest-big";
 
 struct Options {
@@ -70,7 +71,7 @@ fn workspace_root() -> PathBuf {
 
 /// The components' bytes, built first unless `--wasm-dir` names where they are.
 fn components(options: &Options) -> Vec<(&'static str, Vec<u8>)> {
-    let crates = [IDENTITY, REDACT, BIG];
+    let crates = [IDENTITY, REDACT, BIG, SCHEMA];
     let dir = match &options.wasm_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -332,7 +333,37 @@ fn main() {
             verdict(ratio <= 2.0)
         );
     }
-    drop((identity, redact, runtime, cache));
+    println!("\n4. validator: the schema example on ~100 B JSON orders (every record valid)");
+    let schema = runtime.validator(bytes(SCHEMA)).expect("schema component");
+    let values: Vec<Vec<u8>> = (0..options.batch)
+        .map(|n| {
+            format!(
+                r#"{{"id":"o-{n:09}","amount":{}.5,"customer":"c-{}","pad":"xxxxxxxxxxxxxxxxxxxxxx"}}"#,
+                n % 1000,
+                n % 97
+            )
+            .into_bytes()
+        })
+        .collect();
+    let batch = batch_of(&values);
+    let parameters = [("required", "id,amount,customer"), ("types", "id:string,amount:number,customer:string")];
+    let mut instance = schema
+        .instantiate(runnel_runtime::ValidatorSetup {
+            parameters: parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            limits: Limits::default(),
+            log: discard_logs(),
+        })
+        .expect("instantiate schema");
+    assert_eq!(instance.validate(&batch), Ok(Ok(())), "every order is valid");
+    let wasm = measure(seconds, batch.len(), || {
+        black_box(instance.validate(black_box(&batch)).expect("validate")).expect("accepted");
+    });
+    let boundary = wasm_ns(&identity, &batch, seconds);
+    println!(
+        "   mean {:>4} B: validate {wasm:>7.1} ns/record (identity transform on the same batch {boundary:>6.1})",
+        mean_len(&values)
+    );
+    drop((identity, redact, schema, instance, runtime, cache));
 
     println!(
         "\n3. restart with a cached module: new Runtime, transform() + instantiate(), median of {} \
