@@ -231,6 +231,7 @@ impl Node {
             log_defaults: broker.settings.log_defaults.clone(),
             transaction_timeout_ms: TRANSFORM_TRANSACTION_TIMEOUT_MS.min(broker.txn.settings.max_timeout_ms),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
+            local_produce: local_produce(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -792,6 +793,20 @@ fn ensure_offsets_topic(
                 .with_key(server::handlers::str_bytes(crate::transform::OFFSETS_KEY))
                 .with_key_type(0);
             let _ = server::handlers::find_coordinator::handle(&broker, &header, request).await;
+        })
+    })
+}
+
+/// The Produce handler in process, for transform workers' outputs to partitions led here.
+fn local_produce(broker: std::sync::Weak<Broker>) -> crate::transform::LocalProduce {
+    Box::new(move |request| {
+        let broker = broker.clone();
+        Box::pin(async move {
+            let broker = broker.upgrade()?;
+            let header = kafka_protocol::messages::RequestHeader::default()
+                .with_request_api_key(kafka_protocol::messages::ApiKey::Produce as i16)
+                .with_request_api_version(crate::transform::PRODUCE_VERSION);
+            server::handlers::produce::handle(&broker, &header, request).await
         })
     })
 }

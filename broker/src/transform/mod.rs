@@ -16,6 +16,7 @@
 
 mod checkpoint;
 mod txn;
+pub(crate) use txn::PRODUCE_VERSION;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -88,7 +89,20 @@ pub struct Host {
     /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
     /// committed.
     pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+    /// The Produce handler of this node, called in process: an exactly-once worker's outputs to
+    /// partitions led here skip the socket (encode, loopback, decode), nothing else changes.
+    /// `None` once the node is gone.
+    pub local_produce: LocalProduce,
 }
+
+/// See [`Host::local_produce`].
+pub type LocalProduce = Box<
+    dyn Fn(
+            kafka_protocol::messages::ProduceRequest,
+        ) -> Pin<Box<dyn Future<Output = Option<kafka_protocol::messages::ProduceResponse>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// State of one transform partition as HTTP, CLI and UI show it.
 #[derive(Debug, Clone, Default)]

@@ -38,7 +38,7 @@ use crate::log::records::BatchBuilder;
 use crate::peer::PeerError;
 
 /// Transaction version 2's request versions (KIP-890 part 2).
-const PRODUCE_VERSION: i16 = 12;
+pub(crate) const PRODUCE_VERSION: i16 = 12;
 const TXN_OFFSET_COMMIT_VERSION: i16 = 5;
 const END_TXN_VERSION: i16 = 5;
 const INIT_PRODUCER_ID_VERSION: i16 = 5;
@@ -233,7 +233,18 @@ impl TxnProducer {
                 let batches: Vec<&Output> =
                     keys.iter().filter_map(|k| pending.get(k).and_then(|q| q.front())).collect();
                 let request = self.produce_request(&batches);
-                async move { (leader, keys, host.peers.call(leader, PRODUCE_VERSION, &request, CALL_TIMEOUT).await) }
+                async move {
+                    let answer = if leader == host.node_id {
+                        // This node leads them: its own handler, without the socket.
+                        (host.local_produce)(request).await.ok_or_else(|| "this node is shutting down".to_string())
+                    } else {
+                        host.peers
+                            .call(leader, PRODUCE_VERSION, &request, CALL_TIMEOUT)
+                            .await
+                            .map_err(|e| e.to_string())
+                    };
+                    (leader, keys, answer)
+                }
             });
             let answers = futures_util::future::join_all(calls).await;
             let mut progressed = false;
