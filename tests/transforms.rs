@@ -624,12 +624,15 @@ fn read_to_end(node: &Runnel, topic: &str, partitions: i32) -> Vec<Vec<u8>> {
     consumer.assign(&list).unwrap();
     let (mut values, mut at_end) = (Vec::new(), BTreeSet::new());
     let read = wait_until(TIMEOUT, || {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => values.push(m.payload().unwrap_or_default().to_vec()),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
+        // Everything ready is taken at each check (one record per check is 50 a second).
+        while let Some(next) = consumer.poll(Duration::from_millis(100)) {
+            match next {
+                Ok(m) => values.push(m.payload().unwrap_or_default().to_vec()),
+                Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                    at_end.insert(p);
+                }
+                Err(_) => {}
             }
-            _ => {}
         }
         at_end.len() == partitions as usize
     });
@@ -663,11 +666,15 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
         "batch_records_max": 1,
         "commit_interval_ms": 30_000,
     });
-    assert_eq!(deploy(&api, "fence", &component("runnel-example-identity"), config).status, 201);
     let batch = |from: usize, to: usize| -> Vec<(Option<String>, String)> {
         (from..to).map(|i| (None, format!("record-{i}"))).collect()
     };
-    produce(&node, "fin", &batch(0, 1000));
+    // The backlog is there before the worker starts, and long enough (one record per
+    // transaction batch) that it is still mid-backlog when fenced: a worker that catches up
+    // commits at once, and there would be no open transaction to abort.
+    const BACKLOG: usize = 15_000;
+    produce(&node, "fin", &batch(0, BACKLOG));
+    assert_eq!(deploy(&api, "fence", &component("runnel-example-identity"), config).status, 201);
     let position = || transform(&api, "fence")["partitions"][0]["position"].as_i64().unwrap_or(-1);
     assert!(wait_until(TIMEOUT, || position() >= 100), "never processed 100 records: {}", transform(&api, "fence"));
     assert!(committed_offset(&node, "__runnel_transform_fence", "fin") < 0, "committed mid-backlog: cannot tell");
@@ -720,12 +727,13 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
     let code = conn.call(5, &end).error_code;
     assert!([47, 90].contains(&code), "the zombie's EndTxn: error {code}, not fenced");
 
-    produce(&node, "fin", &batch(1000, 1100));
-    let done = wait_until(TIMEOUT, || committed_offset(&node, "__runnel_transform_fence", "fin") == 1100);
-    assert!(done, "position 1100 never committed: {}", transform(&api, "fence"));
+    let end = BACKLOG as i64 + 100;
+    produce(&node, "fin", &batch(BACKLOG, BACKLOG + 100));
+    let done = wait_until(TIMEOUT, || committed_offset(&node, "__runnel_transform_fence", "fin") == end);
+    assert!(done, "position {end} never committed: {}", transform(&api, "fence"));
     let outputs = read_to_end(&node, "fout", 1);
     let distinct: BTreeSet<Vec<u8>> = outputs.iter().cloned().collect();
-    let expected: BTreeSet<Vec<u8>> = batch(0, 1100).into_iter().map(|r| r.1.into_bytes()).collect();
+    let expected: BTreeSet<Vec<u8>> = batch(0, BACKLOG + 100).into_iter().map(|r| r.1.into_bytes()).collect();
     assert_eq!(distinct, expected, "outputs lost or foreign");
     assert_eq!(outputs.len(), distinct.len(), "{} duplicates", outputs.len() - distinct.len());
     let metrics = api.get("/metrics").text;
@@ -734,3 +742,4 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
         "no abort counted"
     );
 }
+
