@@ -742,4 +742,3 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
         "no abort counted"
     );
 }
-

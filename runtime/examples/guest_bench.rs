@@ -223,6 +223,7 @@ fn setup() -> InstanceSetup {
         output_topics: vec!["out".into()],
         limits: Limits::default(),
         log: discard_logs(),
+        state: None,
     }
 }
 

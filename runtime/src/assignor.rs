@@ -9,11 +9,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::bindings::assignor::runnel::transform::assignment as wit;
-use crate::bindings::assignor::{Assignor, AssignorPre};
 use crate::guest::Guest;
 use crate::host::{self, HostState};
-use crate::runtime::{Loaded, RuntimeInner};
+use crate::runtime::{export_func, Loaded, RuntimeInner};
 use crate::{GuestError, Limits, LogSink, RuntimeError};
+use wasmtime::component::{ComponentExportIndex, Func, InstancePre};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TopicPartitions {
@@ -54,7 +54,9 @@ pub struct AssignorModule {
 
 struct ModuleInner {
     runtime: Arc<RuntimeInner>,
-    pre: AssignorPre<HostState>,
+    pre: InstancePre<HostState>,
+    name: ComponentExportIndex,
+    assign: ComponentExportIndex,
     sha256: String,
     from_cache: bool,
 }
@@ -64,10 +66,16 @@ impl AssignorModule {
         let instance_pre = runtime.assignor_linker.instantiate_pre(&loaded.component).map_err(|e| {
             RuntimeError::WrongWorld(format!("the assignor's imports do not match what Runnel provides: {e:#}"))
         })?;
-        let pre = AssignorPre::new(instance_pre)
-            .map_err(|e| RuntimeError::WrongWorld(format!("the assignor's exports do not match the WIT: {e:#}")))?;
+        let (name, assign) = (export_func(&loaded, "name")?, export_func(&loaded, "assign")?);
         Ok(AssignorModule {
-            inner: Arc::new(ModuleInner { runtime, pre, sha256: loaded.sha256, from_cache: loaded.from_cache }),
+            inner: Arc::new(ModuleInner {
+                runtime,
+                pre: instance_pre,
+                name,
+                assign,
+                sha256: loaded.sha256,
+                from_cache: loaded.from_cache,
+            }),
         })
     }
 
@@ -82,12 +90,21 @@ impl AssignorModule {
     }
 
     pub fn instantiate(&self, limits: Limits, log: LogSink) -> Result<AssignorInstance, GuestError> {
-        let state = HostState::new(&limits, &[], log);
+        let state = HostState::new(&limits, &[], log, None);
         let store = host::new_store(&self.inner.runtime.engine, state);
         let mut guest = Guest::new(store, limits);
-        let pre = &self.inner.pre;
-        let bindings = guest.call(|store| pre.instantiate(store))?;
-        Ok(AssignorInstance { guest, bindings })
+        let inner = &self.inner;
+        let (name, assign) = guest.call(|store| {
+            let instance = inner.pre.instantiate(&mut *store)?;
+            let lacks = |f: &str| wasmtime::format_err!("the instance lacks the assignor's `{f}`");
+            let name = instance.get_func(&mut *store, inner.name).ok_or_else(|| lacks("name"))?;
+            let assign = instance.get_func(&mut *store, inner.assign).ok_or_else(|| lacks("assign"))?;
+            // Checks the types now (any served version: records match structurally).
+            name.typed::<(), (String,)>(&*store)?;
+            assign.typed::<AssignParams<'_>, AssignResults>(&*store)?;
+            Ok((name, assign))
+        })?;
+        Ok(AssignorInstance { guest, name, assign })
     }
 }
 
@@ -103,14 +120,18 @@ impl fmt::Debug for AssignorModule {
 /// A running assignor; reuse it across rebalances.
 pub struct AssignorInstance {
     guest: Guest,
-    bindings: Assignor,
+    name: Func,
+    assign: Func,
 }
+
+type AssignParams<'a> = (&'a [wit::Member], &'a [wit::TopicMetadata]);
+type AssignResults = (Result<Vec<wit::MemberAssignment>, String>,);
 
 impl AssignorInstance {
     /// The name clients select the assignor by (`group.remote.assignor`).
     pub fn name(&mut self) -> Result<String, GuestError> {
-        let bindings = &self.bindings;
-        self.guest.call(|store| bindings.runnel_transform_partition_assignor().call_name(store))
+        let name = self.name;
+        self.guest.call(|store| name.typed::<(), (String,)>(&*store)?.call(store, ()).map(|(name,)| name))
     }
 
     /// Computes every member's assignment and checks it (see the module invariant). Members the
@@ -137,11 +158,11 @@ impl AssignorInstance {
                 partition_racks: t.partition_racks.clone(),
             })
             .collect();
-        let bindings = &self.bindings;
-        let result = self
-            .guest
-            .call(|store| bindings.runnel_transform_partition_assignor().call_assign(store, &wit_members, &wit_topics))?
-            .map_err(GuestError::Failed)?;
+        let assign = self.assign;
+        let (result,) = self.guest.call(|store| {
+            assign.typed::<AssignParams<'_>, AssignResults>(&*store)?.call(store, (&wit_members, &wit_topics))
+        })?;
+        let result = result.map_err(GuestError::Failed)?;
         let assignment = result
             .into_iter()
             .map(|a| MemberAssignment {

@@ -24,6 +24,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use crate::state::{KeyedState, StateHandle};
 use crate::{GuestError, Level, Limits, LogSink};
 
 /// Longer guest log lines are split: a guest must not make the broker hold unbounded text.
@@ -38,6 +39,8 @@ pub(crate) struct HostState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     log: Arc<LogShared>,
+    /// The partition state a transform's `state` import reaches; `None` for worlds without it.
+    state: Option<StateHandle>,
 }
 
 impl WasiView for HostState {
@@ -47,7 +50,12 @@ impl WasiView for HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(limits: &Limits, parameters: &[(String, String)], log: LogSink) -> Self {
+    pub(crate) fn new(
+        limits: &Limits,
+        parameters: &[(String, String)],
+        log: LogSink,
+        state: Option<StateHandle>,
+    ) -> Self {
         let log = Arc::new(LogShared { sink: log, diagnostic: Mutex::new(String::new()) });
         let mut wasi = WasiCtxBuilder::new();
         // The builder's defaults already deny files, sockets, name lookup and arguments; these
@@ -63,7 +71,15 @@ impl HostState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter { limit: limits.memory_bytes, used: 0, refused: false },
             log,
+            state,
         }
+    }
+
+    /// Runs `f` on the instance's partition state (an empty one that takes nothing when the
+    /// instance was given none).
+    pub(crate) fn with_state<R>(&mut self, f: impl FnOnce(&mut KeyedState) -> R) -> R {
+        let state = self.state.get_or_insert_with(|| KeyedState::shared(0));
+        f(&mut state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The guest `log` import.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 use crate::assignor::AssignorModule;
@@ -31,22 +31,35 @@ use crate::transform::TransformModule;
 use crate::validator::ValidatorModule;
 use crate::RuntimeError;
 
-pub(crate) const TRANSFORMER_EXPORT: &str = "runnel:transform/transformer@0.1.0";
-pub(crate) const ASSIGNOR_EXPORT: &str = "runnel:transform/partition-assignor@0.1.0";
-pub(crate) const VALIDATION_EXPORT: &str = "runnel:transform/validation@0.1.0";
-/// Runnel interfaces a guest may import: `logging`, and the record-only interfaces its exports
-/// `use` (a component imports those too, as type-only instances).
-const RUNNEL_IMPORTS: &[&str] =
-    &["runnel:transform/logging@0.1.0", "runnel:transform/types@0.1.0", "runnel:transform/assignment@0.1.0"];
+/// Versions of the contract this host serves, newest first: a component built against any of
+/// them loads (0.2.0 added the transforms' `state` import).
+const VERSIONS: &[&str] = &["0.2.0", "0.1.0"];
+const PACKAGE: &str = "runnel:transform";
+pub(crate) const TRANSFORMER_EXPORT: &str = "runnel:transform/transformer@0.2.0";
+pub(crate) const ASSIGNOR_EXPORT: &str = "runnel:transform/partition-assignor@0.2.0";
+pub(crate) const VALIDATION_EXPORT: &str = "runnel:transform/validation@0.2.0";
+/// The transforms' state import: a component importing it is stateful.
+pub(crate) const STATE_IMPORT: &str = "runnel:transform/state@0.2.0";
+/// Runnel interfaces a guest may import: `logging`, `state`, and the record-only interfaces
+/// its exports `use` (a component imports those too, as type-only instances).
+const RUNNEL_IMPORTS: &[&str] = &["logging", "types", "assignment", "state"];
 const TRANSFORMER_FUNCS: &[&str] = &["init", "process"];
 const ASSIGNOR_FUNCS: &[&str] = &["name", "assign"];
 const VALIDATION_FUNCS: &[&str] = &["init", "validate"];
-/// What each world exports and the functions its export must have.
+/// What each world exports (the interface, in any of the `VERSIONS`) and the functions its
+/// export must have.
 const WORLDS: &[(ModuleKind, &str, &[&str])] = &[
-    (ModuleKind::Transform, TRANSFORMER_EXPORT, TRANSFORMER_FUNCS),
-    (ModuleKind::Assignor, ASSIGNOR_EXPORT, ASSIGNOR_FUNCS),
-    (ModuleKind::Validator, VALIDATION_EXPORT, VALIDATION_FUNCS),
+    (ModuleKind::Transform, "transformer", TRANSFORMER_FUNCS),
+    (ModuleKind::Assignor, "partition-assignor", ASSIGNOR_FUNCS),
+    (ModuleKind::Validator, "validation", VALIDATION_FUNCS),
 ];
+
+/// The interface name and version of a Runnel import or export name
+/// (`runnel:transform/logging@0.1.0` → `("logging", "0.1.0")`).
+fn runnel_name(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(PACKAGE)?.strip_prefix('/')?;
+    rest.split_once('@')
+}
 
 /// Where precompiled artifacts go and how big an upload may be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +142,8 @@ pub(crate) struct RuntimeInner {
 pub(crate) struct Loaded {
     pub(crate) component: Component,
     pub(crate) kind: ModuleKind,
+    /// The world export the component has (`runnel:transform/transformer@0.1.0`).
+    pub(crate) export: String,
     pub(crate) sha256: String,
     pub(crate) from_cache: bool,
 }
@@ -164,11 +179,16 @@ impl Runtime {
             wasmtime_wasi::p2::add_to_linker_sync(linker).map_err(link_error)?;
             crate::host::shadow_sleeps(linker).map_err(link_error)?;
         }
-        bindings::transform::Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut transform_linker, |s| s)
+        // Each world in every served version (0.1.0 components import `logging@0.1.0`).
+        use bindings::{assignor, transform, v0_1, validator};
+        type Own = HasSelf<HostState>;
+        transform::Transform::add_to_linker::<HostState, Own>(&mut transform_linker, |s| s).map_err(link_error)?;
+        v0_1::transform::Transform::add_to_linker::<HostState, Own>(&mut transform_linker, |s| s)
             .map_err(link_error)?;
-        bindings::assignor::Assignor::add_to_linker::<HostState, HasSelf<HostState>>(&mut assignor_linker, |s| s)
-            .map_err(link_error)?;
-        bindings::validator::Validator::add_to_linker::<HostState, HasSelf<HostState>>(&mut validator_linker, |s| s)
+        assignor::Assignor::add_to_linker::<HostState, Own>(&mut assignor_linker, |s| s).map_err(link_error)?;
+        v0_1::assignor::Assignor::add_to_linker::<HostState, Own>(&mut assignor_linker, |s| s).map_err(link_error)?;
+        validator::Validator::add_to_linker::<HostState, Own>(&mut validator_linker, |s| s).map_err(link_error)?;
+        v0_1::validator::Validator::add_to_linker::<HostState, Own>(&mut validator_linker, |s| s)
             .map_err(link_error)?;
 
         let compatibility = {
@@ -233,8 +253,8 @@ impl Runtime {
 
     pub(crate) fn load(&self, bytes: &[u8]) -> Result<Loaded, RuntimeError> {
         let (component, sha256, from_cache) = self.compile_or_load(bytes)?;
-        let kind = classify_world(&self.inner.engine, &component)?;
-        Ok(Loaded { component, kind, sha256, from_cache })
+        let (kind, export) = classify_world(&self.inner.engine, &component)?;
+        Ok(Loaded { component, kind, export, sha256, from_cache })
     }
 
     /// The component for `bytes` and its hex SHA-256, from the cache when possible (`true`).
@@ -308,31 +328,43 @@ fn check_component_header(bytes: &[u8]) -> Result<(), RuntimeError> {
     }
 }
 
-/// Which world a component implements, from its type: exactly one of the three exports, each
-/// with its functions, and no imports besides `logging` and WASI (the linker then type-checks).
-fn classify_world(engine: &Engine, component: &Component) -> Result<ModuleKind, RuntimeError> {
+/// Which world a component implements (and the export naming it), from its type: exactly one
+/// of the worlds' exports in a served version, each with its functions, and no imports besides
+/// Runnel's and WASI (the linker then type-checks).
+fn classify_world(engine: &Engine, component: &Component) -> Result<(ModuleKind, String), RuntimeError> {
     let ty = component.component_type();
     for (name, _) in ty.imports(engine) {
-        if !RUNNEL_IMPORTS.contains(&name) && !name.starts_with("wasi:") {
-            let hint =
-                if name.starts_with("runnel:") { " (built against another version of the Runnel WIT?)" } else { "" };
+        let runnel = runnel_name(name);
+        let served = runnel
+            .is_some_and(|(interface, version)| RUNNEL_IMPORTS.contains(&interface) && VERSIONS.contains(&version));
+        if !served && !name.starts_with("wasi:") {
+            let hint = if runnel.is_some() { " (built against another version of the Runnel WIT?)" } else { "" };
             return Err(RuntimeError::WrongWorld(format!(
-                "unexpected import `{name}`{hint}: a Runnel module may import only `runnel:transform/logging@0.1.0` (and the types its exports use) and WASI 0.2 interfaces"
+                "unexpected import `{name}`{hint}: a Runnel module may import only Runnel's `logging` and `state` \
+                 (and the types its exports use) in version {}, and WASI 0.2 interfaces",
+                VERSIONS.join(" or ")
             )));
         }
     }
-    let found: Vec<(ModuleKind, &str, &[&str], ComponentItem)> = WORLDS
+    let ty_ref = &ty;
+    let found: Vec<(ModuleKind, String, &[&str], ComponentItem)> = WORLDS
         .iter()
-        .filter_map(|&(kind, export, funcs)| ty.get_export(engine, export).map(|e| (kind, export, funcs, e.ty)))
+        .flat_map(|&(kind, interface, funcs)| {
+            let ty = ty_ref;
+            VERSIONS.iter().filter_map(move |version| {
+                let export = format!("{PACKAGE}/{interface}@{version}");
+                ty.get_export(engine, &export).map(|e| (kind, export, funcs, e.ty))
+            })
+        })
         .collect();
     match found.as_slice() {
-        [(kind, export, funcs, item)] => check_functions(engine, export, item, funcs).map(|()| *kind),
+        [(kind, export, funcs, item)] => check_functions(engine, export, item, funcs).map(|()| (*kind, export.clone())),
         [] => {
             let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
             let found = if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") };
             Err(RuntimeError::WrongWorld(format!(
                 "missing export: a transform exports `{TRANSFORMER_EXPORT}`, an assignor `{ASSIGNOR_EXPORT}`, \
-                 a validator `{VALIDATION_EXPORT}`; this component exports {found}"
+                 a validator `{VALIDATION_EXPORT}` (or the 0.1.0 versions); this component exports {found}"
             )))
         }
         several => {
@@ -356,6 +388,17 @@ fn check_functions(engine: &Engine, export: &str, item: &ComponentItem, funcs: &
         }
     }
     Ok(())
+}
+
+/// The export index of function `func` of the component's world export (whichever version it
+/// was built against): exports are called as typed functions through these, with types that
+/// match every served version.
+pub(crate) fn export_func(loaded: &Loaded, func: &str) -> Result<ComponentExportIndex, RuntimeError> {
+    loaded
+        .component
+        .get_export_index(None, &loaded.export)
+        .and_then(|interface| loaded.component.get_export_index(Some(&interface), func))
+        .ok_or_else(|| RuntimeError::WrongWorld(format!("`{}` lacks the function `{func}`", loaded.export)))
 }
 
 /// Writes `bytes` to `path` so that concurrent readers see the old file, nothing, or the whole

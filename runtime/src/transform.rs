@@ -8,16 +8,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use wasmtime::component::{ComponentExportIndex, Func, TypedFunc};
+use wasmtime::component::{ComponentExportIndex, Func, InstancePre, TypedFunc};
 
 use crate::batch::{validate_output, InputBatch, OutputBatch};
-use crate::bindings::transform::{Transform, TransformPre};
 use crate::guest::Guest;
 use crate::host::{self, HostState};
-use crate::runtime::{Loaded, RuntimeInner, TRANSFORMER_EXPORT};
+use crate::runtime::{export_func, Loaded, RuntimeInner, STATE_IMPORT};
+use crate::state::StateHandle;
 use crate::{GuestError, Limits, LogSink, RuntimeError};
 
 type ProcessFunc<'a> = TypedFunc<(&'a InputBatch,), (Result<OutputBatch, String>,)>;
+type InitFunc<'a> = TypedFunc<(&'a [(String, String)], &'a [String]), (Result<(), String>,)>;
 
 /// A compiled transform. Cheap to clone; instantiate it once per input partition.
 #[derive(Clone)]
@@ -28,20 +29,27 @@ pub struct TransformModule {
 struct ModuleInner {
     // Keeps the engine (and so the epoch ticker) alive while instances may run.
     runtime: Arc<RuntimeInner>,
-    pre: TransformPre<HostState>,
+    pre: InstancePre<HostState>,
+    init: ComponentExportIndex,
     process: ComponentExportIndex,
+    /// Whether the component imports `state` (0.2.0 on).
+    stateful: bool,
+    /// The transformer export it has (its contract version).
+    export: String,
     sha256: String,
     from_cache: bool,
 }
 
-/// How to start one instance: the deployment's parameters and output topics, its limits and
-/// where its log lines go.
+/// How to start one instance: the deployment's parameters and output topics, its limits,
+/// where its log lines go, and the partition state its `state` import reaches (`None`: an
+/// empty state that takes nothing).
 #[derive(Clone)]
 pub struct InstanceSetup {
     pub parameters: Vec<(String, String)>,
     pub output_topics: Vec<String>,
     pub limits: Limits,
     pub log: LogSink,
+    pub state: Option<StateHandle>,
 }
 
 impl fmt::Debug for InstanceSetup {
@@ -56,25 +64,35 @@ impl fmt::Debug for InstanceSetup {
 
 impl TransformModule {
     pub(crate) fn new(runtime: Arc<RuntimeInner>, loaded: Loaded) -> Result<Self, RuntimeError> {
-        let instance_pre = runtime.transform_linker.instantiate_pre(&loaded.component).map_err(|e| {
+        let pre = runtime.transform_linker.instantiate_pre(&loaded.component).map_err(|e| {
             RuntimeError::WrongWorld(format!("the transform's imports do not match what Runnel provides: {e:#}"))
         })?;
-        let pre = TransformPre::new(instance_pre)
-            .map_err(|e| RuntimeError::WrongWorld(format!("the transform's exports do not match the WIT: {e:#}")))?;
-        let process = loaded
-            .component
-            .get_export_index(None, TRANSFORMER_EXPORT)
-            .and_then(|interface| loaded.component.get_export_index(Some(&interface), "process"))
-            .ok_or_else(|| RuntimeError::WrongWorld(format!("`{TRANSFORMER_EXPORT}` lacks the function `process`")))?;
+        let (init, process) = (export_func(&loaded, "init")?, export_func(&loaded, "process")?);
+        let engine = &runtime.engine;
+        let stateful = loaded.component.component_type().imports(engine).any(|(name, _)| name == STATE_IMPORT);
         Ok(TransformModule {
             inner: Arc::new(ModuleInner {
                 runtime,
                 pre,
+                init,
                 process,
+                stateful,
+                export: loaded.export,
                 sha256: loaded.sha256,
                 from_cache: loaded.from_cache,
             }),
         })
+    }
+
+    /// Whether the transform keeps keyed state (its component imports `state`).
+    pub fn is_stateful(&self) -> bool {
+        self.inner.stateful
+    }
+
+    /// The transformer export the component has, naming the contract version it was built
+    /// against (`runnel:transform/transformer@0.1.0`).
+    pub fn export(&self) -> &str {
+        &self.inner.export
     }
 
     /// True when this module was loaded from a precompiled artifact instead of compiled.
@@ -91,26 +109,26 @@ impl TransformModule {
     /// A guest `init` error is [`GuestError::Init`]; traps, deadlines and memory exhaustion
     /// during instantiation or `init` keep their own variants.
     pub fn instantiate(&self, setup: InstanceSetup) -> Result<TransformInstance, GuestError> {
-        let state = HostState::new(&setup.limits, &setup.parameters, setup.log);
+        let state = HostState::new(&setup.limits, &setup.parameters, setup.log, setup.state);
         let store = host::new_store(&self.inner.runtime.engine, state);
         let mut guest = Guest::new(store, setup.limits);
-        let pre = &self.inner.pre;
-        let process_index = &self.inner.process;
-        let (bindings, process) = guest.call(|store| {
-            let instance = pre.instance_pre().instantiate(&mut *store)?;
-            let bindings = Transform::new(&mut *store, &instance)?;
-            let process = instance
-                .get_func(&mut *store, process_index)
-                .ok_or_else(|| wasmtime::format_err!("the instance lacks `{TRANSFORMER_EXPORT}#process`"))?;
-            // Checks once that our batch types match the export's WIT signature; calls then
-            // skip the check (see `TransformInstance::process`).
+        let inner = &self.inner;
+        let (init, process) = guest.call(|store| {
+            let instance = inner.pre.instantiate(&mut *store)?;
+            let lacks = |f: &str| wasmtime::format_err!("the instance lacks `{}#{f}`", inner.export);
+            let init = instance.get_func(&mut *store, inner.init).ok_or_else(|| lacks("init"))?;
+            let process = instance.get_func(&mut *store, inner.process).ok_or_else(|| lacks("process"))?;
+            // Checks once that our types match the exports' WIT signatures (any served
+            // version: records match structurally); calls then skip the check.
             process.typed::<(&InputBatch,), (Result<OutputBatch, String>,)>(&*store)?;
-            Ok((bindings, process))
+            Ok((init, process))
         })?;
-        let (parameters, output_topics) = (&setup.parameters, &setup.output_topics);
-        guest
-            .call(|store| bindings.runnel_transform_transformer().call_init(store, parameters, output_topics))?
-            .map_err(GuestError::Init)?;
+        let (parameters, output_topics) = (setup.parameters.as_slice(), setup.output_topics.as_slice());
+        let (result,) = guest.call(|store| {
+            let init: InitFunc<'_> = init.typed(&*store)?;
+            init.call(store, (parameters, output_topics))
+        })?;
+        result.map_err(GuestError::Init)?;
         Ok(TransformInstance { guest, process, output_topics: setup.output_topics.len() })
     }
 }
@@ -119,6 +137,7 @@ impl fmt::Debug for TransformModule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TransformModule")
             .field("sha256", &self.inner.sha256)
+            .field("export", &self.inner.export)
             .field("from_cache", &self.inner.from_cache)
             .finish_non_exhaustive()
     }

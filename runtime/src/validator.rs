@@ -9,13 +9,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use wasmtime::component::{ComponentExportIndex, ComponentType, Func, Lift, TypedFunc};
+use wasmtime::component::{ComponentExportIndex, ComponentType, Func, InstancePre, Lift, TypedFunc};
 
 use crate::batch::InputBatch;
-use crate::bindings::validator::{Validator, ValidatorPre};
 use crate::guest::Guest;
 use crate::host::{self, HostState};
-use crate::runtime::{Loaded, RuntimeInner, VALIDATION_EXPORT};
+use crate::runtime::{export_func, Loaded, RuntimeInner};
 use crate::{GuestError, Limits, LogSink, RuntimeError};
 
 /// Record errors kept from one rejection (KIP-467 `record_errors` of one partition).
@@ -50,7 +49,8 @@ pub struct ValidatorModule {
 struct ModuleInner {
     // Keeps the engine (and so the epoch ticker) alive while instances may run.
     runtime: Arc<RuntimeInner>,
-    pre: ValidatorPre<HostState>,
+    pre: InstancePre<HostState>,
+    init: ComponentExportIndex,
     validate: ComponentExportIndex,
     sha256: String,
     from_cache: bool,
@@ -69,17 +69,12 @@ impl ValidatorModule {
         let instance_pre = runtime.validator_linker.instantiate_pre(&loaded.component).map_err(|e| {
             RuntimeError::WrongWorld(format!("the validator's imports do not match what Runnel provides: {e:#}"))
         })?;
-        let pre = ValidatorPre::new(instance_pre)
-            .map_err(|e| RuntimeError::WrongWorld(format!("the validator's exports do not match the WIT: {e:#}")))?;
-        let validate = loaded
-            .component
-            .get_export_index(None, VALIDATION_EXPORT)
-            .and_then(|interface| loaded.component.get_export_index(Some(&interface), "validate"))
-            .ok_or_else(|| RuntimeError::WrongWorld(format!("`{VALIDATION_EXPORT}` lacks the function `validate`")))?;
+        let (init, validate) = (export_func(&loaded, "init")?, export_func(&loaded, "validate")?);
         Ok(ValidatorModule {
             inner: Arc::new(ModuleInner {
                 runtime,
-                pre,
+                pre: instance_pre,
+                init,
                 validate,
                 sha256: loaded.sha256,
                 from_cache: loaded.from_cache,
@@ -100,24 +95,25 @@ impl ValidatorModule {
     /// Creates an instance and runs the guest's `init` with the parameters. A guest `init` error
     /// is [`GuestError::Init`]; traps, deadlines and memory exhaustion keep their own variants.
     pub fn instantiate(&self, setup: ValidatorSetup) -> Result<ValidatorInstance, GuestError> {
-        let state = HostState::new(&setup.limits, &setup.parameters, setup.log);
+        let state = HostState::new(&setup.limits, &setup.parameters, setup.log, None);
         let store = host::new_store(&self.inner.runtime.engine, state);
         let mut guest = Guest::new(store, setup.limits);
-        let (pre, validate_index) = (&self.inner.pre, &self.inner.validate);
-        let (bindings, validate) = guest.call(|store| {
-            let instance = pre.instance_pre().instantiate(&mut *store)?;
-            let bindings = Validator::new(&mut *store, &instance)?;
-            let validate = instance
-                .get_func(&mut *store, validate_index)
-                .ok_or_else(|| wasmtime::format_err!("the instance lacks `{VALIDATION_EXPORT}#validate`"))?;
+        let inner = &self.inner;
+        let (init, validate) = guest.call(|store| {
+            let instance = inner.pre.instantiate(&mut *store)?;
+            let lacks = |f: &str| wasmtime::format_err!("the instance lacks the validator's `{f}`");
+            let init = instance.get_func(&mut *store, inner.init).ok_or_else(|| lacks("init"))?;
+            let validate = instance.get_func(&mut *store, inner.validate).ok_or_else(|| lacks("validate"))?;
             // Checks once that our types match the export's WIT signature; calls then skip it.
             validate.typed::<(&InputBatch,), (Result<(), Rejection>,)>(&*store)?;
-            Ok((bindings, validate))
+            Ok((init, validate))
         })?;
-        let parameters = &setup.parameters;
-        guest
-            .call(|store| bindings.runnel_transform_validation().call_init(store, parameters))?
-            .map_err(GuestError::Init)?;
+        let parameters = setup.parameters.as_slice();
+        let (result,) = guest.call(|store| {
+            let init = init.typed::<(&[(String, String)],), (Result<(), String>,)>(&*store)?;
+            init.call(store, (parameters,))
+        })?;
+        result.map_err(GuestError::Init)?;
         Ok(ValidatorInstance { guest, validate })
     }
 }

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use runnel_runtime::{
-    GuestError, InputBatch, InstanceSetup, Level, Limits, LogSink, Member, ModuleKind, OutputBatch, Runtime,
-    RuntimeConfig, RuntimeError, TopicMetadata, TopicPartitions, TransformInstance, TransformModule, ValidatorModule,
-    ValidatorSetup,
+    GuestError, InputBatch, InstanceSetup, KeyedState, Level, Limits, LogSink, Member, ModuleKind, OutputBatch,
+    Runtime, RuntimeConfig, RuntimeError, TopicMetadata, TopicPartitions, TransformInstance, TransformModule,
+    ValidatorModule, ValidatorSetup,
 };
 
 /// (crate name, directory relative to the workspace root)
@@ -35,6 +35,8 @@ const GUESTS: &[(&str, &str)] = &[
     ("runnel-guest-failinit", "tests/guests/failinit"),
     ("runnel-example-schema", "examples/schema"),
     ("runnel-guest-badvalidator", "tests/guests/badvalidator"),
+    ("runnel-example-revenue", "examples/revenue"),
+    ("runnel-guest-v01", "tests/guests/v01"),
 ];
 
 fn workspace_root() -> PathBuf {
@@ -115,6 +117,7 @@ fn setup(limits: Limits, log: LogSink) -> InstanceSetup {
         output_topics: vec!["out-a".into(), "out-b".into()],
         limits,
         log,
+        state: None,
     }
 }
 
@@ -421,6 +424,7 @@ fn guest_log_calls_reach_the_log_sink() {
         output_topics: vec!["out".into()],
         limits: Limits::default(),
         log,
+        state: None,
     };
     let mut instance = module.instantiate(setup).unwrap();
     let mut batch = InputBatch::new(0);
@@ -510,4 +514,73 @@ fn hostile_validators_are_contained() {
 
 fn discard() -> LogSink {
     runnel_runtime::discard_logs()
+}
+
+fn orders(orders: &[(&str, f64)]) -> InputBatch {
+    let mut batch = InputBatch::new(0);
+    for (i, (customer, amount)) in orders.iter().enumerate() {
+        let value = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
+        batch.push(i as i64, 0, None, Some(value.as_bytes()), &[]);
+    }
+    batch
+}
+
+/// The stateful example's state lives in the handle the host gives each instance: a batch's
+/// changes are visible to it, kept across instances (an instance replaced after a trap sees the
+/// same state), and a put past the limit fails the batch with the reason.
+#[test]
+fn a_stateful_transform_keeps_its_state_in_the_handle_across_instances() {
+    let (Some(revenue), Some(identity)) = (guest("runnel-example-revenue"), guest("runnel-example-identity")) else {
+        return;
+    };
+    let fixture = fixture();
+    let module = transform(&fixture, &revenue);
+    assert!(module.is_stateful(), "revenue imports state");
+    assert!(!transform(&fixture, &identity).is_stateful(), "identity does not import state");
+    assert_eq!(module.export(), "runnel:transform/transformer@0.2.0");
+
+    let state = KeyedState::shared(1 << 20);
+    let with_state =
+        || InstanceSetup { state: Some(state.clone()), ..setup(Limits::default(), runnel_runtime::discard_logs()) };
+    let mut first = module.instantiate(with_state()).unwrap();
+    let output = first.process(&orders(&[("a", 10.0), ("a", 2.5), ("b", 1.0)])).unwrap();
+    assert_eq!(output.records.len(), 3);
+    let changes = state.lock().unwrap().take_batch();
+    assert_eq!(changes.len(), 2, "one change per key: {changes:?}");
+    state.lock().unwrap().commit();
+    drop(first);
+
+    let mut second = module.instantiate(with_state()).unwrap();
+    let output = second.process(&orders(&[("a", 1.0)])).unwrap();
+    let value = output.value(&output.records[0]).unwrap();
+    let totals: serde_json::Value = serde_json::from_slice(value).unwrap();
+    assert_eq!(totals, serde_json::json!({"key": "a", "count": 3, "sum": 13.5}));
+
+    let tiny = KeyedState::shared(20);
+    let setup = InstanceSetup { state: Some(tiny.clone()), ..setup(Limits::default(), runnel_runtime::discard_logs()) };
+    let mut bounded = module.instantiate(setup).unwrap();
+    match bounded.process(&orders(&[("a-customer-with-a-long-name", 1.0)])) {
+        Err(GuestError::Failed(message)) => assert!(message.contains("state_bytes_max of 20"), "{message}"),
+        other => panic!("expected the guest to fail the batch: {other:?}"),
+    }
+    assert_eq!(tiny.lock().unwrap().size_bytes(), 0, "the refused put changed nothing");
+}
+
+/// A component built against the frozen 0.1.0 contract (wit-bindgen alone, before `state`
+/// existed) still loads, logs through `logging@0.1.0` and runs.
+#[test]
+fn a_component_built_against_0_1_0_still_loads_and_runs() {
+    let Some(bytes) = guest("runnel-guest-v01") else { return };
+    let fixture = fixture();
+    let info = fixture.runtime.inspect(&bytes).unwrap();
+    assert_eq!(info.kind, ModuleKind::Transform);
+    let module = transform(&fixture, &bytes);
+    assert_eq!(module.export(), "runnel:transform/transformer@0.1.0");
+    assert!(!module.is_stateful());
+    let (result, lines) = first_batch(&module, Limits::default());
+    let output = result.unwrap();
+    assert_eq!(output.records.len(), 1);
+    assert_eq!(output.value(&output.records[0]), Some(&b"v"[..]));
+    let lines = lines.lock().unwrap();
+    assert!(lines.iter().any(|(_, l)| l == "v0.1 guest writing to out-a,out-b"), "{lines:?}");
 }

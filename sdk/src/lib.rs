@@ -58,6 +58,7 @@ pub mod log;
 mod output;
 mod raw;
 mod record;
+pub mod state;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod transform;
@@ -111,8 +112,8 @@ pub mod bindings {
             export_macro_name: "export_validator_world",
             runtime_path: "::runnel_sdk::__private::wit_bindgen::rt",
             with: {
-                "runnel:transform/types@0.1.0": crate::bindings::transform::runnel::transform::types,
-                "runnel:transform/logging@0.1.0": crate::bindings::transform::runnel::transform::logging,
+                "runnel:transform/types@0.2.0": crate::bindings::transform::runnel::transform::types,
+                "runnel:transform/logging@0.2.0": crate::bindings::transform::runnel::transform::logging,
             },
         });
     }

@@ -51,8 +51,35 @@ impl<T: Transform> Harness<T> {
     pub fn new(parameters: &[(&str, &str)], output_topics: &[&str]) -> Result<Self, Error> {
         let params = parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let outputs: Vec<String> = output_topics.iter().map(|t| t.to_string()).collect();
+        // A fresh harness starts from an empty, unbounded state (one per thread).
+        crate::state::imp::with(|s| {
+            s.committed.clear();
+            s.limit_bytes = usize::MAX;
+        });
+        crate::state::imp::end_batch(false);
         let instance = Instance::new(params, outputs.clone())?;
         Ok(Harness { instance, output_topics: outputs, partition: 0, next_offset: 0 })
+    }
+
+    /// Bounds the state as the deployment's `state_bytes_max` does (default: unbounded).
+    pub fn state_bytes_max(self, limit: usize) -> Self {
+        crate::state::imp::with(|s| s.limit_bytes = limit);
+        self
+    }
+
+    /// The committed state under `key` (as the broker would restore it).
+    pub fn state_get(&self, key: impl AsRef<[u8]>) -> Option<Vec<u8>> {
+        crate::state::imp::with(|s| s.committed.get(key.as_ref()).cloned())
+    }
+
+    /// The whole committed state, in key order.
+    pub fn state(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        crate::state::imp::with(|s| s.committed.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    /// Sets the committed state under `key` (a state as a restore would find it).
+    pub fn set_state(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+        crate::state::imp::with(|s| s.committed.insert(key.as_ref().to_vec(), value.as_ref().to_vec()));
     }
 
     /// The input partition of later batches (default 0).
@@ -67,11 +94,17 @@ impl<T: Transform> Harness<T> {
     }
 
     /// Runs one batch and returns what it wrote, in order. Records without an explicit offset
-    /// get consecutive offsets continuing from the previous batch.
+    /// get consecutive offsets continuing from the previous batch. As on the broker, the
+    /// batch's state changes are kept only when it succeeds (error and invalid output drop
+    /// them).
     pub fn process(&mut self, records: &[TestRecord]) -> Result<Vec<Written>, Error> {
         let batch = input_batch(self.partition, &mut self.next_offset, records);
-        let (data, descriptors) = self.instance.process(&batch)?;
-        descriptors.iter().map(|d| self.decode(&data, d)).collect()
+        let written = self
+            .instance
+            .process(&batch)
+            .and_then(|(data, descriptors)| descriptors.iter().map(|d| self.decode(&data, d)).collect());
+        crate::state::imp::end_batch(written.is_ok());
+        written
     }
 
     /// Reads one output record back, rejecting what the host would reject.

@@ -198,6 +198,7 @@ impl Worker {
             log: Arc::new(move |level: Level, line: &str| {
                 logs.push(level_name(level), Some(partition), line.to_string())
             }),
+            state: None,
         }
     }
 

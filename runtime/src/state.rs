@@ -1,0 +1,229 @@
+//! Keyed state of one transform partition ([`KeyedState`]), as the guest's `state` import sees
+//! it and as the broker commits it.
+//!
+//! Three layers, read top down: the changes of the batch the guest is processing, the changes
+//! of the batches in the open transaction, and the committed state. A batch's changes move to
+//! the transaction when its outputs are written ([`KeyedState::take_batch`], which returns
+//! them for the changelog), and to the committed state when the transaction commits; a failed
+//! batch drops its own ([`KeyedState::discard_batch`]), an aborted transaction all since the
+//! last commit ([`KeyedState::abort`]).
+//!
+//! Invariant: the state's size (keys plus values of what `get` sees, in bytes) never passes
+//! its limit through a `put`; `size_bytes` is that sum, kept per layer so that dropping a layer
+//! restores the size below it. (A restore may load more than the limit, e.g. after the limit
+//! was lowered: then only changes that do not grow it are accepted.)
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// A partition's state shared by the broker's worker and the guest instance processing for it
+/// (the instance is replaced after a trap; the state is not).
+pub type StateHandle = Arc<Mutex<KeyedState>>;
+
+/// One change: a key and its new value, `None` for a deletion (a tombstone in the changelog).
+pub type Change = (Vec<u8>, Option<Vec<u8>>);
+
+#[derive(Debug, Default)]
+pub struct KeyedState {
+    committed: HashMap<Vec<u8>, Vec<u8>>,
+    txn: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    batch: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    limit_bytes: usize,
+    committed_bytes: usize,
+    txn_bytes: usize,
+    batch_bytes: usize,
+}
+
+impl KeyedState {
+    pub fn new(limit_bytes: usize) -> Self {
+        KeyedState { limit_bytes, ..KeyedState::default() }
+    }
+
+    pub fn shared(limit_bytes: usize) -> StateHandle {
+        Arc::new(Mutex::new(KeyedState::new(limit_bytes)))
+    }
+
+    /// The value under `key` as the current batch sees it.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        if let Some(change) = self.batch.get(key) {
+            return change.as_deref();
+        }
+        if let Some(change) = self.txn.get(key) {
+            return change.as_deref();
+        }
+        self.committed.get(key).map(Vec::as_slice)
+    }
+
+    fn entry_bytes(&self, key: &[u8]) -> usize {
+        self.get(key).map_or(0, |v| key.len() + v.len())
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), String> {
+        if key.is_empty() {
+            return Err("a state key cannot be empty".to_string());
+        }
+        let old = self.entry_bytes(&key);
+        let new = key.len() + value.len();
+        let size = self.batch_bytes - old + new;
+        if size > self.limit_bytes && new > old {
+            return Err(format!(
+                "state of {size} bytes would pass the transform's state_bytes_max of {} (key of {} bytes, value of {})",
+                self.limit_bytes,
+                key.len(),
+                value.len()
+            ));
+        }
+        self.batch_bytes = size;
+        self.batch.insert(key, Some(value));
+        Ok(())
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        if self.get(key).is_none() {
+            return;
+        }
+        self.batch_bytes -= self.entry_bytes(key);
+        self.batch.insert(key.to_vec(), None);
+    }
+
+    /// The current batch's changes (one per key, in key order), now part of the open
+    /// transaction; write them to the changelog with the batch's outputs.
+    pub fn take_batch(&mut self) -> Vec<Change> {
+        let changes: Vec<Change> = std::mem::take(&mut self.batch).into_iter().collect();
+        for (key, value) in &changes {
+            self.txn.insert(key.clone(), value.clone());
+        }
+        self.txn_bytes = self.batch_bytes;
+        changes
+    }
+
+    /// Forgets the current batch's changes (the batch failed).
+    pub fn discard_batch(&mut self) {
+        self.batch.clear();
+        self.batch_bytes = self.txn_bytes;
+    }
+
+    /// The open transaction committed: its changes are the state now.
+    pub fn commit(&mut self) {
+        self.discard_batch();
+        for (key, value) in self.txn.drain() {
+            match value {
+                Some(value) => self.committed.insert(key, value),
+                None => self.committed.remove(&key),
+            };
+        }
+        self.committed_bytes = self.txn_bytes;
+    }
+
+    /// The open transaction aborted: back to the committed state.
+    pub fn abort(&mut self) {
+        self.batch.clear();
+        self.txn.clear();
+        self.txn_bytes = self.committed_bytes;
+        self.batch_bytes = self.committed_bytes;
+    }
+
+    /// Applies a committed change read from the changelog (no limit: it was accepted once).
+    /// Only between transactions (nothing open).
+    pub fn restore(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        debug_assert!(self.txn.is_empty() && self.batch.is_empty(), "restore with changes open");
+        let old = self.committed.get(&key).map_or(0, |v| key.len() + v.len());
+        self.committed_bytes -= old;
+        if let Some(value) = value {
+            self.committed_bytes += key.len() + value.len();
+            self.committed.insert(key, value);
+        } else {
+            self.committed.remove(&key);
+        }
+        self.txn_bytes = self.committed_bytes;
+        self.batch_bytes = self.committed_bytes;
+    }
+
+    /// Empties the state (a restore starting over).
+    pub fn clear(&mut self) {
+        *self = KeyedState::new(self.limit_bytes);
+    }
+
+    /// Size in bytes (keys plus values) of the state as the current batch sees it.
+    pub fn size_bytes(&self) -> usize {
+        self.batch_bytes
+    }
+
+    /// Keys of the committed state.
+    pub fn committed_keys(&self) -> usize {
+        self.committed.len()
+    }
+
+    pub fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+
+    /// The committed state, for inspection (tests, HTTP).
+    pub fn committed(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.committed.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_commit_and_roll_back_with_their_sizes() {
+        // Proves a batch sees its own changes, a failed batch leaves nothing, an aborted
+        // transaction leaves the committed state, and sizes follow each layer.
+        let mut s = KeyedState::new(100);
+        s.put(b"a".to_vec(), b"1".to_vec()).unwrap();
+        assert_eq!(s.get(b"a"), Some(&b"1"[..]));
+        assert_eq!(s.take_batch(), vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
+        s.commit();
+        assert_eq!(s.size_bytes(), 2);
+
+        s.put(b"a".to_vec(), b"22".to_vec()).unwrap();
+        s.delete(b"a");
+        s.put(b"b".to_vec(), b"3".to_vec()).unwrap();
+        assert_eq!(s.get(b"a"), None);
+        s.discard_batch();
+        assert_eq!(s.get(b"a"), Some(&b"1"[..]));
+        assert_eq!(s.size_bytes(), 2);
+
+        s.put(b"a".to_vec(), b"333".to_vec()).unwrap();
+        assert_eq!(s.take_batch().len(), 1);
+        s.put(b"c".to_vec(), b"4".to_vec()).unwrap();
+        assert_eq!(s.size_bytes(), 6);
+        s.abort();
+        assert_eq!((s.get(b"a"), s.get(b"c"), s.size_bytes()), (Some(&b"1"[..]), None, 2));
+
+        s.delete(b"a");
+        assert_eq!(s.take_batch(), vec![(b"a".to_vec(), None)]);
+        s.commit();
+        assert_eq!((s.get(b"a"), s.size_bytes(), s.committed_keys()), (None, 0, 0));
+        s.delete(b"never");
+        assert!(s.take_batch().is_empty(), "deleting an absent key changes nothing");
+    }
+
+    #[test]
+    fn a_put_past_the_limit_fails_and_changes_nothing() {
+        let mut s = KeyedState::new(10);
+        s.put(b"key".to_vec(), b"1234".to_vec()).unwrap();
+        let error = s.put(b"other".to_vec(), b"123".to_vec()).unwrap_err();
+        assert!(error.contains("state_bytes_max of 10"), "{error}");
+        assert_eq!((s.get(b"other"), s.size_bytes()), (None, 7));
+        // Replacing a value with a same-size or smaller one is fine at the limit.
+        s.put(b"key".to_vec(), b"12".to_vec()).unwrap();
+        assert_eq!(s.size_bytes(), 5);
+        assert!(s.put(Vec::new(), b"x".to_vec()).is_err(), "empty keys are refused");
+    }
+
+    #[test]
+    fn restore_applies_changes_and_tombstones() {
+        let mut s = KeyedState::new(4);
+        s.restore(b"a".to_vec(), Some(b"12345".to_vec()));
+        s.restore(b"b".to_vec(), Some(b"1".to_vec()));
+        s.restore(b"b".to_vec(), None);
+        assert_eq!((s.size_bytes(), s.committed_keys()), (6, 1));
+        assert!(s.put(b"c".to_vec(), b"1".to_vec()).is_err(), "over the limit after restore: no growth");
+        s.put(b"a".to_vec(), b"1".to_vec()).unwrap();
+        assert_eq!(s.size_bytes(), 2);
+    }
+}
