@@ -742,3 +742,121 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
         "no abort counted"
     );
 }
+
+/// Orders keyed by customer (so each customer's orders share an input partition, whose state
+/// holds the customer's totals): `(customer, amount)` for order `i`.
+fn order(i: usize) -> (String, u64) {
+    (format!("c{}", i % 7), (i as u64 * 13) % 101)
+}
+
+fn produce_orders(node: &Runnel, topic: &str, range: std::ops::Range<usize>) {
+    let records: Vec<(Option<String>, String)> = range
+        .map(|i| {
+            let (customer, amount) = order(i);
+            (Some(customer.clone()), json!({"customer": customer, "amount": amount, "id": i}).to_string())
+        })
+        .collect();
+    produce(node, topic, &records);
+}
+
+/// Every output of the revenue example, by customer in output order: (count, sum).
+fn totals_by_customer(node: &Runnel, topic: &str, partitions: i32) -> BTreeMap<String, Vec<(u64, f64)>> {
+    let mut by_customer: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
+    for value in read_to_end(node, topic, partitions) {
+        let totals: Value = serde_json::from_slice(&value).expect("JSON totals");
+        let customer = totals["key"].as_str().expect("key").to_string();
+        by_customer
+            .entry(customer)
+            .or_default()
+            .push((totals["count"].as_u64().unwrap(), totals["sum"].as_f64().unwrap()));
+    }
+    by_customer
+}
+
+/// The model of the revenue example over orders `0..n`: per customer, the totals after each of
+/// its orders.
+fn revenue_model(n: usize) -> BTreeMap<String, Vec<(u64, f64)>> {
+    let mut model: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
+    for i in 0..n {
+        let (customer, amount) = order(i);
+        let steps = model.entry(customer).or_default();
+        let (count, sum) = steps.last().copied().unwrap_or((0, 0.0));
+        steps.push((count + 1, sum + amount as f64));
+    }
+    model
+}
+
+#[test]
+fn a_stateful_transform_keeps_exact_totals_across_a_kill_and_a_new_version() {
+    // Proves keyed state end to end on one node: the revenue example (running count and sum per
+    // customer, exactly-once) restores its state from the changelog topic after kill -9 and
+    // after a redeploy, so every output is the model's totals, each once; the detail shows the
+    // state and its topic; the changelog is compacted and holds one record per change; a new
+    // deployment of the name (no resume) starts from an empty state.
+    let mut node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "sales", 2);
+    support::create_topic(&node, "revenue", 2);
+    let config = json!({"input_topic": "sales", "output_topics": ["revenue"], "batch_records_max": 50});
+    let module = component("runnel-example-revenue");
+    assert_eq!(deploy(&api, "rev", &module, config.clone()).status, 201);
+    produce_orders(&node, "sales", 0..600);
+    let caught_up = |node: &Runnel, end: i64| {
+        let group = "__runnel_transform_rev";
+        wait_until(TIMEOUT, || {
+            committed_offset_of(node, group, "sales", 0) + committed_offset_of(node, group, "sales", 1) == end
+        })
+    };
+    assert!(caught_up(&node, 600), "600 orders never processed: {}", transform(&api, "rev"));
+    let detail = transform(&api, "rev");
+    assert_eq!(detail["stateful"], true, "{detail}");
+    assert_eq!(detail["state_topic"], "__runnel_transform_rev_state");
+    let keys: u64 = detail["partitions"].as_array().unwrap().iter().map(|p| p["state_keys"].as_u64().unwrap()).sum();
+    assert_eq!(keys, 7, "one key per customer: {detail}");
+    let configs = api.get("/v1/topics/__runnel_transform_rev_state/configs").text;
+    assert!(configs.contains("\"cleanup.policy\"") && configs.contains("compact"), "{configs}");
+
+    // kill -9 mid-stream, restart: the state comes back from the changelog.
+    produce_orders(&node, "sales", 600..900);
+    node.kill9();
+    node.restart();
+    let api = HttpApi::new(&node);
+    produce_orders(&node, "sales", 900..1000);
+    assert!(caught_up(&node, 1000), "1000 orders never processed after the restart: {}", transform(&api, "rev"));
+    let logs = api.get("/v1/transforms/rev/logs").text;
+    assert!(logs.contains("state restored from '__runnel_transform_rev_state'"), "{logs}");
+
+    // A new version (same deployment) continues with the state.
+    assert_eq!(deploy(&api, "rev", &module, config.clone()).status, 200);
+    produce_orders(&node, "sales", 1000..1100);
+    assert!(caught_up(&node, 1100), "1100 orders never processed after the redeploy: {}", transform(&api, "rev"));
+    let outputs = totals_by_customer(&node, "revenue", 2);
+    let model = revenue_model(1100);
+    for (customer, expected) in &model {
+        let got = outputs.get(customer).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(got.len(), expected.len(), "{customer}: {} outputs, the model has {}", got.len(), expected.len());
+        assert_eq!(got, expected.as_slice(), "{customer}: totals differ from the model");
+    }
+
+    // Deleted and deployed again without resume: an empty state (counts start at 1 again).
+    assert_eq!(api.send_json("DELETE", "/v1/transforms/rev", None, &json!({})).status, 204);
+    support::create_topic(&node, "revenue-2", 1);
+    let fresh = json!({"input_topic": "sales", "output_topics": ["revenue-2"], "batch_records_max": 50});
+    assert_eq!(deploy(&api, "rev", &module, fresh).status, 201);
+    let outputs = totals_by_customer(&node, "revenue-2", 1);
+    let expected = revenue_model(1100);
+    assert_eq!(outputs, expected, "a new deployment starts from an empty state");
+}
+
+fn committed_offset_of(node: &Runnel, group: &str, topic: &str, partition: i32) -> i64 {
+    let consumer: BaseConsumer = client_config(node, &[("group.id", group)]).create().expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    match consumer
+        .committed_offsets(list, Duration::from_secs(5))
+        .map(|l| l.find_partition(topic, partition).map(|e| e.offset()))
+    {
+        Ok(Some(Offset::Offset(offset))) => offset.max(0),
+        _ => 0,
+    }
+}

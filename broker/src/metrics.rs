@@ -102,6 +102,7 @@ pub struct Metrics {
     pub transform_call_seconds: HistogramVec,
     pub transform_lag: IntGaugeVec,
     pub transform_memory_bytes: IntGaugeVec,
+    pub transform_state_bytes: IntGaugeVec,
     pub transform_transactions: IntCounterVec,
     pub transform_delivery: IntGaugeVec,
     pub validator_batches: IntCounterVec,
@@ -530,6 +531,12 @@ impl Metrics {
                 &r,
                 "runnel_transform_memory_bytes",
                 "Linear memory of the guest instance",
+                &["transform", "partition"],
+            ),
+            transform_state_bytes: gauge_vec(
+                &r,
+                "runnel_transform_state_bytes",
+                "Keyed state of a stateful transform's partition (keys plus values)",
                 &["transform", "partition"],
             ),
             transform_transactions: counter_vec(

@@ -231,6 +231,7 @@ impl Node {
             log_defaults: broker.settings.log_defaults.clone(),
             transaction_timeout_ms: TRANSFORM_TRANSACTION_TIMEOUT_MS.min(broker.txn.settings.max_timeout_ms),
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
+            ensure_state_topic: ensure_state_topic(Arc::downgrade(&broker)),
             local_produce: local_produce(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -793,6 +794,19 @@ fn ensure_offsets_topic(
                 .with_key(server::handlers::str_bytes(crate::transform::OFFSETS_KEY))
                 .with_key_type(0);
             let _ = server::handlers::find_coordinator::handle(&broker, &header, request).await;
+        })
+    })
+}
+
+/// Stateful transforms' changelog topics, created on first use like the internal topics.
+fn ensure_state_topic(broker: std::sync::Weak<Broker>) -> crate::transform::EnsureTopic {
+    Box::new(move |name, partitions| {
+        let broker = broker.clone();
+        Box::pin(async move {
+            let broker = broker.upgrade().ok_or_else(|| "the node is stopping".to_string())?;
+            server::handlers::find_coordinator::ensure_state_topic(&broker, &name, partitions)
+                .await
+                .map_err(|code| format!("creating the state topic '{name}': {code:?}"))
         })
     })
 }

@@ -34,7 +34,7 @@ pub use assignor::{AssignorInstance, AssignorModule, Member, MemberAssignment, T
 pub use batch::{Headers, InputBatch, InputRecord, OutputBatch, OutputRecord, Span};
 pub use error::{GuestError, RuntimeError};
 pub use runtime::{ModuleInfo, ModuleKind, Runtime, RuntimeConfig};
-pub use state::{Change, KeyedState, StateHandle};
+pub use state::{KeyedState, StateHandle};
 pub use transform::{InstanceSetup, TransformInstance, TransformModule};
 pub use validator::{
     RecordError, Rejection, ValidatorInstance, ValidatorModule, ValidatorSetup, MESSAGE_BYTES_MAX, RECORD_ERRORS_MAX,

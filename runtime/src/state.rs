@@ -3,8 +3,8 @@
 //!
 //! Three layers, read top down: the changes of the batch the guest is processing, the changes
 //! of the batches in the open transaction, and the committed state. A batch's changes move to
-//! the transaction when its outputs are written ([`KeyedState::take_batch`], which returns
-//! them for the changelog), and to the committed state when the transaction commits; a failed
+//! the transaction when its outputs and changelog records are written
+//! ([`KeyedState::batch_changes`], then [`KeyedState::keep_batch`]), and to the committed state when the transaction commits; a failed
 //! batch drops its own ([`KeyedState::discard_batch`]), an aborted transaction all since the
 //! last commit ([`KeyedState::abort`]).
 //!
@@ -19,9 +19,6 @@ use std::sync::{Arc, Mutex};
 /// A partition's state shared by the broker's worker and the guest instance processing for it
 /// (the instance is replaced after a trap; the state is not).
 pub type StateHandle = Arc<Mutex<KeyedState>>;
-
-/// One change: a key and its new value, `None` for a deletion (a tombstone in the changelog).
-pub type Change = (Vec<u8>, Option<Vec<u8>>);
 
 #[derive(Debug, Default)]
 pub struct KeyedState {
@@ -86,15 +83,24 @@ impl KeyedState {
         self.batch.insert(key.to_vec(), None);
     }
 
-    /// The current batch's changes (one per key, in key order), now part of the open
-    /// transaction; write them to the changelog with the batch's outputs.
-    pub fn take_batch(&mut self) -> Vec<Change> {
-        let changes: Vec<Change> = std::mem::take(&mut self.batch).into_iter().collect();
-        for (key, value) in &changes {
-            self.txn.insert(key.clone(), value.clone());
+    /// The current batch's changes, one per key in key order: what to write to the changelog
+    /// with the batch's outputs.
+    pub fn batch_changes(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.batch.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
+    /// Whether the current batch changed anything.
+    pub fn batch_is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// The current batch's changes become part of the open transaction (its outputs and
+    /// changelog records were written).
+    pub fn keep_batch(&mut self) {
+        for (key, value) in std::mem::take(&mut self.batch) {
+            self.txn.insert(key, value);
         }
         self.txn_bytes = self.batch_bytes;
-        changes
     }
 
     /// Forgets the current batch's changes (the batch failed).
@@ -175,7 +181,8 @@ mod tests {
         let mut s = KeyedState::new(100);
         s.put(b"a".to_vec(), b"1".to_vec()).unwrap();
         assert_eq!(s.get(b"a"), Some(&b"1"[..]));
-        assert_eq!(s.take_batch(), vec![(b"a".to_vec(), Some(b"1".to_vec()))]);
+        assert_eq!(s.batch_changes().collect::<Vec<_>>(), vec![(&b"a"[..], Some(&b"1"[..]))]);
+        s.keep_batch();
         s.commit();
         assert_eq!(s.size_bytes(), 2);
 
@@ -188,18 +195,20 @@ mod tests {
         assert_eq!(s.size_bytes(), 2);
 
         s.put(b"a".to_vec(), b"333".to_vec()).unwrap();
-        assert_eq!(s.take_batch().len(), 1);
+        assert_eq!(s.batch_changes().count(), 1);
+        s.keep_batch();
         s.put(b"c".to_vec(), b"4".to_vec()).unwrap();
         assert_eq!(s.size_bytes(), 6);
         s.abort();
         assert_eq!((s.get(b"a"), s.get(b"c"), s.size_bytes()), (Some(&b"1"[..]), None, 2));
 
         s.delete(b"a");
-        assert_eq!(s.take_batch(), vec![(b"a".to_vec(), None)]);
+        assert_eq!(s.batch_changes().collect::<Vec<_>>(), vec![(&b"a"[..], None)]);
+        s.keep_batch();
         s.commit();
         assert_eq!((s.get(b"a"), s.size_bytes(), s.committed_keys()), (None, 0, 0));
         s.delete(b"never");
-        assert!(s.take_batch().is_empty(), "deleting an absent key changes nothing");
+        assert!(s.batch_is_empty(), "deleting an absent key changes nothing");
     }
 
     #[test]

@@ -135,6 +135,15 @@ pub struct TransformSpec {
     /// batches) while input keeps coming; a caught-up worker commits at once.
     #[serde(default = "default_commit_interval_ms")]
     pub commit_interval_ms: u64,
+    /// Bound of a stateful transform's keyed state per input partition (keys plus values).
+    #[serde(default = "default_state_bytes_max")]
+    pub state_bytes_max: u64,
+}
+
+pub const STATE_BYTES_MAX_DEFAULT: u64 = 64 << 20;
+
+fn default_state_bytes_max() -> u64 {
+    STATE_BYTES_MAX_DEFAULT
 }
 
 /// Kafka Streams' `commit.interval.ms` under exactly-once.

@@ -25,7 +25,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, Path, Query};
 use crate::controller::{
     ApplyOutcome, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec,
-    COMMIT_INTERVAL_MS_DEFAULT,
+    COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
 };
 use crate::server::handlers::validate_topic_name;
 
@@ -38,6 +38,7 @@ const HTTP_ADDRESS_CONFIG: &str = "runnel.http.address";
 
 const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
 const MEMORY_BYTES_MAX: u64 = 1 << 30;
+const STATE_BYTES_MAX_MAX: u64 = 1 << 30;
 const CALL_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 const CALL_TIMEOUT_MS_MAX: u64 = 60_000;
 const BATCH_RECORDS_DEFAULT: u32 = 1_000;
@@ -78,6 +79,9 @@ pub struct DeployConfig {
     /// How often positions are committed while input keeps coming, ms (default 100, 1 to
     /// 30000); exactly-once, the length of one transaction.
     pub commit_interval_ms: Option<u64>,
+    /// Bound of a stateful transform's keyed state per input partition, keys plus values in
+    /// bytes (default 64 MiB, 1 KiB to 1 GiB): a put past it fails the guest's batch.
+    pub state_bytes_max: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -106,6 +110,12 @@ pub struct TransformPartition {
     pub last_error_ms: Option<i64>,
     pub memory_bytes: u64,
     pub module_from_cache: bool,
+    /// Whether the module keeps keyed state (it imports `state`).
+    pub stateful: bool,
+    /// Size of the partition's state (keys plus values, committed and pending), bytes.
+    pub state_bytes: u64,
+    /// Keys of the partition's committed state.
+    pub state_keys: u64,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -128,6 +138,11 @@ pub struct TransformDetail {
     /// exactly_once or at_least_once.
     pub delivery: String,
     pub commit_interval_ms: u64,
+    pub state_bytes_max: u64,
+    /// Whether the module keeps keyed state (as its workers report; false before one started),
+    /// restored from and written to `state_topic`.
+    pub stateful: bool,
+    pub state_topic: Option<String>,
     /// The deployment's id, kept across redeploys; the positions it commits carry it.
     pub deployment: String,
     pub paused: bool,
@@ -209,6 +224,9 @@ fn local_partitions(http: &super::Http, transform: &crate::controller::Transform
             last_error_ms: s.last_error_ms,
             memory_bytes: s.memory_bytes,
             module_from_cache: s.module_from_cache,
+            stateful: s.stateful,
+            state_bytes: s.state_bytes,
+            state_keys: s.state_keys,
         })
         .collect()
 }
@@ -262,6 +280,9 @@ fn summarize(
         resume: spec.resume,
         delivery: spec.delivery.name().to_string(),
         commit_interval_ms: spec.commit_interval_ms,
+        state_bytes_max: spec.state_bytes_max,
+        stateful: partitions.iter().any(|p| p.stateful),
+        state_topic: partitions.iter().any(|p| p.stateful).then(|| crate::transform::state_topic_of(&transform.name)),
         deployment: transform.deployment.clone(),
         paused: transform.paused,
         state: state.to_string(),
@@ -484,6 +505,10 @@ fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<T
     if !(1..=COMMIT_INTERVAL_MS_MAX).contains(&commit_interval_ms) {
         return Err(ApiError::invalid(format!("commit_interval_ms must be between 1 and {COMMIT_INTERVAL_MS_MAX}")));
     }
+    let state_bytes_max = config.state_bytes_max.unwrap_or(STATE_BYTES_MAX_DEFAULT);
+    if !(1 << 10..=STATE_BYTES_MAX_MAX).contains(&state_bytes_max) {
+        return Err(ApiError::invalid(format!("state_bytes_max must be between 1 KiB and {STATE_BYTES_MAX_MAX}")));
+    }
     Ok(TransformSpec {
         input_topic: config.input_topic,
         output_topics: config.output_topics,
@@ -496,6 +521,7 @@ fn validate(http: &super::Http, name: &str, config: DeployConfig) -> ApiResult<T
         resume: config.resume,
         delivery,
         commit_interval_ms,
+        state_bytes_max,
     })
 }
 

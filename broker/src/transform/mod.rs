@@ -15,6 +15,7 @@
 //! all partitions of a deployment and cached on disk by the runtime.
 
 mod checkpoint;
+mod state;
 mod txn;
 pub(crate) use txn::PRODUCE_VERSION;
 mod worker;
@@ -38,6 +39,12 @@ const CHECKPOINT_GROUP_PREFIX: &str = "__runnel_transform_";
 /// The group that holds a transform's input positions.
 pub fn group_of(transform: &str) -> String {
     format!("{CHECKPOINT_GROUP_PREFIX}{transform}")
+}
+
+/// The changelog topic of a stateful transform's keyed state (compacted; partition `p` holds
+/// the state of input partition `p`).
+pub fn state_topic_of(transform: &str) -> String {
+    format!("{CHECKPOINT_GROUP_PREFIX}{transform}_state")
 }
 
 /// The transform whose input positions `group` holds, if it is such a group.
@@ -89,11 +96,18 @@ pub struct Host {
     /// Makes sure `__consumer_offsets` exists (FindCoordinator creates it), so positions can be
     /// committed.
     pub ensure_offsets_topic: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+    /// Makes sure a stateful transform's changelog topic exists: (name, partitions), created
+    /// compacted and replicated like `__consumer_offsets`; an error says why it could not be.
+    pub ensure_state_topic: EnsureTopic,
     /// The Produce handler of this node, called in process: an exactly-once worker's outputs to
     /// partitions led here skip the socket (encode, loopback, decode), nothing else changes.
     /// `None` once the node is gone.
     pub local_produce: LocalProduce,
 }
+
+/// See [`Host::ensure_state_topic`].
+pub type EnsureTopic =
+    Box<dyn Fn(String, u32) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// See [`Host::local_produce`].
 pub type LocalProduce = Box<
@@ -129,6 +143,12 @@ pub struct PartitionStatus {
     pub memory_bytes: u64,
     /// Whether the compiled module came from the on-disk cache.
     pub module_from_cache: bool,
+    /// Whether the module keeps keyed state.
+    pub stateful: bool,
+    /// Size of the partition's state (keys plus values, committed and pending), bytes.
+    pub state_bytes: u64,
+    /// Keys of the partition's committed state.
+    pub state_keys: u64,
 }
 
 impl PartitionStatus {
@@ -331,6 +351,7 @@ impl TransformManager {
                 status,
                 logs,
                 stop: stop_rx,
+                state: None,
             }));
             self.workers
                 .lock()

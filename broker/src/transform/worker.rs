@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use runnel_runtime::{
-    GuestError, InputBatch, InstanceSetup, Level, Limits, OutputBatch, TransformInstance, TransformModule,
+    GuestError, InputBatch, InstanceSetup, KeyedState, Level, Limits, OutputBatch, StateHandle, TransformInstance,
+    TransformModule,
 };
 use tokio::sync::watch;
 
@@ -29,6 +30,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::checkpoint::Checkpoint;
+use super::state::{self as keyed, DEPLOYMENT_HEADER};
 use super::txn::{transactional_id, TxnError, TxnProducer};
 use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{DeliveryMode, ErrorPolicy, StartPosition, TransformImage};
@@ -94,6 +96,9 @@ pub(super) struct Worker {
     pub status: Arc<Mutex<PartitionStatus>>,
     pub logs: Arc<LogBuffer>,
     pub stop: watch::Receiver<bool>,
+    /// A stateful transform's partition state (set by `run` once restored), shared with the
+    /// guest instance; see `state.rs`.
+    pub state: Option<StateHandle>,
 }
 
 /// Why a batch could not be completed.
@@ -198,7 +203,83 @@ impl Worker {
             log: Arc::new(move |level: Level, line: &str| {
                 logs.push(level_name(level), Some(partition), line.to_string())
             }),
-            state: None,
+            state: self.state.clone(),
+        }
+    }
+
+    /// Runs `f` on the partition state, if the transform keeps one.
+    fn with_state(&self, f: impl FnOnce(&mut KeyedState)) {
+        if let Some(state) = &self.state {
+            f(&mut state.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
+    /// Reports the state's size in the status and metrics.
+    fn report_state(&self) {
+        let Some(state) = &self.state else { return };
+        let (bytes, keys) = {
+            let state = state.lock().unwrap_or_else(|p| p.into_inner());
+            (state.size_bytes() as u64, state.committed_keys() as u64)
+        };
+        self.update(|s| {
+            s.state_bytes = bytes;
+            s.state_keys = keys;
+        });
+        let labels = [self.transform.name.as_str(), &self.partition.to_string()];
+        self.host.metrics.transform_state_bytes.with_label_values(&labels).set(bytes as i64);
+    }
+
+    /// A stateful transform: makes sure its changelog topic exists and restores the partition's
+    /// state from it (asked until it works: processing without the state would be wrong);
+    /// `false` if stopped first. Call after InitProducerId (see `state.rs`).
+    async fn restore_state(&mut self) -> bool {
+        let Some(state) = self.state.clone() else { return true };
+        let topic = super::state_topic_of(self.name());
+        let input_partitions = self
+            .host
+            .controller
+            .image()
+            .topics
+            .get(&self.transform.spec.input_topic)
+            .map_or(0, |t| t.partitions.len() as u32);
+        self.update(|s| s.state = "restoring");
+        loop {
+            let started = Instant::now();
+            let restored = match (self.host.ensure_state_topic)(topic.clone(), input_partitions.max(1)).await {
+                Ok(()) => {
+                    let deadline = Instant::now() + TXN_CALL_RETRY;
+                    let (deployment, resume) = (&self.transform.deployment, self.transform.spec.resume);
+                    keyed::restore(&self.host, &topic, self.partition, deployment, resume, &state, deadline).await
+                }
+                Err(e) => Err(e),
+            };
+            match restored {
+                Ok(restored) => {
+                    let (bytes, keys) = {
+                        let state = state.lock().unwrap_or_else(|p| p.into_inner());
+                        (state.size_bytes(), state.committed_keys())
+                    };
+                    self.logs.push(
+                        "info",
+                        Some(self.partition),
+                        format!(
+                            "state restored from '{topic}' up to offset {}: {} changes, {keys} keys, {bytes} bytes \
+                             in {} ms",
+                            restored.end,
+                            restored.records,
+                            started.elapsed().as_millis()
+                        ),
+                    );
+                    self.report_state();
+                    return true;
+                }
+                Err(e) => {
+                    self.logs.push("warn", Some(self.partition), format!("{e}; retrying"));
+                    if !self.pause(BACKOFF_MIN).await {
+                        return false;
+                    }
+                }
+            }
         }
     }
 
@@ -298,6 +379,8 @@ impl Worker {
         match committed {
             Ok(()) => {
                 self.host.metrics.transform_transactions.with_label_values(&[self.name(), "committed"]).inc();
+                self.with_state(KeyedState::commit);
+                self.report_state();
                 Checkpointed::Done
             }
             Err(e) => {
@@ -319,6 +402,8 @@ impl Worker {
     async fn abandon(&mut self, delivery: &mut Delivery, input: &Partition, fenced: bool) -> Option<i64> {
         let Delivery::ExactlyOnce(producer) = delivery else { return None };
         self.host.metrics.transform_transactions.with_label_values(&[self.name(), "aborted"]).inc();
+        // The transaction's state changes go with it.
+        self.with_state(KeyedState::abort);
         if !fenced {
             match producer.abort(&self.host, Instant::now() + TXN_CALL_RETRY).await {
                 Ok(()) => return None,
@@ -354,6 +439,10 @@ impl Worker {
     /// transaction), then the committed position as it stands after it; `None` if stopped.
     async fn reinit(&mut self, producer: &mut TxnProducer, input: &Partition) -> Option<i64> {
         if !self.init_producer(producer).await {
+            return None;
+        }
+        // The worker that fenced this one may have committed state past this one's.
+        if !self.restore_state().await {
             return None;
         }
         let position = self.start_position(input).await?;
@@ -397,6 +486,14 @@ pub(super) async fn run(mut w: Worker) {
             Delivery::ExactlyOnce(producer)
         }
     };
+    if w.module.is_stateful() {
+        w.state = Some(KeyedState::shared(spec.state_bytes_max as usize));
+        w.update(|s| s.stateful = true);
+        if !w.restore_state().await {
+            w.update(|s| s.state = "stopped");
+            return;
+        }
+    }
     let Some(mut position) = w.start_position(&input).await else {
         w.update(|s| s.state = "stopped");
         return;
@@ -556,6 +653,18 @@ pub(super) async fn run(mut w: Worker) {
             }
             Err(e) => Err(BatchFailure::Guest(e)),
         };
+        // The batch's state changes are kept exactly when its outputs are (written with them).
+        match (&outcome, &delivery) {
+            (Ok(_), Delivery::ExactlyOnce(_)) => w.with_state(KeyedState::keep_batch),
+            (Ok(_), Delivery::AtLeastOnce) => {
+                w.with_state(|s| {
+                    s.keep_batch();
+                    s.commit();
+                });
+                w.report_state();
+            }
+            (Err(_), _) => w.with_state(KeyedState::discard_batch),
+        }
         match outcome {
             Ok((written, bytes_out)) => {
                 instance = Some(current);
@@ -689,6 +798,7 @@ pub(super) async fn run(mut w: Worker) {
     });
     let _ = metrics.transform_lag.remove_label_values(&[&labels[0], &labels[1]]);
     let _ = metrics.transform_memory_bytes.remove_label_values(&[&labels[0], &labels[1]]);
+    let _ = metrics.transform_state_bytes.remove_label_values(&[&labels[0], &labels[1]]);
     let _ = metrics.transform_delivery.remove_label_values(&delivery_labels);
 }
 
@@ -785,10 +895,34 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
             &borrowed,
         );
     }
+    let (state_topic, changelog) = match state_changes(w, now)? {
+        Some((topic, builders)) => (topic, Some(builders)),
+        None => (String::new(), None),
+    };
     let targets = targets
         .into_iter()
-        .map(|((topic, partition), builders)| (spec.output_topics[topic as usize].as_str(), partition, builders));
+        .map(|((topic, partition), builders)| (spec.output_topics[topic as usize].as_str(), partition, builders))
+        .chain(changelog.map(|builders| (state_topic.as_str(), w.partition, builders)));
     deliver(w, delivery, targets).await
+}
+
+/// The changelog records of the current batch's state changes (key, value or null, the
+/// deployment header), for the state topic's partition of this input partition; `None` when
+/// the transform keeps no state or the batch changed none.
+fn state_changes(w: &Worker, now: i64) -> Result<Option<(String, PartitionBatches)>, BatchFailure> {
+    let Some(state) = &w.state else { return Ok(None) };
+    let state = state.lock().unwrap_or_else(|p| p.into_inner());
+    if state.batch_is_empty() {
+        return Ok(None);
+    }
+    let topic = super::state_topic_of(w.name());
+    let (_, max_bytes) = topic_shape(w, &topic)?;
+    let mut builders = PartitionBatches::new(max_bytes);
+    let headers = [(DEPLOYMENT_HEADER, Some(w.transform.deployment.as_bytes()))];
+    for (key, value) in state.batch_changes() {
+        builders.push(now, Some(key), value, &headers);
+    }
+    Ok(Some((topic, builders)))
 }
 
 /// Builds the batches of every output partition and writes them the delivery's way; the

@@ -72,6 +72,14 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
     ensure_internal_topic(broker, OFFSETS_TOPIC, partitions, replication_factor, |_| offsets_topic_configs()).await
 }
 
+/// Creates a stateful transform's changelog topic if the image does not have it yet: compacted,
+/// with the replication of `__consumer_offsets` (the state is as precious as the positions it
+/// commits with).
+pub(crate) async fn ensure_state_topic(broker: &Broker, name: &str, partitions: u32) -> Result<(), ResponseError> {
+    let replication_factor = broker.groups.offsets_topic_replication_factor;
+    ensure_internal_topic(broker, name, partitions, replication_factor, transaction_topic_configs).await
+}
+
 /// The leader of `partition` of `topic` and its endpoint: the coordinator of a key mapped there.
 fn partition_leader(
     image: &crate::controller::MetadataImage,
