@@ -682,3 +682,49 @@ fn validator_commands_deploy_the_schema_example_which_refuses_bad_lines() {
     let unchecked = cli_with(Some(&node), &["produce", "orders"], Some(b"{\"name\":\"x\"}\n".to_vec()));
     assert_eq!(unchecked.code, 0, "{}", unchecked.stderr);
 }
+
+#[test]
+fn the_readme_walkthrough_of_a_stateful_transform_keeps_totals_per_customer() {
+    // Proves the README's stateful walkthrough: the revenue example deployed with
+    // --state-bytes-max, keyed orders from `runnel produce --key-separator`, running totals per
+    // customer out, and `transform describe` naming the state and its changelog.
+    let node = Runnel::start(&[]);
+    cli(&node, &["topic", "create", "orders", "-p", "3"]).ok();
+    cli(&node, &["topic", "create", "revenue", "-p", "3"]).ok();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let build_args = ["transform", "build", "--package", "runnel-example-revenue", "--target-dir", "target/wasm"];
+    let module = cli_in(Some(&root), None, &build_args, None, BUILD_TIMEOUT).ok().trim_end().to_string();
+    let deploy =
+        ["transform", "deploy", "revenue", "--module", &module, "--input", "orders", "--output-topic", "revenue"];
+    cli(&node, &[&deploy[..], &["--state-bytes-max", "65536"]].concat()).ok();
+    for line in ["ann:{\"customer\":\"ann\",\"amount\":12.5}", "ann:{\"customer\":\"ann\",\"amount\":30}"] {
+        let produced = cli_with(
+            Some(&node),
+            &["produce", "orders", "--key-separator", ":"],
+            Some(format!("{line}\n").into_bytes()),
+        );
+        assert_eq!(produced.code, 0, "{}", produced.stderr);
+    }
+    let mut out = String::new();
+    let arrived = support::wait_until(Duration::from_secs(90), || {
+        out = cli(&node, &["consume", "revenue", "--from-beginning", "-n", "2"]).ok();
+        out.lines().count() >= 2
+    });
+    assert!(arrived, "revenue never held 2 records: {out}");
+    let last: Value = serde_json::from_str(out.lines().last().unwrap()).expect("JSON totals");
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).expect("JSON totals");
+    let mut totals = [first, last];
+    totals.sort_by_key(|t| t["count"].as_u64());
+    assert_eq!(totals[1], serde_json::json!({"key": "ann", "count": 2, "sum": 42.5}), "{out}");
+
+    let mut described = String::new();
+    let shown = support::wait_until(Duration::from_secs(60), || {
+        described = cli(&node, &["transform", "describe", "revenue"]).ok();
+        described.contains("in 1 keys")
+    });
+    assert!(shown, "describe never showed the state: {described}");
+    assert!(
+        described.contains("(at most 64.0 KiB per partition), changelog __runnel_transform_revenue_state"),
+        "{described}"
+    );
+}

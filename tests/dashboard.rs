@@ -858,3 +858,52 @@ impl rdkafka::producer::ProducerContext for Delivered {
         }
     }
 }
+
+#[test]
+fn dashboard_shows_a_stateful_transforms_state_and_changelog() {
+    // Proves a stateful transform's page shows its keyed state: the size and key count the API
+    // reports, per partition, and the changelog topic it is backed by.
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    let node = Runnel::start(&[]);
+    let base = node.http_url();
+    create_topic(&node, "orders", 1);
+    create_topic(&node, "revenue", 1);
+    let module = support::guest_component("runnel-example-revenue");
+    let browser = Browser::start();
+    let config = json!({
+        "input_topic": "orders",
+        "output_topics": ["revenue"],
+        "state_bytes_max": 1 << 20,
+        "module_base64": base64::engine::general_purpose::STANDARD.encode(&module),
+    });
+    let (status, deployed) = browser.http_json(Method::PUT, &format!("{base}/v1/transforms/rev"), Some(config));
+    assert_eq!(status, StatusCode::CREATED, "{deployed}");
+    let producer: BaseProducer = client_config(&node, &[]).create().expect("producer");
+    for n in 0..9 {
+        let value = json!({"customer": format!("c{}", n % 3), "amount": n}).to_string();
+        producer.send(BaseRecord::<str, str>::to("orders").payload(value.as_str())).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(DEADLINE).expect("flush");
+    let mut transform = Value::Null;
+    let counted = wait_until(DEADLINE, || {
+        transform = browser.http_json(Method::GET, &format!("{base}/v1/transforms/rev"), None).1;
+        transform["partitions"][0]["state_keys"] == 3 && transform["lag"] == 0
+    });
+    assert!(counted, "the API never showed 3 keys of state: {transform}");
+    let bytes = transform["partitions"][0]["state_bytes"].as_u64().unwrap();
+    assert_eq!(bytes, 3 * (2 + 16), "three keys of 2 bytes with 16-byte totals");
+    assert_eq!(transform["partitions"][0]["records_out"], 9, "changelog records are not outputs: {transform}");
+
+    browser.navigate(&format!("{base}/"));
+    browser.click(r#"a[data-nav="transforms"]"#);
+    browser.click(r#"[data-testid="transform-row"][data-transform="rev"] [data-field="name"] a"#);
+    browser.wait_for_text(r#"[data-testid="transform-state-size"]"#, "54 B · 3 keys");
+    browser.wait_for_text(r#"#transform-config [data-field="state_topic"]"#, "__runnel_transform_rev_state");
+    browser.wait_for_text(r#"#transform-config [data-field="state_bytes_max"]"#, "· at most 1.00 MiB per partition");
+    let row = r#"[data-testid="transform-partition-row"][data-partition="0"]"#;
+    browser.wait_for_text(&format!(r#"{row} [data-field="state_bytes"]"#), "54 B · 3 keys");
+    browser.screenshot("dashboard-stateful-transform.png");
+}

@@ -1274,7 +1274,8 @@
         ${stat("Errors", fmtInt(t.errors), "transform-errors", null, t.errors > 0 ? "bad" : "")}
         ${stat("Skipped · dead-lettered", `${fmtInt(sum("skipped"))} · ${fmtInt(sum("dead_lettered"))}`, "transform-dropped", null,
           sum("skipped") + sum("dead_lettered") > 0 ? "warn" : "")}
-        ${stat("Memory", fmtBytes(sum("memory_bytes")), "transform-memory")}`;
+        ${stat("Memory", fmtBytes(sum("memory_bytes")), "transform-memory")}
+        ${t.stateful ? stat("Keyed state", `${fmtBytes(sum("state_bytes"))} · ${fmtInt(sum("state_keys"))} keys`, "transform-state-size") : ""}`;
       root.querySelector("#transform-throughput").innerHTML = `
         ${meter("Records in", fmtRate(t.records_in_per_sec), samples.in, "transform-in-rate")}
         ${meter("Records out", fmtRate(t.records_out_per_sec), samples.out, "transform-out-rate")}`;
@@ -1293,6 +1294,10 @@
           <span class="muted">· commit every ${fmtInt(t.commit_interval_ms)} ms</span>`],
         ["Error policy", errorPolicy],
         ["Memory limit", `${esc(fmtBytes(t.memory_bytes))} per instance`],
+        ["Keyed state", t.stateful && t.state_topic != null
+          ? `changelog <a href="${topicHref(t.state_topic)}" data-field="state_topic">${esc(t.state_topic)}</a>
+             <span class="muted" data-field="state_bytes_max">· at most ${esc(fmtBytes(t.state_bytes_max))} per partition</span>`
+          : `<span class="muted">stateless</span>`],
         ["Call timeout", `${fmtInt(t.call_timeout_ms)} ms`],
         ["Batch", `${fmtInt(t.batch_records_max)} records per call at most`],
       ];
@@ -1302,7 +1307,7 @@
       root.querySelector("#transform-partitions").innerHTML = parts.length
         ? `<table class="data" data-testid="transform-partitions-table"><thead><tr><th class="num">Partition</th><th>State</th>
             <th class="num">Position</th><th class="num">High watermark</th><th class="num">Lag</th><th class="num">Records in</th>
-            <th class="num">In/s</th><th class="num">Out/s</th><th class="num">Errors</th><th class="num">Memory</th><th>Last error</th>
+            <th class="num">In/s</th><th class="num">Out/s</th><th class="num">Errors</th><th class="num">Memory</th>${t.stateful ? `<th class="num">Keyed state</th>` : ""}<th>Last error</th>
             </tr></thead><tbody>${parts
               .map(
                 (p) => `<tr data-testid="transform-partition-row" data-partition="${esc(p.partition)}"${p.state === "failed" ? ` class="bad"` : ""}>
@@ -1312,6 +1317,7 @@
                   ${num(p.records_in_per_sec, "records_in_per_sec", fmtRate(p.records_in_per_sec))}
                   ${num(p.records_out_per_sec, "records_out_per_sec", fmtRate(p.records_out_per_sec))}
                   ${num(p.errors, "errors")}${num(p.memory_bytes, "memory_bytes", fmtBytes(p.memory_bytes))}
+                  ${t.stateful ? num(p.state_bytes, "state_bytes", `${fmtBytes(p.state_bytes)} · ${fmtInt(p.state_keys)} keys`) : ""}
                   <td data-field="last_error" class="wrap">${p.last_error == null ? `<span class="muted">${DASH}</span>` : `<span class="error-text">${esc(p.last_error)}</span>${p.last_error_ms == null ? "" : `<div class="muted small">${esc(fmtAgo(p.last_error_ms))}</div>`}`}</td></tr>`,
               )
               .join("")}</tbody></table>`

@@ -262,6 +262,14 @@ pub struct Transform {
     pub delivery: String,
     #[serde(default)]
     pub commit_interval_ms: u64,
+    /// Whether the module keeps keyed state, its changelog topic and bound (older nodes send
+    /// none).
+    #[serde(default)]
+    pub stateful: bool,
+    #[serde(default)]
+    pub state_topic: Option<String>,
+    #[serde(default)]
+    pub state_bytes_max: u64,
     /// running, failed, paused or starting.
     pub state: String,
     pub lag: i64,
@@ -293,6 +301,10 @@ pub struct TransformPartition {
     pub skipped: u64,
     pub dead_lettered: u64,
     pub last_error: Option<String>,
+    #[serde(default)]
+    pub state_bytes: u64,
+    #[serde(default)]
+    pub state_keys: u64,
 }
 
 #[derive(Deserialize)]

@@ -120,6 +120,10 @@ struct DeployArgs {
     /// one transaction), milliseconds.
     #[arg(long, value_name = "N")]
     commit_interval_ms: Option<u64>,
+    /// Bound of a stateful transform's keyed state per input partition (keys plus values),
+    /// bytes; a put past it fails the batch.
+    #[arg(long, value_name = "BYTES")]
+    state_bytes_max: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -389,6 +393,9 @@ async fn deploy(client: &Client, args: DeployArgs, output: Output) -> anyhow::Re
     if let Some(commit_interval_ms) = args.commit_interval_ms {
         body["commit_interval_ms"] = json!(commit_interval_ms);
     }
+    if let Some(state_bytes_max) = args.state_bytes_max {
+        body["state_bytes_max"] = json!(state_bytes_max);
+    }
     body["module_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&module));
     let url = client.url(&["v1", "transforms", &args.name]);
     // The node compiles the module before answering: seconds for a big one, within the timeout.
@@ -426,7 +433,7 @@ fn render_transform(t: &Transform) -> String {
     let mut out = format!(
         "Transform:   {}\nState:       {}\nVersion:     {} (sha256 {}, {})\nInput:       {}\nOutputs:     {}\n\
          Parameters:  {parameters}\nStart:       {}\nDelivery:    {}, commit every {} ms\nOn error:    {error_policy}\n\
-         Limits:      {} memory, {} ms per call, {} records per call\n\
+         Limits:      {} memory, {} ms per call, {} records per call\n{}\
          Lag:         {}\nThroughput:  {:.1} records/s in, {:.1} records/s out\n\
          Records:     {} in, {} out, {} errors, {} skipped, {} dead-lettered\n\n",
         t.name,
@@ -442,6 +449,15 @@ fn render_transform(t: &Transform) -> String {
         human_bytes(t.memory_bytes),
         t.call_timeout_ms,
         t.batch_records_max,
+        match &t.state_topic {
+            Some(topic) if t.stateful => format!(
+                "State:       {} in {} keys (at most {} per partition), changelog {topic}\n",
+                human_bytes(sum(|p| p.state_bytes)),
+                thousands(sum(|p| p.state_keys)),
+                human_bytes(t.state_bytes_max),
+            ),
+            _ => String::new(),
+        },
         t.lag,
         t.records_in_per_sec,
         t.records_out_per_sec,

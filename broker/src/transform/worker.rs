@@ -854,8 +854,8 @@ fn decode(
     (batch, next)
 }
 
-/// Appends the guest's output records, one batch per (topic, partition); returns the number of
-/// records written.
+/// Appends the guest's output records, one batch per (topic, partition), and the batch's state
+/// changes to the changelog; returns the number of output records written.
 async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatch) -> Result<u64, BatchFailure> {
     let spec = &w.transform.spec;
     let now = now_ms();
@@ -895,21 +895,22 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
             &borrowed,
         );
     }
-    let (state_topic, changelog) = match state_changes(w, now)? {
-        Some((topic, builders)) => (topic, Some(builders)),
-        None => (String::new(), None),
+    let (state_topic, changelog, changes) = match state_changes(w, now)? {
+        Some((topic, builders, changes)) => (topic, Some(builders), changes),
+        None => (String::new(), None, 0),
     };
     let targets = targets
         .into_iter()
         .map(|((topic, partition), builders)| (spec.output_topics[topic as usize].as_str(), partition, builders))
         .chain(changelog.map(|builders| (state_topic.as_str(), w.partition, builders)));
-    deliver(w, delivery, targets).await
+    // The changelog records are not outputs.
+    deliver(w, delivery, targets).await.map(|written| written - changes)
 }
 
 /// The changelog records of the current batch's state changes (key, value or null, the
 /// deployment header), for the state topic's partition of this input partition; `None` when
 /// the transform keeps no state or the batch changed none.
-fn state_changes(w: &Worker, now: i64) -> Result<Option<(String, PartitionBatches)>, BatchFailure> {
+fn state_changes(w: &Worker, now: i64) -> Result<Option<(String, PartitionBatches, u64)>, BatchFailure> {
     let Some(state) = &w.state else { return Ok(None) };
     let state = state.lock().unwrap_or_else(|p| p.into_inner());
     if state.batch_is_empty() {
@@ -919,10 +920,12 @@ fn state_changes(w: &Worker, now: i64) -> Result<Option<(String, PartitionBatche
     let (_, max_bytes) = topic_shape(w, &topic)?;
     let mut builders = PartitionBatches::new(max_bytes);
     let headers = [(DEPLOYMENT_HEADER, Some(w.transform.deployment.as_bytes()))];
+    let mut changes = 0;
     for (key, value) in state.batch_changes() {
         builders.push(now, Some(key), value, &headers);
+        changes += 1;
     }
-    Ok(Some((topic, builders)))
+    Ok(Some((topic, builders, changes)))
 }
 
 /// Builds the batches of every output partition and writes them the delivery's way; the
