@@ -860,3 +860,43 @@ fn committed_offset_of(node: &Runnel, group: &str, topic: &str, partition: i32) 
         _ => 0,
     }
 }
+
+#[test]
+fn a_stateful_transform_past_state_bytes_max_fails_with_the_reason_and_keeps_its_outputs_consistent() {
+    // Proves the state bound is a setting a deployment can push past: state_bytes_max is
+    // checked at deploy (range) and at run time, where the batch whose put would pass it fails
+    // with the reason (status, logs, errors metric) and, under the skip policy, contributes
+    // neither outputs nor state; smaller customers go on being counted.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "big-sales", 1);
+    support::create_topic(&node, "big-revenue", 1);
+    let module = component("runnel-example-revenue");
+    let too_small = json!({"input_topic": "big-sales", "output_topics": ["big-revenue"], "state_bytes_max": 100});
+    let refused = deploy(&api, "bounded", &module, too_small);
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    assert!(refused.text.contains("state_bytes_max must be between 1 KiB"), "{}", refused.text);
+
+    let config = json!({
+        "input_topic": "big-sales",
+        "output_topics": ["big-revenue"],
+        "state_bytes_max": 1024,
+        "batch_records_max": 1,
+        "error_policy": "skip",
+    });
+    assert_eq!(deploy(&api, "bounded", &module, config).status, 201);
+    // 16-byte totals under 24-byte customer names: 40 bytes a key, 25 keys fit in 1 KiB.
+    let orders: Vec<(Option<String>, String)> =
+        (0..40).map(|i| (None, json!({"customer": format!("customer-{i:0>15}"), "amount": 1}).to_string())).collect();
+    produce(&node, "big-sales", &orders);
+    let done = wait_until(TIMEOUT, || committed_offset(&node, "__runnel_transform_bounded", "big-sales") == 40);
+    assert!(done, "never got through the 40 orders: {}", transform(&api, "bounded"));
+    let detail = transform(&api, "bounded");
+    let partition = &detail["partitions"][0];
+    assert_eq!(partition["state_keys"], 25, "{detail}");
+    assert_eq!(partition["skipped"], 15, "{detail}");
+    assert!(partition["state_bytes"].as_u64().unwrap() <= 1024, "{detail}");
+    let error = partition["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("would pass the transform's state_bytes_max of 1024"), "{detail}");
+    assert_eq!(read_to_end(&node, "big-revenue", 1).len(), 25, "only the counted orders have outputs");
+}
