@@ -10,10 +10,14 @@
 //! Options: `--records N` (default 1000000), `--size B` (value bytes, default 100), `--batch R`
 //! (records per produce request, default 500), `--connections C` (concurrent produce requests,
 //! default 8), `--wasm-dir DIR` (built components; default: run `cargo build --profile wasm
-//! --target wasm32-wasip2 -p runnel-example-identity -p runnel-guest-big --target-dir
+//! --target wasm32-wasip2 -p runnel-example-identity -p runnel-example-revenue -p runnel-guest-big --target-dir
 //! target/wasm` first), `--timeout S` (deadline of each wait, default 600), `--delivery D`
 //! (`exactly_once`, the default, or `at_least_once`: the transforms' delivery), `--keep` (leave
-//! the topics and transforms in place).
+//! the topics and transforms in place), `--transform T` (`identity`, the default, or `revenue`:
+//! the stateful example, a running count and sum per customer kept in its keyed state, written
+//! to its changelog in each transaction; implies `--json`), `--json` (values are JSON orders of
+//! about `--size` bytes, customers `c0`..`c<batch-1>`, instead of `x` bytes: the same input for
+//! both transforms).
 //!
 //! Runs, on topics named after this process id:
 //! 1. throughput: produces N records (v2 binary batches) to `tb-in-<pid>` (1 partition, so one
@@ -44,6 +48,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 const IDENTITY: &str = "runnel-example-identity";
+const REVENUE: &str = "runnel-example-revenue";
 const BIG: &str = "runnel-guest-big";
 const POLL: Duration = Duration::from_millis(10);
 
@@ -53,6 +58,9 @@ struct Options {
     size: usize,
     batch: usize,
     connections: usize,
+    /// `identity` or `revenue`.
+    transform: String,
+    json: bool,
     wasm_dir: Option<PathBuf>,
     timeout: Duration,
     delivery: String,
@@ -66,6 +74,8 @@ fn parse_args() -> Options {
         size: 100,
         batch: 500,
         connections: 8,
+        transform: "identity".into(),
+        json: false,
         wasm_dir: None,
         timeout: Duration::from_secs(600),
         delivery: "exactly_once".into(),
@@ -75,6 +85,10 @@ fn parse_args() -> Options {
     while let Some(flag) = args.next() {
         if flag == "--keep" {
             options.keep = true;
+            continue;
+        }
+        if flag == "--json" {
+            options.json = true;
             continue;
         }
         let value = args.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -87,6 +101,11 @@ fn parse_args() -> Options {
             "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
             "--timeout" => options.timeout = Duration::from_secs(value.parse().expect("--timeout S")),
             "--delivery" => options.delivery = value,
+            "--transform" => {
+                assert!(["identity", "revenue"].contains(&value.as_str()), "--transform identity|revenue");
+                options.json |= value == "revenue";
+                options.transform = value;
+            }
             other => panic!("unknown flag {other} (see the header of broker/examples/transform_bench.rs)"),
         }
     }
@@ -107,7 +126,7 @@ fn components(options: &Options) -> (Vec<u8>, Vec<u8>) {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut command = Command::new(cargo);
             command.current_dir(&root).args(["build", "--profile", "wasm", "--target", "wasm32-wasip2"]);
-            command.args(["-p", IDENTITY, "-p", BIG, "--target-dir"]).arg(root.join("target/wasm"));
+            command.args(["-p", IDENTITY, "-p", REVENUE, "-p", BIG, "--target-dir"]).arg(root.join("target/wasm"));
             let status = command.status().expect("run cargo build for the guests");
             assert!(status.success(), "building the guests failed: {command:?}");
             root.join("target/wasm/wasm32-wasip2/wasm")
@@ -117,7 +136,8 @@ fn components(options: &Options) -> (Vec<u8>, Vec<u8>) {
         let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
         std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
     };
-    (read(IDENTITY), read(BIG))
+    let transform = if options.transform == "revenue" { REVENUE } else { IDENTITY };
+    (read(transform), read(BIG))
 }
 
 /// Appends a custom section (ignored by every tool) holding `nonce`: other bytes, so another
@@ -183,11 +203,28 @@ impl Api {
             .sum()
     }
 
-    /// Produces `records` values of `size` bytes with `connections` concurrent v2 requests.
-    async fn produce(&self, topic: &str, records: usize, size: usize, batch: usize, connections: usize) -> f64 {
-        let value = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; size]);
+    /// Produces `records` values of `size` bytes with `connections` concurrent v2 requests:
+    /// `x` bytes, or (`json`) JSON orders padded to about `size` bytes, the i-th record of a
+    /// request for customer `c<i>`.
+    async fn produce(
+        &self,
+        topic: &str,
+        records: usize,
+        (size, json): (usize, bool),
+        batch: usize,
+        connections: usize,
+    ) -> f64 {
+        let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let value = |i: usize| -> String {
+            if !json {
+                return encode(&vec![b'x'; size]);
+            }
+            let order = json!({"customer": format!("c{i}"), "amount": 1, "pad": ""}).to_string();
+            let pad = "p".repeat(size.saturating_sub(order.len()));
+            encode(json!({"customer": format!("c{i}"), "amount": 1, "pad": pad}).to_string().as_bytes())
+        };
         let body = |count: usize| -> Arc<Vec<u8>> {
-            let records: Vec<Value> = (0..count).map(|_| json!({"value": value})).collect();
+            let records: Vec<Value> = (0..count).map(|i| json!({"value": value(i)})).collect();
             Arc::new(serde_json::to_vec(&json!({"records": records})).expect("json"))
         };
         let (full, tail) = (body(batch), body(records % batch));
@@ -299,7 +336,7 @@ async fn first_output(api: &Api, name: &str, module: &[u8], deadline: Duration) 
     let (input, output) = (format!("{name}-in"), format!("{name}-out"));
     api.create_topic(&input, 1).await;
     api.create_topic(&output, 1).await;
-    api.produce(&input, 1, 100, 1, 1).await;
+    api.produce(&input, 1, (100, false), 1, 1).await;
     let started = Instant::now();
     api.deploy(name, module, &input, &output).await;
     let answered = started.elapsed().as_secs_f64();
@@ -310,7 +347,7 @@ async fn first_output(api: &Api, name: &str, module: &[u8], deadline: Duration) 
 #[tokio::main]
 async fn main() {
     let options = parse_args();
-    let (identity, big) = components(&options);
+    let (module, big) = components(&options);
     let api = Api {
         client: reqwest::Client::builder().build().expect("client"),
         url: options.url.clone(),
@@ -319,19 +356,21 @@ async fn main() {
     let pid = std::process::id();
     let n = options.records;
 
-    let (input, output, name) = (format!("tb-in-{pid}"), format!("tb-out-{pid}"), format!("tb-identity-{pid}"));
+    let (input, output, name) =
+        (format!("tb-in-{pid}"), format!("tb-out-{pid}"), format!("tb-{}-{pid}", options.transform));
     api.create_topic(&input, 1).await;
     api.create_topic(&output, 1).await;
-    let produce_rate = api.produce(&input, n, options.size, options.batch, options.connections).await;
+    let produce_rate = api.produce(&input, n, (options.size, options.json), options.batch, options.connections).await;
     assert_eq!(api.messages(&input).await, n as i64, "{input} holds what was produced");
     println!(
         "produced {n} records of {} B to {input} (1 partition): {:.0} records/s over HTTP",
         options.size, produce_rate
     );
 
-    println!("\n1. identity transform end to end, {} (goal: >= 1 M records/s)", options.delivery);
+    let shape = if options.json { "JSON orders" } else { "bytes" };
+    println!("\n1. {} transform end to end, {}, {shape} (goal: >= 1 M records/s)", options.transform, options.delivery);
     let started = Instant::now();
-    api.deploy(&name, &identity, &input, &output).await;
+    api.deploy(&name, &module, &input, &output).await;
     let deployed = started.elapsed();
     let (first, done) = api.wait_for(&output, n as i64, &name, started + options.timeout).await;
     let total = (done - started).as_secs_f64();
