@@ -592,15 +592,20 @@ fn bad_uploads_get_clear_errors() {
 
 /// The committed offset of `group` for `topic`-0 as librdkafka reads it (-1: none).
 fn committed_offset(node: &Runnel, group: &str, topic: &str) -> i64 {
+    committed(node, group, topic, 0).unwrap_or(-1)
+}
+
+/// `group`'s committed offset of `topic`-`partition`, if any.
+fn committed(node: &Runnel, group: &str, topic: &str, partition: i32) -> Option<i64> {
     let consumer: BaseConsumer = client_config(node, &[("group.id", group)]).create().expect("consumer");
     let mut list = TopicPartitionList::new();
-    list.add_partition(topic, 0);
+    list.add_partition(topic, partition);
     match consumer
         .committed_offsets(list, Duration::from_secs(5))
-        .map(|l| l.find_partition(topic, 0).map(|e| e.offset()))
+        .map(|l| l.find_partition(topic, partition).map(|e| e.offset()))
     {
-        Ok(Some(Offset::Offset(offset))) => offset,
-        _ => -1,
+        Ok(Some(Offset::Offset(offset))) => Some(offset),
+        _ => None,
     }
 }
 
@@ -849,16 +854,7 @@ fn a_stateful_transform_keeps_exact_totals_across_a_kill_and_a_new_version() {
 }
 
 fn committed_offset_of(node: &Runnel, group: &str, topic: &str, partition: i32) -> i64 {
-    let consumer: BaseConsumer = client_config(node, &[("group.id", group)]).create().expect("consumer");
-    let mut list = TopicPartitionList::new();
-    list.add_partition(topic, partition);
-    match consumer
-        .committed_offsets(list, Duration::from_secs(5))
-        .map(|l| l.find_partition(topic, partition).map(|e| e.offset()))
-    {
-        Ok(Some(Offset::Offset(offset))) => offset.max(0),
-        _ => 0,
-    }
+    committed(node, group, topic, partition).map_or(0, |offset| offset.max(0))
 }
 
 #[test]

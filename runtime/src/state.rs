@@ -159,15 +159,6 @@ impl KeyedState {
     pub fn committed_keys(&self) -> usize {
         self.committed.len()
     }
-
-    pub fn limit_bytes(&self) -> usize {
-        self.limit_bytes
-    }
-
-    /// The committed state, for inspection (tests, HTTP).
-    pub fn committed(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.committed.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))
-    }
 }
 
 #[cfg(test)]

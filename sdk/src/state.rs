@@ -127,9 +127,16 @@ pub(crate) mod imp {
     use std::collections::BTreeMap;
 
     pub(crate) struct NativeState {
-        pub(crate) committed: BTreeMap<Vec<u8>, Vec<u8>>,
+        committed: BTreeMap<Vec<u8>, Vec<u8>>,
         batch: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         pub(crate) limit_bytes: usize,
+        /// Keys plus values of `committed`, and of what the current batch sees.
+        committed_bytes: usize,
+        batch_bytes: usize,
+    }
+
+    fn entry(key: &[u8], value: Option<&[u8]>) -> usize {
+        value.map_or(0, |v| key.len() + v.len())
     }
 
     impl NativeState {
@@ -140,22 +147,38 @@ pub(crate) mod imp {
             }
         }
 
-        fn size(&self) -> usize {
-            let mut size: usize = self.committed.iter().map(|(k, v)| k.len() + v.len()).sum();
-            for (key, change) in &self.batch {
-                size -= self.committed.get(key).map_or(0, |v| key.len() + v.len());
-                size += change.as_ref().map_or(0, |v| key.len() + v.len());
+        /// An empty, unbounded state (a new harness).
+        pub(crate) fn reset(&mut self) {
+            *self = NativeState::default();
+        }
+
+        /// Sets a committed value directly (a state as a restore would find it).
+        pub(crate) fn set_committed(&mut self, key: Vec<u8>, value: Vec<u8>) {
+            let (old, new) = (entry(&key, self.committed.get(&key).map(Vec::as_slice)), key.len() + value.len());
+            self.committed_bytes = self.committed_bytes - old + new;
+            self.batch_bytes = self.batch_bytes - old + new;
+            self.committed.insert(key, value);
+        }
+
+        pub(crate) fn committed(&self) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+            &self.committed
+        }
+    }
+
+    impl Default for NativeState {
+        fn default() -> Self {
+            NativeState {
+                committed: BTreeMap::new(),
+                batch: BTreeMap::new(),
+                limit_bytes: usize::MAX,
+                committed_bytes: 0,
+                batch_bytes: 0,
             }
-            size
         }
     }
 
     thread_local! {
-        static STATE: RefCell<NativeState> = RefCell::new(NativeState {
-            committed: BTreeMap::new(),
-            batch: BTreeMap::new(),
-            limit_bytes: usize::MAX,
-        });
+        static STATE: RefCell<NativeState> = RefCell::new(NativeState::default());
     }
 
     pub(crate) fn with<R>(f: impl FnOnce(&mut NativeState) -> R) -> R {
@@ -173,6 +196,11 @@ pub(crate) mod imp {
                     };
                 }
             }
+            if keep {
+                s.committed_bytes = s.batch_bytes;
+            } else {
+                s.batch_bytes = s.committed_bytes;
+            }
         })
     }
 
@@ -185,9 +213,9 @@ pub(crate) mod imp {
             if key.is_empty() {
                 return Err("a state key cannot be empty".to_string());
             }
-            let old = s.view(key).map_or(0, |v| key.len() + v.len());
+            let old = entry(key, s.view(key));
             let new = key.len() + value.len();
-            let size = s.size() - old + new;
+            let size = s.batch_bytes - old + new;
             if size > s.limit_bytes && new > old {
                 return Err(format!(
                     "state of {size} bytes would pass the transform's state_bytes_max of {}",
@@ -195,13 +223,17 @@ pub(crate) mod imp {
                 ));
             }
             s.batch.insert(key.to_vec(), Some(value.to_vec()));
+            s.batch_bytes = size;
             Ok(())
         })
     }
 
     pub fn delete(key: &[u8]) {
         with(|s| {
-            if s.view(key).is_some() {
+            // Keys are never empty: a present entry has a size.
+            let old = entry(key, s.view(key));
+            if old > 0 {
+                s.batch_bytes -= old;
                 s.batch.insert(key.to_vec(), None);
             }
         })

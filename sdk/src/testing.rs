@@ -52,11 +52,7 @@ impl<T: Transform> Harness<T> {
         let params = parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let outputs: Vec<String> = output_topics.iter().map(|t| t.to_string()).collect();
         // A fresh harness starts from an empty, unbounded state (one per thread).
-        crate::state::imp::with(|s| {
-            s.committed.clear();
-            s.limit_bytes = usize::MAX;
-        });
-        crate::state::imp::end_batch(false);
+        crate::state::imp::with(|s| s.reset());
         let instance = Instance::new(params, outputs.clone())?;
         Ok(Harness { instance, output_topics: outputs, partition: 0, next_offset: 0 })
     }
@@ -69,17 +65,17 @@ impl<T: Transform> Harness<T> {
 
     /// The committed state under `key` (as the broker would restore it).
     pub fn state_get(&self, key: impl AsRef<[u8]>) -> Option<Vec<u8>> {
-        crate::state::imp::with(|s| s.committed.get(key.as_ref()).cloned())
+        crate::state::imp::with(|s| s.committed().get(key.as_ref()).cloned())
     }
 
     /// The whole committed state, in key order.
     pub fn state(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        crate::state::imp::with(|s| s.committed.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        crate::state::imp::with(|s| s.committed().iter().map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 
     /// Sets the committed state under `key` (a state as a restore would find it).
     pub fn set_state(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
-        crate::state::imp::with(|s| s.committed.insert(key.as_ref().to_vec(), value.as_ref().to_vec()));
+        crate::state::imp::with(|s| s.set_committed(key.as_ref().to_vec(), value.as_ref().to_vec()));
     }
 
     /// The input partition of later batches (default 0).

@@ -60,76 +60,74 @@ struct Chunk {
     aborted: Vec<(i64, i64)>,
 }
 
-/// Replaces the contents of `state` with the committed changes of changelog partition
-/// `partition` of `topic` (see the module invariants); retries a leader that moved or is not
-/// known until `deadline`.
-pub(super) async fn restore(
-    host: &Host,
-    topic: &str,
-    partition: i32,
-    deployment: &str,
-    resume: bool,
-    state: &StateHandle,
-    deadline: Instant,
-) -> Result<Restored, String> {
-    let mut last_error = String::new();
-    while Instant::now() < deadline {
-        match restore_once(host, topic, partition, deployment, resume, state, deadline).await {
-            Ok(restored) => return Ok(restored),
-            Err(e) => last_error = e,
-        }
-        tokio::time::sleep(WAIT_STEP * 10).await;
-    }
-    Err(format!("restoring the state from '{topic}' partition {partition}: {last_error}"))
+/// One stateful worker's changelog partition and whose changes count in it.
+pub(super) struct Changelog<'a> {
+    pub host: &'a Host,
+    pub topic: &'a str,
+    pub partition: i32,
+    /// Changes of other deployments are skipped unless `resume`.
+    pub deployment: &'a str,
+    pub resume: bool,
 }
 
-async fn restore_once(
-    host: &Host,
-    topic: &str,
-    partition: i32,
-    deployment: &str,
-    resume: bool,
-    state: &StateHandle,
-    deadline: Instant,
-) -> Result<Restored, String> {
-    lock(state).clear();
-    let target = log_end_offset(host, topic, partition).await?;
-    let (mut offset, mut records) = (0i64, 0u64);
-    while offset < target {
-        let chunk = read(host, topic, partition, offset).await?;
-        if offset < chunk.log_start_offset {
-            offset = chunk.log_start_offset;
-            continue;
-        }
-        if chunk.records.is_empty() {
-            // The stable offset is below the target: the followers have not fetched the last
-            // markers yet (the high watermark lags), or a transaction is still open.
-            if Instant::now() >= deadline {
-                return Err(format!("the changelog's stable offset stayed below {target} (at {offset})"));
+impl Changelog<'_> {
+    /// Replaces the contents of `state` with the committed changes of the partition (see the
+    /// module invariants); retries a leader that moved or is not known until `deadline`.
+    pub(super) async fn restore(&self, state: &StateHandle, deadline: Instant) -> Result<Restored, String> {
+        let mut last_error = String::new();
+        while Instant::now() < deadline {
+            match self.restore_once(state, deadline).await {
+                Ok(restored) => return Ok(restored),
+                Err(e) => last_error = e,
             }
-            tokio::time::sleep(WAIT_STEP).await;
-            continue;
+            // Backoff before asking a (maybe new) leader again.
+            tokio::time::sleep(WAIT_STEP * 10).await;
         }
-        let mut filter = AbortedFilter::new(chunk.aborted);
-        let mut guard = lock(state);
-        let next = for_each_committed_record(chunk.records, offset, usize::MAX, Some(&mut filter), |record| {
-            let ours = resume
-                || record
-                    .headers
-                    .iter()
-                    .any(|h| h.key == DEPLOYMENT_HEADER && h.value.as_deref() == Some(deployment.as_bytes()));
-            if let (true, Some(key)) = (ours, record.key) {
-                guard.restore(key.to_vec(), record.value.map(|v| v.to_vec()));
-                records += 1;
-            }
-        });
-        drop(guard);
-        if next <= offset {
-            return Err(format!("unreadable changelog batch at offset {offset}"));
-        }
-        offset = next;
+        Err(format!("restoring the state from '{}' partition {}: {last_error}", self.topic, self.partition))
     }
-    Ok(Restored { records, end: offset })
+
+    async fn restore_once(&self, state: &StateHandle, deadline: Instant) -> Result<Restored, String> {
+        let (host, topic, partition) = (self.host, self.topic, self.partition);
+        let (deployment, resume) = (self.deployment, self.resume);
+        lock(state).clear();
+        let target = log_end_offset(host, topic, partition).await?;
+        let (mut offset, mut records) = (0i64, 0u64);
+        while offset < target {
+            let chunk = read(host, topic, partition, offset).await?;
+            if offset < chunk.log_start_offset {
+                offset = chunk.log_start_offset;
+                continue;
+            }
+            if chunk.records.is_empty() {
+                // The stable offset is below the target: the followers have not fetched the last
+                // markers yet (the high watermark lags), or a transaction is still open.
+                if Instant::now() >= deadline {
+                    return Err(format!("the changelog's stable offset stayed below {target} (at {offset})"));
+                }
+                tokio::time::sleep(WAIT_STEP).await;
+                continue;
+            }
+            let mut filter = AbortedFilter::new(chunk.aborted);
+            let mut guard = lock(state);
+            let next = for_each_committed_record(chunk.records, offset, usize::MAX, Some(&mut filter), |record| {
+                let ours = resume
+                    || record
+                        .headers
+                        .iter()
+                        .any(|h| h.key == DEPLOYMENT_HEADER && h.value.as_deref() == Some(deployment.as_bytes()));
+                if let (true, Some(key)) = (ours, record.key) {
+                    guard.restore(key.to_vec(), record.value.map(|v| v.to_vec()));
+                    records += 1;
+                }
+            });
+            drop(guard);
+            if next <= offset {
+                return Err(format!("unreadable changelog batch at offset {offset}"));
+            }
+            offset = next;
+        }
+        Ok(Restored { records, end: offset })
+    }
 }
 
 fn lock(state: &StateHandle) -> std::sync::MutexGuard<'_, runnel_runtime::KeyedState> {

@@ -214,9 +214,9 @@ impl Worker {
         }
     }
 
-    /// Reports the state's size in the status and metrics.
-    fn report_state(&self) {
-        let Some(state) = &self.state else { return };
+    /// Reports the state's size in the status and metrics; (bytes, committed keys).
+    fn report_state(&self) -> (u64, u64) {
+        let Some(state) = &self.state else { return (0, 0) };
         let (bytes, keys) = {
             let state = state.lock().unwrap_or_else(|p| p.into_inner());
             (state.size_bytes() as u64, state.committed_keys() as u64)
@@ -227,6 +227,7 @@ impl Worker {
         });
         let labels = [self.transform.name.as_str(), &self.partition.to_string()];
         self.host.metrics.transform_state_bytes.with_label_values(&labels).set(bytes as i64);
+        (bytes, keys)
     }
 
     /// A stateful transform: makes sure its changelog topic exists and restores the partition's
@@ -248,17 +249,20 @@ impl Worker {
             let restored = match (self.host.ensure_state_topic)(topic.clone(), input_partitions.max(1)).await {
                 Ok(()) => {
                     let deadline = Instant::now() + TXN_CALL_RETRY;
-                    let (deployment, resume) = (&self.transform.deployment, self.transform.spec.resume);
-                    keyed::restore(&self.host, &topic, self.partition, deployment, resume, &state, deadline).await
+                    let changelog = keyed::Changelog {
+                        host: &self.host,
+                        topic: &topic,
+                        partition: self.partition,
+                        deployment: &self.transform.deployment,
+                        resume: self.transform.spec.resume,
+                    };
+                    changelog.restore(&state, deadline).await
                 }
                 Err(e) => Err(e),
             };
             match restored {
                 Ok(restored) => {
-                    let (bytes, keys) = {
-                        let state = state.lock().unwrap_or_else(|p| p.into_inner());
-                        (state.size_bytes(), state.committed_keys())
-                    };
+                    let (bytes, keys) = self.report_state();
                     self.logs.push(
                         "info",
                         Some(self.partition),
@@ -270,7 +274,6 @@ impl Worker {
                             started.elapsed().as_millis()
                         ),
                     );
-                    self.report_state();
                     return true;
                 }
                 Err(e) => {
