@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (README: "Run the tests"). Needs only Rust; installs the rest itself:
-# - cmake (builds librdkafka for the rdkafka client tests) and kcat (old-client test), from
-#   Debian when missing and apt-get is usable;
+# - cmake (builds librdkafka for the rdkafka client tests), libssl-dev and pkg-config (its
+#   bundled curl) and kcat (old-client test), from Debian when missing and apt-get is usable;
 # - Apache Kafka's jars (the version in scripts/kafka-version) from Maven Central with
 #   scripts/kafka-jars.sh into target/kafka/, Java 17 and Maven from Debian when missing, for
 #   the Kafka CLI tool tests and DumpLogSegments checks; once fetched those tests are required
@@ -18,6 +18,9 @@ need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v kcat >/dev/null || need_apt+=(kcat)
 command -v g++ >/dev/null || need_apt+=(g++)
+# libssl-dev: curl-sys builds librdkafka's bundled curl (rdkafka-sys `curl-static`) against it.
+[[ -f /usr/include/openssl/ssl.h ]] || need_apt+=(libssl-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
 [[ -x /usr/bin/chromedriver ]] || need_apt+=(chromium-driver)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)

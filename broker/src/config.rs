@@ -190,6 +190,21 @@ pub struct ServeArgs {
     /// for more members [default: 3000].
     #[arg(long, env = "RUNNEL_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// `group.consumer.session.timeout.ms`: a consumer-protocol member (KIP-848) that sends no
+    /// heartbeat for this long leaves its group [default: 45000].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
+    pub group_consumer_session_timeout_ms: Option<u32>,
+    /// `group.consumer.heartbeat.interval.ms`: how often consumer-protocol members heartbeat,
+    /// hence how soon they learn of a new assignment [default: 5000].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
+    pub group_consumer_heartbeat_interval_ms: Option<u32>,
+    /// `group.consumer.max.size`: members per consumer-protocol group [default: 1000].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_MAX_SIZE")]
+    pub group_consumer_max_size: Option<usize>,
+    /// `group.consumer.assignors`: the built-in server assignors offered, the first the default
+    /// (`uniform`, `range`) [default: uniform,range].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_ASSIGNORS", value_delimiter = ',')]
+    pub group_consumer_assignors: Option<Vec<String>>,
     /// `log.open.files.max` (Runnel's own; Kafka has none): segment `.log` files the node keeps
     /// open at once over all its partitions; beyond it the least recently used are closed and
     /// reopened when next needed. `auto` is half the soft RLIMIT_NOFILE at start, after the node
@@ -280,6 +295,10 @@ struct FileConfig {
     group_max_size: Option<usize>,
     group_max_count: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    group_consumer_session_timeout_ms: Option<u32>,
+    group_consumer_heartbeat_interval_ms: Option<u32>,
+    group_consumer_max_size: Option<usize>,
+    group_consumer_assignors: Option<Vec<String>>,
     broker_address_override: Option<Vec<String>>,
     log_open_files_max: Option<toml::Value>,
     metrics_aggregate: Option<bool>,
@@ -287,6 +306,50 @@ struct FileConfig {
     max_producers_per_partition: Option<u64>,
     #[serde(default)]
     log: BTreeMap<String, toml::Value>,
+}
+
+/// The `group.consumer.*` settings, checked: the heartbeat interval below the session timeout
+/// (Kafka's rule), at least one member per group, only built-in assignors.
+fn consumer_group_config(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> Result<crate::group::consumer::ConsumerGroupConfig, ConfigFileError> {
+    let defaults = crate::group::consumer::ConsumerGroupConfig::default();
+    let invalid = |m: String| Err(ConfigFileError::ConsumerGroup(m));
+    let session = args
+        .group_consumer_session_timeout_ms
+        .or(file.group_consumer_session_timeout_ms)
+        .map_or(defaults.session_timeout_ms, |v| v.min(i32::MAX as u32) as i32);
+    let heartbeat = args
+        .group_consumer_heartbeat_interval_ms
+        .or(file.group_consumer_heartbeat_interval_ms)
+        .map_or(defaults.heartbeat_interval_ms, |v| v.min(i32::MAX as u32) as i32);
+    if heartbeat < 1 || heartbeat >= session {
+        return invalid(format!(
+            "group.consumer.heartbeat.interval.ms ({heartbeat}) must be at least 1 and below \
+             group.consumer.session.timeout.ms ({session})"
+        ));
+    }
+    let max_size = args.group_consumer_max_size.or(file.group_consumer_max_size).unwrap_or(defaults.max_size);
+    if max_size == 0 {
+        return invalid("group.consumer.max.size must be at least 1".to_string());
+    }
+    let assignors =
+        args.group_consumer_assignors.clone().or(file.group_consumer_assignors.clone()).unwrap_or(defaults.assignors);
+    if assignors.is_empty() {
+        return invalid("group.consumer.assignors must name at least one assignor".to_string());
+    }
+    if let Some(unknown) = assignors.iter().find(|a| crate::group::assignor::builtin(a).is_none()) {
+        return invalid(format!("group.consumer.assignors: unknown assignor {unknown:?} (built in: uniform, range)"));
+    }
+    let max_count = args.group_max_count.or(file.group_max_count).unwrap_or(defaults.max_count);
+    Ok(crate::group::consumer::ConsumerGroupConfig {
+        session_timeout_ms: session,
+        heartbeat_interval_ms: heartbeat,
+        max_size,
+        max_count,
+        assignors,
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -305,6 +368,8 @@ pub enum ConfigFileError {
     },
     #[error("invalid log default: {0}")]
     Log(#[from] ConfigError),
+    #[error("invalid consumer group setting: {0}")]
+    ConsumerGroup(String),
     #[error("invalid --log {0:?}: expected name=value")]
     LogSyntax(String),
     #[error("invalid voters {0:?}: expected id@host:port,...")]
@@ -405,6 +470,7 @@ impl NodeConfig {
             }
             None => FileConfig::default(),
         };
+        let consumer_groups = consumer_group_config(args, &file)?;
         let socket_request_max_bytes =
             args.socket_request_max_bytes.or(file.socket_request_max_bytes).unwrap_or(104_857_600);
         let connection_limits = resolve_connection_limits(args, &file, socket_request_max_bytes)?;
@@ -581,6 +647,7 @@ impl NodeConfig {
                             .unwrap_or(defaults.membership.initial_rebalance_delay_ms),
                         ..defaults.membership
                     },
+                    consumer: consumer_groups,
                 }
             },
             log_defaults,

@@ -318,10 +318,8 @@ impl Node {
                     // Offsets of groups without members expire after offsets.retention.minutes,
                     // except the positions of deployed transforms.
                     let deployed = deployments.image().transforms.keys().cloned().collect();
-                    let gate = crate::transform::KeepTransformCheckpoints {
-                        inner: groups.membership.as_ref(),
-                        deployed: &deployed,
-                    };
+                    let gate =
+                        crate::transform::KeepTransformCheckpoints { inner: groups.as_ref(), deployed: &deployed };
                     groups.offsets.expire(crate::log::now_ms(), offsets_retention_ms, &gate);
                 })
                 .await;

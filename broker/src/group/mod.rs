@@ -1,12 +1,17 @@
-//! Consumer groups (classic protocol): membership and rebalances (`membership`), committed
-//! offsets and group metadata stored as records in the compacted `__consumer_offsets` topic
-//! (`offsets`, with Kafka's key/value schemas in `schema`).
+//! Consumer groups: the classic protocol's membership and rebalances (`membership`), the
+//! consumer protocol's (KIP-848) server-side reconciliation (`consumer`) with its assignors
+//! (`assignor`), committed offsets and group metadata stored as records in the compacted
+//! `__consumer_offsets` topic (`offsets`, with Kafka's key/value schemas in `schema`). A group
+//! id is of one type at a time: an empty group of either type converts when a member of the
+//! other protocol joins; a group with members refuses the other protocol.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
 //! `__consumer_offsets`, as in Kafka. Invariant: committed offsets and group metadata are
 //! durable only once their record is in that partition's log; the in-memory state is rebuilt
 //! from the partition when this node first serves it.
 
+pub mod assignor;
+pub mod consumer;
 pub mod membership;
 pub mod offsets;
 pub use self::offsets::Replicated;
@@ -60,6 +65,8 @@ pub fn partition_for(group_id: &str, partitions: u32) -> u32 {
 pub struct GroupCoordinator {
     pub offsets: offsets::OffsetStore,
     pub membership: Arc<membership::Membership>,
+    /// Groups on the consumer protocol (KIP-848).
+    pub consumers: consumer::ConsumerGroups,
     /// `offsets.topic.num.partitions`, for creating the topic.
     pub offsets_topic_num_partitions: u32,
     /// `offsets.topic.replication.factor`, for creating the topic (before the cap to the
@@ -77,6 +84,7 @@ pub struct GroupSettings {
     /// capped to the usable brokers.
     pub offsets_topic_replication_factor: u16,
     pub membership: membership::GroupConfig,
+    pub consumer: consumer::ConsumerGroupConfig,
 }
 
 impl Default for GroupSettings {
@@ -85,6 +93,7 @@ impl Default for GroupSettings {
             offsets_topic_num_partitions: OFFSETS_TOPIC_NUM_PARTITIONS_DEFAULT,
             offsets_topic_replication_factor: OFFSETS_TOPIC_REPLICATION_FACTOR_DEFAULT,
             membership: membership::GroupConfig::default(),
+            consumer: consumer::ConsumerGroupConfig::default(),
         }
     }
 }
@@ -104,6 +113,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             offsets,
             membership,
+            consumers: consumer::ConsumerGroups::new(settings.consumer),
             replicas,
             offsets_topic_num_partitions: settings.offsets_topic_num_partitions.max(1),
             offsets_topic_replication_factor: settings.offsets_topic_replication_factor.max(1),
@@ -116,7 +126,8 @@ impl GroupCoordinator {
     /// failed-over group is back before its members' next heartbeat.
     pub fn follow_leadership(&self) {
         let led = |partition: u32| self.replicas.get(OFFSETS_TOPIC, partition).is_some_and(|p| p.is_leader());
-        let dropped = self.membership.resign(&|group| !led(self.offsets.partition_of(group)));
+        let lost = |group: &str| !led(self.offsets.partition_of(group));
+        let dropped = self.membership.resign(&lost) + self.consumers.resign(&lost);
         if dropped > 0 {
             tracing::info!(
                 groups = dropped,
@@ -129,6 +140,52 @@ impl GroupCoordinator {
                 let _ = self.offsets.require_loaded(partition);
             }
         }
+    }
+}
+
+/// Which API commits, for the member checks of `GroupCoordinator::validate_commit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitApi {
+    OffsetCommit { version: i16 },
+    TxnOffsetCommit,
+}
+
+impl GroupCoordinator {
+    /// The member checks of a commit, for either group type. A consumer-protocol group checks
+    /// the member epoch (Kafka's `ConsumerGroup.validateOffsetCommit`): STALE_MEMBER_EPOCH for
+    /// OffsetCommit (ILLEGAL_GENERATION for TxnOffsetCommit, whose clients know only that), and
+    /// its members must use OffsetCommit v9+ (UNSUPPORTED_VERSION below). Otherwise the
+    /// classic membership's checks apply.
+    pub fn validate_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation_or_epoch: i32,
+        group_instance_id: Option<&str>,
+        api: CommitApi,
+    ) -> Result<(), kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        let stale = match api {
+            CommitApi::OffsetCommit { .. } => ResponseError::StaleMemberEpoch,
+            CommitApi::TxnOffsetCommit => ResponseError::IllegalGeneration,
+        };
+        if let Some(checked) = self.consumers.validate_member(group_id, member_id, generation_or_epoch, stale) {
+            let old_api = matches!(api, CommitApi::OffsetCommit { version } if version < 9);
+            return match checked {
+                Ok(()) if old_api && !member_id.is_empty() => Err(ResponseError::UnsupportedVersion),
+                checked => checked,
+            };
+        }
+        self.membership.validate_commit(group_id, member_id, generation_or_epoch, group_instance_id)
+    }
+}
+
+/// Offsets expiry's gate over both group types: a consumer-protocol group with members keeps
+/// its offsets; otherwise the classic membership decides (and holds its lock over the write).
+/// Lock order: a consumer group's lock, then the membership's.
+impl offsets::EmptyGroupGate for GroupCoordinator {
+    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut()) -> bool {
+        self.consumers.while_empty(group_id, &mut || self.membership.run_if_empty(group_id, write))
     }
 }
 

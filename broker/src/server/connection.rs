@@ -484,6 +484,8 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         ListGroups => list_groups,
         DescribeGroups => describe_groups,
         DeleteGroups => delete_groups,
+        ConsumerGroupHeartbeat => consumer_group_heartbeat,
+        ConsumerGroupDescribe => consumer_group_describe,
         ElectLeaders => elect_leaders,
         AlterPartitionReassignments => alter_partition_reassignments,
         ListPartitionReassignments => list_partition_reassignments,

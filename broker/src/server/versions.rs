@@ -48,6 +48,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    // The consumer group protocol (KIP-848; v1: client-generated member ids, KIP-1082).
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The supported range of `api`, if it is implemented.

@@ -30,11 +30,17 @@ pub async fn handle(
 }
 
 async fn delete(broker: &Broker, group: String) -> Result<(), ResponseError> {
-    let known_in_memory = match broker.groups.membership.delete(&group) {
-        Ok(()) => true,
-        Err(ResponseError::GroupIdNotFound) => false,
-        Err(code) => return Err(code),
+    let consumer_group = match broker.groups.consumers.members_of(&group) {
+        Some(members) if members > 0 => return Err(ResponseError::NonEmptyGroup),
+        Some(_) => broker.groups.consumers.remove_if_empty(&group),
+        None => false,
     };
+    let known_in_memory = consumer_group
+        || match broker.groups.membership.delete(&group) {
+            Ok(()) => true,
+            Err(ResponseError::GroupIdNotFound) => false,
+            Err(code) => return Err(code),
+        };
     let groups = broker.groups.clone();
     // Tombstones are appended to a log: off the async workers.
     let stored = tokio::task::spawn_blocking(move || groups.offsets.delete_group(&group))

@@ -33,7 +33,10 @@ pub async fn handle(
                 return described.with_error_code(code.code()).with_group_state(str_bytes(GroupState::Dead.name()));
             }
             let Some(description) = broker.groups.membership.describe(group) else {
-                let state = if broker.groups.offsets.group_metadata(group).is_some() {
+                // A consumer-protocol group is Dead to this classic API (Kafka before v6;
+                // the admin client describes it with ConsumerGroupDescribe).
+                let consumer = broker.groups.consumers.members_of(group).is_some();
+                let state = if !consumer && broker.groups.offsets.group_metadata(group).is_some() {
                     GroupState::Empty
                 } else {
                     GroupState::Dead

@@ -53,6 +53,11 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
     if let Err(code) = check_coordinator(broker, group) {
         return Some(response(JoinResult::error(code, &member_id), version));
     }
+    // A consumer-protocol group with members refuses classic members (Kafka answers
+    // INCONSISTENT_GROUP_PROTOCOL where it cannot convert); an empty one converts.
+    if !broker.groups.consumers.remove_if_empty(group) {
+        return Some(response(JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id), version));
+    }
     // v0 has no rebalance timeout: Kafka uses the session timeout.
     let rebalance_timeout_ms = if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms };
     let join = JoinRequest {

@@ -1,5 +1,5 @@
 //! ListGroups (v0-5): the groups this node coordinates, with protocol type and state (v4+,
-//! filterable by state) and group type (v5+, filterable; every group here is "classic").
+//! filterable by state) and group type (v5+, filterable: "classic" or "consumer", KIP-848).
 //! Groups known only from committed offsets are listed as Empty, as Kafka does.
 
 use std::collections::BTreeMap;
@@ -11,13 +11,13 @@ use super::str_bytes;
 use crate::group::membership::GroupState;
 use crate::server::Broker;
 
-/// The only group type this broker has (KIP-848's "consumer" groups are not implemented).
 const GROUP_TYPE_CLASSIC: &str = "classic";
+const GROUP_TYPE_CONSUMER: &str = "consumer";
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: ListGroupsRequest) -> Option<ListGroupsResponse> {
     let version = header.request_api_version;
-    // group id → (protocol type, state)
-    let mut groups: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+    // group id → (protocol type, state, group type)
+    let mut groups: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
     let coordinator = broker.groups.clone();
     // Loading the offsets partitions reads logs: off the async workers.
     let stored = tokio::task::spawn_blocking(move || {
@@ -34,19 +34,22 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ListGroups
     .await
     .unwrap_or_default();
     for (group, protocol_type) in stored {
-        groups.insert(group, (protocol_type, GroupState::Empty.name()));
+        groups.insert(group, (protocol_type, GroupState::Empty.name(), GROUP_TYPE_CLASSIC));
     }
     for listing in broker.groups.membership.list() {
-        groups.insert(listing.group_id, (listing.protocol_type, listing.state.name()));
+        groups.insert(listing.group_id, (listing.protocol_type, listing.state.name(), GROUP_TYPE_CLASSIC));
+    }
+    for (group, state) in broker.groups.consumers.list() {
+        groups.insert(group, ("consumer".to_string(), state.name(), GROUP_TYPE_CONSUMER));
     }
     let states: Vec<&str> =
         if version >= 4 { request.states_filter.iter().map(|s| &**s).collect() } else { Vec::new() };
     let types: Vec<&str> = if version >= 5 { request.types_filter.iter().map(|s| &**s).collect() } else { Vec::new() };
     let listed = groups
         .into_iter()
-        .filter(|(_, (_, state))| states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state)))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case(GROUP_TYPE_CLASSIC)))
-        .map(|(group, (protocol_type, state))| {
+        .filter(|(_, (_, state, _))| states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state)))
+        .filter(|(_, (_, _, kind))| types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case(kind)))
+        .map(|(group, (protocol_type, state, kind))| {
             let mut listed = ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(&group)))
                 .with_protocol_type(str_bytes(&protocol_type));
@@ -54,7 +57,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ListGroups
                 listed = listed.with_group_state(str_bytes(state));
             }
             if version >= 5 {
-                listed = listed.with_group_type(str_bytes(GROUP_TYPE_CLASSIC));
+                listed = listed.with_group_type(str_bytes(kind));
             }
             listed
         })

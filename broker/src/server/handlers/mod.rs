@@ -8,6 +8,8 @@ pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;

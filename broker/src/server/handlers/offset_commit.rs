@@ -2,7 +2,8 @@
 //! Partitions the metadata does not know get UNKNOWN_TOPIC_OR_PARTITION, metadata above
 //! `offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE; the rest are committed together or
 //! fail together. Member and generation checks are the membership layer's
-//! (`Membership::validate_commit`): generation -1 is a consumer without a group (`assign()`).
+//! (`GroupCoordinator::validate_commit`): generation -1 is a consumer without a group
+//! (`assign()`); a consumer-protocol group checks the member epoch.
 //! `retention_time_ms` (v2-4) is ignored, as Kafka does since 2.1.
 
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -11,22 +12,9 @@ use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
 use crate::group::offsets::{CommittedOffset, OFFSET_METADATA_MAX_BYTES};
-use crate::group::Replicated;
+use crate::group::{CommitApi, Replicated};
 use crate::log::now_ms;
 use crate::server::{offset_error_code, Broker};
-
-/// Whether the committing member may commit for `group` at `generation_id`: the membership
-/// layer applies Kafka's checks (a consumer without a group, generation -1, may commit while
-/// the group has no members).
-fn validate_member(
-    broker: &Broker,
-    group: &str,
-    member_id: &str,
-    generation_id: i32,
-    group_instance_id: Option<&str>,
-) -> Result<(), ResponseError> {
-    broker.groups.membership.validate_commit(group, member_id, generation_id, group_instance_id)
-}
 
 /// One partition an OffsetCommit or TxnOffsetCommit asks to commit.
 pub(super) struct CommitAsked<'a> {
@@ -84,12 +72,12 @@ pub async fn handle(
         Err(ResponseError::InvalidGroupId)
     } else {
         match ensure_offsets_topic(broker).await {
-            Ok(()) => validate_member(
-                broker,
+            Ok(()) => broker.groups.validate_commit(
                 group,
                 &request.member_id,
                 request.generation_id_or_member_epoch,
                 request.group_instance_id.as_deref(),
+                CommitApi::OffsetCommit { version },
             ),
             Err(code) => Err(code),
         }

@@ -102,7 +102,19 @@ pub async fn handle(
                 .as_ref()
                 .map(|topics| topics.iter().map(|t| (t.name.clone(), t.partition_indexes.clone())).collect());
             let response = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            groups.push(match fetch_group(broker, &g.group_id.0, wanted, request.require_stable) {
+            // v9: a consumer-protocol member names itself and its epoch (Kafka's
+            // `validateOffsetFetch`); classic groups and admin fetches are not checked.
+            let member_checked = match g.member_id.as_deref() {
+                Some(member) if version >= 9 => broker
+                    .groups
+                    .consumers
+                    .validate_member(&g.group_id.0, member, g.member_epoch, ResponseError::StaleMemberEpoch)
+                    .unwrap_or(Ok(())),
+                _ => Ok(()),
+            };
+            let fetched =
+                member_checked.and_then(|()| fetch_group(broker, &g.group_id.0, wanted, request.require_stable));
+            groups.push(match fetched {
                 Ok(topics) => response.with_topics(
                     topics
                         .into_iter()

@@ -32,11 +32,12 @@ pub async fn handle(
         Err(ResponseError::InvalidGroupId)
     } else {
         match ensure_offsets_topic(broker).await {
-            Ok(()) if checked => broker.groups.membership.validate_commit(
+            Ok(()) if checked => broker.groups.validate_commit(
                 group,
                 &request.member_id,
                 request.generation_id,
                 request.group_instance_id.as_deref(),
+                crate::group::CommitApi::TxnOffsetCommit,
             ),
             other => other,
         }

@@ -1,0 +1,1143 @@
+//! Consumer groups on the consumer protocol (KIP-848, `group.protocol=consumer`): the group
+//! coordinator computes a target assignment per group epoch and reconciles each member toward
+//! it through ConsumerGroupHeartbeat, revoking before it assigns.
+//!
+//! Epochs: the group epoch is bumped by every change an assignment depends on (a member joins
+//! or leaves, a subscription, rack or preferred assignor changes, a subscribed topic appears,
+//! disappears or gains partitions). The target assignment is computed for a group epoch by the
+//! group's assignor, outside the group's lock; it is installed only if the group epoch it was
+//! computed for is still current. A member's epoch moves to the target epoch once it holds no
+//! partition the target takes away from it.
+//!
+//! Invariants (asserted by `check_invariants` in tests and debug builds): a partition is owned
+//! (assigned or pending revocation) by at most one member, and `owners` is exactly the union
+//! of the members' owned partitions; a member never gets a partition another member still
+//! owns (it waits in UnreleasedPartitions); member epochs never exceed the target epoch, which
+//! never exceeds the group epoch.
+//!
+//! Locking: one `std::sync::Mutex` per group, never held across an `.await` or an assignor
+//! run; the map of groups is behind an `RwLock` taken only to find or create a group. This
+//! module does no I/O and knows no wire format beyond Kafka's error codes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+
+use super::assignor::{self, AssignmentSpec, MemberSpec, Plan, TopicSpec};
+use crate::controller::MetadataImage;
+
+pub type TopicId = [u8; 16];
+/// Partitions by topic id (what the protocol carries).
+pub type Assignment = BTreeMap<TopicId, BTreeSet<i32>>;
+
+/// The member epoch of a join.
+pub const JOIN_EPOCH: i32 = 0;
+/// The member epoch of a leave.
+pub const LEAVE_EPOCH: i32 = -1;
+/// The member epoch of a static member's temporary leave (KIP-345: its partitions wait for it).
+pub const STATIC_LEAVE_EPOCH: i32 = -2;
+
+/// Kafka's `group.consumer.session.timeout.ms` default.
+pub const SESSION_TIMEOUT_MS: i32 = 45_000;
+/// Kafka's `group.consumer.heartbeat.interval.ms` default.
+pub const HEARTBEAT_INTERVAL_MS: i32 = 5_000;
+/// How often the background sweep expires sessions and revocations.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+/// Bound on the topic names one member may subscribe to, and on a regex's length.
+pub const SUBSCRIBED_TOPICS_MAX: usize = 10_000;
+pub const REGEX_MAX_BYTES: usize = 4_096;
+
+/// The broker settings of consumer-protocol groups.
+#[derive(Debug, Clone)]
+pub struct ConsumerGroupConfig {
+    /// `group.consumer.session.timeout.ms`.
+    pub session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size`: members per group.
+    pub max_size: usize,
+    /// `group.max.count`: consumer groups in memory (groups without members are evicted first).
+    pub max_count: usize,
+    /// `group.consumer.assignors`: the built-in assignors offered; the first is the default.
+    pub assignors: Vec<String>,
+}
+
+impl Default for ConsumerGroupConfig {
+    fn default() -> Self {
+        ConsumerGroupConfig {
+            session_timeout_ms: SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            max_size: super::membership::GROUP_MAX_SIZE,
+            max_count: super::membership::GROUP_MAX_COUNT,
+            assignors: vec![assignor::UNIFORM.to_string(), assignor::RANGE.to_string()],
+        }
+    }
+}
+
+impl ConsumerGroupConfig {
+    pub fn default_assignor(&self) -> &str {
+        self.assignors.first().map_or(assignor::UNIFORM, |s| s.as_str())
+    }
+}
+
+/// Kafka's consumer group states (ConsumerGroupDescribe, ListGroups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerGroupState {
+    Empty,
+    Assigning,
+    Reconciling,
+    Stable,
+}
+
+impl ConsumerGroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsumerGroupState::Empty => "Empty",
+            ConsumerGroupState::Assigning => "Assigning",
+            ConsumerGroupState::Reconciling => "Reconciling",
+            ConsumerGroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// Where a member is on its way to its target assignment (Kafka's `MemberState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Holds its whole target at the target epoch.
+    Stable,
+    /// Must give up `revoking` before it moves on; its epoch stays until it does.
+    UnrevokedPartitions,
+    /// At the target epoch, waiting for partitions other members still own.
+    UnreleasedPartitions,
+}
+
+/// A ConsumerGroupHeartbeat, decoded. `None` fields are the client's "unchanged".
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatRequest {
+    pub version: i16,
+    pub group_id: String,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1: unchanged.
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    pub owned: Option<Assignment>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// What the coordinator answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatAnswer {
+    pub error: Option<(ResponseError, Option<String>)>,
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// The member's partitions, when it must be told (full request or a change).
+    pub assignment: Option<Assignment>,
+}
+
+impl HeartbeatAnswer {
+    fn error(error: ResponseError, message: impl Into<Option<String>>) -> HeartbeatAnswer {
+        HeartbeatAnswer {
+            error: Some((error, message.into())),
+            member_id: String::new(),
+            member_epoch: 0,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        }
+    }
+}
+
+/// An assignment to compute outside the group's lock, for the group epoch it names.
+#[derive(Debug, Clone)]
+pub struct AssignJob {
+    pub assignor: String,
+    pub spec: AssignmentSpec,
+    group_epoch: i32,
+    topic_ids: BTreeMap<String, TopicId>,
+}
+
+/// What came of running an `AssignJob`: the plan the group uses and the assignor that made it
+/// (the default, with `error`, when the chosen one failed).
+#[derive(Debug, Clone)]
+pub struct AssignOutcome {
+    pub assignor: String,
+    pub plan: Plan,
+    pub error: Option<String>,
+}
+
+/// The first half of a heartbeat: the member's changes are applied; what is left is an optional
+/// assignment to run and the reconciliation (`ConsumerGroups::finish`).
+pub struct Pending {
+    group: Arc<Mutex<ConsumerGroup>>,
+    member_id: String,
+    full_request: bool,
+    assigned_before: Assignment,
+    owned: Option<Assignment>,
+    pub job: Option<AssignJob>,
+}
+
+/// `begin`'s result.
+pub enum Begin {
+    Answer(HeartbeatAnswer),
+    Continue(Pending),
+}
+
+/// A member as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Assignment,
+    pub target_assignment: Assignment,
+    pub state: MemberState,
+}
+
+/// A group as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    pub group_id: String,
+    pub state: ConsumerGroupState,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    /// Why the last assignment fell back to the default assignor, if it did.
+    pub assignor_error: Option<String>,
+    pub members: Vec<MemberView>,
+}
+
+struct Member {
+    member_id: String,
+    instance_id: Option<String>,
+    rack: Option<String>,
+    client_id: String,
+    client_host: String,
+    subscribed_names: BTreeSet<String>,
+    regex: Option<(String, regex::Regex)>,
+    server_assignor: Option<String>,
+    rebalance_timeout_ms: i32,
+    state: MemberState,
+    epoch: i32,
+    previous_epoch: i32,
+    assigned: Assignment,
+    revoking: Assignment,
+    session_deadline: Instant,
+    revocation_deadline: Option<Instant>,
+    /// A static member that left with epoch -2: its partitions wait for its instance id until
+    /// its session expires.
+    left_static: bool,
+}
+
+impl Member {
+    fn owns(&self) -> impl Iterator<Item = (TopicId, i32)> + '_ {
+        flatten(&self.assigned).chain(flatten(&self.revoking))
+    }
+
+    /// Topics this member subscribes to that exist, by name (names and regex matches).
+    fn resolved(&self, image: &MetadataImage) -> BTreeSet<String> {
+        let mut topics: BTreeSet<String> =
+            self.subscribed_names.iter().filter(|name| image.topics.contains_key(*name)).cloned().collect();
+        if let Some((_, regex)) = &self.regex {
+            // Internal topics are never matched by a pattern, as in Kafka.
+            topics.extend(image.topics.keys().filter(|name| !name.starts_with("__") && regex.is_match(name)).cloned());
+        }
+        topics
+    }
+}
+
+/// One consumer-protocol group.
+struct ConsumerGroup {
+    group_id: String,
+    group_epoch: i32,
+    target_epoch: i32,
+    target: HashMap<String, Assignment>,
+    members: BTreeMap<String, Member>,
+    /// Static members: instance id → member id.
+    instances: HashMap<String, String>,
+    /// Who owns each partition (assigned or pending revocation).
+    owners: HashMap<(TopicId, i32), String>,
+    /// Hash of every member's resolved subscription with the topics' ids and partition counts,
+    /// and the metadata index it was computed at.
+    subscription_signature: u64,
+    metadata_index: Option<u64>,
+    assignor: String,
+    assignor_error: Option<String>,
+    /// Removed from the map (deleted, resigned, converted): a heartbeat holding it must not
+    /// bring it back.
+    gone: bool,
+}
+
+impl ConsumerGroup {
+    fn new(group_id: &str, default_assignor: &str) -> ConsumerGroup {
+        ConsumerGroup {
+            group_id: group_id.to_string(),
+            group_epoch: 0,
+            target_epoch: 0,
+            target: HashMap::new(),
+            members: BTreeMap::new(),
+            instances: HashMap::new(),
+            owners: HashMap::new(),
+            subscription_signature: 0,
+            metadata_index: None,
+            assignor: default_assignor.to_string(),
+            assignor_error: None,
+            gone: false,
+        }
+    }
+
+    fn state(&self) -> ConsumerGroupState {
+        if self.members.is_empty() {
+            ConsumerGroupState::Empty
+        } else if self.target_epoch < self.group_epoch {
+            ConsumerGroupState::Assigning
+        } else if self
+            .members
+            .values()
+            .any(|m| !m.left_static && (m.epoch != self.target_epoch || m.state != MemberState::Stable))
+        {
+            ConsumerGroupState::Reconciling
+        } else {
+            ConsumerGroupState::Stable
+        }
+    }
+
+    /// Removes a member, releasing what it owns; the assignment changes with the group epoch.
+    fn remove_member(&mut self, member_id: &str) {
+        let Some(member) = self.members.remove(member_id) else { return };
+        for tp in member.owns() {
+            self.owners.remove(&tp);
+        }
+        if let Some(instance) = &member.instance_id {
+            if self.instances.get(instance).is_some_and(|id| id == member_id) {
+                self.instances.remove(instance);
+            }
+        }
+        self.target.remove(member_id);
+        self.group_epoch += 1;
+    }
+
+    /// A member rejoining with epoch 0 has lost its partitions: it owns nothing now.
+    fn reset_member(&mut self, member_id: &str) {
+        let Some(member) = self.members.get_mut(member_id) else { return };
+        for tp in flatten(&member.assigned).chain(flatten(&member.revoking)) {
+            self.owners.remove(&tp);
+        }
+        member.assigned.clear();
+        member.revoking.clear();
+        member.revocation_deadline = None;
+        member.state = MemberState::Stable;
+        member.epoch = 0;
+        member.previous_epoch = 0;
+    }
+
+    /// Moves a static member's identity, partitions and target to a new member id (the
+    /// instance came back with a new id after a temporary leave). No group epoch bump.
+    fn replace_static(&mut self, old_id: &str, new_id: &str) {
+        let Some(mut member) = self.members.remove(old_id) else { return };
+        for tp in member.owns() {
+            self.owners.insert(tp, new_id.to_string());
+        }
+        if let Some(target) = self.target.remove(old_id) {
+            self.target.insert(new_id.to_string(), target);
+        }
+        if let Some(instance) = &member.instance_id {
+            self.instances.insert(instance.clone(), new_id.to_string());
+        }
+        member.member_id = new_id.to_string();
+        member.left_static = false;
+        self.members.insert(new_id.to_string(), member);
+    }
+
+    /// Whether the members' resolved subscriptions or the subscribed topics' metadata changed
+    /// since last looked at (the caller bumps the group epoch).
+    fn refresh_subscription(&mut self, image: &MetadataImage, force: bool) -> bool {
+        if !force && self.metadata_index == Some(image.applied_index) {
+            return false;
+        }
+        self.metadata_index = Some(image.applied_index);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for member in self.members.values() {
+            member.member_id.hash(&mut hasher);
+            for name in member.resolved(image) {
+                if let Some(topic) = image.topic(&name) {
+                    (name, topic.topic_id, topic.partitions.len()).hash(&mut hasher);
+                }
+            }
+        }
+        let signature = hasher.finish();
+        let changed = signature != self.subscription_signature;
+        self.subscription_signature = signature;
+        changed
+    }
+
+    /// The assignor most members prefer, else the default (Kafka's `computePreferredServerAssignor`).
+    fn preferred_assignor(&self, default: &str) -> String {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for member in self.members.values() {
+            if let Some(name) = &member.server_assignor {
+                *votes.entry(name.as_str()).or_default() += 1;
+            }
+        }
+        votes
+            .into_iter()
+            .max_by_key(|(name, n)| (*n, std::cmp::Reverse(*name)))
+            .map_or(default.to_string(), |(n, _)| n.to_string())
+    }
+
+    /// The input of the next target assignment.
+    fn assign_job(&self, image: &MetadataImage, default_assignor: &str) -> AssignJob {
+        let mut topics = BTreeMap::new();
+        let mut topic_ids = BTreeMap::new();
+        let mut members = Vec::with_capacity(self.members.len());
+        for member in self.members.values() {
+            let subscriptions = member.resolved(image);
+            for name in &subscriptions {
+                if topics.contains_key(name) {
+                    continue;
+                }
+                let Some(topic) = image.topic(name) else { continue };
+                let racks = topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        p.replicas.iter().filter_map(|r| image.brokers.get(r).and_then(|b| b.rack.clone())).collect()
+                    })
+                    .collect();
+                topics.insert(name.clone(), TopicSpec { partitions: topic.partitions.len() as u32, racks });
+                topic_ids.insert(name.clone(), topic.topic_id);
+            }
+            let owned = self
+                .target
+                .get(&member.member_id)
+                .map(|target| {
+                    target
+                        .iter()
+                        .filter_map(|(id, partitions)| {
+                            image.topic_by_id(id).map(|t| (t.name.clone(), partitions.clone()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            members.push(MemberSpec {
+                member_id: member.member_id.clone(),
+                rack: member.rack.clone(),
+                subscriptions,
+                owned,
+            });
+        }
+        AssignJob {
+            assignor: self.preferred_assignor(default_assignor),
+            spec: AssignmentSpec { members, topics },
+            group_epoch: self.group_epoch,
+            topic_ids,
+        }
+    }
+
+    /// Installs a computed target if it is still for the current group epoch.
+    fn install(&mut self, job: &AssignJob, outcome: &AssignOutcome) -> bool {
+        if job.group_epoch != self.group_epoch || job.group_epoch <= self.target_epoch {
+            return false;
+        }
+        let mut target = HashMap::new();
+        for (member_id, topics) in &outcome.plan {
+            if !self.members.contains_key(member_id) {
+                continue;
+            }
+            let mut assignment = Assignment::new();
+            for (name, partitions) in topics {
+                if let Some(id) = job.topic_ids.get(name) {
+                    assignment.insert(*id, partitions.clone());
+                }
+            }
+            target.insert(member_id.clone(), assignment);
+        }
+        self.target = target;
+        self.target_epoch = job.group_epoch;
+        self.assignor = outcome.assignor.clone();
+        self.assignor_error = outcome.error.clone();
+        true
+    }
+
+    /// Moves a member toward its target (Kafka's `CurrentAssignmentBuilder`): partitions the
+    /// target takes away are revoked first (the member keeps its epoch until it reports them
+    /// released); then it moves to the target epoch and gets each new partition nobody else owns.
+    fn reconcile(&mut self, member_id: &str, owned: Option<&Assignment>, now: Instant) {
+        let Some(mut member) = self.members.remove(member_id) else { return };
+        self.reconcile_member(&mut member, owned, now);
+        self.members.insert(member_id.to_string(), member);
+    }
+
+    fn reconcile_member(&mut self, member: &mut Member, owned: Option<&Assignment>, now: Instant) {
+        if member.left_static {
+            return;
+        }
+        match member.state {
+            MemberState::UnrevokedPartitions => {
+                let released = owned.is_some_and(|owned| !intersects(owned, &member.revoking));
+                if !released {
+                    return;
+                }
+                for tp in flatten(&member.revoking) {
+                    self.owners.remove(&tp);
+                }
+                member.revoking.clear();
+                member.revocation_deadline = None;
+            }
+            MemberState::Stable if member.epoch == self.target_epoch => return,
+            MemberState::Stable | MemberState::UnreleasedPartitions => {}
+        }
+        let target = self.target.get(&member.member_id).cloned().unwrap_or_default();
+        let revoke = difference(&member.assigned, &target);
+        if !revoke.is_empty() {
+            member.assigned = intersection(&member.assigned, &target);
+            member.revoking = revoke;
+            member.state = MemberState::UnrevokedPartitions;
+            member.revocation_deadline = Some(now + Duration::from_millis(member.rebalance_timeout_ms.max(0) as u64));
+            return;
+        }
+        let mut unreleased = false;
+        for (topic, p) in flatten(&difference(&target, &member.assigned)).collect::<Vec<_>>() {
+            match self.owners.get(&(topic, p)) {
+                None => {
+                    self.owners.insert((topic, p), member.member_id.clone());
+                    member.assigned.entry(topic).or_default().insert(p);
+                }
+                Some(owner) if *owner == member.member_id => {}
+                Some(_) => unreleased = true,
+            }
+        }
+        if member.epoch != self.target_epoch {
+            member.previous_epoch = member.epoch;
+            member.epoch = self.target_epoch;
+        }
+        member.state = if unreleased { MemberState::UnreleasedPartitions } else { MemberState::Stable };
+    }
+
+    /// Sessions and revocations past their deadline: those members are removed.
+    fn expire(&mut self, now: Instant) -> usize {
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in &expired {
+            tracing::info!(group = %self.group_id, member = %id, "consumer group member removed: session or revocation timed out");
+            self.remove_member(id);
+        }
+        expired.len()
+    }
+
+    #[cfg(any(test, debug_assertions))]
+    fn check_invariants(&self) {
+        let mut owned: HashMap<(TopicId, i32), String> = HashMap::new();
+        for member in self.members.values() {
+            assert!(member.epoch <= self.target_epoch || member.left_static, "member epoch above the target epoch");
+            for tp in member.owns() {
+                if let Some(other) = owned.insert(tp, member.member_id.clone()) {
+                    panic!("{:?}-{} owned by {other} and {}", tp.0, tp.1, member.member_id);
+                }
+            }
+        }
+        assert_eq!(owned, self.owners, "owners out of step with the members");
+        assert!(self.target_epoch <= self.group_epoch);
+    }
+
+    fn view(&self) -> GroupView {
+        GroupView {
+            group_id: self.group_id.clone(),
+            state: self.state(),
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.target_epoch,
+            assignor: self.assignor.clone(),
+            assignor_error: self.assignor_error.clone(),
+            members: self
+                .members
+                .values()
+                .map(|m| MemberView {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack.clone(),
+                    member_epoch: if m.left_static { STATIC_LEAVE_EPOCH } else { m.epoch },
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.subscribed_names.iter().cloned().collect(),
+                    subscribed_topic_regex: m.regex.as_ref().map(|(s, _)| s.clone()),
+                    assignment: m.assigned.clone(),
+                    target_assignment: self.target.get(&m.member_id).cloned().unwrap_or_default(),
+                    state: m.state,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Every consumer-protocol group this node coordinates.
+pub struct ConsumerGroups {
+    groups: Arc<RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>>,
+    config: ConsumerGroupConfig,
+    sweeper_started: AtomicBool,
+}
+
+fn lock(group: &Mutex<ConsumerGroup>) -> MutexGuard<'_, ConsumerGroup> {
+    group.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl ConsumerGroups {
+    pub fn new(config: ConsumerGroupConfig) -> ConsumerGroups {
+        ConsumerGroups { groups: Arc::default(), config, sweeper_started: AtomicBool::new(false) }
+    }
+
+    pub fn config(&self) -> &ConsumerGroupConfig {
+        &self.config
+    }
+
+    fn get(&self, group_id: &str) -> Option<Arc<Mutex<ConsumerGroup>>> {
+        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(group_id).cloned()
+    }
+
+    /// The group, created if `create`; GROUP_MAX_SIZE_REACHED when `group.max.count` groups
+    /// with members exist already.
+    fn get_or_create(&self, group_id: &str, create: bool) -> Result<Option<Arc<Mutex<ConsumerGroup>>>, ResponseError> {
+        if let Some(group) = self.get(group_id) {
+            return Ok(Some(group));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(group) = groups.get(group_id) {
+            return Ok(Some(group.clone()));
+        }
+        if groups.len() >= self.config.max_count {
+            let vacant = groups.iter().find(|(_, g)| lock(g).members.is_empty()).map(|(id, _)| id.clone());
+            match vacant {
+                Some(id) => {
+                    if let Some(g) = groups.remove(&id) {
+                        lock(&g).gone = true;
+                    }
+                }
+                None => return Err(ResponseError::GroupMaxSizeReached),
+            }
+        }
+        let group = Arc::new(Mutex::new(ConsumerGroup::new(group_id, self.config.default_assignor())));
+        groups.insert(group_id.to_string(), group.clone());
+        Ok(Some(group))
+    }
+
+    /// Spawns the session sweep on the current tokio runtime the first time a group is used.
+    fn ensure_sweeper(&self) {
+        if self.sweeper_started.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if self.sweeper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>> = Arc::downgrade(&self.groups);
+        runtime.spawn(async move {
+            let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(groups) = weak.upgrade() else { return };
+                sweep(&groups, super::membership::now());
+            }
+        });
+    }
+
+    /// Expires sessions and revocations (the background sweep calls this; tests call it with
+    /// their own clock).
+    pub fn sweep(&self, now: Instant) {
+        sweep(&self.groups, now);
+    }
+
+    /// First half of a ConsumerGroupHeartbeat: checks the request, applies the member's
+    /// changes and says whether a new target assignment must be computed. `assignor_known`
+    /// answers whether a server assignor name exists (built-in or uploaded).
+    pub fn begin(
+        &self,
+        request: HeartbeatRequest,
+        image: &MetadataImage,
+        assignor_known: &dyn Fn(&str) -> bool,
+        now: Instant,
+    ) -> Begin {
+        self.ensure_sweeper();
+        if let Err((error, message)) = check_request(&request) {
+            return Begin::Answer(HeartbeatAnswer::error(error, message));
+        }
+        if let Some(name) = &request.server_assignor {
+            if !assignor_known(name) {
+                return Begin::Answer(HeartbeatAnswer::error(
+                    ResponseError::UnsupportedAssignor,
+                    format!(
+                        "ServerAssignor {name} is not supported. Supported assignors: {}.",
+                        self.config.assignors.join(", ")
+                    ),
+                ));
+            }
+        }
+        let regex = match &request.subscribed_topic_regex {
+            Some(pattern) if !pattern.is_empty() => match compile_regex(pattern) {
+                Ok(regex) => Some(Some((pattern.clone(), regex))),
+                Err(message) => {
+                    return Begin::Answer(HeartbeatAnswer::error(ResponseError::InvalidRegularExpression, message))
+                }
+            },
+            Some(_) => Some(None),
+            None => None,
+        };
+        let group = match self.get_or_create(&request.group_id, request.member_epoch == JOIN_EPOCH) {
+            Ok(Some(group)) => group,
+            Ok(None) => {
+                // Unknown group (never created here, or lost with a coordinator move): the
+                // member rejoins with epoch 0.
+                return Begin::Answer(HeartbeatAnswer::error(
+                    ResponseError::UnknownMemberId,
+                    format!("Member {} is not a member of group {}.", request.member_id, request.group_id),
+                ));
+            }
+            Err(error) => {
+                return Begin::Answer(HeartbeatAnswer::error(
+                    error,
+                    "The coordinator holds group.max.count groups".to_string(),
+                ))
+            }
+        };
+        let mut g = lock(&group);
+        if g.gone {
+            return Begin::Answer(HeartbeatAnswer::error(ResponseError::CoordinatorLoadInProgress, None));
+        }
+        let interval = self.config.heartbeat_interval_ms;
+        let session = Duration::from_millis(self.config.session_timeout_ms.max(0) as u64);
+        let mut joined = false;
+        let member_id = match request.member_epoch {
+            LEAVE_EPOCH | STATIC_LEAVE_EPOCH => {
+                let Some(member) = g.members.get_mut(&request.member_id) else {
+                    return Begin::Answer(HeartbeatAnswer::error(
+                        ResponseError::UnknownMemberId,
+                        format!("Member {} is not a member of group {}.", request.member_id, request.group_id),
+                    ));
+                };
+                if request.member_epoch == STATIC_LEAVE_EPOCH && member.instance_id.is_some() {
+                    member.left_static = true;
+                    member.session_deadline = now + session;
+                    member.revocation_deadline = None;
+                    tracing::debug!(group = %request.group_id, member = %request.member_id, "static member left for now");
+                } else {
+                    g.remove_member(&request.member_id);
+                }
+                return Begin::Answer(HeartbeatAnswer {
+                    error: None,
+                    member_id: request.member_id.clone(),
+                    member_epoch: request.member_epoch,
+                    heartbeat_interval_ms: interval,
+                    assignment: None,
+                });
+            }
+            JOIN_EPOCH => match self.join(&mut g, &request, now) {
+                Ok((id, new)) => {
+                    joined = new;
+                    id
+                }
+                Err((error, message)) => return Begin::Answer(HeartbeatAnswer::error(error, message)),
+            },
+            epoch => {
+                let Some(member) = g.members.get(&request.member_id).filter(|m| !m.left_static) else {
+                    return Begin::Answer(HeartbeatAnswer::error(
+                        ResponseError::UnknownMemberId,
+                        format!("Member {} is not a member of group {}.", request.member_id, request.group_id),
+                    ));
+                };
+                if let Some(instance) = &request.instance_id {
+                    if member.instance_id.as_ref() != Some(instance) {
+                        return Begin::Answer(HeartbeatAnswer::error(
+                            ResponseError::FencedInstanceId,
+                            format!("Static member {} with instance id {instance} is fenced.", request.member_id),
+                        ));
+                    }
+                }
+                if epoch > member.epoch {
+                    return Begin::Answer(HeartbeatAnswer::error(
+                        ResponseError::FencedMemberEpoch,
+                        format!("The member has a greater member epoch ({epoch}) than the one known by the group coordinator ({}).", member.epoch),
+                    ));
+                }
+                if epoch < member.epoch {
+                    // The member missed the answer that moved it on: it may go on if what it
+                    // owns is still its own.
+                    let consistent = epoch == member.previous_epoch
+                        && request.owned.as_ref().is_none_or(|owned| is_subset(owned, &member.assigned));
+                    if !consistent {
+                        return Begin::Answer(HeartbeatAnswer::error(
+                            ResponseError::FencedMemberEpoch,
+                            format!("The member has a smaller member epoch ({epoch}) than the one known by the group coordinator ({}).", member.epoch),
+                        ));
+                    }
+                }
+                request.member_id.clone()
+            }
+        };
+        let member = g.members.get_mut(&member_id).expect("joined or validated above");
+        let assigned_before = member.assigned.clone();
+        member.session_deadline = now + session;
+        let mut changed = false;
+        if request.rebalance_timeout_ms >= 0 {
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms;
+        }
+        if !request.client_id.is_empty() {
+            member.client_id = request.client_id.clone();
+        }
+        member.client_host = request.client_host.clone();
+        if let Some(rack) = &request.rack_id {
+            let rack = Some(rack.clone()).filter(|r| !r.is_empty());
+            changed |= member.rack != rack;
+            member.rack = rack;
+        }
+        if let Some(names) = &request.subscribed_topic_names {
+            let names: BTreeSet<String> = names.iter().cloned().collect();
+            changed |= member.subscribed_names != names;
+            member.subscribed_names = names;
+        }
+        if let Some(regex) = regex {
+            changed |= member.regex.as_ref().map(|(s, _)| s) != regex.as_ref().map(|(s, _)| s);
+            member.regex = regex;
+        }
+        if let Some(name) = &request.server_assignor {
+            let name = Some(name.clone()).filter(|n| !n.is_empty());
+            changed |= member.server_assignor != name;
+            member.server_assignor = name;
+        }
+        // One bump per heartbeat, whatever changed.
+        if g.refresh_subscription(image, changed || joined) || changed || joined {
+            g.group_epoch += 1;
+        }
+        let job = (g.target_epoch < g.group_epoch).then(|| g.assign_job(image, self.config.default_assignor()));
+        let full_request = request.member_epoch == JOIN_EPOCH
+            || (request.rebalance_timeout_ms != -1
+                && request.subscribed_topic_names.is_some()
+                && request.owned.is_some());
+        drop(g);
+        Begin::Continue(Pending { group, member_id, full_request, assigned_before, owned: request.owned, job })
+    }
+
+    /// A join (epoch 0): a new member, a static member's return, or a member that lost its
+    /// partitions rejoining. Returns the member id and whether it is a new member (the caller
+    /// bumps the group epoch).
+    fn join(
+        &self,
+        g: &mut ConsumerGroup,
+        request: &HeartbeatRequest,
+        now: Instant,
+    ) -> Result<(String, bool), (ResponseError, Option<String>)> {
+        let member_id = if request.member_id.is_empty() {
+            // v0: the coordinator names the member.
+            uuid::Uuid::new_v4().simple().to_string()
+        } else {
+            request.member_id.clone()
+        };
+        if let Some(instance) = &request.instance_id {
+            if let Some(existing) = g.instances.get(instance).cloned() {
+                if existing != member_id {
+                    if g.members.get(&existing).is_some_and(|m| m.left_static) {
+                        g.replace_static(&existing, &member_id);
+                        return Ok((member_id, false));
+                    }
+                    return Err((
+                        ResponseError::UnreleasedInstanceId,
+                        Some(format!("Static member {existing} with instance id {instance} is still in use.")),
+                    ));
+                }
+            }
+        }
+        if g.members.contains_key(&member_id) {
+            g.reset_member(&member_id);
+            return Ok((member_id, false));
+        }
+        if g.members.len() >= self.config.max_size {
+            return Err((
+                ResponseError::GroupMaxSizeReached,
+                Some(format!(
+                    "The consumer group has reached its maximum capacity of {} members.",
+                    self.config.max_size
+                )),
+            ));
+        }
+        if let Some(instance) = &request.instance_id {
+            g.instances.insert(instance.clone(), member_id.clone());
+        }
+        g.members.insert(
+            member_id.clone(),
+            Member {
+                member_id: member_id.clone(),
+                instance_id: request.instance_id.clone(),
+                rack: None,
+                client_id: request.client_id.clone(),
+                client_host: request.client_host.clone(),
+                subscribed_names: BTreeSet::new(),
+                regex: None,
+                server_assignor: None,
+                rebalance_timeout_ms: request.rebalance_timeout_ms,
+                state: MemberState::Stable,
+                epoch: 0,
+                previous_epoch: 0,
+                assigned: Assignment::new(),
+                revoking: Assignment::new(),
+                session_deadline: now,
+                revocation_deadline: None,
+                left_static: false,
+            },
+        );
+        Ok((member_id, true))
+    }
+
+    /// Second half of a heartbeat: installs the computed target (if its group epoch is still
+    /// current), reconciles the member and answers it.
+    pub fn finish(&self, pending: Pending, outcome: Option<AssignOutcome>, now: Instant) -> HeartbeatAnswer {
+        let mut g = lock(&pending.group);
+        if let (Some(job), Some(outcome)) = (&pending.job, &outcome) {
+            if g.install(job, outcome) {
+                tracing::debug!(group = %g.group_id, epoch = g.target_epoch, assignor = %outcome.assignor, "new target assignment");
+            }
+        }
+        if g.members.get(&pending.member_id).is_none_or(|m| m.left_static) {
+            return HeartbeatAnswer::error(
+                ResponseError::UnknownMemberId,
+                format!("Member {} left group {} meanwhile.", pending.member_id, g.group_id),
+            );
+        }
+        g.reconcile(&pending.member_id, pending.owned.as_ref(), now);
+        #[cfg(any(test, debug_assertions))]
+        g.check_invariants();
+        let member = &g.members[&pending.member_id];
+        HeartbeatAnswer {
+            error: None,
+            member_id: member.member_id.clone(),
+            member_epoch: member.epoch,
+            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            assignment: (pending.full_request || member.assigned != pending.assigned_before)
+                .then(|| member.assigned.clone()),
+        }
+    }
+
+    /// Runs a job with a built-in assignor, falling back to the default one (with the reason)
+    /// when the chosen one is unknown or its plan does not pass `assignor::validate`.
+    pub fn run_builtin(&self, job: &AssignJob) -> AssignOutcome {
+        let plan = assignor::builtin(&job.assignor)
+            .ok_or_else(|| format!("assignor {} is not available", job.assignor))
+            .map(|assign| assign(&job.spec));
+        self.outcome_or_default(job, plan)
+    }
+
+    /// `plan` if it is a valid result of `job.assignor`, else the default assignor's plan with
+    /// the error recorded (a broken assignor never stalls a group).
+    pub fn outcome_or_default(&self, job: &AssignJob, plan: Result<Plan, String>) -> AssignOutcome {
+        match plan.and_then(|plan| assignor::validate(&job.spec, &plan).map(|()| plan)) {
+            Ok(plan) => AssignOutcome { assignor: job.assignor.clone(), plan, error: None },
+            Err(error) => {
+                let default = self.config.default_assignor();
+                tracing::warn!(assignor = %job.assignor, %error, "assignor failed; using the default {default}");
+                let plan = assignor::builtin(default).map_or_else(|| assignor::uniform(&job.spec), |f| f(&job.spec));
+                AssignOutcome { assignor: default.to_string(), plan, error: Some(format!("{}: {error}", job.assignor)) }
+            }
+        }
+    }
+
+    /// ConsumerGroupDescribe.
+    pub fn describe(&self, group_id: &str) -> Option<GroupView> {
+        self.get(group_id).map(|g| lock(&g).view())
+    }
+
+    /// Every group with its state (ListGroups).
+    pub fn list(&self) -> Vec<(String, ConsumerGroupState)> {
+        let groups: Vec<(String, Arc<Mutex<ConsumerGroup>>)> =
+            self.groups.read().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        groups.into_iter().map(|(id, g)| (id, lock(&g).state())).collect()
+    }
+
+    /// Whether `group_id` is a consumer-protocol group here, and whether it has members.
+    pub fn members_of(&self, group_id: &str) -> Option<usize> {
+        self.get(group_id).map(|g| lock(&g).members.len())
+    }
+
+    /// Runs `then` while `group_id` has no consumer-protocol members (holding the group's lock,
+    /// so no member joins meanwhile); false without running it otherwise.
+    pub fn while_empty(&self, group_id: &str, then: &mut dyn FnMut() -> bool) -> bool {
+        let Some(group) = self.get(group_id) else { return then() };
+        let g = lock(&group);
+        if !g.members.is_empty() {
+            return false;
+        }
+        let done = then();
+        drop(g);
+        done
+    }
+
+    /// Drops a group without members (DeleteGroups, or a classic join converting it). False if
+    /// it has members.
+    pub fn remove_if_empty(&self, group_id: &str) -> bool {
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        let Some(group) = groups.get(group_id).cloned() else { return true };
+        let mut g = lock(&group);
+        if !g.members.is_empty() {
+            return false;
+        }
+        g.gone = true;
+        groups.remove(group_id);
+        true
+    }
+
+    /// Drops every group `lost` says this node no longer coordinates.
+    pub fn resign(&self, lost: &dyn Fn(&str) -> bool) -> usize {
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<String> = groups.keys().filter(|id| lost(id)).cloned().collect();
+        for id in &gone {
+            if let Some(g) = groups.remove(id) {
+                lock(&g).gone = true;
+            }
+        }
+        gone.len()
+    }
+
+    /// The OffsetCommit / TxnOffsetCommit / OffsetFetch member check of a consumer-protocol
+    /// group (Kafka's `ConsumerGroup.validateOffsetCommit` / `validateOffsetFetch`). `None`
+    /// when `group_id` is not a consumer-protocol group here. A commit without a member (epoch
+    /// -1 and no member id) is allowed while the group has no members.
+    pub fn validate_member(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+        stale: ResponseError,
+    ) -> Option<Result<(), ResponseError>> {
+        let group = self.get(group_id)?;
+        let g = lock(&group);
+        if member_epoch < 0 && member_id.is_empty() {
+            return Some(if g.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) });
+        }
+        let Some(member) = g.members.get(member_id) else { return Some(Err(ResponseError::UnknownMemberId)) };
+        Some(if member.epoch == member_epoch { Ok(()) } else { Err(stale) })
+    }
+}
+
+fn sweep(groups: &RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>, now: Instant) {
+    let all: Vec<Arc<Mutex<ConsumerGroup>>> =
+        groups.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+    for group in all {
+        lock(&group).expire(now);
+    }
+}
+
+/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
+fn check_request(request: &HeartbeatRequest) -> Result<(), (ResponseError, Option<String>)> {
+    let invalid = |message: &str| Err((ResponseError::InvalidRequest, Some(message.to_string())));
+    if request.group_id.is_empty() {
+        return invalid("GroupId can't be empty.");
+    }
+    if request.instance_id.as_deref() == Some("") {
+        return invalid("InstanceId can't be empty.");
+    }
+    if request.rack_id.as_ref().is_some_and(|r| r.len() > 1024) {
+        return invalid("RackId is too long.");
+    }
+    if request.version >= 1 && request.member_id.is_empty() {
+        return invalid("MemberId can't be empty.");
+    }
+    if request.subscribed_topic_names.as_ref().is_some_and(|n| n.len() > SUBSCRIBED_TOPICS_MAX) {
+        return invalid("SubscribedTopicNames has too many topics.");
+    }
+    if request.subscribed_topic_regex.as_ref().is_some_and(|r| r.len() > REGEX_MAX_BYTES) {
+        return invalid("SubscribedTopicRegex is too long.");
+    }
+    match request.member_epoch {
+        JOIN_EPOCH => {
+            if request.rebalance_timeout_ms == -1 {
+                return invalid("RebalanceTimeoutMs must be provided in first request.");
+            }
+            if request.owned.as_ref().is_some_and(|o| !o.is_empty()) {
+                return invalid("TopicPartitions must be empty when (re-)joining.");
+            }
+            if request.subscribed_topic_names.is_none() && request.subscribed_topic_regex.is_none() {
+                return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.");
+            }
+        }
+        STATIC_LEAVE_EPOCH if request.instance_id.is_none() => {
+            return invalid("InstanceId can't be null when MemberEpoch is -2.");
+        }
+        epoch if epoch < STATIC_LEAVE_EPOCH => return invalid("MemberEpoch is invalid."),
+        _ => {}
+    }
+    if request.member_epoch != JOIN_EPOCH && request.member_id.is_empty() {
+        return invalid("MemberId can't be empty.");
+    }
+    Ok(())
+}
+
+/// A subscription pattern, matched against whole topic names (Kafka uses RE2/J, whose syntax
+/// the `regex` crate shares; both run in linear time).
+fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}"))
+}
+
+fn flatten(assignment: &Assignment) -> impl Iterator<Item = (TopicId, i32)> + '_ {
+    assignment.iter().flat_map(|(topic, partitions)| partitions.iter().map(move |p| (*topic, *p)))
+}
+
+fn intersects(a: &Assignment, b: &Assignment) -> bool {
+    a.iter().any(|(topic, partitions)| b.get(topic).is_some_and(|other| !partitions.is_disjoint(other)))
+}
+
+fn is_subset(a: &Assignment, b: &Assignment) -> bool {
+    a.iter().all(|(topic, partitions)| {
+        partitions.is_empty() || b.get(topic).is_some_and(|other| partitions.is_subset(other))
+    })
+}
+
+fn difference(a: &Assignment, b: &Assignment) -> Assignment {
+    let mut out = Assignment::new();
+    for (topic, partitions) in a {
+        let rest: BTreeSet<i32> = match b.get(topic) {
+            Some(other) => partitions.difference(other).copied().collect(),
+            None => partitions.clone(),
+        };
+        if !rest.is_empty() {
+            out.insert(*topic, rest);
+        }
+    }
+    out
+}
+
+fn intersection(a: &Assignment, b: &Assignment) -> Assignment {
+    let mut out = Assignment::new();
+    for (topic, partitions) in a {
+        if let Some(other) = b.get(topic) {
+            let both: BTreeSet<i32> = partitions.intersection(other).copied().collect();
+            if !both.is_empty() {
+                out.insert(*topic, both);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "consumer_tests.rs"]
+mod tests;

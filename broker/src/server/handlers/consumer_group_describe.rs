@@ -1,0 +1,97 @@
+//! ConsumerGroupDescribe (v0-1, KIP-848): a consumer-protocol group's state, epochs, assignor
+//! and members with their current and target assignments. A classic group answers
+//! GROUP_ID_NOT_FOUND ("not a consumer group"), which is how Kafka's admin client knows to
+//! describe it with DescribeGroups instead.
+
+use kafka_protocol::messages::consumer_group_describe_response::{Assignment, DescribedGroup, Member, TopicPartitions};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use super::join_group::check_coordinator;
+use super::{str_bytes, topic_name, uuid_of};
+use crate::controller::MetadataImage;
+use crate::group::consumer;
+use crate::server::Broker;
+
+/// Bound on the groups one request may describe.
+const GROUPS_MAX: usize = 1000;
+/// KIP-1099's member type of a consumer-protocol member.
+const MEMBER_TYPE_CONSUMER: i8 = 1;
+/// "Authorized operations not requested" (Kafka's `Integer.MIN_VALUE`).
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+pub async fn handle(
+    broker: &Broker,
+    _header: &RequestHeader,
+    request: ConsumerGroupDescribeRequest,
+) -> Option<ConsumerGroupDescribeResponse> {
+    let image = broker.controller.image();
+    let groups = request
+        .group_ids
+        .iter()
+        .enumerate()
+        .map(|(i, group_id)| {
+            let group: &str = &group_id.0;
+            let described = DescribedGroup::default()
+                .with_group_id(group_id.clone())
+                .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            let error = |code: ResponseError, message: String| {
+                described.clone().with_error_code(code.code()).with_error_message(Some(str_bytes(&message)))
+            };
+            if i >= GROUPS_MAX {
+                return error(ResponseError::InvalidRequest, format!("at most {GROUPS_MAX} groups per request"));
+            }
+            if let Err(code) = check_coordinator(broker, group) {
+                return described.with_error_code(code.code());
+            }
+            let Some(view) = broker.groups.consumers.describe(group) else {
+                let message = if broker.groups.membership.state(group).is_some() {
+                    format!("Group {group} is not a consumer group.")
+                } else {
+                    format!("Group {group} not found.")
+                };
+                return error(ResponseError::GroupIdNotFound, message);
+            };
+            let members = view
+                .members
+                .iter()
+                .map(|m| {
+                    Member::default()
+                        .with_member_id(str_bytes(&m.member_id))
+                        .with_instance_id(m.instance_id.as_deref().map(str_bytes))
+                        .with_rack_id(m.rack_id.as_deref().map(str_bytes))
+                        .with_member_epoch(m.member_epoch)
+                        .with_client_id(str_bytes(&m.client_id))
+                        .with_client_host(str_bytes(&m.client_host))
+                        .with_subscribed_topic_names(m.subscribed_topic_names.iter().map(|t| topic_name(t)).collect())
+                        .with_subscribed_topic_regex(m.subscribed_topic_regex.as_deref().map(str_bytes))
+                        .with_assignment(assignment(&image, &m.assignment))
+                        .with_target_assignment(assignment(&image, &m.target_assignment))
+                        .with_member_type(MEMBER_TYPE_CONSUMER)
+                })
+                .collect();
+            described
+                .with_group_state(str_bytes(view.state.name()))
+                .with_group_epoch(view.group_epoch)
+                .with_assignment_epoch(view.assignment_epoch)
+                .with_assignor_name(str_bytes(&view.assignor))
+                .with_members(members)
+        })
+        .collect();
+    Some(ConsumerGroupDescribeResponse::default().with_groups(groups))
+}
+
+/// Partitions by topic id, with names where the topic still exists.
+fn assignment(image: &MetadataImage, assigned: &consumer::Assignment) -> Assignment {
+    Assignment::default().with_topic_partitions(
+        assigned
+            .iter()
+            .map(|(id, partitions)| {
+                TopicPartitions::default()
+                    .with_topic_id(uuid_of(*id))
+                    .with_topic_name(topic_name(image.topic_by_id(id).map_or("", |t| t.name.as_str())))
+                    .with_partitions(partitions.iter().copied().collect())
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,347 @@
+//! The consumer group protocol (KIP-848, `group.protocol=consumer`) with librdkafka 2.12
+//! (through `rdkafka`) against the real `runnel` binary: members added and removed one by one
+//! under load never own a partition at the same time (checked from the members' own rebalance
+//! callbacks), static members get their partitions back, regex subscriptions follow topic
+//! creation, `group.remote.assignor` picks the server assignor, and ConsumerGroupDescribe /
+//! ListGroups show the group.
+//! Waits are on conditions with deadlines, never fixed sleeps.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientContext;
+use support::{client_config, create_topic, RawConn, Runnel};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+/// The broker's `group.consumer.heartbeat.interval.ms` in these tests.
+const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+
+/// Who owns which partition, as the members' rebalance callbacks report it, and every moment a
+/// member was handed a partition another member still held.
+#[derive(Default)]
+struct Ledger {
+    owners: BTreeMap<(String, i32), String>,
+    /// When each partition was last revoked (for the unowned-gap measure).
+    released_at: BTreeMap<(String, i32), Instant>,
+    violations: Vec<String>,
+    longest_gap: Duration,
+}
+
+struct Member {
+    name: String,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl ClientContext for Member {}
+
+impl ConsumerContext for Member {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut ledger = self.ledger.lock().unwrap();
+        let now = Instant::now();
+        match rebalance {
+            Rebalance::Assign(list) => {
+                for e in list.elements() {
+                    let key = (e.topic().to_string(), e.partition());
+                    if let Some(other) = ledger.owners.get(&key).filter(|o| **o != self.name) {
+                        let violation = format!("{key:?} assigned to {} while {other} owns it", self.name);
+                        ledger.violations.push(violation);
+                    }
+                    if let Some(released) = ledger.released_at.remove(&key) {
+                        let gap = now - released;
+                        ledger.longest_gap = ledger.longest_gap.max(gap);
+                    }
+                    ledger.owners.insert(key, self.name.clone());
+                }
+            }
+            Rebalance::Revoke(list) => {
+                for e in list.elements() {
+                    let key = (e.topic().to_string(), e.partition());
+                    if ledger.owners.get(&key) == Some(&self.name) {
+                        ledger.owners.remove(&key);
+                        ledger.released_at.insert(key, now);
+                    }
+                }
+            }
+            Rebalance::Error(e) => ledger.violations.push(format!("{}: rebalance error {e}", self.name)),
+        }
+    }
+}
+
+/// A consumer-protocol member polling on its own thread until stopped; counts what it reads.
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<BaseConsumer<Member>>>,
+    consumed: Arc<AtomicU64>,
+}
+
+impl Running {
+    fn start(consumer: BaseConsumer<Member>) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let consumed = Arc::new(AtomicU64::new(0));
+        let (stop2, consumed2) = (stop.clone(), consumed.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Acquire) {
+                if let Some(Ok(_)) = consumer.poll(Duration::from_millis(50)) {
+                    consumed2.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            consumer
+        });
+        Running { stop, thread: Some(thread), consumed }
+    }
+
+    /// Stops polling and hands the consumer back (still a member until closed).
+    fn stop(mut self) -> BaseConsumer<Member> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.take().unwrap().join().expect("member thread")
+    }
+}
+
+fn member(node: &Runnel, ledger: &Arc<Mutex<Ledger>>, name: &str, extra: &[(&str, &str)]) -> BaseConsumer<Member> {
+    let mut settings = vec![
+        ("group.protocol", "consumer"),
+        ("enable.auto.commit", "true"),
+        ("auto.commit.interval.ms", "200"),
+        ("auto.offset.reset", "earliest"),
+    ];
+    settings.extend_from_slice(extra);
+    client_config(node, &settings)
+        .create_with_context(Member { name: name.to_string(), ledger: ledger.clone() })
+        .expect("consumer")
+}
+
+fn start_node() -> Runnel {
+    Runnel::start(&["--group-consumer-heartbeat-interval-ms", &HEARTBEAT_INTERVAL_MS.to_string()])
+}
+
+/// Produces to `topic` until stopped.
+fn background_producer(node: &Runnel, topic: &'static str) -> (Arc<AtomicBool>, JoinHandle<u64>) {
+    let producer: BaseProducer = client_config(node, &[("linger.ms", "5")]).create().expect("producer");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut sent = 0u64;
+        while !stop2.load(Ordering::Acquire) {
+            let key = sent.to_string();
+            if producer.send(BaseRecord::to(topic).key(&key).payload("x")).is_ok() {
+                sent += 1;
+            }
+            producer.poll(Duration::from_millis(if sent % 100 == 0 { 5 } else { 0 }));
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+        sent
+    });
+    (stop, thread)
+}
+
+/// Waits until the ledger shows every partition of `topic` owned and the `members` balanced.
+fn await_balanced(ledger: &Arc<Mutex<Ledger>>, topic: &str, partitions: i32, members: &[&str]) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        {
+            let ledger = ledger.lock().unwrap();
+            assert!(ledger.violations.is_empty(), "ownership violated: {:?}", ledger.violations);
+            let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (*m, 0)).collect();
+            let mut owned = 0;
+            for ((t, _), owner) in &ledger.owners {
+                if t == topic {
+                    owned += 1;
+                    if let Some(c) = counts.get_mut(owner.as_str()) {
+                        *c += 1;
+                    }
+                }
+            }
+            let (min, max) = (counts.values().min().copied().unwrap_or(0), counts.values().max().copied().unwrap_or(0));
+            if owned == partitions && counts.values().sum::<usize>() == partitions as usize && max - min <= 1 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not balanced within {DEADLINE:?}: {:?}", ledger.owners);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn members_added_and_removed_one_by_one_under_load_never_share_a_partition() {
+    // Proves KIP-848 reconciliation end to end with librdkafka: revocation before assignment
+    // (no partition held by two members at any moment, from the members' own callbacks), a
+    // balanced assignment after every join and leave, OffsetCommit v9 with member epochs
+    // (auto-commit and a final sync commit), and no partition left unowned for long.
+    let node = start_node();
+    create_topic(&node, "events", 12);
+    let (stop_producing, producer) = background_producer(&node, "events");
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let names = ["m1", "m2", "m3", "m4"];
+    let mut running: Vec<(&str, Running)> = Vec::new();
+    for name in names {
+        let consumer = member(&node, &ledger, name, &[("group.id", "reconcile")]);
+        consumer.subscribe(&["events"]).expect("subscribe");
+        running.push((name, Running::start(consumer)));
+        let current: Vec<&str> = running.iter().map(|(n, _)| *n).collect();
+        await_balanced(&ledger, "events", 12, &current);
+    }
+    while running.len() > 1 {
+        let (name, member) = running.remove(0);
+        let consumer = member.stop();
+        // close: leaves the group (epoch -1), revoking its partitions through the callback.
+        drop(consumer);
+        let current: Vec<&str> = running.iter().map(|(n, _)| *n).collect();
+        await_balanced(&ledger, "events", 12, &current);
+        eprintln!("{name} left; rebalanced");
+    }
+    stop_producing.store(true, Ordering::Release);
+    let produced = producer.join().expect("producer");
+    let (_, last) = running.pop().unwrap();
+    let consumed = last.consumed.clone();
+    let consumer = last.stop();
+    consumer.commit_consumer_state(CommitMode::Sync).expect("a member's commit with its member epoch");
+    let ledger = ledger.lock().unwrap();
+    assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
+    assert!(produced > 0 && consumed.load(Ordering::Relaxed) > 0, "produced {produced}, last member consumed nothing");
+    eprintln!("longest time a revoked partition waited for its next owner: {:?}", ledger.longest_gap);
+    // The next owner learns of a released partition at its next heartbeat; generous slack for
+    // a debug build on a loaded machine (a stall would show as tens of seconds).
+    assert!(
+        ledger.longest_gap < Duration::from_millis(HEARTBEAT_INTERVAL_MS * 5),
+        "a revoked partition waited {:?} for its next owner",
+        ledger.longest_gap
+    );
+}
+
+fn coordinator_conn(node: &Runnel, group: &str) -> RawConn {
+    let mut conn = RawConn::open(node, "kip848-test");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let found = conn.call(
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
+        );
+        if found.coordinators.first().is_some_and(|c| c.error_code == 0) {
+            return conn;
+        }
+        assert!(Instant::now() < deadline, "no coordinator for {group}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn describe(
+    conn: &mut RawConn,
+    group: &str,
+) -> kafka_protocol::messages::consumer_group_describe_response::DescribedGroup {
+    let response = conn.call(
+        1,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+    );
+    response.groups.into_iter().next().expect("one group")
+}
+
+#[test]
+fn a_static_member_gets_its_partitions_back_and_the_group_is_described() {
+    // Proves static membership (KIP-345 on KIP-848): a member with group.instance.id that
+    // closes leaves with epoch -2, its partitions wait for it, and a new process with the same
+    // instance id gets exactly them; ConsumerGroupDescribe and ListGroups v5 show the group.
+    let node = start_node();
+    create_topic(&node, "static-topic", 6);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let a = member(&node, &ledger, "a", &[("group.id", "static"), ("group.instance.id", "instance-a")]);
+    let b = member(&node, &ledger, "b", &[("group.id", "static"), ("group.instance.id", "instance-b")]);
+    a.subscribe(&["static-topic"]).unwrap();
+    b.subscribe(&["static-topic"]).unwrap();
+    let (a, b) = (Running::start(a), Running::start(b));
+    await_balanced(&ledger, "static-topic", 6, &["a", "b"]);
+    let a_partitions: Vec<i32> = {
+        let l = ledger.lock().unwrap();
+        l.owners.iter().filter(|(_, o)| *o == "a").map(|((_, p), _)| *p).collect()
+    };
+    let mut conn = coordinator_conn(&node, "static");
+    let described = describe(&mut conn, "static");
+    assert_eq!(described.error_code, 0);
+    assert_eq!(described.group_state.as_str(), "Stable");
+    assert_eq!(described.assignor_name.as_str(), "uniform");
+    assert_eq!(described.members.len(), 2);
+    let listed = conn.call(5, &ListGroupsRequest::default());
+    let group = listed.groups.iter().find(|g| g.group_id.0.as_str() == "static").expect("listed");
+    assert_eq!((group.group_type.as_str(), group.group_state.as_str()), ("consumer", "Stable"));
+
+    drop(a.stop());
+    // While instance-a is away its partitions are not reassigned: b keeps its three.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let d = describe(&mut conn, "static");
+        if d.members.iter().any(|m| m.member_epoch == -2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "instance-a never left statically: {d:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a2 = member(&node, &ledger, "a", &[("group.id", "static"), ("group.instance.id", "instance-a")]);
+    a2.subscribe(&["static-topic"]).unwrap();
+    let a2 = Running::start(a2);
+    await_balanced(&ledger, "static-topic", 6, &["a", "b"]);
+    let again: Vec<i32> = {
+        let l = ledger.lock().unwrap();
+        l.owners.iter().filter(|(_, o)| *o == "a").map(|((_, p), _)| *p).collect()
+    };
+    assert_eq!(again, a_partitions, "the returning instance gets the same partitions");
+    drop(a2.stop());
+    drop(b.stop());
+}
+
+#[test]
+fn a_regex_subscription_picks_up_topics_created_later_and_range_is_selectable() {
+    // Proves SubscribedTopicRegex evaluated by the broker (a topic created after the
+    // subscription is assigned) and group.remote.assignor selecting `range`; an unknown
+    // assignor name is refused (UNSUPPORTED_ASSIGNOR) without disturbing the group.
+    let node = start_node();
+    create_topic(&node, "orders-eu", 2);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let m = member(&node, &ledger, "m", &[("group.id", "regex"), ("group.remote.assignor", "range")]);
+    m.subscribe(&["^orders-.*"]).unwrap();
+    let m = Running::start(m);
+    await_balanced(&ledger, "orders-eu", 2, &["m"]);
+    create_topic(&node, "orders-us", 3);
+    create_topic(&node, "payments", 3);
+    await_balanced(&ledger, "orders-us", 3, &["m"]);
+    let mut conn = coordinator_conn(&node, "regex");
+    let d = describe(&mut conn, "regex");
+    assert_eq!(d.assignor_name.as_str(), "range");
+    // librdkafka sends its patterns joined as one alternation: `(^orders-.*)`.
+    let regex = d.members[0].subscribed_topic_regex.as_ref().map(|s| s.to_string()).unwrap_or_default();
+    assert!(regex.contains("^orders-.*"), "{regex}");
+    assert!(!ledger.lock().unwrap().owners.keys().any(|(t, _)| t == "payments"));
+
+    let refused_errors = Arc::new(Mutex::new(Vec::new()));
+    struct Errors(Arc<Mutex<Vec<String>>>);
+    impl ClientContext for Errors {
+        fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+            self.0.lock().unwrap().push(format!("{error}: {reason}"));
+        }
+    }
+    impl ConsumerContext for Errors {}
+    let unknown: BaseConsumer<Errors> = client_config(
+        &node,
+        &[("group.protocol", "consumer"), ("group.id", "regex"), ("group.remote.assignor", "no-such-assignor")],
+    )
+    .create_with_context(Errors(refused_errors.clone()))
+    .expect("consumer");
+    unknown.subscribe(&["orders-eu"]).unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    while !refused_errors.lock().unwrap().iter().any(|e| e.to_lowercase().contains("assignor")) {
+        let _ = unknown.poll(Duration::from_millis(50));
+        assert!(Instant::now() < deadline, "no UNSUPPORTED_ASSIGNOR error: {:?}", refused_errors.lock().unwrap());
+    }
+    assert_eq!(describe(&mut conn, "regex").members.len(), 1, "the refused member never joined");
+    drop(m.stop());
+}
