@@ -358,3 +358,55 @@ fn java_transactional_producer_read_committed_consumer_and_kafka_transactions_to
     let (_, out) = read_committed("java-txn-hang", "1");
     assert!(out.contains("after") && !out.contains("hang-"), "{out}");
 }
+
+#[test]
+fn java_consumer_on_the_consumer_group_protocol_and_kafka_consumer_groups_tool() {
+    // Proves KIP-848 with Kafka's Java 4.x client: the console consumer with
+    // group.protocol=consumer joins through ConsumerGroupHeartbeat, gets all three partitions
+    // from the server assignor, reads every record and commits (OffsetCommit v9 with its member
+    // epoch); `kafka-consumer-groups.sh` lists the group as a consumer-type group and describes
+    // its committed offsets (ConsumerGroupDescribe, then OffsetFetch).
+    let Some(cli) = kafka_cli() else { return };
+    let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
+    let b = node.bootstrap();
+    let (ok, out) =
+        run(&cli, &["topics", "--bootstrap-server", &b, "--create", "--topic", "kip848", "--partitions", "3"], None);
+    assert!(ok, "{out}");
+    let records: String = (0..300).map(|i| format!("record-{i}\n")).collect();
+    let (ok, out) = run(&cli, &["console-producer", "--bootstrap-server", &b, "--topic", "kip848"], Some(&records));
+    assert!(ok, "{out}");
+    let (ok, out) = run(
+        &cli,
+        &[
+            "console-consumer",
+            "--bootstrap-server",
+            &b,
+            "--topic",
+            "kip848",
+            "--group",
+            "java-848",
+            "--consumer-property",
+            "group.protocol=consumer",
+            "--from-beginning",
+            "--max-messages",
+            "300",
+            "--timeout-ms",
+            "30000",
+        ],
+        None,
+    );
+    assert!(ok && out.contains("Processed a total of 300 messages"), "{out}");
+    let (ok, out) = run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--list", "--type", "consumer"], None);
+    assert!(ok && out.lines().any(|l| l.split_whitespace().next() == Some("java-848")), "{out}");
+    assert!(out.contains("Consumer") || out.contains("consumer"), "{out}");
+    let (ok, out) =
+        run(&cli, &["consumer-groups", "--bootstrap-server", &b, "--describe", "--group", "java-848"], None);
+    assert!(ok, "{out}");
+    // One row per partition: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    let committed: i64 = out
+        .lines()
+        .filter(|l| l.starts_with("java-848"))
+        .filter_map(|l| l.split_whitespace().nth(3).and_then(|o| o.parse::<i64>().ok()))
+        .sum();
+    assert_eq!(committed, 300, "{out}");
+}

@@ -29,11 +29,15 @@ const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
 /// member was handed a partition another member still held.
 #[derive(Default)]
 struct Ledger {
+    /// Assignments and revocations seen, over all members.
+    events: usize,
     owners: BTreeMap<(String, i32), String>,
     /// When each partition was last revoked (for the unowned-gap measure).
     released_at: BTreeMap<(String, i32), Instant>,
     violations: Vec<String>,
     longest_gap: Duration,
+    /// What librdkafka reported as errors (shown when a test fails).
+    errors: Vec<String>,
 }
 
 struct Member {
@@ -41,12 +45,17 @@ struct Member {
     ledger: Arc<Mutex<Ledger>>,
 }
 
-impl ClientContext for Member {}
+impl ClientContext for Member {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.ledger.lock().unwrap().errors.push(format!("{}: {error}: {reason}", self.name));
+    }
+}
 
 impl ConsumerContext for Member {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut ledger = self.ledger.lock().unwrap();
         let now = Instant::now();
+        ledger.events += 1;
         match rebalance {
             Rebalance::Assign(list) => {
                 for e in list.elements() {
@@ -135,7 +144,7 @@ fn background_producer(node: &Runnel, topic: &'static str) -> (Arc<AtomicBool>, 
             if producer.send(BaseRecord::to(topic).key(&key).payload("x")).is_ok() {
                 sent += 1;
             }
-            producer.poll(Duration::from_millis(if sent % 100 == 0 { 5 } else { 0 }));
+            producer.poll(Duration::from_millis(if sent.is_multiple_of(100) { 5 } else { 0 }));
         }
         producer.flush(Duration::from_secs(30)).expect("flush");
         sent
@@ -218,6 +227,12 @@ fn members_added_and_removed_one_by_one_under_load_never_share_a_partition() {
 }
 
 fn coordinator_conn(node: &Runnel, group: &str) -> RawConn {
+    coordinator_of(node, group).1
+}
+
+/// The coordinator's node id of `group` as `node` answers FindCoordinator, and a connection to
+/// `node` (the coordinator itself on a single node).
+fn coordinator_of(node: &Runnel, group: &str) -> (i32, RawConn) {
     let mut conn = RawConn::open(node, "kip848-test");
     let deadline = Instant::now() + DEADLINE;
     loop {
@@ -227,12 +242,23 @@ fn coordinator_conn(node: &Runnel, group: &str) -> RawConn {
                 .with_key_type(0)
                 .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
         );
-        if found.coordinators.first().is_some_and(|c| c.error_code == 0) {
-            return conn;
+        if let Some(c) = found.coordinators.first().filter(|c| c.error_code == 0) {
+            return (c.node_id.0, conn);
         }
         assert!(Instant::now() < deadline, "no coordinator for {group}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The sum of `group`'s committed offsets over all its partitions (OffsetFetch v8, all topics).
+fn committed_sum(conn: &mut RawConn, group: &str) -> i64 {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    use kafka_protocol::messages::OffsetFetchRequest;
+    let group = OffsetFetchRequestGroup::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_topics(None);
+    let fetched = conn.call(8, &OffsetFetchRequest::default().with_groups(vec![group]));
+    fetched.groups[0].topics.iter().flat_map(|t| &t.partitions).map(|p| p.committed_offset.max(0)).sum()
 }
 
 fn describe(
@@ -274,6 +300,11 @@ fn a_static_member_gets_its_partitions_back_and_the_group_is_described() {
     let listed = conn.call(5, &ListGroupsRequest::default());
     let group = listed.groups.iter().find(|g| g.group_id.0.as_str() == "static").expect("listed");
     assert_eq!((group.group_type.as_str(), group.group_state.as_str()), ("consumer", "Stable"));
+    // The HTTP API (and so the dashboard) shows the group with its members and assignor.
+    let detail = support::HttpApi::new(&node).get("/v1/groups/static").json;
+    assert_eq!(detail["protocol_type"], "consumer", "{detail}");
+    assert_eq!(detail["protocol"], "uniform", "{detail}");
+    assert_eq!(detail["members"].as_array().map(|m| m.len()), Some(2), "{detail}");
 
     drop(a.stop());
     // While instance-a is away its partitions are not reassigned: b keeps its three.
@@ -344,4 +375,112 @@ fn a_regex_subscription_picks_up_topics_created_later_and_range_is_selectable() 
     }
     assert_eq!(describe(&mut conn, "regex").members.len(), 1, "the refused member never joined");
     drop(m.stop());
+}
+
+#[test]
+fn members_keep_their_epochs_and_partitions_through_a_coordinator_kill_9() {
+    // Proves the group's state is durable (KIP-848 records in __consumer_offsets, replicated):
+    // after kill -9 of the coordinator the new one loads the group, the members heartbeat on
+    // at their epochs without a rejoin (no assignment or revocation callback fires) and their
+    // auto-commits (OffsetCommit v9, member epochs checked) land on the new coordinator.
+    use support::cluster::Cluster;
+    let mut cluster = Cluster::start(3, &["--group-consumer-heartbeat-interval-ms", "1000"]);
+    let bootstrap = cluster.bootstrap();
+    let config = |extra: &[(&str, &str)]| {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", &bootstrap).set("broker.address.family", "v4");
+        for (k, v) in extra {
+            config.set(*k, *v);
+        }
+        config
+    };
+    {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> = config(&[]).create().expect("admin");
+        let topic = NewTopic::new("durable", 6, TopicReplication::Fixed(3));
+        let done = support::block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("create");
+        done.into_iter().for_each(|r| {
+            r.expect("topic created");
+        });
+    }
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let start_member = |name: &str| {
+        let consumer: BaseConsumer<Member> = config(&[
+            ("group.protocol", "consumer"),
+            ("group.id", "durable"),
+            ("enable.auto.commit", "true"),
+            ("auto.commit.interval.ms", "200"),
+            ("auto.offset.reset", "earliest"),
+        ])
+        .create_with_context(Member { name: name.to_string(), ledger: ledger.clone() })
+        .expect("consumer");
+        consumer.subscribe(&["durable"]).unwrap();
+        Running::start(consumer)
+    };
+    let (a, b) = (start_member("a"), start_member("b"));
+    await_balanced(&ledger, "durable", 6, &["a", "b"]);
+    let (coordinator, mut conn) = coordinator_of(cluster.node(1), "durable");
+    let coordinator = coordinator as u64;
+    if coordinator != 1 {
+        conn = coordinator_of(cluster.node(coordinator), "durable").1;
+    }
+    let epochs = |d: &kafka_protocol::messages::consumer_group_describe_response::DescribedGroup| {
+        let mut e: Vec<(String, i32)> = d.members.iter().map(|m| (m.member_id.to_string(), m.member_epoch)).collect();
+        e.sort();
+        e
+    };
+    let before = describe(&mut conn, "durable");
+    assert_eq!(before.group_state.as_str(), "Stable", "{before:?}");
+    let events_before = ledger.lock().unwrap().events;
+
+    cluster.kill9(coordinator);
+    let survivor = if coordinator == 1 { 2 } else { 1 };
+    // The new coordinator has the group, members and epochs as they were.
+    let deadline = Instant::now() + DEADLINE;
+    let (new_coordinator, mut conn) = loop {
+        let (id, _) = coordinator_of(cluster.node(survivor), "durable");
+        if id as u64 != coordinator {
+            let mut conn = coordinator_of(cluster.node(id as u64), "durable").1;
+            let d = describe(&mut conn, "durable");
+            if d.error_code == 0 {
+                assert_eq!(epochs(&d), epochs(&before), "restored members: {d:?}");
+                break (id as u64, conn);
+            }
+        }
+        assert!(Instant::now() < deadline, "no new coordinator with the group");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Records produced now are consumed and committed through the new coordinator, which
+    // checks the members' epochs.
+    let producer: BaseProducer = config(&[("acks", "all")]).create().expect("producer");
+    for i in 0..600 {
+        let key = i.to_string();
+        producer.send(BaseRecord::to("durable").key(&key).payload("after")).expect("queued");
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let committed = committed_sum(&mut conn, "durable");
+        if committed >= 600 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let d = describe(&mut conn, "durable");
+            panic!(
+                "commits on node {new_coordinator} reached only {committed}; consumed {} + {}; client errors {:?}; group {d:?}",
+                a.consumed.load(Ordering::Relaxed),
+                b.consumed.load(Ordering::Relaxed),
+                ledger.lock().unwrap().errors,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = describe(&mut conn, "durable");
+    assert_eq!(epochs(&after), epochs(&before), "{after:?}");
+    let ledger_now = ledger.lock().unwrap();
+    assert_eq!(ledger_now.events, events_before, "a member rejoined: its partitions were revoked or reassigned");
+    assert!(ledger_now.violations.is_empty(), "{:?}", ledger_now.violations);
+    drop(ledger_now);
+    drop(a.stop());
+    drop(b.stop());
 }

@@ -207,6 +207,31 @@ pub fn range(spec: &AssignmentSpec) -> Plan {
     into_plan(plan)
 }
 
+/// Kafka's client-side `roundrobin` (RoundRobinAssignor; HTTP consumer instances lead classic
+/// groups with it): every partition, topics in name order, dealt to the next member in id order
+/// that subscribes to its topic.
+pub fn round_robin(spec: &AssignmentSpec) -> Plan {
+    let members: Vec<&MemberSpec> = spec.members.iter().collect();
+    let mut plan: BTreeMap<&str, BTreeSet<(&str, i32)>> = BTreeMap::new();
+    if members.is_empty() {
+        return Plan::new();
+    }
+    let mut cursor = 0;
+    for (topic, t) in &spec.topics {
+        for p in 0..t.partitions as i32 {
+            for _ in 0..members.len() {
+                let member = members[cursor % members.len()];
+                cursor += 1;
+                if member.subscriptions.contains(topic) {
+                    plan.entry(member.member_id.as_str()).or_default().insert((topic.as_str(), p));
+                    break;
+                }
+            }
+        }
+    }
+    into_plan(plan)
+}
+
 /// Subscribers of each topic in the spec, sorted by member id.
 fn subscribers(spec: &AssignmentSpec) -> BTreeMap<&str, Vec<&str>> {
     let mut subs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();

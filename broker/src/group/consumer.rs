@@ -28,7 +28,17 @@ use std::time::{Duration, Instant};
 use kafka_protocol::ResponseError;
 
 use super::assignor::{self, AssignmentSpec, MemberSpec, Plan, TopicSpec};
+use super::offsets::{OffsetError, StoredConsumerGroup};
+use super::schema::{ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, StoredPartitions};
+use super::Replicated;
 use crate::controller::MetadataImage;
+
+/// Appends a group's records to its `__consumer_offsets` partition (the offsets store), one
+/// batch per call; the caller waits on the returned [`Replicated`] before answering.
+pub type Store = Box<dyn Fn(&str, Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> + Send + Sync>;
+
+/// The write a heartbeat made, to wait for before answering (none when nothing changed).
+pub type Write = Option<Result<Replicated, OffsetError>>;
 
 pub type TopicId = [u8; 16];
 /// Partitions by topic id (what the protocol carries).
@@ -188,7 +198,10 @@ pub struct Pending {
 
 /// `begin`'s result.
 pub enum Begin {
+    /// Refused: nothing changed.
     Answer(HeartbeatAnswer),
+    /// A leave: answered once its records are stored.
+    Left(HeartbeatAnswer, Write),
     Continue(Pending),
 }
 
@@ -280,6 +293,11 @@ struct ConsumerGroup {
     /// Removed from the map (deleted, resigned, converted): a heartbeat holding it must not
     /// bring it back.
     gone: bool,
+    /// Restored from records, whose subscription signature is not stored: the first look
+    /// records it without bumping the epoch.
+    signature_known: bool,
+    /// Records of the changes not stored yet (flushed, under the lock, by every operation).
+    unsaved: Vec<ConsumerRecord>,
 }
 
 impl ConsumerGroup {
@@ -297,7 +315,130 @@ impl ConsumerGroup {
             assignor: default_assignor.to_string(),
             assignor_error: None,
             gone: false,
+            signature_known: true,
+            unsaved: Vec::new(),
         }
+    }
+
+    /// Rebuilds a group from its records (a new coordinator's load). Sessions start now.
+    fn restore(
+        group_id: &str,
+        stored: StoredConsumerGroup,
+        default_assignor: &str,
+        session: Duration,
+        now: Instant,
+    ) -> ConsumerGroup {
+        let mut group = ConsumerGroup::new(group_id, default_assignor);
+        group.group_epoch = stored.group_epoch;
+        group.target_epoch = stored.target_epoch.min(stored.group_epoch);
+        group.signature_known = false;
+        for (member_id, value) in stored.members {
+            let current = stored.current.get(&member_id).cloned().unwrap_or_default();
+            let regex =
+                value.subscribed_topic_regex.as_ref().and_then(|r| compile_regex(r).ok().map(|c| (r.clone(), c)));
+            let assigned = from_stored(&current.assigned);
+            let revoking = from_stored(&current.revoking);
+            for (topic, p) in flatten(&assigned).chain(flatten(&revoking)) {
+                group.owners.insert((topic, p), member_id.clone());
+            }
+            if let Some(instance) = &value.instance_id {
+                group.instances.insert(instance.clone(), member_id.clone());
+            }
+            let state = match current.state {
+                1 => MemberState::UnrevokedPartitions,
+                2 => MemberState::UnreleasedPartitions,
+                _ => MemberState::Stable,
+            };
+            let left_static = current.member_epoch == STATIC_LEAVE_EPOCH;
+            group.members.insert(
+                member_id.clone(),
+                Member {
+                    member_id: member_id.clone(),
+                    instance_id: value.instance_id,
+                    rack: value.rack_id,
+                    client_id: value.client_id,
+                    client_host: value.client_host,
+                    subscribed_names: value.subscribed_topic_names.into_iter().collect(),
+                    regex,
+                    server_assignor: value.server_assignor,
+                    rebalance_timeout_ms: value.rebalance_timeout_ms,
+                    state,
+                    epoch: if left_static {
+                        current.previous_member_epoch
+                    } else {
+                        current.member_epoch.min(group.target_epoch)
+                    },
+                    previous_epoch: current.previous_member_epoch,
+                    assigned,
+                    revoking,
+                    session_deadline: now + session,
+                    revocation_deadline: (state == MemberState::UnrevokedPartitions)
+                        .then(|| now + Duration::from_millis(value.rebalance_timeout_ms.max(0) as u64)),
+                    left_static,
+                },
+            );
+        }
+        for (member_id, target) in stored.targets {
+            if group.members.contains_key(&member_id) {
+                group.target.insert(member_id, from_stored(&target));
+            }
+        }
+        group
+    }
+
+    fn save_epoch(&mut self) {
+        self.unsaved.push(ConsumerRecord::GroupEpoch(Some(self.group_epoch)));
+    }
+
+    fn save_member(&mut self, member_id: &str) {
+        let Some(m) = self.members.get(member_id) else { return };
+        let value = ConsumerMemberValue {
+            instance_id: m.instance_id.clone(),
+            rack_id: m.rack.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            subscribed_topic_names: m.subscribed_names.iter().cloned().collect(),
+            subscribed_topic_regex: m.regex.as_ref().map(|(s, _)| s.clone()),
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            server_assignor: m.server_assignor.clone(),
+        };
+        self.unsaved.push(ConsumerRecord::Member { member_id: member_id.to_string(), value: Some(value) });
+    }
+
+    fn save_current(&mut self, member_id: &str) {
+        let Some(m) = self.members.get(member_id) else { return };
+        let value = CurrentAssignmentValue {
+            member_epoch: if m.left_static { STATIC_LEAVE_EPOCH } else { m.epoch },
+            previous_member_epoch: if m.left_static { m.epoch } else { m.previous_epoch },
+            state: match m.state {
+                MemberState::Stable => 0,
+                MemberState::UnrevokedPartitions => 1,
+                MemberState::UnreleasedPartitions => 2,
+            },
+            assigned: to_stored(&m.assigned),
+            revoking: to_stored(&m.revoking),
+        };
+        self.unsaved.push(ConsumerRecord::CurrentAssignment { member_id: member_id.to_string(), value: Some(value) });
+    }
+
+    fn forget_member(&mut self, member_id: &str) {
+        // Kafka's order: current assignment, target, metadata.
+        for record in [
+            ConsumerRecord::CurrentAssignment { member_id: member_id.to_string(), value: None },
+            ConsumerRecord::TargetMember { member_id: member_id.to_string(), value: None },
+            ConsumerRecord::Member { member_id: member_id.to_string(), value: None },
+        ] {
+            self.unsaved.push(record);
+        }
+    }
+
+    /// Stores what changed (one batch), if anything did and a store is set.
+    fn flush(&mut self, store: Option<&Store>) -> Write {
+        if self.unsaved.is_empty() {
+            return None;
+        }
+        let records = std::mem::take(&mut self.unsaved);
+        store.map(|store| store(&self.group_id, records))
     }
 
     fn state(&self) -> ConsumerGroupState {
@@ -328,7 +469,9 @@ impl ConsumerGroup {
             }
         }
         self.target.remove(member_id);
+        self.forget_member(member_id);
         self.group_epoch += 1;
+        self.save_epoch();
     }
 
     /// A member rejoining with epoch 0 has lost its partitions: it owns nothing now.
@@ -343,6 +486,7 @@ impl ConsumerGroup {
         member.state = MemberState::Stable;
         member.epoch = 0;
         member.previous_epoch = 0;
+        self.save_current(member_id);
     }
 
     /// Moves a static member's identity, partitions and target to a new member id (the
@@ -361,6 +505,13 @@ impl ConsumerGroup {
         member.member_id = new_id.to_string();
         member.left_static = false;
         self.members.insert(new_id.to_string(), member);
+        self.forget_member(old_id);
+        self.save_member(new_id);
+        if let Some(target) = self.target.get(new_id) {
+            let value = Some(to_stored(target));
+            self.unsaved.push(ConsumerRecord::TargetMember { member_id: new_id.to_string(), value });
+        }
+        self.save_current(new_id);
     }
 
     /// Whether the members' resolved subscriptions or the subscribed topics' metadata changed
@@ -380,8 +531,9 @@ impl ConsumerGroup {
             }
         }
         let signature = hasher.finish();
-        let changed = signature != self.subscription_signature;
+        let changed = signature != self.subscription_signature && self.signature_known;
         self.subscription_signature = signature;
+        self.signature_known = true;
         changed
     }
 
@@ -466,8 +618,17 @@ impl ConsumerGroup {
             }
             target.insert(member_id.clone(), assignment);
         }
+        // Kafka's TargetAssignmentBuilder: a record per member whose target changed, then the
+        // assignment epoch.
+        for (member_id, assignment) in &target {
+            if self.target.get(member_id) != Some(assignment) {
+                let value = Some(to_stored(assignment));
+                self.unsaved.push(ConsumerRecord::TargetMember { member_id: member_id.clone(), value });
+            }
+        }
         self.target = target;
         self.target_epoch = job.group_epoch;
+        self.unsaved.push(ConsumerRecord::TargetEpoch(Some(self.target_epoch)));
         self.assignor = outcome.assignor.clone();
         self.assignor_error = outcome.error.clone();
         true
@@ -478,8 +639,13 @@ impl ConsumerGroup {
     /// released); then it moves to the target epoch and gets each new partition nobody else owns.
     fn reconcile(&mut self, member_id: &str, owned: Option<&Assignment>, now: Instant) {
         let Some(mut member) = self.members.remove(member_id) else { return };
+        let before = (member.epoch, member.state, member.assigned.clone(), member.revoking.clone());
         self.reconcile_member(&mut member, owned, now);
+        let changed = before != (member.epoch, member.state, member.assigned.clone(), member.revoking.clone());
         self.members.insert(member_id.to_string(), member);
+        if changed {
+            self.save_current(member_id);
+        }
     }
 
     fn reconcile_member(&mut self, member: &mut Member, owned: Option<&Assignment>, now: Instant) {
@@ -592,6 +758,8 @@ pub struct ConsumerGroups {
     groups: Arc<RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>>,
     config: ConsumerGroupConfig,
     sweeper_started: AtomicBool,
+    /// Where groups' records go (set once by the coordinator; unit tests run without).
+    store: Arc<std::sync::OnceLock<Store>>,
 }
 
 fn lock(group: &Mutex<ConsumerGroup>) -> MutexGuard<'_, ConsumerGroup> {
@@ -600,7 +768,36 @@ fn lock(group: &Mutex<ConsumerGroup>) -> MutexGuard<'_, ConsumerGroup> {
 
 impl ConsumerGroups {
     pub fn new(config: ConsumerGroupConfig) -> ConsumerGroups {
-        ConsumerGroups { groups: Arc::default(), config, sweeper_started: AtomicBool::new(false) }
+        ConsumerGroups {
+            groups: Arc::default(),
+            config,
+            sweeper_started: AtomicBool::new(false),
+            store: Arc::default(),
+        }
+    }
+
+    /// Where groups' records are stored from now on.
+    pub fn set_store(&self, store: Store) {
+        let _ = self.store.set(store);
+    }
+
+    /// Brings back the groups of a loaded `__consumer_offsets` partition: members keep their
+    /// ids, epochs and partitions and heartbeat on; sessions start now.
+    pub fn restore(&self, maps_here: &dyn Fn(&str) -> bool, stored: Vec<(String, StoredConsumerGroup)>, now: Instant) {
+        let session = Duration::from_millis(self.config.session_timeout_ms.max(0) as u64);
+        let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        let mut members = 0;
+        for (group_id, value) in stored {
+            if !maps_here(&group_id) {
+                continue;
+            }
+            let group = ConsumerGroup::restore(&group_id, value, self.config.default_assignor(), session, now);
+            members += group.members.len();
+            if let Some(old) = groups.insert(group_id, Arc::new(Mutex::new(group))) {
+                lock(&old).gone = true;
+            }
+        }
+        tracing::debug!(members, "restored consumer-protocol groups of a loaded __consumer_offsets partition");
     }
 
     pub fn config(&self) -> &ConsumerGroupConfig {
@@ -650,13 +847,17 @@ impl ConsumerGroups {
             return;
         }
         let weak: Weak<RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>> = Arc::downgrade(&self.groups);
+        let store = self.store.clone();
         runtime.spawn(async move {
             let mut interval = tokio::time::interval(SWEEP_INTERVAL);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
                 let Some(groups) = weak.upgrade() else { return };
-                sweep(&groups, super::membership::now());
+                let store = store.clone();
+                // Removals append records: off the async workers.
+                let _ =
+                    tokio::task::spawn_blocking(move || sweep(&groups, store.get(), super::membership::now())).await;
             }
         });
     }
@@ -664,7 +865,7 @@ impl ConsumerGroups {
     /// Expires sessions and revocations (the background sweep calls this; tests call it with
     /// their own clock).
     pub fn sweep(&self, now: Instant) {
-        sweep(&self.groups, now);
+        sweep(&self.groups, self.store.get(), now);
     }
 
     /// First half of a ConsumerGroupHeartbeat: checks the request, applies the member's
@@ -738,17 +939,20 @@ impl ConsumerGroups {
                     member.left_static = true;
                     member.session_deadline = now + session;
                     member.revocation_deadline = None;
+                    g.save_current(&request.member_id);
                     tracing::debug!(group = %request.group_id, member = %request.member_id, "static member left for now");
                 } else {
                     g.remove_member(&request.member_id);
                 }
-                return Begin::Answer(HeartbeatAnswer {
+                let write = g.flush(self.store.get());
+                let answer = HeartbeatAnswer {
                     error: None,
                     member_id: request.member_id.clone(),
                     member_epoch: request.member_epoch,
                     heartbeat_interval_ms: interval,
                     assignment: None,
-                });
+                };
+                return Begin::Left(answer, write);
             }
             JOIN_EPOCH => match self.join(&mut g, &request, now) {
                 Ok((id, new)) => {
@@ -797,12 +1001,16 @@ impl ConsumerGroups {
         let assigned_before = member.assigned.clone();
         member.session_deadline = now + session;
         let mut changed = false;
+        let mut stored_fields_changed = false;
         if request.rebalance_timeout_ms >= 0 {
+            stored_fields_changed |= member.rebalance_timeout_ms != request.rebalance_timeout_ms;
             member.rebalance_timeout_ms = request.rebalance_timeout_ms;
         }
         if !request.client_id.is_empty() {
+            stored_fields_changed |= member.client_id != request.client_id;
             member.client_id = request.client_id.clone();
         }
+        stored_fields_changed |= member.client_host != request.client_host;
         member.client_host = request.client_host.clone();
         if let Some(rack) = &request.rack_id {
             let rack = Some(rack.clone()).filter(|r| !r.is_empty());
@@ -823,9 +1031,13 @@ impl ConsumerGroups {
             changed |= member.server_assignor != name;
             member.server_assignor = name;
         }
+        if changed || joined || stored_fields_changed {
+            g.save_member(&member_id);
+        }
         // One bump per heartbeat, whatever changed.
         if g.refresh_subscription(image, changed || joined) || changed || joined {
             g.group_epoch += 1;
+            g.save_epoch();
         }
         let job = (g.target_epoch < g.group_epoch).then(|| g.assign_job(image, self.config.default_assignor()));
         let full_request = request.member_epoch == JOIN_EPOCH
@@ -908,7 +1120,7 @@ impl ConsumerGroups {
 
     /// Second half of a heartbeat: installs the computed target (if its group epoch is still
     /// current), reconciles the member and answers it.
-    pub fn finish(&self, pending: Pending, outcome: Option<AssignOutcome>, now: Instant) -> HeartbeatAnswer {
+    pub fn finish(&self, pending: Pending, outcome: Option<AssignOutcome>, now: Instant) -> (HeartbeatAnswer, Write) {
         let mut g = lock(&pending.group);
         if let (Some(job), Some(outcome)) = (&pending.job, &outcome) {
             if g.install(job, outcome) {
@@ -916,23 +1128,27 @@ impl ConsumerGroups {
             }
         }
         if g.members.get(&pending.member_id).is_none_or(|m| m.left_static) {
-            return HeartbeatAnswer::error(
+            let write = g.flush(self.store.get());
+            let answer = HeartbeatAnswer::error(
                 ResponseError::UnknownMemberId,
                 format!("Member {} left group {} meanwhile.", pending.member_id, g.group_id),
             );
+            return (answer, write);
         }
         g.reconcile(&pending.member_id, pending.owned.as_ref(), now);
         #[cfg(any(test, debug_assertions))]
         g.check_invariants();
+        let write = g.flush(self.store.get());
         let member = &g.members[&pending.member_id];
-        HeartbeatAnswer {
+        let answer = HeartbeatAnswer {
             error: None,
             member_id: member.member_id.clone(),
             member_epoch: member.epoch,
             heartbeat_interval_ms: self.config.heartbeat_interval_ms,
             assignment: (pending.full_request || member.assigned != pending.assigned_before)
                 .then(|| member.assigned.clone()),
-        }
+        };
+        (answer, write)
     }
 
     /// Runs a job with a built-in assignor, falling back to the default one (with the reason)
@@ -1035,11 +1251,16 @@ impl ConsumerGroups {
     }
 }
 
-fn sweep(groups: &RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>, now: Instant) {
+fn sweep(groups: &RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>, store: Option<&Store>, now: Instant) {
     let all: Vec<Arc<Mutex<ConsumerGroup>>> =
         groups.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
     for group in all {
-        lock(&group).expire(now);
+        let mut g = lock(&group);
+        if g.expire(now) > 0 {
+            if let Some(Err(error)) = g.flush(store) {
+                tracing::warn!(group = %g.group_id, %error, "could not store the removal of expired members");
+            }
+        }
     }
 }
 
@@ -1095,6 +1316,18 @@ fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
         .size_limit(1 << 20)
         .build()
         .map_err(|e| format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}"))
+}
+
+fn to_stored(assignment: &Assignment) -> StoredPartitions {
+    assignment.iter().map(|(topic, partitions)| (*topic, partitions.iter().copied().collect())).collect()
+}
+
+fn from_stored(stored: &StoredPartitions) -> Assignment {
+    let mut assignment = Assignment::new();
+    for (topic, partitions) in stored {
+        assignment.entry(*topic).or_default().extend(partitions.iter().copied());
+    }
+    assignment
 }
 
 fn flatten(assignment: &Assignment) -> impl Iterator<Item = (TopicId, i32)> + '_ {

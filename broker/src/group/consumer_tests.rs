@@ -1,5 +1,6 @@
 use super::*;
 use crate::controller::{PartitionImage, TopicImage};
+use crate::group::offsets::{OffsetError, StoredConsumerGroup};
 
 fn topic(image: &mut MetadataImage, name: &str, id: u8, partitions: u32) {
     image.insert_topic(TopicImage {
@@ -87,10 +88,10 @@ fn heartbeat(
     now: Instant,
 ) -> HeartbeatAnswer {
     match groups.begin(request, image, &known, now) {
-        Begin::Answer(answer) => answer,
+        Begin::Answer(answer) | Begin::Left(answer, _) => answer,
         Begin::Continue(pending) => {
             let outcome = pending.job.as_ref().map(|job| groups.run_builtin(job));
-            groups.finish(pending, outcome, now)
+            groups.finish(pending, outcome, now).0
         }
     }
 }
@@ -372,4 +373,58 @@ fn many_members_joining_and_leaving_never_share_a_partition() {
     let (min, max) =
         (clients.iter().map(|c| c.count()).min().unwrap(), clients.iter().map(|c| c.count()).max().unwrap());
     assert!(max - min <= 1, "unbalanced: {min}..{max}");
+}
+
+#[test]
+fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
+    // Proves the records written for every change rebuild the group on a new coordinator:
+    // members keep their ids, epochs and partitions and go on heartbeating; a member that
+    // left is gone; the next join reconciles as before.
+    let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
+    let g = groups();
+    let sink = written.clone();
+    g.set_store(Box::new(move |group, records| {
+        assert_eq!(group, "g");
+        sink.lock().unwrap().extend(records);
+        Err(OffsetError::NotCoordinator { partition: 0 })
+    }));
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 6);
+    let now = Instant::now();
+    let (mut a, mut b, mut c) = (Client::new("a", &["t"]), Client::new("b", &["t"]), Client::new("c", &["t"]));
+    for _ in 0..3 {
+        a.beat(&g, &image, now);
+        b.beat(&g, &image, now);
+        c.beat(&g, &image, now);
+    }
+    let mut leave = c.request();
+    leave.member_epoch = LEAVE_EPOCH;
+    heartbeat(&g, leave, &image, now);
+    for _ in 0..3 {
+        a.beat(&g, &image, now);
+        b.beat(&g, &image, now);
+    }
+    assert_eq!(a.count() + b.count(), 6);
+    let before = g.describe("g").unwrap();
+
+    let mut stored = None;
+    for record in written.lock().unwrap().drain(..) {
+        StoredConsumerGroup::apply(&mut stored, record);
+    }
+    let restored = groups();
+    restored.restore(&|_| true, vec![("g".to_string(), stored.expect("records written"))], now);
+    let after = restored.describe("g").unwrap();
+    assert_eq!((after.group_epoch, after.assignment_epoch), (before.group_epoch, before.assignment_epoch));
+    assert_eq!(after.members.len(), 2);
+    for (x, y) in before.members.iter().zip(&after.members) {
+        assert_eq!((&x.member_id, x.member_epoch, &x.assignment), (&y.member_id, y.member_epoch, &y.assignment));
+        assert_eq!(x.target_assignment, y.target_assignment);
+    }
+    // The members heartbeat on at their epochs: no error, no change, no epoch bump.
+    let (ea, eb) = (a.epoch, b.epoch);
+    assert_eq!(a.beat(&restored, &image, now).error, None);
+    assert_eq!(b.beat(&restored, &image, now).error, None);
+    assert_eq!((a.epoch, b.epoch), (ea, eb));
+    assert_eq!(restored.describe("g").unwrap().group_epoch, before.group_epoch);
+    assert_eq!(restored.describe("g").unwrap().state, ConsumerGroupState::Stable);
 }

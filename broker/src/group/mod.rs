@@ -63,10 +63,10 @@ pub fn partition_for(group_id: &str, partitions: u32) -> u32 {
 
 /// Everything group-related a handler can reach.
 pub struct GroupCoordinator {
-    pub offsets: offsets::OffsetStore,
+    pub offsets: Arc<offsets::OffsetStore>,
     pub membership: Arc<membership::Membership>,
     /// Groups on the consumer protocol (KIP-848).
-    pub consumers: consumer::ConsumerGroups,
+    pub consumers: Arc<consumer::ConsumerGroups>,
     /// `offsets.topic.num.partitions`, for creating the topic.
     pub offsets_topic_num_partitions: u32,
     /// `offsets.topic.replication.factor`, for creating the topic (before the cap to the
@@ -100,20 +100,31 @@ impl Default for GroupSettings {
 
 impl GroupCoordinator {
     pub fn new(replicas: Arc<ReplicaManager>, settings: GroupSettings) -> GroupCoordinator {
-        let offsets = offsets::OffsetStore::new(replicas.clone(), settings.offsets_topic_num_partitions.max(1));
+        let offsets =
+            Arc::new(offsets::OffsetStore::new(replicas.clone(), settings.offsets_topic_num_partitions.max(1)));
         let membership = Arc::new(membership::Membership::with_config(settings.membership));
+        let consumers = Arc::new(consumer::ConsumerGroups::new(settings.consumer));
+        // Consumer groups store their records in the group's `__consumer_offsets` partition.
+        let store = Arc::downgrade(&offsets);
+        consumers.set_store(Box::new(move |group, records| match store.upgrade() {
+            Some(offsets) => offsets.store_consumer_records(group, records),
+            None => Err(offsets::OffsetError::NotCoordinator { partition: 0 }),
+        }));
         // A loaded partition brings its groups' members back (the store knows nothing of
         // membership; it only reports what it read).
-        let weak = Arc::downgrade(&membership);
+        let (weak, weak_consumers) = (Arc::downgrade(&membership), Arc::downgrade(&consumers));
         offsets.set_load_listener(Box::new(move |loaded| {
             if let Some(membership) = weak.upgrade() {
                 membership.restore(loaded.maps_here, loaded.groups, membership::now());
+            }
+            if let Some(consumers) = weak_consumers.upgrade() {
+                consumers.restore(loaded.maps_here, loaded.consumer_groups, membership::now());
             }
         }));
         GroupCoordinator {
             offsets,
             membership,
-            consumers: consumer::ConsumerGroups::new(settings.consumer),
+            consumers,
             replicas,
             offsets_topic_num_partitions: settings.offsets_topic_num_partitions.max(1),
             offsets_topic_replication_factor: settings.offsets_topic_replication_factor.max(1),

@@ -22,7 +22,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 
-use super::schema::{GroupMetadataValue, OffsetValue, OffsetsRecord, SchemaError};
+use super::schema::{
+    ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, GroupMetadataValue, OffsetValue, OffsetsRecord,
+    SchemaError, StoredPartitions,
+};
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::log::batch::BatchIter;
 use crate::log::now_ms;
@@ -131,11 +134,69 @@ enum Cold {
 struct GroupOffsets {
     offsets: BTreeMap<(String, i32), CommittedOffset>,
     metadata: Option<GroupMetadataValue>,
+    consumer: Option<StoredConsumerGroup>,
 }
 
 impl GroupOffsets {
     fn is_empty(&self) -> bool {
-        self.offsets.is_empty() && self.metadata.is_none()
+        self.offsets.is_empty() && self.metadata.is_none() && self.consumer.is_none()
+    }
+}
+
+/// A consumer-protocol group as its records left it (what a new coordinator restores).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredConsumerGroup {
+    pub group_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMemberValue>,
+    pub target_epoch: i32,
+    pub targets: BTreeMap<String, StoredPartitions>,
+    pub current: BTreeMap<String, CurrentAssignmentValue>,
+}
+
+impl StoredConsumerGroup {
+    /// Applies one record (Kafka's replay): a group-epoch tombstone deletes the group.
+    pub(crate) fn apply(stored: &mut Option<StoredConsumerGroup>, record: ConsumerRecord) {
+        if let ConsumerRecord::GroupEpoch(None) = record {
+            *stored = None;
+            return;
+        }
+        let group = stored.get_or_insert_with(StoredConsumerGroup::default);
+        match record {
+            ConsumerRecord::GroupEpoch(Some(epoch)) => group.group_epoch = epoch,
+            ConsumerRecord::GroupEpoch(None) => {}
+            ConsumerRecord::TargetEpoch(epoch) => group.target_epoch = epoch.unwrap_or(0),
+            ConsumerRecord::Member { member_id, value: Some(v) } => {
+                group.members.insert(member_id, v);
+            }
+            ConsumerRecord::Member { member_id, value: None } => {
+                group.members.remove(&member_id);
+            }
+            ConsumerRecord::TargetMember { member_id, value: Some(v) } => {
+                group.targets.insert(member_id, v);
+            }
+            ConsumerRecord::TargetMember { member_id, value: None } => {
+                group.targets.remove(&member_id);
+            }
+            ConsumerRecord::CurrentAssignment { member_id, value: Some(v) } => {
+                group.current.insert(member_id, v);
+            }
+            ConsumerRecord::CurrentAssignment { member_id, value: None } => {
+                group.current.remove(&member_id);
+            }
+        }
+    }
+
+    /// Tombstones of every record of the group, in Kafka's deletion order.
+    fn tombstones(&self) -> Vec<ConsumerRecord> {
+        let mut records: Vec<ConsumerRecord> = Vec::new();
+        records.extend(
+            self.current.keys().map(|m| ConsumerRecord::CurrentAssignment { member_id: m.clone(), value: None }),
+        );
+        records.extend(self.targets.keys().map(|m| ConsumerRecord::TargetMember { member_id: m.clone(), value: None }));
+        records.push(ConsumerRecord::TargetEpoch(None));
+        records.extend(self.members.keys().map(|m| ConsumerRecord::Member { member_id: m.clone(), value: None }));
+        records.push(ConsumerRecord::GroupEpoch(None));
+        records
     }
 }
 
@@ -219,6 +280,13 @@ impl Shard {
                     }
                 }
             }
+            OffsetsRecord::Consumer { group, record } => {
+                let g = self.groups.entry(group.clone()).or_default();
+                StoredConsumerGroup::apply(&mut g.consumer, record);
+                if g.is_empty() {
+                    self.groups.remove(&group);
+                }
+            }
         }
     }
 }
@@ -242,6 +310,8 @@ pub struct Loaded<'a> {
     pub partition: u32,
     pub maps_here: &'a dyn Fn(&str) -> bool,
     pub groups: Vec<(String, GroupMetadataValue)>,
+    /// Consumer-protocol groups (KIP-848) as their records left them.
+    pub consumer_groups: Vec<(String, StoredConsumerGroup)>,
 }
 
 /// Called once per finished load, under the shard's mutex (nothing else runs on the shard
@@ -492,6 +562,22 @@ impl OffsetStore {
         })
     }
 
+    /// Appends a consumer-protocol group's records as one batch (the consumer group state
+    /// machine calls it, under the group's lock, so batches follow the order of its changes);
+    /// the returned [`Replicated`] resolves once the ISR has them. Blocks while the shard loads.
+    pub fn store_consumer_records(&self, group: &str, records: Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> {
+        let partition = self.partition_of(group);
+        self.with_shard(partition, Cold::Wait, |shard, hosted| {
+            let records: Vec<OffsetsRecord> = records
+                .into_iter()
+                .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record })
+                .collect();
+            let replicated = append(hosted, partition, &records, None)?;
+            shard.appended(hosted, replicated.required_offset, records, None);
+            Ok(replicated)
+        })
+    }
+
     /// The stored metadata of `group`, if any (and if its partition is hosted and loaded here;
     /// a cold partition starts loading).
     pub fn group_metadata(&self, group: &str) -> Option<GroupMetadataValue> {
@@ -596,6 +682,14 @@ fn group_tombstones(shard: &Shard, group: &str) -> Option<Vec<OffsetsRecord>> {
         .map(|(t, p)| OffsetsRecord::Commit { group: group.to_string(), topic: t.clone(), partition: *p, value: None })
         .collect();
     records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+    if let Some(consumer) = &g.consumer {
+        records.extend(
+            consumer
+                .tombstones()
+                .into_iter()
+                .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record }),
+        );
+    }
     Some(records)
 }
 
@@ -704,10 +798,13 @@ fn load_into(
             let partition = hosted.index();
             let stored =
                 shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
+            let consumer_groups =
+                shard.groups.iter().filter_map(|(name, g)| g.consumer.clone().map(|c| (name.clone(), c))).collect();
             listener(Loaded {
                 partition,
                 maps_here: &|group| partition_for(group, partitions) == partition,
                 groups: stored,
+                consumer_groups,
             });
         }
         loads.fetch_add(1, Ordering::AcqRel);

@@ -61,8 +61,77 @@ pub struct GroupMetadataValue {
 /// A decoded `__consumer_offsets` record; `value: None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OffsetsRecord {
-    Commit { group: String, topic: String, partition: i32, value: Option<OffsetValue> },
-    Group { group: String, value: Option<GroupMetadataValue> },
+    Commit {
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<OffsetValue>,
+    },
+    Group {
+        group: String,
+        value: Option<GroupMetadataValue>,
+    },
+    /// A consumer-protocol (KIP-848) group's record.
+    Consumer {
+        group: String,
+        record: ConsumerRecord,
+    },
+}
+
+/// Partitions by topic id, as the consumer group records store them.
+pub type StoredPartitions = Vec<([u8; 16], Vec<i32>)>;
+
+/// Kafka's consumer group records (key type = record type; values at version 0, flexible:
+/// compact strings and arrays, a tagged-field buffer after each struct). `None` values are
+/// tombstones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerRecord {
+    /// Type 3, ConsumerGroupMetadata: the group epoch.
+    GroupEpoch(Option<i32>),
+    /// Type 5, ConsumerGroupMemberMetadata.
+    Member { member_id: String, value: Option<ConsumerMemberValue> },
+    /// Type 6, ConsumerGroupTargetAssignmentMetadata: the target assignment's epoch.
+    TargetEpoch(Option<i32>),
+    /// Type 7, ConsumerGroupTargetAssignmentMember.
+    TargetMember { member_id: String, value: Option<StoredPartitions> },
+    /// Type 8, ConsumerGroupCurrentMemberAssignment.
+    CurrentAssignment { member_id: String, value: Option<CurrentAssignmentValue> },
+}
+
+impl ConsumerRecord {
+    fn record_type(&self) -> i16 {
+        match self {
+            ConsumerRecord::GroupEpoch(_) => 3,
+            ConsumerRecord::Member { .. } => 5,
+            ConsumerRecord::TargetEpoch(_) => 6,
+            ConsumerRecord::TargetMember { .. } => 7,
+            ConsumerRecord::CurrentAssignment { .. } => 8,
+        }
+    }
+}
+
+/// ConsumerGroupMemberMetadataValue v0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// ConsumerGroupCurrentMemberAssignmentValue v0. `state`: 0 stable, 1 unrevoked partitions,
+/// 2 unreleased partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CurrentAssignmentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: i8,
+    pub assigned: StoredPartitions,
+    pub revoking: StoredPartitions,
 }
 
 const OFFSET_COMMIT_KEY_VERSION: i16 = 1;
@@ -103,6 +172,49 @@ impl OffsetsRecord {
                 };
                 Ok((key.0, value))
             }
+            OffsetsRecord::Consumer { group, record } => {
+                key.i16(record.record_type());
+                key.string(group)?;
+                let mut w = Writer::default();
+                w.i16(0);
+                let present = match record {
+                    ConsumerRecord::GroupEpoch(epoch) | ConsumerRecord::TargetEpoch(epoch) => epoch.map(|e| w.i32(e)),
+                    ConsumerRecord::Member { member_id, value } => {
+                        key.string(member_id)?;
+                        match value {
+                            Some(v) => Some(encode_member_value(&mut w, v)?),
+                            None => None,
+                        }
+                    }
+                    ConsumerRecord::TargetMember { member_id, value } => {
+                        key.string(member_id)?;
+                        match value {
+                            Some(v) => Some(w.partitions(v)?),
+                            None => None,
+                        }
+                    }
+                    ConsumerRecord::CurrentAssignment { member_id, value } => {
+                        key.string(member_id)?;
+                        match value {
+                            Some(v) => {
+                                w.i32(v.member_epoch);
+                                w.i32(v.previous_member_epoch);
+                                w.0.push(v.state as u8);
+                                w.partitions(&v.assigned)?;
+                                w.partitions(&v.revoking)?;
+                                Some(())
+                            }
+                            None => None,
+                        }
+                    }
+                };
+                // Every flexible struct ends with its (empty) tagged-field buffer.
+                let value = present.map(|()| {
+                    w.uvarint(0);
+                    w.0
+                });
+                Ok((key.0, value))
+            }
         }
     }
 
@@ -127,9 +239,95 @@ impl OffsetsRecord {
                 let value = value.map(decode_group_value).transpose()?;
                 Ok(OffsetsRecord::Group { group, value })
             }
+            record_type @ (3 | 5 | 6 | 7 | 8) => {
+                let group = r.string()?;
+                let member_id = if matches!(record_type, 5 | 7 | 8) { Some(r.string()?) } else { None };
+                r.finish()?;
+                let record = decode_consumer_record(record_type, member_id, value)?;
+                Ok(OffsetsRecord::Consumer { group, record })
+            }
             version => Err(SchemaError::UnknownVersion { what: "key", version }),
         }
     }
+}
+
+fn encode_member_value(w: &mut Writer, v: &ConsumerMemberValue) -> Result<(), SchemaError> {
+    w.compact_string(v.instance_id.as_deref());
+    w.compact_string(v.rack_id.as_deref());
+    w.compact_string(Some(&v.client_id));
+    w.compact_string(Some(&v.client_host));
+    w.uvarint(v.subscribed_topic_names.len() as u32 + 1);
+    for name in &v.subscribed_topic_names {
+        w.compact_string(Some(name));
+    }
+    w.compact_string(v.subscribed_topic_regex.as_deref());
+    w.i32(v.rebalance_timeout_ms);
+    w.compact_string(v.server_assignor.as_deref());
+    Ok(())
+}
+
+/// A consumer group record's value (`None` for a tombstone): version 0, tagged fields skipped
+/// (newer Kafka versions add some; their defaults are what Runnel assumes).
+fn decode_consumer_record(
+    record_type: i16,
+    member_id: Option<String>,
+    value: Option<&[u8]>,
+) -> Result<ConsumerRecord, SchemaError> {
+    let member_id = member_id.unwrap_or_default();
+    let Some(bytes) = value else {
+        return Ok(match record_type {
+            3 => ConsumerRecord::GroupEpoch(None),
+            5 => ConsumerRecord::Member { member_id, value: None },
+            6 => ConsumerRecord::TargetEpoch(None),
+            7 => ConsumerRecord::TargetMember { member_id, value: None },
+            _ => ConsumerRecord::CurrentAssignment { member_id, value: None },
+        });
+    };
+    let mut r = Reader::new(bytes);
+    let version = r.i16()?;
+    if version != 0 {
+        return Err(SchemaError::UnknownVersion { what: "consumer group value", version });
+    }
+    let record = match record_type {
+        3 => ConsumerRecord::GroupEpoch(Some(r.i32()?)),
+        6 => ConsumerRecord::TargetEpoch(Some(r.i32()?)),
+        5 => {
+            let instance_id = r.compact_string()?;
+            let rack_id = r.compact_string()?;
+            let client_id = r.compact_string()?.unwrap_or_default();
+            let client_host = r.compact_string()?.unwrap_or_default();
+            let count = r.compact_len()?;
+            let mut subscribed_topic_names = Vec::with_capacity(count.min(r.remaining()));
+            for _ in 0..count {
+                subscribed_topic_names.push(r.compact_string()?.unwrap_or_default());
+            }
+            let value = ConsumerMemberValue {
+                instance_id,
+                rack_id,
+                client_id,
+                client_host,
+                subscribed_topic_names,
+                subscribed_topic_regex: r.compact_string()?,
+                rebalance_timeout_ms: r.i32()?,
+                server_assignor: r.compact_string()?,
+            };
+            ConsumerRecord::Member { member_id, value: Some(value) }
+        }
+        7 => ConsumerRecord::TargetMember { member_id, value: Some(r.partitions()?) },
+        _ => {
+            let value = CurrentAssignmentValue {
+                member_epoch: r.i32()?,
+                previous_member_epoch: r.i32()?,
+                state: r.take(1)?[0] as i8,
+                assigned: r.partitions()?,
+                revoking: r.partitions()?,
+            };
+            ConsumerRecord::CurrentAssignment { member_id, value: Some(value) }
+        }
+    };
+    r.skip_tagged_fields()?;
+    r.finish()?;
+    Ok(record)
 }
 
 fn decode_offset_value(bytes: &[u8]) -> Result<OffsetValue, SchemaError> {
@@ -251,6 +449,36 @@ impl Writer {
         self.0.extend_from_slice(b);
         Ok(())
     }
+    fn uvarint(&mut self, mut v: u32) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    /// A COMPACT_(NULLABLE_)STRING: length + 1 as an unsigned varint (0 = null), then UTF-8.
+    fn compact_string(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => {
+                self.uvarint(s.len() as u32 + 1);
+                self.0.extend_from_slice(s.as_bytes());
+            }
+            None => self.uvarint(0),
+        }
+    }
+    /// `[]TopicPartitions` of the consumer group records: topic id, compact int32 array, tags.
+    fn partitions(&mut self, topics: &StoredPartitions) -> Result<(), SchemaError> {
+        self.uvarint(topics.len() as u32 + 1);
+        for (topic_id, partitions) in topics {
+            self.0.extend_from_slice(topic_id);
+            self.uvarint(partitions.len() as u32 + 1);
+            for p in partitions {
+                self.i32(*p);
+            }
+            self.uvarint(0);
+        }
+        Ok(())
+    }
 }
 
 struct Reader<'a> {
@@ -310,6 +538,55 @@ impl<'a> Reader<'a> {
             return Err(SchemaError::NegativeLength { position, length: len });
         }
         Ok(self.take(len as usize)?.to_vec())
+    }
+    fn uvarint(&mut self) -> Result<u32, SchemaError> {
+        let mut value = 0u32;
+        for shift in (0..35).step_by(7) {
+            let byte = self.take(1)?[0];
+            value |= u32::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(SchemaError::NegativeLength { position: self.pos, length: -1 })
+    }
+    /// A compact array's element count (a null array reads as empty).
+    fn compact_len(&mut self) -> Result<usize, SchemaError> {
+        Ok((self.uvarint()? as usize).saturating_sub(1))
+    }
+    fn compact_string(&mut self) -> Result<Option<String>, SchemaError> {
+        let position = self.pos;
+        let len = self.uvarint()? as usize;
+        if len == 0 {
+            return Ok(None);
+        }
+        let bytes = self.take(len - 1)?;
+        String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| SchemaError::InvalidUtf8 { position })
+    }
+    fn partitions(&mut self) -> Result<StoredPartitions, SchemaError> {
+        let count = self.compact_len()?;
+        // Each topic takes at least 19 bytes: bound the allocation by what is there.
+        let mut topics = Vec::with_capacity(count.min(self.remaining() / 19));
+        for _ in 0..count {
+            let topic_id: [u8; 16] = self.array()?;
+            let n = self.compact_len()?;
+            let mut partitions = Vec::with_capacity(n.min(self.remaining() / 4));
+            for _ in 0..n {
+                partitions.push(self.i32()?);
+            }
+            self.skip_tagged_fields()?;
+            topics.push((topic_id, partitions));
+        }
+        Ok(topics)
+    }
+    fn skip_tagged_fields(&mut self) -> Result<(), SchemaError> {
+        let count = self.uvarint()?;
+        for _ in 0..count {
+            let _tag = self.uvarint()?;
+            let size = self.uvarint()? as usize;
+            self.take(size)?;
+        }
+        Ok(())
     }
     fn finish(&self) -> Result<(), SchemaError> {
         match self.remaining() {
@@ -462,5 +739,72 @@ mod tests {
         let mut trailing = value.clone();
         trailing.push(0);
         assert!(OffsetsRecord::decode(Some(&key), Some(&trailing)).is_err());
+    }
+
+    #[test]
+    fn consumer_group_records_use_kafkas_layout_and_round_trip() {
+        // Proves the KIP-848 records: key = int16 record type + non-flexible key fields; value =
+        // int16 version 0 + flexible fields + an empty tagged-field buffer; null = tombstone.
+        let epoch = OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(Some(5)) };
+        let (key, value) = epoch.encode().unwrap();
+        assert_eq!(key, vec![0, 3, 0, 1, b'g']);
+        assert_eq!(value.as_deref(), Some(&[0, 0, 0, 0, 0, 5, 0][..]));
+        let partitions = vec![([1; 16], vec![0, 2]), ([2; 16], vec![])];
+        let records = vec![
+            epoch,
+            OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(None) },
+            OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::TargetEpoch(Some(7)) },
+            OffsetsRecord::Consumer {
+                group: "g".into(),
+                record: ConsumerRecord::Member {
+                    member_id: "m".into(),
+                    value: Some(ConsumerMemberValue {
+                        instance_id: Some("i".into()),
+                        rack_id: None,
+                        client_id: "c".into(),
+                        client_host: "/127.0.0.1".into(),
+                        subscribed_topic_names: vec!["a".into(), "b".into()],
+                        subscribed_topic_regex: Some("x.*".into()),
+                        rebalance_timeout_ms: 300_000,
+                        server_assignor: Some("range".into()),
+                    }),
+                },
+            },
+            OffsetsRecord::Consumer {
+                group: "g".into(),
+                record: ConsumerRecord::TargetMember { member_id: "m".into(), value: Some(partitions.clone()) },
+            },
+            OffsetsRecord::Consumer {
+                group: "g".into(),
+                record: ConsumerRecord::CurrentAssignment {
+                    member_id: "m".into(),
+                    value: Some(CurrentAssignmentValue {
+                        member_epoch: 4,
+                        previous_member_epoch: 3,
+                        state: 1,
+                        assigned: partitions.clone(),
+                        revoking: vec![([3; 16], vec![9])],
+                    }),
+                },
+            },
+            OffsetsRecord::Consumer {
+                group: "g".into(),
+                record: ConsumerRecord::CurrentAssignment { member_id: "m".into(), value: None },
+            },
+        ];
+        for record in records {
+            let (key, value) = record.encode().unwrap();
+            assert_eq!(OffsetsRecord::decode(Some(&key), value.as_deref()).unwrap(), record);
+            if let Some(value) = value {
+                for cut in 0..value.len() {
+                    assert!(OffsetsRecord::decode(Some(&key), Some(&value[..cut])).is_err(), "{record:?} cut {cut}");
+                }
+            }
+        }
+        // A tagged field a newer Kafka adds (ConsumerGroupMetadataValue's MetadataHash, tag 0)
+        // is skipped.
+        let with_tag = [0, 0, 0, 0, 0, 5, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42];
+        let decoded = OffsetsRecord::decode(Some(&[0, 3, 0, 1, b'g']), Some(&with_tag)).unwrap();
+        assert_eq!(decoded, OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(Some(5)) });
     }
 }

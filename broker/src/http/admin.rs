@@ -296,6 +296,7 @@ async fn load_offsets(http: &Http) {
 pub async fn group_ids(http: &Http) -> Vec<String> {
     load_offsets(http).await;
     let mut ids: Vec<String> = http.broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
+    ids.extend(http.broker.groups.consumers.list().into_iter().map(|(id, _)| id));
     ids.extend(http.broker.groups.offsets.groups_with_offsets());
     ids.sort();
     ids.dedup();
@@ -311,8 +312,9 @@ pub async fn group(http: &Http, group_id: &str) -> ApiResult<GroupView> {
 /// [`group`] without loading offsets first (the metrics scrape loads them once itself).
 pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     let description = broker.groups.membership.describe(group_id);
+    let consumer = broker.groups.consumers.describe(group_id);
     let committed = broker.groups.offsets.fetch(group_id, None).unwrap_or_default();
-    if description.is_none() && committed.is_empty() {
+    if description.is_none() && consumer.is_none() && committed.is_empty() {
         return None;
     }
     let image = broker.controller.image();
@@ -335,7 +337,32 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
                 })
                 .collect(),
         ),
-        None => ("Empty", String::new(), String::new(), Vec::new()),
+        // A consumer-protocol group (KIP-848): its assignor stands where a classic group's
+        // protocol does; assignments by topic id, named from the image.
+        None => match consumer {
+            Some(c) => (
+                c.state.name(),
+                "consumer".to_string(),
+                c.assignor,
+                c.members
+                    .into_iter()
+                    .map(|m| Member {
+                        assignment: m
+                            .assignment
+                            .iter()
+                            .filter_map(|(id, ps)| {
+                                image.topic_by_id(id).map(|t| (t.name.clone(), ps.iter().copied().collect()))
+                            })
+                            .collect(),
+                        member_id: m.member_id,
+                        group_instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                    })
+                    .collect(),
+            ),
+            None => ("Empty", String::new(), String::new(), Vec::new()),
+        },
     };
     let owner = |topic: &str, partition: i32| {
         members.iter().position(|m: &Member| m.assignment.iter().any(|(t, ps)| t == topic && ps.contains(&partition)))

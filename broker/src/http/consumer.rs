@@ -14,7 +14,7 @@
 //! its group calls go to the group's coordinator and its fetches and offset look-ups to each
 //! partition's leader, in process when that is this node, else forwarded to that broker.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -872,52 +872,34 @@ fn decode_subscription(bytes: &Bytes) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Kafka's RangeAssignor: per topic, members subscribed to it in member-id order each get a
-/// consecutive range; the first `partitions % members` get one more.
-pub fn assign_range(
+/// The plan of a client-side assignor (`range`, `roundrobin`) this instance computes as the
+/// group's leader: the same implementations as the broker's server-side assignors
+/// (`group::assignor`), each member listed (empty when it gets nothing).
+fn leader_plan(
+    protocol: &str,
     subscriptions: &BTreeMap<String, Vec<String>>,
     partitions: &BTreeMap<String, u32>,
 ) -> BTreeMap<String, Vec<TopicPartition>> {
+    use crate::group::assignor::{self, AssignmentSpec, MemberSpec, TopicSpec};
+    let spec = AssignmentSpec {
+        members: subscriptions
+            .iter()
+            .map(|(member, topics)| MemberSpec {
+                member_id: member.clone(),
+                rack: None,
+                subscriptions: topics.iter().filter(|t| partitions.contains_key(*t)).cloned().collect(),
+                owned: Default::default(),
+            })
+            .collect(),
+        topics: partitions.iter().map(|(t, n)| (t.clone(), TopicSpec { partitions: *n, racks: Vec::new() })).collect(),
+    };
+    let plan = if protocol == "roundrobin" { assignor::round_robin(&spec) } else { assignor::range(&spec) };
     let mut result: BTreeMap<String, Vec<TopicPartition>> =
         subscriptions.keys().map(|m| (m.clone(), Vec::new())).collect();
-    let topics: BTreeSet<&String> = subscriptions.values().flatten().collect();
-    for topic in topics {
-        let Some(&count) = partitions.get(topic) else { continue };
-        let members: Vec<&String> = subscriptions.iter().filter(|(_, ts)| ts.contains(topic)).map(|(m, _)| m).collect();
-        let (per, extra) = (count as usize / members.len(), count as usize % members.len());
-        let mut next = 0;
-        for (i, member) in members.iter().enumerate() {
-            let n = per + usize::from(i < extra);
-            let owned = result.entry((*member).clone()).or_default();
-            owned.extend((next..next + n).map(|p| (topic.clone(), p as i32)));
-            next += n;
-        }
-    }
-    result
-}
-
-/// Kafka's RoundRobinAssignor: all partitions in topic order dealt to subscribed members in
-/// member-id order.
-pub fn assign_round_robin(
-    subscriptions: &BTreeMap<String, Vec<String>>,
-    partitions: &BTreeMap<String, u32>,
-) -> BTreeMap<String, Vec<TopicPartition>> {
-    let mut result: BTreeMap<String, Vec<TopicPartition>> =
-        subscriptions.keys().map(|m| (m.clone(), Vec::new())).collect();
-    let members: Vec<&String> = subscriptions.keys().collect();
-    let topics: BTreeSet<&String> = subscriptions.values().flatten().collect();
-    let mut cursor = 0;
-    for topic in topics {
-        let Some(&count) = partitions.get(topic) else { continue };
-        for p in 0..count {
-            for _ in 0..members.len() {
-                let member = members[cursor % members.len()];
-                cursor += 1;
-                if subscriptions[member].contains(topic) {
-                    result.entry(member.clone()).or_default().push((topic.clone(), p as i32));
-                    break;
-                }
-            }
+    for (member, topics) in plan {
+        let owned = result.entry(member).or_default();
+        for (topic, ps) in topics {
+            owned.extend(ps.into_iter().map(|p| (topic.clone(), p)));
         }
     }
     result
@@ -1037,11 +1019,7 @@ async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
             .flatten()
             .filter_map(|t| image.topics.get(t).map(|ti| (t.clone(), ti.partitions.len() as u32)))
             .collect();
-        let plan = if protocol == "roundrobin" {
-            assign_round_robin(&subscriptions, &partitions)
-        } else {
-            assign_range(&subscriptions, &partitions)
-        };
+        let plan = leader_plan(&protocol, &subscriptions, &partitions);
         plan.into_iter()
             .map(|(member, owned)| {
                 sync_group_request::SyncGroupRequestAssignment::default()
@@ -1131,8 +1109,11 @@ mod tests {
     #[test]
     fn range_gives_consecutive_ranges_extra_to_the_first() {
         // Proves Kafka's RangeAssignor layout: 7 partitions over 3 members → 3/2/2.
-        let plan =
-            assign_range(&subs(&[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]), &BTreeMap::from([("t".into(), 7)]));
+        let plan = leader_plan(
+            "range",
+            &subs(&[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]),
+            &BTreeMap::from([("t".into(), 7)]),
+        );
         let ps = |m: &str| plan[m].iter().map(|(_, p)| *p).collect::<Vec<_>>();
         assert_eq!(ps("a"), vec![0, 1, 2]);
         assert_eq!(ps("b"), vec![3, 4]);
@@ -1142,7 +1123,8 @@ mod tests {
     #[test]
     fn round_robin_deals_only_to_subscribers() {
         // Proves round robin skips members not subscribed to a topic and covers every partition once.
-        let plan = assign_round_robin(
+        let plan = leader_plan(
+            "roundrobin",
             &subs(&[("a", &["t", "u"]), ("b", &["t"])]),
             &BTreeMap::from([("t".into(), 4), ("u".into(), 2)]),
         );

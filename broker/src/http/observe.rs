@@ -180,6 +180,7 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
 
     metrics.group_members.reset();
     let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
+    groups.extend(broker.groups.consumers.list().into_iter().map(|(id, _)| id));
     groups.extend(broker.groups.offsets.groups_with_offsets());
     groups.sort();
     groups.dedup();

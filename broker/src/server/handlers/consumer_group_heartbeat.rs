@@ -15,7 +15,8 @@ use super::join_group::check_coordinator;
 use super::{str_bytes, uuid_of};
 use crate::group::consumer::{self, Begin, HeartbeatAnswer, HeartbeatRequest};
 use crate::group::membership::{self, GroupState};
-use crate::server::Broker;
+use crate::group::Replicated;
+use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
     broker: &Broker,
@@ -71,8 +72,9 @@ pub async fn handle(
     let image = broker.controller.image();
     let consumers = &broker.groups.consumers;
     let known = |name: &str| consumers.config().assignors.iter().any(|a| a == name);
-    let answer = match consumers.begin(decoded, &image, &known, membership::now()) {
-        Begin::Answer(answer) => answer,
+    let (answer, write) = match consumers.begin(decoded, &image, &known, membership::now()) {
+        Begin::Answer(answer) => (answer, None),
+        Begin::Left(answer, write) => (answer, write),
         Begin::Continue(pending) => {
             let outcome = match pending.job.clone() {
                 None => None,
@@ -84,7 +86,19 @@ pub async fn handle(
             consumers.finish(pending, outcome, membership::now())
         }
     };
-    Some(response(answer))
+    // Answered once the group's records are in the ISR (Kafka answers after the write).
+    let stored = match write {
+        None => Ok(()),
+        Some(Ok(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
+        Some(Err(error)) => Err(error),
+    };
+    match stored {
+        Ok(()) => Some(response(answer)),
+        Err(error) => Some(response(HeartbeatAnswer {
+            error: Some((offset_error_code(&error), Some(format!("storing the group's state: {error}")))),
+            ..answer_without_member()
+        })),
+    }
 }
 
 fn answer_without_member() -> HeartbeatAnswer {

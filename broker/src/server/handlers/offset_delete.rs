@@ -57,7 +57,24 @@ pub async fn handle(
     }
     let offsets = &broker.groups.offsets;
     let state = broker.groups.membership.state(group);
+    let consumer = broker.groups.consumers.describe(group).filter(|c| !c.members.is_empty());
     let subscribed = match state {
+        // A consumer-protocol group with members: what its members subscribe to by name or
+        // hold (a regex subscription shows through its assignment).
+        _ if consumer.is_some() => {
+            let image = broker.controller.image();
+            let members = consumer.map(|c| c.members).unwrap_or_default();
+            let mut topics: Vec<String> =
+                members.iter().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect();
+            topics.extend(members.iter().flat_map(|m| {
+                m.assignment
+                    .keys()
+                    .chain(m.target_assignment.keys())
+                    .filter_map(|id| image.topic_by_id(id).map(|t| t.name.clone()))
+                    .collect::<Vec<_>>()
+            }));
+            Subscribed::Topics(topics)
+        }
         None | Some(GroupState::Empty) | Some(GroupState::Dead) => Subscribed::NoMembers,
         Some(_) => match broker.groups.membership.describe(group) {
             None => Subscribed::NoMembers,
