@@ -19,7 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientContext;
-use support::{client_config, create_topic, RawConn, Runnel};
+use support::{client_config, create_topic, wait_until, RawConn, Runnel};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 /// The broker's `group.consumer.heartbeat.interval.ms` in these tests.
@@ -154,29 +154,23 @@ fn background_producer(node: &Runnel, topic: &'static str) -> (Arc<AtomicBool>, 
 
 /// Waits until the ledger shows every partition of `topic` owned and the `members` balanced.
 fn await_balanced(ledger: &Arc<Mutex<Ledger>>, topic: &str, partitions: i32, members: &[&str]) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        {
-            let ledger = ledger.lock().unwrap();
-            assert!(ledger.violations.is_empty(), "ownership violated: {:?}", ledger.violations);
-            let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (*m, 0)).collect();
-            let mut owned = 0;
-            for ((t, _), owner) in &ledger.owners {
-                if t == topic {
-                    owned += 1;
-                    if let Some(c) = counts.get_mut(owner.as_str()) {
-                        *c += 1;
-                    }
+    let balanced = wait_until(DEADLINE, || {
+        let ledger = ledger.lock().unwrap();
+        assert!(ledger.violations.is_empty(), "ownership violated: {:?}", ledger.violations);
+        let mut counts: BTreeMap<&str, usize> = members.iter().map(|m| (*m, 0)).collect();
+        let mut owned = 0;
+        for ((t, _), owner) in &ledger.owners {
+            if t == topic {
+                owned += 1;
+                if let Some(c) = counts.get_mut(owner.as_str()) {
+                    *c += 1;
                 }
             }
-            let (min, max) = (counts.values().min().copied().unwrap_or(0), counts.values().max().copied().unwrap_or(0));
-            if owned == partitions && counts.values().sum::<usize>() == partitions as usize && max - min <= 1 {
-                return;
-            }
-            assert!(Instant::now() < deadline, "not balanced within {DEADLINE:?}: {:?}", ledger.owners);
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        let (min, max) = (counts.values().min().copied().unwrap_or(0), counts.values().max().copied().unwrap_or(0));
+        owned == partitions && counts.values().sum::<usize>() == partitions as usize && max - min <= 1
+    });
+    assert!(balanced, "not balanced within {DEADLINE:?}: {:?}", ledger.lock().unwrap().owners);
 }
 
 #[test]
@@ -234,20 +228,19 @@ fn coordinator_conn(node: &Runnel, group: &str) -> RawConn {
 /// `node` (the coordinator itself on a single node).
 fn coordinator_of(node: &Runnel, group: &str) -> (i32, RawConn) {
     let mut conn = RawConn::open(node, "kip848-test");
-    let deadline = Instant::now() + DEADLINE;
-    loop {
+    let mut coordinator = None;
+    let found = wait_until(DEADLINE, || {
         let found = conn.call(
             4,
             &FindCoordinatorRequest::default()
                 .with_key_type(0)
                 .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]),
         );
-        if let Some(c) = found.coordinators.first().filter(|c| c.error_code == 0) {
-            return (c.node_id.0, conn);
-        }
-        assert!(Instant::now() < deadline, "no coordinator for {group}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        coordinator = found.coordinators.first().filter(|c| c.error_code == 0).map(|c| c.node_id.0);
+        coordinator.is_some()
+    });
+    assert!(found, "no coordinator for {group}");
+    (coordinator.expect("found"), conn)
 }
 
 /// The sum of `group`'s committed offsets over all its partitions (OffsetFetch v8, all topics).
@@ -308,15 +301,8 @@ fn a_static_member_gets_its_partitions_back_and_the_group_is_described() {
 
     drop(a.stop());
     // While instance-a is away its partitions are not reassigned: b keeps its three.
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let d = describe(&mut conn, "static");
-        if d.members.iter().any(|m| m.member_epoch == -2) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "instance-a never left statically: {d:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let left = wait_until(DEADLINE, || describe(&mut conn, "static").members.iter().any(|m| m.member_epoch == -2));
+    assert!(left, "instance-a never left statically: {:?}", describe(&mut conn, "static"));
     let a2 = member(&node, &ledger, "a", &[("group.id", "static"), ("group.instance.id", "instance-a")]);
     a2.subscribe(&["static-topic"]).unwrap();
     let a2 = Running::start(a2);
@@ -436,20 +422,23 @@ fn members_keep_their_epochs_and_partitions_through_a_coordinator_kill_9() {
     cluster.kill9(coordinator);
     let survivor = if coordinator == 1 { 2 } else { 1 };
     // The new coordinator has the group, members and epochs as they were.
-    let deadline = Instant::now() + DEADLINE;
-    let (new_coordinator, mut conn) = loop {
+    let mut restored = None;
+    let moved = wait_until(DEADLINE, || {
         let (id, _) = coordinator_of(cluster.node(survivor), "durable");
-        if id as u64 != coordinator {
-            let mut conn = coordinator_of(cluster.node(id as u64), "durable").1;
-            let d = describe(&mut conn, "durable");
-            if d.error_code == 0 {
-                assert_eq!(epochs(&d), epochs(&before), "restored members: {d:?}");
-                break (id as u64, conn);
-            }
+        if id as u64 == coordinator {
+            return false;
         }
-        assert!(Instant::now() < deadline, "no new coordinator with the group");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        let mut conn = coordinator_of(cluster.node(id as u64), "durable").1;
+        let d = describe(&mut conn, "durable");
+        if d.error_code != 0 {
+            return false;
+        }
+        assert_eq!(epochs(&d), epochs(&before), "restored members: {d:?}");
+        restored = Some((id as u64, conn));
+        true
+    });
+    assert!(moved, "no new coordinator with the group");
+    let (new_coordinator, mut conn) = restored.expect("restored");
     // Records produced now are consumed and committed through the new coordinator, which
     // checks the members' epochs.
     let producer: BaseProducer = config(&[("acks", "all")]).create().expect("producer");
@@ -458,22 +447,16 @@ fn members_keep_their_epochs_and_partitions_through_a_coordinator_kill_9() {
         producer.send(BaseRecord::to("durable").key(&key).payload("after")).expect("queued");
     }
     producer.flush(Duration::from_secs(60)).expect("flush");
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let committed = committed_sum(&mut conn, "durable");
-        if committed >= 600 {
-            break;
-        }
-        if Instant::now() >= deadline {
-            let d = describe(&mut conn, "durable");
-            panic!(
-                "commits on node {new_coordinator} reached only {committed}; consumed {} + {}; client errors {:?}; group {d:?}",
-                a.consumed.load(Ordering::Relaxed),
-                b.consumed.load(Ordering::Relaxed),
-                ledger.lock().unwrap().errors,
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let committed = wait_until(DEADLINE, || committed_sum(&mut conn, "durable") >= 600);
+    if !committed {
+        let d = describe(&mut conn, "durable");
+        panic!(
+            "commits on node {new_coordinator} reached only {}; consumed {} + {}; client errors {:?}; group {d:?}",
+            committed_sum(&mut conn, "durable"),
+            a.consumed.load(Ordering::Relaxed),
+            b.consumed.load(Ordering::Relaxed),
+            ledger.lock().unwrap().errors,
+        );
     }
     let after = describe(&mut conn, "durable");
     assert_eq!(epochs(&after), epochs(&before), "{after:?}");

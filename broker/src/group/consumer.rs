@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
@@ -639,49 +639,52 @@ impl ConsumerGroup {
     /// released); then it moves to the target epoch and gets each new partition nobody else owns.
     fn reconcile(&mut self, member_id: &str, owned: Option<&Assignment>, now: Instant) {
         let Some(mut member) = self.members.remove(member_id) else { return };
-        let before = (member.epoch, member.state, member.assigned.clone(), member.revoking.clone());
-        self.reconcile_member(&mut member, owned, now);
-        let changed = before != (member.epoch, member.state, member.assigned.clone(), member.revoking.clone());
+        let changed = self.reconcile_member(&mut member, owned, now);
         self.members.insert(member_id.to_string(), member);
         if changed {
             self.save_current(member_id);
         }
     }
 
-    fn reconcile_member(&mut self, member: &mut Member, owned: Option<&Assignment>, now: Instant) {
+    /// Whether the member's epoch, state or partitions changed.
+    fn reconcile_member(&mut self, member: &mut Member, owned: Option<&Assignment>, now: Instant) -> bool {
         if member.left_static {
-            return;
+            return false;
         }
+        let mut changed = false;
         match member.state {
             MemberState::UnrevokedPartitions => {
                 let released = owned.is_some_and(|owned| !intersects(owned, &member.revoking));
                 if !released {
-                    return;
+                    return false;
                 }
                 for tp in flatten(&member.revoking) {
                     self.owners.remove(&tp);
                 }
                 member.revoking.clear();
                 member.revocation_deadline = None;
+                changed = true;
             }
-            MemberState::Stable if member.epoch == self.target_epoch => return,
+            MemberState::Stable if member.epoch == self.target_epoch => return false,
             MemberState::Stable | MemberState::UnreleasedPartitions => {}
         }
-        let target = self.target.get(&member.member_id).cloned().unwrap_or_default();
-        let revoke = difference(&member.assigned, &target);
+        let no_target = Assignment::new();
+        let target = self.target.get(&member.member_id).unwrap_or(&no_target);
+        let revoke = difference(&member.assigned, target);
         if !revoke.is_empty() {
-            member.assigned = intersection(&member.assigned, &target);
+            member.assigned = intersection(&member.assigned, target);
             member.revoking = revoke;
             member.state = MemberState::UnrevokedPartitions;
             member.revocation_deadline = Some(now + Duration::from_millis(member.rebalance_timeout_ms.max(0) as u64));
-            return;
+            return true;
         }
         let mut unreleased = false;
-        for (topic, p) in flatten(&difference(&target, &member.assigned)).collect::<Vec<_>>() {
+        for (topic, p) in flatten(&difference(target, &member.assigned)).collect::<Vec<_>>() {
             match self.owners.get(&(topic, p)) {
                 None => {
                     self.owners.insert((topic, p), member.member_id.clone());
                     member.assigned.entry(topic).or_default().insert(p);
+                    changed = true;
                 }
                 Some(owner) if *owner == member.member_id => {}
                 Some(_) => unreleased = true,
@@ -690,8 +693,12 @@ impl ConsumerGroup {
         if member.epoch != self.target_epoch {
             member.previous_epoch = member.epoch;
             member.epoch = self.target_epoch;
+            changed = true;
         }
-        member.state = if unreleased { MemberState::UnreleasedPartitions } else { MemberState::Stable };
+        let state = if unreleased { MemberState::UnreleasedPartitions } else { MemberState::Stable };
+        changed |= member.state != state;
+        member.state = state;
+        changed
     }
 
     /// Sessions and revocations past their deadline: those members are removed.
@@ -837,24 +844,12 @@ impl ConsumerGroups {
         Ok(Some(group))
     }
 
-    /// Spawns the session sweep on the current tokio runtime the first time a group is used.
+    /// Starts the session sweep the first time a group is used.
     fn ensure_sweeper(&self) {
-        if self.sweeper_started.load(Ordering::Relaxed) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        if self.sweeper_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak: Weak<RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>> = Arc::downgrade(&self.groups);
         let store = self.store.clone();
-        runtime.spawn(async move {
-            let mut interval = tokio::time::interval(SWEEP_INTERVAL);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                let Some(groups) = weak.upgrade() else { return };
-                let store = store.clone();
+        super::start_sweep(&self.sweeper_started, &self.groups, SWEEP_INTERVAL, move |groups| {
+            let store = store.clone();
+            async move {
                 // Removals append records: off the async workers.
                 let _ =
                     tokio::task::spawn_blocking(move || sweep(&groups, store.get(), super::membership::now())).await;
@@ -1035,7 +1030,8 @@ impl ConsumerGroups {
             g.save_member(&member_id);
         }
         // One bump per heartbeat, whatever changed.
-        if g.refresh_subscription(image, changed || joined) || changed || joined {
+        let bump = changed || joined;
+        if g.refresh_subscription(image, bump) || bump {
             g.group_epoch += 1;
             g.save_epoch();
         }

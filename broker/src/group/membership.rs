@@ -16,8 +16,8 @@
 //! wire format beyond Kafka's error codes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -626,25 +626,11 @@ impl Membership {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Spawns the sweep on the current tokio runtime the first time a group is used.
+    /// Starts the sweep the first time a group is used.
     fn ensure_sweeper(&self) {
-        if self.sweeper_started.load(Ordering::Relaxed) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        if self.sweeper_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak: Weak<Mutex<Groups>> = Arc::downgrade(&self.inner);
-        runtime.spawn(async move {
-            let mut interval = tokio::time::interval(SWEEP_INTERVAL);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                let Some(inner) = weak.upgrade() else { return };
-                let mut groups = inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                sweep_groups(&mut groups, now());
-            }
+        super::start_sweep(&self.sweeper_started, &self.inner, SWEEP_INTERVAL, |inner| async move {
+            let mut groups = inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            sweep_groups(&mut groups, now());
         });
     }
 

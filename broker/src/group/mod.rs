@@ -17,7 +17,9 @@ pub mod offsets;
 pub use self::offsets::Replicated;
 pub mod schema;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::partition::ReplicaManager;
 
@@ -152,6 +154,34 @@ impl GroupCoordinator {
             }
         }
     }
+}
+
+/// Starts `tick` every `every` on the current tokio runtime the first time it is called
+/// (`started` guards it), until `target` is dropped: the background sweep of the classic and
+/// the consumer-protocol memberships. Without a runtime (plain unit tests) nothing starts.
+pub(crate) fn start_sweep<T, F, Fut>(started: &AtomicBool, target: &Arc<T>, every: Duration, tick: F)
+where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    if started.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    if started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let weak = Arc::downgrade(target);
+    runtime.spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let Some(target) = weak.upgrade() else { return };
+            tick(target).await;
+        }
+    });
 }
 
 /// Which API commits, for the member checks of `GroupCoordinator::validate_commit`.

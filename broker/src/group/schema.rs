@@ -18,6 +18,8 @@ pub enum SchemaError {
     NegativeLength { position: usize, length: i32 },
     #[error("{trailing} trailing bytes")]
     TrailingBytes { trailing: usize },
+    #[error("a varint longer than 5 bytes at position {position}")]
+    VarintTooLong { position: usize },
     #[error("a record with no key")]
     MissingKey,
     #[error("a {what} value of {size} bytes does not fit its length field")]
@@ -548,7 +550,7 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        Err(SchemaError::NegativeLength { position: self.pos, length: -1 })
+        Err(SchemaError::VarintTooLong { position: self.pos })
     }
     /// A compact array's element count (a null array reads as empty).
     fn compact_len(&mut self) -> Result<usize, SchemaError> {
