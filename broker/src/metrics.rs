@@ -108,6 +108,8 @@ pub struct Metrics {
     pub validator_batches: IntCounterVec,
     pub validator_records_rejected: IntCounterVec,
     pub validator_call_seconds: HistogramVec,
+    pub assignor_runs: IntCounterVec,
+    pub assignor_call_seconds: HistogramVec,
     /// Partitions led here that a reassignment is moving (Kafka's `ReassigningPartitions`).
     pub reassigning_partitions: IntGauge,
     /// 1 on the active controller (the metadata quorum's leader), else 0.
@@ -568,6 +570,18 @@ impl Metrics {
                 "runnel_validator_call_seconds",
                 "Duration of one validation (decoding the batch and the guest call)",
                 &["validator"],
+            ),
+            assignor_runs: counter_vec(
+                &r,
+                "runnel_assignor_runs_total",
+                "Target assignments an uploaded (WASM) assignor computed on this node, by result (ok, failed: the group fell back to the default assignor)",
+                &["assignor", "result"],
+            ),
+            assignor_call_seconds: histogram_vec(
+                &r,
+                "runnel_assignor_call_seconds",
+                "Duration of one run of an uploaded assignor (instantiation when needed and the guest call)",
+                &["assignor"],
             ),
             registry: r,
             started: Instant::now(),

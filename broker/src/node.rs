@@ -185,6 +185,7 @@ impl Node {
             runnel_runtime::Runtime::new(runnel_runtime::RuntimeConfig::new(data_dir.join("transforms-cache")))?;
         let metrics = crate::metrics::Metrics::new();
         let validators = crate::validator::Validators::new(runtime.clone(), metrics.clone());
+        let assignors = crate::group::wasm_assignor::WasmAssignors::new(runtime.clone(), metrics.clone());
         let transforms = crate::transform::TransformManager::new(runtime);
         let broker = Arc::new(Broker {
             settings: ServerSettings {
@@ -215,6 +216,7 @@ impl Node {
             peers: Arc::new(crate::peer::Peers::new(config.node_id, controller.clone(), addresses)),
             transforms: transforms.clone(),
             validators: validators.clone(),
+            assignors: assignors.clone(),
             txn: txn.clone(),
             reconcile,
         });
@@ -268,6 +270,7 @@ impl Node {
         broker.reconcile_now().await;
         transforms.reconcile(&controller.image()).await;
         validators.reconcile(&controller.image()).await;
+        assignors.reconcile(&controller.image()).await;
 
         // ISR expiration: followers that fell behind leave the ISRs this node leads.
         tasks.push(tokio::spawn(crate::replication::isr::expiration_loop(
@@ -293,6 +296,7 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
                 follower.transforms.reconcile(&image).await;
                 follower.validators.reconcile(&image).await;
+                follower.assignors.reconcile(&image).await;
             }
         }));
 

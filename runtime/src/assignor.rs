@@ -181,6 +181,12 @@ impl AssignorInstance {
     pub fn memory_bytes(&self) -> usize {
         self.guest.memory_bytes()
     }
+
+    /// True after a call that trapped, ran past its deadline or hit the memory cap: the
+    /// instance must not be called again.
+    pub fn is_poisoned(&self) -> bool {
+        self.guest.is_poisoned()
+    }
 }
 
 impl fmt::Debug for AssignorInstance {

@@ -8,6 +8,7 @@
 //! (clap's), 3 node unreachable — scripts can tell "retry later" from "wrong request".
 
 mod api;
+mod assignor;
 mod client;
 mod cluster;
 mod consume;
@@ -41,6 +42,9 @@ pub enum Command {
     Transform(transform::TransformCommand),
     /// Attach WASM validators to topics' produce path; list, describe and delete them.
     Validator(validator::ValidatorCommand),
+    /// Upload WASM consumer group assignors (`group.remote.assignor`); list, describe and
+    /// delete them.
+    Assignor(assignor::AssignorCommand),
 }
 
 /// Where the node is and how to print its answers. Flattened into the top-level command with
@@ -94,6 +98,7 @@ async fn dispatch(command: Command, conn: &Connection) -> anyhow::Result<()> {
         Command::Cluster(command) => cluster::run(command, conn).await,
         Command::Transform(command) => transform::run(command, conn).await,
         Command::Validator(command) => validator::run(command, conn).await,
+        Command::Assignor(command) => assignor::run(command, conn).await,
     }
 }
 

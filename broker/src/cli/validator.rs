@@ -220,17 +220,17 @@ fn render(v: &Value) -> String {
     out
 }
 
-fn unreachable_warning(raw: &Value) {
+pub(super) fn unreachable_warning(raw: &Value) {
     let nodes: Vec<String> = raw["nodes_unreachable"].as_array().into_iter().flatten().map(|n| n.to_string()).collect();
     if !nodes.is_empty() {
         eprintln!("warning: node {} did not answer; its counters are not included", nodes.join(", "));
     }
 }
 
-fn text(value: &Value) -> String {
+pub(super) fn text(value: &Value) -> String {
     value.as_str().map_or_else(|| if value.is_null() { String::new() } else { value.to_string() }, str::to_string)
 }
 
-fn number(value: &Value) -> String {
+pub(super) fn number(value: &Value) -> String {
     value.as_u64().map_or_else(|| text(value), |n| n.to_string())
 }

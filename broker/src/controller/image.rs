@@ -24,7 +24,9 @@ use std::sync::Arc;
 use super::election::{
     check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
-use super::record::{ApplyOutcome, MetadataRecord, NodeId, ReplicaAssignment, TransformImage, ValidatorImage};
+use super::record::{
+    ApplyOutcome, AssignorImage, MetadataRecord, NodeId, ReplicaAssignment, TransformImage, ValidatorImage,
+};
 
 /// Producer ids per `AllocateProducerIds` (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -41,6 +43,8 @@ pub struct MetadataImage {
     pub transforms: BTreeMap<String, TransformImage>,
     /// Deployed produce-path validators by name (at most one per topic).
     pub validators: BTreeMap<String, Arc<ValidatorImage>>,
+    /// Uploaded consumer group assignors by the name clients select them with.
+    pub assignors: BTreeMap<String, Arc<AssignorImage>>,
     /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
     pub next_producer_id: i64,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
@@ -320,6 +324,23 @@ impl MetadataImage {
             MetadataRecord::DeleteValidator { name } => match self.validators.remove(name) {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownValidator,
+            },
+            MetadataRecord::DeployAssignor { name, spec, module, sha256, deployed_ms } => {
+                let version = self.assignors.get(name).map_or(1, |a| a.version + 1);
+                let assignor = AssignorImage {
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    module: module.clone(),
+                    sha256: sha256.clone(),
+                    version,
+                    deployed_ms: *deployed_ms,
+                };
+                self.assignors.insert(name.clone(), Arc::new(assignor));
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::DeleteAssignor { name } => match self.assignors.remove(name) {
+                Some(_) => ApplyOutcome::Applied,
+                None => ApplyOutcome::UnknownAssignor,
             },
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {

@@ -85,6 +85,20 @@ pub enum MetadataRecord {
     DeployValidator { name: String, spec: ValidatorSpec, module: ModuleBytes, sha256: String },
     /// Removes a validator: its topic's batches are appended unchecked from then on.
     DeleteValidator { name: String },
+    /// Deploys (or redeploys, replacing) a consumer group assignor (KIP-848
+    /// `group.remote.assignor`); the module travels in the record. A redeploy is used from the
+    /// next target assignment a group computes.
+    DeployAssignor {
+        name: String,
+        spec: AssignorSpec,
+        module: ModuleBytes,
+        sha256: String,
+        /// When it was deployed (the proposer's clock, ms since the epoch).
+        deployed_ms: i64,
+    },
+    /// Removes an assignor: groups that chose it fall back to the default from their next
+    /// target assignment.
+    DeleteAssignor { name: String },
     /// A block of producer ids for a broker's InitProducerId answers (Kafka's
     /// AllocateProducerIds, KIP-730): the next `PRODUCER_ID_BLOCK_SIZE` ids, never handed out
     /// again. Applies only for the registration with `broker_epoch`.
@@ -240,6 +254,29 @@ pub struct ValidatorImage {
     pub version: u64,
 }
 
+/// How an uploaded assignor runs, as deployed (validated by the proposer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignorSpec {
+    /// Linear memory cap per instance.
+    pub memory_bytes: u64,
+    /// Deadline of one `assign` call.
+    pub call_timeout_ms: u64,
+}
+
+/// A deployed assignor in the image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignorImage {
+    pub name: String,
+    pub spec: AssignorSpec,
+    pub module: ModuleBytes,
+    pub sha256: String,
+    /// 1 for the first deployment, +1 per redeploy.
+    pub version: u64,
+    /// When the version was deployed (ms since the epoch, the proposer's clock).
+    #[serde(default)]
+    pub deployed_ms: i64,
+}
+
 /// Module bytes, shared (the image is cloned on every change) and base64 in JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleBytes(pub std::sync::Arc<Vec<u8>>);
@@ -296,6 +333,8 @@ pub enum ApplyOutcome {
     UnknownValidator,
     /// `DeployValidator` on a topic another validator checks; the image is unchanged.
     TopicHasValidator { validator: String },
+    /// `DeleteAssignor` names an assignor that does not exist; the image is unchanged.
+    UnknownAssignor,
     /// `PartitionChange` computed from another partition epoch than the current one (Kafka's
     /// INVALID_UPDATE_VERSION); the image is unchanged.
     StalePartitionEpoch { expected: i32, current: i32 },

@@ -48,6 +48,9 @@ struct ImageDto {
     /// Absent in snapshots written before validators existed.
     #[serde(default)]
     validators: Vec<super::record::ValidatorImage>,
+    /// Absent in snapshots written before assignors could be uploaded.
+    #[serde(default)]
+    assignors: Vec<super::record::AssignorImage>,
     /// Absent in snapshots written before producer ids were allocated by the quorum.
     #[serde(default)]
     next_producer_id: i64,
@@ -134,6 +137,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
             .collect(),
         transforms: image.transforms.values().cloned().collect(),
         validators: image.validators.values().map(|v| (**v).clone()).collect(),
+        assignors: image.assignors.values().map(|a| (**a).clone()).collect(),
         next_producer_id: image.next_producer_id,
     };
     serde_json::to_vec(&dto).map_err(StoreError::Encode)
@@ -172,6 +176,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
             .collect(),
         transforms: dto.transforms.into_iter().map(|t| (t.name.clone(), t)).collect(),
         validators: dto.validators.into_iter().map(|v| (v.name.clone(), Arc::new(v))).collect(),
+        assignors: dto.assignors.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
         next_producer_id: dto.next_producer_id,
         ..MetadataImage::default()
     };

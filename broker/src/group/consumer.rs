@@ -181,6 +181,8 @@ pub struct AssignJob {
 #[derive(Debug, Clone)]
 pub struct AssignOutcome {
     pub assignor: String,
+    /// The version of an uploaded assignor that made the plan (`None`: a built-in one).
+    pub version: Option<u64>,
     pub plan: Plan,
     pub error: Option<String>,
 }
@@ -229,8 +231,13 @@ pub struct GroupView {
     pub group_epoch: i32,
     pub assignment_epoch: i32,
     pub assignor: String,
+    /// The version of the uploaded assignor that computed the target (`None`: built-in).
+    pub assignor_version: Option<u64>,
     /// Why the last assignment fell back to the default assignor, if it did.
     pub assignor_error: Option<String>,
+    /// When the target assignment was computed (ms since the epoch; 0: not on this
+    /// coordinator, e.g. restored from the log).
+    pub assigned_ms: i64,
     pub members: Vec<MemberView>,
 }
 
@@ -289,7 +296,9 @@ struct ConsumerGroup {
     subscription_signature: u64,
     metadata_index: Option<u64>,
     assignor: String,
+    assignor_version: Option<u64>,
     assignor_error: Option<String>,
+    assigned_ms: i64,
     /// Removed from the map (deleted, resigned, converted): a heartbeat holding it must not
     /// bring it back.
     gone: bool,
@@ -313,7 +322,9 @@ impl ConsumerGroup {
             subscription_signature: 0,
             metadata_index: None,
             assignor: default_assignor.to_string(),
+            assignor_version: None,
             assignor_error: None,
+            assigned_ms: 0,
             gone: false,
             signature_known: true,
             unsaved: Vec::new(),
@@ -630,7 +641,9 @@ impl ConsumerGroup {
         self.target_epoch = job.group_epoch;
         self.unsaved.push(ConsumerRecord::TargetEpoch(Some(self.target_epoch)));
         self.assignor = outcome.assignor.clone();
+        self.assignor_version = outcome.version;
         self.assignor_error = outcome.error.clone();
+        self.assigned_ms = crate::log::now_ms();
         true
     }
 
@@ -738,7 +751,9 @@ impl ConsumerGroup {
             group_epoch: self.group_epoch,
             assignment_epoch: self.target_epoch,
             assignor: self.assignor.clone(),
+            assignor_version: self.assignor_version,
             assignor_error: self.assignor_error.clone(),
+            assigned_ms: self.assigned_ms,
             members: self
                 .members
                 .values()
@@ -864,27 +879,25 @@ impl ConsumerGroups {
     }
 
     /// First half of a ConsumerGroupHeartbeat: checks the request, applies the member's
-    /// changes and says whether a new target assignment must be computed. `assignor_known`
-    /// answers whether a server assignor name exists (built-in or uploaded).
-    pub fn begin(
-        &self,
-        request: HeartbeatRequest,
-        image: &MetadataImage,
-        assignor_known: &dyn Fn(&str) -> bool,
-        now: Instant,
-    ) -> Begin {
+    /// changes and says whether a new target assignment must be computed. A server assignor
+    /// must be one of `group.consumer.assignors` or uploaded (in `image`).
+    pub fn begin(&self, request: HeartbeatRequest, image: &MetadataImage, now: Instant) -> Begin {
         self.ensure_sweeper();
         if let Err((error, message)) = check_request(&request) {
             return Begin::Answer(HeartbeatAnswer::error(error, message));
         }
         if let Some(name) = &request.server_assignor {
-            if !assignor_known(name) {
+            if !self.config.assignors.contains(name) && !image.assignors.contains_key(name) {
+                let offered: Vec<&str> = self
+                    .config
+                    .assignors
+                    .iter()
+                    .map(String::as_str)
+                    .chain(image.assignors.keys().map(String::as_str))
+                    .collect();
                 return Begin::Answer(HeartbeatAnswer::error(
                     ResponseError::UnsupportedAssignor,
-                    format!(
-                        "ServerAssignor {name} is not supported. Supported assignors: {}.",
-                        self.config.assignors.join(", ")
-                    ),
+                    format!("ServerAssignor {name} is not supported. Supported assignors: {}.", offered.join(", ")),
                 ));
             }
         }
@@ -1153,19 +1166,25 @@ impl ConsumerGroups {
         let plan = assignor::builtin(&job.assignor)
             .ok_or_else(|| format!("assignor {} is not available", job.assignor))
             .map(|assign| assign(&job.spec));
-        self.outcome_or_default(job, plan)
+        self.outcome_or_default(job, plan, None)
     }
 
-    /// `plan` if it is a valid result of `job.assignor`, else the default assignor's plan with
-    /// the error recorded (a broken assignor never stalls a group).
-    pub fn outcome_or_default(&self, job: &AssignJob, plan: Result<Plan, String>) -> AssignOutcome {
+    /// `plan` if it is a valid result of `job.assignor` (at `version` when uploaded), else the
+    /// default assignor's plan with the error recorded (a broken assignor never stalls a group).
+    pub fn outcome_or_default(
+        &self,
+        job: &AssignJob,
+        plan: Result<Plan, String>,
+        version: Option<u64>,
+    ) -> AssignOutcome {
         match plan.and_then(|plan| assignor::validate(&job.spec, &plan).map(|()| plan)) {
-            Ok(plan) => AssignOutcome { assignor: job.assignor.clone(), plan, error: None },
+            Ok(plan) => AssignOutcome { assignor: job.assignor.clone(), version, plan, error: None },
             Err(error) => {
                 let default = self.config.default_assignor();
                 tracing::warn!(assignor = %job.assignor, %error, "assignor failed; using the default {default}");
                 let plan = assignor::builtin(default).map_or_else(|| assignor::uniform(&job.spec), |f| f(&job.spec));
-                AssignOutcome { assignor: default.to_string(), plan, error: Some(format!("{}: {error}", job.assignor)) }
+                let error = Some(format!("{}: {error}", job.assignor));
+                AssignOutcome { assignor: default.to_string(), version: None, plan, error }
             }
         }
     }

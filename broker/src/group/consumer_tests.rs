@@ -27,10 +27,6 @@ fn groups() -> ConsumerGroups {
     ConsumerGroups::new(ConsumerGroupConfig { heartbeat_interval_ms: 100, ..Default::default() })
 }
 
-fn known(name: &str) -> bool {
-    assignor::builtin(name).is_some()
-}
-
 struct Client {
     id: String,
     epoch: i32,
@@ -87,7 +83,7 @@ fn heartbeat(
     image: &MetadataImage,
     now: Instant,
 ) -> HeartbeatAnswer {
-    match groups.begin(request, image, &known, now) {
+    match groups.begin(request, image, now) {
         Begin::Answer(answer) | Begin::Left(answer, _) => answer,
         Begin::Continue(pending) => {
             let outcome = pending.job.as_ref().map(|job| groups.run_builtin(job));

@@ -16,6 +16,7 @@ pub mod membership;
 pub mod offsets;
 pub use self::offsets::Replicated;
 pub mod schema;
+pub mod wasm_assignor;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

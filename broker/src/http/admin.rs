@@ -241,6 +241,23 @@ pub struct GroupView {
     pub coordinator: Option<u64>,
     pub members: Vec<Member>,
     pub offsets: Vec<LagRow>,
+    /// A consumer-protocol group's server-side assignment (`None` for a classic group).
+    pub assignor: Option<GroupAssignor>,
+}
+
+/// Which server-side assignor computed a consumer-protocol group's target assignment, and when.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct GroupAssignor {
+    /// The assignor that computed the current target (the default when the chosen one failed).
+    pub name: String,
+    /// The uploaded assignor's version (absent for a built-in one).
+    pub version: Option<u64>,
+    /// When the target was computed (ms since the epoch; absent when restored from the log).
+    pub assigned_ms: Option<i64>,
+    /// Why the members' chosen assignor was not used, if it failed.
+    pub error: Option<String>,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
 }
 
 impl GroupView {
@@ -321,6 +338,14 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     let coordinator = image.topics.get(OFFSETS_TOPIC).and_then(|t| {
         t.partitions.get(crate::group::partition_for(group_id, t.partitions.len() as u32) as usize)?.leader
     });
+    let assignor = consumer.as_ref().map(|c| GroupAssignor {
+        name: c.assignor.clone(),
+        version: c.assignor_version,
+        assigned_ms: (c.assigned_ms > 0).then_some(c.assigned_ms),
+        error: c.assignor_error.clone(),
+        group_epoch: c.group_epoch,
+        assignment_epoch: c.assignment_epoch,
+    });
     let (state, protocol_type, protocol, members) = match description {
         Some(d) => (
             d.state.name(),
@@ -384,7 +409,17 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
         })
         .collect();
     offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    Some(GroupView { group_id: group_id.to_string(), state, protocol_type, protocol, coordinator, members, offsets })
+    let assignor = assignor.filter(|_| protocol_type == "consumer");
+    Some(GroupView {
+        group_id: group_id.to_string(),
+        state,
+        protocol_type,
+        protocol,
+        coordinator,
+        members,
+        offsets,
+        assignor,
+    })
 }
 
 pub async fn delete_group(http: &Http, group_id: &str) -> ApiResult<()> {

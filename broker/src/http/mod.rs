@@ -15,6 +15,7 @@
 //! semantics on any node of a cluster, not a second implementation of them.
 
 mod admin;
+mod assignors;
 mod consumer;
 pub mod error;
 mod kafka;
@@ -127,6 +128,9 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
         .routes(routes!(validators::list))
         .routes(routes!(validators::deploy, validators::describe, validators::delete))
         .routes(routes!(validators::logs))
+        .routes(routes!(assignors::list))
+        .routes(routes!(assignors::deploy, assignors::describe, assignors::delete))
+        .routes(routes!(assignors::logs))
         .routes(routes!(observe::metrics))
         .with_state(state.clone())
         .split_for_parts();

@@ -338,6 +338,38 @@ pub(super) async fn ask_others<T: serde::de::DeserializeOwned>(
     (answers, asked, unreachable)
 }
 
+/// How long a deployment's answer waits for the other nodes to load it.
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const LOAD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Asks the other brokers for `path` (their `scope=node` view) until every one that answers
+/// is `ready` (a deployment is loaded there), at most [`LOAD_WAIT`]: (the ready answers by
+/// node, the nodes asked, those that did not answer or were not ready in time).
+pub(super) async fn ask_others_until<T: serde::de::DeserializeOwned>(
+    http: &super::Http,
+    path: &str,
+    ready: impl Fn(&T) -> bool,
+) -> (Vec<(u64, T)>, Vec<u64>, Vec<u64>) {
+    let deadline = tokio::time::Instant::now() + LOAD_WAIT;
+    loop {
+        let (answers, asked, mut unreachable) = ask_others::<T>(http, path).await;
+        let mut done = Vec::new();
+        let mut behind = Vec::new();
+        for (node, answer) in answers {
+            match answer.filter(|a| ready(a)) {
+                Some(answer) => done.push((node, answer)),
+                None => behind.push(node),
+            }
+        }
+        if behind.is_empty() || tokio::time::Instant::now() >= deadline {
+            unreachable.extend(behind);
+            unreachable.sort_unstable();
+            return (done, asked, unreachable);
+        }
+        tokio::time::sleep(LOAD_POLL).await;
+    }
+}
+
 /// Node `node`'s own view of `path`; `None` when it does not know the transform (404: its
 /// metadata is behind, or the transform was just deleted).
 async fn ask_node<T: serde::de::DeserializeOwned>(
@@ -423,7 +455,12 @@ pub(super) async fn read_upload<C: serde::de::DeserializeOwned>(request: Request
                 other => return Err(ApiError::invalid(format!("unexpected part '{other}' (config and module)"))),
             }
         }
-        let config = config.ok_or_else(|| ApiError::invalid("the 'config' part (JSON) is missing"))?;
+        // A config whose fields all have defaults (an assignor's) may be left out.
+        let config = match config {
+            Some(config) => config,
+            None => serde_json::from_slice::<C>(b"{}")
+                .map_err(|_| ApiError::invalid("the 'config' part (JSON) is missing"))?,
+        };
         let module = module.ok_or_else(|| ApiError::invalid("the 'module' part (the .wasm component) is missing"))?;
         return Ok((config, module));
     }

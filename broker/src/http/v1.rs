@@ -712,6 +712,9 @@ pub struct GroupSummary {
     pub members: usize,
     pub total_lag: i64,
     pub coordinator: Option<u64>,
+    /// A consumer-protocol group's server-side assignor (absent for a classic group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assignor: Option<admin::GroupAssignor>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -733,6 +736,7 @@ pub async fn list_groups(State(http): State<super::State>) -> Json<GroupList> {
                 protocol: g.protocol,
                 members: g.members.len(),
                 coordinator: g.coordinator,
+                assignor: g.assignor,
             });
         }
     }
@@ -776,6 +780,9 @@ pub struct GroupDetail {
     pub members: Vec<GroupMember>,
     pub offsets: Vec<GroupOffset>,
     pub total_lag: i64,
+    /// A consumer-protocol group's server-side assignor (absent for a classic group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assignor: Option<admin::GroupAssignor>,
 }
 
 /// A group's members, assignments, committed offsets and lag per partition.
@@ -794,6 +801,7 @@ pub async fn describe_group(
         protocol_type: g.protocol_type,
         protocol: g.protocol,
         coordinator: g.coordinator,
+        assignor: g.assignor,
         members: g
             .members
             .into_iter()

@@ -20,7 +20,7 @@ use sha2::Digest;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody, Path, Query};
-use super::transforms::{ask_others, hex, read_upload, Logs, LogsQuery, ViewQuery};
+use super::transforms::{ask_others, ask_others_until, hex, read_upload, Logs, LogsQuery, ViewQuery};
 use crate::controller::{ApplyOutcome, MetadataRecord, ModuleBytes, ValidatorFailure, ValidatorImage, ValidatorSpec};
 use crate::server::handlers::validate_topic_name;
 
@@ -29,9 +29,6 @@ const MEMORY_BYTES_MAX: u64 = 1 << 30;
 /// A validator holds the producer's request: its deadline is shorter than a transform's.
 const CALL_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 const CALL_TIMEOUT_MS_MAX: u64 = 30_000;
-/// How long a deployment's answer waits for the other nodes to load it.
-const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-const LOAD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A validator's configuration (the `config` part of the upload).
 #[derive(Deserialize, ToSchema)]
@@ -191,30 +188,16 @@ pub async fn deploy(
     Ok((status, Json(detail(&image, validator, nodes, nodes_asked, nodes_unreachable))).into_response())
 }
 
-/// Waits (at most [`LOAD_WAIT`]) until every node that answers runs `validator`'s version, so
-/// that once a deployment is answered every leader checks its topic's batches; returns the
-/// nodes' views, the nodes asked and those that did not answer or had not loaded it in time.
+/// Waits until every node that answers runs `validator`'s version, so that once a deployment
+/// is answered every leader checks its topic's batches; returns the nodes' views, the nodes
+/// asked and those that did not answer or had not loaded it in time.
 async fn wait_loaded(http: &super::Http, validator: &ValidatorImage) -> (Vec<ValidatorNode>, Vec<u64>, Vec<u64>) {
     let path = format!("/v1/validators/{}?scope=node", validator.name);
-    let deadline = tokio::time::Instant::now() + LOAD_WAIT;
-    loop {
-        let (answers, asked, mut unreachable) = ask_others::<ValidatorDetail>(http, &path).await;
-        let mut nodes: Vec<ValidatorNode> = local_node(http, validator).into_iter().collect();
-        let mut behind = Vec::new();
-        for (node, answer) in answers {
-            let current = answer.and_then(|d| d.nodes.into_iter().next()).filter(|n| n.version >= validator.version);
-            match current {
-                Some(view) => nodes.push(view),
-                None => behind.push(node),
-            }
-        }
-        if behind.is_empty() || tokio::time::Instant::now() >= deadline {
-            unreachable.extend(behind);
-            unreachable.sort_unstable();
-            return (nodes, asked, unreachable);
-        }
-        tokio::time::sleep(LOAD_POLL).await;
-    }
+    let loaded = |d: &ValidatorDetail| d.nodes.first().is_some_and(|n| n.version >= validator.version);
+    let (answers, asked, unreachable) = ask_others_until::<ValidatorDetail>(http, &path, loaded).await;
+    let mut nodes: Vec<ValidatorNode> = local_node(http, validator).into_iter().collect();
+    nodes.extend(answers.into_iter().filter_map(|(_, d)| d.nodes.into_iter().next()));
+    (nodes, asked, unreachable)
 }
 
 fn topic_taken(topic: &str, other: &str) -> ApiError {

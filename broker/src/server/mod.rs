@@ -108,6 +108,8 @@ pub struct Broker {
     /// Deployed WASM transforms running on this node.
     pub transforms: Arc<crate::transform::TransformManager>,
     pub validators: Arc<crate::validator::Validators>,
+    /// Uploaded consumer group assignors (`group.remote.assignor`), loaded on this node.
+    pub assignors: Arc<crate::group::wasm_assignor::WasmAssignors>,
     /// Prometheus metrics (request latency per API, bytes in/out per topic, ...).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The follower fetchers of this node's follower partitions.

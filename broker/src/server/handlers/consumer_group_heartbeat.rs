@@ -8,12 +8,20 @@
 //! (its committed offsets stay, they are keyed by group id).
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestHeader};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+use kafka_protocol::messages::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DescribeLogDirsRequest, RequestHeader,
+};
 use kafka_protocol::ResponseError;
 
 use super::join_group::check_coordinator;
-use super::{str_bytes, uuid_of};
-use crate::group::consumer::{self, Begin, HeartbeatAnswer, HeartbeatRequest};
+use super::{str_bytes, topic_name, uuid_of};
+use crate::controller::MetadataImage;
+use crate::group::assignor::{self, TopicSpec};
+use crate::group::consumer::{self, AssignJob, AssignOutcome, Begin, HeartbeatAnswer, HeartbeatRequest};
 use crate::group::membership::{self, GroupState};
 use crate::group::Replicated;
 use crate::server::{offset_error_code, Broker};
@@ -71,17 +79,13 @@ pub async fn handle(
     };
     let image = broker.controller.image();
     let consumers = &broker.groups.consumers;
-    let known = |name: &str| consumers.config().assignors.iter().any(|a| a == name);
-    let (answer, write) = match consumers.begin(decoded, &image, &known, membership::now()) {
+    let (answer, write) = match consumers.begin(decoded, &image, membership::now()) {
         Begin::Answer(answer) => (answer, None),
         Begin::Left(answer, write) => (answer, write),
         Begin::Continue(pending) => {
             let outcome = match pending.job.clone() {
                 None => None,
-                Some(job) => {
-                    let groups = broker.groups.clone();
-                    tokio::task::spawn_blocking(move || groups.consumers.run_builtin(&job)).await.ok()
-                }
+                Some(job) => assign(broker, &image, job).await,
             };
             consumers.finish(pending, outcome, membership::now())
         }
@@ -99,6 +103,85 @@ pub async fn handle(
             ..answer_without_member()
         })),
     }
+}
+
+/// Computes a target assignment outside every group lock, on the blocking pool: with the
+/// built-in assignor of that name, else the uploaded one the image names (given the subscribed
+/// partitions' sizes). `None` only if the task itself died (no new target this time).
+async fn assign(broker: &Broker, image: &MetadataImage, job: AssignJob) -> Option<AssignOutcome> {
+    let groups = broker.groups.clone();
+    let uploaded = match assignor::builtin(&job.assignor) {
+        Some(_) => None,
+        None => broker.assignors.current(image, &job.assignor).await,
+    };
+    let Some(uploaded) = uploaded else {
+        return tokio::task::spawn_blocking(move || groups.consumers.run_builtin(&job)).await.ok();
+    };
+    let sizes = partition_sizes(broker, image, &job.spec.topics).await;
+    let version = uploaded.image.version;
+    tokio::task::spawn_blocking(move || {
+        let plan = uploaded.assign(&job.spec, &sizes);
+        groups.consumers.outcome_or_default(&job, plan, Some(version))
+    })
+    .await
+    .ok()
+}
+
+/// How long the coordinator waits for another leader's partition sizes before it gives the
+/// assignor 0 ("unknown") for them: an assignment must not wait on a slow broker.
+const SIZES_TIMEOUT: Duration = Duration::from_millis(500);
+const DESCRIBE_LOG_DIRS_VERSION: i16 = 4;
+
+/// The size in bytes of every partition of `topics` (index = partition): this node's replica
+/// where it has one, else the leader's answer to DescribeLogDirs (one request per leader, all
+/// at once, bounded by [`SIZES_TIMEOUT`]); 0 where neither is known.
+async fn partition_sizes(
+    broker: &Broker,
+    image: &MetadataImage,
+    topics: &BTreeMap<String, TopicSpec>,
+) -> BTreeMap<String, Vec<u64>> {
+    let mut sizes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut remote: BTreeMap<u64, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+    for (name, spec) in topics {
+        let Some(topic) = image.topic(name) else { continue };
+        let mut known = vec![0u64; spec.partitions as usize];
+        for (p, size) in known.iter_mut().enumerate() {
+            let local = broker.replicas.get(name, p as u32).filter(|r| r.topic_id() == topic.topic_id);
+            match (local, topic.partitions.get(p).and_then(|p| p.leader)) {
+                (Some(replica), _) => *size = replica.size_bytes(),
+                (None, Some(leader)) => {
+                    remote.entry(leader).or_default().entry(name.clone()).or_default().push(p as i32)
+                }
+                (None, None) => {}
+            }
+        }
+        sizes.insert(name.clone(), known);
+    }
+    let calls = remote.into_iter().map(|(leader, wanted)| async move {
+        let request = DescribeLogDirsRequest::default().with_topics(Some(
+            wanted
+                .into_iter()
+                .map(|(name, partitions)| {
+                    DescribableLogDirTopic::default().with_topic(topic_name(&name)).with_partitions(partitions)
+                })
+                .collect(),
+        ));
+        broker.peers.call(leader, DESCRIBE_LOG_DIRS_VERSION, &request, SIZES_TIMEOUT).await
+    });
+    for answer in futures_util::future::join_all(calls).await {
+        let Ok(answer) = answer else { continue };
+        for dir in answer.results {
+            for topic in dir.topics {
+                let Some(known) = sizes.get_mut(topic.name.0.as_str()) else { continue };
+                for p in topic.partitions {
+                    if let Some(size) = usize::try_from(p.partition_index).ok().and_then(|i| known.get_mut(i)) {
+                        *size = u64::try_from(p.partition_size).unwrap_or(0);
+                    }
+                }
+            }
+        }
+    }
+    sizes
 }
 
 fn answer_without_member() -> HeartbeatAnswer {
