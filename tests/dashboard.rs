@@ -907,3 +907,51 @@ fn dashboard_shows_a_stateful_transforms_state_and_changelog() {
     browser.wait_for_text(&format!(r#"{row} [data-field="state_bytes"]"#), "54 B · 3 keys");
     browser.screenshot("dashboard-stateful-transform.png");
 }
+
+#[test]
+fn dashboard_lists_assignors_and_shows_which_one_computed_a_groups_assignment() {
+    // Proves the Transforms page lists the built-in assignors and an uploaded one with its
+    // runs, and a consumer-protocol group's page names the uploaded assignor (and version) that
+    // computed its target assignment, as the coordinator reports it.
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
+    let base = node.http_url();
+    create_topic(&node, "sized", 3);
+    let browser = Browser::start();
+    let module = support::guest_component("runnel-guest-badassignor");
+    let config = json!({ "module_base64": base64::engine::general_purpose::STANDARD.encode(&module) });
+    let (status, deployed) = browser.http_json(Method::PUT, &format!("{base}/v1/assignors/lopsided"), Some(config));
+    assert_eq!(status, StatusCode::CREATED, "{deployed}");
+
+    let consumer: BaseConsumer = client_config(
+        &node,
+        &[("group.id", "kip848"), ("group.protocol", "consumer"), ("group.remote.assignor", "lopsided")],
+    )
+    .create()
+    .expect("consumer");
+    consumer.subscribe(&["sized"]).expect("subscribe");
+    let assigned = wait_until(DEADLINE, || {
+        consumer.poll(Duration::from_millis(100));
+        consumer.assignment().is_ok_and(|a| a.count() == 3)
+    });
+    assert!(assigned, "the member never got the 3 partitions");
+
+    browser.navigate(&format!("{base}/#/transforms"));
+    let row = |name: &str| format!(r#"[data-testid="assignor-row"][data-assignor="{name}"]"#);
+    browser.wait_for_text(&format!(r#"{} [data-field="kind"]"#, row("uniform")), "built-in (default)");
+    browser.wait_for_text(&format!(r#"{} [data-field="kind"]"#, row("lopsided")), "wasm");
+    browser.wait_for_text(&format!(r#"{} [data-field="runs"]"#, row("lopsided")), "1");
+    browser.wait_for_text(&format!(r#"{} [data-field="version"]"#, row("lopsided")), "1");
+
+    browser.navigate(&format!("{base}/#/groups/kip848"));
+    browser
+        .wait_for_text(r#"[data-testid="group-assignor"] [data-field="assignor"]"#, "lopsided (uploaded, version 1)");
+    let png = browser.screenshot("dashboard-group-assignor.png");
+    assert!(browser.count(r#"[data-testid="group-assignor"] [data-field="assignor-error"]"#) == 0);
+    println!("screenshot: {}", png.display());
+    // Keep polling until the end so the member stays in the group while the pages load.
+    consumer.poll(Duration::from_millis(10));
+}

@@ -897,7 +897,7 @@
             <td data-field="group_id"><a href="${groupHref(g.group_id)}">${esc(g.group_id)}</a></td>
             <td>${stateBadge(g.state)}</td>
             <td data-field="protocol_type">${esc(g.protocol_type) || `<span class="muted">${DASH}</span>`}</td>
-            <td data-field="protocol">${esc(g.protocol) || `<span class="muted">${DASH}</span>`}</td>
+            <td data-field="protocol">${esc(g.protocol) || `<span class="muted">${DASH}</span>`}${assignorNote(g.assignor)}</td>
             ${num(g.members, "members")}
             <td class="num" data-field="total_lag">${g.total_lag > 0 ? `<strong>${fmtInt(g.total_lag)}</strong>` : fmtInt(g.total_lag)}</td>
             ${num(g.coordinator, "coordinator")}</tr>`,
@@ -971,6 +971,7 @@
               <h2>Total lag over time <span class="hint">sampled every ${POLL_MS / 1000} s while this page is open</span></h2>
               <div class="chart" data-testid="lag-chart" data-samples="0"></div>
             </section>
+            <section class="card" id="group-assignor" hidden></section>
             <section class="card flush"><h2>Members</h2><div id="members"></div></section>
             <section class="card flush"><h2>Partitions</h2><div id="offsets"></div></section>
           </div>`;
@@ -1010,6 +1011,18 @@
           ${stat("Total lag", fmtInt(g.total_lag), "group-total-lag", null, g.total_lag > 0 ? "accent" : "")}
           ${stat("Partitions", fmtInt(offsets.length), "group-partitions")}
           ${stat("Topics", fmtInt(new Set(offsets.map((o) => o.topic)).size), "group-topics")}`;
+        const a = g.assignor;
+        const assignment = root.querySelector("#group-assignor");
+        assignment.hidden = !a;
+        if (a) {
+          assignment.innerHTML = `<h2>Server-side assignment <span class="hint">KIP-848: the coordinator computes each group epoch's target with the members' chosen assignor</span></h2>
+            <dl class="config" data-testid="group-assignor">
+              <dt>Assignor</dt><dd data-field="assignor">${esc(a.name)}${a.version == null ? ` <span class="muted">(built-in)</span>` : ` <span class="muted">(uploaded, version ${fmtInt(a.version)})</span>`}</dd>
+              <dt>Computed</dt><dd data-field="assigned">${a.assigned_ms == null ? `<span class="muted">before this coordinator took over</span>` : `${fmtIso(a.assigned_ms)} <span class="muted">(${fmtAgo(a.assigned_ms)})</span>`}</dd>
+              <dt>Epochs</dt><dd data-field="epochs">group ${fmtInt(a.group_epoch)} · assignment ${fmtInt(a.assignment_epoch)}</dd>
+              ${a.error ? `<dt>Fallback</dt><dd data-field="assignor-error" class="bad">${esc(a.error)}</dd>` : ""}
+            </dl>`;
+        }
         drawChart();
         const memberById = new Map(members.map((m) => [m.member_id, m]));
         root.querySelector("#members").innerHTML = members.length
@@ -1163,6 +1176,33 @@
     empty.hidden = validators.length > 0;
   }
 
+  /** A consumer-protocol group's assignor: its uploaded version, or the fallback, after the name. */
+  function assignorNote(a) {
+    if (!a) return "";
+    if (a.error) return ` <span class="badge bad" title="${esc(a.error)}">fallback</span>`;
+    return a.version == null ? "" : ` <span class="muted">v${fmtInt(a.version)}</span>`;
+  }
+
+  /** The assignors card of the Transforms page: built-in and uploaded, with runs and failures. */
+  function renderAssignors(root, list) {
+    const builtin = (list.builtin || []).map(
+      (name, i) => `<tr data-testid="assignor-row" data-assignor="${esc(name)}">
+        <td data-field="name">${esc(name)}</td><td data-field="kind">built-in${i === 0 ? " (default)" : ""}</td>
+        <td class="num muted">${DASH}</td><td class="num muted">${DASH}</td><td class="num muted">${DASH}</td><td></td><td class="muted"></td></tr>`,
+    );
+    const uploaded = (list.assignors || []).map(
+      (a) => `<tr data-testid="assignor-row" data-assignor="${esc(a.name)}"${a.failures > 0 ? ` class="bad"` : ""}>
+        <td data-field="name">${esc(a.name)}</td><td data-field="kind">wasm</td>
+        ${num(a.version, "version")}${num(a.runs, "runs")}
+        <td class="num" data-field="failures">${a.failures > 0 ? `<span class="badge bad">${fmtInt(a.failures)}</span>` : `<span class="muted">0</span>`}</td>
+        <td data-field="deployed">${a.deployed_ms > 0 ? fmtAgo(a.deployed_ms) : ""}</td>
+        <td data-field="last_error" class="muted">${esc(a.last_error ?? "")}</td></tr>`,
+    );
+    const html = builtin.concat(uploaded).join("");
+    const body = root.querySelector("[data-testid=assignors-table] tbody");
+    if (body.innerHTML !== html) body.innerHTML = html;
+  }
+
   function transformsView() {
     let root;
     let transforms = null;
@@ -1226,6 +1266,12 @@
               <th class="num">Records rejected</th><th class="num">Failures</th><th>Last rejection or error</th><th class="num">Version</th>
             </tr></thead><tbody></tbody></table>
             <p class="empty" data-testid="validators-empty" hidden>No validators. Attach one to a topic with <code>runnel validator deploy</code>.</p>
+          </section>
+          <section class="card flush" data-testid="assignors">
+            <h2>Assignors <span class="hint">server-side partition assignors of consumer groups (group.protocol=consumer), chosen with group.remote.assignor; upload one with <code>runnel assignor deploy</code></span></h2>
+            <table class="data" data-testid="assignors-table"><thead><tr>
+              <th>Name</th><th>Kind</th><th class="num">Version</th><th class="num">Runs</th><th class="num">Failures</th><th>Deployed</th><th>Last error</th>
+            </tr></thead><tbody></tbody></table>
           </section>`;
         const filter = root.querySelector("[data-testid=transform-filter]");
         filter.value = transformsState.filter;
@@ -1237,10 +1283,15 @@
         rowLinks(root.querySelector("tbody"));
       },
       async refresh(signal) {
-        const [data, checks] = await Promise.all([api("/v1/transforms", { signal }), api("/v1/validators", { signal })]);
+        const [data, checks, assignors] = await Promise.all([
+          api("/v1/transforms", { signal }),
+          api("/v1/validators", { signal }),
+          api("/v1/assignors", { signal }),
+        ]);
         transforms = data.transforms || [];
         render();
         renderValidators(root, checks.validators || []);
+        renderAssignors(root, assignors);
       },
     };
   }
