@@ -327,3 +327,42 @@ fn bad_uploads_are_refused_with_the_reason() {
     assert_eq!(answer.json["call_timeout_ms"], 1000);
     assert_eq!(api.get("/v1/assignors").json["assignors"][0]["name"], "lopsided");
 }
+
+/// The sticky-range example through real members: ranges first, and a third member takes only
+/// its share, each earlier member keeping a subset of what it had.
+#[test]
+fn the_sticky_range_example_moves_only_the_newcomers_share() {
+    let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
+    let api = HttpApi::new(&node);
+    const TOPIC: &str = "ranges";
+    create_topic(&node, TOPIC, 6);
+    let answer = deploy(&api, "sticky-range", "runnel-example-sticky-range", json!({}));
+    assert_eq!(answer.status, 201, "{}", answer.text);
+    let owned: Owned = Arc::default();
+    let select = [("group.remote.assignor", "sticky-range")];
+    let settle = |clients: &[&str], each: usize| {
+        let mut view = Value::Null;
+        let settled = wait_until(DEADLINE, || {
+            view = group_view(&api, "g").unwrap_or(Value::Null);
+            member_ids(&view).len() == clients.len()
+                && view["assignor"]["name"] == "sticky-range"
+                && clients.iter().all(|c| owned_by(&owned, c, TOPIC).len() == each)
+        });
+        assert!(settled, "never {each} partitions each: {view:#} owned {:?}", owned.lock().unwrap());
+    };
+    let a = Polling::start(&node, &owned, "a", TOPIC, &select);
+    let b = Polling::start(&node, &owned, "b", TOPIC, &select);
+    settle(&["a", "b"], 3);
+    let before: Vec<BTreeSet<i32>> = ["a", "b"].iter().map(|c| owned_by(&owned, c, TOPIC)).collect();
+    for partitions in &before {
+        let (first, last) = (partitions.first().unwrap(), partitions.last().unwrap());
+        assert_eq!(last - first, 2, "not a contiguous range: {partitions:?}");
+    }
+    let c = Polling::start(&node, &owned, "c", TOPIC, &select);
+    settle(&["a", "b", "c"], 2);
+    for (client, had) in ["a", "b"].iter().zip(&before) {
+        let now = owned_by(&owned, client, TOPIC);
+        assert!(now.is_subset(had), "{client} had {had:?}, now {now:?}: more moved than the newcomer's share");
+    }
+    drop((a, b, c));
+}
