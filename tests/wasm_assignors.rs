@@ -32,6 +32,12 @@ const UNSUPPORTED_ASSIGNOR: i16 = 112;
 /// The partitions each member owns, as its rebalance callbacks report them.
 type Owned = Arc<Mutex<BTreeMap<String, BTreeSet<(String, i32)>>>>;
 
+/// The ledger, even after a failed assertion elsewhere poisoned it (a panic inside a librdkafka
+/// callback could not unwind).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 struct Tracked {
     name: String,
     owned: Owned,
@@ -41,7 +47,7 @@ impl ClientContext for Tracked {}
 
 impl ConsumerContext for Tracked {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut owned = self.owned.lock().unwrap();
+        let mut owned = lock(&self.owned);
         let mine = owned.entry(self.name.clone()).or_default();
         match rebalance {
             Rebalance::Assign(list) => {
@@ -150,8 +156,12 @@ fn fill(node: &Runnel, topic: &str, counts: &[usize]) {
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+fn snapshot(owned: &Owned) -> String {
+    format!("{:?}", *lock(owned))
+}
+
 fn owned_by(owned: &Owned, name: &str, topic: &str) -> BTreeSet<i32> {
-    owned.lock().unwrap().get(name).into_iter().flatten().filter(|(t, _)| t == topic).map(|(_, p)| *p).collect()
+    lock(owned).get(name).into_iter().flatten().filter(|(t, _)| t == topic).map(|(_, p)| *p).collect()
 }
 
 /// The uploaded rack-aware, size-balancing example decides the members' partitions: what they
@@ -160,6 +170,8 @@ fn owned_by(owned: &Owned, name: &str, topic: &str) -> BTreeSet<i32> {
 /// brings.
 #[test]
 fn an_uploaded_assignor_chosen_by_name_decides_what_members_own_and_a_redeploy_the_next() {
+    // Not beside this binary's cluster test: see `support::cluster::one_at_a_time`.
+    let _one_at_a_time = support::cluster::one_at_a_time();
     let node = Runnel::start(&["--rack", "rack-a", "--group-consumer-heartbeat-interval-ms", "500"]);
     let api = HttpApi::new(&node);
     const TOPIC: &str = "sized";
@@ -224,7 +236,7 @@ fn an_uploaded_assignor_chosen_by_name_decides_what_members_own_and_a_redeploy_t
         let last = ids.iter().max_by(|x, y| x.1.cmp(y.1)).map(|(client, _)| client.clone()).unwrap();
         ids.keys().all(|client| owned_by(&owned, client, TOPIC).len() == if *client == last { 6 } else { 0 })
     });
-    assert!(settled, "version 2 never decided the assignment: {view:#} owned {:?}", owned.lock().unwrap());
+    assert!(settled, "version 2 never decided the assignment: {view:#} owned {}", snapshot(&owned));
     assert_eq!(view["assignor"]["name"], "by-size");
 
     let described = api.get("/v1/assignors/by-size").json;
@@ -239,6 +251,8 @@ fn an_uploaded_assignor_chosen_by_name_decides_what_members_own_and_a_redeploy_t
 /// deleted assignor is refused to new members.
 #[test]
 fn hostile_assignors_fall_back_to_the_default_and_the_group_keeps_consuming() {
+    // Not beside this binary's cluster test: see `support::cluster::one_at_a_time`.
+    let _one_at_a_time = support::cluster::one_at_a_time();
     let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
     let api = HttpApi::new(&node);
     let answer =
@@ -300,6 +314,8 @@ fn hostile_assignors_fall_back_to_the_default_and_the_group_keeps_consuming() {
 /// another world, limits out of range; a multipart upload needs no config part.
 #[test]
 fn bad_uploads_are_refused_with_the_reason() {
+    // Not beside this binary's cluster test: see `support::cluster::one_at_a_time`.
+    let _one_at_a_time = support::cluster::one_at_a_time();
     let node = Runnel::start(&[]);
     let api = HttpApi::new(&node);
     let taken = deploy(&api, "uniform", "runnel-guest-badassignor", json!({}));
@@ -332,6 +348,8 @@ fn bad_uploads_are_refused_with_the_reason() {
 /// its share, each earlier member keeping a subset of what it had.
 #[test]
 fn the_sticky_range_example_moves_only_the_newcomers_share() {
+    // Not beside this binary's cluster test: see `support::cluster::one_at_a_time`.
+    let _one_at_a_time = support::cluster::one_at_a_time();
     let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
     let api = HttpApi::new(&node);
     const TOPIC: &str = "ranges";
@@ -348,7 +366,7 @@ fn the_sticky_range_example_moves_only_the_newcomers_share() {
                 && view["assignor"]["name"] == "sticky-range"
                 && clients.iter().all(|c| owned_by(&owned, c, TOPIC).len() == each)
         });
-        assert!(settled, "never {each} partitions each: {view:#} owned {:?}", owned.lock().unwrap());
+        assert!(settled, "never {each} partitions each: {view:#} owned {}", snapshot(&owned));
     };
     let a = Polling::start(&node, &owned, "a", TOPIC, &select);
     let b = Polling::start(&node, &owned, "b", TOPIC, &select);
@@ -365,4 +383,85 @@ fn the_sticky_range_example_moves_only_the_newcomers_share() {
         assert!(now.is_subset(had), "{client} had {had:?}, now {now:?}: more moved than the newcomer's share");
     }
     drop((a, b, c));
+}
+
+/// On a three-node cluster: a deployment through node 1 is answered once every node loaded it;
+/// the group's coordinator (wherever it is) runs the guest with each partition's size (its own
+/// replicas' and the other leaders' through DescribeLogDirs) and its replica's rack, and the
+/// members own what the example computes natively from the same input.
+#[test]
+fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_sizes() {
+    use support::cluster::Cluster;
+    let cluster = Cluster::start_with(3, &["--group-consumer-heartbeat-interval-ms", "500"], |id| {
+        vec!["--rack".to_string(), format!("rack-{id}")]
+    });
+    let node = cluster.node(1);
+    let api = HttpApi::new(node);
+    const TOPIC: &str = "spread";
+    create_topic(node, TOPIC, 6);
+    fill(node, TOPIC, &[120, 10, 300, 60, 200, 30]);
+
+    let answer = deploy(&api, "by-size", "runnel-example-assignor", json!({}));
+    assert_eq!(answer.status, 201, "{}", answer.text);
+    assert_eq!(answer.json["nodes"].as_array().map(Vec::len), Some(3), "{:#}", answer.json);
+    assert_eq!(answer.json["nodes_unreachable"], json!([]), "{:#}", answer.json);
+
+    // Sizes and racks as the nodes hosting each partition report them (replication factor 1).
+    let mut sizes = vec![0u64; 6];
+    let mut racks = vec![Vec::new(); 6];
+    for id in cluster.ids() {
+        let mut conn = RawConn::open(cluster.node(id), "assignor-test");
+        let request = DescribeLogDirsRequest::default().with_topics(Some(vec![DescribableLogDirTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions((0..6).collect())]));
+        for topic in &conn.call(4, &request).results[0].topics {
+            for p in &topic.partitions {
+                sizes[p.partition_index as usize] = p.partition_size as u64;
+                racks[p.partition_index as usize] = vec![format!("rack-{id}")];
+            }
+        }
+    }
+    assert!(racks.iter().all(|r| !r.is_empty()), "a partition has no replica: {racks:?}");
+
+    let owned: Owned = Arc::default();
+    let select = ("group.remote.assignor", "by-size");
+    let a = Polling::start(node, &owned, "a", TOPIC, &[select, ("client.rack", "rack-1")]);
+    let b = Polling::start(node, &owned, "b", TOPIC, &[select, ("client.rack", "rack-2")]);
+    let members = |view: &Value| {
+        let ids = member_ids(view);
+        [
+            GuestMember::new(&ids["a"], &[TOPIC]).with_rack("rack-1"),
+            GuestMember::new(&ids["b"], &[TOPIC]).with_rack("rack-2"),
+        ]
+    };
+    let topics = [TopicMetadata { name: TOPIC.into(), partition_sizes: sizes.clone(), partition_racks: racks.clone() }];
+    let mut view = Value::Null;
+    let matched = wait_until(DEADLINE, || {
+        // Only the group's coordinator knows its members.
+        view = (1..=3)
+            .find_map(|id| {
+                group_view(&HttpApi::new(cluster.node(id)), "g")
+                    .filter(|v| v["members"].as_array().is_some_and(|m| m.len() == 2))
+            })
+            .unwrap_or(Value::Null);
+        if view.is_null() || view["assignor"]["name"] != "by-size" {
+            return false;
+        }
+        let expected = runnel_sdk::testing::assign::<runnel_example_assignor::RackAwareSize>(&members(&view), &topics)
+            .expect("native assignment");
+        member_ids(&view).iter().all(|(client, member_id)| {
+            let want: BTreeSet<i32> = expected
+                .iter()
+                .filter(|m| &m.member_id == member_id)
+                .flat_map(|m| m.partitions.iter().flat_map(|tp| tp.partitions.iter().copied()))
+                .collect();
+            owned_by(&owned, client, TOPIC) == want
+        })
+    });
+    assert!(
+        matched,
+        "members never owned the guest's plan (sizes {sizes:?}, racks {racks:?}): {view:#} owned {}",
+        snapshot(&owned)
+    );
+    drop((a, b));
 }
