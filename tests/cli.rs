@@ -1,4 +1,5 @@
-//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster, transform, validator)
+//! The `runnel` CLI subcommands (topic, produce, consume, group, cluster, transform, validator,
+//! assignor)
 //! against the real binary: a node started by `support::Runnel`, the CLI run as a separate
 //! process pointed at its HTTP listener, outputs parsed and exit codes checked.
 
@@ -681,6 +682,54 @@ fn validator_commands_deploy_the_schema_example_which_refuses_bad_lines() {
     assert_eq!(unknown.stderr, "error: validator 'orders-schema' not found (40409)\n");
     let unchecked = cli_with(Some(&node), &["produce", "orders"], Some(b"{\"name\":\"x\"}\n".to_vec()));
     assert_eq!(unchecked.code, 0, "{}", unchecked.stderr);
+}
+
+#[test]
+fn assignor_commands_upload_the_sticky_range_example_which_a_consumer_selects() {
+    // Proves `assignor deploy` uploads the sticky-range example (built with `transform build`),
+    // a librdkafka member with group.remote.assignor=sticky-range is assigned by it, and
+    // list/describe/logs show it next to the built-ins; delete removes it; unknown is a 404.
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
+    cli(&node, &["topic", "create", "ranges", "-p", "4"]).ok();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let build_args = ["transform", "build", "--package", "runnel-example-sticky-range", "--target-dir", "target/wasm"];
+    let module = cli_in(Some(&root), None, &build_args, None, BUILD_TIMEOUT).ok().trim_end().to_string();
+    let deployed =
+        cli(&node, &["assignor", "deploy", "sticky-range", "--module", &module, "--call-timeout-ms", "500"]).ok();
+    assert!(deployed.starts_with("created assignor 'sticky-range': version 1"), "{deployed}");
+
+    let consumer: BaseConsumer = support::client_config(
+        &node,
+        &[("group.id", "ranged"), ("group.protocol", "consumer"), ("group.remote.assignor", "sticky-range")],
+    )
+    .create()
+    .expect("consumer");
+    consumer.subscribe(&["ranges"]).expect("subscribe");
+    let assigned = support::wait_until(Duration::from_secs(60), || {
+        consumer.poll(Duration::from_millis(100));
+        consumer.assignment().is_ok_and(|a| a.count() == 4)
+    });
+    assert!(assigned, "the member was never assigned the 4 partitions");
+
+    let described = cli(&node, &["assignor", "describe", "sticky-range", "--output", "json"]).json();
+    assert_eq!(described["runs"], 1, "{described}");
+    assert_eq!(described["call_timeout_ms"], 500, "{described}");
+    let table = cli(&node, &["assignor", "describe", "sticky-range"]).ok();
+    assert!(table.contains("1 computed, 0 failed") && table.contains("sticky-range"), "{table}");
+    let listed = cli(&node, &["assignor", "list"]).ok();
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(lines[1].starts_with("uniform") && lines[1].contains("built-in (default)"), "{listed}");
+    assert!(lines.iter().any(|l| l.starts_with("sticky-range") && l.contains("wasm")), "{listed}");
+    let logs = cli(&node, &["assignor", "logs", "sticky-range"]).ok();
+    assert!(logs.contains("version 1 loaded"), "{logs}");
+    let group = cli(&node, &["group", "describe", "ranged", "--output", "json"]).json();
+    assert_eq!(group["assignor"]["name"], "sticky-range", "{group}");
+
+    assert_eq!(cli(&node, &["assignor", "delete", "sticky-range"]).ok(), "deleted assignor 'sticky-range'\n");
+    let unknown = cli(&node, &["assignor", "describe", "sticky-range"]);
+    assert_eq!(unknown.code, 1);
+    assert_eq!(unknown.stderr, "error: assignor 'sticky-range' not found (40410)\n");
 }
 
 #[test]
