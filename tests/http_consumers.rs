@@ -192,3 +192,94 @@ fn idle_instances_expire_and_leave_their_group() {
     );
     assert_eq!(api.get(&format!("{idle}/subscription")).status, 404);
 }
+
+#[test]
+fn http_instances_on_the_consumer_protocol_share_a_group_with_librdkafka_and_choose_the_assignor() {
+    // Proves an HTTP consumer instance created with "group.protocol": "consumer" is a KIP-848
+    // member: the coordinator assigns it with the "group.remote.assignor" it named (range
+    // here), it shares the group's partitions with a librdkafka consumer-protocol member (no
+    // overlap, every record read), its commits carry its member epoch
+    // (OffsetCommit v9), and when it is deleted (a heartbeat with epoch -1) librdkafka gets
+    // everything. An unknown assignor is refused: its polls answer UNSUPPORTED_ASSIGNOR.
+    let node = Runnel::start(&["--group-consumer-heartbeat-interval-ms", "500"]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "kip848", 4);
+    produce(&api, "kip848", 4, 5);
+
+    let base = create_instance(
+        &api,
+        "modern",
+        "web",
+        json!({"group.protocol": "consumer", "group.remote.assignor": "range", "auto.commit.enable": "true"}),
+    );
+    assert_eq!(api.post(&format!("{base}/subscription"), &json!({"topics": ["kip848"]})).status, 204);
+    assert!(wait_until(TIMEOUT, || assigned(&api, &base).len() == 4), "the HTTP member alone gets all 4 partitions");
+    let view = api.get("/v1/groups/modern").json;
+    assert_eq!(view["protocol_type"], "consumer", "{view:#}");
+    assert_eq!(view["assignor"]["name"], "range", "{view:#}");
+
+    let kafka: rdkafka::consumer::BaseConsumer = support::client_config(
+        &node,
+        &[("group.id", "modern"), ("group.protocol", "consumer"), ("auto.offset.reset", "earliest")],
+    )
+    .create()
+    .expect("consumer");
+    kafka.subscribe(&["kip848"]).expect("subscribe");
+    let mut kafka_records: Vec<(i64, i64)> = Vec::new();
+    let mut http_records: Vec<(i64, i64)> = Vec::new();
+    let split = wait_until(TIMEOUT, || {
+        if let Some(Ok(m)) = kafka.poll(Duration::from_millis(100)) {
+            kafka_records.push((m.partition() as i64, m.offset()));
+        }
+        let polled = api.get(&format!("{base}/records?timeout=100"));
+        for r in polled.json.as_array().into_iter().flatten() {
+            http_records.push((r["partition"].as_i64().unwrap(), r["offset"].as_i64().unwrap()));
+        }
+        let mine = assigned(&api, &base);
+        let theirs: BTreeSet<i64> =
+            kafka.assignment().map(|a| a.elements().iter().map(|e| e.partition() as i64).collect()).unwrap_or_default();
+        // Read by someone: the HTTP member alone reads (and auto-commits) before the split.
+        let covered = |p: i64| (0..5).all(|o| http_records.contains(&(p, o)) || kafka_records.contains(&(p, o)));
+        mine.len() == 2 && theirs.len() == 2 && mine.is_disjoint(&theirs) && (0..4).all(covered)
+    });
+    assert!(
+        split,
+        "no 2/2 split read to the end: http {:?}, kafka {:?}",
+        assigned(&api, &base),
+        kafka.assignment().ok()
+    );
+    // The HTTP member's commits (auto commit at its next poll) land with its member epoch.
+    let _ = api.get(&format!("{base}/records?timeout=100"));
+    let mine = assigned(&api, &base);
+    let committed = wait_until(TIMEOUT, || {
+        let _ = kafka.poll(Duration::from_millis(50));
+        let offsets = api.get("/v1/groups/modern").json["offsets"].clone();
+        mine.iter().all(|p| {
+            offsets.as_array().into_iter().flatten().any(|o| o["partition"] == *p && o["committed_offset"] == 5)
+        })
+    });
+    assert!(committed, "the HTTP member's commits never landed: {}", api.get("/v1/groups/modern").text);
+
+    assert_eq!(api.delete(&base).status, 204);
+    let took_over = wait_until(TIMEOUT, || {
+        let _ = kafka.poll(Duration::from_millis(100));
+        kafka.assignment().map(|a| a.count()).unwrap_or(0) == 4
+    });
+    assert!(took_over, "librdkafka never got the partitions the deleted HTTP member left");
+
+    let bad =
+        create_instance(&api, "refused", "web", json!({"group.protocol": "consumer", "group.remote.assignor": "nope"}));
+    assert_eq!(api.post(&format!("{bad}/subscription"), &json!({"topics": ["kip848"]})).status, 204);
+    let mut answer = None;
+    let refused = wait_until(TIMEOUT, || {
+        let polled = api.get(&format!("{bad}/records?timeout=100"));
+        let done = polled.status != 200;
+        answer = Some(polled);
+        done
+    });
+    let answer = answer.unwrap();
+    assert!(refused, "polls of a member with an unknown assignor kept succeeding: {}", answer.text);
+    assert!(answer.text.contains("nope is not supported"), "{} {}", answer.status, answer.text);
+    let invalid = api.send_json("POST", "/consumers/x", V2, &json!({"group.remote.assignor": "range"}));
+    assert_eq!(invalid.status, 422, "{}", invalid.text);
+}

@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as HeartbeatTopicPartitions;
 use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
 use kafka_protocol::messages::{
     consumer_protocol_assignment, fetch_request, join_group_request, leave_group_request, list_offsets_request,
-    offset_commit_request, offset_fetch_request, sync_group_request, BrokerId, ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
+    offset_commit_request, offset_fetch_request, sync_group_request, BrokerId, ConsumerGroupHeartbeatRequest,
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, FetchRequest, FindCoordinatorRequest, GroupId,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -84,7 +86,18 @@ pub enum OffsetReset {
     None,
 }
 
+/// How an instance takes part in its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup/Heartbeat; the instance computes `range`/`roundrobin` as leader.
+    Classic,
+    /// ConsumerGroupHeartbeat (KIP-848): the coordinator assigns with the server assignor
+    /// `remote_assignor` (the group's default when `None`).
+    Consumer { remote_assignor: Option<String> },
+}
+
 pub struct Settings {
+    pub protocol: GroupProtocol,
     pub format: Format,
     pub offset_reset: OffsetReset,
     pub auto_commit: bool,
@@ -102,7 +115,12 @@ struct State {
     /// Partitions assigned by hand (`POST .../assignments`): no group membership.
     manual: bool,
     member_id: String,
+    /// The classic generation, or the consumer protocol's member epoch (what OffsetCommit
+    /// carries either way).
     generation_id: i32,
+    /// Why the membership stopped for good (consumer protocol: UNSUPPORTED_ASSIGNOR,
+    /// GROUP_MAX_SIZE_REACHED, ...): a Kafka error code and message, returned by every poll.
+    fatal: Option<(i16, String)>,
     assignment: Vec<TopicPartition>,
     /// Next offset to fetch, per assigned partition.
     positions: HashMap<TopicPartition, i64>,
@@ -237,7 +255,7 @@ async fn close(http: &Arc<Http>, instance: &Arc<Instance>) {
         (state.member_id.clone(), state.manual)
     };
     if !member_id.is_empty() && !manual {
-        leave(http, &instance.group, &member_id).await;
+        leave(http, instance, &member_id).await;
     }
 }
 
@@ -295,8 +313,15 @@ pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<S
         state.manual = false;
     }
     let _ = instance.stop.send(false);
-    let membership = run_membership(http.clone(), instance.clone(), instance.stop.subscribe());
-    let task = tokio::spawn(crate::server::as_peer(instance.settings.peer, membership));
+    let (peer, stop) = (instance.settings.peer, instance.stop.subscribe());
+    let task = match instance.settings.protocol {
+        GroupProtocol::Classic => {
+            tokio::spawn(crate::server::as_peer(peer, run_membership(http.clone(), instance.clone(), stop)))
+        }
+        GroupProtocol::Consumer { .. } => {
+            tokio::spawn(crate::server::as_peer(peer, run_consumer_membership(http.clone(), instance.clone(), stop)))
+        }
+    };
     *instance.member_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     Ok(())
 }
@@ -320,7 +345,7 @@ pub async fn unsubscribe(http: &Arc<Http>, instance: &Arc<Instance>) {
     };
     instance.changed.notify_waiters();
     if !member_id.is_empty() {
-        leave(http, &instance.group, &member_id).await;
+        leave(http, instance, &member_id).await;
     }
 }
 
@@ -491,6 +516,9 @@ pub async fn poll(
                 40904,
                 "consumer is neither subscribed nor assigned partitions",
             ));
+        }
+        if let Some((code, message)) = &state.fatal {
+            return Err(ApiError::kafka_code(*code, Some(&format!("the group refused this member: {message}"))));
         }
     }
     if instance.settings.auto_commit {
@@ -768,7 +796,9 @@ pub async fn commit(http: &Http, instance: &Instance, offsets: Vec<(TopicPartiti
                     Some(
                         ResponseError::RebalanceInProgress
                         | ResponseError::IllegalGeneration
-                        | ResponseError::UnknownMemberId,
+                        | ResponseError::UnknownMemberId
+                        | ResponseError::StaleMemberEpoch
+                        | ResponseError::FencedMemberEpoch,
                     ) => ApiError::new(
                         axum::http::StatusCode::CONFLICT,
                         40908,
@@ -844,7 +874,25 @@ async fn ensure_coordinator(http: &Http, group: &str) {
     let _ = handlers::find_coordinator::handle(&http.broker, &kafka::header(kafka::FIND_COORDINATOR), request).await;
 }
 
-async fn leave(http: &Http, group: &str, member_id: &str) {
+/// Leaves the group: LeaveGroup for a classic member, a heartbeat with epoch -1 for a
+/// consumer-protocol one.
+async fn leave(http: &Http, instance: &Instance, member_id: &str) {
+    let group = instance.group.as_str();
+    if let GroupProtocol::Consumer { .. } = instance.settings.protocol {
+        let request = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str_bytes(group)))
+            .with_member_id(str_bytes(member_id))
+            .with_member_epoch(LEAVE_EPOCH);
+        let _ = on_coordinator!(
+            http,
+            group,
+            consumer_group_heartbeat,
+            kafka::CONSUMER_GROUP_HEARTBEAT,
+            request,
+            GROUP_CALL_TIMEOUT
+        );
+        return;
+    }
     let request = LeaveGroupRequest::default()
         .with_group_id(GroupId(str_bytes(group)))
         .with_members(vec![leave_group_request::MemberIdentity::default().with_member_id(str_bytes(member_id))]);
@@ -1096,6 +1144,187 @@ async fn heartbeat_until_rebalance(http: &Http, instance: &Instance, stop: &mut 
             Some(_) => return Step::Rejoin,
         }
     }
+}
+
+/// The member epoch a consumer-protocol member leaves with (KIP-848).
+const LEAVE_EPOCH: i32 = -1;
+/// How often a consumer-protocol member heartbeats until the coordinator names its interval.
+const FIRST_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The group membership of a subscribed instance on the consumer protocol (KIP-848): it
+/// heartbeats with its subscription, chosen assignor and owned partitions; the coordinator
+/// answers its epoch and, when it changed, its assignment, which the instance takes on at once
+/// (revoked partitions first: committed under auto commit, then dropped, so the coordinator can
+/// hand them on after the next heartbeat, sent right away). Fenced or unknown: it gives up its
+/// partitions and joins again at epoch 0 with the same member id. An error no retry can cure
+/// (an unknown assignor, a full group, a classic group with members) stops it and is what every
+/// poll answers.
+async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut stop: watch::Receiver<bool>) {
+    let remote_assignor = match &instance.settings.protocol {
+        GroupProtocol::Consumer { remote_assignor } => remote_assignor.clone(),
+        GroupProtocol::Classic => None,
+    };
+    {
+        let mut state = instance.lock();
+        if state.member_id.is_empty() {
+            // KIP-1082: the client makes its member id.
+            state.member_id = uuid::Uuid::new_v4().to_string();
+        }
+        state.generation_id = 0;
+        state.fatal = None;
+    }
+    let mut interval = FIRST_HEARTBEAT_INTERVAL;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let request = {
+            let state = instance.lock();
+            let image = http.broker.controller.image();
+            let mut owned: BTreeMap<[u8; 16], Vec<i32>> = BTreeMap::new();
+            for (topic, partition) in &state.assignment {
+                if let Some(t) = image.topics.get(topic) {
+                    owned.entry(t.topic_id).or_default().push(*partition);
+                }
+            }
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(str_bytes(&instance.group)))
+                .with_member_id(str_bytes(&state.member_id))
+                .with_member_epoch(state.generation_id)
+                .with_rebalance_timeout_ms(REBALANCE_TIMEOUT_MS)
+                .with_subscribed_topic_names(Some(state.subscription.iter().map(|t| topic_name(t)).collect()))
+                .with_server_assignor(remote_assignor.as_deref().map(str_bytes))
+                .with_topic_partitions(Some(
+                    owned
+                        .into_iter()
+                        .map(|(id, partitions)| {
+                            HeartbeatTopicPartitions::default()
+                                .with_topic_id(handlers::uuid_of(id))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                ))
+        };
+        ensure_coordinator(&http, &instance.group).await;
+        let answer = tokio::select! {
+            answer = async {
+                on_coordinator!(
+                    &http,
+                    &instance.group,
+                    consumer_group_heartbeat,
+                    kafka::CONSUMER_GROUP_HEARTBEAT,
+                    request,
+                    GROUP_CALL_TIMEOUT
+                )
+            } => answer,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let mut wait = interval;
+        match answer {
+            Err(error) => {
+                tracing::debug!(group = %instance.group, error = %error.message, "HTTP consumer heartbeat failed; retrying");
+                wait = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Ok(response) => match ResponseError::try_from_code(response.error_code) {
+                None => {
+                    backoff = Duration::from_millis(100);
+                    if response.heartbeat_interval_ms > 0 {
+                        interval = Duration::from_millis(response.heartbeat_interval_ms as u64);
+                    }
+                    if let Some(member_id) = response.member_id.as_ref().filter(|m| !m.is_empty()) {
+                        instance.lock().member_id = member_id.to_string();
+                    }
+                    instance.lock().generation_id = response.member_epoch;
+                    if let Some(assignment) = response.assignment {
+                        let image = http.broker.controller.image();
+                        let mut target: Vec<TopicPartition> = assignment
+                            .topic_partitions
+                            .iter()
+                            .filter_map(|t| {
+                                image.topic_by_id(t.topic_id.as_bytes()).map(|topic| (topic.name.clone(), t))
+                            })
+                            .flat_map(|(name, t)| t.partitions.iter().map(move |p| (name.clone(), *p)))
+                            .collect();
+                        target.sort();
+                        if take_assignment(&http, &instance, target).await {
+                            // Acknowledge at once: the coordinator hands revoked partitions on
+                            // only after this member reports them gone.
+                            wait = Duration::ZERO;
+                        }
+                    }
+                }
+                Some(ResponseError::FencedMemberEpoch | ResponseError::UnknownMemberId) => {
+                    if instance.settings.auto_commit {
+                        let _ = commit_consumed(&http, &instance).await;
+                    }
+                    revoke(&instance);
+                    instance.lock().generation_id = 0;
+                    wait = Duration::ZERO;
+                }
+                Some(
+                    ResponseError::NotCoordinator
+                    | ResponseError::CoordinatorNotAvailable
+                    | ResponseError::CoordinatorLoadInProgress
+                    | ResponseError::RequestTimedOut
+                    | ResponseError::NotEnoughReplicas
+                    | ResponseError::NotEnoughReplicasAfterAppend,
+                ) => {
+                    wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Some(_) => {
+                    let message = response.error_message.map(|m| m.to_string()).unwrap_or_default();
+                    tracing::info!(group = %instance.group, instance = %instance.name, code = response.error_code, %message, "HTTP consumer refused by its group");
+                    revoke(&instance);
+                    let mut state = instance.lock();
+                    state.fatal = Some((response.error_code, message));
+                    state.member_id.clear();
+                    return;
+                }
+            },
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Moves the instance to the coordinator's `target` assignment: partitions it loses are
+/// committed (auto commit) and dropped, new ones positioned (committed offset, else the reset
+/// policy). Returns whether anything changed.
+async fn take_assignment(http: &Http, instance: &Instance, target: Vec<TopicPartition>) -> bool {
+    let (revoked, added) = {
+        let state = instance.lock();
+        let revoked: Vec<TopicPartition> = state.assignment.iter().filter(|tp| !target.contains(tp)).cloned().collect();
+        let added: Vec<TopicPartition> = target.iter().filter(|tp| !state.assignment.contains(tp)).cloned().collect();
+        (revoked, added)
+    };
+    if revoked.is_empty() && added.is_empty() {
+        return false;
+    }
+    if !revoked.is_empty() && instance.settings.auto_commit {
+        let _ = commit_consumed(http, instance).await;
+    }
+    let positions = if added.is_empty() {
+        HashMap::new()
+    } else {
+        // A partition whose position cannot be learned now gets one at the next poll.
+        initial_positions(http, instance, &added).await.unwrap_or_default()
+    };
+    let mut state = instance.lock();
+    state.assignment = target;
+    for tp in &revoked {
+        state.positions.remove(tp);
+        state.consumed.remove(tp);
+    }
+    state.positions.extend(positions);
+    state.epoch += 1;
+    drop(state);
+    instance.changed.notify_waiters();
+    true
 }
 
 #[cfg(test)]

@@ -29,8 +29,10 @@ pub const JOIN_GROUP: Api = (ApiKey::JoinGroup, 9);
 pub const SYNC_GROUP: Api = (ApiKey::SyncGroup, 5);
 pub const HEARTBEAT: Api = (ApiKey::Heartbeat, 4);
 pub const LEAVE_GROUP: Api = (ApiKey::LeaveGroup, 5);
-pub const OFFSET_COMMIT: Api = (ApiKey::OffsetCommit, 8);
+/// v9: a consumer-protocol member's commit carries its member epoch (KIP-848).
+pub const OFFSET_COMMIT: Api = (ApiKey::OffsetCommit, 9);
 pub const OFFSET_FETCH: Api = (ApiKey::OffsetFetch, 7);
+pub const CONSUMER_GROUP_HEARTBEAT: Api = (ApiKey::ConsumerGroupHeartbeat, 1);
 pub const DELETE_GROUPS: Api = (ApiKey::DeleteGroups, 2);
 pub const LIST_TRANSACTIONS: Api = (ApiKey::ListTransactions, 0);
 pub const DESCRIBE_TRANSACTIONS: Api = (ApiKey::DescribeTransactions, 0);

@@ -146,6 +146,14 @@ pub struct CreateConsumer {
     #[serde(rename = "consumer.request.timeout.ms")]
     #[schema(value_type = Option<String>)]
     pub request_timeout_ms: Option<Value>,
+    /// "classic" (default: JoinGroup/SyncGroup, the instance assigns as leader) or "consumer"
+    /// (KIP-848: the coordinator assigns, with `group.remote.assignor`).
+    #[serde(rename = "group.protocol")]
+    pub group_protocol: Option<String>,
+    /// The server-side assignor (`uniform`, `range` or an uploaded one) of a "consumer"
+    /// protocol instance; the group's default when absent.
+    #[serde(rename = "group.remote.assignor")]
+    pub group_remote_assignor: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -206,7 +214,21 @@ pub async fn create_consumer(
         Some(name) => name,
         None => format!("rest-consumer-{}", uuid::Uuid::new_v4()),
     };
+    let protocol = match request.group_protocol.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("classic") => {
+            if request.group_remote_assignor.is_some() {
+                return Err(ApiError::invalid("group.remote.assignor needs group.protocol consumer"));
+            }
+            consumer::GroupProtocol::Classic
+        }
+        Some("consumer") => match request.group_remote_assignor {
+            Some(name) if name.is_empty() => return Err(ApiError::invalid("group.remote.assignor is empty")),
+            remote_assignor => consumer::GroupProtocol::Consumer { remote_assignor },
+        },
+        Some(other) => return Err(ApiError::invalid(format!("group.protocol '{other}': classic or consumer"))),
+    };
     let settings = consumer::Settings {
+        protocol,
         format,
         offset_reset,
         auto_commit: boolean("auto.commit.enable", request.auto_commit_enable, true)?,
