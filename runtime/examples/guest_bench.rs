@@ -27,6 +27,13 @@
 //!    `instantiate`, `--restarts` times; the median per module. Goal: under 100 ms per transform.
 //!    `Runtime::new` (once per process, not per transform) is printed separately.
 //!
+//! 4. validator: the schema example's ns/record on ~100 B JSON orders.
+//! 5. assignors: one `assign` of the two assignor examples (rack-aware-size, sticky-range) for
+//!    a group of 100 members over 10 topics of 100 partitions (sizes and racks random, members
+//!    in 3 racks), the instance reused as the broker does, against the same code called
+//!    natively (the plans are checked equal first). The broker's 1 s default deadline is the
+//!    budget: ms per assignment and what share of it one takes.
+//!
 //! Run it on a quiet machine: throughput runs are single-threaded, but compiling uses every core.
 
 use std::hint::black_box;
@@ -40,6 +47,8 @@ const IDENTITY: &str = "runnel-example-identity";
 const REDACT: &str = "runnel-example-redact";
 const SCHEMA: &str = "runnel-example-schema";
 const BIG: &str = "runnel-guest-big";
+const RACK_AWARE: &str = "runnel-example-assignor";
+const STICKY_RANGE: &str = "runnel-example-sticky-range";
 
 struct Options {
     seconds: f64,
@@ -71,7 +80,7 @@ fn workspace_root() -> PathBuf {
 
 /// The components' bytes, built first unless `--wasm-dir` names where they are.
 fn components(options: &Options) -> Vec<(&'static str, Vec<u8>)> {
-    let crates = [IDENTITY, REDACT, BIG, SCHEMA];
+    let crates = [IDENTITY, REDACT, BIG, SCHEMA, RACK_AWARE, STICKY_RANGE];
     let dir = match &options.wasm_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -229,6 +238,97 @@ fn setup() -> InstanceSetup {
 
 /// Runs `step` (which handles `per_step` records) for about `seconds` after a short warm-up;
 /// returns nanoseconds per record.
+/// Section 5: each assignor example through the runtime and natively on one large group.
+fn assignors(runtime: &Runtime, rack_aware: &[u8], sticky_range: &[u8], seconds: f64) {
+    use runnel_sdk::assign::{Assignor, Member as SdkMember, TopicMetadata as SdkTopic};
+    const MEMBERS: usize = 100;
+    const TOPICS: usize = 10;
+    const PARTITIONS: usize = 100;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let racks = ["r1", "r2", "r3"];
+    let topic_names: Vec<String> = (0..TOPICS).map(|t| format!("topic-{t}")).collect();
+    let topics: Vec<runnel_runtime::TopicMetadata> = topic_names
+        .iter()
+        .map(|name| runnel_runtime::TopicMetadata {
+            name: name.clone(),
+            partition_sizes: (0..PARTITIONS).map(|_| rng.below(1 << 30) as u64).collect(),
+            partition_racks: (0..PARTITIONS)
+                .map(|p| vec![racks[p % 3].to_string(), racks[(p + 1) % 3].to_string()])
+                .collect(),
+        })
+        .collect();
+    let members: Vec<runnel_runtime::Member> = (0..MEMBERS)
+        .map(|m| runnel_runtime::Member {
+            member_id: format!("member-{m:03}"),
+            rack: Some(racks[m % 3].to_string()),
+            subscriptions: topic_names.clone(),
+            owned: Vec::new(),
+        })
+        .collect();
+    let sdk_members: Vec<SdkMember> = members
+        .iter()
+        .map(|m| SdkMember {
+            member_id: m.member_id.clone(),
+            rack: m.rack.clone(),
+            subscriptions: m.subscriptions.clone(),
+            owned: Vec::new(),
+        })
+        .collect();
+    let sdk_topics: Vec<SdkTopic> = topics
+        .iter()
+        .map(|t| SdkTopic {
+            name: t.name.clone(),
+            partition_sizes: t.partition_sizes.clone(),
+            partition_racks: t.partition_racks.clone(),
+        })
+        .collect();
+    println!(
+        "\n5. assignors: one assignment of {MEMBERS} members x {TOPICS} topics x {PARTITIONS} partitions \
+         (budget: the 1 s default deadline)"
+    );
+    let flatten = |plan: Vec<(String, Vec<(String, Vec<i32>)>)>| {
+        let mut plan = plan;
+        plan.sort();
+        plan
+    };
+    for (name, bytes, native) in [
+        (RACK_AWARE, rack_aware, runnel_example_assignor::RackAwareSize::assign as fn(&[SdkMember], &[SdkTopic]) -> _),
+        (STICKY_RANGE, sticky_range, runnel_example_sticky_range::StickyRange::assign),
+    ] {
+        let module = runtime.assignor(bytes).expect("assignor component");
+        let mut instance = module.instantiate(Limits::default(), discard_logs()).expect("instantiate assignor");
+        let guest = instance.assign(&members, &topics).expect("guest assignment");
+        let natively = native(&sdk_members, &sdk_topics).expect("native assignment");
+        let guest_plan = flatten(
+            guest
+                .into_iter()
+                .map(|a| (a.member_id, a.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
+                .collect(),
+        );
+        let native_plan = flatten(
+            natively
+                .into_iter()
+                .map(|a| (a.member_id, a.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
+                .collect(),
+        );
+        assert!(guest_plan == native_plan, "{name}: the guest's plan differs from the native one");
+        let wasm_ns = measure(seconds, 1, || {
+            black_box(instance.assign(black_box(&members), black_box(&topics)).expect("assign"));
+        });
+        let native_ns = measure(seconds, 1, || {
+            black_box(native(black_box(&sdk_members), black_box(&sdk_topics)).expect("assign"));
+        });
+        println!(
+            "   {name}: WASM {:>7.2} ms per assignment (host checks included), native {:>7.2} ms; \
+             WASM/native {:.2}x; {:.2} % of the 1 s deadline",
+            wasm_ns / 1e6,
+            native_ns / 1e6,
+            wasm_ns / native_ns,
+            wasm_ns / 1e7
+        );
+    }
+}
+
 fn measure(seconds: f64, per_step: usize, mut step: impl FnMut()) -> f64 {
     let warm_up = Instant::now();
     while warm_up.elapsed() < Duration::from_secs_f64((seconds / 10.0).min(0.5)) {
@@ -364,6 +464,7 @@ fn main() {
         "   mean {:>4} B: validate {wasm:>7.1} ns/record (identity transform on the same batch {boundary:>6.1})",
         mean_len(&values)
     );
+    assignors(&runtime, bytes(RACK_AWARE), bytes(STICKY_RANGE), seconds);
     drop((identity, redact, schema, instance, runtime, cache));
 
     println!(
@@ -371,7 +472,7 @@ fn main() {
          (goal: < 100 ms per transform)",
         options.restarts
     );
-    for (name, module_bytes) in &components {
+    for (name, module_bytes) in components.iter().filter(|(name, _)| [IDENTITY, REDACT, BIG].contains(name)) {
         let cache = tempfile::tempdir().expect("temp dir");
         let config = RuntimeConfig::new(cache.path());
         let runtime = Runtime::new(config.clone()).expect("runtime");

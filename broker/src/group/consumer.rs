@@ -394,6 +394,9 @@ impl ConsumerGroup {
                 group.target.insert(member_id, from_stored(&target));
             }
         }
+        // The records do not say which assignor computed the target: the one the members chose
+        // (as the next assignment will use), with no version or time (`assigned_ms` 0).
+        group.assignor = group.preferred_assignor(default_assignor);
         group
     }
 
