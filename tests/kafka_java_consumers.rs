@@ -197,7 +197,7 @@ fn background_producer(bootstrap: &str) -> (Arc<AtomicBool>, Arc<AtomicU64>, Joi
                     counts[partition as usize] += 1;
                     i += 1;
                     sent2.fetch_add(1, Ordering::Relaxed);
-                    if i % 50 == 0 {
+                    if i.is_multiple_of(50) {
                         producer.poll(Duration::from_millis(20));
                     }
                 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use runnel_runtime::{
-    GuestError, InputBatch, Level, Limits, LogSink, Runtime, ValidatorInstance, ValidatorModule, ValidatorSetup,
+    GuestError, InputBatch, Limits, LogSink, Runtime, ValidatorInstance, ValidatorModule, ValidatorSetup,
 };
 use tokio::sync::Semaphore;
 
@@ -267,7 +267,7 @@ impl Validator {
     fn setup(&self) -> ValidatorSetup {
         let spec = &self.image.spec;
         let logs = self.logs.clone();
-        let log: LogSink = Arc::new(move |level, line: &str| logs.push(level_name(level), None, line.to_string()));
+        let log: LogSink = Arc::new(move |level, line: &str| logs.push(level.name(), None, line.to_string()));
         ValidatorSetup {
             parameters: spec.parameters.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             limits: Limits {
@@ -318,16 +318,6 @@ fn decode(partition: i32, records: Bytes) -> Option<InputBatch> {
 
 fn describe(error: &GuestError) -> String {
     error.to_string()
-}
-
-fn level_name(level: Level) -> &'static str {
-    match level {
-        Level::Trace => "trace",
-        Level::Debug => "debug",
-        Level::Info => "info",
-        Level::Warn => "warn",
-        Level::Error => "error",
-    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

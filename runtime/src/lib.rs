@@ -58,6 +58,19 @@ pub enum Level {
     Error,
 }
 
+impl Level {
+    /// The lower-case name logs and the HTTP API show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Trace => "trace",
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        }
+    }
+}
+
 /// Per-instance resource limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

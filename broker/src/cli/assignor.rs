@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::client::{Body, Client, REQUEST_TIMEOUT};
 use super::output::{human_bytes, print_json, rfc3339_ms, thousands, write_stdout, Output, Table};
-use super::validator::{number, text, unreachable_warning};
+use super::validator::{number, print_logs, text, unreachable_warning};
 use super::Connection;
 
 #[derive(Args, Debug)]
@@ -101,13 +101,7 @@ pub async fn run(command: AssignorCommand, conn: &Connection) -> anyhow::Result<
             if output == Output::Json {
                 return print_json(&raw);
             }
-            let mut out = String::new();
-            for line in raw["lines"].as_array().into_iter().flatten() {
-                let at = line["timestamp_ms"].as_i64().map(rfc3339_ms).unwrap_or_default();
-                out.push_str(&format!("{at} {:5} {}\n", text(&line["level"]), text(&line["message"])));
-            }
-            write_stdout(&out)?;
-            Ok(())
+            print_logs(&raw)
         }
         AssignorAction::Delete { name } => {
             client.send(Method::DELETE, client.url(&["v1", "assignors", &name]), Body::None).await?;

@@ -115,13 +115,7 @@ pub async fn run(command: ValidatorCommand, conn: &Connection) -> anyhow::Result
             if output == Output::Json {
                 return print_json(&raw);
             }
-            let mut out = String::new();
-            for line in raw["lines"].as_array().into_iter().flatten() {
-                let at = line["timestamp_ms"].as_i64().map(rfc3339_ms).unwrap_or_default();
-                out.push_str(&format!("{at} {:5} {}\n", text(&line["level"]), text(&line["message"])));
-            }
-            write_stdout(&out)?;
-            Ok(())
+            print_logs(&raw)
         }
         ValidatorAction::Delete { name } => {
             client.send(Method::DELETE, client.url(&["v1", "validators", &name]), Body::None).await?;
@@ -218,6 +212,17 @@ fn render(v: &Value) -> String {
     out.push('\n');
     out.push_str(&table.render());
     out
+}
+
+/// Prints the lines of a `GET .../logs` answer: time, level, message.
+pub(super) fn print_logs(raw: &Value) -> anyhow::Result<()> {
+    let mut out = String::new();
+    for line in raw["lines"].as_array().into_iter().flatten() {
+        let at = line["timestamp_ms"].as_i64().map(rfc3339_ms).unwrap_or_default();
+        out.push_str(&format!("{at} {:5} {}\n", text(&line["level"]), text(&line["message"])));
+    }
+    write_stdout(&out)?;
+    Ok(())
 }
 
 pub(super) fn unreachable_warning(raw: &Value) {

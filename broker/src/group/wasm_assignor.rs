@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use runnel_runtime::{AssignorInstance, AssignorModule, Level, Limits, LogSink, Runtime};
+use runnel_runtime::{AssignorInstance, AssignorModule, Limits, LogSink, Runtime};
 
 use super::assignor::{AssignmentSpec, Plan};
 use crate::controller::{AssignorImage, MetadataImage};
@@ -229,7 +229,7 @@ impl WasmAssignor {
 
     fn log_sink(&self) -> LogSink {
         let logs = self.logs.clone();
-        Arc::new(move |level, line: &str| logs.push(level_name(level), None, line.to_string()))
+        Arc::new(move |level, line: &str| logs.push(level.name(), None, line.to_string()))
     }
 
     /// Whether the module loaded, and if not why.
@@ -282,16 +282,6 @@ fn to_guest(
         })
         .collect();
     (members, topics)
-}
-
-fn level_name(level: Level) -> &'static str {
-    match level {
-        Level::Trace => "trace",
-        Level::Debug => "debug",
-        Level::Info => "info",
-        Level::Warn => "warn",
-        Level::Error => "error",
-    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -21,7 +20,9 @@ use sha2::Digest;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiResult, ErrorBody, Path, Query};
-use super::transforms::{ask_others, ask_others_until, hex, read_upload, Logs, LogsQuery, ViewQuery};
+use super::transforms::{
+    ask_others, ask_others_until, check_module, hex, read_upload, tail_logs, Logs, LogsQuery, ViewQuery,
+};
 use crate::controller::{ApplyOutcome, AssignorImage, AssignorSpec, MetadataRecord, ModuleBytes};
 use crate::group::assignor;
 use crate::server::handlers::validate_topic_name;
@@ -149,19 +150,7 @@ pub async fn deploy(
 ) -> ApiResult<Response> {
     let (config, module) = read_upload::<AssignorConfig>(request).await?;
     let spec = validate(&http, &name, config)?;
-    let runtime = http.broker.transforms.runtime().clone();
-    let module = Arc::new(module);
-    let checked = module.clone();
-    // Validation and compilation off the async workers (compiling takes up to seconds).
-    tokio::task::spawn_blocking(move || runtime.assignor(&checked).map(|_| ()))
-        .await
-        .map_err(|e| ApiError::internal(format!("validation task: {e}")))?
-        .map_err(|e| match e {
-            runnel_runtime::RuntimeError::TooLarge { .. } => {
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, 41301, e.to_string())
-            }
-            other => ApiError::invalid(format!("module: {other}")),
-        })?;
+    let module = check_module(&http, module, |runtime, bytes| runtime.assignor(bytes).map(|_| ())).await?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
     let existed = http.broker.controller.image().assignors.contains_key(&name);
     let record = MetadataRecord::DeployAssignor {
@@ -329,10 +318,6 @@ pub async fn logs(
     if !http.broker.controller.image().assignors.contains_key(&name) {
         return Err(unknown(&name));
     }
-    let limit = query.limit.unwrap_or(200).clamp(1, 1000);
-    let lines = match http.broker.assignors.get(&name) {
-        Some(running) => running.logs.tail(limit, query.after.unwrap_or(0), |_| true),
-        None => Vec::new(),
-    };
-    Ok(Json(Logs { lines: lines.into_iter().map(super::transforms::log_line).collect() }))
+    let running = http.broker.assignors.get(&name);
+    Ok(Json(tail_logs(running.as_ref().map(|r| &*r.logs), &query)))
 }

@@ -338,6 +338,30 @@ pub(super) async fn ask_others<T: serde::de::DeserializeOwned>(
     (answers, asked, unreachable)
 }
 
+/// Checks an uploaded module with `load` (the runtime's loader of the world it must be) off the
+/// async workers, since compiling takes up to seconds (the artifact it caches makes every
+/// node's later load cheap): 413 for a module over the size limit, 422 with the runtime's
+/// reason otherwise. Returns the module, shared, for the metadata record.
+pub(super) async fn check_module(
+    http: &super::Http,
+    module: Vec<u8>,
+    load: impl FnOnce(&runnel_runtime::Runtime, &[u8]) -> Result<(), runnel_runtime::RuntimeError> + Send + 'static,
+) -> ApiResult<std::sync::Arc<Vec<u8>>> {
+    let runtime = http.broker.transforms.runtime().clone();
+    let module = std::sync::Arc::new(module);
+    let checked = module.clone();
+    tokio::task::spawn_blocking(move || load(&runtime, &checked))
+        .await
+        .map_err(|e| ApiError::internal(format!("validation task: {e}")))?
+        .map_err(|e| match e {
+            runnel_runtime::RuntimeError::TooLarge { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, 41301, e.to_string())
+            }
+            other => ApiError::invalid(format!("module: {other}")),
+        })?;
+    Ok(module)
+}
+
 /// How long a deployment's answer waits for the other nodes to load it.
 const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 const LOAD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
@@ -577,27 +601,8 @@ pub async fn deploy(
 ) -> ApiResult<Response> {
     let (config, module) = read_upload::<DeployConfig>(request).await?;
     let spec = validate(&http, &name, config)?;
-    let runtime = http.broker.transforms.runtime().clone();
-    let module = std::sync::Arc::new(module);
-    let checked = module.clone();
-    // Validation and compilation off the async workers (compiling takes up to seconds).
-    tokio::task::spawn_blocking(move || {
-        let info = runtime.inspect(&checked)?;
-        if !matches!(info.kind, runnel_runtime::ModuleKind::Transform) {
-            return Err(runnel_runtime::RuntimeError::WrongWorld(
-                "the component exports the assignor world; a transform must export runnel:transform/transformer".into(),
-            ));
-        }
-        runtime.transform(&checked).map(|_| ())
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("validation task: {e}")))?
-    .map_err(|e| match e {
-        runnel_runtime::RuntimeError::TooLarge { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, 41301, e.to_string())
-        }
-        other => ApiError::invalid(format!("module: {other}")),
-    })?;
+    // The runtime refuses another world's component, naming what it is.
+    let module = check_module(&http, module, |runtime, bytes| runtime.transform(bytes).map(|_| ())).await?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
     let existed = http.broker.controller.image().transforms.contains_key(&name);
     let record = MetadataRecord::DeployTransform {
@@ -750,19 +755,19 @@ pub async fn logs(
     if !http.broker.controller.image().transforms.contains_key(&name) {
         return Err(unknown(&name));
     }
-    let limit = query.limit.unwrap_or(200).clamp(1, 1000);
-    let lines = http
-        .broker
-        .transforms
-        .logs(&name)
-        .tail(limit, query.after.unwrap_or(0), |l| query.partition.is_none_or(|p| l.partition == Some(p)))
-        .into_iter()
-        .map(log_line)
-        .collect();
-    Ok(Json(Logs { lines }))
+    Ok(Json(tail_logs(Some(&http.broker.transforms.logs(&name)), &query)))
 }
 
-pub(super) fn log_line(l: crate::transform::LogLine) -> LogLine {
+/// The lines of `buffer` `query` asks for (none when this node has no buffer for it).
+pub(super) fn tail_logs(buffer: Option<&crate::transform::LogBuffer>, query: &LogsQuery) -> Logs {
+    let limit = query.limit.unwrap_or(200).clamp(1, 1000);
+    let lines = buffer.map_or_else(Vec::new, |buffer| {
+        buffer.tail(limit, query.after.unwrap_or(0), |l| query.partition.is_none_or(|p| l.partition == Some(p)))
+    });
+    Logs { lines: lines.into_iter().map(log_line).collect() }
+}
+
+fn log_line(l: crate::transform::LogLine) -> LogLine {
     LogLine {
         seq: l.seq,
         timestamp_ms: l.timestamp_ms,

@@ -160,16 +160,6 @@ impl BatchFailure {
     }
 }
 
-fn level_name(level: Level) -> &'static str {
-    match level {
-        Level::Trace => "trace",
-        Level::Debug => "debug",
-        Level::Info => "info",
-        Level::Warn => "warn",
-        Level::Error => "error",
-    }
-}
-
 impl Worker {
     fn update(&self, f: impl FnOnce(&mut PartitionStatus)) {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
@@ -200,9 +190,7 @@ impl Worker {
                 call_timeout: Duration::from_millis(spec.call_timeout_ms),
                 ..Limits::default()
             },
-            log: Arc::new(move |level: Level, line: &str| {
-                logs.push(level_name(level), Some(partition), line.to_string())
-            }),
+            log: Arc::new(move |level: Level, line: &str| logs.push(level.name(), Some(partition), line.to_string())),
             state: self.state.clone(),
         }
     }
