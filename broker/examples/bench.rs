@@ -14,7 +14,10 @@
 //! - rebalance time: `--members M` (default 10) consumers subscribe to one topic in a fresh
 //!   group; the time from the first subscribe until every member holds a non-empty assignment
 //!   and together they hold all 12 partitions once, repeated `--repeats R` (default 3) times.
-//!   `--strategy range|cooperative-sticky` (default range).
+//!   `--strategy range|cooperative-sticky` (default range). `--group-protocol consumer` runs the
+//!   members on KIP-848 instead (the broker assigns; `--remote-assignor NAME` picks the server
+//!   assignor, e.g. `uniform`, `range` or one uploaded to Runnel; the broker's
+//!   `group.consumer.heartbeat.interval.ms` paces it).
 //!
 //! `--mode transactions` benchmarks transactional produce (librdkafka, 100-byte records or
 //! `--sizes S`): for each `--txn-records 100,1000,10000` a fresh topic gets `--records N`
@@ -52,6 +55,8 @@ struct Options {
     members: usize,
     repeats: usize,
     strategy: String,
+    group_protocol: String,
+    remote_assignor: Option<String>,
     records: usize,
     sizes: Vec<usize>,
     acks: Vec<String>,
@@ -71,6 +76,8 @@ fn parse_args() -> Options {
         members: 10,
         repeats: 3,
         strategy: "range".into(),
+        group_protocol: "classic".into(),
+        remote_assignor: None,
         records: 1_000_000,
         sizes: vec![100, 1024],
         acks: vec!["1".into(), "all".into()],
@@ -99,6 +106,11 @@ fn parse_args() -> Options {
             "--members" => options.members = value.parse().expect("--members M"),
             "--repeats" => options.repeats = value.parse().expect("--repeats R"),
             "--strategy" => options.strategy = value,
+            "--group-protocol" => {
+                assert!(value == "classic" || value == "consumer", "--group-protocol classic|consumer");
+                options.group_protocol = value
+            }
+            "--remote-assignor" => options.remote_assignor = Some(value),
             "--records" => options.records = value.parse().expect("--records N"),
             "--sizes" => options.sizes = value.split(',').map(|s| s.parse().expect("--sizes a,b")).collect(),
             "--acks" => options.acks = value.split(',').map(str::to_string).collect(),
@@ -380,10 +392,19 @@ fn group_consumer_config(options: &Options, group: &str) -> ClientConfig {
         .set("bootstrap.servers", &options.bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        .set("partition.assignment.strategy", &options.strategy);
+        .set("auto.offset.reset", "earliest");
+    if options.group_protocol == "consumer" {
+        // KIP-848: the broker owns the session, heartbeat interval and assignment.
+        config.set("group.protocol", "consumer");
+        if let Some(assignor) = &options.remote_assignor {
+            config.set("group.remote.assignor", assignor);
+        }
+    } else {
+        config
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000")
+            .set("partition.assignment.strategy", &options.strategy);
+    }
     config
 }
 
@@ -531,6 +552,12 @@ fn groups_main(options: &Options) {
     );
     println!();
 
+    // What assigns: the client strategy (classic) or the broker's assignor (consumer protocol).
+    let strategy = if options.group_protocol == "consumer" {
+        format!("consumer/{}", options.remote_assignor.as_deref().unwrap_or("default"))
+    } else {
+        options.strategy.clone()
+    };
     let topic = format!("bench-groups-{run}-rebalance");
     create_topic(options, &topic, GROUP_BENCH_PARTITIONS);
     let mut times = Vec::with_capacity(options.repeats);
@@ -538,13 +565,13 @@ fn groups_main(options: &Options) {
     println!("|---|---|---|---|---|");
     for repeat in 0..options.repeats {
         let seconds = rebalance_time(options, &topic, &format!("bench-{run}-rebalance-{repeat}"));
-        println!("| rebalance | {} | {} | {} | {seconds:.3} |", options.members, options.strategy, repeat + 1);
+        println!("| rebalance | {} | {strategy} | {} | {seconds:.3} |", options.members, repeat + 1);
         times.push(seconds);
     }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
-    println!("| rebalance | {} | {} | median | {median:.3} |", options.members, options.strategy);
+    println!("| rebalance | {} | {strategy} | median | {median:.3} |", options.members);
 
     let per_group_json: Vec<String> = per_group.iter().map(|c| format!("{c:.1}")).collect();
     println!(
@@ -557,7 +584,7 @@ fn groups_main(options: &Options) {
     println!(
         "RESULT {{\"benchmark\":\"rebalance\",\"members\":{},\"partitions\":{GROUP_BENCH_PARTITIONS},\"strategy\":\"{}\",\"seconds\":[{}],\"median_s\":{median:.3}}}",
         options.members,
-        options.strategy,
+        strategy,
         times_json.join(",")
     );
 }
