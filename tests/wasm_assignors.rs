@@ -437,12 +437,9 @@ fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_size
     let topics = [TopicMetadata { name: TOPIC.into(), partition_sizes: sizes.clone(), partition_racks: racks.clone() }];
     let mut view = Value::Null;
     let matched = wait_until(DEADLINE, || {
-        // Only the group's coordinator knows its members.
-        view = (1..=3)
-            .find_map(|id| {
-                group_view(&HttpApi::new(cluster.node(id)), "g")
-                    .filter(|v| v["members"].as_array().is_some_and(|m| m.len() == 2))
-            })
+        // Node 1 answers with the coordinator's view, wherever the coordinator is.
+        view = group_view(&api, "g")
+            .filter(|v| v["members"].as_array().is_some_and(|m| m.len() == 2))
             .unwrap_or(Value::Null);
         if view.is_null() || view["assignor"]["name"] != "by-size" {
             return false;
@@ -463,5 +460,19 @@ fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_size
         "members never owned the guest's plan (sizes {sizes:?}, racks {racks:?}): {view:#} owned {}",
         snapshot(&owned)
     );
+    // Every node lists and describes the group as its coordinator knows it: two members, by-size.
+    for id in cluster.ids() {
+        let list = HttpApi::new(cluster.node(id)).get("/v1/groups").json;
+        assert_eq!(list["nodes_unreachable"], json!([]), "{list:#}");
+        let listed = list["groups"].as_array().into_iter().flatten().find(|g| g["group_id"] == "g");
+        let listed = listed.unwrap_or_else(|| panic!("node {id} does not list group g: {list:#}"));
+        assert_eq!(
+            (&listed["members"], &listed["assignor"]["name"]),
+            (&json!(2), &json!("by-size")),
+            "node {id}: {list:#}"
+        );
+        let described = HttpApi::new(cluster.node(id)).get("/v1/groups/g").json;
+        assert_eq!(described["members"].as_array().map(Vec::len), Some(2), "node {id}: {described:#}");
+    }
     drop((a, b));
 }

@@ -246,7 +246,7 @@ pub struct GroupView {
 }
 
 /// Which server-side assignor computed a consumer-protocol group's target assignment, and when.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct GroupAssignor {
     /// The assignor that computed the current target (the default when the chosen one failed).
     pub name: String,

@@ -396,7 +396,7 @@ pub(super) async fn ask_others_until<T: serde::de::DeserializeOwned>(
 
 /// Node `node`'s own view of `path`; `None` when it does not know the transform (404: its
 /// metadata is behind, or the transform was just deleted).
-async fn ask_node<T: serde::de::DeserializeOwned>(
+pub(super) async fn ask_node<T: serde::de::DeserializeOwned>(
     http: &super::Http,
     node: u64,
     path: &str,

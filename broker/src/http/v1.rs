@@ -702,7 +702,7 @@ pub(super) async fn fetch(
     }
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct GroupSummary {
     pub group_id: String,
     /// Kafka's state names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead.
@@ -717,18 +717,38 @@ pub struct GroupSummary {
     pub assignor: Option<admin::GroupAssignor>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct GroupList {
     pub groups: Vec<GroupSummary>,
+    /// Nodes that did not answer: the groups they coordinate are shown from this node's copy of
+    /// their committed offsets (no members), or missing.
+    #[serde(default)]
+    pub nodes_unreachable: Vec<u64>,
 }
 
-/// Consumer groups with their state and total lag.
-#[utoipa::path(get, path = "/v1/groups", tag = "v1", responses((status = 200, body = GroupList)))]
-pub async fn list_groups(State(http): State<super::State>) -> Json<GroupList> {
-    let mut groups = Vec::new();
+/// Whether this node coordinates `group` (leads its `__consumer_offsets` partition): only the
+/// coordinator knows a group's members and state.
+fn coordinated_here(http: &super::Http, group: &str) -> bool {
+    let image = http.broker.controller.image();
+    kafka::coordinator_route(http.broker.settings.node_id, &image, group) == kafka::Route::Here
+}
+
+/// Consumer groups with their state and total lag, each as its coordinator knows it (every node
+/// is asked for the groups it coordinates, `?scope=node`).
+#[utoipa::path(get, path = "/v1/groups", tag = "v1", params(super::transforms::ViewQuery),
+    responses((status = 200, body = GroupList), (status = 422, body = super::error::ErrorBody)))]
+pub async fn list_groups(
+    State(http): State<super::State>,
+    Query(query): Query<super::transforms::ViewQuery>,
+) -> ApiResult<Json<GroupList>> {
+    let node_only = query.node_only()?;
+    let mut groups: BTreeMap<String, GroupSummary> = BTreeMap::new();
     for id in admin::group_ids(&http).await {
+        if node_only && !coordinated_here(&http, &id) {
+            continue;
+        }
         if let Some(g) = admin::group_loaded(&http.broker, &id) {
-            groups.push(GroupSummary {
+            let summary = GroupSummary {
                 total_lag: g.total_lag(),
                 group_id: g.group_id,
                 state: g.state.to_string(),
@@ -737,19 +757,32 @@ pub async fn list_groups(State(http): State<super::State>) -> Json<GroupList> {
                 members: g.members.len(),
                 coordinator: g.coordinator,
                 assignor: g.assignor,
-            });
+            };
+            groups.insert(id, summary);
         }
     }
-    Json(GroupList { groups })
+    let mut nodes_unreachable = Vec::new();
+    if !node_only {
+        let (answers, _, unreachable) =
+            super::transforms::ask_others::<GroupList>(&http, "/v1/groups?scope=node").await;
+        nodes_unreachable = unreachable;
+        // The coordinator's view replaces this node's copy of the offsets.
+        for list in answers.into_iter().filter_map(|(_, list)| list) {
+            for summary in list.groups {
+                groups.insert(summary.group_id.clone(), summary);
+            }
+        }
+    }
+    Ok(Json(GroupList { groups: groups.into_values().collect(), nodes_unreachable }))
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct Assignment {
     pub topic: String,
     pub partitions: Vec<i32>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct GroupMember {
     pub member_id: String,
     pub group_instance_id: Option<String>,
@@ -758,7 +791,7 @@ pub struct GroupMember {
     pub assignment: Vec<Assignment>,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct GroupOffset {
     pub topic: String,
     pub partition: i32,
@@ -770,7 +803,7 @@ pub struct GroupOffset {
     pub metadata: String,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize, Deserialize, ToSchema)]
 pub struct GroupDetail {
     pub group_id: String,
     pub state: String,
@@ -785,13 +818,38 @@ pub struct GroupDetail {
     pub assignor: Option<admin::GroupAssignor>,
 }
 
+/// `segment` percent-encoded for a URL path (every byte but RFC 3986's unreserved ones).
+fn path_segment(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A group's members, assignments, committed offsets and lag per partition.
-#[utoipa::path(get, path = "/v1/groups/{group}", tag = "v1", params(("group" = String, Path)),
+#[utoipa::path(get, path = "/v1/groups/{group}", tag = "v1", params(("group" = String, Path), super::transforms::ViewQuery),
     responses((status = 200, body = GroupDetail), (status = 404, body = super::error::ErrorBody)))]
 pub async fn describe_group(
     State(http): State<super::State>,
     Path(group): Path<String>,
+    Query(query): Query<super::transforms::ViewQuery>,
 ) -> ApiResult<Json<GroupDetail>> {
+    // The coordinator's view: only it knows the members and state (this node's copy of the
+    // offsets answers if the coordinator does not).
+    let image = http.broker.controller.image();
+    if let kafka::Route::Peer(node) = kafka::coordinator_route(http.broker.settings.node_id, &image, &group) {
+        if !query.node_only()? {
+            let path = format!("/v1/groups/{}?scope=node", path_segment(&group));
+            match super::transforms::ask_node::<GroupDetail>(&http, node, &path).await {
+                Ok(Some(detail)) => return Ok(Json(detail)),
+                Ok(None) => return Err(ApiError::unknown_group(&group)),
+                Err(reason) => tracing::debug!(group, node, %reason, "group view: the coordinator did not answer"),
+            }
+        }
+    }
     let g = admin::group(&http, &group).await?;
     let total_lag = g.total_lag();
     let member_ids: Vec<String> = g.members.iter().map(|m| m.member_id.clone()).collect();
