@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use runnel_runtime::{AssignorInstance, AssignorModule, Limits, LogSink, Runtime};
@@ -49,7 +49,7 @@ pub struct WasmAssignor {
     pub image: Arc<AssignorImage>,
     module: Result<AssignorModule, String>,
     /// The name the guest reports (`partition-assignor.name`), once an instance was made.
-    guest_name: Mutex<Option<String>>,
+    guest_name: OnceLock<String>,
     idle: Mutex<Vec<AssignorInstance>>,
     metrics: Arc<Metrics>,
     pub stats: AssignorStats,
@@ -85,14 +85,6 @@ impl WasmAssignors {
     /// The assignor named `name` as this node last reconciled it.
     pub fn get(&self, name: &str) -> Option<Arc<WasmAssignor>> {
         self.by_name.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
-    }
-
-    /// Every assignor this node runs, by name.
-    pub fn all(&self) -> Vec<Arc<WasmAssignor>> {
-        let mut all: Vec<Arc<WasmAssignor>> =
-            self.by_name.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        all.sort_by(|a, b| a.image.name.cmp(&b.image.name));
-        all
     }
 
     /// The assignor `image` names `name` at the image's version: loaded first when this node
@@ -140,7 +132,7 @@ impl WasmAssignors {
             let assignor = WasmAssignor {
                 image: wanted.clone(),
                 module,
-                guest_name: Mutex::new(None),
+                guest_name: OnceLock::new(),
                 idle: Mutex::new(Vec::new()),
                 metrics: self.metrics.clone(),
                 stats: AssignorStats::default(),
@@ -191,9 +183,9 @@ impl WasmAssignor {
             Some(instance) => instance,
             None => {
                 let mut instance = module.instantiate(self.limits(), self.log_sink()).map_err(|e| e.to_string())?;
-                if lock(&self.guest_name).is_none() {
+                if self.guest_name.get().is_none() {
                     if let Ok(name) = instance.name() {
-                        *lock(&self.guest_name) = Some(name);
+                        let _ = self.guest_name.set(name);
                     }
                 }
                 instance
@@ -239,7 +231,7 @@ impl WasmAssignor {
 
     /// The name the guest reports for itself, once it ran on this node.
     pub fn guest_name(&self) -> Option<String> {
-        lock(&self.guest_name).clone()
+        self.guest_name.get().cloned()
     }
 
     /// Instances kept for the next runs.

@@ -338,7 +338,8 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     let coordinator = image.topics.get(OFFSETS_TOPIC).and_then(|t| {
         t.partitions.get(crate::group::partition_for(group_id, t.partitions.len() as u32) as usize)?.leader
     });
-    let assignor = consumer.as_ref().map(|c| GroupAssignor {
+    // A group id is one type at a time: a consumer-protocol group has no classic membership.
+    let assignor = consumer.as_ref().filter(|_| description.is_none()).map(|c| GroupAssignor {
         name: c.assignor.clone(),
         version: c.assignor_version,
         assigned_ms: (c.assigned_ms > 0).then_some(c.assigned_ms),
@@ -409,7 +410,6 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
         })
         .collect();
     offsets.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-    let assignor = assignor.filter(|_| protocol_type == "consumer");
     Some(GroupView {
         group_id: group_id.to_string(),
         state,

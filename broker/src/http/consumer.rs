@@ -1175,6 +1175,9 @@ async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut s
     }
     let mut interval = FIRST_HEARTBEAT_INTERVAL;
     let mut backoff = Duration::from_millis(100);
+    // FindCoordinator creates `__consumer_offsets`: before the first heartbeat and after a
+    // failed one, not at every heartbeat.
+    let mut find_coordinator = true;
     loop {
         if *stop.borrow() {
             return;
@@ -1206,7 +1209,9 @@ async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut s
                         .collect(),
                 ))
         };
-        ensure_coordinator(&http, &instance.group).await;
+        if std::mem::take(&mut find_coordinator) {
+            ensure_coordinator(&http, &instance.group).await;
+        }
         let answer = tokio::select! {
             answer = async {
                 on_coordinator!(
@@ -1221,11 +1226,16 @@ async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut s
             _ = stop.wait_for(|s| *s) => return,
         };
         let mut wait = interval;
+        let mut retry = |backoff: &mut Duration| {
+            find_coordinator = true;
+            let wait = *backoff;
+            *backoff = (*backoff * 2).min(Duration::from_secs(5));
+            wait
+        };
         match answer {
             Err(error) => {
                 tracing::debug!(group = %instance.group, error = %error.message, "HTTP consumer heartbeat failed; retrying");
-                wait = backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                wait = retry(&mut backoff);
             }
             Ok(response) => match ResponseError::try_from_code(response.error_code) {
                 None => {
@@ -1233,10 +1243,13 @@ async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut s
                     if response.heartbeat_interval_ms > 0 {
                         interval = Duration::from_millis(response.heartbeat_interval_ms as u64);
                     }
-                    if let Some(member_id) = response.member_id.as_ref().filter(|m| !m.is_empty()) {
-                        instance.lock().member_id = member_id.to_string();
+                    {
+                        let mut state = instance.lock();
+                        if let Some(member_id) = response.member_id.as_ref().filter(|m| !m.is_empty()) {
+                            state.member_id = member_id.to_string();
+                        }
+                        state.generation_id = response.member_epoch;
                     }
-                    instance.lock().generation_id = response.member_epoch;
                     if let Some(assignment) = response.assignment {
                         let image = http.broker.controller.image();
                         let mut target: Vec<TopicPartition> = assignment
@@ -1270,10 +1283,7 @@ async fn run_consumer_membership(http: Arc<Http>, instance: Arc<Instance>, mut s
                     | ResponseError::RequestTimedOut
                     | ResponseError::NotEnoughReplicas
                     | ResponseError::NotEnoughReplicasAfterAppend,
-                ) => {
-                    wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
+                ) => wait = retry(&mut backoff),
                 Some(_) => {
                     let message = response.error_message.map(|m| m.to_string()).unwrap_or_default();
                     tracing::info!(group = %instance.group, instance = %instance.name, code = response.error_code, %message, "HTTP consumer refused by its group");
