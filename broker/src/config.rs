@@ -205,6 +205,13 @@ pub struct ServeArgs {
     /// (`uniform`, `range`) [default: uniform,range].
     #[arg(long, env = "RUNNEL_GROUP_CONSUMER_ASSIGNORS", value_delimiter = ',')]
     pub group_consumer_assignors: Option<Vec<String>>,
+    /// `group.consumer.migration.policy`: which online conversions a group with members may go
+    /// through between the classic and the consumer protocol: `bidirectional`, `upgrade`
+    /// (classic → consumer when a consumer-protocol member joins), `downgrade` (consumer →
+    /// classic when the last consumer-protocol member leaves), `disabled`; an empty group always
+    /// converts [default: bidirectional].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_MIGRATION_POLICY")]
+    pub group_consumer_migration_policy: Option<String>,
     /// `log.open.files.max` (Runnel's own; Kafka has none): segment `.log` files the node keeps
     /// open at once over all its partitions; beyond it the least recently used are closed and
     /// reopened when next needed. `auto` is half the soft RLIMIT_NOFILE at start, after the node
@@ -299,6 +306,7 @@ struct FileConfig {
     group_consumer_heartbeat_interval_ms: Option<u32>,
     group_consumer_max_size: Option<usize>,
     group_consumer_assignors: Option<Vec<String>>,
+    group_consumer_migration_policy: Option<String>,
     broker_address_override: Option<Vec<String>>,
     log_open_files_max: Option<toml::Value>,
     metrics_aggregate: Option<bool>,
@@ -343,12 +351,22 @@ fn consumer_group_config(
         return invalid(format!("group.consumer.assignors: unknown assignor {unknown:?} (built in: uniform, range)"));
     }
     let max_count = args.group_max_count.or(file.group_max_count).unwrap_or(defaults.max_count);
+    let migration_policy =
+        match args.group_consumer_migration_policy.as_ref().or(file.group_consumer_migration_policy.as_ref()) {
+            Some(value) => {
+                crate::group::consumer::MigrationPolicy::parse(value).map_err(ConfigFileError::ConsumerGroup)?
+            }
+            None => defaults.migration_policy,
+        };
+    let classic_max_size = args.group_max_size.or(file.group_max_size).unwrap_or(defaults.classic_max_size);
     Ok(crate::group::consumer::ConsumerGroupConfig {
         session_timeout_ms: session,
         heartbeat_interval_ms: heartbeat,
         max_size,
         max_count,
         assignors,
+        migration_policy,
+        classic_max_size,
     })
 }
 

@@ -25,17 +25,25 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::assignor::{self, AssignmentSpec, MemberSpec, Plan, TopicSpec};
+use super::membership::{ClassicMemberState, ClassicMembers};
 use super::offsets::{OffsetError, StoredConsumerGroup};
-use super::schema::{ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, StoredPartitions};
+use super::schema::{
+    ClassicMemberMetadata, ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, StoredPartitions,
+};
 use super::Replicated;
 use crate::controller::MetadataImage;
 
 /// Appends a group's records to its `__consumer_offsets` partition (the offsets store), one
 /// batch per call; the caller waits on the returned [`Replicated`] before answering.
 pub type Store = Box<dyn Fn(&str, Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> + Send + Sync>;
+
+/// Takes over the classic members of a downgraded group (the coordinator hands them to the
+/// classic membership and stores the classic group).
+pub type Downgrader = Box<dyn Fn(&str, ClassicMembers) + Send + Sync>;
 
 /// The write a heartbeat made, to wait for before answering (none when nothing changed).
 pub type Write = Option<Result<Replicated, OffsetError>>;
@@ -74,6 +82,45 @@ pub struct ConsumerGroupConfig {
     pub max_count: usize,
     /// `group.consumer.assignors`: the built-in assignors offered; the first is the default.
     pub assignors: Vec<String>,
+    /// `group.consumer.migration.policy`.
+    pub migration_policy: MigrationPolicy,
+    /// The classic protocol's `group.max.size`: a group larger than this is not downgraded.
+    pub classic_max_size: usize,
+}
+
+/// `group.consumer.migration.policy` (Kafka 4's default is `bidirectional`): which online
+/// conversions a group *with members* may go through. An upgrade turns a classic group into a
+/// consumer group when a consumer-protocol member joins it; a downgrade turns a consumer group
+/// back into a classic one when its last consumer-protocol member leaves and only classic
+/// members remain. An empty group converts whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    pub fn parse(value: &str) -> Result<MigrationPolicy, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "bidirectional" => Ok(MigrationPolicy::Bidirectional),
+            "upgrade" => Ok(MigrationPolicy::Upgrade),
+            "downgrade" => Ok(MigrationPolicy::Downgrade),
+            "disabled" => Ok(MigrationPolicy::Disabled),
+            other => Err(format!(
+                "group.consumer.migration.policy must be bidirectional, upgrade, downgrade or disabled, not {other}"
+            )),
+        }
+    }
+
+    pub fn upgrade_enabled(self) -> bool {
+        matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade)
+    }
+
+    pub fn downgrade_enabled(self) -> bool {
+        matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade)
+    }
 }
 
 impl Default for ConsumerGroupConfig {
@@ -84,6 +131,8 @@ impl Default for ConsumerGroupConfig {
             max_size: super::membership::GROUP_MAX_SIZE,
             max_count: super::membership::GROUP_MAX_COUNT,
             assignors: vec![assignor::UNIFORM.to_string(), assignor::RANGE.to_string()],
+            migration_policy: MigrationPolicy::Bidirectional,
+            classic_max_size: super::membership::GROUP_MAX_SIZE,
         }
     }
 }
@@ -156,6 +205,17 @@ pub struct HeartbeatAnswer {
 }
 
 impl HeartbeatAnswer {
+    /// The answer to a leave (epoch -1 or -2).
+    fn left(request: &HeartbeatRequest, heartbeat_interval_ms: i32) -> HeartbeatAnswer {
+        HeartbeatAnswer {
+            error: None,
+            member_id: request.member_id.clone(),
+            member_epoch: request.member_epoch,
+            heartbeat_interval_ms,
+            assignment: None,
+        }
+    }
+
     fn error(error: ResponseError, message: impl Into<Option<String>>) -> HeartbeatAnswer {
         HeartbeatAnswer {
             error: Some((error, message.into())),
@@ -221,6 +281,8 @@ pub struct MemberView {
     pub assignment: Assignment,
     pub target_assignment: Assignment,
     pub state: MemberState,
+    /// On the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside this consumer group.
+    pub classic: bool,
 }
 
 /// A group as ConsumerGroupDescribe shows it.
@@ -261,6 +323,33 @@ struct Member {
     /// A static member that left with epoch -2: its partitions wait for its instance id until
     /// its session expires.
     left_static: bool,
+    /// Set for a member on the classic protocol (JoinGroup, SyncGroup, Heartbeat).
+    classic: Option<ClassicMember>,
+}
+
+/// What a classic member inside a consumer group has besides the consumer-protocol fields
+/// (Kafka's `ClassicMemberMetadata`, stored in its member record).
+#[derive(Debug, Clone)]
+struct ClassicMember {
+    session_timeout_ms: i32,
+    /// (name, embedded subscription), in the member's order of preference.
+    protocols: Vec<(String, Bytes)>,
+    /// The JoinGroup or SyncGroup the member owes by then (Kafka's join and sync timeouts).
+    deadline: Option<Instant>,
+}
+
+impl ClassicMember {
+    fn session(&self) -> Duration {
+        Duration::from_millis(self.session_timeout_ms.max(0) as u64)
+    }
+
+    /// The protocol the member's JoinGroup answer names (its first), and the embedded version
+    /// its assignment is written in.
+    fn protocol(&self) -> (&str, i16) {
+        let (name, metadata) = self.protocols.first().map_or(("", &[][..]), |(n, m)| (n.as_str(), &m[..]));
+        let version = if metadata.len() >= 2 { i16::from_be_bytes([metadata[0], metadata[1]]).clamp(0, 3) } else { 0 };
+        (name, version)
+    }
 }
 
 impl Member {
@@ -307,6 +396,8 @@ struct ConsumerGroup {
     signature_known: bool,
     /// Records of the changes not stored yet (flushed, under the lock, by every operation).
     unsaved: Vec<ConsumerRecord>,
+    /// Names of the topics assignments were computed over (from each assignment job).
+    topic_names: HashMap<TopicId, String>,
 }
 
 impl ConsumerGroup {
@@ -328,6 +419,7 @@ impl ConsumerGroup {
             gone: false,
             signature_known: true,
             unsaved: Vec::new(),
+            topic_names: HashMap::new(),
         }
     }
 
@@ -386,6 +478,11 @@ impl ConsumerGroup {
                     revocation_deadline: (state == MemberState::UnrevokedPartitions)
                         .then(|| now + Duration::from_millis(value.rebalance_timeout_ms.max(0) as u64)),
                     left_static,
+                    classic: value.classic.map(|c| ClassicMember {
+                        session_timeout_ms: c.session_timeout_ms,
+                        protocols: c.protocols.into_iter().map(|(n, m)| (n, Bytes::from(m))).collect(),
+                        deadline: None,
+                    }),
                 },
             );
         }
@@ -415,6 +512,10 @@ impl ConsumerGroup {
             subscribed_topic_regex: m.regex.as_ref().map(|(s, _)| s.clone()),
             rebalance_timeout_ms: m.rebalance_timeout_ms,
             server_assignor: m.server_assignor.clone(),
+            classic: m.classic.as_ref().map(|c| ClassicMemberMetadata {
+                session_timeout_ms: c.session_timeout_ms,
+                protocols: c.protocols.iter().map(|(n, m)| (n.clone(), m.to_vec())).collect(),
+            }),
         };
         self.unsaved.push(ConsumerRecord::Member { member_id: member_id.to_string(), value: Some(value) });
     }
@@ -501,6 +602,53 @@ impl ConsumerGroup {
         member.epoch = 0;
         member.previous_epoch = 0;
         self.save_current(member_id);
+    }
+
+    /// The topic names of the group's target (for writing classic members' assignments where
+    /// no metadata image is at hand).
+    fn topic_name(&self, id: &TopicId) -> Option<&str> {
+        self.topic_names.get(id).map(String::as_str)
+    }
+
+    /// Whether the group goes back to the classic protocol now (Kafka's
+    /// `validateOnlineDowngradeWithFencedMember` after a member left): only classic members
+    /// remain, the policy allows it and they fit the classic `group.max.size`. If so the group
+    /// is marked gone and its members are returned with the assignments they hold (their
+    /// targets, in each member's embedded version); the caller hands them over.
+    fn take_downgrade(&mut self, config: &ConsumerGroupConfig, can_hand_over: bool) -> Option<ClassicMembers> {
+        let all_classic = !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some());
+        if !can_hand_over
+            || !all_classic
+            || !config.migration_policy.downgrade_enabled()
+            || self.members.len() > config.classic_max_size
+        {
+            return None;
+        }
+        self.gone = true;
+        let members = self
+            .members
+            .values()
+            .filter_map(|m| {
+                let classic = m.classic.as_ref()?;
+                let (_, version) = classic.protocol();
+                let held = self.target.get(&m.member_id).unwrap_or(&m.assigned);
+                let named: Vec<(&str, Vec<i32>)> = held
+                    .iter()
+                    .filter_map(|(id, ps)| self.topic_name(id).map(|name| (name, ps.iter().copied().collect())))
+                    .collect();
+                Some(ClassicMemberState {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: classic.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocols: classic.protocols.clone(),
+                    assignment: super::embedded::encode_assignment(named, version),
+                })
+            })
+            .collect();
+        Some(ClassicMembers { generation: self.group_epoch, protocol_name: None, members })
     }
 
     /// Moves a static member's identity, partitions and target to a new member id (the
@@ -641,6 +789,7 @@ impl ConsumerGroup {
             }
         }
         self.target = target;
+        self.topic_names.extend(job.topic_ids.iter().map(|(name, id)| (*id, name.clone())));
         self.target_epoch = job.group_epoch;
         self.unsaved.push(ConsumerRecord::TargetEpoch(Some(self.target_epoch)));
         self.assignor = outcome.assignor.clone();
@@ -689,10 +838,20 @@ impl ConsumerGroup {
         let revoke = difference(&member.assigned, target);
         if !revoke.is_empty() {
             member.assigned = intersection(&member.assigned, target);
-            member.revoking = revoke;
-            member.state = MemberState::UnrevokedPartitions;
-            member.revocation_deadline = Some(now + Duration::from_millis(member.rebalance_timeout_ms.max(0) as u64));
-            return true;
+            if owned.is_some_and(|owned| !intersects(owned, &revoke)) {
+                // The member says it no longer holds them (Kafka's `ownsRevokedPartitions`: a
+                // classic member rejoining after its revocation): released now.
+                for tp in flatten(&revoke) {
+                    self.owners.remove(&tp);
+                }
+                changed = true;
+            } else {
+                member.revoking = revoke;
+                member.state = MemberState::UnrevokedPartitions;
+                member.revocation_deadline =
+                    Some(now + Duration::from_millis(member.rebalance_timeout_ms.max(0) as u64));
+                return true;
+            }
         }
         let mut unreleased = false;
         for (topic, p) in flatten(&difference(target, &member.assigned)).collect::<Vec<_>>() {
@@ -722,11 +881,15 @@ impl ConsumerGroup {
         let expired: Vec<String> = self
             .members
             .values()
-            .filter(|m| m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now))
+            .filter(|m| {
+                m.session_deadline <= now
+                    || m.revocation_deadline.is_some_and(|d| d <= now)
+                    || m.classic.as_ref().and_then(|c| c.deadline).is_some_and(|d| d <= now)
+            })
             .map(|m| m.member_id.clone())
             .collect();
         for id in &expired {
-            tracing::info!(group = %self.group_id, member = %id, "consumer group member removed: session or revocation timed out");
+            tracing::info!(group = %self.group_id, member = %id, "consumer group member removed: session, revocation, join or sync timed out");
             self.remove_member(id);
         }
         expired.len()
@@ -772,6 +935,7 @@ impl ConsumerGroup {
                     assignment: m.assigned.clone(),
                     target_assignment: self.target.get(&m.member_id).cloned().unwrap_or_default(),
                     state: m.state,
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         }
@@ -785,6 +949,8 @@ pub struct ConsumerGroups {
     sweeper_started: AtomicBool,
     /// Where groups' records go (set once by the coordinator; unit tests run without).
     store: Arc<std::sync::OnceLock<Store>>,
+    /// Where downgraded groups go (set once by the coordinator; unit tests run without).
+    downgrader: Arc<std::sync::OnceLock<Downgrader>>,
 }
 
 fn lock(group: &Mutex<ConsumerGroup>) -> MutexGuard<'_, ConsumerGroup> {
@@ -798,6 +964,7 @@ impl ConsumerGroups {
             config,
             sweeper_started: AtomicBool::new(false),
             store: Arc::default(),
+            downgrader: Arc::default(),
         }
     }
 
@@ -864,21 +1031,28 @@ impl ConsumerGroups {
 
     /// Starts the session sweep the first time a group is used.
     fn ensure_sweeper(&self) {
-        let store = self.store.clone();
+        let (store, downgrader, config) = (self.store.clone(), self.downgrader.clone(), self.config.clone());
         super::start_sweep(&self.sweeper_started, &self.groups, SWEEP_INTERVAL, move |groups| {
-            let store = store.clone();
+            let (store, downgrader, config) = (store.clone(), downgrader.clone(), config.clone());
             async move {
                 // Removals append records: off the async workers.
-                let _ =
-                    tokio::task::spawn_blocking(move || sweep(&groups, store.get(), super::membership::now())).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    sweep(&groups, store.get(), &config, downgrader.get(), super::membership::now())
+                })
+                .await;
             }
         });
+    }
+
+    /// Where downgraded groups go from now on.
+    pub fn set_downgrader(&self, downgrader: Downgrader) {
+        let _ = self.downgrader.set(downgrader);
     }
 
     /// Expires sessions and revocations (the background sweep calls this; tests call it with
     /// their own clock).
     pub fn sweep(&self, now: Instant) {
-        sweep(&self.groups, self.store.get(), now);
+        sweep(&self.groups, self.store.get(), &self.config, self.downgrader.get(), now);
     }
 
     /// First half of a ConsumerGroupHeartbeat: checks the request, applies the member's
@@ -952,18 +1126,15 @@ impl ConsumerGroups {
                     member.revocation_deadline = None;
                     g.save_current(&request.member_id);
                     tracing::debug!(group = %request.group_id, member = %request.member_id, "static member left for now");
-                } else {
-                    g.remove_member(&request.member_id);
+                    let write = g.flush(self.store.get());
+                    return Begin::Left(HeartbeatAnswer::left(&request, interval), write);
                 }
+                g.remove_member(&request.member_id);
+                let downgrade = g.take_downgrade(&self.config, self.downgrader.get().is_some());
                 let write = g.flush(self.store.get());
-                let answer = HeartbeatAnswer {
-                    error: None,
-                    member_id: request.member_id.clone(),
-                    member_epoch: request.member_epoch,
-                    heartbeat_interval_ms: interval,
-                    assignment: None,
-                };
-                return Begin::Left(answer, write);
+                drop(g);
+                hand_over(&self.groups, &request.group_id, &group, downgrade, self.downgrader.get());
+                return Begin::Left(HeartbeatAnswer::left(&request, interval), write);
             }
             JOIN_EPOCH => match self.join(&mut g, &request, now) {
                 Ok((id, new)) => {
@@ -1125,6 +1296,7 @@ impl ConsumerGroups {
                 session_deadline: now,
                 revocation_deadline: None,
                 left_static: false,
+                classic: None,
             },
         );
         Ok((member_id, true))
@@ -1133,24 +1305,15 @@ impl ConsumerGroups {
     /// Second half of a heartbeat: installs the computed target (if its group epoch is still
     /// current), reconciles the member and answers it.
     pub fn finish(&self, pending: Pending, outcome: Option<AssignOutcome>, now: Instant) -> (HeartbeatAnswer, Write) {
-        let mut g = lock(&pending.group);
-        if let (Some(job), Some(outcome)) = (&pending.job, &outcome) {
-            if g.install(job, outcome) {
-                tracing::debug!(group = %g.group_id, epoch = g.target_epoch, assignor = %outcome.assignor, "new target assignment");
-            }
-        }
-        if g.members.get(&pending.member_id).is_none_or(|m| m.left_static) {
-            let write = g.flush(self.store.get());
+        let (mut g, present) = self.settle(&pending, outcome.as_ref(), now);
+        let write = g.flush(self.store.get());
+        if !present {
             let answer = HeartbeatAnswer::error(
                 ResponseError::UnknownMemberId,
                 format!("Member {} left group {} meanwhile.", pending.member_id, g.group_id),
             );
             return (answer, write);
         }
-        g.reconcile(&pending.member_id, pending.owned.as_ref(), now);
-        #[cfg(any(test, debug_assertions))]
-        g.check_invariants();
-        let write = g.flush(self.store.get());
         let member = &g.members[&pending.member_id];
         let answer = HeartbeatAnswer {
             error: None,
@@ -1161,6 +1324,29 @@ impl ConsumerGroups {
                 .then(|| member.assigned.clone()),
         };
         (answer, write)
+    }
+
+    /// Installs the computed target (if its group epoch is still current) and reconciles the
+    /// member, if it is still there (false otherwise). The caller flushes.
+    fn settle<'a>(
+        &self,
+        pending: &'a Pending,
+        outcome: Option<&AssignOutcome>,
+        now: Instant,
+    ) -> (MutexGuard<'a, ConsumerGroup>, bool) {
+        let mut g = lock(&pending.group);
+        if let (Some(job), Some(outcome)) = (&pending.job, outcome) {
+            if g.install(job, outcome) {
+                tracing::debug!(group = %g.group_id, epoch = g.target_epoch, assignor = %outcome.assignor, "new target assignment");
+            }
+        }
+        if g.members.get(&pending.member_id).is_none_or(|m| m.left_static) {
+            return (g, false);
+        }
+        g.reconcile(&pending.member_id, pending.owned.as_ref(), now);
+        #[cfg(any(test, debug_assertions))]
+        g.check_invariants();
+        (g, true)
     }
 
     /// Runs a job with a built-in assignor, falling back to the default one (with the reason)
@@ -1265,21 +1451,65 @@ impl ConsumerGroups {
             return Some(if g.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) });
         }
         let Some(member) = g.members.get(member_id) else { return Some(Err(ResponseError::UnknownMemberId)) };
+        // A classic member's epoch is its generation: ILLEGAL_GENERATION, as its client expects.
+        let stale = if member.classic.is_some() { ResponseError::IllegalGeneration } else { stale };
         Some(if member.epoch == member_epoch { Ok(()) } else { Err(stale) })
+    }
+
+    /// Whether `member_id` is a classic member of the consumer group `group_id`.
+    pub fn is_classic_member(&self, group_id: &str, member_id: &str) -> bool {
+        self.get(group_id).is_some_and(|g| lock(&g).members.get(member_id).is_some_and(|m| m.classic.is_some()))
     }
 }
 
-fn sweep(groups: &RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>, store: Option<&Store>, now: Instant) {
+type GroupMap = RwLock<HashMap<String, Arc<Mutex<ConsumerGroup>>>>;
+
+fn sweep(
+    groups: &GroupMap,
+    store: Option<&Store>,
+    config: &ConsumerGroupConfig,
+    downgrader: Option<&Downgrader>,
+    now: Instant,
+) {
     let all: Vec<Arc<Mutex<ConsumerGroup>>> =
         groups.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
     for group in all {
         let mut g = lock(&group);
         if g.expire(now) > 0 {
+            let downgrade = g.take_downgrade(config, downgrader.is_some());
             if let Some(Err(error)) = g.flush(store) {
                 tracing::warn!(group = %g.group_id, %error, "could not store the removal of expired members");
             }
+            let group_id = g.group_id.clone();
+            drop(g);
+            hand_over(groups, &group_id, &group, downgrade, downgrader);
         }
     }
+}
+
+/// Ends a downgraded group here (if the map still holds this very group) and hands its
+/// classic members to the downgrader. Called without the group's lock (the map's lock is taken
+/// first elsewhere).
+fn hand_over(
+    groups: &GroupMap,
+    group_id: &str,
+    group: &Arc<Mutex<ConsumerGroup>>,
+    downgrade: Option<ClassicMembers>,
+    downgrader: Option<&Downgrader>,
+) {
+    let (Some(members), Some(downgrader)) = (downgrade, downgrader) else { return };
+    {
+        let mut map = groups.write().unwrap_or_else(|p| p.into_inner());
+        if map.get(group_id).is_some_and(|g| Arc::ptr_eq(g, group)) {
+            map.remove(group_id);
+        }
+    }
+    tracing::info!(
+        group = group_id,
+        members = members.members.len(),
+        "downgraded a consumer group to the classic protocol: only classic members remain"
+    );
+    downgrader(group_id, members);
 }
 
 /// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
@@ -1388,6 +1618,10 @@ fn intersection(a: &Assignment, b: &Assignment) -> Assignment {
     }
     out
 }
+
+#[path = "consumer_classic.rs"]
+mod classic;
+pub use classic::{ClassicBegin, ClassicJoin, ClassicJoined, ClassicSynced};
 
 #[cfg(test)]
 #[path = "consumer_tests.rs"]

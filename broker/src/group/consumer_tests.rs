@@ -1,5 +1,6 @@
 use super::*;
 use crate::controller::{PartitionImage, TopicImage};
+use crate::group::embedded;
 use crate::group::offsets::{OffsetError, StoredConsumerGroup};
 
 fn topic(image: &mut MetadataImage, name: &str, id: u8, partitions: u32) {
@@ -423,4 +424,201 @@ fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
     assert_eq!((a.epoch, b.epoch), (ea, eb));
     assert_eq!(restored.describe("g").unwrap().group_epoch, before.group_epoch);
     assert_eq!(restored.describe("g").unwrap().state, ConsumerGroupState::Stable);
+}
+
+/// A classic member (JoinGroup/SyncGroup/Heartbeat) as librdkafka's cooperative-sticky runs it.
+struct ClassicClient {
+    id: String,
+    generation: i32,
+    owned: BTreeMap<String, BTreeSet<i32>>,
+}
+
+impl ClassicClient {
+    fn join_request(&self, owned: bool) -> ClassicJoin {
+        let mut subscription = kafka_protocol::messages::ConsumerProtocolSubscription::default()
+            .with_topics(vec![kafka_protocol::protocol::StrBytes::from_static_str("t")]);
+        if owned {
+            subscription = subscription.with_owned_partitions(
+                self.owned
+                    .iter()
+                    .map(|(t, ps)| {
+                        kafka_protocol::messages::consumer_protocol_subscription::TopicPartition::default()
+                            .with_topic(kafka_protocol::messages::TopicName(
+                                kafka_protocol::protocol::StrBytes::from_string(t.clone()),
+                            ))
+                            .with_partitions(ps.iter().copied().collect())
+                    })
+                    .collect(),
+            );
+        }
+        let mut bytes = bytes::BytesMut::new();
+        bytes::BufMut::put_i16(&mut bytes, 1);
+        kafka_protocol::protocol::Encodable::encode(&subscription, &mut bytes, 1).unwrap();
+        ClassicJoin {
+            group_id: "g".to_string(),
+            member_id: self.id.clone(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".to_string(),
+            protocols: vec![("cooperative-sticky".to_string(), bytes.freeze())],
+            require_known_member_id: true,
+            ..Default::default()
+        }
+    }
+
+    /// JoinGroup (with MEMBER_ID_REQUIRED handled) then SyncGroup: what the member holds.
+    fn rejoin(&mut self, groups: &ConsumerGroups, image: &MetadataImage, now: Instant) {
+        loop {
+            match groups.classic_join(self.join_request(true), image, now) {
+                ClassicBegin::Refused(ResponseError::MemberIdRequired, id, _) => self.id = id,
+                ClassicBegin::Refused(error, _, why) => panic!("join refused: {error:?} {why}"),
+                ClassicBegin::NotHere => panic!("not a consumer group"),
+                ClassicBegin::Continue(pending) => {
+                    let outcome = pending.job.as_ref().map(|job| groups.run_builtin(job));
+                    let joined = groups.finish_classic_join(pending, outcome, now).0.expect("joined");
+                    assert_eq!(joined.protocol_name, "cooperative-sticky");
+                    self.generation = joined.generation;
+                    break;
+                }
+            }
+        }
+        let synced = groups
+            .classic_sync("g", &self.id, None, self.generation, Some("consumer"), None, image, now)
+            .expect("a consumer group")
+            .expect("synced");
+        // The cooperative protocol: what is not in the assignment is given up.
+        self.owned = embedded::decode_assignment(&synced.assignment).unwrap();
+    }
+
+    fn heartbeat(&self, groups: &ConsumerGroups, now: Instant) -> Result<(), ResponseError> {
+        groups.classic_heartbeat("g", &self.id, None, self.generation, now).expect("a consumer group")
+    }
+
+    fn as_owned(&self, image: &MetadataImage) -> Assignment {
+        let mut owned = Assignment::new();
+        for (t, ps) in &self.owned {
+            owned.entry(image.topic(t).unwrap().topic_id).or_default().extend(ps.iter().copied());
+        }
+        owned
+    }
+}
+
+#[test]
+fn a_classic_member_joins_a_consumer_group_and_reconciles_by_rejoining() {
+    // Proves Kafka's classicGroupJoinToConsumerGroup flow: the classic member's generation is
+    // its member epoch; it gets only partitions nobody else owns; its heartbeat tells it to
+    // rejoin once what it waits for is free; no partition is ever held twice.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 4);
+    let now = Instant::now();
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&g, &image, now);
+    assert_eq!(a.count(), 4);
+    let mut c = ClassicClient { id: String::new(), generation: -1, owned: BTreeMap::new() };
+    c.rejoin(&g, &image, now);
+    assert_eq!(c.generation, 2, "the member epoch is the generation");
+    assert!(c.owned.is_empty(), "a still owns everything: nothing yet");
+    assert_eq!(c.heartbeat(&g, now), Ok(()), "waiting on a's partitions: no rejoin yet");
+    a.beat(&g, &image, now);
+    a.beat(&g, &image, now);
+    assert_eq!(a.count(), 2);
+    assert_eq!(c.heartbeat(&g, now), Err(ResponseError::RebalanceInProgress), "its partitions are free now");
+    c.rejoin(&g, &image, now);
+    assert_eq!(c.owned.values().map(|p| p.len()).sum::<usize>(), 2);
+    assert_eq!(c.heartbeat(&g, now), Ok(()));
+    let classic_view = ClientView { owned: c.as_owned(&image) };
+    assert_disjoint_views(&[&a.owned, &classic_view.owned]);
+    let view = g.describe("g").unwrap();
+    assert_eq!(view.state, ConsumerGroupState::Stable);
+    assert!(view.members.iter().any(|m| m.classic) && view.members.iter().any(|m| !m.classic));
+    // Commits: a classic member commits with its generation at any OffsetCommit version; a
+    // stale generation is ILLEGAL_GENERATION (what its client understands).
+    assert_eq!(g.validate_member("g", &c.id, c.generation, ResponseError::StaleMemberEpoch), Some(Ok(())));
+    assert_eq!(
+        g.validate_member("g", &c.id, c.generation - 1, ResponseError::StaleMemberEpoch),
+        Some(Err(ResponseError::IllegalGeneration))
+    );
+    // A wrong generation, protocol or member is refused as the classic protocol does.
+    assert_eq!(g.classic_heartbeat("g", &c.id, None, 99, now), Some(Err(ResponseError::IllegalGeneration)));
+    assert_eq!(g.classic_heartbeat("g", "nobody", None, 2, now), Some(Err(ResponseError::UnknownMemberId)));
+    assert_eq!(
+        g.classic_sync("g", &c.id, None, c.generation, Some("consumer"), Some("range"), &image, now),
+        Some(Err(ResponseError::InconsistentGroupProtocol))
+    );
+    let mut other = c.join_request(false);
+    other.member_id = String::new();
+    other.protocols[0].0 = "range".to_string();
+    assert!(matches!(
+        g.classic_join(other, &image, now),
+        ClassicBegin::Refused(ResponseError::InconsistentGroupProtocol, _, _)
+    ));
+}
+
+struct ClientView {
+    owned: Assignment,
+}
+
+fn assert_disjoint_views(views: &[&Assignment]) {
+    let mut seen = BTreeSet::new();
+    for owned in views {
+        for tp in flatten(owned) {
+            assert!(seen.insert(tp), "{tp:?} owned twice");
+        }
+    }
+}
+
+#[test]
+fn the_last_consumer_member_leaving_downgrades_and_a_classic_group_upgrades() {
+    // Proves the online migration both ways: a consumer group whose last consumer-protocol
+    // member leaves goes to the classic membership with its classic members and their
+    // assignments; classic members adopted from a classic group keep their generation and
+    // partitions, and a consumer-protocol member joining moves the group on without overlap.
+    let g = groups();
+    let handed: Arc<Mutex<Vec<(String, ClassicMembers)>>> = Arc::default();
+    let sink = handed.clone();
+    g.set_downgrader(Box::new(move |group, members| sink.lock().unwrap().push((group.to_string(), members))));
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 4);
+    let now = Instant::now();
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&g, &image, now);
+    let mut c = ClassicClient { id: String::new(), generation: -1, owned: BTreeMap::new() };
+    c.rejoin(&g, &image, now);
+    a.beat(&g, &image, now);
+    a.beat(&g, &image, now);
+    c.rejoin(&g, &image, now);
+    let mut leave = a.request();
+    leave.member_epoch = LEAVE_EPOCH;
+    heartbeat(&g, leave, &image, now);
+    assert!(g.describe("g").is_none(), "the consumer group is gone");
+    let handed = handed.lock().unwrap();
+    let (group, members) = &handed[0];
+    assert_eq!(group, "g");
+    assert_eq!(members.members.len(), 1);
+    assert_eq!(members.members[0].member_id, c.id);
+    // What it holds is its last target (the classic rebalance that follows reassigns a's).
+    assert_eq!(embedded::decode_assignment(&members.members[0].assignment).unwrap()["t"].len(), 2);
+
+    // The upgrade: the classic group's members come over with what they hold.
+    let upgraded = groups();
+    let classic = ClassicMembers { generation: 7, protocol_name: None, members: members.members.clone() };
+    upgraded.adopt_classic("g", classic, &image, now).unwrap();
+    c.generation = 7;
+    c.owned = embedded::decode_assignment(&members.members[0].assignment).unwrap();
+    assert_eq!(c.heartbeat(&upgraded, now), Ok(()), "nothing changed yet");
+    let mut b = Client::new("b", &["t"]);
+    b.beat(&upgraded, &image, now);
+    assert_eq!(b.count(), 2, "the two partitions nobody held");
+    assert_eq!(c.heartbeat(&upgraded, now), Err(ResponseError::RebalanceInProgress));
+    c.rejoin(&upgraded, &image, now);
+    assert_eq!(c.owned["t"].len(), 2);
+    assert_disjoint_views(&[&b.owned, &c.as_owned(&image)]);
+    // A member that was told to rejoin and does not is removed after its rebalance timeout.
+    b.beat(&upgraded, &image, now);
+    let mut d = Client::new("d", &["t"]);
+    d.beat(&upgraded, &image, now);
+    assert_eq!(c.heartbeat(&upgraded, now), Err(ResponseError::RebalanceInProgress));
+    upgraded.sweep(now + Duration::from_millis(30_001));
+    assert!(upgraded.describe("g").unwrap().members.iter().all(|m| m.member_id != c.id));
 }

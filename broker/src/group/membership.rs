@@ -187,6 +187,30 @@ impl SyncResult {
     }
 }
 
+/// A group's classic members as they cross between the two protocols (KIP-848's online
+/// upgrade and downgrade): what each sent in its JoinGroup and the assignment it holds.
+#[derive(Debug, Clone, Default)]
+pub struct ClassicMembers {
+    pub generation: i32,
+    /// The protocol the classic group selected (`None`: it never completed a join).
+    pub protocol_name: Option<String>,
+    pub members: Vec<ClassicMemberState>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClassicMemberState {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// (name, metadata) in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
+    /// The embedded ConsumerProtocolAssignment the member holds (empty: none yet).
+    pub assignment: Bytes,
+}
+
 /// One member of a LeaveGroup.
 #[derive(Debug, Clone)]
 pub struct LeavingMember {
@@ -348,6 +372,32 @@ impl Group {
             }
         }
         group
+    }
+
+    /// Kafka's GroupMetadata value of the group as it is.
+    fn stored_value(&self, current_state_timestamp: i64) -> GroupMetadataValue {
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        GroupMetadataValue {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation_id,
+            protocol: self.protocol_name.clone(),
+            leader: self.leader_id.clone(),
+            current_state_timestamp,
+            members: self
+                .members
+                .values()
+                .map(|m| MemberMetadata {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    subscription: m.metadata_for(&protocol).to_vec(),
+                    assignment: m.assignment.to_vec(),
+                })
+                .collect(),
+        }
     }
 
     /// This node stops coordinating the group: every parked request learns NOT_COORDINATOR.
@@ -640,19 +690,28 @@ impl Membership {
         sweep_groups(&mut self.lock(), now);
     }
 
-    /// JoinGroup.
-    pub fn join(&self, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
-        self.ensure_sweeper();
-        let error = |e| Reply::Now(JoinResult::error(e, &request.member_id));
+    /// The checks of a JoinGroup before the group is looked at (whichever type it is): the
+    /// session timeout within `group.min/max.session.timeout.ms`, bounded protocols.
+    pub fn check_join(&self, request: &JoinRequest) -> Result<(), ResponseError> {
         if request.session_timeout_ms < self.config.min_session_timeout_ms
             || request.session_timeout_ms > self.config.max_session_timeout_ms
         {
-            return error(ResponseError::InvalidSessionTimeout);
+            return Err(ResponseError::InvalidSessionTimeout);
         }
         if request.protocols.len() > MEMBER_PROTOCOLS_MAX
             || request.protocols.iter().map(|(_, m)| m.len()).sum::<usize>() > MEMBER_METADATA_MAX_BYTES
         {
-            return error(ResponseError::InvalidRequest);
+            return Err(ResponseError::InvalidRequest);
+        }
+        Ok(())
+    }
+
+    /// JoinGroup.
+    pub fn join(&self, request: JoinRequest, now: Instant) -> Reply<JoinResult> {
+        self.ensure_sweeper();
+        let error = |e| Reply::Now(JoinResult::error(e, &request.member_id));
+        if let Err(e) = self.check_join(&request) {
+            return error(e);
         }
         let mut guard = self.lock();
         let groups = &mut *guard;
@@ -963,6 +1022,112 @@ impl Membership {
         }
     }
 
+    /// Takes a classic group with members out of this membership for an online upgrade to the
+    /// consumer protocol (Kafka's `validateOnlineUpgrade` + `convertToConsumerGroup`): `Ok(None)`
+    /// when there is no such group (none, Empty or Dead: the caller converts as before); `Err`
+    /// with the reason when it cannot be upgraded (it stays). Parked joins and syncs are answered
+    /// REBALANCE_IN_PROGRESS: their members rejoin the consumer group.
+    pub fn take_for_upgrade(&self, group_id: &str, max_size: usize) -> Result<Option<ClassicMembers>, String> {
+        let mut groups = self.lock();
+        let Some(group) = groups.groups.get(group_id) else { return Ok(None) };
+        if matches!(group.state, GroupState::Empty | GroupState::Dead) {
+            return Ok(None);
+        }
+        if group.protocol_type.as_deref() != Some(super::embedded::PROTOCOL_TYPE) {
+            return Err(format!(
+                "group {group_id} uses protocol type {:?}, not the consumer protocol",
+                group.protocol_type.as_deref().unwrap_or("")
+            ));
+        }
+        if group.members.len() > max_size {
+            return Err(format!(
+                "group {group_id} has {} members, above group.consumer.max.size {max_size}",
+                group.members.len()
+            ));
+        }
+        let Some(mut group) = groups.groups.remove(group_id) else { return Ok(None) };
+        let taken = ClassicMembers {
+            generation: group.generation_id,
+            protocol_name: group.protocol_name.clone(),
+            members: group
+                .members
+                .values()
+                .map(|m| ClassicMemberState {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    protocols: m.protocols.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        };
+        for member in group.members.values_mut() {
+            if let Some(tx) = member.join_waiter.take() {
+                let _ = tx.send(JoinResult::error(ResponseError::RebalanceInProgress, &member.member_id));
+            }
+            if let Some(tx) = member.sync_waiter.take() {
+                let _ = tx.send(SyncResult::error(ResponseError::RebalanceInProgress));
+            }
+        }
+        Ok(Some(taken))
+    }
+
+    /// Takes over the classic members of a downgraded consumer group (Kafka's
+    /// `convertToClassicGroup`): a Stable group at `generation` with their assignments, which
+    /// starts a rebalance at once so every member rejoins through the classic protocol.
+    /// Replaces whatever this membership held under that id. Returns the group's metadata as
+    /// converted (Stable at `generation`), for `__consumer_offsets`.
+    pub fn adopt(&self, group_id: &str, adopted: ClassicMembers, now: Instant) -> GroupMetadataValue {
+        let mut guard = self.lock();
+        let groups = &mut *guard;
+        let mut group = Group::new();
+        group.initial_rebalance_delay = Duration::from_millis(self.config.initial_rebalance_delay_ms);
+        group.generation_id = adopted.generation;
+        group.protocol_type = Some(super::embedded::PROTOCOL_TYPE.to_string());
+        for m in adopted.members {
+            groups.next_seq += 1;
+            let session_timeout = session_timeout_ms(m.session_timeout_ms);
+            if let Some(instance) = &m.group_instance_id {
+                group.static_members.insert(instance.clone(), m.member_id.clone());
+            }
+            group.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id,
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout,
+                    rebalance_timeout: session_timeout_ms(m.rebalance_timeout_ms),
+                    protocols: m.protocols,
+                    assignment: m.assignment,
+                    joined_seq: groups.next_seq,
+                    session_deadline: now + session_timeout,
+                    join_waiter: None,
+                    sync_waiter: None,
+                },
+            );
+        }
+        if group.members.is_empty() {
+            group.state = GroupState::Empty;
+        } else {
+            group.state = GroupState::Stable;
+            group.leader_id = group.members.values().min_by_key(|m| m.joined_seq).map(|m| m.member_id.clone());
+            group.protocol_name = adopted.protocol_name.or_else(|| group.select_protocol());
+        }
+        let value = group.stored_value(crate::log::now_ms());
+        if !group.members.is_empty() {
+            group.prepare_rebalance(now);
+        }
+        if let Some(old) = groups.groups.insert(group_id.to_string(), group) {
+            old.resign();
+        }
+        value
+    }
+
     /// What `__consumer_offsets` stores for a Stable group, or an Empty one that had a
     /// generation (Kafka's GroupMetadata value: no protocol, leader or members then); `None` in
     /// any other state.
@@ -977,28 +1142,7 @@ impl Membership {
         if !stored {
             return None;
         }
-        let protocol = group.protocol_name.clone().unwrap_or_default();
-        Some(GroupMetadataValue {
-            protocol_type: group.protocol_type.clone().unwrap_or_default(),
-            generation: group.generation_id,
-            protocol: group.protocol_name.clone(),
-            leader: group.leader_id.clone(),
-            current_state_timestamp,
-            members: group
-                .members
-                .values()
-                .map(|m| MemberMetadata {
-                    member_id: m.member_id.clone(),
-                    group_instance_id: m.group_instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
-                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
-                    subscription: m.metadata_for(&protocol).to_vec(),
-                    assignment: m.assignment.to_vec(),
-                })
-                .collect(),
-        })
+        Some(group.stored_value(current_state_timestamp))
     }
 
     /// Takes over the groups of one `__consumer_offsets` partition as they were stored (Kafka's

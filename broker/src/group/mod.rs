@@ -12,6 +12,7 @@
 
 pub mod assignor;
 pub mod consumer;
+pub mod embedded;
 pub mod membership;
 pub mod offsets;
 pub use self::offsets::Replicated;
@@ -113,6 +114,18 @@ impl GroupCoordinator {
             Some(offsets) => offsets.store_consumer_records(group, records),
             None => Err(offsets::OffsetError::NotCoordinator { partition: 0 }),
         }));
+        // A downgraded consumer group's classic members go to the classic membership, and its
+        // classic metadata is stored at once (replacing its consumer-group records).
+        let (weak_membership, weak_offsets) = (Arc::downgrade(&membership), Arc::downgrade(&offsets));
+        consumers.set_downgrader(Box::new(move |group, members| {
+            let (Some(membership), Some(offsets)) = (weak_membership.upgrade(), weak_offsets.upgrade()) else {
+                return;
+            };
+            let value = membership.adopt(group, members, membership::now());
+            if let Err(error) = offsets.store_group_metadata(group, value) {
+                tracing::warn!(group, %error, "could not store the downgraded group");
+            }
+        }));
         // A loaded partition brings its groups' members back (the store knows nothing of
         // membership; it only reports what it read).
         let (weak, weak_consumers) = (Arc::downgrade(&membership), Arc::downgrade(&consumers));
@@ -212,7 +225,10 @@ impl GroupCoordinator {
             CommitApi::TxnOffsetCommit => ResponseError::IllegalGeneration,
         };
         if let Some(checked) = self.consumers.validate_member(group_id, member_id, generation_or_epoch, stale) {
-            let old_api = matches!(api, CommitApi::OffsetCommit { version } if version < 9);
+            // Classic members inside a consumer group commit with their generation and any
+            // OffsetCommit version (Kafka's `validateOffsetCommit`).
+            let old_api = matches!(api, CommitApi::OffsetCommit { version } if version < 9)
+                && !self.consumers.is_classic_member(group_id, member_id);
             return match checked {
                 Ok(()) if old_api && !member_id.is_empty() => Err(ResponseError::UnsupportedVersion),
                 checked => checked,

@@ -270,7 +270,10 @@ impl Shard {
                 }
             }
             OffsetsRecord::Group { group, value: Some(v) } => {
-                self.groups.entry(group).or_default().metadata = Some(v);
+                // A group id has one type: classic metadata ends any consumer-group state.
+                let g = self.groups.entry(group).or_default();
+                g.metadata = Some(v);
+                g.consumer = None;
             }
             OffsetsRecord::Group { group, value: None } => {
                 if let Some(g) = self.groups.get_mut(&group) {
@@ -282,6 +285,9 @@ impl Shard {
             }
             OffsetsRecord::Consumer { group, record } => {
                 let g = self.groups.entry(group.clone()).or_default();
+                if !record.is_tombstone() {
+                    g.metadata = None;
+                }
                 StoredConsumerGroup::apply(&mut g.consumer, record);
                 if g.is_empty() {
                     self.groups.remove(&group);
@@ -555,7 +561,9 @@ impl OffsetStore {
     pub fn store_group_metadata(&self, group: &str, value: GroupMetadataValue) -> Result<Replicated, OffsetError> {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Wait, |shard, hosted| {
-            let records = vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }];
+            // A group id has one type: the classic metadata replaces any consumer-group records.
+            let mut records = other_type_tombstones(shard, group, GroupType::Classic);
+            records.push(OffsetsRecord::Group { group: group.to_string(), value: Some(value) });
             let replicated = append(hosted, partition, &records, None)?;
             shard.appended(hosted, replicated.required_offset, records, None);
             Ok(replicated)
@@ -568,10 +576,13 @@ impl OffsetStore {
     pub fn store_consumer_records(&self, group: &str, records: Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Wait, |shard, hosted| {
-            let records: Vec<OffsetsRecord> = records
-                .into_iter()
-                .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record })
-                .collect();
+            // A group id has one type: consumer-group records replace any classic metadata.
+            let converts = records.iter().any(|r| !r.is_tombstone());
+            let mut batch =
+                if converts { other_type_tombstones(shard, group, GroupType::Consumer) } else { Vec::new() };
+            batch
+                .extend(records.into_iter().map(|record| OffsetsRecord::Consumer { group: group.to_string(), record }));
+            let records = batch;
             let replicated = append(hosted, partition, &records, None)?;
             shard.appended(hosted, replicated.required_offset, records, None);
             Ok(replicated)
@@ -671,6 +682,59 @@ fn commit_records(group: &str, offsets: Vec<(String, i32, CommittedOffset)>) -> 
             }),
         })
         .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupType {
+    Classic,
+    Consumer,
+}
+
+/// Tombstones of what `group` stores as the type other than `writing` (the classic metadata,
+/// or every consumer-group record), as the log will read once the pending writes are in: the
+/// records a conversion between the protocols writes first (Kafka's
+/// `createGroupTombstoneRecords`), so a reload never finds the group as both types.
+fn other_type_tombstones(shard: &Shard, group: &str, writing: GroupType) -> Vec<OffsetsRecord> {
+    let stored = shard.groups.get(group);
+    let pending = shard
+        .pending
+        .iter()
+        .filter(|(_, _, txn)| txn.is_none())
+        .flat_map(|(_, records, _)| records)
+        .filter(|record| record.group() == group);
+    match writing {
+        GroupType::Consumer => {
+            let mut classic = stored.is_some_and(|g| g.metadata.is_some());
+            for record in pending {
+                match record {
+                    OffsetsRecord::Group { value, .. } => classic = value.is_some(),
+                    OffsetsRecord::Consumer { record, .. } if !record.is_tombstone() => classic = false,
+                    _ => {}
+                }
+            }
+            if classic {
+                vec![OffsetsRecord::Group { group: group.to_string(), value: None }]
+            } else {
+                Vec::new()
+            }
+        }
+        GroupType::Classic => {
+            let mut consumer = stored.and_then(|g| g.consumer.clone());
+            for record in pending {
+                match record {
+                    OffsetsRecord::Consumer { record, .. } => StoredConsumerGroup::apply(&mut consumer, record.clone()),
+                    OffsetsRecord::Group { value: Some(_), .. } => consumer = None,
+                    _ => {}
+                }
+            }
+            consumer
+                .map(|c| c.tombstones())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record })
+                .collect()
+        }
+    }
 }
 
 /// Tombstones of every offset and the metadata of `group`; `None` if the shard has nothing.

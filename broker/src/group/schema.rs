@@ -101,6 +101,16 @@ pub enum ConsumerRecord {
 }
 
 impl ConsumerRecord {
+    /// Whether the record deletes its key (a null value).
+    pub fn is_tombstone(&self) -> bool {
+        match self {
+            ConsumerRecord::GroupEpoch(v) | ConsumerRecord::TargetEpoch(v) => v.is_none(),
+            ConsumerRecord::Member { value, .. } => value.is_none(),
+            ConsumerRecord::TargetMember { value, .. } => value.is_none(),
+            ConsumerRecord::CurrentAssignment { value, .. } => value.is_none(),
+        }
+    }
+
     fn record_type(&self) -> i16 {
         match self {
             ConsumerRecord::GroupEpoch(_) => 3,
@@ -123,6 +133,17 @@ pub struct ConsumerMemberValue {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Tagged field 0: set for a member on the classic protocol inside a consumer group.
+    pub classic: Option<ClassicMemberMetadata>,
+}
+
+/// ConsumerGroupMemberMetadataValue's `ClassicMemberMetadata`: what a classic member sent in
+/// its JoinGroup (the session timeout it asked for, its protocols in order of preference).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// (name, metadata): the metadata is an embedded ConsumerProtocolSubscription.
+    pub protocols: Vec<(String, Vec<u8>)>,
 }
 
 /// ConsumerGroupCurrentMemberAssignmentValue v0. `state`: 0 stable, 1 unrevoked partitions,
@@ -142,6 +163,14 @@ const GROUP_METADATA_KEY_VERSION: i16 = 2;
 const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
 impl OffsetsRecord {
+    /// The group the record belongs to.
+    pub fn group(&self) -> &str {
+        match self {
+            OffsetsRecord::Commit { group, .. } | OffsetsRecord::Group { group, .. } => group,
+            OffsetsRecord::Consumer { group, .. } => group,
+        }
+    }
+
     /// (key bytes, value bytes or `None` for a tombstone).
     pub fn encode(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), SchemaError> {
         let mut key = Writer::default();
@@ -184,7 +213,13 @@ impl OffsetsRecord {
                     ConsumerRecord::Member { member_id, value } => {
                         key.string(member_id)?;
                         match value {
-                            Some(v) => Some(encode_member_value(&mut w, v)?),
+                            Some(v) => {
+                                encode_member_value(&mut w, v)?;
+                                // The tagged-field buffer, written here: it may carry tag 0.
+                                let mut tagged = Writer::default();
+                                encode_member_tags(&mut tagged, v);
+                                return Ok((key.0, Some([w.0, tagged.0].concat())));
+                            }
                             None => None,
                         }
                     }
@@ -268,6 +303,46 @@ fn encode_member_value(w: &mut Writer, v: &ConsumerMemberValue) -> Result<(), Sc
     Ok(())
 }
 
+/// The member value's tagged fields: tag 0 (`ClassicMemberMetadata`) when the member is on the
+/// classic protocol, else none.
+fn encode_member_tags(w: &mut Writer, v: &ConsumerMemberValue) {
+    let Some(classic) = &v.classic else {
+        w.uvarint(0);
+        return;
+    };
+    let mut field = Writer::default();
+    field.i32(classic.session_timeout_ms);
+    field.uvarint(classic.protocols.len() as u32 + 1);
+    for (name, metadata) in &classic.protocols {
+        field.compact_string(Some(name));
+        field.uvarint(metadata.len() as u32 + 1);
+        field.0.extend_from_slice(metadata);
+        field.uvarint(0);
+    }
+    field.uvarint(0);
+    w.uvarint(1);
+    w.uvarint(0);
+    w.uvarint(field.0.len() as u32);
+    w.0.extend_from_slice(&field.0);
+}
+
+fn decode_classic_member(bytes: &[u8]) -> Result<ClassicMemberMetadata, SchemaError> {
+    let mut r = Reader::new(bytes);
+    let session_timeout_ms = r.i32()?;
+    let count = r.compact_len()?;
+    let mut protocols = Vec::with_capacity(count.min(r.remaining()));
+    for _ in 0..count {
+        let name = r.compact_string()?.unwrap_or_default();
+        let len = r.compact_len()?;
+        let metadata = r.take(len)?.to_vec();
+        r.skip_tagged_fields()?;
+        protocols.push((name, metadata));
+    }
+    r.skip_tagged_fields()?;
+    r.finish()?;
+    Ok(ClassicMemberMetadata { session_timeout_ms, protocols })
+}
+
 /// A consumer group record's value (`None` for a tombstone): version 0, tagged fields skipped
 /// (newer Kafka versions add some; their defaults are what Runnel assumes).
 fn decode_consumer_record(
@@ -312,8 +387,11 @@ fn decode_consumer_record(
                 subscribed_topic_regex: r.compact_string()?,
                 rebalance_timeout_ms: r.i32()?,
                 server_assignor: r.compact_string()?,
+                classic: None,
             };
-            ConsumerRecord::Member { member_id, value: Some(value) }
+            let classic = r.tagged_field(0)?.map(decode_classic_member).transpose()?;
+            r.finish()?;
+            return Ok(ConsumerRecord::Member { member_id, value: Some(ConsumerMemberValue { classic, ..value }) });
         }
         7 => ConsumerRecord::TargetMember { member_id, value: Some(r.partitions()?) },
         _ => {
@@ -581,6 +659,20 @@ impl<'a> Reader<'a> {
         }
         Ok(topics)
     }
+    /// Reads the tagged-field buffer, returning the bytes of tag `wanted` (others skipped).
+    fn tagged_field(&mut self, wanted: u32) -> Result<Option<&'a [u8]>, SchemaError> {
+        let count = self.uvarint()?;
+        let mut found = None;
+        for _ in 0..count {
+            let tag = self.uvarint()?;
+            let size = self.uvarint()? as usize;
+            let bytes = self.take(size)?;
+            if tag == wanted {
+                found = Some(bytes);
+            }
+        }
+        Ok(found)
+    }
     fn skip_tagged_fields(&mut self) -> Result<(), SchemaError> {
         let count = self.uvarint()?;
         for _ in 0..count {
@@ -769,6 +861,23 @@ mod tests {
                         subscribed_topic_regex: Some("x.*".into()),
                         rebalance_timeout_ms: 300_000,
                         server_assignor: Some("range".into()),
+                        classic: None,
+                    }),
+                },
+            },
+            OffsetsRecord::Consumer {
+                group: "g".into(),
+                record: ConsumerRecord::Member {
+                    member_id: "classic".into(),
+                    value: Some(ConsumerMemberValue {
+                        client_id: "c".into(),
+                        subscribed_topic_names: vec!["a".into()],
+                        rebalance_timeout_ms: 60_000,
+                        classic: Some(ClassicMemberMetadata {
+                            session_timeout_ms: 10_000,
+                            protocols: vec![("cooperative-sticky".into(), vec![0, 1, 2]), ("range".into(), vec![])],
+                        }),
+                        ..ConsumerMemberValue::default()
                     }),
                 },
             },

@@ -4,10 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Buf;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-use kafka_protocol::messages::{ConsumerProtocolAssignment, DeleteTopicsRequest, IncrementalAlterConfigsRequest};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::{DeleteTopicsRequest, IncrementalAlterConfigsRequest};
 
 use super::error::{ApiError, ApiResult};
 use super::{kafka, Http};
@@ -278,20 +276,13 @@ pub struct LagRow {
     pub member: Option<usize>,
 }
 
-/// Kafka's ConsumerProtocolAssignment (a version prefix, then the body); empty for other
-/// protocol types or malformed bytes.
+/// Kafka's ConsumerProtocolAssignment; empty for other protocol types or malformed bytes.
 pub fn decode_assignment(bytes: &[u8]) -> Vec<(String, Vec<i32>)> {
-    let mut buf = bytes::Bytes::copy_from_slice(bytes);
-    if buf.remaining() < 2 {
-        return Vec::new();
-    }
-    let version = buf.get_i16();
-    match ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3)) {
-        Ok(assignment) => {
-            assignment.assigned_partitions.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect()
-        }
-        Err(_) => Vec::new(),
-    }
+    crate::group::embedded::decode_assignment(bytes)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(topic, partitions)| (topic, partitions.into_iter().collect()))
+        .collect()
 }
 
 /// Loads every `__consumer_offsets` partition this node hosts (a no-op once loaded), so group

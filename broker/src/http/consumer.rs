@@ -18,19 +18,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as HeartbeatTopicPartitions;
 use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
 use kafka_protocol::messages::{
-    consumer_protocol_assignment, fetch_request, join_group_request, leave_group_request, list_offsets_request,
-    offset_commit_request, offset_fetch_request, sync_group_request, BrokerId, ConsumerGroupHeartbeatRequest,
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, FetchRequest, FindCoordinatorRequest, GroupId,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
-    SyncGroupRequest,
+    fetch_request, join_group_request, leave_group_request, list_offsets_request, offset_commit_request,
+    offset_fetch_request, sync_group_request, BrokerId, ConsumerGroupHeartbeatRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest,
+    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::{watch, Notify};
 
@@ -38,6 +37,7 @@ use super::error::{ApiError, ApiResult};
 use super::kafka::Route;
 use super::records::{self, ReadRecord};
 use super::{kafka, Http, LONG_POLL_MAX_MS};
+use crate::group::embedded;
 use crate::server::handlers::{self, str_bytes, topic_name};
 
 /// At most this many instances on a node (each holds a group membership and a task).
@@ -899,27 +899,6 @@ async fn leave(http: &Http, instance: &Instance, member_id: &str) {
     let _ = on_coordinator!(http, group, leave_group, kafka::LEAVE_GROUP, request, GROUP_CALL_TIMEOUT);
 }
 
-/// Kafka's embedded protocol encoding: a big-endian i16 version, then the message.
-fn encode_versioned<M: Encodable>(message: &M, version: i16) -> Bytes {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    if message.encode(&mut buf, version).is_err() {
-        return Bytes::new();
-    }
-    buf.freeze()
-}
-
-fn decode_subscription(bytes: &Bytes) -> Vec<String> {
-    let mut buf = bytes.clone();
-    if buf.remaining() < 2 {
-        return Vec::new();
-    }
-    let version = buf.get_i16().clamp(0, 3);
-    ConsumerProtocolSubscription::decode(&mut buf, version)
-        .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
-        .unwrap_or_default()
-}
-
 /// The plan of a client-side assignor (`range`, `roundrobin`) this instance computes as the
 /// group's leader: the same implementations as the broker's server-side assignors
 /// (`group::assignor`), each member listed (empty when it gets nothing).
@@ -954,19 +933,12 @@ fn leader_plan(
 }
 
 fn encode_assignment(partitions: &[TopicPartition]) -> Bytes {
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (t, p) in partitions {
-        by_topic.entry(t).or_default().push(*p);
-    }
-    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
-        by_topic
-            .into_iter()
-            .map(|(t, ps)| {
-                consumer_protocol_assignment::TopicPartition::default().with_topic(topic_name(t)).with_partitions(ps)
-            })
-            .collect(),
-    );
-    encode_versioned(&assignment, 0)
+    embedded::encode_assignment(partitions.iter().map(|(t, p)| (t.as_str(), vec![*p])), 0)
+}
+
+/// The topics of a member's embedded subscription (none when malformed).
+fn decode_subscription(bytes: &Bytes) -> Vec<String> {
+    embedded::decode_subscription(bytes).map(|s| s.topics).unwrap_or_default()
 }
 
 enum Step {
@@ -1026,10 +998,7 @@ async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
         let state = instance.lock();
         (state.subscription.clone(), state.member_id.clone())
     };
-    let subscription = encode_versioned(
-        &ConsumerProtocolSubscription::default().with_topics(topics.iter().map(|t| str_bytes(t)).collect()),
-        0,
-    );
+    let subscription = embedded::encode_subscription(&topics, 0);
     let protocols: Vec<join_group_request::JoinGroupRequestProtocol> = ["range", "roundrobin"]
         .iter()
         .map(|name| {
@@ -1092,7 +1061,8 @@ async fn join_and_sync(http: &Http, instance: &Instance) -> Result<(), String> {
         instance.lock().member_id = member_id;
         return Err(format!("SyncGroup: {:?}", ResponseError::try_from_code(synced.error_code)));
     }
-    let assignment: Vec<TopicPartition> = super::admin::decode_assignment(&synced.assignment)
+    let assignment: Vec<TopicPartition> = embedded::decode_assignment(&synced.assignment)
+        .unwrap_or_default()
         .into_iter()
         .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
         .collect();
@@ -1372,17 +1342,5 @@ mod tests {
         assert_eq!(all.len(), 6);
         assert!(plan["b"].iter().all(|(t, _)| t == "t"));
         assert_eq!(plan["a"].iter().filter(|(t, _)| t == "u").count(), 2);
-    }
-
-    #[test]
-    fn subscription_round_trips_through_kafka_encoding() {
-        // Proves the embedded protocol encoding (version prefix + message) decodes back.
-        let bytes = encode_versioned(
-            &ConsumerProtocolSubscription::default().with_topics(vec![str_bytes("a"), str_bytes("b")]),
-            0,
-        );
-        assert_eq!(decode_subscription(&bytes), vec!["a".to_string(), "b".to_string()]);
-        let assignment = encode_assignment(&[("a".into(), 1), ("a".into(), 2)]);
-        assert_eq!(super::super::admin::decode_assignment(&assignment), vec![("a".to_string(), vec![1, 2])]);
     }
 }

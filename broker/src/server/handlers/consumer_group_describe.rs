@@ -17,6 +17,8 @@ use crate::server::Broker;
 const GROUPS_MAX: usize = 1000;
 /// KIP-1099's member type of a consumer-protocol member.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
+/// ConsumerGroupDescribe v1's member type of a member on the classic protocol.
+const MEMBER_TYPE_CLASSIC: i8 = 0;
 /// "Authorized operations not requested" (Kafka's `Integer.MIN_VALUE`).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
@@ -67,7 +69,7 @@ pub async fn handle(
                         .with_subscribed_topic_regex(m.subscribed_topic_regex.as_deref().map(str_bytes))
                         .with_assignment(assignment(&image, &m.assignment))
                         .with_target_assignment(assignment(&image, &m.target_assignment))
-                        .with_member_type(MEMBER_TYPE_CONSUMER)
+                        .with_member_type(if m.classic { MEMBER_TYPE_CLASSIC } else { MEMBER_TYPE_CONSUMER })
                 })
                 .collect();
             described

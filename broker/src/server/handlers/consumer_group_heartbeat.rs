@@ -3,9 +3,11 @@
 //! coordinator and the group's type, runs a needed target assignment on the blocking pool
 //! (outside every group lock) and answers.
 //!
-//! Group types: a classic group with members refuses the consumer protocol
-//! (GROUP_ID_NOT_FOUND, Kafka's answer when it cannot convert it); an empty one is converted
-//! (its committed offsets stay, they are keyed by group id).
+//! Group types: an empty classic group is converted (its committed offsets stay, they are
+//! keyed by group id); a classic group with members is upgraded online when
+//! `group.consumer.migration.policy` allows it and its members speak the embedded consumer
+//! protocol (they go on as classic members of the consumer group, `group::consumer`'s classic
+//! half), else refused with GROUP_ID_NOT_FOUND, Kafka's answer when it cannot convert.
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use std::collections::BTreeMap;
@@ -35,21 +37,13 @@ pub async fn handle(
     if let Err(code) = check_coordinator(broker, group) {
         return Some(response(HeartbeatAnswer { error: Some((code, None)), ..answer_without_member() }));
     }
+    let image = broker.controller.image();
     if request.member_epoch == consumer::JOIN_EPOCH && broker.groups.consumers.members_of(group).is_none() {
-        match broker.groups.membership.state(group) {
-            None | Some(GroupState::Dead) => {}
-            Some(GroupState::Empty) => {
-                if broker.groups.membership.delete(group).is_ok() {
-                    tracing::info!(group, "converted an empty classic group to the consumer protocol");
-                }
-            }
-            Some(_) => {
-                let message = format!("Group {group} is not a consumer group.");
-                return Some(response(HeartbeatAnswer {
-                    error: Some((ResponseError::GroupIdNotFound, Some(message))),
-                    ..answer_without_member()
-                }));
-            }
+        if let Err(message) = convert_classic(broker, group, &image) {
+            return Some(response(HeartbeatAnswer {
+                error: Some((ResponseError::GroupIdNotFound, Some(message))),
+                ..answer_without_member()
+            }));
         }
     }
     let owned = request.topic_partitions.as_ref().map(|topics| {
@@ -77,7 +71,6 @@ pub async fn handle(
         client_id: header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default(),
         client_host: crate::server::client_host(),
     };
-    let image = broker.controller.image();
     let consumers = &broker.groups.consumers;
     let (answer, write) = match consumers.begin(decoded, &image, membership::now()) {
         Begin::Answer(answer) => (answer, None),
@@ -91,24 +84,67 @@ pub async fn handle(
         }
     };
     // Answered once the group's records are in the ISR (Kafka answers after the write).
+    match stored(write).await {
+        Ok(()) => Some(response(answer)),
+        Err((code, message)) => {
+            Some(response(HeartbeatAnswer { error: Some((code, Some(message))), ..answer_without_member() }))
+        }
+    }
+}
+
+/// Makes way for the first consumer-protocol member of a group the classic membership holds:
+/// an empty classic group is dropped (converted); one with members is upgraded online (its
+/// members become classic members of the new consumer group) if the migration policy allows
+/// and its members speak the consumer protocol. `Err` says why it cannot be.
+fn convert_classic(broker: &Broker, group: &str, image: &MetadataImage) -> Result<(), String> {
+    let membership = &broker.groups.membership;
+    match membership.state(group) {
+        None | Some(GroupState::Dead) => return Ok(()),
+        Some(GroupState::Empty) => {
+            if membership.delete(group).is_ok() {
+                tracing::info!(group, "converted an empty classic group to the consumer protocol");
+            }
+            return Ok(());
+        }
+        Some(_) => {}
+    }
+    let consumers = &broker.groups.consumers;
+    let config = consumers.config();
+    if !config.migration_policy.upgrade_enabled() {
+        return Err(format!(
+            "Group {group} is a classic group with members and group.consumer.migration.policy does not allow upgrades."
+        ));
+    }
+    match membership.take_for_upgrade(group, config.max_size) {
+        Ok(None) => Ok(()),
+        Ok(Some(classic)) => {
+            let generation = classic.generation;
+            consumers.adopt_classic(group, classic.clone(), image, membership::now()).map_err(|why| {
+                // The classic group stays what it was: its members rejoin it.
+                membership.adopt(group, classic, membership::now());
+                format!("Cannot upgrade classic group {group} to a consumer group: {why}.")
+            })?;
+            tracing::info!(group, generation, "upgraded a classic group with members to the consumer protocol");
+            Ok(())
+        }
+        Err(why) => Err(format!("Cannot upgrade classic group {group} to a consumer group: {why}.")),
+    }
+}
+
+/// Waits until a group write is in the ISR: the error code and message a client gets if not.
+pub(super) async fn stored(write: consumer::Write) -> Result<(), (ResponseError, String)> {
     let stored = match write {
         None => Ok(()),
         Some(Ok(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
         Some(Err(error)) => Err(error),
     };
-    match stored {
-        Ok(()) => Some(response(answer)),
-        Err(error) => Some(response(HeartbeatAnswer {
-            error: Some((offset_error_code(&error), Some(format!("storing the group's state: {error}")))),
-            ..answer_without_member()
-        })),
-    }
+    stored.map_err(|error| (offset_error_code(&error), format!("storing the group's state: {error}")))
 }
 
 /// Computes a target assignment outside every group lock, on the blocking pool: with the
 /// built-in assignor of that name, else the uploaded one the image names (given the subscribed
 /// partitions' sizes). `None` only if the task itself died (no new target this time).
-async fn assign(broker: &Broker, image: &MetadataImage, job: AssignJob) -> Option<AssignOutcome> {
+pub(super) async fn assign(broker: &Broker, image: &MetadataImage, job: AssignJob) -> Option<AssignOutcome> {
     let groups = broker.groups.clone();
     let uploaded = match assignor::builtin(&job.assignor) {
         Some(_) => None,

@@ -10,6 +10,14 @@ use crate::server::Broker;
 pub async fn handle(broker: &Broker, _header: &RequestHeader, request: HeartbeatRequest) -> Option<HeartbeatResponse> {
     let group: &str = &request.group_id.0;
     let outcome = check_coordinator(broker, group).and_then(|()| {
+        // A classic member of a consumer-protocol group (KIP-848 migration).
+        let now = membership::now();
+        let consumers = &broker.groups.consumers;
+        let generation = request.generation_id;
+        let instance = request.group_instance_id.as_deref();
+        if let Some(answer) = consumers.classic_heartbeat(group, &request.member_id, instance, generation, now) {
+            return answer;
+        }
         broker.groups.membership.heartbeat(
             group,
             &request.member_id,

@@ -1,5 +1,7 @@
 //! JoinGroup (v0-9): hands the request to the group's membership state machine and, when the
-//! join must wait for the rest of the group, awaits the parked answer (no lock held).
+//! join must wait for the rest of the group, awaits the parked answer (no lock held). A join to
+//! a consumer-protocol group with members makes a classic member of it (KIP-848 migration:
+//! `group::consumer`'s classic half), its target assignment computed like a heartbeat's.
 //! Also home of `check_coordinator`, the coordinator check every group API shares.
 
 use std::time::Duration;
@@ -8,7 +10,9 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::str_bytes;
+use super::{consumer_group_heartbeat, str_bytes};
+use crate::group::consumer::{ClassicBegin, ClassicJoin};
+use crate::group::embedded;
 use crate::group::membership::{self, JoinRequest, JoinResult, Reply};
 use crate::group::OFFSETS_TOPIC;
 use crate::server::{offset_error_code, Broker};
@@ -53,11 +57,6 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
     if let Err(code) = check_coordinator(broker, group) {
         return Some(response(JoinResult::error(code, &member_id), version));
     }
-    // A consumer-protocol group with members refuses classic members (Kafka answers
-    // INCONSISTENT_GROUP_PROTOCOL where it cannot convert); an empty one converts.
-    if !broker.groups.consumers.remove_if_empty(group) {
-        return Some(response(JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id), version));
-    }
     // v0 has no rebalance timeout: Kafka uses the session timeout.
     let rebalance_timeout_ms = if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms };
     let join = JoinRequest {
@@ -73,6 +72,16 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
     };
+    if let Err(code) = broker.groups.membership.check_join(&join) {
+        return Some(response(JoinResult::error(code, &member_id), version));
+    }
+    if let Some(result) = join_consumer_group(broker, &join).await {
+        return Some(response(result, version));
+    }
+    // An empty consumer-protocol group converts to a classic one.
+    if !broker.groups.consumers.remove_if_empty(group) {
+        return Some(response(JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id), version));
+    }
     let result = match broker.groups.membership.join(join, membership::now()) {
         Reply::Now(result) => result,
         Reply::Parked(rx) => {
@@ -86,6 +95,56 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
         }
     };
     Some(response(result, version))
+}
+
+/// A classic member's join to a consumer-protocol group with members (Kafka's
+/// `classicGroupJoinToConsumerGroup`); `None` when the group is not one here. Answered at once
+/// (no waiting for other members): generation = the member's epoch, no leader, the member's
+/// first protocol.
+async fn join_consumer_group(broker: &Broker, join: &JoinRequest) -> Option<JoinResult> {
+    let consumers = &broker.groups.consumers;
+    let classic = ClassicJoin {
+        group_id: join.group_id.clone(),
+        member_id: join.member_id.clone(),
+        instance_id: join.group_instance_id.clone(),
+        client_id: join.client_id.clone(),
+        client_host: join.client_host.clone(),
+        session_timeout_ms: join.session_timeout_ms,
+        rebalance_timeout_ms: join.rebalance_timeout_ms,
+        protocol_type: join.protocol_type.clone(),
+        protocols: join.protocols.clone(),
+        require_known_member_id: join.require_known_member_id,
+    };
+    let image = broker.controller.image();
+    let pending = match consumers.classic_join(classic, &image, membership::now()) {
+        ClassicBegin::NotHere => return None,
+        ClassicBegin::Refused(error, member_id, why) => {
+            if !why.is_empty() {
+                tracing::debug!(group = %join.group_id, member = %member_id, %why, "classic join to a consumer group refused");
+            }
+            return Some(JoinResult::error(error, &member_id));
+        }
+        ClassicBegin::Continue(pending) => pending,
+    };
+    let outcome = match pending.job.clone() {
+        Some(job) => consumer_group_heartbeat::assign(broker, &image, job).await,
+        None => None,
+    };
+    let (joined, write) = consumers.finish_classic_join(pending, outcome, membership::now());
+    let joined = match (joined, consumer_group_heartbeat::stored(write).await) {
+        (Ok(joined), Ok(())) => joined,
+        (Err(error), _) | (_, Err((error, _))) => return Some(JoinResult::error(error, &join.member_id)),
+    };
+    Some(JoinResult {
+        error: None,
+        generation_id: joined.generation,
+        protocol_type: Some(embedded::PROTOCOL_TYPE.to_string()),
+        protocol_name: Some(joined.protocol_name),
+        leader: String::new(),
+        member_id: joined.member_id,
+        members: Vec::new(),
+        skip_assignment: false,
+    })
 }
 
 fn response(result: JoinResult, version: i16) -> JoinGroupResponse {

@@ -35,7 +35,15 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: LeaveGroup
     } else {
         vec![LeavingMember { member_id: request.member_id.to_string(), group_instance_id: None }]
     };
-    let results = broker.groups.membership.leave(group, &leaving, membership::now());
+    let results = match broker.groups.consumers.classic_leave(group, &leaving) {
+        // Classic members of a consumer-protocol group (KIP-848 migration): answered once the
+        // removal is stored.
+        Some((results, write)) => match super::consumer_group_heartbeat::stored(write).await {
+            Ok(()) => results,
+            Err((code, _)) => leaving.iter().map(|_| Err(code)).collect(),
+        },
+        None => broker.groups.membership.leave(group, &leaving, membership::now()),
+    };
     if broker.groups.membership.state(group) == Some(GroupState::Empty) {
         // The last member left: store that (Kafka writes the Empty generation too), so a new
         // coordinator does not bring the departed members back from the previous one.

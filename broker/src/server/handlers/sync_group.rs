@@ -24,6 +24,30 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupR
     if let Err(code) = check_coordinator(broker, &group) {
         return Some(response(SyncResult::error(code), version));
     }
+    // A classic member of a consumer-protocol group gets its assigned partitions.
+    let image = broker.controller.image();
+    let synced = broker.groups.consumers.classic_sync(
+        &group,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+        request.generation_id,
+        request.protocol_type.as_deref(),
+        request.protocol_name.as_deref(),
+        &image,
+        membership::now(),
+    );
+    if let Some(synced) = synced {
+        let result = match synced {
+            Ok(synced) => SyncResult {
+                error: None,
+                protocol_type: Some(crate::group::embedded::PROTOCOL_TYPE.to_string()),
+                protocol_name: Some(synced.protocol_name),
+                assignment: synced.assignment,
+            },
+            Err(error) => SyncResult::error(error),
+        };
+        return Some(response(result, version));
+    }
     let is_leader_sync = !request.assignments.is_empty();
     let sync = SyncRequest {
         group_id: group.clone(),
