@@ -610,24 +610,34 @@ impl ConsumerGroup {
         self.topic_names.get(id).map(String::as_str)
     }
 
-    /// Whether the group goes back to the classic protocol now (Kafka's
-    /// `validateOnlineDowngradeWithFencedMember` after a member left): only classic members
-    /// remain, the policy allows it and they fit the classic `group.max.size`. If so the group
-    /// is marked gone and its members are returned with the assignments they hold (their
-    /// targets, in each member's embedded version); the caller hands them over.
-    fn take_downgrade(&mut self, config: &ConsumerGroupConfig, can_hand_over: bool) -> Option<ClassicMembers> {
-        let all_classic = !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some());
+    /// Whether the group goes back to the classic protocol instead of removing `leaving`
+    /// (Kafka's `validateOnlineDowngradeWithFencedMember`): a consumer-protocol member leaves,
+    /// only classic members remain, the policy allows it and they fit the classic
+    /// `group.max.size`. If so the group is marked gone (its records are replaced when the
+    /// classic group is stored) and the remaining members are returned with the partitions they
+    /// hold (their targets, in each member's embedded version) at the group epoch as it is, so
+    /// members at that epoch heartbeat on into the classic rebalance (a bumped generation would
+    /// answer them ILLEGAL_GENERATION and make their clients drop their partitions as lost).
+    fn take_downgrade(
+        &mut self,
+        leaving: &[String],
+        config: &ConsumerGroupConfig,
+        can_hand_over: bool,
+    ) -> Option<ClassicMembers> {
+        let consumer_leaves = leaving.iter().any(|id| self.members.get(id).is_some_and(|m| m.classic.is_none()));
+        let remaining: Vec<&Member> = self.members.values().filter(|m| !leaving.contains(&m.member_id)).collect();
         if !can_hand_over
-            || !all_classic
+            || !consumer_leaves
+            || remaining.is_empty()
+            || remaining.iter().any(|m| m.classic.is_none())
             || !config.migration_policy.downgrade_enabled()
-            || self.members.len() > config.classic_max_size
+            || remaining.len() > config.classic_max_size
         {
             return None;
         }
         self.gone = true;
-        let members = self
-            .members
-            .values()
+        let members = remaining
+            .into_iter()
             .filter_map(|m| {
                 let classic = m.classic.as_ref()?;
                 let (_, version) = classic.protocol();
@@ -877,7 +887,14 @@ impl ConsumerGroup {
     }
 
     /// Sessions and revocations past their deadline: those members are removed.
-    fn expire(&mut self, now: Instant) -> usize {
+    /// Removes them, unless the group downgrades instead (`take_downgrade`): then they are
+    /// left out of the classic group and nothing else changes here.
+    fn expire(
+        &mut self,
+        now: Instant,
+        config: &ConsumerGroupConfig,
+        can_hand_over: bool,
+    ) -> (usize, Option<ClassicMembers>) {
         let expired: Vec<String> = self
             .members
             .values()
@@ -888,11 +905,19 @@ impl ConsumerGroup {
             })
             .map(|m| m.member_id.clone())
             .collect();
+        if expired.is_empty() {
+            return (0, None);
+        }
         for id in &expired {
             tracing::info!(group = %self.group_id, member = %id, "consumer group member removed: session, revocation, join or sync timed out");
+        }
+        if let Some(downgrade) = self.take_downgrade(&expired, config, can_hand_over) {
+            return (expired.len(), Some(downgrade));
+        }
+        for id in &expired {
             self.remove_member(id);
         }
-        expired.len()
+        (expired.len(), None)
     }
 
     #[cfg(any(test, debug_assertions))]
@@ -1129,8 +1154,11 @@ impl ConsumerGroups {
                     let write = g.flush(self.store.get());
                     return Begin::Left(HeartbeatAnswer::left(&request, interval), write);
                 }
-                g.remove_member(&request.member_id);
-                let downgrade = g.take_downgrade(&self.config, self.downgrader.get().is_some());
+                let leaving = [request.member_id.clone()];
+                let downgrade = g.take_downgrade(&leaving, &self.config, self.downgrader.get().is_some());
+                if downgrade.is_none() {
+                    g.remove_member(&request.member_id);
+                }
                 let write = g.flush(self.store.get());
                 drop(g);
                 hand_over(&self.groups, &request.group_id, &group, downgrade, self.downgrader.get());
@@ -1475,8 +1503,8 @@ fn sweep(
         groups.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
     for group in all {
         let mut g = lock(&group);
-        if g.expire(now) > 0 {
-            let downgrade = g.take_downgrade(config, downgrader.is_some());
+        let (expired, downgrade) = g.expire(now, config, downgrader.is_some());
+        if expired > 0 {
             if let Some(Err(error)) = g.flush(store) {
                 tracing::warn!(group = %g.group_id, %error, "could not store the removal of expired members");
             }

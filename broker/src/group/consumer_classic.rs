@@ -364,8 +364,8 @@ impl ConsumerGroups {
                 let Some(t) = image.topic(&topic) else { continue };
                 group.topic_names.insert(t.topic_id, topic.clone());
                 for p in partitions {
-                    if !group.owners.contains_key(&(t.topic_id, p)) {
-                        group.owners.insert((t.topic_id, p), m.member_id.clone());
+                    if let std::collections::hash_map::Entry::Vacant(owner) = group.owners.entry((t.topic_id, p)) {
+                        owner.insert(m.member_id.clone());
                         assigned.entry(t.topic_id).or_default().insert(p);
                     }
                 }
