@@ -599,3 +599,35 @@ fn a_rolling_upgrade_and_rollback_mixes_both_protocols_in_one_group() {
     let ledger = ledger.lock().unwrap();
     assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
 }
+
+#[test]
+fn a_disabled_migration_policy_keeps_a_classic_group_with_members_classic() {
+    // Proves group.consumer.migration.policy=disabled: a consumer-protocol join to a classic
+    // group with members is refused with GROUP_ID_NOT_FOUND and the reason (Kafka's answer when
+    // it cannot convert), and the classic members keep their partitions.
+    let node = Runnel::start(&["--group-consumer-migration-policy", "disabled"]);
+    create_topic(&node, "no-migration", 4);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let consumer = classic_member(&node, &ledger, "c1", "kept-classic");
+    consumer.subscribe(&["no-migration"]).expect("subscribe");
+    let c1 = Running::start(consumer);
+    await_balanced(&ledger, "no-migration", 4, &["c1"]);
+    let mut conn = coordinator_conn(&node, "kept-classic");
+    let refused = conn.call(
+        0,
+        &kafka_protocol::messages::ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("kept-classic")))
+            .with_member_id(StrBytes::from_static_str("k1-member"))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![kafka_protocol::messages::TopicName(StrBytes::from_static_str(
+                "no-migration",
+            ))])),
+    );
+    assert_eq!(refused.error_code, kafka_protocol::ResponseError::GroupIdNotFound.code(), "{refused:?}");
+    let message = refused.error_message.as_deref().map(|m| m.to_string()).unwrap_or_default();
+    assert!(message.contains("group.consumer.migration.policy"), "{message}");
+    assert_eq!(listed(&mut conn, "kept-classic").map(|(t, _)| t), Some("classic".to_string()));
+    assert_eq!(ledger.lock().unwrap().owners.len(), 4, "the classic member kept its partitions");
+    drop(c1.stop());
+}

@@ -622,3 +622,15 @@ fn the_last_consumer_member_leaving_downgrades_and_a_classic_group_upgrades() {
     upgraded.sweep(now + Duration::from_millis(30_001));
     assert!(upgraded.describe("g").unwrap().members.iter().all(|m| m.member_id != c.id));
 }
+
+#[test]
+fn migration_policies_parse_with_kafkas_names() {
+    assert_eq!(MigrationPolicy::parse("BIDIRECTIONAL"), Ok(MigrationPolicy::Bidirectional));
+    let upgrade = MigrationPolicy::parse("upgrade").unwrap();
+    assert!(upgrade.upgrade_enabled() && !upgrade.downgrade_enabled());
+    let downgrade = MigrationPolicy::parse("downgrade").unwrap();
+    assert!(!downgrade.upgrade_enabled() && downgrade.downgrade_enabled());
+    let disabled = MigrationPolicy::parse("disabled").unwrap();
+    assert!(!disabled.upgrade_enabled() && !disabled.downgrade_enabled());
+    assert!(MigrationPolicy::parse("sideways").unwrap_err().contains("bidirectional, upgrade, downgrade or disabled"));
+}

@@ -1,9 +1,12 @@
 //! Consumer groups: the classic protocol's membership and rebalances (`membership`), the
 //! consumer protocol's (KIP-848) server-side reconciliation (`consumer`) with its assignors
 //! (`assignor`), committed offsets and group metadata stored as records in the compacted
-//! `__consumer_offsets` topic (`offsets`, with Kafka's key/value schemas in `schema`). A group
-//! id is of one type at a time: an empty group of either type converts when a member of the
-//! other protocol joins; a group with members refuses the other protocol.
+//! `__consumer_offsets` topic (`offsets`, with Kafka's key/value schemas in `schema`), and the
+//! embedded consumer protocol both speak (`embedded`). A group id is of one type at a time: an
+//! empty group of either type converts when a member of the other protocol joins; a consumer
+//! group with members takes classic members in (`consumer`'s classic half), and a classic group
+//! with members is upgraded online by a consumer-protocol join, a consumer group left with only
+//! classic members downgraded, as `group.consumer.migration.policy` allows.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
 //! `__consumer_offsets`, as in Kafka. Invariant: committed offsets and group metadata are
