@@ -240,6 +240,24 @@ fn coordinator(cluster: &Cluster, node: u64) -> Option<u64> {
 }
 
 /// Waits until `members` together own every partition, each its fair share (sticky-range).
+/// Stops the producer and waits until every partition was consumed without gaps up to what it
+/// produced, and no partition ever had two owners.
+fn assert_all_consumed(ledger: &Arc<Mutex<Ledger>>, stop: &AtomicBool, producer: JoinHandle<Vec<i64>>) {
+    stop.store(true, Ordering::Release);
+    let counts = producer.join().expect("producer thread");
+    let complete = wait_until(DEADLINE, || {
+        let ledger = lock(ledger);
+        (0..PARTITIONS).all(|p| ledger.contiguous_until(p) >= counts[p as usize])
+    });
+    let ledger = lock(ledger);
+    assert!(
+        complete,
+        "records lost: produced {counts:?}, consumed without gaps up to {:?}",
+        (0..PARTITIONS).map(|p| ledger.contiguous_until(p)).collect::<Vec<_>>()
+    );
+    assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
+}
+
 fn await_balanced(ledger: &Arc<Mutex<Ledger>>, members: &[&str], step: &str) {
     let balanced = wait_until(DEADLINE, || {
         let ledger = lock(ledger);
@@ -317,20 +335,7 @@ fn java_members_join_leave_and_survive_a_coordinator_kill_9_with_an_uploaded_ass
         await_balanced(&ledger, &remaining, &format!("{gone} left"));
     }
 
-    stop.store(true, Ordering::Release);
-    let counts = producer.join().expect("producer thread");
-    let complete = wait_until(DEADLINE, || {
-        let ledger = lock(&ledger);
-        (0..PARTITIONS).all(|p| ledger.contiguous_until(p) >= counts[p as usize])
-    });
-    let ledger = lock(&ledger);
-    assert!(
-        complete,
-        "records lost: produced {counts:?}, consumed without gaps up to {:?}",
-        (0..PARTITIONS).map(|p| ledger.contiguous_until(p)).collect::<Vec<_>>()
-    );
-    assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
-    drop(ledger);
+    assert_all_consumed(&ledger, &stop, producer);
     drop(members);
 }
 
@@ -435,21 +440,7 @@ fn java_classic_members_ride_an_online_upgrade_and_rollback() {
     assert!(downgraded, "the group never went back to classic: {:?}", listed_type());
     await_balanced(&ledger, &["c1", "c2"], "k1 left (downgrade)");
 
-    stop.store(true, Ordering::Release);
-    let counts = producer.join().expect("producer thread");
-    let complete = wait_until(DEADLINE, || {
-        let ledger = lock(&ledger);
-        (0..PARTITIONS).all(|p| ledger.contiguous_until(p) >= counts[p as usize])
-    });
-    {
-        let ledger = lock(&ledger);
-        assert!(
-            complete,
-            "records lost: produced {counts:?}, consumed without gaps up to {:?}",
-            (0..PARTITIONS).map(|p| ledger.contiguous_until(p)).collect::<Vec<_>>()
-        );
-        assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
-    }
+    assert_all_consumed(&ledger, &stop, producer);
     c2.leave();
     c1.leave();
 }

@@ -353,6 +353,37 @@ impl ClassicMember {
 }
 
 impl Member {
+    /// A member that holds nothing yet, at epoch 0.
+    fn new(
+        member_id: &str,
+        instance_id: Option<String>,
+        (client_id, client_host): (&str, &str),
+        rebalance_timeout_ms: i32,
+        session_deadline: Instant,
+        classic: Option<ClassicMember>,
+    ) -> Member {
+        Member {
+            member_id: member_id.to_string(),
+            instance_id,
+            rack: None,
+            client_id: client_id.to_string(),
+            client_host: client_host.to_string(),
+            subscribed_names: BTreeSet::new(),
+            regex: None,
+            server_assignor: None,
+            rebalance_timeout_ms,
+            state: MemberState::Stable,
+            epoch: 0,
+            previous_epoch: 0,
+            assigned: Assignment::new(),
+            revoking: Assignment::new(),
+            session_deadline,
+            revocation_deadline: None,
+            left_static: false,
+            classic,
+        }
+    }
+
     fn owns(&self) -> impl Iterator<Item = (TopicId, i32)> + '_ {
         flatten(&self.assigned).chain(flatten(&self.revoking))
     }
@@ -1304,29 +1335,15 @@ impl ConsumerGroups {
         if let Some(instance) = &request.instance_id {
             g.instances.insert(instance.clone(), member_id.clone());
         }
-        g.members.insert(
-            member_id.clone(),
-            Member {
-                member_id: member_id.clone(),
-                instance_id: request.instance_id.clone(),
-                rack: None,
-                client_id: request.client_id.clone(),
-                client_host: request.client_host.clone(),
-                subscribed_names: BTreeSet::new(),
-                regex: None,
-                server_assignor: None,
-                rebalance_timeout_ms: request.rebalance_timeout_ms,
-                state: MemberState::Stable,
-                epoch: 0,
-                previous_epoch: 0,
-                assigned: Assignment::new(),
-                revoking: Assignment::new(),
-                session_deadline: now,
-                revocation_deadline: None,
-                left_static: false,
-                classic: None,
-            },
+        let member = Member::new(
+            &member_id,
+            request.instance_id.clone(),
+            (&request.client_id, &request.client_host),
+            request.rebalance_timeout_ms,
+            now,
+            None,
         );
+        g.members.insert(member_id.clone(), member);
         Ok((member_id, true))
     }
 
@@ -1649,7 +1666,7 @@ fn intersection(a: &Assignment, b: &Assignment) -> Assignment {
 
 #[path = "consumer_classic.rs"]
 mod classic;
-pub use classic::{ClassicBegin, ClassicJoin, ClassicJoined, ClassicSynced};
+pub use classic::{ClassicBegin, ClassicJoined, ClassicSynced};
 
 #[cfg(test)]
 #[path = "consumer_tests.rs"]

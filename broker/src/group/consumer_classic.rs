@@ -24,24 +24,7 @@ use super::{
 };
 use crate::controller::MetadataImage;
 use crate::group::embedded;
-use crate::group::membership::{ClassicMembers, LeavingMember};
-
-/// A JoinGroup from a classic member, decoded.
-#[derive(Debug, Clone, Default)]
-pub struct ClassicJoin {
-    pub group_id: String,
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub session_timeout_ms: i32,
-    pub rebalance_timeout_ms: i32,
-    pub protocol_type: String,
-    /// (name, metadata) in the member's order of preference.
-    pub protocols: Vec<(String, Bytes)>,
-    /// JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED.
-    pub require_known_member_id: bool,
-}
+use crate::group::membership::{ClassicMembers, JoinRequest, LeavingMember};
 
 /// What a classic member's JoinGroup is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +58,7 @@ impl ConsumerGroups {
     /// member's subscription (new members are added, the group epoch moves when a subscription
     /// changes) and says whether a target assignment must be computed; `finish_classic_join`
     /// reconciles and answers.
-    pub fn classic_join(&self, request: ClassicJoin, image: &MetadataImage, now: Instant) -> ClassicBegin {
+    pub fn classic_join(&self, request: &JoinRequest, image: &MetadataImage, now: Instant) -> ClassicBegin {
         let Some(group) = self.get(&request.group_id) else { return ClassicBegin::NotHere };
         let mut g = lock(&group);
         if g.gone || g.members.is_empty() {
@@ -94,7 +77,7 @@ impl ConsumerGroups {
         let unknown = request.member_id.is_empty();
         let mut member_id = if unknown { uuid::Uuid::new_v4().to_string() } else { request.member_id.clone() };
         let known = g.members.contains_key(&member_id)
-            || request.instance_id.as_ref().is_some_and(|i| g.instances.contains_key(i));
+            || request.group_instance_id.as_ref().is_some_and(|i| g.instances.contains_key(i));
         if !known && g.members.len() >= self.config.max_size {
             return refuse(
                 ResponseError::GroupMaxSizeReached,
@@ -102,7 +85,7 @@ impl ConsumerGroups {
                 format!("The consumer group has reached its maximum capacity of {} members.", self.config.max_size),
             );
         }
-        if unknown && request.instance_id.is_none() && request.require_known_member_id {
+        if unknown && request.group_instance_id.is_none() && request.require_known_member_id {
             return refuse(ResponseError::MemberIdRequired, &member_id, String::new());
         }
         let subscription = match request.protocols.first().map(|(_, m)| embedded::decode_subscription(m)) {
@@ -113,7 +96,7 @@ impl ConsumerGroups {
         // Who the member is: a static member coming back under a new member id takes over its
         // instance's identity and partitions (the old id is fenced); a known id rejoins.
         let mut replaced = false;
-        if let Some(instance) = &request.instance_id {
+        if let Some(instance) = &request.group_instance_id {
             if let Some(existing) = g.instances.get(instance).cloned() {
                 if unknown {
                     g.replace_static(&existing, &member_id);
@@ -131,10 +114,10 @@ impl ConsumerGroups {
         if joined {
             // Any member id is taken (the one MEMBER_ID_REQUIRED handed out, or a removed
             // member's coming back), as Kafka's `getOrMaybeSubscribeDynamicConsumerGroupMember`.
-            if let Some(instance) = &request.instance_id {
+            if let Some(instance) = &request.group_instance_id {
                 g.instances.insert(instance.clone(), member_id.clone());
             }
-            g.members.insert(member_id.clone(), new_classic_member(&member_id, &request, now));
+            g.members.insert(member_id.clone(), new_classic_member(&member_id, request, now));
         } else if !replaced && g.members.get(&member_id).is_some_and(|m| m.classic.is_none()) {
             return refuse(
                 ResponseError::UnknownMemberId,
@@ -374,17 +357,17 @@ impl ConsumerGroups {
                 group.instances.insert(instance.clone(), m.member_id.clone());
             }
             group.target.insert(m.member_id.clone(), assigned.clone());
-            let request = ClassicJoin {
+            let request = JoinRequest {
                 group_id: group_id.to_string(),
                 member_id: m.member_id.clone(),
-                instance_id: m.group_instance_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
                 session_timeout_ms: m.session_timeout_ms,
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 protocol_type: embedded::PROTOCOL_TYPE.to_string(),
                 protocols: m.protocols.clone(),
-                require_known_member_id: false,
+                ..JoinRequest::default()
             };
             let mut member = new_classic_member(&m.member_id, &request, now);
             member.subscribed_names = subscription.topics.into_iter().collect();
@@ -476,29 +459,18 @@ fn owe_rejoin(member: &mut Member, now: Instant) {
     }
 }
 
-fn new_classic_member(member_id: &str, request: &ClassicJoin, now: Instant) -> Member {
-    Member {
-        member_id: member_id.to_string(),
-        instance_id: request.instance_id.clone(),
-        rack: None,
-        client_id: request.client_id.clone(),
-        client_host: request.client_host.clone(),
-        subscribed_names: BTreeSet::new(),
-        regex: None,
-        server_assignor: None,
-        rebalance_timeout_ms: request.rebalance_timeout_ms,
-        state: MemberState::Stable,
-        epoch: 0,
-        previous_epoch: 0,
-        assigned: Assignment::new(),
-        revoking: Assignment::new(),
-        session_deadline: now + Duration::from_millis(request.session_timeout_ms.max(0) as u64),
-        revocation_deadline: None,
-        left_static: false,
-        classic: Some(ClassicMember {
-            session_timeout_ms: request.session_timeout_ms,
-            protocols: request.protocols.clone(),
-            deadline: None,
-        }),
-    }
+fn new_classic_member(member_id: &str, request: &JoinRequest, now: Instant) -> Member {
+    let classic = ClassicMember {
+        session_timeout_ms: request.session_timeout_ms,
+        protocols: request.protocols.clone(),
+        deadline: None,
+    };
+    Member::new(
+        member_id,
+        request.group_instance_id.clone(),
+        (&request.client_id, &request.client_host),
+        request.rebalance_timeout_ms,
+        now + classic.session(),
+        Some(classic),
+    )
 }

@@ -434,7 +434,7 @@ struct ClassicClient {
 }
 
 impl ClassicClient {
-    fn join_request(&self, owned: bool) -> ClassicJoin {
+    fn join_request(&self, owned: bool) -> crate::group::membership::JoinRequest {
         let mut subscription = kafka_protocol::messages::ConsumerProtocolSubscription::default()
             .with_topics(vec![kafka_protocol::protocol::StrBytes::from_static_str("t")]);
         if owned {
@@ -454,7 +454,7 @@ impl ClassicClient {
         let mut bytes = bytes::BytesMut::new();
         bytes::BufMut::put_i16(&mut bytes, 1);
         kafka_protocol::protocol::Encodable::encode(&subscription, &mut bytes, 1).unwrap();
-        ClassicJoin {
+        crate::group::membership::JoinRequest {
             group_id: "g".to_string(),
             member_id: self.id.clone(),
             session_timeout_ms: 10_000,
@@ -469,7 +469,7 @@ impl ClassicClient {
     /// JoinGroup (with MEMBER_ID_REQUIRED handled) then SyncGroup: what the member holds.
     fn rejoin(&mut self, groups: &ConsumerGroups, image: &MetadataImage, now: Instant) {
         loop {
-            match groups.classic_join(self.join_request(true), image, now) {
+            match groups.classic_join(&self.join_request(true), image, now) {
                 ClassicBegin::Refused(ResponseError::MemberIdRequired, id, _) => self.id = id,
                 ClassicBegin::Refused(error, _, why) => panic!("join refused: {error:?} {why}"),
                 ClassicBegin::NotHere => panic!("not a consumer group"),
@@ -550,7 +550,7 @@ fn a_classic_member_joins_a_consumer_group_and_reconciles_by_rejoining() {
     other.member_id = String::new();
     other.protocols[0].0 = "range".to_string();
     assert!(matches!(
-        g.classic_join(other, &image, now),
+        g.classic_join(&other, &image, now),
         ClassicBegin::Refused(ResponseError::InconsistentGroupProtocol, _, _)
     ));
 }

@@ -336,30 +336,19 @@ impl Group {
         // The leader keeps the earliest join order, so it stays leader of the next rebalance.
         let mut stored: Vec<&MemberMetadata> = value.members.iter().collect();
         stored.sort_by_key(|m| value.leader.as_deref() != Some(m.member_id.as_str()));
+        let protocol = value.protocol.clone().unwrap_or_default();
         for m in stored {
-            *seq += 1;
-            let protocol = value.protocol.clone().unwrap_or_default();
-            let session_timeout = session_timeout_ms(m.session_timeout_ms);
-            if let Some(instance) = &m.group_instance_id {
-                group.static_members.insert(instance.clone(), m.member_id.clone());
-            }
-            group.members.insert(
-                m.member_id.clone(),
-                Member {
-                    member_id: m.member_id.clone(),
-                    group_instance_id: m.group_instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    session_timeout,
-                    rebalance_timeout: session_timeout_ms(m.rebalance_timeout_ms),
-                    protocols: vec![(protocol, Bytes::from(m.subscription.clone()))],
-                    assignment: Bytes::from(m.assignment.clone()),
-                    joined_seq: *seq,
-                    session_deadline: now + session_timeout,
-                    join_waiter: None,
-                    sync_waiter: None,
-                },
-            );
+            let member = ClassicMemberState {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: vec![(protocol.clone(), Bytes::from(m.subscription.clone()))],
+                assignment: Bytes::from(m.assignment.clone()),
+            };
+            group.admit(member, seq, now);
         }
         if group.members.is_empty() {
             group.state = GroupState::Empty;
@@ -391,13 +380,38 @@ impl Group {
                     group_instance_id: m.group_instance_id.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
-                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
-                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    rebalance_timeout_ms: millis(m.rebalance_timeout),
+                    session_timeout_ms: millis(m.session_timeout),
                     subscription: m.metadata_for(&protocol).to_vec(),
                     assignment: m.assignment.to_vec(),
                 })
                 .collect(),
         }
+    }
+
+    /// Adds a member as a restore or a downgrade hands it over (no join of its own): the next
+    /// in join order, its session starting now.
+    fn admit(&mut self, m: ClassicMemberState, seq: &mut u64, now: Instant) {
+        *seq += 1;
+        let session_timeout = session_timeout_ms(m.session_timeout_ms);
+        if let Some(instance) = &m.group_instance_id {
+            self.static_members.insert(instance.clone(), m.member_id.clone());
+        }
+        let member = Member {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id,
+            client_id: m.client_id,
+            client_host: m.client_host,
+            session_timeout,
+            rebalance_timeout: session_timeout_ms(m.rebalance_timeout_ms),
+            protocols: m.protocols,
+            assignment: m.assignment,
+            joined_seq: *seq,
+            session_deadline: now + session_timeout,
+            join_waiter: None,
+            sync_waiter: None,
+        };
+        self.members.insert(m.member_id, member);
     }
 
     /// This node stops coordinating the group: every parked request learns NOT_COORDINATOR.
@@ -1057,8 +1071,8 @@ impl Membership {
                     group_instance_id: m.group_instance_id.clone(),
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
-                    session_timeout_ms: m.session_timeout.as_millis().min(i32::MAX as u128) as i32,
-                    rebalance_timeout_ms: m.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
+                    session_timeout_ms: millis(m.session_timeout),
+                    rebalance_timeout_ms: millis(m.rebalance_timeout),
                     protocols: m.protocols.clone(),
                     assignment: m.assignment.clone(),
                 })
@@ -1088,28 +1102,7 @@ impl Membership {
         group.generation_id = adopted.generation;
         group.protocol_type = Some(super::embedded::PROTOCOL_TYPE.to_string());
         for m in adopted.members {
-            groups.next_seq += 1;
-            let session_timeout = session_timeout_ms(m.session_timeout_ms);
-            if let Some(instance) = &m.group_instance_id {
-                group.static_members.insert(instance.clone(), m.member_id.clone());
-            }
-            group.members.insert(
-                m.member_id.clone(),
-                Member {
-                    member_id: m.member_id,
-                    group_instance_id: m.group_instance_id,
-                    client_id: m.client_id,
-                    client_host: m.client_host,
-                    session_timeout,
-                    rebalance_timeout: session_timeout_ms(m.rebalance_timeout_ms),
-                    protocols: m.protocols,
-                    assignment: m.assignment,
-                    joined_seq: groups.next_seq,
-                    session_deadline: now + session_timeout,
-                    join_waiter: None,
-                    sync_waiter: None,
-                },
-            );
+            group.admit(m, &mut groups.next_seq, now);
         }
         if group.members.is_empty() {
             group.state = GroupState::Empty;
@@ -1217,6 +1210,11 @@ impl Default for Membership {
     fn default() -> Self {
         Membership::new()
     }
+}
+
+/// A timeout as the protocol's int32 milliseconds.
+fn millis(timeout: Duration) -> i32 {
+    timeout.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// Kafka's member ids: `<client_id>-<uuid>`.

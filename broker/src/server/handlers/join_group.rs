@@ -11,7 +11,7 @@ use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, RequestHeade
 use kafka_protocol::ResponseError;
 
 use super::{consumer_group_heartbeat, str_bytes};
-use crate::group::consumer::{ClassicBegin, ClassicJoin};
+use crate::group::consumer::ClassicBegin;
 use crate::group::embedded;
 use crate::group::membership::{self, JoinRequest, JoinResult, Reply};
 use crate::group::OFFSETS_TOPIC;
@@ -103,20 +103,8 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
 /// first protocol.
 async fn join_consumer_group(broker: &Broker, join: &JoinRequest) -> Option<JoinResult> {
     let consumers = &broker.groups.consumers;
-    let classic = ClassicJoin {
-        group_id: join.group_id.clone(),
-        member_id: join.member_id.clone(),
-        instance_id: join.group_instance_id.clone(),
-        client_id: join.client_id.clone(),
-        client_host: join.client_host.clone(),
-        session_timeout_ms: join.session_timeout_ms,
-        rebalance_timeout_ms: join.rebalance_timeout_ms,
-        protocol_type: join.protocol_type.clone(),
-        protocols: join.protocols.clone(),
-        require_known_member_id: join.require_known_member_id,
-    };
     let image = broker.controller.image();
-    let pending = match consumers.classic_join(classic, &image, membership::now()) {
+    let pending = match consumers.classic_join(join, &image, membership::now()) {
         ClassicBegin::NotHere => return None,
         ClassicBegin::Refused(error, member_id, why) => {
             if !why.is_empty() {
