@@ -569,6 +569,12 @@ fn a_rolling_upgrade_and_rollback_mixes_both_protocols_in_one_group() {
     let mut types: Vec<i8> = described.members.iter().map(|m| m.member_type).collect();
     types.sort();
     assert_eq!(types, vec![0, 0, 1], "two classic members and one consumer-protocol member: {described:?}");
+    // The HTTP API (and the dashboard) says which members are still on the classic protocol.
+    let detail = support::HttpApi::new(&node).get("/v1/groups/rolling-group").json;
+    let mut protocols: Vec<&str> =
+        detail["members"].as_array().expect("members").iter().filter_map(|m| m["protocol"].as_str()).collect();
+    protocols.sort();
+    assert_eq!(protocols, ["classic", "classic", "consumer"], "{detail}");
     assert_eq!(listed(&mut conn, "rolling-group").map(|(t, _)| t), Some("consumer".to_string()));
 
     // The rollback: the consumer-protocol member leaves; only classic members remain.

@@ -1029,7 +1029,7 @@
           ? `<table class="data" data-testid="members-table"><thead><tr><th>Member</th><th>Client</th><th>Host</th><th>Instance</th><th>Assignment</th></tr></thead><tbody>${members
               .map(
                 (m) => `<tr data-testid="member-row" data-member="${esc(m.member_id)}">
-                  <td data-field="member_id" class="wrap"><code>${esc(m.member_id)}</code></td>
+                  <td data-field="member_id" class="wrap"><code>${esc(m.member_id)}</code>${g.protocol_type === "consumer" && m.protocol === "classic" ? ` <span class="badge neutral" data-field="member-protocol" title="A classic-protocol member inside a consumer group (KIP-848 migration): it rejoins to reconcile">classic</span>` : ""}</td>
                   <td data-field="client_id">${esc(m.client_id)}</td><td data-field="client_host">${esc(m.client_host)}</td>
                   <td data-field="group_instance_id">${m.group_instance_id == null ? `<span class="muted">${DASH}</span>` : esc(m.group_instance_id)}</td>
                   <td data-field="assignment">${(m.assignment || [])

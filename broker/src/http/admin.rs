@@ -227,6 +227,8 @@ pub struct Member {
     pub group_instance_id: Option<String>,
     pub client_id: String,
     pub client_host: String,
+    /// `classic` or `consumer`: the protocol the member speaks.
+    pub protocol: &'static str,
     pub assignment: Vec<(String, Vec<i32>)>,
 }
 
@@ -351,6 +353,7 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
                     group_instance_id: m.group_instance_id,
                     client_id: m.client_id,
                     client_host: m.client_host,
+                    protocol: "classic",
                 })
                 .collect(),
         ),
@@ -375,6 +378,7 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
                         group_instance_id: m.instance_id,
                         client_id: m.client_id,
                         client_host: m.client_host,
+                        protocol: if m.classic { "classic" } else { "consumer" },
                     })
                     .collect(),
             ),

@@ -788,6 +788,10 @@ pub struct GroupMember {
     pub group_instance_id: Option<String>,
     pub client_id: String,
     pub client_host: String,
+    /// The group protocol this member speaks: `classic` (JoinGroup/SyncGroup) or `consumer`
+    /// (KIP-848). A consumer-protocol group holds classic members while it migrates.
+    #[serde(default)]
+    pub protocol: String,
     pub assignment: Vec<Assignment>,
 }
 
@@ -868,6 +872,7 @@ pub async fn describe_group(
                 group_instance_id: m.group_instance_id,
                 client_id: m.client_id,
                 client_host: m.client_host,
+                protocol: m.protocol.to_string(),
                 assignment: m
                     .assignment
                     .into_iter()
