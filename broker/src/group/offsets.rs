@@ -1057,6 +1057,69 @@ mod tests {
     }
 
     #[test]
+    fn a_group_id_is_one_type_in_the_log_through_conversions() {
+        // Proves the conversion invariant: consumer-group records tombstone the classic
+        // metadata of their group, a classic metadata write tombstones every consumer-group
+        // record, and a reload finds the group as exactly the type written last.
+        use crate::group::schema::{ConsumerMemberValue, ConsumerRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let classic = GroupMetadataValue {
+            protocol_type: "consumer".into(),
+            generation: 4,
+            protocol: Some("range".into()),
+            leader: None,
+            current_state_timestamp: 1,
+            members: Vec::new(),
+        };
+        let consumer_records = vec![
+            ConsumerRecord::Member {
+                member_id: "m1".into(),
+                value: Some(ConsumerMemberValue { client_id: "c".into(), ..Default::default() }),
+            },
+            ConsumerRecord::GroupEpoch(Some(5)),
+        ];
+        let reload = |dir: &std::path::Path| {
+            let (replicas, store) = open(dir);
+            let seen: Arc<std::sync::Mutex<(Vec<String>, Vec<String>)>> = Arc::default();
+            let sink = seen.clone();
+            store.set_load_listener(Box::new(move |loaded| {
+                let mut seen = sink.lock().unwrap();
+                seen.0.extend(loaded.groups.iter().map(|(g, _)| g.clone()));
+                seen.1.extend(loaded.consumer_groups.iter().map(|(g, _)| g.clone()));
+            }));
+            for p in 0..4 {
+                store.with_shard(p, Cold::Wait, |_, _| Ok(())).unwrap();
+            }
+            let seen = seen.lock().unwrap().clone();
+            (replicas, store, seen)
+        };
+        {
+            let (replicas, store) = open(dir.path());
+            store.store_group_metadata("g", classic.clone()).unwrap();
+            store.store_consumer_records("g", consumer_records.clone()).unwrap();
+            let partition = store.partition_of("g");
+            store
+                .with_shard(partition, Cold::Wait, |shard, _| {
+                    // Written as a consumer group: nothing classic left to tombstone.
+                    assert!(other_type_tombstones(shard, "g", GroupType::Consumer).is_empty());
+                    assert_eq!(other_type_tombstones(shard, "g", GroupType::Classic).len(), 3);
+                    Ok(())
+                })
+                .unwrap();
+            replicas.shutdown();
+        }
+        let (replicas, store, (classic_groups, consumer_groups)) = reload(dir.path());
+        assert_eq!((classic_groups, consumer_groups), (vec![], vec!["g".to_string()]));
+        // Back to classic (a downgrade): the consumer records go.
+        store.store_group_metadata("g", classic.clone()).unwrap();
+        replicas.shutdown();
+        drop(store);
+        let (_replicas, store, (classic_groups, consumer_groups)) = reload(dir.path());
+        assert_eq!((classic_groups, consumer_groups), (vec!["g".to_string()], vec![]));
+        assert_eq!(store.group_metadata("g"), Some(classic));
+    }
+
+    #[test]
     fn expire_removes_old_offsets_of_empty_groups_only() {
         // Proves retention applies to groups without members and only to offsets older than it.
         let dir = tempfile::tempdir().unwrap();
