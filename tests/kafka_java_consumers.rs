@@ -434,6 +434,16 @@ fn java_classic_members_ride_an_online_upgrade_and_rollback() {
     let k1 = JavaMember::start_with(&tools, &bootstrap, "k1", &ledger, group, &["--group-protocol", "consumer"]);
     await_balanced(&ledger, &["c1", "c2", "k1"], "k1 joined (upgrade)");
     assert_eq!(listed_type().as_deref(), Some("consumer"));
+    // Kafka's own tool describes the mixed group: three members, one assignor.
+    let described = tools.run(
+        "consumer-groups",
+        &["--bootstrap-server", &bootstrap, "--describe", "--group", group, "--members"],
+        None,
+    );
+    let text = described.text();
+    assert!(described.success, "{text}");
+    let rows = text.lines().filter(|l| l.split_whitespace().next() == Some(group)).count();
+    assert_eq!(rows, 3, "{text}");
 
     k1.leave();
     let downgraded = wait_until(DEADLINE, || listed_type().as_deref() == Some("classic"));
