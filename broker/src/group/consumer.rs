@@ -1490,20 +1490,36 @@ impl ConsumerGroups {
         member_epoch: i32,
         stale: ResponseError,
     ) -> Option<Result<(), ResponseError>> {
+        self.validate_committer(group_id, member_id, member_epoch, stale, false)
+    }
+
+    /// `validate_member` for a commit: with `old_offset_commit` (OffsetCommit below v9) a
+    /// consumer-protocol member is UNSUPPORTED_VERSION, while a classic member inside the group
+    /// commits with its generation at any version. A classic member's stale epoch is
+    /// ILLEGAL_GENERATION, as its client expects.
+    pub fn validate_committer(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+        stale: ResponseError,
+        old_offset_commit: bool,
+    ) -> Option<Result<(), ResponseError>> {
         let group = self.get(group_id)?;
         let g = lock(&group);
         if member_epoch < 0 && member_id.is_empty() {
             return Some(if g.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) });
         }
         let Some(member) = g.members.get(member_id) else { return Some(Err(ResponseError::UnknownMemberId)) };
-        // A classic member's epoch is its generation: ILLEGAL_GENERATION, as its client expects.
-        let stale = if member.classic.is_some() { ResponseError::IllegalGeneration } else { stale };
-        Some(if member.epoch == member_epoch { Ok(()) } else { Err(stale) })
-    }
-
-    /// Whether `member_id` is a classic member of the consumer group `group_id`.
-    pub fn is_classic_member(&self, group_id: &str, member_id: &str) -> bool {
-        self.get(group_id).is_some_and(|g| lock(&g).members.get(member_id).is_some_and(|m| m.classic.is_some()))
+        let classic = member.classic.is_some();
+        let stale = if classic { ResponseError::IllegalGeneration } else { stale };
+        Some(if member.epoch != member_epoch {
+            Err(stale)
+        } else if old_offset_commit && !classic {
+            Err(ResponseError::UnsupportedVersion)
+        } else {
+            Ok(())
+        })
     }
 }
 

@@ -126,7 +126,9 @@ impl ConsumerGroups {
             );
         }
         let session = Duration::from_millis(request.session_timeout_ms.max(0) as u64);
-        let member = g.members.get_mut(&member_id).expect("added or present above");
+        let Some(member) = g.members.get_mut(&member_id) else {
+            return refuse(ResponseError::UnknownMemberId, &request.member_id, format!("Member {member_id} is gone."));
+        };
         let topics: BTreeSet<String> = subscription.topics.iter().cloned().collect();
         let changed = joined || member.subscribed_names != topics || member.rack != subscription.rack;
         let stored_changed = changed
@@ -327,7 +329,7 @@ impl ConsumerGroups {
     pub fn adopt_classic(
         &self,
         group_id: &str,
-        classic: ClassicMembers,
+        classic: &ClassicMembers,
         image: &MetadataImage,
         now: Instant,
     ) -> Result<(), String> {
@@ -357,19 +359,19 @@ impl ConsumerGroups {
                 group.instances.insert(instance.clone(), m.member_id.clone());
             }
             group.target.insert(m.member_id.clone(), assigned.clone());
-            let request = JoinRequest {
-                group_id: group_id.to_string(),
-                member_id: m.member_id.clone(),
-                group_instance_id: m.group_instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
+            let classic_member = ClassicMember {
                 session_timeout_ms: m.session_timeout_ms,
-                rebalance_timeout_ms: m.rebalance_timeout_ms,
-                protocol_type: embedded::PROTOCOL_TYPE.to_string(),
                 protocols: m.protocols.clone(),
-                ..JoinRequest::default()
+                deadline: None,
             };
-            let mut member = new_classic_member(&m.member_id, &request, now);
+            let mut member = Member::new(
+                &m.member_id,
+                m.group_instance_id.clone(),
+                (&m.client_id, &m.client_host),
+                m.rebalance_timeout_ms,
+                now + classic_member.session(),
+                Some(classic_member),
+            );
             member.subscribed_names = subscription.topics.into_iter().collect();
             member.rack = subscription.rack;
             member.epoch = classic.generation;

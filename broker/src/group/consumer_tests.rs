@@ -603,7 +603,7 @@ fn the_last_consumer_member_leaving_downgrades_and_a_classic_group_upgrades() {
     // The upgrade: the classic group's members come over with what they hold.
     let upgraded = groups();
     let classic = ClassicMembers { generation: 7, protocol_name: None, members: members.members.clone() };
-    upgraded.adopt_classic("g", classic, &image, now).unwrap();
+    upgraded.adopt_classic("g", &classic, &image, now).unwrap();
     c.generation = 7;
     c.owned = embedded::decode_assignment(&members.members[0].assignment).unwrap();
     assert_eq!(c.heartbeat(&upgraded, now), Ok(()), "nothing changed yet");

@@ -32,15 +32,7 @@ pub struct Subscription {
 /// Reads a `ConsumerProtocolSubscription` (versions above 3 are read as 3, as Kafka's
 /// `ConsumerProtocol` does: later versions only add fields).
 pub fn decode_subscription(bytes: &[u8]) -> Result<Subscription, String> {
-    let mut buf = Bytes::copy_from_slice(bytes);
-    if buf.remaining() < 2 {
-        return Err("the embedded consumer protocol subscription is shorter than its version".to_string());
-    }
-    let version = buf.get_i16();
-    if version < 0 {
-        return Err(format!("embedded consumer protocol subscription version {version} is invalid"));
-    }
-    let read = version.min(VERSION_MAX);
+    let (read, mut buf) = versioned(bytes, "subscription")?;
     let decoded = ConsumerProtocolSubscription::decode(&mut buf, read)
         .map_err(|e| format!("malformed embedded consumer protocol subscription: {e}"))?;
     let mut owned: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
@@ -68,15 +60,8 @@ pub fn decode_assignment(bytes: &[u8]) -> Result<BTreeMap<String, BTreeSet<i32>>
     if bytes.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let mut buf = Bytes::copy_from_slice(bytes);
-    if buf.remaining() < 2 {
-        return Err("the embedded consumer protocol assignment is shorter than its version".to_string());
-    }
-    let version = buf.get_i16();
-    if version < 0 {
-        return Err(format!("embedded consumer protocol assignment version {version} is invalid"));
-    }
-    let decoded = ConsumerProtocolAssignment::decode(&mut buf, version.min(VERSION_MAX))
+    let (read, mut buf) = versioned(bytes, "assignment")?;
+    let decoded = ConsumerProtocolAssignment::decode(&mut buf, read)
         .map_err(|e| format!("malformed embedded consumer protocol assignment: {e}"))?;
     let mut assignment: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     for tp in decoded.assigned_partitions {
@@ -103,6 +88,19 @@ pub fn encode_assignment<'a>(partitions: impl IntoIterator<Item = (&'a str, Vec<
             .collect(),
     );
     encode_versioned(&assignment, version.clamp(0, VERSION_MAX))
+}
+
+/// The version prefix of an embedded `what` (read as at most [`VERSION_MAX`]) and its body.
+fn versioned(bytes: &[u8], what: &str) -> Result<(i16, Bytes), String> {
+    let mut buf = Bytes::copy_from_slice(bytes);
+    if buf.remaining() < 2 {
+        return Err(format!("the embedded consumer protocol {what} is shorter than its version"));
+    }
+    let version = buf.get_i16();
+    if version < 0 {
+        return Err(format!("embedded consumer protocol {what} version {version} is invalid"));
+    }
+    Ok((version.min(VERSION_MAX), buf))
 }
 
 fn encode_versioned<M: Encodable>(message: &M, version: i16) -> Bytes {

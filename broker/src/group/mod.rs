@@ -227,15 +227,11 @@ impl GroupCoordinator {
             CommitApi::OffsetCommit { .. } => ResponseError::StaleMemberEpoch,
             CommitApi::TxnOffsetCommit => ResponseError::IllegalGeneration,
         };
-        if let Some(checked) = self.consumers.validate_member(group_id, member_id, generation_or_epoch, stale) {
-            // Classic members inside a consumer group commit with their generation and any
-            // OffsetCommit version (Kafka's `validateOffsetCommit`).
-            let old_api = matches!(api, CommitApi::OffsetCommit { version } if version < 9)
-                && !self.consumers.is_classic_member(group_id, member_id);
-            return match checked {
-                Ok(()) if old_api && !member_id.is_empty() => Err(ResponseError::UnsupportedVersion),
-                checked => checked,
-            };
+        let old_api = matches!(api, CommitApi::OffsetCommit { version } if version < 9);
+        if let Some(checked) =
+            self.consumers.validate_committer(group_id, member_id, generation_or_epoch, stale, old_api)
+        {
+            return checked;
         }
         self.membership.validate_commit(group_id, member_id, generation_or_epoch, group_instance_id)
     }

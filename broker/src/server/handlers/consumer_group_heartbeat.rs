@@ -118,7 +118,7 @@ fn convert_classic(broker: &Broker, group: &str, image: &MetadataImage) -> Resul
     match membership.take_for_upgrade(group, config.max_size) {
         Ok(None) => Ok(()),
         Ok(Some(classic)) => {
-            consumers.adopt_classic(group, classic.clone(), image, membership::now()).map_err(|why| {
+            consumers.adopt_classic(group, &classic, image, membership::now()).map_err(|why| {
                 // The classic group stays what it was: its members rejoin it.
                 membership.adopt(group, classic, membership::now());
                 format!("Cannot upgrade classic group {group} to a consumer group: {why}.")
