@@ -8,6 +8,10 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::log::{ConfigError, LogConfig};
+use crate::security::listeners::Listeners;
+use crate::security::sasl::SaslSettings;
+use crate::security::tls::{ClientAuth, TlsSettings};
+use crate::security::SecurityConfig;
 use crate::server::ConnectionLimits;
 
 /// `max.broker.partitions` when unset: five times Kafka's old guidance of 4,000 per broker. At
@@ -34,6 +38,45 @@ pub struct ServeArgs {
     /// Port advertised to clients [default: the listener's port].
     #[arg(long, env = "RUNNEL_ADVERTISED_PORT")]
     pub advertised_port: Option<u16>,
+    /// `listeners`: the Kafka listeners, `NAME://host:port,...` (e.g.
+    /// `PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9094`); replaces --kafka-listen
+    /// [default: PLAINTEXT://<kafka-listen>].
+    #[arg(long, env = "RUNNEL_LISTENERS")]
+    pub listeners: Option<String>,
+    /// `advertised.listeners`: `NAME://host:port,...`, what clients of each listener are told
+    /// [default: each listener's bound address].
+    #[arg(long, env = "RUNNEL_ADVERTISED_LISTENERS")]
+    pub advertised_listeners: Option<String>,
+    /// `listener.security.protocol.map`: `NAME:PROTOCOL,...` with PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT or SASL_SSL [default: the four protocol names map to themselves].
+    #[arg(long, env = "RUNNEL_LISTENER_SECURITY_PROTOCOL_MAP")]
+    pub listener_security_protocol_map: Option<String>,
+    /// `inter.broker.listener.name`: the listener other brokers reach this one on
+    /// [default: the first of --listeners].
+    #[arg(long, env = "RUNNEL_INTER_BROKER_LISTENER_NAME")]
+    pub inter_broker_listener_name: Option<String>,
+    /// `ssl.keystore.location`: PEM file with the certificate chain and the (unencrypted)
+    /// private key of TLS listeners.
+    #[arg(long, env = "RUNNEL_SSL_KEYSTORE_LOCATION")]
+    pub ssl_keystore_location: Option<PathBuf>,
+    /// `ssl.truststore.location`: PEM CA certificates that client certificates are checked
+    /// against.
+    #[arg(long, env = "RUNNEL_SSL_TRUSTSTORE_LOCATION")]
+    pub ssl_truststore_location: Option<PathBuf>,
+    /// `ssl.client.auth`: none, requested or required [default: none].
+    #[arg(long, env = "RUNNEL_SSL_CLIENT_AUTH")]
+    pub ssl_client_auth: Option<String>,
+    /// `ssl.reload.interval.ms`: how often the keystore and truststore files are checked for
+    /// changes; changed ones are used for new connections without a restart [default: 30000].
+    #[arg(long, env = "RUNNEL_SSL_RELOAD_INTERVAL_MS")]
+    pub ssl_reload_interval_ms: Option<u64>,
+    /// `sasl.enabled.mechanisms` of SASL listeners [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512].
+    #[arg(long, env = "RUNNEL_SASL_ENABLED_MECHANISMS")]
+    pub sasl_enabled_mechanisms: Option<String>,
+    /// `connections.max.reauth.ms` (KIP-368): a SASL session ends this long after it
+    /// authenticated unless the client re-authenticates; 0 never [default: 0].
+    #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_REAUTH_MS")]
+    pub connections_max_reauth_ms: Option<u64>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -264,6 +307,16 @@ struct FileConfig {
     advertised_host: Option<String>,
     advertised_port: Option<u16>,
     http_listen: Option<SocketAddr>,
+    listeners: Option<String>,
+    advertised_listeners: Option<String>,
+    listener_security_protocol_map: Option<String>,
+    inter_broker_listener_name: Option<String>,
+    ssl_keystore_location: Option<PathBuf>,
+    ssl_truststore_location: Option<PathBuf>,
+    ssl_client_auth: Option<String>,
+    ssl_reload_interval_ms: Option<u64>,
+    sasl_enabled_mechanisms: Option<String>,
+    connections_max_reauth_ms: Option<u64>,
     controller_listen: Option<SocketAddr>,
     voters: Option<String>,
     process_roles: Option<String>,
@@ -407,6 +460,8 @@ pub enum ConfigFileError {
     ReplicaSelector(String),
     #[error("invalid log.open.files.max {0:?}: expected auto or a number of at least {min}", min = crate::log::files::OPEN_FILES_MIN)]
     OpenFilesMax(String),
+    #[error("{0}")]
+    Security(String),
     #[error("{name} must be positive")]
     NotPositive { name: &'static str },
     #[error(
@@ -416,13 +471,64 @@ pub enum ConfigFileError {
     QueuedMaxRequestBytesBelowRequestMax { queued_max_request_bytes: usize, socket_request_max_bytes: usize },
 }
 
+/// `listeners` and friends, TLS and SASL settings, checked together.
+fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig, ConfigFileError> {
+    let listeners = match args.listeners.clone().or(file.listeners.clone()) {
+        Some(text) => {
+            if args.kafka_listen.is_some() || file.kafka_listen.is_some() {
+                return Err(ConfigFileError::Security("give either listeners or kafka_listen, not both".into()));
+            }
+            Listeners::parse(
+                &text,
+                args.listener_security_protocol_map.as_deref().or(file.listener_security_protocol_map.as_deref()),
+                args.advertised_listeners.as_deref().or(file.advertised_listeners.as_deref()),
+                args.inter_broker_listener_name.as_deref().or(file.inter_broker_listener_name.as_deref()),
+            )
+            .map_err(|e| ConfigFileError::Security(e.to_string()))?
+        }
+        None => Listeners::plaintext(
+            args.kafka_listen.or(file.kafka_listen).unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
+            args.advertised_host.clone().or(file.advertised_host.clone()),
+            args.advertised_port.or(file.advertised_port),
+        ),
+    };
+    let client_auth = match args.ssl_client_auth.as_deref().or(file.ssl_client_auth.as_deref()) {
+        Some(text) => ClientAuth::parse(text).ok_or_else(|| {
+            ConfigFileError::Security(format!("invalid ssl.client.auth {text:?}: expected none, requested or required"))
+        })?,
+        None => ClientAuth::None,
+    };
+    let tls =
+        match args.ssl_keystore_location.clone().or(file.ssl_keystore_location.clone()) {
+            Some(keystore) => Some(TlsSettings {
+                keystore,
+                truststore: args.ssl_truststore_location.clone().or(file.ssl_truststore_location.clone()),
+                client_auth,
+                reload_interval: std::time::Duration::from_millis(
+                    args.ssl_reload_interval_ms.or(file.ssl_reload_interval_ms).unwrap_or(30_000).max(1),
+                ),
+            }),
+            None if listeners.any_tls() => return Err(ConfigFileError::Security(
+                "a listener uses SSL or SASL_SSL: ssl.keystore.location (PEM certificate chain and key) is required"
+                    .into(),
+            )),
+            None => None,
+        };
+    let mechanisms = match args.sasl_enabled_mechanisms.as_deref().or(file.sasl_enabled_mechanisms.as_deref()) {
+        Some(text) => SaslSettings::parse_mechanisms(text).map_err(ConfigFileError::Security)?,
+        None => SaslSettings::default().mechanisms,
+    };
+    let max_reauth_ms = args.connections_max_reauth_ms.or(file.connections_max_reauth_ms).unwrap_or(0);
+    Ok(SecurityConfig { listeners, tls, sasl: SaslSettings { mechanisms, max_reauth_ms } })
+}
+
 /// The resolved settings of a node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: u64,
-    pub kafka_listen: SocketAddr,
-    pub advertised_host: Option<String>,
-    pub advertised_port: Option<u16>,
+    /// The Kafka listeners (`listeners`, or one PLAINTEXT listener at `--kafka-listen`), TLS
+    /// and SASL settings.
+    pub security: SecurityConfig,
     pub http_listen: SocketAddr,
     pub controller_listen: SocketAddr,
     pub voters: BTreeMap<u64, String>,
@@ -489,6 +595,7 @@ impl NodeConfig {
             None => FileConfig::default(),
         };
         let consumer_groups = consumer_group_config(args, &file)?;
+        let security = security_config(args, &file)?;
         let socket_request_max_bytes =
             args.socket_request_max_bytes.or(file.socket_request_max_bytes).unwrap_or(104_857_600);
         let connection_limits = resolve_connection_limits(args, &file, socket_request_max_bytes)?;
@@ -541,12 +648,7 @@ impl NodeConfig {
         let data_dir = args.data_dir.clone().or(file.data_dir).unwrap_or_else(|| PathBuf::from("runnel-data"));
         Ok(NodeConfig {
             node_id,
-            kafka_listen: args
-                .kafka_listen
-                .or(file.kafka_listen)
-                .unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
-            advertised_host: args.advertised_host.clone().or(file.advertised_host),
-            advertised_port: args.advertised_port.or(file.advertised_port),
+            security,
             http_listen: args
                 .http_listen
                 .or(file.http_listen)
@@ -868,7 +970,7 @@ mod tests {
         assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
         assert!(config.log_defaults.cleanup_policy.compact);
         assert_eq!(config.voters, BTreeMap::from([(7, "127.0.0.1:9093".to_string())]));
-        assert_eq!(config.kafka_listen.port(), 9092);
+        assert_eq!(config.security.listeners.listeners[0].bind.port(), 9092);
     }
 
     #[test]

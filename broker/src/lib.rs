@@ -6,6 +6,7 @@
 //! Layers are folders and dependencies flow one way:
 //! `log ← partition/replication ← controller ← group ← txn ← transform ← server ← http ← node`, with
 //! `metrics` written by `server` and `http`, `config` read by `node` and `main`; `cli` talks to a node over HTTP only.
+//! `security` (listeners, TLS, SASL, SCRAM) is a leaf every layer may use.
 //! `peer` (the Kafka client to the other brokers, addresses from the controller's image) sits
 //! under `transform`, `server` and `http`; the replica fetchers frame their requests with it.
 
@@ -20,6 +21,7 @@ pub mod node;
 pub mod partition;
 pub mod peer;
 pub mod replication;
+pub mod security;
 pub mod server;
 pub mod transform;
 pub mod txn;

@@ -52,7 +52,15 @@ fn main() -> anyhow::Result<()> {
 async fn serve(config: NodeConfig) -> anyhow::Result<()> {
     let node = Node::start(config).await.context("starting the node")?;
     // One machine-readable line on stdout, for scripts and tests that start us on port 0.
-    println!("READY kafka={} controller={} http={}", node.kafka_addr(), node.controller_addr(), node.http_addr());
+    // `kafka=` is the first listener; `listener.<NAME>=` names each.
+    let listeners: String =
+        node.listener_addrs().iter().map(|(name, addr)| format!(" listener.{name}={addr}")).collect();
+    println!(
+        "READY kafka={} controller={} http={}{listeners}",
+        node.kafka_addr(),
+        node.controller_addr(),
+        node.http_addr()
+    );
     wait_for_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await.context("shutting down")?;

@@ -62,6 +62,13 @@ pub struct Metrics {
     pub txn_verifications: IntCounterVec,
     /// Connections closed after `connections.max.idle.ms` without traffic.
     pub connections_idle_expired: IntCounter,
+    /// Ended SASL exchanges per listener and `result` (success, failure, reauthentication):
+    /// Kafka's successful-authentication, failed-authentication and
+    /// successful-reauthentication totals.
+    pub authentications: IntCounterVec,
+    /// Connections closed because their SASL session ended without re-authentication (KIP-368,
+    /// Kafka's expired-connections-killed-count).
+    pub expired_connections_killed: IntCounter,
     /// Time the acceptor waited for a free slot at `max.connections`.
     pub acceptor_blocked_seconds: Counter,
     /// Failed `accept`s per listener (`kafka`, `http`): out of descriptors, mostly.
@@ -379,6 +386,17 @@ impl Metrics {
                 &r,
                 "kafka_server_socketserver_connection_idle_expired_total",
                 "Kafka protocol connections closed after connections.max.idle.ms without traffic",
+            ),
+            authentications: counter_vec(
+                &r,
+                "kafka_server_socketserver_authentications_total",
+                "SASL exchanges that ended, per listener and result (success, failure, reauthentication)",
+                &["listener", "result"],
+            ),
+            expired_connections_killed: counter(
+                &r,
+                "kafka_server_socketserver_expired_connections_killed_total",
+                "Connections closed because their SASL session ended without re-authentication (connections.max.reauth.ms)",
             ),
             acceptor_blocked_seconds: {
                 let metric = Counter::new(

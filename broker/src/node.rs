@@ -36,12 +36,8 @@ pub enum NodeError {
          node a new, empty disk) remove the whole data directory"
     )]
     MetadataLogLost { dir: std::path::PathBuf },
-    #[error("binding the Kafka listener {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Listeners(#[from] crate::server::listeners::ListenerBindError),
     #[error("binding the HTTP listener {addr}: {source}")]
     BindHttp {
         addr: SocketAddr,
@@ -57,6 +53,8 @@ pub enum NodeError {
 /// A running node.
 pub struct Node {
     kafka_addr: SocketAddr,
+    /// Every Kafka listener's name and bound address.
+    listener_addrs: Vec<(String, SocketAddr)>,
     http_addr: SocketAddr,
     controller_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -99,18 +97,14 @@ impl Node {
         .await?;
         controller.wait_ready(Duration::from_secs(60)).await?;
 
-        let listener = TcpListener::bind(config.kafka_listen)
-            .await
-            .map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
-        let kafka_addr =
-            listener.local_addr().map_err(|source| NodeError::Bind { addr: config.kafka_listen, source })?;
+        let listeners = crate::server::listeners::bind(&config.security).await?;
+        let kafka_addr = listeners.addresses[0].1;
         let http_listener = TcpListener::bind(config.http_listen)
             .await
             .map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
         let http_addr =
             http_listener.local_addr().map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
-        let advertised_host = config.advertised_host.clone().unwrap_or_else(|| kafka_addr.ip().to_string());
-        let advertised_port = config.advertised_port.unwrap_or(kafka_addr.port());
+        let advertised_host = listeners.inter_broker.host.clone();
 
         let log_defaults = config.log_defaults.clone();
         controller.set_unclean_policy(move |topic| {
@@ -175,8 +169,9 @@ impl Node {
             .propose(MetadataRecord::RegisterBroker {
                 node_id: config.node_id,
                 host: advertised_host.clone(),
-                port: advertised_port,
+                port: listeners.inter_broker.port,
                 rack: config.rack.clone(),
+                listeners: listeners.endpoints.clone(),
             })
             .await?;
         let broker_epoch = controller.image().brokers.get(&config.node_id).map_or(-1, |b| b.broker_epoch);
@@ -375,10 +370,14 @@ impl Node {
         }));
 
         tasks.push(tokio::spawn(crate::http::serve(http_listener, broker.clone(), shutdown_rx.clone())));
-        tasks.push(tokio::spawn(server::serve(listener, broker.clone(), shutdown_rx)));
+        if let Some(tls) = &listeners.tls {
+            tasks.push(tls.spawn_reloader());
+        }
+        tasks.push(tokio::spawn(server::serve(listeners.sockets, broker.clone(), shutdown_rx)));
         tracing::info!(node_id = config.node_id, broker_epoch, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");
         Ok(Node {
             kafka_addr,
+            listener_addrs: listeners.addresses,
             http_addr,
             controller_addr: controller.local_addr(),
             shutdown,
@@ -391,6 +390,11 @@ impl Node {
 
     pub fn kafka_addr(&self) -> SocketAddr {
         self.kafka_addr
+    }
+
+    /// Every Kafka listener's name and bound address, in `listeners` order.
+    pub fn listener_addrs(&self) -> &[(String, SocketAddr)] {
+        &self.listener_addrs
     }
 
     async fn controlled_shutdown(&self) {
@@ -916,7 +920,13 @@ mod tests {
 
     fn brokers(ids: &[u64]) -> Vec<MetadataRecord> {
         ids.iter()
-            .map(|&node_id| MetadataRecord::RegisterBroker { node_id, host: "h".into(), port: 1, rack: None })
+            .map(|&node_id| MetadataRecord::RegisterBroker {
+                node_id,
+                host: "h".into(),
+                port: 1,
+                rack: None,
+                listeners: vec![],
+            })
             .collect()
     }
 

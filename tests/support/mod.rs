@@ -21,6 +21,8 @@ pub struct Runnel {
     pub kafka_addr: SocketAddr,
     /// The HTTP listener (REST API, dashboard, /metrics).
     pub http_addr: SocketAddr,
+    /// Every Kafka listener by name (`READY ... listener.<NAME>=<addr>`).
+    pub listeners: Vec<(String, SocketAddr)>,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
     options: SpawnOptions,
@@ -55,16 +57,26 @@ impl Runnel {
     /// Starts a node on `data_dir` (kept by the caller) with `options` for its process.
     pub fn start_in_with(data_dir: &Path, extra_args: &[&str], options: SpawnOptions) -> Runnel {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
-        let (child, kafka_addr, http_addr) = spawn(data_dir, &extra_args, &options);
+        let (child, kafka_addr, http_addr, listeners) = spawn(data_dir, &extra_args, &options);
         Runnel {
             child: Some(child),
             kafka_addr,
             http_addr,
+            listeners,
             data_dir: data_dir.to_path_buf(),
             extra_args,
             options,
             _temp: None,
         }
+    }
+
+    /// The bound address of the Kafka listener `name`.
+    pub fn listener(&self, name: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, addr)| *addr)
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.listeners))
     }
 
     /// `http://<http_addr>`: the base URL of the REST API.
@@ -99,10 +111,11 @@ impl Runnel {
     /// Starts the node again on the same data dir (new ports).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the node before restarting it");
-        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &self.extra_args, &self.options);
+        let (child, kafka_addr, http_addr, listeners) = spawn(&self.data_dir, &self.extra_args, &self.options);
         self.child = Some(child);
         self.kafka_addr = kafka_addr;
         self.http_addr = http_addr;
+        self.listeners = listeners;
     }
 
     /// Starts the node again on the same data dir and the same Kafka and HTTP ports (clients
@@ -118,10 +131,11 @@ impl Runnel {
             }
         }
         args.extend(more_args.iter().map(|s| s.to_string()));
-        let (child, kafka_addr, http_addr) = spawn(&self.data_dir, &args, &self.options);
+        let (child, kafka_addr, http_addr, listeners) = spawn(&self.data_dir, &args, &self.options);
         self.child = Some(child);
         self.kafka_addr = kafka_addr;
         self.http_addr = http_addr;
+        self.listeners = listeners;
     }
 
     /// Whether the process is running (started and not killed or terminated; a SIGSTOPped node
@@ -140,7 +154,11 @@ impl Drop for Runnel {
     }
 }
 
-fn spawn(data_dir: &Path, extra_args: &[String], options: &SpawnOptions) -> (Child, SocketAddr, SocketAddr) {
+fn spawn(
+    data_dir: &Path,
+    extra_args: &[String],
+    options: &SpawnOptions,
+) -> (Child, SocketAddr, SocketAddr, Vec<(String, SocketAddr)>) {
     // RUNNEL_TEST_BINARY runs the suite against another build (e.g. the one before a change).
     let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
     let mut command = Command::new(binary);
@@ -168,7 +186,7 @@ fn spawn(data_dir: &Path, extra_args: &[String], options: &SpawnOptions) -> (Chi
         .arg("--data-dir")
         .arg(data_dir)
         // A restart on the same ports brings its own listeners.
-        .args(if extra_args.iter().any(|a| a == "--kafka-listen") {
+        .args(if extra_args.iter().any(|a| a == "--kafka-listen" || a == "--listeners") {
             &[][..]
         } else {
             &["--kafka-listen", "127.0.0.1:0"][..]
@@ -216,7 +234,13 @@ fn spawn(data_dir: &Path, extra_args: &[String], options: &SpawnOptions) -> (Chi
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("READY line names the {name} address"))
     };
-    (child, address("kafka"), address("http"))
+    let listeners = ready
+        .split_whitespace()
+        .filter_map(|kv| kv.strip_prefix("listener."))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(name, addr)| (name.to_string(), addr.parse().expect("a listener address")))
+        .collect();
+    (child, address("kafka"), address("http"), listeners)
 }
 
 fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
@@ -265,6 +289,11 @@ impl RawConn {
     pub fn from_stream(stream: std::net::TcpStream, client_id: &'static str) -> RawConn {
         stream.set_read_timeout(Some(START_TIMEOUT)).expect("read timeout");
         RawConn { stream, next_correlation_id: 1, client_id }
+    }
+
+    /// The connection itself (to see how the peer ends it).
+    pub fn into_stream(self) -> std::net::TcpStream {
+        self.stream
     }
 
     /// Sends `request` at `version` and returns the decoded response, checking the correlation

@@ -25,8 +25,10 @@ use super::election::{
     check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
 use super::record::{
-    ApplyOutcome, AssignorImage, MetadataRecord, NodeId, ReplicaAssignment, TransformImage, ValidatorImage,
+    ApplyOutcome, AssignorImage, ListenerEndpoint, MetadataRecord, NodeId, ReplicaAssignment, TransformImage,
+    ValidatorImage,
 };
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// Producer ids per `AllocateProducerIds` (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -45,6 +47,8 @@ pub struct MetadataImage {
     pub validators: BTreeMap<String, Arc<ValidatorImage>>,
     /// Uploaded consumer group assignors by the name clients select them with.
     pub assignors: BTreeMap<String, Arc<AssignorImage>>,
+    /// SCRAM credentials by user and mechanism (SASL PLAIN checks passwords against them too).
+    pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
     /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
     pub next_producer_id: i64,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
@@ -62,6 +66,8 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Every Kafka listener (empty for a registration from before listeners had names).
+    pub listeners: Vec<ListenerEndpoint>,
     /// The raft index of this incarnation's RegisterBroker record (Kafka's broker epoch: the
     /// offset of the registration). A restarted process is a new incarnation with a new epoch.
     pub broker_epoch: i64,
@@ -69,6 +75,18 @@ pub struct BrokerInfo {
     /// partition's). A new registration starts fenced; the controller unfences it on a heartbeat
     /// of the same epoch and fences it when its lease expires or it shuts down.
     pub fenced: bool,
+}
+
+impl BrokerInfo {
+    /// Where a client connected to the listener `name` reaches this broker: its endpoint of
+    /// that name (none: Kafka leaves the broker out of what that client is told), or its one
+    /// address when it registered no named listeners.
+    pub fn endpoint(&self, name: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners.iter().find(|l| l.name == name).map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 /// One topic: its id, partitions and config overrides.
@@ -179,7 +197,7 @@ impl MetadataImage {
     /// its broker epoch) and keeps it after.
     pub(crate) fn apply(&mut self, record: &MetadataRecord) -> ApplyOutcome {
         match record {
-            MetadataRecord::RegisterBroker { node_id, host, port, rack } => {
+            MetadataRecord::RegisterBroker { node_id, host, port, rack, listeners } => {
                 // The previous incarnation, if any, is gone: fenced first (its leaderships move
                 // and it leaves every ISR), so a restarted replica that lost data can neither
                 // lead nor count toward a high watermark until it has caught up again.
@@ -191,6 +209,7 @@ impl MetadataImage {
                     host: host.clone(),
                     port: *port,
                     rack: rack.clone(),
+                    listeners: listeners.clone(),
                     broker_epoch: self.applied_index as i64,
                     fenced: true,
                 };
@@ -342,6 +361,28 @@ impl MetadataImage {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownAssignor,
             },
+            MetadataRecord::UpsertScramCredential { user, mechanism, salt, stored_key, server_key, iterations } => {
+                let Some(mechanism) = ScramMechanism::from_name(mechanism) else {
+                    return ApplyOutcome::UnknownScramCredential;
+                };
+                let credential = ScramCredential {
+                    mechanism,
+                    salt: salt.clone(),
+                    stored_key: stored_key.clone(),
+                    server_key: server_key.clone(),
+                    iterations: *iterations,
+                };
+                self.scram_credentials.insert((user.clone(), mechanism), credential);
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::DeleteScramCredential { user, mechanism } => {
+                let removed = ScramMechanism::from_name(mechanism)
+                    .and_then(|mechanism| self.scram_credentials.remove(&(user.clone(), mechanism)));
+                match removed {
+                    Some(_) => ApplyOutcome::Applied,
+                    None => ApplyOutcome::UnknownScramCredential,
+                }
+            }
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {
                 Some(b) if b.broker_epoch == *broker_epoch => {
@@ -742,11 +783,27 @@ mod tests {
         let before_fence = image.clone();
         image.brokers.insert(
             1,
-            BrokerInfo { node_id: 1, host: "h".into(), port: 1, rack: None, broker_epoch: 1, fenced: false },
+            BrokerInfo {
+                node_id: 1,
+                host: "h".into(),
+                port: 1,
+                rack: None,
+                broker_epoch: 1,
+                fenced: false,
+                listeners: vec![],
+            },
         );
         image.brokers.insert(
             2,
-            BrokerInfo { node_id: 2, host: "h".into(), port: 2, rack: None, broker_epoch: 2, fenced: false },
+            BrokerInfo {
+                node_id: 2,
+                host: "h".into(),
+                port: 2,
+                rack: None,
+                broker_epoch: 2,
+                fenced: false,
+                listeners: vec![],
+            },
         );
         image.apply(&MetadataRecord::FenceBroker { node_id: 1, broker_epoch: 1 });
         assert!(Arc::ptr_eq(&image.topics["d"], &before_fence.topics["d"]));
@@ -787,7 +844,8 @@ mod tests {
     #[test]
     fn register_broker_replaces_endpoint() {
         let mut image = MetadataImage::default();
-        let reg = |port| MetadataRecord::RegisterBroker { node_id: 7, host: "h".into(), port, rack: None };
+        let reg =
+            |port| MetadataRecord::RegisterBroker { node_id: 7, host: "h".into(), port, rack: None, listeners: vec![] };
         assert_eq!(image.apply(&reg(1)), ApplyOutcome::Applied);
         assert_eq!(image.apply(&reg(2)), ApplyOutcome::Applied);
         assert_eq!(image.brokers.len(), 1);

@@ -46,9 +46,9 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    ApplyOutcome, AssignorImage, AssignorSpec, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, NodeId,
-    ReplicaAssignment, StartPosition, TransformImage, TransformSpec, ValidatorFailure, ValidatorImage, ValidatorSpec,
-    COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
+    ApplyOutcome, AssignorImage, AssignorSpec, DeliveryMode, ErrorPolicy, ListenerEndpoint, MetadataRecord,
+    ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage, TransformSpec, ValidatorFailure,
+    ValidatorImage, ValidatorSpec, COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
 };
 
 use self::disk::{DirLock, StoreError, Transient};

@@ -18,7 +18,17 @@ pub type NodeId = u64;
 pub enum MetadataRecord {
     /// A broker process starting: a new incarnation whose broker epoch is this record's raft
     /// index. It starts fenced; the previous incarnation (if any) is fenced first.
-    RegisterBroker { node_id: NodeId, host: String, port: u16, rack: Option<String> },
+    /// `host`/`port` is its inter-broker listener; `listeners` every Kafka listener (Kafka's
+    /// `BrokerRegistrationRecord.endPoints`; empty in records written before listeners had
+    /// names: then `host`/`port` serves every client).
+    RegisterBroker {
+        node_id: NodeId,
+        host: String,
+        port: u16,
+        rack: Option<String>,
+        #[serde(default)]
+        listeners: Vec<ListenerEndpoint>,
+    },
     /// The controller fences a broker whose lease expired or that shuts down: its leaderships
     /// move, it leaves every ISR. Applies only to the registration with `broker_epoch`.
     FenceBroker { node_id: NodeId, broker_epoch: i64 },
@@ -103,11 +113,35 @@ pub enum MetadataRecord {
     /// AllocateProducerIds, KIP-730): the next `PRODUCER_ID_BLOCK_SIZE` ids, never handed out
     /// again. Applies only for the registration with `broker_epoch`.
     AllocateProducerIds { node_id: NodeId, broker_epoch: i64 },
+    /// Sets or replaces a user's SCRAM credential for one mechanism (Kafka's
+    /// `UserScramCredentialRecord`): never the password, only what verifies it.
+    UpsertScramCredential {
+        user: String,
+        /// Kafka's mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`).
+        mechanism: String,
+        salt: Vec<u8>,
+        stored_key: Vec<u8>,
+        server_key: Vec<u8>,
+        iterations: u32,
+    },
+    /// Removes a user's credential for one mechanism (Kafka's `RemoveUserScramCredentialRecord`).
+    DeleteScramCredential { user: String, mechanism: String },
     /// Several records in one raft entry (CreateTopics or DeleteTopics of many topics: one
     /// proposal, one commit), applied in order and each on its own, as Kafka answers each topic
     /// of a request on its own: one rejected record leaves the others applied. The outcome is
     /// `ApplyOutcome::Batch`, one per record.
     Batch(Vec<MetadataRecord>),
+}
+
+/// One Kafka listener of a registered broker, as clients that connect to the listener of that
+/// name are told to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// Kafka's security protocol id (0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL).
+    pub security_protocol: i16,
 }
 
 /// A partition's replica list and the replicas an ongoing reassignment adds to it and removes
@@ -335,6 +369,9 @@ pub enum ApplyOutcome {
     TopicHasValidator { validator: String },
     /// `DeleteAssignor` names an assignor that does not exist; the image is unchanged.
     UnknownAssignor,
+    /// A SCRAM record with an unknown mechanism, or `DeleteScramCredential` of a credential
+    /// that does not exist (Kafka's RESOURCE_NOT_FOUND); the image is unchanged.
+    UnknownScramCredential,
     /// `PartitionChange` computed from another partition epoch than the current one (Kafka's
     /// INVALID_UPDATE_VERSION); the image is unchanged.
     StalePartitionEpoch { expected: i32, current: i32 },

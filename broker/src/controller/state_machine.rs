@@ -25,6 +25,7 @@ use super::disk::{self, blocking, DirLock, Durability, StoreError, Transient};
 use super::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 use super::raft_types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use super::record::{ApplyOutcome, NodeId};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 pub(crate) const SNAPSHOT_FILE: &str = "snapshot.bin";
 const IMAGE_FORMAT_VERSION: u32 = 1;
@@ -54,6 +55,19 @@ struct ImageDto {
     /// Absent in snapshots written before producer ids were allocated by the quorum.
     #[serde(default)]
     next_producer_id: i64,
+    /// Absent in snapshots written before SASL/SCRAM.
+    #[serde(default)]
+    scram_credentials: Vec<ScramDto>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ScramDto {
+    user: String,
+    mechanism: String,
+    salt: Vec<u8>,
+    stored_key: Vec<u8>,
+    server_key: Vec<u8>,
+    iterations: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -67,6 +81,9 @@ struct BrokerDto {
     broker_epoch: i64,
     #[serde(default)]
     fenced: bool,
+    /// Absent in snapshots written before listeners had names.
+    #[serde(default)]
+    listeners: Vec<super::record::ListenerEndpoint>,
 }
 
 fn no_broker_epoch() -> i64 {
@@ -110,6 +127,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
                 rack: b.rack.clone(),
                 broker_epoch: b.broker_epoch,
                 fenced: b.fenced,
+                listeners: b.listeners.clone(),
             })
             .collect(),
         topics: image
@@ -139,6 +157,18 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
         validators: image.validators.values().map(|v| (**v).clone()).collect(),
         assignors: image.assignors.values().map(|a| (**a).clone()).collect(),
         next_producer_id: image.next_producer_id,
+        scram_credentials: image
+            .scram_credentials
+            .iter()
+            .map(|((user, _), c)| ScramDto {
+                user: user.clone(),
+                mechanism: c.mechanism.name().to_string(),
+                salt: c.salt.clone(),
+                stored_key: c.stored_key.clone(),
+                server_key: c.server_key.clone(),
+                iterations: c.iterations,
+            })
+            .collect(),
     };
     serde_json::to_vec(&dto).map_err(StoreError::Encode)
 }
@@ -170,6 +200,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
                     rack: b.rack,
                     broker_epoch: b.broker_epoch,
                     fenced: b.fenced,
+                    listeners: b.listeners,
                 };
                 (b.node_id, info)
             })
@@ -178,6 +209,21 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
         validators: dto.validators.into_iter().map(|v| (v.name.clone(), Arc::new(v))).collect(),
         assignors: dto.assignors.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
         next_producer_id: dto.next_producer_id,
+        scram_credentials: dto
+            .scram_credentials
+            .into_iter()
+            .filter_map(|c| {
+                let mechanism = ScramMechanism::from_name(&c.mechanism)?;
+                let credential = ScramCredential {
+                    mechanism,
+                    salt: c.salt,
+                    stored_key: c.stored_key,
+                    server_key: c.server_key,
+                    iterations: c.iterations,
+                };
+                Some(((c.user, mechanism), credential))
+            })
+            .collect(),
         ..MetadataImage::default()
     };
     for t in dto.topics {
@@ -521,7 +567,8 @@ mod tests {
     async fn install_snapshot_replaces_image() {
         let source = tempfile::tempdir().expect("tempdir");
         let (mut leader, _) = open(source.path());
-        let record = MetadataRecord::RegisterBroker { node_id: 2, host: "h".into(), port: 9, rack: None };
+        let record =
+            MetadataRecord::RegisterBroker { node_id: 2, host: "h".into(), port: 9, rack: None, listeners: vec![] };
         leader.apply(vec![entry(0, EntryPayload::Normal(record))]).await.expect("apply");
         let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("snapshot");
 

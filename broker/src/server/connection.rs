@@ -15,21 +15,22 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, BufReader};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::response::{pass_through_of, Frame, ResponseBuf};
+use super::session::{as_client, ListenerSecurity, Session};
 use super::{handlers, versions, Broker, ConnectionLimits};
+use crate::security::Principal;
 
 /// The smallest allocation step of a frame body. A body buffer is sized by the bytes that have
 /// arrived (in the read-ahead buffer and the kernel's), at least this, and doubles as more come:
@@ -41,23 +42,6 @@ const FRAME_CHUNK_BYTES: usize = 64 << 10;
 /// Read-ahead buffer of a connection: a fixed cost per connection (`max.connections` of them),
 /// enough to read a small request's size and body with one syscall. Larger bodies bypass it.
 const READ_BUFFER_BYTES: usize = 16 << 10;
-
-tokio::task_local! {
-    /// The client address of the request being handled (Kafka reports it as a group member's
-    /// `client_host`).
-    static PEER: SocketAddr;
-}
-
-/// The address of the client whose request is being handled, in Kafka's `/<ip>` form.
-pub fn client_host() -> String {
-    PEER.try_with(|peer| format!("/{}", peer.ip())).unwrap_or_default()
-}
-
-/// Runs `future` as if for a client at `peer` (what `client_host` reports), for requests that
-/// reach the handlers without a Kafka connection (HTTP consumer instances).
-pub async fn as_peer<F: std::future::Future>(peer: SocketAddr, future: F) -> F::Output {
-    PEER.scope(peer, future).await
-}
 
 /// Why a connection is closed.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +58,12 @@ enum ConnectionError {
     UnsupportedVersion { api: ApiKey, version: i16 },
     #[error("no traffic for connections.max.idle.ms {idle_ms}")]
     IdleExpired { idle_ms: u64 },
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("{0}")]
+    Sasl(&'static str),
+    #[error("SASL authentication failed")]
+    AuthenticationFailed,
 }
 
 impl ConnectionError {
@@ -86,6 +76,9 @@ impl ConnectionError {
             ConnectionError::UnknownApi(_) => "unknown_api",
             ConnectionError::UnsupportedVersion { .. } => "unsupported_version",
             ConnectionError::IdleExpired { .. } => "idle",
+            ConnectionError::Tls(_) => "tls",
+            ConnectionError::Sasl(_) => "sasl_state",
+            ConnectionError::AuthenticationFailed => "authentication",
         }
     }
 }
@@ -238,8 +231,14 @@ impl Drop for IpSlot {
     }
 }
 
-/// Accepts connections until `shutdown` turns true; each connection runs in its own task.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+/// Serves every Kafka listener of the node until `shutdown` turns true: one acceptor per
+/// listener, each connection in its own task. The bounds (`max.connections`, the request
+/// memory pool) are the broker's, shared by all listeners, as Kafka's are.
+pub async fn serve(
+    listeners: Vec<(TcpListener, ListenerSecurity)>,
+    broker: Arc<Broker>,
+    shutdown: watch::Receiver<bool>,
+) {
     let limits = broker.settings.connection_limits.clone();
     let shared = Arc::new(Listener {
         pool: MemoryPool::new(limits.queued_max_request_bytes, broker.metrics.clone()),
@@ -247,6 +246,24 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
         per_ip: Mutex::new(HashMap::new()),
         limits,
     });
+    let acceptors: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, security)| {
+            tokio::spawn(accept_loop(listener, Arc::new(security), shared.clone(), broker.clone(), shutdown.clone()))
+        })
+        .collect();
+    for acceptor in acceptors {
+        let _ = acceptor.await;
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    security: Arc<ListenerSecurity>,
+    shared: Arc<Listener>,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut accept_errors = AcceptErrors::new("kafka", &broker.metrics);
     loop {
         // max.connections: like Kafka's acceptor, wait for a free slot before accepting; the
@@ -289,21 +306,26 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
                 let shared = shared.clone();
+                let security = security.clone();
                 tokio::spawn(async move {
                     let _slots = (slot, ip_slot);
                     let metrics = broker.metrics.clone();
                     metrics.connections.inc();
                     metrics.connections_created.inc();
-                    match handle_connection(stream, peer, broker, &shared, shutdown).await {
+                    match open_connection(stream, peer, &security, broker, &shared, shutdown).await {
                         Ok(()) => tracing::debug!(%peer, "connection closed"),
                         Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(e @ ConnectionError::IdleExpired { .. }) => {
                             metrics.connections_idle_expired.inc();
                             tracing::debug!(%peer, error = %e, "closing idle connection");
                         }
+                        Err(e @ (ConnectionError::Tls(_) | ConnectionError::AuthenticationFailed)) => {
+                            metrics.kafka_request_error(e.reason());
+                            tracing::info!(%peer, listener = %security.name, error = %e, "closing connection");
+                        }
                         Err(e) => {
                             metrics.kafka_request_error(e.reason());
-                            tracing::warn!(%peer, error = %e, "closing connection");
+                            tracing::warn!(%peer, listener = %security.name, error = %e, "closing connection");
                         }
                     }
                     metrics.connections.dec();
@@ -315,15 +337,52 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut shutdown: wat
     }
 }
 
-async fn handle_connection(
+/// Completes the TLS handshake on a TLS listener (within `connections.max.idle.ms`), then
+/// serves the connection.
+async fn open_connection(
     stream: TcpStream,
     peer: SocketAddr,
+    security: &ListenerSecurity,
+    broker: Arc<Broker>,
+    listener: &Listener,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
+    stream.set_nodelay(true)?;
+    let fd = stream.as_raw_fd();
+    match &security.tls {
+        None => {
+            let session = Session::new(security, Principal::anonymous());
+            let (reader, writer) = stream.into_split();
+            handle_connection(reader, writer, fd, peer, session, broker, listener, shutdown).await
+        }
+        Some(tls) => {
+            let idle = Duration::from_millis(listener.limits.connections_max_idle_ms);
+            let stream = tokio::time::timeout(idle, tls.acceptor().accept(stream))
+                .await
+                .map_err(|_| ConnectionError::IdleExpired { idle_ms: listener.limits.connections_max_idle_ms })?
+                .map_err(ConnectionError::Tls)?;
+            let session = Session::new(security, crate::security::tls::principal_of(stream.get_ref().1));
+            let (reader, writer) = tokio::io::split(stream);
+            handle_connection(reader, writer, fd, peer, session, broker, listener, shutdown).await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn handle_connection<R, W>(
+    reader: R,
+    mut writer: W,
+    fd: RawFd,
+    peer: SocketAddr,
+    mut session: Session,
     broker: Arc<Broker>,
     listener: &Listener,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<(), ConnectionError> {
-    stream.set_nodelay(true)?;
-    let (reader, mut writer) = stream.into_split();
+) -> Result<(), ConnectionError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let max = broker.settings.request_max_bytes;
     let idle_ms = listener.limits.connections_max_idle_ms;
@@ -352,11 +411,11 @@ async fn handle_connection(
         last_traffic = Instant::now();
         let frame = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-            frame = read_body(&mut reader, size, idle_ms, &mut last_traffic) => frame?,
+            frame = read_body(&mut reader, fd, size, idle_ms, &mut last_traffic) => frame?,
         };
         let started = std::time::Instant::now();
         let api_key = if frame.len() >= 2 { i16::from_be_bytes([frame[0], frame[1]]) } else { -1 };
-        if let Some(response) = PEER.scope(peer, handle_frame(&broker, frame)).await? {
+        if let Some(response) = handle_frame(&broker, frame, &mut session, peer).await? {
             // A client that stops reading its responses would hold the connection (and its
             // request's pool bytes) forever: the write too must end within the idle time.
             tokio::time::timeout(idle, response.write_to(&mut writer))
@@ -364,6 +423,9 @@ async fn handle_connection(
                 .map_err(|_| ConnectionError::IdleExpired { idle_ms })??;
         }
         drop(grant);
+        if session.close_after_response {
+            return Err(ConnectionError::AuthenticationFailed);
+        }
         last_traffic = Instant::now();
         broker.metrics.kafka_request(api_key, started.elapsed().as_secs_f64());
         tracing::trace!(%peer, "request handled");
@@ -372,14 +434,15 @@ async fn handle_connection(
 
 /// Bytes that reached this connection and are not read yet: the read-ahead buffer's plus the
 /// kernel's (FIONREAD). Sizing a buffer by them is sizing it by bytes that arrived.
-fn arrived_bytes(reader: &BufReader<OwnedReadHalf>, wanted: usize) -> usize {
+fn arrived_bytes<R: AsyncRead>(reader: &BufReader<R>, fd: RawFd, wanted: usize) -> usize {
     if reader.buffer().len() >= wanted {
         // A small request read ahead whole: no syscall needed.
         return reader.buffer().len();
     }
-    let fd = AsRef::<TcpStream>::as_ref(reader.get_ref()).as_raw_fd();
     let mut queued: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer; `fd` is open while `reader` lives.
+    // SAFETY: FIONREAD writes one c_int through the pointer; `fd` is the connection's socket,
+    // open while `reader` lives. On a TLS connection the kernel holds ciphertext: its bytes
+    // still arrived, and the body they make is a little smaller.
     let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
     let in_kernel = if rc == 0 { queued.max(0) as usize } else { 0 };
     reader.buffer().len() + in_kernel
@@ -388,8 +451,9 @@ fn arrived_bytes(reader: &BufReader<OwnedReadHalf>, wanted: usize) -> usize {
 /// Reads a frame body of `size` bytes, allocating as the bytes arrive: a client that declares a
 /// large frame and sends a little of it holds a little memory. Each read must bring bytes
 /// within `connections.max.idle.ms` of the previous traffic.
-async fn read_body(
-    reader: &mut BufReader<OwnedReadHalf>,
+async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    fd: RawFd,
     size: usize,
     idle_ms: u64,
     last_traffic: &mut Instant,
@@ -400,7 +464,7 @@ async fn read_body(
         if body.len() == body.capacity() {
             // What arrived, or double what was read, never past the frame: the capacity stays
             // at most `size`.
-            let step = arrived_bytes(reader, size - body.len()).max(body.len()).max(FRAME_CHUNK_BYTES);
+            let step = arrived_bytes(reader, fd, size - body.len()).max(body.len()).max(FRAME_CHUNK_BYTES);
             body.reserve_exact((size - body.len()).min(step));
         }
         let room = (body.capacity() - body.len()).min(size - body.len());
@@ -416,9 +480,14 @@ async fn read_body(
     Ok(Bytes::from(body))
 }
 
-/// Decodes one request frame, runs its handler and returns the framed response (or none, for
-/// acks=0 produce).
-async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>, ConnectionError> {
+/// Decodes one request frame, runs its handler as the connection's client and returns the
+/// framed response (or none, for acks=0 produce).
+async fn handle_frame(
+    broker: &Broker,
+    mut frame: Bytes,
+    session: &mut Session,
+    peer: SocketAddr,
+) -> Result<Option<Frame>, ConnectionError> {
     if frame.len() < 8 {
         return Err(ConnectionError::Malformed(format!("frame of {} bytes has no request header", frame.len())));
     }
@@ -435,17 +504,37 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
     if !versions::is_supported(api, version) {
         return Err(ConnectionError::UnsupportedVersion { api, version });
     }
+    if let Err(reason) = session.admit(api) {
+        if reason == crate::security::sasl::SESSION_EXPIRED {
+            broker.metrics.expired_connections_killed.inc();
+        }
+        return Err(ConnectionError::Sasl(reason));
+    }
     let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
         .map_err(|e| ConnectionError::Malformed(format!("{api:?} v{version} header: {e}")))?;
     let response_header_version = api.response_header_version(version);
+    let decode_error = |e: anyhow::Error| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}"));
+    // The SASL exchange changes the connection's state: served here, not by a handler.
+    match api {
+        ApiKey::SaslHandshake => {
+            let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
+            let response = session.handshake(&request);
+            return Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?));
+        }
+        ApiKey::SaslAuthenticate => {
+            let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
+            let response = session.authenticate(broker, &request);
+            return Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?));
+        }
+        _ => {}
+    }
     macro_rules! dispatch {
         ($( $key:ident => $module:ident ),* $(,)?) => {
             match api {
                 $(
                     ApiKey::$key => {
-                        let request = Decodable::decode(&mut frame, version)
-                            .map_err(|e| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}")))?;
-                        match handlers::$module::handle(broker, &header, request).await {
+                        let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
+                        match as_client(session.context(peer), handlers::$module::handle(broker, &header, request)).await {
                             Some(response) => {
                                 Some(frame_response(correlation_id, response_header_version, &response, version)?)
                             }
@@ -499,6 +588,9 @@ async fn handle_frame(broker: &Broker, mut frame: Bytes) -> Result<Option<Frame>
         DescribeTransactions => describe_transactions,
         ListTransactions => list_transactions,
         DescribeProducers => describe_producers,
+        DescribeUserScramCredentials => describe_user_scram_credentials,
+        DescribeClientQuotas => describe_client_quotas,
+        AlterUserScramCredentials => alter_user_scram_credentials,
     };
     Ok(response)
 }

@@ -16,19 +16,22 @@
 mod connection;
 mod errors;
 pub mod handlers;
+pub mod listeners;
 pub mod partition_limits;
 pub mod placement;
 mod response;
+mod session;
 pub mod versions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use self::connection::{as_peer, client_host, serve, AcceptErrors};
+pub use self::connection::{serve, AcceptErrors};
 pub use self::errors::{
     controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code,
     record_errors,
 };
+pub use self::session::{as_client, as_peer, client_host, listener_name, principal, ClientContext, ListenerSecurity};
 use crate::controller::{Controller, MetadataImage};
 use crate::log::{ConfigError, LogConfig};
 use crate::partition::ReplicaManager;

@@ -421,6 +421,7 @@ mod tests {
                     host: "h".into(),
                     port: 9092,
                     rack: Some(format!("r{id}")),
+                    listeners: Vec::new(),
                     broker_epoch: 1,
                     fenced,
                 },

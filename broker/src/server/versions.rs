@@ -51,6 +51,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // The consumer group protocol (KIP-848; v1: client-generated member ids, KIP-1082).
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // SASL (KIP-152; SaslAuthenticate v1 tells the session lifetime, KIP-368). SaslHandshake v0
+    // (raw tokens after the handshake) is not served, as Kafka 4 no longer does.
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    // No quotas are enforced: always an empty answer (kafka-configs.sh describes users with it).
+    (ApiKey::DescribeClientQuotas, 0, 1),
 ];
 
 /// The supported range of `api`, if it is implemented.

@@ -5,7 +5,7 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::{broker_id, str_bytes};
+use super::{broker_id, client_endpoint, str_bytes};
 use crate::server::Broker;
 
 /// Kafka's `EndpointType.BROKER`.
@@ -33,12 +33,15 @@ pub async fn handle(
     let brokers = image
         .brokers
         .values()
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(broker_id(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port as i32)
-                .with_rack(b.rack.as_deref().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = client_endpoint(b)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(broker_id(b.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(port as i32)
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
+            )
         })
         .collect();
     let controller = broker.controller.leader_id().unwrap_or(broker.settings.node_id);

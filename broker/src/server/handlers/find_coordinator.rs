@@ -91,8 +91,10 @@ fn partition_leader(
         .get(partition as usize)
         .and_then(|p| p.leader)
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let endpoint = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    Ok((leader, (broker_id(endpoint.node_id), endpoint.host.clone(), endpoint.port as i32)))
+    let broker = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    // A coordinator without the client's listener cannot be reached by it.
+    let (host, port) = super::client_endpoint(broker).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    Ok((leader, (broker_id(broker.node_id), host.to_string(), port as i32)))
 }
 
 /// (node id, host, port) of the coordinator of `group`.

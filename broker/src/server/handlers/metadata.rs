@@ -8,7 +8,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::{broker_id, create_topics, str_bytes, topic_name, uuid_of, validate_topic_name};
+use super::{broker_id, client_endpoint, create_topics, str_bytes, topic_name, uuid_of, validate_topic_name};
 use crate::controller::{MetadataImage, TopicImage};
 use crate::server::Broker;
 
@@ -66,12 +66,15 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: MetadataRe
     let brokers = image
         .brokers
         .values()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(broker_id(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port as i32)
-                .with_rack(b.rack.as_deref().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = client_endpoint(b)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(broker_id(b.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(port as i32)
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
+            )
         })
         .collect();
     let controller = broker.controller.leader_id().unwrap_or(broker.settings.node_id);

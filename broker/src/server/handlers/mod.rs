@@ -7,6 +7,7 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -15,6 +16,7 @@ pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -22,6 +24,7 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_transactions;
+pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
 pub mod end_txn;
 pub mod fetch;
@@ -55,6 +58,16 @@ pub(crate) fn topic_name(name: &str) -> TopicName {
 
 pub(crate) fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
+}
+
+/// Where the client of the request being handled reaches broker `b`: its endpoint on the
+/// listener the request came in on (none: the broker lacks that listener, and Kafka leaves it
+/// out of the answer), or its inter-broker address for requests from outside a Kafka listener.
+pub(crate) fn client_endpoint(b: &crate::controller::BrokerInfo) -> Option<(&str, u16)> {
+    match crate::server::listener_name() {
+        Some(listener) => b.endpoint(&listener),
+        None => Some((&b.host, b.port)),
+    }
 }
 
 pub(crate) fn broker_id(node_id: u64) -> BrokerId {

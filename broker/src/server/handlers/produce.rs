@@ -172,12 +172,15 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceReq
         leaders
             .iter()
             .filter_map(|id| image.brokers.get(id))
-            .map(|b| {
-                NodeEndpoint::default()
-                    .with_node_id(kafka_protocol::messages::BrokerId(b.node_id as i32))
-                    .with_host(str_bytes(&b.host))
-                    .with_port(b.port as i32)
-                    .with_rack(b.rack.as_deref().map(str_bytes))
+            .filter_map(|b| {
+                let (host, port) = super::client_endpoint(b)?;
+                Some(
+                    NodeEndpoint::default()
+                        .with_node_id(kafka_protocol::messages::BrokerId(b.node_id as i32))
+                        .with_host(str_bytes(host))
+                        .with_port(port as i32)
+                        .with_rack(b.rack.as_deref().map(str_bytes)),
+                )
             })
             .collect()
     } else {

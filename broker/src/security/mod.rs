@@ -1,0 +1,162 @@
+//! Who a client is and how its connection is protected (issue 15), with Kafka's names so its
+//! clients and tools are configured the way they already are:
+//! - `listeners`: the Kafka listeners of a node, each a name, an address and a security
+//!   protocol (`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`: Kafka's `listeners`,
+//!   `advertised.listeners`, `listener.security.protocol.map`, `inter.broker.listener.name`);
+//! - `tls`: TLS with rustls from PEM files (Kafka's PEM keystore and truststore), optional
+//!   client certificates whose subject is the principal, reloaded when the files change;
+//! - `scram`: SCRAM-SHA-256/512 (RFC 5802, RFC 7677) credentials and the server side of the
+//!   exchange; `sasl`: the SASL state of one connection (KIP-152 SaslHandshake and
+//!   SaslAuthenticate, PLAIN and SCRAM, KIP-368 re-authentication).
+//!
+//! A leaf module: it knows nothing of partitions, groups or the controller; the controller
+//! stores SCRAM credentials as [`scram::ScramCredential`]s and the server asks [`sasl`] to
+//! authenticate against them.
+//!
+//! Invariant: a connection on a SASL listener is served nothing but ApiVersions, SaslHandshake
+//! and SaslAuthenticate until it has authenticated, and nothing at all once its session expired
+//! without re-authenticating (`sasl::SaslSession::admits`).
+
+pub mod listeners;
+pub mod sasl;
+pub mod scram;
+pub mod tls;
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The security settings of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityConfig {
+    pub listeners: listeners::Listeners,
+    /// Needed when a listener uses TLS.
+    pub tls: Option<tls::TlsSettings>,
+    pub sasl: sasl::SaslSettings,
+}
+
+/// Kafka's security protocol of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
+    /// Kafka's name (`SecurityProtocol.name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Kafka's id (`SecurityProtocol.id`), as the metadata records carry it.
+    pub fn id(self) -> i16 {
+        match self {
+            SecurityProtocol::Plaintext => 0,
+            SecurityProtocol::Ssl => 1,
+            SecurityProtocol::SaslPlaintext => 2,
+            SecurityProtocol::SaslSsl => 3,
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<SecurityProtocol> {
+        SecurityProtocol::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(text.trim()))
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+}
+
+impl fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who a connection acts as: Kafka's `KafkaPrincipal` of type `User` (the only type Kafka's
+/// authenticators produce). `User:ANONYMOUS` on a PLAINTEXT listener and on an SSL listener
+/// without a client certificate; the SASL user name after SASL; the certificate's subject
+/// (`CN=...,O=...`, RFC 2253 order) with a client certificate, Kafka's default mapping rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Principal {
+    name: Arc<str>,
+}
+
+impl Principal {
+    pub const TYPE: &'static str = "User";
+
+    pub fn user(name: &str) -> Principal {
+        Principal { name: Arc::from(name) }
+    }
+
+    pub fn anonymous() -> Principal {
+        Principal::user("ANONYMOUS")
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn is_anonymous(&self) -> bool {
+        &*self.name == "ANONYMOUS"
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", Principal::TYPE, self.name)
+    }
+}
+
+/// Compares two byte strings in time that depends only on their lengths (keys, proofs,
+/// passwords: an early exit would tell an attacker how many leading bytes were right).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn security_protocols_parse_by_kafka_name_and_say_what_they_use() {
+        for protocol in SecurityProtocol::ALL {
+            assert_eq!(SecurityProtocol::parse(&protocol.name().to_lowercase()), Some(protocol));
+        }
+        assert_eq!(
+            SecurityProtocol::parse("SASL_SSL").map(|p| (p.uses_tls(), p.uses_sasl(), p.id())),
+            Some((true, true, 3))
+        );
+        assert_eq!(SecurityProtocol::parse("SSL").map(|p| (p.uses_tls(), p.uses_sasl())), Some((true, false)));
+        assert_eq!(SecurityProtocol::parse("TLS"), None);
+    }
+
+    #[test]
+    fn principals_print_as_kafka_principals_and_compare_in_constant_time() {
+        assert_eq!(Principal::user("alice").to_string(), "User:alice");
+        assert!(Principal::anonymous().is_anonymous());
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,289 @@
+//! TLS for the Kafka, HTTP and inter-node listeners (rustls with ring), from PEM files as
+//! Kafka's PEM keystores are: `ssl.keystore.location` holds the certificate chain and the
+//! unencrypted private key (PKCS#8, PKCS#1 or SEC1), `ssl.truststore.location` the CA
+//! certificates client certificates are checked against, `ssl.client.auth` whether a client
+//! certificate is `none`, `requested` or `required` (Kafka's values).
+//!
+//! The files are checked every `ssl.reload.interval.ms` (Kafka reloads on an AlterConfigs of
+//! the keystore; a renewed certificate is usually a replaced file): a changed file is loaded
+//! and used for new connections, open ones keep theirs; a file that no longer loads is logged
+//! and the last good configuration stays.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::Principal;
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuth {
+    #[default]
+    None,
+    Requested,
+    Required,
+}
+
+impl ClientAuth {
+    pub fn parse(text: &str) -> Option<ClientAuth> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "none" => Some(ClientAuth::None),
+            "requested" => Some(ClientAuth::Requested),
+            "required" => Some(ClientAuth::Required),
+            _ => None,
+        }
+    }
+}
+
+/// The TLS settings of a node (one set for every TLS listener, the HTTP one included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `ssl.keystore.location`: PEM with the certificate chain (leaf first) and private key.
+    pub keystore: PathBuf,
+    /// `ssl.truststore.location`: PEM CA certificates for client certificates.
+    pub truststore: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    /// `ssl.reload.interval.ms`: how often the files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: rustls_pki_types::pem::Error },
+    #[error("{path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("{path} holds no unencrypted private key (PKCS#8, PKCS#1 or SEC1 PEM)")]
+    NoKey { path: PathBuf },
+    #[error("ssl.client.auth={0:?} needs ssl.truststore.location")]
+    NoTruststore(ClientAuth),
+    #[error("invalid truststore {path}: {message}")]
+    Truststore { path: PathBuf, message: String },
+    #[error("the certificate and key of {path} do not make a TLS configuration: {source}")]
+    Config { path: PathBuf, source: rustls::Error },
+}
+
+/// ring's provider. rustls 0.23.48 deprecates it because its key exchanges lack the
+/// post-quantum hybrid (X25519MLKEM768), which only the aws-lc-rs provider has; aws-lc-rs needs
+/// cmake and a C toolchain setup a fresh machine may not have. Classical X25519/P-256 as
+/// Kafka's JDK TLS offers by default.
+#[allow(deprecated)]
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Builds a server configuration from the files as they are now.
+fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let path = &settings.keystore;
+    let read = |source| TlsError::Read { path: path.clone(), source };
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(path).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate { path: path.clone() });
+    }
+    let key = PrivateKeyDer::from_pem_file(path).map_err(|_| TlsError::NoKey { path: path.clone() })?;
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Config { path: path.clone(), source })?;
+    let builder = match (settings.client_auth, &settings.truststore) {
+        (ClientAuth::None, _) => builder.with_no_client_auth(),
+        (auth, None) => return Err(TlsError::NoTruststore(auth)),
+        (auth, Some(truststore)) => {
+            let read = |source| TlsError::Read { path: truststore.clone(), source };
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(truststore).map_err(read)? {
+                roots
+                    .add(cert.map_err(read)?)
+                    .map_err(|e| TlsError::Truststore { path: truststore.clone(), message: e.to_string() })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = if auth == ClientAuth::Requested { verifier.allow_unauthenticated() } else { verifier };
+            let verifier = verifier
+                .build()
+                .map_err(|e| TlsError::Truststore { path: truststore.clone(), message: e.to_string() })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config =
+        builder.with_single_cert(chain, key).map_err(|source| TlsError::Config { path: path.clone(), source })?;
+    Ok(Arc::new(config))
+}
+
+fn modified(path: &Option<PathBuf>) -> Option<SystemTime> {
+    path.as_ref().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok())
+}
+
+/// The node's TLS server configuration, replaced when its files change.
+pub struct TlsContext {
+    settings: TlsSettings,
+    current: RwLock<(Arc<ServerConfig>, [Option<SystemTime>; 2])>,
+}
+
+impl TlsContext {
+    /// Loads the files; an error here stops the node from starting.
+    pub fn load(settings: TlsSettings) -> Result<Arc<TlsContext>, TlsError> {
+        let config = load(&settings)?;
+        let stamps = [modified(&Some(settings.keystore.clone())), modified(&settings.truststore)];
+        Ok(Arc::new(TlsContext { settings, current: RwLock::new((config, stamps)) }))
+    }
+
+    /// The configuration new connections use.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+    }
+
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.server_config())
+    }
+
+    /// Reloads the files if one changed since the last load. Returns whether a new
+    /// configuration is in use.
+    pub fn reload_if_changed(&self) -> bool {
+        let stamps = [modified(&Some(self.settings.keystore.clone())), modified(&self.settings.truststore)];
+        if self.current.read().unwrap_or_else(|p| p.into_inner()).1 == stamps {
+            return false;
+        }
+        match load(&self.settings) {
+            Ok(config) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = (config, stamps);
+                tracing::info!(keystore = %self.settings.keystore.display(), "TLS certificates reloaded");
+                true
+            }
+            Err(error) => {
+                // Keep serving with the last good files; remember the stamps so the error is
+                // logged once per change, not once per check.
+                self.current.write().unwrap_or_else(|p| p.into_inner()).1 = stamps;
+                tracing::error!(%error, "TLS files changed but do not load; the previous certificates stay in use");
+                false
+            }
+        }
+    }
+
+    /// Checks the files every `ssl.reload.interval.ms` until the process ends.
+    pub fn spawn_reloader(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let context = Arc::downgrade(self);
+        let interval = self.settings.reload_interval.max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(context) = context.upgrade() else { return };
+                // Reading and parsing files: off the async workers.
+                let _ = tokio::task::spawn_blocking(move || context.reload_if_changed()).await;
+            }
+        })
+    }
+}
+
+/// The principal of a TLS connection: the subject of the client's certificate in RFC 4514
+/// form (`CN=alice,OU=eng,O=Example`), Kafka's default `ssl.principal.mapping.rules`, or
+/// `User:ANONYMOUS` without one.
+pub fn principal_of(connection: &rustls::ServerConnection) -> Principal {
+    let Some(leaf) = connection.peer_certificates().and_then(|certs| certs.first()) else {
+        return Principal::anonymous();
+    };
+    use x509_cert::der::Decode;
+    match x509_cert::Certificate::from_der(leaf.as_ref()) {
+        Ok(cert) => Principal::user(&cert.tbs_certificate.subject.to_string()),
+        // The verifier accepted it, so it parses; should it not, it names no one.
+        Err(_) => Principal::anonymous(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A CA, and a server certificate for 127.0.0.1/localhost signed by it, written as PEM files.
+    pub(crate) struct TestPki {
+        pub dir: tempfile::TempDir,
+        pub ca: rcgen::CertifiedKey,
+    }
+
+    impl TestPki {
+        pub fn new() -> TestPki {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.distinguished_name.push(rcgen::DnType::CommonName, "Runnel test CA");
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            let pki = TestPki { dir: tempfile::tempdir().unwrap(), ca: rcgen::CertifiedKey { cert, key_pair: key } };
+            std::fs::write(pki.path("ca.pem"), pki.ca.cert.pem()).unwrap();
+            pki
+        }
+
+        pub fn path(&self, name: &str) -> PathBuf {
+            self.dir.path().join(name)
+        }
+
+        /// Issues a certificate for `common_name` (with 127.0.0.1 and localhost as names) and
+        /// writes it with its key to `file`.
+        pub fn issue(&self, file: &str, common_name: &str) -> PathBuf {
+            let mut params =
+                rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+            params.distinguished_name.push(rcgen::DnType::OrganizationName, "Runnel");
+            params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &self.ca.cert, &self.ca.key_pair).unwrap();
+            let path = self.path(file);
+            std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
+            path
+        }
+    }
+
+    #[test]
+    fn a_keystore_loads_and_a_broken_one_names_what_is_missing() {
+        let pki = TestPki::new();
+        let keystore = pki.issue("server.pem", "localhost");
+        let settings = TlsSettings {
+            keystore: keystore.clone(),
+            truststore: Some(pki.path("ca.pem")),
+            client_auth: ClientAuth::Required,
+            reload_interval: Duration::from_secs(1),
+        };
+        let context = TlsContext::load(settings.clone()).expect("loads");
+        assert!(!context.reload_if_changed(), "nothing changed");
+
+        std::fs::write(pki.path("cert-only.pem"), pki.ca.cert.pem()).unwrap();
+        let no_key = TlsSettings { keystore: pki.path("cert-only.pem"), ..settings.clone() };
+        assert!(matches!(TlsContext::load(no_key), Err(TlsError::NoKey { .. })));
+        let no_trust = TlsSettings { truststore: None, ..settings.clone() };
+        assert!(matches!(TlsContext::load(no_trust), Err(TlsError::NoTruststore(ClientAuth::Required))));
+        let missing = TlsSettings { keystore: pki.path("absent.pem"), ..settings };
+        assert!(matches!(TlsContext::load(missing), Err(TlsError::Read { .. })));
+    }
+
+    #[test]
+    fn a_replaced_keystore_is_used_and_a_broken_replacement_keeps_the_old_one() {
+        let pki = TestPki::new();
+        let keystore = pki.issue("server.pem", "first");
+        let settings = TlsSettings {
+            keystore: keystore.clone(),
+            truststore: None,
+            client_auth: ClientAuth::None,
+            reload_interval: Duration::from_secs(1),
+        };
+        let context = TlsContext::load(settings).expect("loads");
+        let first = context.server_config();
+        // A new file (a new modification time: set it explicitly, the clock may not tick).
+        pki.issue("server.pem", "second");
+        let later = SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&keystore).unwrap().set_modified(later).unwrap();
+        assert!(context.reload_if_changed());
+        assert!(!Arc::ptr_eq(&first, &context.server_config()));
+        let second = context.server_config();
+        std::fs::write(&keystore, "not pem").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&keystore)
+            .unwrap()
+            .set_modified(later + Duration::from_secs(5))
+            .unwrap();
+        assert!(!context.reload_if_changed(), "a broken file is not used");
+        assert!(Arc::ptr_eq(&second, &context.server_config()));
+    }
+}

@@ -1,0 +1,579 @@
+//! Security of the Kafka listeners (issue 15) against the real `runnel` binary: a node with a
+//! PLAINTEXT, an SSL, a SASL_PLAINTEXT and a SASL_SSL listener (certificates made here with
+//! rcgen), SCRAM users created with AlterUserScramCredentials, and librdkafka (built with
+//! OpenSSL) producing and consuming over SASL_SSL with SCRAM-SHA-512; wrong passwords, requests
+//! before authentication, plaintext to a TLS port and TLS to a plaintext port fail cleanly while
+//! the node keeps serving; sessions end after `connections.max.reauth.ms` and librdkafka
+//! re-authenticates (KIP-368); a replaced certificate is used without a restart. Kafka's own
+//! tools (`kafka-configs.sh`, the console clients with a client properties file) are in
+//! `kafka_security_tools` below.
+
+#[path = "support/kafka_tools.rs"]
+mod kafka_tools;
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest, MetadataRequest, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use runnel::security::scram::ScramMechanism;
+use support::{wait_until, RawConn, Runnel, START_TIMEOUT};
+
+/// A certificate authority and a server certificate for 127.0.0.1 signed by it, as PEM files.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+struct Authority {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+fn authority(name: &str) -> Authority {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("self-signed");
+    Authority { cert, key }
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let pki = Pki { dir: tempfile::tempdir().expect("temp dir") };
+        let ca = authority("Runnel test CA");
+        std::fs::write(pki.path("ca.pem"), ca.cert.pem()).expect("write ca");
+        pki.issue(&ca, "server.pem");
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn text(&self, name: &str) -> String {
+        self.path(name).to_str().expect("utf-8 path").to_string()
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost signed by `ca`, with its key, in `file`.
+    fn issue(&self, ca: &Authority, file: &str) {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+        params.distinguished_name.push(rcgen::DnType::CommonName, "runnel");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca.cert, &ca.key).expect("signed");
+        std::fs::write(self.path(file), format!("{}{}", cert.pem(), key.serialize_pem())).expect("write keystore");
+    }
+}
+
+/// A node with one listener of each security protocol.
+fn secure_node(pki: &Pki, extra: &[&str]) -> Runnel {
+    let keystore = pki.text("server.pem");
+    let truststore = pki.text("ca.pem");
+    let mut args = vec![
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "--ssl-keystore-location",
+        &keystore,
+        "--ssl-truststore-location",
+        &truststore,
+        "--ssl-client-auth",
+        "requested",
+    ];
+    args.extend_from_slice(extra);
+    Runnel::start(&args)
+}
+
+/// Creates (or replaces) `user`'s credential through AlterUserScramCredentials on the
+/// PLAINTEXT listener, salted and hashed here as a client does.
+fn add_user(node: &Runnel, user: &str, password: &str, mechanism: ScramMechanism) {
+    let salt = runnel::security::scram::random_bytes(16);
+    let salted = mechanism.salted_password(password.as_bytes(), &salt, 4096);
+    let request =
+        AlterUserScramCredentialsRequest::default().with_upsertions(vec![ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_string(user.to_string()))
+            .with_mechanism(mechanism.id())
+            .with_iterations(4096)
+            .with_salt(Bytes::from(salt))
+            .with_salted_password(Bytes::from(salted))]);
+    let response = RawConn::open(node, "admin").call(0, &request);
+    assert_eq!(response.results.len(), 1);
+    assert_eq!(response.results[0].error_code, 0, "{:?}", response.results[0].error_message);
+}
+
+/// Errors librdkafka reports through its error callback.
+#[derive(Clone, Default)]
+struct Errors(Arc<Mutex<Vec<String>>>);
+
+impl ClientContext for Errors {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.lock().unwrap().push(format!("{error}: {reason}"));
+    }
+}
+
+impl ConsumerContext for Errors {}
+
+impl Errors {
+    fn text(&self) -> String {
+        self.0.lock().unwrap().join("\n")
+    }
+}
+
+/// librdkafka settings for the listener `listener` of `node` with its security protocol.
+fn secure_config(node: &Runnel, pki: &Pki, listener: &str, sasl: Option<(&str, &str, &str)>) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", node.listener(listener).to_string())
+        .set("broker.address.family", "v4")
+        .set("security.protocol", listener)
+        .set("ssl.ca.location", pki.text("ca.pem"));
+    if let Some((mechanism, user, password)) = sasl {
+        config.set("sasl.mechanism", mechanism).set("sasl.username", user).set("sasl.password", password);
+    }
+    config
+}
+
+fn produce(config: &ClientConfig, topic: &str, count: usize) {
+    let producer: FutureProducer = config.clone().set("acks", "all").create().expect("producer");
+    support::block_on(async {
+        for i in 0..count {
+            let value = format!("secret {i}");
+            let record = FutureRecord::<str, str>::to(topic).key("k").payload(&value);
+            producer.send(record, Duration::from_secs(30)).await.expect("delivered");
+        }
+    });
+}
+
+fn consume_all(config: &ClientConfig, topic: &str, group: &str, expected: usize) -> Vec<String> {
+    let consumer: BaseConsumer =
+        config.clone().set("group.id", group).set("auto.offset.reset", "earliest").create().expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut values = Vec::new();
+    let done = wait_until(START_TIMEOUT, || {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("no consume error");
+            use rdkafka::Message;
+            values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
+        }
+        values.len() >= expected
+    });
+    assert!(done, "consumed {} of {expected}", values.len());
+    values
+}
+
+#[test]
+fn librdkafka_produces_and_consumes_over_sasl_ssl_with_scram_sha_512() {
+    // Proves the main path a platform team configures: SASL_SSL + SCRAM-SHA-512 with librdkafka,
+    // bootstrap, metadata (each broker at its SASL_SSL endpoint), produce, a consumer group
+    // (FindCoordinator answers the same listener) and fetch, all over TLS; and that SCRAM-SHA-256
+    // and PLAIN (checked against the same stored credentials) authenticate too.
+    let pki = Pki::new();
+    let node = secure_node(&pki, &[]);
+    add_user(&node, "alice", "alice-secret", ScramMechanism::Sha512);
+    add_user(&node, "alice", "alice-secret", ScramMechanism::Sha256);
+    support::create_topic(&node, "orders", 3);
+
+    let config = secure_config(&node, &pki, "SASL_SSL", Some(("SCRAM-SHA-512", "alice", "alice-secret")));
+    produce(&config, "orders", 100);
+    let values = consume_all(&config, "orders", "secure-group", 100);
+    assert_eq!(values.len(), 100);
+    assert!(values.iter().all(|v| v.starts_with("secret ")));
+
+    for (listener, mechanism) in
+        [("SASL_SSL", "SCRAM-SHA-256"), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-512")]
+    {
+        let consumer: BaseConsumer =
+            secure_config(&node, &pki, listener, Some((mechanism, "alice", "alice-secret"))).create().expect("client");
+        let metadata = consumer.fetch_metadata(Some("orders"), START_TIMEOUT).expect("metadata");
+        assert_eq!(metadata.topics()[0].partitions().len(), 3, "{listener} {mechanism}");
+        let port = node.listener(listener).port() as i32;
+        assert!(metadata.brokers().iter().all(|b| b.port() == port), "{listener}: brokers at this listener's port");
+    }
+    // An SSL client without a certificate (ssl.client.auth=requested) is served as ANONYMOUS.
+    let consumer: BaseConsumer = secure_config(&node, &pki, "SSL", None).create().expect("client");
+    assert!(consumer.fetch_metadata(Some("orders"), START_TIMEOUT).is_ok());
+    let api = support::HttpApi::new(&node);
+    assert!(
+        api.metric_sum("kafka_server_socketserver_authentications_total{listener=\"SASL_SSL\",result=\"success\"}")
+            >= 2.0
+    );
+}
+
+#[test]
+fn wrong_credentials_and_requests_before_authentication_are_refused_and_served_nothing() {
+    // Proves a wrong password or unknown user gets librdkafka's authentication error and no
+    // metadata, a request before SaslHandshake closes the connection without an answer, and a
+    // failed PLAIN exchange answers SASL_AUTHENTICATION_FAILED and then closes; the node serves
+    // everyone else meanwhile.
+    let pki = Pki::new();
+    let node = secure_node(&pki, &[]);
+    add_user(&node, "alice", "alice-secret", ScramMechanism::Sha512);
+    for (user, password) in [("alice", "wrong"), ("mallory", "alice-secret")] {
+        let errors = Errors::default();
+        let consumer: BaseConsumer<Errors> =
+            secure_config(&node, &pki, "SASL_SSL", Some(("SCRAM-SHA-512", user, password)))
+                .create_with_context(errors.clone())
+                .expect("client");
+        assert!(consumer.fetch_metadata(None, Duration::from_secs(5)).is_err(), "{user} was served metadata");
+        let reported = wait_until(START_TIMEOUT, || {
+            consumer.poll(Duration::from_millis(100));
+            errors.text().contains("invalid credentials with SASL mechanism SCRAM-SHA-512")
+        });
+        assert!(reported, "librdkafka reports the authentication failure: {}", errors.text());
+    }
+
+    // Raw: Metadata before authenticating on SASL_PLAINTEXT gets no answer, only a close.
+    let mut raw = raw_conn(&node, "SASL_PLAINTEXT");
+    assert!(raw_call_is_closed(&mut raw, &MetadataRequest::default(), 12));
+
+    // Raw PLAIN with a wrong password: SASL_AUTHENTICATION_FAILED, then the connection closes.
+    let mut raw = RawConn::from_stream(TcpStream::connect(node.listener("SASL_PLAINTEXT")).unwrap(), "raw");
+    let handshake = raw.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")));
+    assert_eq!(handshake.error_code, 0);
+    assert!(handshake.mechanisms.iter().any(|m| m.as_str() == "SCRAM-SHA-512"));
+    let answer = raw.call(2, &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"\0alice\0nope")));
+    assert_eq!(answer.error_code, 58, "SASL_AUTHENTICATION_FAILED");
+    assert!(raw_call_is_closed(&mut raw_from(raw), &MetadataRequest::default(), 12));
+
+    // An unsupported mechanism is named with the enabled ones.
+    let mut raw = RawConn::from_stream(TcpStream::connect(node.listener("SASL_PLAINTEXT")).unwrap(), "raw");
+    let handshake = raw.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("GSSAPI")));
+    assert_eq!(handshake.error_code, 33, "UNSUPPORTED_SASL_MECHANISM");
+    assert_eq!(handshake.mechanisms.len(), 3);
+
+    // The PLAINTEXT listener still serves.
+    let metadata = RawConn::open(&node, "raw").call(12, &MetadataRequest::default());
+    assert_eq!(metadata.brokers.len(), 1);
+    assert_eq!(metadata.brokers[0].port, node.kafka_addr.port() as i32);
+    let api = support::HttpApi::new(&node);
+    assert!(
+        api.metric_sum("kafka_server_socketserver_authentications_total{listener=\"SASL_SSL\",result=\"failure\"}")
+            >= 2.0
+    );
+}
+
+/// A raw connection to the listener `name` (plain TCP: for the non-TLS listeners).
+fn raw_conn(node: &Runnel, name: &str) -> TcpStream {
+    let stream = TcpStream::connect(node.listener(name)).expect("connect");
+    stream.set_read_timeout(Some(START_TIMEOUT)).expect("timeout");
+    stream
+}
+
+/// The stream under a RawConn (it is a thin wrapper): to check how the peer ends it.
+fn raw_from(raw: RawConn) -> TcpStream {
+    raw.into_stream()
+}
+
+/// Sends `request` as one frame and reports whether the peer closed the connection instead of
+/// answering (EOF or reset before any response bytes).
+fn raw_call_is_closed<R: kafka_protocol::protocol::Request>(stream: &mut TcpStream, request: &R, version: i16) -> bool {
+    use bytes::BufMut;
+    use kafka_protocol::messages::{ApiKey, RequestHeader};
+    use kafka_protocol::protocol::Encodable;
+    let api = ApiKey::try_from(R::KEY).expect("api");
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(99)
+        .with_client_id(Some(StrBytes::from_static_str("raw")));
+    let mut buf = bytes::BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, api.request_header_version(version)).expect("header");
+    request.encode(&mut buf, version).expect("body");
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    stream.set_read_timeout(Some(START_TIMEOUT)).expect("timeout");
+    if stream.write_all(&buf).is_err() {
+        return true;
+    }
+    // Everything until the peer closes (a TLS listener answers clear bytes with a TLS alert
+    // record, which is no Kafka response): served only if a response with our correlation id
+    // came back. A read that times out means the connection was left open: not closed.
+    let mut answer = Vec::new();
+    let closed = match stream.read_to_end(&mut answer) {
+        Ok(_) => true,
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
+    };
+    let answered = answer.len() >= 8 && answer[4..8] == 99i32.to_be_bytes();
+    closed && !answered
+}
+
+#[test]
+fn plaintext_to_a_tls_port_and_tls_to_a_plaintext_port_fail_cleanly() {
+    // Proves the two classic misconfigurations end in a closed connection, never a hang or a
+    // crash: a Kafka request in the clear on the SSL listener (the TLS handshake fails), and
+    // librdkafka speaking TLS to the PLAINTEXT listener (its ClientHello read as a frame size
+    // beyond socket.request.max.bytes); the node keeps serving.
+    let pki = Pki::new();
+    let node = secure_node(&pki, &[]);
+    let mut clear = raw_conn(&node, "SSL");
+    assert!(raw_call_is_closed(&mut clear, &MetadataRequest::default(), 12), "a clear request on SSL is not served");
+
+    let errors = Errors::default();
+    let mut config = secure_config(&node, &pki, "SSL", None);
+    config.set("bootstrap.servers", node.kafka_addr.to_string());
+    let consumer: BaseConsumer<Errors> = config.create_with_context(errors.clone()).expect("client");
+    assert!(consumer.fetch_metadata(None, Duration::from_secs(5)).is_err(), "TLS to PLAINTEXT served metadata");
+    let reported = wait_until(START_TIMEOUT, || {
+        consumer.poll(Duration::from_millis(100));
+        errors.text().contains("SSL")
+    });
+    assert!(reported, "librdkafka reports an SSL failure: {}", errors.text());
+
+    let metadata = RawConn::open(&node, "raw").call(12, &MetadataRequest::default());
+    assert_eq!(metadata.brokers.len(), 1);
+}
+
+#[test]
+fn sessions_end_after_connections_max_reauth_ms_and_librdkafka_reauthenticates() {
+    // Proves KIP-368: SaslAuthenticate tells the session lifetime; a raw client that does not
+    // re-authenticate is closed at its first request after it; librdkafka re-authenticates on its
+    // open connections, so a producer keeps producing across several lifetimes without one of
+    // its connections being closed for expiry.
+    let pki = Pki::new();
+    let node = secure_node(&pki, &["--connections-max-reauth-ms", "1500"]);
+    add_user(&node, "alice", "alice-secret", ScramMechanism::Sha512);
+    support::create_topic(&node, "audit", 1);
+
+    let mut raw = RawConn::from_stream(TcpStream::connect(node.listener("SASL_PLAINTEXT")).unwrap(), "raw");
+    assert_eq!(
+        raw.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"))).error_code,
+        0
+    );
+    let authenticated = Instant::now();
+    let answer =
+        raw.call(2, &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"\0alice\0alice-secret")));
+    assert_eq!((answer.error_code, answer.session_lifetime_ms), (0, 1500));
+    assert_eq!(raw.call(12, &MetadataRequest::default()).brokers.len(), 1, "served while the session lasts");
+
+    // One producer, so its connections live through several session lifetimes: each must be
+    // re-authenticated, or the broker closes it at its next request after expiry.
+    let producer: FutureProducer =
+        secure_config(&node, &pki, "SASL_SSL", Some(("SCRAM-SHA-512", "alice", "alice-secret")))
+            .set("acks", "all")
+            .create()
+            .expect("producer");
+    let started = Instant::now();
+    let mut produced = 0;
+    // Produce for four session lifetimes (the behaviour under test is time itself).
+    wait_until(Duration::from_secs(30), || {
+        let record = FutureRecord::<str, str>::to("audit").key("k").payload("entry");
+        support::block_on(producer.send(record, Duration::from_secs(30))).expect("delivered");
+        produced += 1;
+        started.elapsed() > Duration::from_millis(6_000)
+    });
+    assert!(produced > 10, "{produced} records in 6 s");
+    assert!(authenticated.elapsed() > Duration::from_millis(1500));
+    let mut stream = raw_from(raw);
+    assert!(raw_call_is_closed(&mut stream, &MetadataRequest::default(), 12), "the expired raw session is closed");
+
+    let api = support::HttpApi::new(&node);
+    assert_eq!(
+        api.metric_sum("kafka_server_socketserver_expired_connections_killed_total"),
+        1.0,
+        "only the raw client expired"
+    );
+    assert!(
+        api.metric_sum(
+            "kafka_server_socketserver_authentications_total{listener=\"SASL_SSL\",result=\"reauthentication\"}"
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn a_replaced_certificate_is_served_without_a_restart() {
+    // Proves certificate reload: the keystore is replaced by one issued by a new CA; within the
+    // reload interval new connections get the new certificate (a client trusting only the new CA
+    // connects), without restarting the node.
+    let pki = Pki::new();
+    let node = secure_node(&pki, &["--ssl-reload-interval-ms", "100"]);
+    let new_ca = authority("Runnel renewed CA");
+    std::fs::write(pki.path("new-ca.pem"), new_ca.cert.pem()).unwrap();
+    let trusting_new = |pki: &Pki| {
+        let mut config = secure_config(&node, pki, "SSL", None);
+        config.set("ssl.ca.location", pki.text("new-ca.pem"));
+        let consumer: BaseConsumer = config.create().expect("client");
+        consumer.fetch_metadata(None, Duration::from_secs(3)).is_ok()
+    };
+    assert!(!trusting_new(&pki), "the old certificate is not trusted by the new CA");
+    // Written to a temp file and renamed: the node never reads half a file.
+    pki.issue(&new_ca, "server.pem.new");
+    std::fs::rename(pki.path("server.pem.new"), pki.path("server.pem")).unwrap();
+    assert!(wait_until(START_TIMEOUT, || trusting_new(&pki)), "the new certificate is served");
+    assert!(node.is_running());
+}
+
+#[test]
+fn scram_credentials_are_described_and_deleted_with_kafkas_errors() {
+    // Proves DescribeUserScramCredentials/AlterUserScramCredentials answer as Kafka: mechanisms
+    // and iterations (never keys), RESOURCE_NOT_FOUND for an unknown user, UNACCEPTABLE_CREDENTIAL
+    // below 4096 iterations, DUPLICATE_RESOURCE for one credential altered twice; a deleted
+    // credential no longer authenticates; credentials survive a restart (metadata quorum).
+    let pki = Pki::new();
+    let mut node = secure_node(&pki, &[]);
+    add_user(&node, "alice", "alice-secret", ScramMechanism::Sha512);
+    add_user(&node, "bob", "bob-secret", ScramMechanism::Sha256);
+    let mut raw = RawConn::open(&node, "admin");
+    let all = raw.call(0, &DescribeUserScramCredentialsRequest::default().with_users(None));
+    let users: Vec<(String, Vec<(i8, i32)>)> = all
+        .results
+        .iter()
+        .map(|r| (r.user.to_string(), r.credential_infos.iter().map(|c| (c.mechanism, c.iterations)).collect()))
+        .collect();
+    assert_eq!(users, vec![("alice".to_string(), vec![(2, 4096)]), ("bob".to_string(), vec![(1, 4096)])]);
+    let user = |name: &str| UserName::default().with_name(StrBytes::from_string(name.to_string()));
+    let some = raw.call(
+        0,
+        &DescribeUserScramCredentialsRequest::default().with_users(Some(vec![user("carol"), user("bob"), user("bob")])),
+    );
+    let codes: Vec<(String, i16)> = some.results.iter().map(|r| (r.user.to_string(), r.error_code)).collect();
+    assert_eq!(codes, vec![("bob".to_string(), 92), ("carol".to_string(), 91)]);
+
+    let upsert = |name: &str, mechanism: i8, iterations: i32| {
+        ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_string(name.to_string()))
+            .with_mechanism(mechanism)
+            .with_iterations(iterations)
+            .with_salt(Bytes::from_static(b"salt"))
+            .with_salted_password(Bytes::from(vec![7u8; if mechanism == 1 { 32 } else { 64 }]))
+    };
+    let altered = raw.call(
+        0,
+        &AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+            upsert("weak", 1, 100),
+            upsert("twice", 2, 4096),
+            upsert("twice", 2, 8192),
+            upsert("odd", 9, 4096),
+        ]),
+    );
+    let codes: Vec<(String, i16)> = altered.results.iter().map(|r| (r.user.to_string(), r.error_code)).collect();
+    assert_eq!(codes, vec![("odd".to_string(), 33), ("twice".to_string(), 92), ("weak".to_string(), 93)]);
+
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion;
+    let delete = |name: &str, mechanism: i8| {
+        ScramCredentialDeletion::default().with_name(StrBytes::from_string(name.to_string())).with_mechanism(mechanism)
+    };
+    let deleted = raw.call(
+        0,
+        &AlterUserScramCredentialsRequest::default().with_deletions(vec![delete("bob", 1), delete("carol", 1)]),
+    );
+    let codes: Vec<(String, i16)> = deleted.results.iter().map(|r| (r.user.to_string(), r.error_code)).collect();
+    assert_eq!(codes, vec![("bob".to_string(), 0), ("carol".to_string(), 91)]);
+    let bob: BaseConsumer<Errors> = secure_config(&node, &pki, "SASL_PLAINTEXT", Some(("PLAIN", "bob", "bob-secret")))
+        .create_with_context(Errors::default())
+        .expect("client");
+    assert!(bob.fetch_metadata(None, Duration::from_secs(3)).is_err(), "a deleted user is refused");
+
+    node.terminate();
+    node.restart();
+    let alice: BaseConsumer = secure_config(&node, &pki, "SASL_SSL", Some(("SCRAM-SHA-512", "alice", "alice-secret")))
+        .create()
+        .expect("client");
+    assert!(alice.fetch_metadata(None, START_TIMEOUT).is_ok(), "credentials survive a restart");
+}
+
+#[test]
+fn kafka_security_tools_manage_scram_users_and_the_console_clients_use_sasl_ssl() {
+    // Proves Kafka's own tools work unchanged: kafka-configs.sh adds and describes SCRAM users
+    // (AlterUserScramCredentials/DescribeUserScramCredentials), and the Java console producer
+    // and consumer configured by a client properties file (SASL_SSL, SCRAM-SHA-512, a PEM
+    // truststore) produce and consume.
+    let Some(tools) = (match kafka_tools::kafka_tools() {
+        Ok(tools) => Some(tools),
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            None
+        }
+    }) else {
+        return;
+    };
+    let pki = Pki::new();
+    let node = secure_node(&pki, &[]);
+    let admin = node.bootstrap();
+    let out = tools.run(
+        "configs",
+        &[
+            "--bootstrap-server",
+            &admin,
+            "--alter",
+            "--add-config",
+            "SCRAM-SHA-512=[iterations=8192,password=alice-secret]",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "alice",
+        ],
+        None,
+    );
+    assert!(out.success, "{}", out.text());
+    let out = tools.run(
+        "configs",
+        &["--bootstrap-server", &admin, "--describe", "--entity-type", "users", "--entity-name", "alice"],
+        None,
+    );
+    assert!(out.success && out.text().contains("SCRAM-SHA-512=iterations=8192"), "{}", out.text());
+    support::create_topic(&node, "payments", 1);
+
+    let properties = pki.path("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"alice-secret\";\n\
+             ssl.truststore.type=PEM\nssl.truststore.location={}\n",
+            pki.text("ca.pem")
+        ),
+    )
+    .unwrap();
+    let secure = node.listener("SASL_SSL").to_string();
+    let properties = properties.to_str().unwrap();
+    let out = tools.run(
+        "console-producer",
+        &["--bootstrap-server", &secure, "--topic", "payments", "--producer.config", properties],
+        Some("one\ntwo\nthree\n"),
+    );
+    assert!(out.success, "{}", out.text());
+    let out = tools.run(
+        "console-consumer",
+        &[
+            "--bootstrap-server",
+            &secure,
+            "--topic",
+            "payments",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--consumer.config",
+            properties,
+        ],
+        None,
+    );
+    assert!(out.success, "{}", out.text());
+    assert_eq!(out.stdout.lines().filter(|l| ["one", "two", "three"].contains(l)).count(), 3, "{}", out.text());
+
+    // A wrong password in the properties file: the tool fails with Kafka's message.
+    let wrong = pki.path("wrong.properties");
+    std::fs::write(&wrong, std::fs::read_to_string(properties).unwrap().replace("alice-secret", "nope")).unwrap();
+    let out = tools.run(
+        "topics",
+        &["--bootstrap-server", &secure, "--list", "--command-config", wrong.to_str().unwrap()],
+        None,
+    );
+    assert!(!out.success, "a wrong password lists topics: {}", out.text());
+    assert!(out.text().contains("invalid credentials"), "{}", out.text());
+}
