@@ -5,7 +5,7 @@
 # Usage: scripts/kafka-tool.sh TOOL [args...]
 #   TOOL: topics, consumer-groups, console-producer, console-consumer, configs, get-offsets,
 #         delete-records, producer-perf-test, consumer-perf-test, dump-log, metadata-quorum,
-#         reassign-partitions, leader-election, transactions, or a main class
+#         reassign-partitions, leader-election, transactions, acls, or a main class
 #   e.g. scripts/kafka-tool.sh topics --bootstrap-server 127.0.0.1:9092 --list
 #   RUNNEL_KAFKA_LIB   the jar directory (default: target/kafka/<scripts/kafka-version>/lib)
 #   KAFKA_HEAP_OPTS    (default -Xmx512M) and KAFKA_OPTS are passed to java, as bin/ does
@@ -36,6 +36,7 @@ case $tool in
     reassign-partitions) main=org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
     leader-election) main=org.apache.kafka.tools.LeaderElectionCommand ;;
     transactions) main=org.apache.kafka.tools.TransactionsCommand ;;
+    acls) main=org.apache.kafka.tools.AclCommand ;;
     *.*) main=$tool ;;
     *) echo "kafka-tool: unknown tool '$tool' (see --help)" >&2; exit 2 ;;
 esac

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::log::{ConfigError, LogConfig};
+use crate::security::acl::AuthorizerSettings;
 use crate::security::listeners::Listeners;
 use crate::security::sasl::SaslSettings;
 use crate::security::tls::{ClientAuth, TlsSettings};
@@ -77,6 +78,23 @@ pub struct ServeArgs {
     /// authenticated unless the client re-authenticates; 0 never [default: 0].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_REAUTH_MS")]
     pub connections_max_reauth_ms: Option<u64>,
+    /// `authorizer.class.name`: `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or
+    /// `standard`) authorizes every request with the ACLs of the metadata quorum; empty: no
+    /// authorization [default: empty].
+    #[arg(long, env = "RUNNEL_AUTHORIZER_CLASS_NAME")]
+    pub authorizer_class_name: Option<String>,
+    /// `super.users`: principals allowed everything, `User:a;User:b`.
+    #[arg(long, env = "RUNNEL_SUPER_USERS")]
+    pub super_users: Option<String>,
+    /// `allow.everyone.if.no.acl.found`: a resource no ACL matches is open to everyone
+    /// [default: false].
+    #[arg(long, env = "RUNNEL_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// A SCRAM user to create when the node starts unless it exists, in Kafka's
+    /// `kafka-storage.sh format --add-scram` syntax: `SCRAM-SHA-512=[name=admin,password=...]`
+    /// (repeatable; in the environment, `;`-separated).
+    #[arg(long = "add-scram", env = "RUNNEL_ADD_SCRAM", value_delimiter = ';')]
+    pub add_scram: Vec<String>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -317,6 +335,10 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    authorizer_class_name: Option<String>,
+    add_scram: Option<Vec<String>>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     controller_listen: Option<SocketAddr>,
     voters: Option<String>,
     process_roles: Option<String>,
@@ -519,7 +541,36 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         None => SaslSettings::default().mechanisms,
     };
     let max_reauth_ms = args.connections_max_reauth_ms.or(file.connections_max_reauth_ms).unwrap_or(0);
-    Ok(SecurityConfig { listeners, tls, sasl: SaslSettings { mechanisms, max_reauth_ms } })
+    let enabled = match args.authorizer_class_name.as_deref().or(file.authorizer_class_name.as_deref()).map(str::trim) {
+        None | Some("") => false,
+        Some(
+            "standard"
+            | "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            | "kafka.security.authorizer.AclAuthorizer",
+        ) => true,
+        Some(other) => {
+            return Err(ConfigFileError::Security(format!(
+                "unsupported authorizer.class.name {other:?}: Runnel has org.apache.kafka.metadata.authorizer.StandardAuthorizer (or standard)"
+            )))
+        }
+    };
+    let authorizer = AuthorizerSettings {
+        enabled,
+        super_users: AuthorizerSettings::parse_super_users(
+            args.super_users.as_deref().or(file.super_users.as_deref()).unwrap_or_default(),
+        ),
+        allow_everyone_if_no_acl_found: args
+            .allow_everyone_if_no_acl_found
+            .or(file.allow_everyone_if_no_acl_found)
+            .unwrap_or(false),
+    };
+    let add_scram =
+        if args.add_scram.is_empty() { file.add_scram.clone().unwrap_or_default() } else { args.add_scram.clone() };
+    let bootstrap_users = add_scram
+        .iter()
+        .map(|text| crate::security::scram::BootstrapUser::parse(text).map_err(ConfigFileError::Security))
+        .collect::<Result<_, _>>()?;
+    Ok(SecurityConfig { listeners, tls, sasl: SaslSettings { mechanisms, max_reauth_ms }, authorizer, bootstrap_users })
 }
 
 /// The resolved settings of a node.

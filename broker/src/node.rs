@@ -97,6 +97,7 @@ impl Node {
         .await?;
         controller.wait_ready(Duration::from_secs(60)).await?;
 
+        add_bootstrap_users(&controller, &config.security.bootstrap_users).await?;
         let listeners = crate::server::listeners::bind(&config.security).await?;
         let kafka_addr = listeners.addresses[0].1;
         let http_listener = TcpListener::bind(config.http_listen)
@@ -197,6 +198,7 @@ impl Node {
                 replica_selector: config.replica_selector,
                 metrics_aggregate: config.metrics_aggregate,
                 max_broker_partitions: config.max_broker_partitions,
+                authorizer: config.security.authorizer.clone(),
                 http_address: Some(if http_addr.ip().is_unspecified() {
                     format!("{advertised_host}:{}", http_addr.port())
                 } else {
@@ -388,6 +390,7 @@ impl Node {
         })
     }
 
+    /// The first Kafka listener's bound address.
     pub fn kafka_addr(&self) -> SocketAddr {
         self.kafka_addr
     }
@@ -829,6 +832,32 @@ fn local_produce(broker: std::sync::Weak<Broker>) -> crate::transform::LocalProd
             server::handlers::produce::handle(&broker, &header, request).await
         })
     })
+}
+
+/// `--add-scram`: creates each user whose credential for its mechanism does not exist yet
+/// (an existing one is never replaced: its password may have been changed since).
+async fn add_bootstrap_users(
+    controller: &crate::controller::Controller,
+    users: &[crate::security::scram::BootstrapUser],
+) -> Result<(), NodeError> {
+    for user in users {
+        if controller.image().scram_credentials.contains_key(&(user.name.clone(), user.mechanism)) {
+            continue;
+        }
+        let credential = user.credential();
+        controller
+            .propose(MetadataRecord::UpsertScramCredential {
+                user: user.name.clone(),
+                mechanism: user.mechanism.name().to_string(),
+                salt: credential.salt,
+                stored_key: credential.stored_key,
+                server_key: credential.server_key,
+                iterations: credential.iterations,
+            })
+            .await?;
+        tracing::info!(user = %user.name, mechanism = user.mechanism.name(), "created SCRAM user (--add-scram)");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use super::record::{
     ApplyOutcome, AssignorImage, ListenerEndpoint, MetadataRecord, NodeId, ReplicaAssignment, TransformImage,
     ValidatorImage,
 };
+use crate::security::acl::AclBinding;
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// Producer ids per `AllocateProducerIds` (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
@@ -47,6 +48,8 @@ pub struct MetadataImage {
     pub validators: BTreeMap<String, Arc<ValidatorImage>>,
     /// Uploaded consumer group assignors by the name clients select them with.
     pub assignors: BTreeMap<String, Arc<AssignorImage>>,
+    /// Every ACL (shared between images until one changes them).
+    pub acls: Arc<std::collections::BTreeSet<AclBinding>>,
     /// SCRAM credentials by user and mechanism (SASL PLAIN checks passwords against them too).
     pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
     /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
@@ -382,6 +385,18 @@ impl MetadataImage {
                     Some(_) => ApplyOutcome::Applied,
                     None => ApplyOutcome::UnknownScramCredential,
                 }
+            }
+            MetadataRecord::CreateAcls { acls } => {
+                let acls_now = Arc::make_mut(&mut self.acls);
+                acls_now.extend(acls.iter().filter_map(|a| a.binding()));
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::DeleteAcls { acls } => {
+                let acls_now = Arc::make_mut(&mut self.acls);
+                for binding in acls.iter().filter_map(|a| a.binding()) {
+                    acls_now.remove(&binding);
+                }
+                ApplyOutcome::Applied
             }
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {

@@ -46,7 +46,7 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    ApplyOutcome, AssignorImage, AssignorSpec, DeliveryMode, ErrorPolicy, ListenerEndpoint, MetadataRecord,
+    AclEntry, ApplyOutcome, AssignorImage, AssignorSpec, DeliveryMode, ErrorPolicy, ListenerEndpoint, MetadataRecord,
     ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage, TransformSpec, ValidatorFailure,
     ValidatorImage, ValidatorSpec, COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
 };

@@ -126,6 +126,10 @@ pub enum MetadataRecord {
     },
     /// Removes a user's credential for one mechanism (Kafka's `RemoveUserScramCredentialRecord`).
     DeleteScramCredential { user: String, mechanism: String },
+    /// Adds ACLs (Kafka's `AccessControlEntryRecord`s); one already present is kept once.
+    CreateAcls { acls: Vec<AclEntry> },
+    /// Removes ACLs (Kafka's `RemoveAccessControlEntryRecord`s); absent ones are skipped.
+    DeleteAcls { acls: Vec<AclEntry> },
     /// Several records in one raft entry (CreateTopics or DeleteTopics of many topics: one
     /// proposal, one commit), applied in order and each on its own, as Kafka answers each topic
     /// of a request on its own: one rejected record leaves the others applied. The outcome is
@@ -142,6 +146,47 @@ pub struct ListenerEndpoint {
     pub port: u16,
     /// Kafka's security protocol id (0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL).
     pub security_protocol: i16,
+}
+
+/// One ACL as the quorum stores it: Kafka's codes for the resource type, pattern type,
+/// operation and permission (`security::acl`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclEntry {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission: i8,
+}
+
+impl AclEntry {
+    pub fn of(acl: &crate::security::acl::AclBinding) -> AclEntry {
+        AclEntry {
+            resource_type: acl.resource_type.code(),
+            resource_name: acl.resource_name.clone(),
+            pattern_type: acl.pattern.code(),
+            principal: acl.principal.clone(),
+            host: acl.host.clone(),
+            operation: acl.operation.code(),
+            permission: acl.permission.code(),
+        }
+    }
+
+    /// The binding, if every code is known (records are validated before they are proposed).
+    pub fn binding(&self) -> Option<crate::security::acl::AclBinding> {
+        use crate::security::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+        Some(AclBinding {
+            resource_type: ResourceType::from_code(self.resource_type)?,
+            resource_name: self.resource_name.clone(),
+            pattern: PatternType::from_code(self.pattern_type)?,
+            principal: self.principal.clone(),
+            host: self.host.clone(),
+            operation: Operation::from_code(self.operation)?,
+            permission: Permission::from_code(self.permission)?,
+        })
+    }
 }
 
 /// A partition's replica list and the replicas an ongoing reassignment adds to it and removes

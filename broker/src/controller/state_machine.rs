@@ -58,6 +58,9 @@ struct ImageDto {
     /// Absent in snapshots written before SASL/SCRAM.
     #[serde(default)]
     scram_credentials: Vec<ScramDto>,
+    /// Absent in snapshots written before ACLs.
+    #[serde(default)]
+    acls: Vec<super::record::AclEntry>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -157,6 +160,7 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
         validators: image.validators.values().map(|v| (**v).clone()).collect(),
         assignors: image.assignors.values().map(|a| (**a).clone()).collect(),
         next_producer_id: image.next_producer_id,
+        acls: image.acls.iter().map(super::record::AclEntry::of).collect(),
         scram_credentials: image
             .scram_credentials
             .iter()
@@ -209,6 +213,7 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
         validators: dto.validators.into_iter().map(|v| (v.name.clone(), Arc::new(v))).collect(),
         assignors: dto.assignors.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
         next_producer_id: dto.next_producer_id,
+        acls: Arc::new(dto.acls.iter().filter_map(|a| a.binding()).collect()),
         scram_credentials: dto
             .scram_credentials
             .into_iter()

@@ -17,6 +17,7 @@
 //! and SaslAuthenticate until it has authenticated, and nothing at all once its session expired
 //! without re-authenticating (`sasl::SaslSession::admits`).
 
+pub mod acl;
 pub mod listeners;
 pub mod sasl;
 pub mod scram;
@@ -32,6 +33,9 @@ pub struct SecurityConfig {
     /// Needed when a listener uses TLS.
     pub tls: Option<tls::TlsSettings>,
     pub sasl: sasl::SaslSettings,
+    pub authorizer: acl::AuthorizerSettings,
+    /// `--add-scram`: users created at start unless they exist.
+    pub bootstrap_users: Vec<scram::BootstrapUser>,
 }
 
 /// Kafka's security protocol of a listener.

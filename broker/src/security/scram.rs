@@ -128,6 +128,49 @@ impl ScramCredential {
     }
 }
 
+/// A user a node creates when it starts, unless it exists (Kafka's `kafka-storage.sh format
+/// --add-scram`): how the first administrator gets in once every listener authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapUser {
+    pub mechanism: ScramMechanism,
+    pub name: String,
+    pub password: String,
+    pub iterations: u32,
+}
+
+impl BootstrapUser {
+    /// Parses Kafka's `SCRAM-SHA-256=[name=alice,password=alice-secret]` (and `iterations=`).
+    pub fn parse(text: &str) -> Result<BootstrapUser, String> {
+        let syntax = || format!("invalid --add-scram {text:?}: expected SCRAM-SHA-256=[name=NAME,password=PASSWORD]");
+        let (mechanism, rest) = text.trim().split_once('=').ok_or_else(syntax)?;
+        let mechanism = ScramMechanism::from_name(mechanism.trim()).ok_or_else(syntax)?;
+        let body = rest.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).ok_or_else(syntax)?;
+        let (mut name, mut password, mut iterations) = (None, None, MIN_ITERATIONS);
+        for part in body.split(',') {
+            match part.split_once('=') {
+                Some(("name", v)) => name = Some(v.trim_matches('"').to_string()),
+                Some(("password", v)) => password = Some(v.trim_matches('"').to_string()),
+                Some(("iterations", v)) => iterations = v.parse().map_err(|_| syntax())?,
+                _ => return Err(syntax()),
+            }
+        }
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(format!("--add-scram iterations must be within {MIN_ITERATIONS}..={MAX_ITERATIONS}"));
+        }
+        match (name, password) {
+            (Some(name), Some(password)) if !name.is_empty() && !password.is_empty() => {
+                Ok(BootstrapUser { mechanism, name, password, iterations })
+            }
+            _ => Err(syntax()),
+        }
+    }
+
+    /// A credential for it with a fresh salt.
+    pub fn credential(&self) -> ScramCredential {
+        ScramCredential::from_password(self.mechanism, &self.password, random_bytes(32), self.iterations)
+    }
+}
+
 /// `count` random bytes from the operating system's generator.
 pub fn random_bytes(count: usize) -> Vec<u8> {
     use ring::rand::SecureRandom;
@@ -359,6 +402,16 @@ pub(crate) mod tests {
                 format!("v={}", engine.encode(server_signature)).into_bytes(),
             )
         }
+    }
+
+    #[test]
+    fn bootstrap_users_parse_kafkas_add_scram_syntax() {
+        let user = BootstrapUser::parse("SCRAM-SHA-512=[name=admin,password=s3cret,iterations=8192]").unwrap();
+        assert_eq!((user.mechanism, user.name.as_str(), user.iterations), (ScramMechanism::Sha512, "admin", 8192));
+        assert!(user.credential().matches_password("s3cret"));
+        assert!(BootstrapUser::parse("SCRAM-SHA-1=[name=a,password=b]").is_err());
+        assert!(BootstrapUser::parse("SCRAM-SHA-256=[name=a]").is_err());
+        assert!(BootstrapUser::parse("SCRAM-SHA-256=[name=a,password=b,iterations=10]").is_err());
     }
 
     #[test]

@@ -590,6 +590,9 @@ async fn handle_frame(
         DescribeProducers => describe_producers,
         DescribeUserScramCredentials => describe_user_scram_credentials,
         DescribeClientQuotas => describe_client_quotas,
+        CreateAcls => create_acls,
+        DescribeAcls => describe_acls,
+        DeleteAcls => delete_acls,
         AlterUserScramCredentials => alter_user_scram_credentials,
     };
     Ok(response)

@@ -31,10 +31,13 @@ pub use self::errors::{
     controller_error_code, log_error_code, offset_error_code, partition_error_code, reassignment_error_code,
     record_errors,
 };
-pub use self::session::{as_client, as_peer, client_host, listener_name, principal, ClientContext, ListenerSecurity};
+pub use self::session::{
+    as_client, as_peer, client_host, current_client, listener_name, principal, ClientContext, ListenerSecurity,
+};
 use crate::controller::{Controller, MetadataImage};
 use crate::log::{ConfigError, LogConfig};
 use crate::partition::ReplicaManager;
+use crate::security::acl::{Operation, ResourceType};
 
 /// Settings the protocol handlers need.
 #[derive(Debug, Clone)]
@@ -69,6 +72,8 @@ pub struct ServerSettings {
     /// `max.broker.partitions` (KIP-578): partition replicas one broker may host before
     /// CreateTopics and CreatePartitions refuse more (`server::partition_limits`).
     pub max_broker_partitions: u64,
+    /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+    pub authorizer: crate::security::acl::AuthorizerSettings,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,
@@ -128,6 +133,41 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// Whether the client of the request being handled may do `operation` on resource `name`
+    /// of `kind` (the ACLs of the current image; always, without an authorizer or for the
+    /// node's own calls).
+    pub fn authorized(&self, operation: Operation, kind: ResourceType, name: &str) -> bool {
+        let settings = &self.settings.authorizer;
+        if !settings.enabled {
+            return true;
+        }
+        let Some(client) = current_client() else { return true };
+        let host = client.peer.ip().to_string();
+        let allowed =
+            settings.authorize(&self.controller.image().acls, &client.principal, &host, operation, kind, name);
+        if !allowed {
+            tracing::debug!(principal = %client.principal, %host, %operation, %kind, name, "denied");
+        }
+        allowed
+    }
+
+    /// [`Broker::authorized`] on the cluster resource.
+    pub fn authorized_cluster(&self, operation: Operation) -> bool {
+        self.authorized(operation, ResourceType::Cluster, crate::security::acl::CLUSTER_NAME)
+    }
+
+    /// Whether the client may do `operation` on some resource of `kind` (idempotent producers:
+    /// WRITE on any topic).
+    pub fn authorized_any(&self, operation: Operation, kind: ResourceType) -> bool {
+        let settings = &self.settings.authorizer;
+        if !settings.enabled {
+            return true;
+        }
+        let Some(client) = current_client() else { return true };
+        let host = client.peer.ip().to_string();
+        settings.authorize_any(&self.controller.image().acls, &client.principal, &host, operation, kind)
+    }
+
     /// Makes this node's partitions match the latest image now (on the blocking pool: opening
     /// thousands of new partitions must not hold up an async worker), and returns once they do.
     pub async fn reconcile_now(&self) {

@@ -70,6 +70,12 @@ pub fn principal() -> Principal {
     CLIENT.try_with(|client| client.principal.clone()).unwrap_or_else(|_| Principal::anonymous())
 }
 
+/// The client of the request being handled; `None` for the node's own calls of a handler
+/// (transforms, markers, the group and transaction coordinators), which are never refused.
+pub fn current_client() -> Option<ClientContext> {
+    CLIENT.try_with(|client| client.clone()).ok()
+}
+
 /// Runs `future` as the request of `client`.
 pub async fn as_client<F: std::future::Future>(client: ClientContext, future: F) -> F::Output {
     CLIENT.scope(client, future).await

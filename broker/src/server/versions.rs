@@ -59,6 +59,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     // No quotas are enforced: always an empty answer (kafka-configs.sh describes users with it).
     (ApiKey::DescribeClientQuotas, 0, 1),
+    // ACLs (v1+: pattern types, KIP-290; v2+ flexible).
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The supported range of `api`, if it is implemented.

@@ -2,6 +2,7 @@
 //! transaction, so the coordinator writes its marker there and the transactional offset
 //! commits (TxnOffsetCommit) become visible or vanish with the transaction.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
@@ -17,6 +18,10 @@ pub async fn handle(
     let group: &str = &request.group_id.0;
     let outcome = if group.is_empty() {
         Err(ResponseError::InvalidGroupId)
+    } else if !broker.authorized(Operation::Write, ResourceType::TransactionalId, &request.transactional_id.0) {
+        Err(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !broker.authorized(Operation::Read, ResourceType::Group, group) {
+        Err(ResponseError::GroupAuthorizationFailed)
     } else {
         match ensure_offsets_topic(broker).await {
             Ok(()) => {

@@ -5,6 +5,7 @@
 //! partition leaders): a batch of transactions, each either verified (`verify_only`: are these
 //! partitions in its ongoing transaction? `TxnCoordinator::verify_partitions`) or added.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
@@ -20,11 +21,27 @@ pub async fn handle(
     request: AddPartitionsToTxnRequest,
 ) -> Option<AddPartitionsToTxnResponse> {
     if header.request_api_version >= 4 {
+        // The batch form comes from partition leaders and coordinators (Kafka: CLUSTER_ACTION).
+        if !broker.authorized_cluster(Operation::ClusterAction) {
+            return Some(
+                AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            );
+        }
         return Some(handle_batch(broker, request).await);
     }
     let image = broker.controller.image();
     let mut wanted = Vec::new();
     let mut unknown = false;
+    // Kafka: WRITE on the transactional id, then WRITE on each topic (a topic refused fails it;
+    // the others are not attempted).
+    let txn_denied =
+        !broker.authorized(Operation::Write, ResourceType::TransactionalId, &request.v3_and_below_transactional_id.0);
+    let denied_topics: Vec<&str> = request
+        .v3_and_below_topics
+        .iter()
+        .map(|t| &*t.name.0)
+        .filter(|t| !broker.authorized(Operation::Write, ResourceType::Topic, t))
+        .collect();
     for topic in &request.v3_and_below_topics {
         let known = image.topic(&topic.name.0);
         for &p in &topic.partitions {
@@ -32,7 +49,9 @@ pub async fn handle(
             wanted.push((topic.name.0.to_string(), p));
         }
     }
-    let outcome = if unknown {
+    let outcome = if txn_denied {
+        Err(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !denied_topics.is_empty() || unknown {
         Err(ResponseError::OperationNotAttempted)
     } else {
         broker
@@ -57,6 +76,9 @@ pub async fn handle(
                 .map(|&p| {
                     let code = match outcome {
                         Ok(()) => 0,
+                        Err(ResponseError::OperationNotAttempted) if denied_topics.contains(&&*topic.name.0) => {
+                            ResponseError::TopicAuthorizationFailed.code()
+                        }
                         Err(ResponseError::OperationNotAttempted)
                             if known.is_none_or(|t| p < 0 || p as usize >= t.partitions.len()) =>
                         {

@@ -2,6 +2,7 @@
 //! override map, validated as CreateTopics does and committed through the metadata quorum.
 //! Broker resources are refused: Runnel has no dynamic broker configs.
 
+use crate::security::acl::Operation;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::alter_configs_request::AlterConfigsResource;
@@ -28,6 +29,13 @@ pub async fn handle(
     for resource in &request.resources {
         let outcome = if duplicates.contains(&(resource.resource_type, &*resource.resource_name)) {
             Err((ResponseError::InvalidRequest, "Duplicate resource.".to_string()))
+        } else if let Err(refused) = super::authorize_config_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            Operation::AlterConfigs,
+        ) {
+            Err(refused)
         } else {
             alter_one(broker, resource, request.validate_only).await
         };

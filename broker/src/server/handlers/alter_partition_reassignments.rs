@@ -6,6 +6,7 @@
 //! partition epoch it saw, and the controller's decision loop completes the reassignment once
 //! every target replica is in the ISR.
 
+use crate::security::acl::Operation;
 use kafka_protocol::messages::alter_partition_reassignments_request::ReassignablePartition;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -31,6 +32,13 @@ pub async fn handle(
 ) -> Option<AlterPartitionReassignmentsResponse> {
     // v0 has no such field: the replication factor may always change.
     let allow_rf_change = header.request_api_version == 0 || request.allow_replication_factor_change;
+    if !broker.authorized_cluster(Operation::Alter) {
+        return Some(
+            AlterPartitionReassignmentsResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                .with_error_message(Some(super::str_bytes("Cluster authorization failed."))),
+        );
+    }
     let mut changed = false;
     let mut responses = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {

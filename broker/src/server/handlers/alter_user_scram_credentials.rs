@@ -6,6 +6,7 @@
 //! mechanism) altered twice in one request DUPLICATE_RESOURCE, the deletion of a credential
 //! that does not exist RESOURCE_NOT_FOUND. A user with any refused alteration has none applied.
 
+use crate::security::acl::Operation;
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
@@ -40,11 +41,15 @@ pub async fn handle(
     let mut per_user: BTreeMap<String, Result<Vec<MetadataRecord>, Refusal>> = BTreeMap::new();
     let mut seen: BTreeMap<(String, i8), usize> = BTreeMap::new();
     let image = broker.controller.image();
+    let cluster_denied = !broker.authorized_cluster(Operation::Alter);
     let deletions = request.deletions.iter().map(|d| (d.name.to_string(), d.mechanism, None));
     let upsertions = request.upsertions.iter().map(|u| (u.name.to_string(), u.mechanism, Some(u)));
     for (user, mechanism_id, upsertion) in deletions.chain(upsertions) {
         *seen.entry((user.clone(), mechanism_id)).or_default() += 1;
         let record = (|| {
+            if cluster_denied {
+                return Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.".to_string()));
+            }
             check_user(&user)?;
             let mechanism = mechanism_of(mechanism_id)?;
             let Some(u) = upsertion else {

@@ -7,10 +7,11 @@ use kafka_protocol::messages::consumer_group_describe_response::{Assignment, Des
 use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::MetadataImage;
 use crate::group::consumer;
+use crate::security::acl::Operation;
 use crate::server::Broker;
 
 /// Bound on the groups one request may describe.
@@ -43,7 +44,7 @@ pub async fn handle(
             if i >= GROUPS_MAX {
                 return error(ResponseError::InvalidRequest, format!("at most {GROUPS_MAX} groups per request"));
             }
-            if let Err(code) = check_coordinator(broker, group) {
+            if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Describe) {
                 return described.with_error_code(code.code());
             }
             let Some(view) = broker.groups.consumers.describe(group) else {

@@ -19,13 +19,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::MetadataImage;
 use crate::group::assignor::{self, TopicSpec};
 use crate::group::consumer::{self, AssignJob, AssignOutcome, Begin, HeartbeatAnswer, HeartbeatRequest};
 use crate::group::membership::{self, GroupState};
 use crate::group::Replicated;
+use crate::security::acl::Operation;
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -34,7 +35,7 @@ pub async fn handle(
     request: ConsumerGroupHeartbeatRequest,
 ) -> Option<ConsumerGroupHeartbeatResponse> {
     let group: &str = &request.group_id.0;
-    if let Err(code) = check_coordinator(broker, group) {
+    if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Read) {
         return Some(response(HeartbeatAnswer { error: Some((code, None)), ..answer_without_member() }));
     }
     let image = broker.controller.image();

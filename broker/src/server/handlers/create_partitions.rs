@@ -12,6 +12,7 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::controller::{ApplyOutcome, MetadataRecord};
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
@@ -30,6 +31,8 @@ pub async fn handle(
     for topic in &request.topics {
         let outcome = if duplicated.contains(&*topic.name.0) {
             Err((ResponseError::InvalidRequest, "Duplicate topic name.".to_string()))
+        } else if !broker.authorized(Operation::Alter, ResourceType::Topic, &topic.name.0) {
+            Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
         } else {
             grow(broker, &mut budget, topic, request.validate_only).await
         };

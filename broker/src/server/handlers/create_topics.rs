@@ -13,6 +13,7 @@ use kafka_protocol::ResponseError;
 use super::{str_bytes, uuid_of, validate_topic_name};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
@@ -30,6 +31,8 @@ pub async fn handle(
         return Some(refused);
     }
     let mut budget = ReplicaBudget::of(&image, broker.settings.max_broker_partitions);
+    // Kafka: CREATE on the cluster, or on each topic.
+    let create_any = broker.authorized_cluster(Operation::Create);
     let mut checked = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name = topic.name.0.to_string();
@@ -42,6 +45,8 @@ pub async fn handle(
         let duplicate = request.topics.iter().filter(|t| t.name == topic.name).count() > 1;
         let outcome = if duplicate {
             Err((ResponseError::InvalidRequest, "topic appears more than once in the request".to_string()))
+        } else if !create_any && !broker.authorized(Operation::Create, ResourceType::Topic, &name) {
+            Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
         } else if !topic.assignments.is_empty() {
             let assignments: Vec<Vec<u64>> =
                 topic.assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0.max(0) as u64).collect()).collect();

@@ -5,7 +5,8 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
+use crate::security::acl::Operation;
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -16,7 +17,7 @@ pub async fn handle(
     let mut results = Vec::with_capacity(request.groups_names.len());
     for group_id in &request.groups_names {
         let group = group_id.0.to_string();
-        let outcome = match check_coordinator(broker, &group) {
+        let outcome = match authorize_and_check_coordinator(broker, &group, Operation::Delete) {
             Err(code) => Err(code),
             Ok(()) => delete(broker, group).await,
         };

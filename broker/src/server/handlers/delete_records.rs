@@ -10,6 +10,7 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse, RequestHeader};
 
 use super::hosted_partition;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::{partition_error_code, Broker};
 
 /// Upper bound on the request's `timeout_ms`, so a client cannot park a request for hours.
@@ -25,8 +26,14 @@ pub async fn handle(
     // Every partition is cut on its leader first; the waits for the followers then overlap.
     let mut pending = Vec::new();
     for (t, topic) in request.topics.iter().enumerate() {
+        let denied = !broker.authorized(Operation::Delete, ResourceType::Topic, &topic.name.0);
         for p in &topic.partitions {
-            let cut = hosted_partition(broker, &image, &topic.name.0, p.partition_index).and_then(|partition| {
+            let hosted = if denied {
+                Err(kafka_protocol::ResponseError::TopicAuthorizationFailed)
+            } else {
+                hosted_partition(broker, &image, &topic.name.0, p.partition_index)
+            };
+            let cut = hosted.and_then(|partition| {
                 let start = partition.delete_records_before(p.offset).map_err(|e| partition_error_code(&e))?;
                 Ok((partition, start))
             });

@@ -10,6 +10,8 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, Reques
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use crate::security::acl::{Operation, ResourceType};
+
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::{ApplyOutcome, MetadataImage, MetadataRecord};
 use crate::server::{controller_error_code, Broker};
@@ -37,6 +39,9 @@ pub async fn handle(
                 ResponseError::InvalidRequest,
                 format!("topic '{}' appears more than once in the request", topic.0),
             )),
+            Ok(topic) if !broker.authorized(Operation::Delete, ResourceType::Topic, &topic.0) => {
+                Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
+            }
             Ok(topic) if topic.0 == crate::group::OFFSETS_TOPIC => {
                 Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_DELETE_REFUSED.to_string()))
             }

@@ -4,14 +4,21 @@
 //! the users' SCRAM credentials. (AlterClientQuotas is not served: a quota set there would be
 //! silently unenforced.)
 
+use crate::security::acl::Operation;
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse, RequestHeader};
 
 use crate::server::Broker;
 
 pub async fn handle(
-    _broker: &Broker,
+    broker: &Broker,
     _header: &RequestHeader,
     _request: DescribeClientQuotasRequest,
 ) -> Option<DescribeClientQuotasResponse> {
+    if !broker.authorized_cluster(Operation::DescribeConfigs) {
+        return Some(
+            DescribeClientQuotasResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::ClusterAuthorizationFailed.code()),
+        );
+    }
     Some(DescribeClientQuotasResponse::default().with_entries(Some(Vec::new())))
 }

@@ -2,6 +2,7 @@
 //! synonyms under Kafka's broker property names), and this broker's static properties. Only the
 //! configs Runnel implements are listed; broker configs are all read-only (no dynamic configs).
 
+use crate::security::acl::Operation;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -360,7 +361,10 @@ pub async fn handle(
     let mut results = Vec::with_capacity(request.resources.len());
     for resource in &request.resources {
         let name: &str = &resource.resource_name;
+        let authorized =
+            super::authorize_config_resource(broker, resource.resource_type, name, Operation::DescribeConfigs);
         let described = match resource.resource_type {
+            _ if authorized.is_err() => authorized.map(|()| Vec::new()),
             RESOURCE_TOPIC => match validate_topic_name(name) {
                 Err(message) => Err((ResponseError::InvalidTopicException, message.to_string())),
                 Ok(()) => match image.topics.get(name) {
@@ -543,6 +547,7 @@ mod tests {
             http_address: Some("127.0.0.1:8080".to_string()),
             metrics_aggregate: false,
             max_broker_partitions: 20_000,
+            authorizer: Default::default(),
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);

@@ -5,9 +5,10 @@
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse, RequestHeader};
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use super::str_bytes;
 use crate::group::membership::GroupState;
+use crate::security::acl::Operation;
 use crate::server::Broker;
 
 /// Bound on the groups one request may describe.
@@ -29,7 +30,7 @@ pub async fn handle(
             if i >= GROUPS_MAX {
                 return described.with_error_code(kafka_protocol::ResponseError::InvalidRequest.code());
             }
-            if let Err(code) = check_coordinator(broker, group) {
+            if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Describe) {
                 return described.with_error_code(code.code()).with_group_state(str_bytes(GroupState::Dead.name()));
             }
             let Some(description) = broker.groups.membership.describe(group) else {

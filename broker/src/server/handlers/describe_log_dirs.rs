@@ -4,6 +4,7 @@
 //! intra-broker move), so every offset lag is 0; total and usable bytes are not measured (-1,
 //! Kafka's UNKNOWN_VOLUME_BYTES).
 
+use crate::security::acl::Operation;
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::describe_log_dirs_response::{
@@ -19,9 +20,18 @@ const UNKNOWN_VOLUME_BYTES: i64 = -1;
 
 pub async fn handle(
     broker: &Broker,
-    _header: &RequestHeader,
+    header: &RequestHeader,
     request: DescribeLogDirsRequest,
 ) -> Option<DescribeLogDirsResponse> {
+    // Kafka: DESCRIBE on the cluster; v3+ says so, older versions get no directories.
+    if !broker.authorized_cluster(Operation::Describe) {
+        let response = DescribeLogDirsResponse::default();
+        return Some(if header.request_api_version >= 3 {
+            response.with_error_code(kafka_protocol::ResponseError::ClusterAuthorizationFailed.code())
+        } else {
+            response
+        });
+    }
     let image = broker.controller.image();
     let wanted = |topic: &str, partition: u32| match &request.topics {
         None => true,

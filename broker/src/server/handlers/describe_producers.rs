@@ -6,6 +6,7 @@ use kafka_protocol::messages::describe_producers_response::{PartitionResponse, P
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId, RequestHeader};
 
 use super::{hosted_partition, str_bytes};
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::{partition_error_code, Broker};
 
 pub async fn handle(
@@ -23,8 +24,12 @@ pub async fn handle(
                 .iter()
                 .map(|&index| {
                     let response = PartitionResponse::default().with_partition_index(index);
-                    let producers = hosted_partition(broker, &image, &topic.name.0, index)
-                        .and_then(|p| p.producers().map_err(|e| partition_error_code(&e)));
+                    let producers = if broker.authorized(Operation::Read, ResourceType::Topic, &topic.name.0) {
+                        hosted_partition(broker, &image, &topic.name.0, index)
+                            .and_then(|p| p.producers().map_err(|e| partition_error_code(&e)))
+                    } else {
+                        Err(kafka_protocol::ResponseError::TopicAuthorizationFailed)
+                    };
                     match producers {
                         Ok(producers) => response.with_active_producers(
                             producers

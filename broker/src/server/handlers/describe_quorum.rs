@@ -6,6 +6,7 @@
 //! Runnel keeps no per-member fetch times: a member that holds every entry reports the time of
 //! the answer as its last fetch and caught-up time, one that lags reports -1.
 
+use crate::security::acl::Operation;
 use std::time::Duration;
 
 use kafka_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
@@ -28,6 +29,9 @@ pub async fn handle(
     request: DescribeQuorumRequest,
 ) -> Option<DescribeQuorumResponse> {
     let version = header.request_api_version;
+    if !broker.authorized_cluster(Operation::Describe) {
+        return Some(error(ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed."));
+    }
     let wants_metadata_log = request.topics.len() == 1
         && &*request.topics[0].topic_name == METADATA_TOPIC
         && request.topics[0].partitions.len() == 1

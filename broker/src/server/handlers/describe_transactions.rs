@@ -2,6 +2,7 @@
 //! (`kafka-transactions.sh describe`). An id coordinated elsewhere answers NOT_COORDINATOR, an
 //! unknown one TRANSACTIONAL_ID_NOT_FOUND, as Kafka does.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, RequestHeader, TopicName,
@@ -21,6 +22,9 @@ pub async fn handle(
         .iter()
         .map(|id| {
             let entry = TransactionState::default().with_transactional_id(id.clone()).with_producer_id(ProducerId(-1));
+            if !broker.authorized(Operation::Describe, ResourceType::TransactionalId, &id.0) {
+                return entry.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+            }
             match broker.txn.describe(&id.0) {
                 Ok(Some(t)) => {
                     let mut topics: Vec<TopicData> = Vec::new();

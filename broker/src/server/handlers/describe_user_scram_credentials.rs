@@ -3,6 +3,7 @@
 //! when no list is given; a listed user without one is RESOURCE_NOT_FOUND, a user listed twice
 //! DUPLICATE_RESOURCE, as Kafka answers.
 
+use crate::security::acl::Operation;
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -21,6 +22,13 @@ pub async fn handle(
     _header: &RequestHeader,
     request: DescribeUserScramCredentialsRequest,
 ) -> Option<DescribeUserScramCredentialsResponse> {
+    if !broker.authorized_cluster(Operation::Describe) {
+        return Some(
+            DescribeUserScramCredentialsResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                .with_error_message(Some(str_bytes("Cluster authorization failed."))),
+        );
+    }
     let image = broker.controller.image();
     let mut by_user: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();
     for ((user, mechanism), credential) in &image.scram_credentials {

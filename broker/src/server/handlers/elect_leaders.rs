@@ -3,6 +3,7 @@
 //! is live and in the ISR; an unclean election (v1+) gives an offline partition to its first live
 //! replica. Each change is a `PartitionChange` computed from the partition epoch it saw.
 
+use crate::security::acl::Operation;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -31,12 +32,18 @@ pub async fn handle(
             .map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.partition as i32).collect()))
             .collect(),
     };
+    // Kafka: ALTER on the cluster; refused, every partition says so.
+    let cluster_denied = !broker.authorized_cluster(Operation::Alter);
     let mut results = Vec::with_capacity(wanted.len());
     let mut changed = false;
     for (topic, partitions) in wanted {
         let mut partition_results = Vec::with_capacity(partitions.len());
         for partition in partitions {
-            let outcome = elect(broker, &image, election_type, &topic, partition).await;
+            let outcome = if cluster_denied {
+                Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.".to_string()))
+            } else {
+                elect(broker, &image, election_type, &topic, partition).await
+            };
             changed |= outcome.is_ok();
             let result = PartitionResult::default().with_partition_id(partition);
             partition_results.push(match outcome {

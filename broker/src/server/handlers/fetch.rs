@@ -16,6 +16,8 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, RequestHeader};
 use kafka_protocol::ResponseError;
+
+use crate::security::acl::{Operation, ResourceType};
 use tokio::sync::watch;
 
 use super::hosted_partition;
@@ -30,6 +32,10 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
     let version = header.request_api_version;
     if request.session_id != 0 {
         return Some(FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code()));
+    }
+    // A follower's fetch is the cluster's own traffic (Kafka: CLUSTER_ACTION on the cluster).
+    if request.replica_id.0 >= 0 && !broker.authorized_cluster(Operation::ClusterAction) {
+        return Some(FetchResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
@@ -208,6 +214,8 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.topic.0;
+        // Consumers need READ on the topic (followers were authorized as CLUSTER_ACTION).
+        let denied = request.replica_id.0 < 0 && !broker.authorized(Operation::Read, ResourceType::Topic, name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for fetch in &topic.partitions {
             let mut data = PartitionData::default().with_partition_index(fetch.partition).with_high_watermark(-1);
@@ -216,9 +224,10 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
             } else {
                 data = data.with_aborted_transactions(None);
             }
-            let code = match hosted_partition(broker, &image, name, fetch.partition) {
-                Err(code) => Some(code),
-                Ok(partition) => {
+            let code = match (denied, hosted_partition(broker, &image, name, fetch.partition)) {
+                (true, _) => Some(ResponseError::TopicAuthorizationFailed),
+                (false, Err(code)) => Some(code),
+                (false, Ok(partition)) => {
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
                     let read = match u64::try_from(request.replica_id.0) {
                         Ok(replica) => read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes),

@@ -3,6 +3,7 @@
 //! leader of its partition of `__transaction_state`; both topics are created on first use. v4+
 //! batch several keys.
 
+use crate::security::acl::{Operation, ResourceType};
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -150,6 +151,13 @@ async fn transaction_coordinator(
 async fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Result<(BrokerId, String, i32), ResponseError> {
     match key_type {
         KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION if key.is_empty() => Err(ResponseError::InvalidRequest),
+        // Kafka: DESCRIBE on the group or transactional id.
+        KEY_TYPE_GROUP if !broker.authorized(Operation::Describe, ResourceType::Group, key) => {
+            Err(ResponseError::GroupAuthorizationFailed)
+        }
+        KEY_TYPE_TRANSACTION if !broker.authorized(Operation::Describe, ResourceType::TransactionalId, key) => {
+            Err(ResponseError::TransactionalIdAuthorizationFailed)
+        }
         KEY_TYPE_GROUP => group_coordinator(broker, key).await,
         KEY_TYPE_TRANSACTION => transaction_coordinator(broker, key).await,
         _ => Err(ResponseError::InvalidRequest),

@@ -3,13 +3,14 @@
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse, RequestHeader};
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use crate::group::membership;
+use crate::security::acl::Operation;
 use crate::server::Broker;
 
 pub async fn handle(broker: &Broker, _header: &RequestHeader, request: HeartbeatRequest) -> Option<HeartbeatResponse> {
     let group: &str = &request.group_id.0;
-    let outcome = check_coordinator(broker, group).and_then(|()| {
+    let outcome = authorize_and_check_coordinator(broker, group, Operation::Read).and_then(|()| {
         // A classic member of a consumer-protocol group (KIP-848 migration).
         let now = membership::now();
         let consumers = &broker.groups.consumers;

@@ -4,6 +4,7 @@
 //! except DELETE of the replication throttles, which `kafka-reassign-partitions.sh --verify`
 //! and `--cancel` send to every broker: none is ever set, so deleting them is a no-op.
 
+use crate::security::acl::Operation;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
@@ -51,6 +52,13 @@ pub async fn handle(
     for resource in &request.resources {
         let outcome = if duplicates.contains(&(resource.resource_type, &*resource.resource_name)) {
             Err((ResponseError::InvalidRequest, "Duplicate resource.".to_string()))
+        } else if let Err(refused) = super::authorize_config_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            Operation::AlterConfigs,
+        ) {
+            Err(refused)
         } else {
             alter_one(broker, resource, request.validate_only).await
         };

@@ -4,6 +4,7 @@
 //! `group::consumer`'s classic half), its target assignment computed like a heartbeat's.
 //! Also home of `check_coordinator`, the coordinator check every group API shares.
 
+use crate::security::acl::{Operation, ResourceType};
 use std::time::Duration;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -24,6 +25,25 @@ const PARKED_SLACK: Duration = Duration::from_secs(5);
 /// COORDINATOR_NOT_AVAILABLE until FindCoordinator has created the topic; NOT_COORDINATOR
 /// when another node leads the partition; COORDINATOR_LOAD_IN_PROGRESS while the partition is
 /// read into memory (the load runs on the blocking pool, never on this worker).
+/// Kafka's group authorization, checked before anything else: `operation` (READ to take part,
+/// DESCRIBE to look, DELETE to remove) on the group, GROUP_AUTHORIZATION_FAILED otherwise.
+pub(crate) fn authorize_group(broker: &Broker, group: &str, operation: Operation) -> Result<(), ResponseError> {
+    if broker.authorized(operation, ResourceType::Group, group) {
+        Ok(())
+    } else {
+        Err(ResponseError::GroupAuthorizationFailed)
+    }
+}
+
+/// [`authorize_group`], then [`check_coordinator`].
+pub(crate) fn authorize_and_check_coordinator(
+    broker: &Broker,
+    group: &str,
+    operation: Operation,
+) -> Result<(), ResponseError> {
+    authorize_group(broker, group, operation).and_then(|()| check_coordinator(broker, group))
+}
+
 pub(crate) fn check_coordinator(broker: &Broker, group: &str) -> Result<(), ResponseError> {
     let partition = coordinator_partition(broker, group)?;
     let leader = broker
@@ -54,7 +74,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
     let version = header.request_api_version;
     let group: &str = &request.group_id.0;
     let member_id = request.member_id.to_string();
-    if let Err(code) = check_coordinator(broker, group) {
+    if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Read) {
         return Some(response(JoinResult::error(code, &member_id), version));
     }
     // v0 has no rebalance timeout: Kafka uses the session timeout.

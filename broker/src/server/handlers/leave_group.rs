@@ -4,9 +4,10 @@
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, RequestHeader};
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use super::str_bytes;
 use crate::group::membership::{self, GroupState, LeavingMember};
+use crate::security::acl::Operation;
 use crate::server::Broker;
 
 /// Bound on the members one request may remove.
@@ -15,7 +16,7 @@ const LEAVING_MAX: usize = 1000;
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: LeaveGroupRequest) -> Option<LeaveGroupResponse> {
     let version = header.request_api_version;
     let group: &str = &request.group_id.0;
-    if let Err(code) = check_coordinator(broker, group) {
+    if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Read) {
         return Some(LeaveGroupResponse::default().with_error_code(code.code()));
     }
     let leaving: Vec<LeavingMember> = if version >= 3 {

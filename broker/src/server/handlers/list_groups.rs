@@ -2,6 +2,7 @@
 //! filterable by state) and group type (v5+, filterable: "classic" or "consumer", KIP-848).
 //! Groups known only from committed offsets are listed as Empty, as Kafka does.
 
+use crate::security::acl::{Operation, ResourceType};
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
@@ -45,8 +46,11 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: ListGroups
     let states: Vec<&str> =
         if version >= 4 { request.states_filter.iter().map(|s| &**s).collect() } else { Vec::new() };
     let types: Vec<&str> = if version >= 5 { request.types_filter.iter().map(|s| &**s).collect() } else { Vec::new() };
+    // Kafka: DESCRIBE on the cluster lists every group, else the groups the client may describe.
+    let all = broker.authorized_cluster(Operation::Describe);
     let listed = groups
         .into_iter()
+        .filter(|(group, _)| all || broker.authorized(Operation::Describe, ResourceType::Group, group))
         .filter(|(_, (_, state, _))| states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state)))
         .filter(|(_, (_, _, kind))| types.is_empty() || types.iter().any(|t| t.eq_ignore_ascii_case(kind)))
         .map(|(group, (protocol_type, state, kind))| {

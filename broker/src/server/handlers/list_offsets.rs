@@ -4,6 +4,9 @@
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use crate::security::acl::{Operation, ResourceType};
 
 use super::hosted_partition;
 use crate::partition::{Isolation, OffsetSpec};
@@ -22,6 +25,7 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.name.0;
+        let denied = !broker.authorized(Operation::Describe, ResourceType::Topic, name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let mut response = ListOffsetsPartitionResponse::default()
@@ -36,7 +40,12 @@ pub async fn handle(
                 ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
                 _ => None,
             };
-            let result = hosted_partition(broker, &image, name, p.partition_index).and_then(|partition| {
+            let hosted = if denied {
+                Err(ResponseError::TopicAuthorizationFailed)
+            } else {
+                hosted_partition(broker, &image, name, p.partition_index)
+            };
+            let result = hosted.and_then(|partition| {
                 partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .and_then(|()| match spec {

@@ -4,6 +4,7 @@
 //! topics lists only those (unknown topics and partitions, or ones not being reassigned, are left
 //! out, as Kafka does); a null list means every topic.
 
+use crate::security::acl::Operation;
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
@@ -18,6 +19,13 @@ pub async fn handle(
     _header: &RequestHeader,
     request: ListPartitionReassignmentsRequest,
 ) -> Option<ListPartitionReassignmentsResponse> {
+    if !broker.authorized_cluster(Operation::Describe) {
+        return Some(
+            ListPartitionReassignmentsResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::ClusterAuthorizationFailed.code())
+                .with_error_message(Some(super::str_bytes("Cluster authorization failed."))),
+        );
+    }
     let image = broker.controller.image();
     let wanted: Vec<(&TopicImage, Vec<&PartitionImage>)> = match &request.topics {
         None => image.topics.values().map(|t| (&**t, t.partitions.iter().collect())).collect(),

@@ -3,6 +3,7 @@
 //! (v2), for `kafka-transactions.sh list` (which asks every broker). Unknown state names are
 //! echoed in `unknown_state_filters`.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId, RequestHeader, TransactionalId,
@@ -40,6 +41,7 @@ pub async fn handle(
         })
         .filter(|t| request.duration_filter < 0 || (t.start_ms >= 0 && now - t.start_ms >= request.duration_filter))
         .filter(|t| pattern.as_ref().is_none_or(|re| re.is_match(&t.transactional_id)))
+        .filter(|t| broker.authorized(Operation::Describe, ResourceType::TransactionalId, &t.transactional_id))
         .map(|t| {
             TransactionState::default()
                 .with_transactional_id(TransactionalId(str_bytes(&t.transactional_id)))

@@ -8,6 +8,8 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
+use crate::security::acl::{Operation, ResourceType};
+
 use super::{broker_id, client_endpoint, create_topics, str_bytes, topic_name, uuid_of, validate_topic_name};
 use crate::controller::{MetadataImage, TopicImage};
 use crate::server::Broker;
@@ -27,12 +29,26 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: MetadataRe
         ),
     };
     let mut errors = Vec::new();
+    // Kafka: a named topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED (whether it
+    // exists or not); an unnamed request lists only the topics it may describe.
+    let describable = |name: &str| broker.authorized(Operation::Describe, ResourceType::Topic, name);
     if let Some(names) = &wanted {
+        for name in names.iter().filter(|n| !describable(n)) {
+            errors.push((name.clone(), ResponseError::TopicAuthorizationFailed));
+        }
         // Version 0 has no allow flag and always auto-creates, like Kafka.
         let allow = request.allow_auto_topic_creation || header.request_api_version < 4;
-        let missing: Vec<&String> = names.iter().filter(|n| !image.topics.contains_key(n.as_str())).collect();
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !image.topics.contains_key(n.as_str()) && !errors.iter().any(|(e, _)| e == *n))
+            .collect();
         if !missing.is_empty() && allow && broker.settings.auto_create_topics {
+            let create_any = broker.authorized_cluster(Operation::Create);
             for name in missing {
+                if !create_any && !broker.authorized(Operation::Create, ResourceType::Topic, name) {
+                    errors.push((name.clone(), ResponseError::TopicAuthorizationFailed));
+                    continue;
+                }
                 if validate_topic_name(name).is_err() {
                     errors.push((name.clone(), ResponseError::InvalidTopicException));
                     continue;
@@ -51,7 +67,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: MetadataRe
         }
     }
     let topics = match &wanted {
-        None => image.topics.values().map(|t| describe_topic(&image, t)).collect(),
+        None => image.topics.values().filter(|t| describable(&t.name)).map(|t| describe_topic(&image, t)).collect(),
         Some(names) => names
             .iter()
             .map(|name| match errors.iter().find(|(n, _)| n == name) {

@@ -3,6 +3,8 @@
 //! (`None` only where Kafka sends no response: produce with acks=0). Handlers turn every
 //! client mistake into an error code in the response; none of them panics on input.
 
+pub mod acls;
+pub use acls::{create_acls, delete_acls, describe_acls};
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
@@ -68,6 +70,44 @@ pub(crate) fn client_endpoint(b: &crate::controller::BrokerInfo) -> Option<(&str
         Some(listener) => b.endpoint(&listener),
         None => Some((&b.host, b.port)),
     }
+}
+
+/// Removes from `items` those whose topic the client may not `operation` and returns them: the
+/// handler serves the rest and answers TOPIC_AUTHORIZATION_FAILED for these (Kafka's per-topic
+/// authorization). Nothing is removed without an authorizer or for the node's own calls.
+pub(crate) fn take_denied_topics<T>(
+    broker: &crate::server::Broker,
+    items: &mut Vec<T>,
+    topic: impl Fn(&T) -> &str,
+    operation: crate::security::acl::Operation,
+) -> Vec<T> {
+    if !broker.settings.authorizer.enabled || crate::server::current_client().is_none() {
+        return Vec::new();
+    }
+    let (allowed, denied) = std::mem::take(items)
+        .into_iter()
+        .partition(|item| broker.authorized(operation, crate::security::acl::ResourceType::Topic, topic(item)));
+    *items = allowed;
+    denied
+}
+
+/// Kafka's rule for configs: DESCRIBE_CONFIGS (or ALTER_CONFIGS) on the topic of a topic
+/// resource, on the cluster for a broker or broker logger; TOPIC_ or CLUSTER_AUTHORIZATION_FAILED.
+pub(crate) fn authorize_config_resource(
+    broker: &crate::server::Broker,
+    resource_type: i8,
+    name: &str,
+    operation: crate::security::acl::Operation,
+) -> Result<(), (kafka_protocol::ResponseError, String)> {
+    use kafka_protocol::ResponseError;
+    if resource_type == describe_configs::RESOURCE_TOPIC {
+        if !broker.authorized(operation, crate::security::acl::ResourceType::Topic, name) {
+            return Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".into()));
+        }
+    } else if !broker.authorized_cluster(operation) {
+        return Err((ResponseError::ClusterAuthorizationFailed, "Authorization failed.".into()));
+    }
+    Ok(())
 }
 
 pub(crate) fn broker_id(node_id: u64) -> BrokerId {

@@ -6,6 +6,7 @@
 //! (`assign()`); a consumer-protocol group checks the member epoch.
 //! `retention_time_ms` (v2-4) is ignored, as Kafka does since 2.1.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -26,21 +27,26 @@ pub(super) struct CommitAsked<'a> {
 
 /// Per partition of a commit request, `(topic index, partition, decision)`, and the offsets to
 /// commit: partitions the metadata does not know get UNKNOWN_TOPIC_OR_PARTITION, metadata above
-/// `offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE, and a group error applies to all.
+/// `offset.metadata.max.bytes` OFFSET_METADATA_TOO_LARGE, topics the client may not `readable`
+/// TOPIC_AUTHORIZATION_FAILED, and a group error applies to all.
 #[allow(clippy::type_complexity)]
 pub(super) fn check_commits<'a>(
     image: &crate::controller::MetadataImage,
     group_error: Result<(), ResponseError>,
     topics: impl Iterator<Item = (&'a str, Vec<CommitAsked<'a>>)>,
+    readable: impl Fn(&str) -> bool,
 ) -> (Vec<(usize, i32, Result<(), ResponseError>)>, Vec<(String, i32, CommittedOffset)>) {
     let now = now_ms();
     let mut results = Vec::new();
     let mut commits = Vec::new();
     for (t, (name, partitions)) in topics.enumerate() {
         let known = image.topics.get(name);
+        let denied = group_error.is_ok() && !readable(name);
         for p in partitions {
             let result = if let Err(code) = group_error {
                 Err(code)
+            } else if denied {
+                Err(ResponseError::TopicAuthorizationFailed)
             } else if known.is_none_or(|k| p.partition < 0 || p.partition as usize >= k.partitions.len()) {
                 Err(ResponseError::UnknownTopicOrPartition)
             } else if p.metadata.len() > OFFSET_METADATA_MAX_BYTES {
@@ -70,6 +76,8 @@ pub async fn handle(
     let group: &str = &request.group_id.0;
     let group_error = if group.is_empty() {
         Err(ResponseError::InvalidGroupId)
+    } else if !broker.authorized(Operation::Read, ResourceType::Group, group) {
+        Err(ResponseError::GroupAuthorizationFailed)
     } else {
         match ensure_offsets_topic(broker).await {
             Ok(()) => broker.groups.validate_commit(
@@ -93,7 +101,8 @@ pub async fn handle(
         });
         (&*topic.name.0, partitions.collect())
     });
-    let (results, commits) = check_commits(&image, group_error, asked);
+    let readable = |topic: &str| broker.authorized(Operation::Read, ResourceType::Topic, topic);
+    let (results, commits) = check_commits(&image, group_error, asked, readable);
     let commit_result = match broker.groups.offsets.commit(group, commits) {
         Ok(None) => Ok(()),
         // Acknowledged once the internal topic's ISR has it, as Kafka's coordinator does.

@@ -5,6 +5,7 @@
 //! this node knows nothing of is GROUP_ID_NOT_FOUND; partitions the metadata does not know are
 //! UNKNOWN_TOPIC_OR_PARTITION.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse, RequestHeader};
 use kafka_protocol::ResponseError;
@@ -54,6 +55,10 @@ pub async fn handle(
     let error = |code: ResponseError| Some(OffsetDeleteResponse::default().with_error_code(code.code()));
     if group.is_empty() {
         return error(ResponseError::InvalidGroupId);
+    }
+    // Kafka: DELETE on the group (READ on each topic is checked with the partitions below).
+    if !broker.authorized(Operation::Delete, ResourceType::Group, group) {
+        return error(ResponseError::GroupAuthorizationFailed);
     }
     let offsets = &broker.groups.offsets;
     let state = broker.groups.membership.state(group);
@@ -108,10 +113,13 @@ pub async fn handle(
     for topic in &request.topics {
         let name: &str = &topic.name.0;
         let known = image.topics.get(name);
+        let readable = broker.authorized(Operation::Read, ResourceType::Topic, name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let index = p.partition_index;
-            let code = if known.is_none_or(|k| index < 0 || index as usize >= k.partitions.len()) {
+            let code = if !readable {
+                ResponseError::TopicAuthorizationFailed.code()
+            } else if known.is_none_or(|k| index < 0 || index as usize >= k.partitions.len()) {
                 ResponseError::UnknownTopicOrPartition.code()
             } else if subscribed.contains(name) {
                 ResponseError::GroupSubscribedToTopic.code()

@@ -4,6 +4,7 @@
 //! (v7+, KIP-447) a partition with a transactional commit not yet decided answers
 //! UNSTABLE_OFFSET_COMMIT, so the consumer retries instead of starting from a stale offset.
 
+use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
@@ -29,7 +30,25 @@ fn fetch_group(
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
     require_stable: bool,
 ) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
+    // Kafka: DESCRIBE on the group; of the topics, those the client may not DESCRIBE are left
+    // out of an all-topics fetch and TOPIC_AUTHORIZATION_FAILED when named.
+    if !broker.authorized(Operation::Describe, ResourceType::Group, group) {
+        return Err(ResponseError::GroupAuthorizationFailed);
+    }
+    let named = wanted.is_some();
     let mut topics = fetch_committed(broker, group, wanted)?;
+    let describable = |topic: &TopicName| broker.authorized(Operation::Describe, ResourceType::Topic, &topic.0);
+    if named {
+        for (name, rows) in topics.iter_mut().filter(|(name, _)| !describable(name)) {
+            tracing::debug!(topic = %name.0, "offset fetch of a topic the client may not describe");
+            for row in rows.iter_mut() {
+                row.committed = None;
+                row.error = Some(ResponseError::TopicAuthorizationFailed);
+            }
+        }
+    } else {
+        topics.retain(|(name, _)| describable(name));
+    }
     if require_stable {
         let unstable = broker.groups.offsets.unstable_commits(group).map_err(|e| offset_error_code(&e))?;
         for (name, rows) in &mut topics {

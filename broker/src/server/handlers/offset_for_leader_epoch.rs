@@ -7,6 +7,9 @@
 
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+
+use crate::security::acl::{Operation, ResourceType};
 
 use super::hosted_partition;
 use crate::server::{partition_error_code, Broker};
@@ -21,11 +24,25 @@ pub async fn handle(
 ) -> Option<OffsetForLeaderEpochResponse> {
     let image = broker.controller.image();
     let mut topics = Vec::with_capacity(request.topics.len());
+    // Kafka: a follower (replica id >= 0, v3+) needs CLUSTER_ACTION, a client DESCRIBE on the topic.
+    let follower = header.request_api_version >= 3 && request.replica_id.0 >= 0;
+    let cluster_denied = follower && !broker.authorized_cluster(Operation::ClusterAction);
     for topic in &request.topics {
         let name: &str = &topic.topic.0;
+        let denied =
+            cluster_denied || (!follower && !broker.authorized(Operation::Describe, ResourceType::Topic, name));
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let result = hosted_partition(broker, &image, name, p.partition).and_then(|partition| {
+            let hosted = if denied {
+                Err(if follower {
+                    ResponseError::ClusterAuthorizationFailed
+                } else {
+                    ResponseError::TopicAuthorizationFailed
+                })
+            } else {
+                hosted_partition(broker, &image, name, p.partition)
+            };
+            let result = hosted.and_then(|partition| {
                 // Before v3 there is no replica id (the codec fills in -2): those are clients.
                 let debugging = header.request_api_version >= 3 && request.replica_id.0 == DEBUGGING_REPLICA_ID;
                 let leader_only = if debugging { Ok(()) } else { partition.check_leader() };

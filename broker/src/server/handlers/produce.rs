@@ -23,6 +23,7 @@ use super::str_bytes;
 use crate::controller::MetadataImage;
 use crate::log::{AppendOrigin, TxnVerification};
 use crate::partition::Acks;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::{partition_error_code, record_errors, Broker};
 use crate::txn::TRANSACTION_STATE_TOPIC;
 
@@ -36,7 +37,35 @@ const IMPLICIT_ADD_VERSION: i16 = 12;
 /// How long a produce waits for its transaction's coordinator to verify it.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn handle(broker: &Broker, header: &RequestHeader, request: ProduceRequest) -> Option<ProduceResponse> {
+/// Authorizes (Kafka's rules: WRITE on the transactional id of a transactional request, WRITE
+/// on each topic), then produces to the topics the client may write.
+pub async fn handle(broker: &Broker, header: &RequestHeader, mut request: ProduceRequest) -> Option<ProduceResponse> {
+    if let Some(id) = &request.transactional_id {
+        if !broker.authorized(Operation::Write, ResourceType::TransactionalId, &id.0) {
+            return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
+        }
+    }
+    let denied = super::take_denied_topics(broker, &mut request.topic_data, |t| &t.name.0, Operation::Write);
+    let mut response = produce(broker, header, request).await;
+    if let Some(response) = &mut response {
+        response.responses.extend(denied.into_iter().map(|topic| {
+            let partitions = topic
+                .partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_base_offset(-1)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                })
+                .collect();
+            TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions)
+        }));
+    }
+    response
+}
+
+async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceRequest) -> Option<ProduceResponse> {
     let version = header.request_api_version;
     let acks = match request.acks {
         0 => Acks::None,

@@ -7,11 +7,12 @@ use std::time::Duration;
 use kafka_protocol::messages::{RequestHeader, SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::ResponseError;
 
-use super::join_group::check_coordinator;
+use super::join_group::authorize_and_check_coordinator;
 use super::str_bytes;
 use crate::group::membership::{self, Reply, SyncRequest, SyncResult};
 use crate::group::offsets::Replicated;
 use crate::log::now_ms;
+use crate::security::acl::Operation;
 use crate::server::Broker;
 
 /// How long a follower waits for the leader's assignments. Kafka bounds it by the rebalance
@@ -21,7 +22,7 @@ const PARKED_MAX: Duration = Duration::from_secs(300);
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupRequest) -> Option<SyncGroupResponse> {
     let version = header.request_api_version;
     let group = request.group_id.0.to_string();
-    if let Err(code) = check_coordinator(broker, &group) {
+    if let Err(code) = authorize_and_check_coordinator(broker, &group, Operation::Read) {
         return Some(response(SyncResult::error(code), version));
     }
     // A classic member of a consumer-protocol group gets its assigned partitions.

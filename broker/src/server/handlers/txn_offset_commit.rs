@@ -18,6 +18,7 @@ use super::find_coordinator::ensure_offsets_topic;
 use super::offset_commit::{check_commits, CommitAsked};
 use super::produce::{ask_coordinator, TxnAsk};
 use crate::group::{Replicated, OFFSETS_TOPIC};
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -28,8 +29,13 @@ pub async fn handle(
     let version = header.request_api_version;
     let group: &str = &request.group_id.0;
     let checked = !request.member_id.is_empty() || request.generation_id >= 0 || request.group_instance_id.is_some();
+    // Kafka: WRITE on the transactional id, READ on the group, READ on each topic.
     let group_error = if group.is_empty() {
         Err(ResponseError::InvalidGroupId)
+    } else if !broker.authorized(Operation::Write, ResourceType::TransactionalId, &request.transactional_id.0) {
+        Err(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !broker.authorized(Operation::Read, ResourceType::Group, group) {
+        Err(ResponseError::GroupAuthorizationFailed)
     } else {
         match ensure_offsets_topic(broker).await {
             Ok(()) if checked => broker.groups.validate_commit(
@@ -56,7 +62,8 @@ pub async fn handle(
         });
         (&*topic.name.0, partitions.collect())
     });
-    let (results, commits) = check_commits(&image, group_error, asked);
+    let readable = |topic: &str| broker.authorized(Operation::Read, ResourceType::Topic, topic);
+    let (results, commits) = check_commits(&image, group_error, asked, readable);
     let written = match broker.groups.offsets.commit_transactional(
         group,
         (request.producer_id.0, request.producer_epoch),

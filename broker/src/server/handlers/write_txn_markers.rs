@@ -5,6 +5,7 @@
 //! commits held there. `ServerMarkers` is how the transaction coordinator sends markers: in
 //! process for partitions led here, WriteTxnMarkers through `peer` to the other leaders.
 
+use crate::security::acl::Operation;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -61,6 +62,8 @@ pub async fn handle(
     _header: &RequestHeader,
     request: WriteTxnMarkersRequest,
 ) -> Option<WriteTxnMarkersResponse> {
+    // Coordinators' traffic (Kafka: CLUSTER_ACTION on the cluster).
+    let allowed = broker.authorized_cluster(Operation::ClusterAction);
     let mut markers = Vec::with_capacity(request.markers.len());
     for marker in &request.markers {
         let spec = MarkerRequest {
@@ -74,7 +77,12 @@ pub async fn handle(
         for topic in &marker.topics {
             let writes = topic.partition_indexes.iter().map(|&p| {
                 let spec = &spec;
-                async move { (p, write_local_marker(broker, &topic.name.0, p, spec).await) }
+                async move {
+                    if !allowed {
+                        return (p, Err(kafka_protocol::ResponseError::ClusterAuthorizationFailed));
+                    }
+                    (p, write_local_marker(broker, &topic.name.0, p, spec).await)
+                }
             });
             let partitions = futures_util::future::join_all(writes)
                 .await
