@@ -514,6 +514,16 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             args.advertised_port.or(file.advertised_port),
         ),
     };
+    // Peers and replica fetchers connect in the clear (TLS and SASL between nodes are not built
+    // yet): an inter-broker listener they cannot speak to would split the cluster.
+    if listeners.inter_broker().protocol != crate::security::SecurityProtocol::Plaintext {
+        return Err(ConfigFileError::Security(format!(
+            "inter.broker.listener.name {} uses {}: the inter-broker listener must be PLAINTEXT for now \
+             (TLS and SASL between nodes are not supported yet)",
+            listeners.inter_broker,
+            listeners.inter_broker().protocol
+        )));
+    }
     let client_auth = match args.ssl_client_auth.as_deref().or(file.ssl_client_auth.as_deref()) {
         Some(text) => ClientAuth::parse(text).ok_or_else(|| {
             ConfigFileError::Security(format!("invalid ssl.client.auth {text:?}: expected none, requested or required"))

@@ -42,7 +42,7 @@ fn create_topic(name: &str, seed: u32, partitions: Vec<Vec<NodeId>>) -> Metadata
 }
 
 fn register_broker(node_id: NodeId) -> MetadataRecord {
-    MetadataRecord::RegisterBroker { node_id, host: "localhost".to_string(), port: 9092, rack: None }
+    MetadataRecord::RegisterBroker { node_id, host: "localhost".to_string(), port: 9092, rack: None, listeners: vec![] }
 }
 
 /// Waits until `controller`'s image satisfies `ready`, and returns that image.
