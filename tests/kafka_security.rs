@@ -55,11 +55,16 @@ fn authority(name: &str) -> Authority {
 
 impl Pki {
     fn new() -> Pki {
+        Pki::with_ca().0
+    }
+
+    /// A PKI and its CA, to issue more certificates.
+    fn with_ca() -> (Pki, Authority) {
         let pki = Pki { dir: tempfile::tempdir().expect("temp dir") };
         let ca = authority("Runnel test CA");
         std::fs::write(pki.path("ca.pem"), ca.cert.pem()).expect("write ca");
         pki.issue(&ca, "server.pem");
-        pki
+        (pki, ca)
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -68,6 +73,20 @@ impl Pki {
 
     fn text(&self, name: &str) -> String {
         self.path(name).to_str().expect("utf-8 path").to_string()
+    }
+
+    /// A client certificate for `common_name` (organization Runnel) signed by `ca`: certificate
+    /// and key in two PEM files, as librdkafka's `ssl.certificate.location`/`ssl.key.location`.
+    fn issue_client(&self, ca: &Authority, common_name: &str) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "Runnel");
+        params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca.cert, &ca.key).expect("signed");
+        let (cert_file, key_file) = (format!("{common_name}.crt"), format!("{common_name}.key"));
+        std::fs::write(self.path(&cert_file), cert.pem()).expect("write cert");
+        std::fs::write(self.path(&key_file), key.serialize_pem()).expect("write key");
+        (self.text(&cert_file), self.text(&key_file))
     }
 
     /// A server certificate for 127.0.0.1 and localhost signed by `ca`, with its key, in `file`.
@@ -212,6 +231,17 @@ fn librdkafka_produces_and_consumes_over_sasl_ssl_with_scram_sha_512() {
         api.metric_sum("kafka_server_socketserver_authentications_total{listener=\"SASL_SSL\",result=\"success\"}")
             >= 2.0
     );
+    // /v1/cluster says how each listener is protected; on loopback nothing is warned about.
+    let security = api.get("/v1/cluster").json["security"].clone();
+    let listeners = security["listeners"].as_array().expect("listeners").clone();
+    let authenticated: Vec<(&str, bool)> =
+        listeners.iter().map(|l| (l["name"].as_str().unwrap(), l["authenticated"].as_bool().unwrap())).collect();
+    assert_eq!(
+        authenticated,
+        vec![("PLAINTEXT", false), ("SSL", false), ("SASL_PLAINTEXT", true), ("SASL_SSL", true)],
+        "{security}"
+    );
+    assert_eq!(security["warnings"].as_array().map(Vec::len), Some(0), "{security}");
 }
 
 #[test]
@@ -863,4 +893,80 @@ fn kafka_acls_tool_adds_lists_and_removes_acls_with_filters() {
     let open = Runnel::start(&[]);
     let out = tools.run("acls", &["--bootstrap-server", &open.bootstrap(), "--list"], None);
     assert!(!out.success && out.text().contains("No Authorizer is configured"), "{}", out.text());
+}
+
+#[test]
+fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificate() {
+    // Proves TLS between brokers: three nodes whose only Kafka listener is SSL with required
+    // client certificates and the standard authorizer; the brokers' replica fetchers and peer
+    // calls present the node certificate, whose subject (CN=runnel) is a super user (a client's is O=Runnel,CN=alice: RFC 4514 order, as Kafka's X500Principal prints it), so
+    // acks=all produce (followers fetching as CLUSTER_ACTION) and a consumer group work for a
+    // client certificate that is a super user, while a client certificate without ACLs is
+    // refused and a client without a certificate cannot connect.
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::error::RDKafkaErrorCode;
+    let (pki, ca) = Pki::with_ca();
+    let keystore = pki.text("server.pem");
+    let truststore = pki.text("ca.pem");
+    let cluster = support::cluster::Cluster::start(
+        3,
+        &[
+            "--listener-security-protocol-map",
+            "PLAINTEXT:SSL",
+            "--ssl-keystore-location",
+            &keystore,
+            "--ssl-truststore-location",
+            &truststore,
+            "--ssl-client-auth",
+            "required",
+            "--authorizer-class-name",
+            "standard",
+            "--super-users",
+            "User:CN=runnel;User:O=Runnel,CN=alice",
+        ],
+    );
+    let bootstrap: Vec<String> = cluster.ids().map(|id| cluster.node(id).kafka_addr.to_string()).collect();
+    let client = |cert: Option<(String, String)>| {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", bootstrap.join(","))
+            .set("broker.address.family", "v4")
+            .set("security.protocol", "SSL")
+            .set("ssl.ca.location", &truststore);
+        if let Some((cert, key)) = cert {
+            config.set("ssl.certificate.location", cert).set("ssl.key.location", key);
+        }
+        config
+    };
+    let alice = client(Some(pki.issue_client(&ca, "alice")));
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = alice.create().expect("admin");
+    let topic = NewTopic::new("replicated", 3, TopicReplication::Fixed(3));
+    let created = support::block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("answered");
+    assert!(created[0].is_ok(), "{created:?}");
+    // acks=all: every write waits for both followers, which fetch from the leader over TLS.
+    produce(&alice, "replicated", 200);
+    // Every replica stayed in sync: the followers were served (a denied follower would leave the
+    // ISR after replica.lag.time.max.ms, and acks=all would then succeed with the leader alone).
+    let consumer: BaseConsumer = alice.create().expect("client");
+    let metadata = consumer.fetch_metadata(Some("replicated"), START_TIMEOUT).expect("metadata");
+    let isr: Vec<usize> = metadata.topics()[0].partitions().iter().map(|p| p.isr().len()).collect();
+    assert_eq!(isr, vec![3, 3, 3], "every partition's ISR holds all three replicas");
+    let values = consume_all(&alice, "replicated", "tls-group", 200);
+    assert_eq!(values.len(), 200);
+
+    let mut mallory = client(Some(pki.issue_client(&ca, "mallory")));
+    let producer: FutureProducer = mallory.set("message.timeout.ms", "10000").create().expect("producer");
+    let denied = support::block_on(
+        producer.send(FutureRecord::<str, str>::to("replicated").payload("x"), Duration::from_secs(15)),
+    );
+    assert_eq!(
+        denied.expect_err("mallory has no ACL").0.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed)
+    );
+
+    let anonymous: BaseConsumer = client(None).create().expect("client");
+    assert!(
+        anonymous.fetch_metadata(None, Duration::from_secs(5)).is_err(),
+        "a client without a certificate is served"
+    );
 }

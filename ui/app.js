@@ -343,6 +343,9 @@
               <p class="sub">ID <code data-testid="cluster-id">${esc(c.cluster_id)}</code>
                 · Runnel ${esc(c.version)} · up ${esc(fmtDuration(c.uptime_ms))}</p></div>
           </div>
+          ${((c.security && c.security.warnings) || [])
+            .map((w) => `<p class="banner warn" data-testid="security-warning">${esc(w)}</p>`)
+            .join("")}
           <section class="stats">
             ${stat("Nodes", fmtInt(nodeList.length), "cluster-nodes")}
             ${stat("Fenced nodes", fmtInt(fenced), "cluster-fenced", null, fenced > 0 ? "warn" : "")}

@@ -508,18 +508,33 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             )
             .map_err(|e| ConfigFileError::Security(e.to_string()))?
         }
-        None => Listeners::plaintext(
-            args.kafka_listen.or(file.kafka_listen).unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
-            args.advertised_host.clone().or(file.advertised_host.clone()),
-            args.advertised_port.or(file.advertised_port),
-        ),
+        None => {
+            let mut single = Listeners::plaintext(
+                args.kafka_listen
+                    .or(file.kafka_listen)
+                    .unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
+                args.advertised_host.clone().or(file.advertised_host.clone()),
+                args.advertised_port.or(file.advertised_port),
+            );
+            // `--kafka-listen` is the listener named PLAINTEXT; the protocol map may say it speaks
+            // another protocol (Kafka allows any name to map to any protocol).
+            if let Some(map) =
+                args.listener_security_protocol_map.as_deref().or(file.listener_security_protocol_map.as_deref())
+            {
+                let mapped =
+                    Listeners::parse(&format!("PLAINTEXT://{}", single.listeners[0].bind), Some(map), None, None)
+                        .map_err(|e| ConfigFileError::Security(e.to_string()))?;
+                single.listeners[0].protocol = mapped.listeners[0].protocol;
+            }
+            single
+        }
     };
-    // Peers and replica fetchers connect in the clear (TLS and SASL between nodes are not built
-    // yet): an inter-broker listener they cannot speak to would split the cluster.
-    if listeners.inter_broker().protocol != crate::security::SecurityProtocol::Plaintext {
+    // Peers and replica fetchers speak PLAINTEXT or SSL (SASL between nodes is not built yet):
+    // an inter-broker listener they cannot speak to would split the cluster.
+    if listeners.inter_broker().protocol.uses_sasl() {
         return Err(ConfigFileError::Security(format!(
-            "inter.broker.listener.name {} uses {}: the inter-broker listener must be PLAINTEXT for now \
-             (TLS and SASL between nodes are not supported yet)",
+            "inter.broker.listener.name {} uses {}: the inter-broker listener must be PLAINTEXT or SSL for now \
+             (SASL between nodes is not supported yet)",
             listeners.inter_broker,
             listeners.inter_broker().protocol
         )));

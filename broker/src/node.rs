@@ -106,6 +106,11 @@ impl Node {
         let http_addr =
             http_listener.local_addr().map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
         let advertised_host = listeners.inter_broker.host.clone();
+        let security_report =
+            crate::security::SecurityReport::new(&config.security, &listeners.addresses, http_addr, false);
+        for warning in &security_report.warnings {
+            tracing::warn!("{warning}");
+        }
 
         let log_defaults = config.log_defaults.clone();
         controller.set_unclean_policy(move |topic| {
@@ -130,7 +135,11 @@ impl Node {
             replicas.clone(),
             controller.clone(),
         ));
-        let addresses = crate::peer::BrokerAddresses::new(config.broker_address_overrides.clone());
+        let inter_broker_tls = config.security.listeners.inter_broker().protocol.uses_tls();
+        let addresses = crate::peer::BrokerAddresses::new(
+            config.broker_address_overrides.clone(),
+            if inter_broker_tls { listeners.tls.clone() } else { None },
+        );
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
         let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {
             let partitions = Reconciler::new(replicas.clone(), config.node_id, config.log_defaults.clone());
@@ -199,6 +208,7 @@ impl Node {
                 metrics_aggregate: config.metrics_aggregate,
                 max_broker_partitions: config.max_broker_partitions,
                 authorizer: config.security.authorizer.clone(),
+                security: security_report,
                 http_address: Some(if http_addr.ip().is_unspecified() {
                     format!("{advertised_host}:{}", http_addr.port())
                 } else {

@@ -21,11 +21,12 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::controller::{Controller, MetadataImage};
+use crate::security::tls::TlsContext;
 
 /// Largest response frame a peer call accepts: a Fetch answer is bounded by the request's
 /// `max_bytes` (at most `fetch.max.bytes`), plus headroom for the fields around the records.
@@ -75,18 +76,29 @@ impl PeerError {
     }
 }
 
+/// The bytes of a connection to another broker: TCP, or TLS over it when the inter-broker
+/// listener uses TLS.
+trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> PeerStream for T {}
+
 /// One Kafka protocol connection from this node to another broker: size-prefixed frames,
 /// correlation ids checked, one request at a time.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn PeerStream>,
     client_id: StrBytes,
     next_correlation_id: i32,
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`) within `connect_timeout`. Errors name node 0: callers
-    /// that know the node attach it.
-    pub async fn connect(addr: &str, client_id: StrBytes, connect_timeout: Duration) -> Result<Connection, PeerError> {
+    /// Connects to `addr` (`host:port`) within `connect_timeout`, with TLS when `tls` says the
+    /// inter-broker listener uses it (the other broker's certificate must carry the address's
+    /// IP). Errors name node 0: callers that know the node attach it.
+    pub async fn connect(
+        addr: &str,
+        client_id: StrBytes,
+        connect_timeout: Duration,
+        tls: Option<&TlsContext>,
+    ) -> Result<Connection, PeerError> {
         let io = |source| PeerError::Io { node: 0, source };
         let addr: SocketAddr = match addr.parse() {
             Ok(a) => a,
@@ -96,11 +108,23 @@ impl Connection {
                 .next()
                 .ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))?,
         };
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| PeerError::Timeout { node: 0, timeout_ms: connect_timeout.as_millis() as u64 })?
-            .map_err(io)?;
-        let _ = stream.set_nodelay(true);
+        let timed_out = || PeerError::Timeout { node: 0, timeout_ms: connect_timeout.as_millis() as u64 };
+        let deadline = tokio::time::Instant::now() + connect_timeout;
+        let tcp =
+            tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await.map_err(|_| timed_out())?.map_err(io)?;
+        let _ = tcp.set_nodelay(true);
+        let stream: Box<dyn PeerStream> = match tls {
+            Some(tls) => {
+                let host = addr.ip().to_string();
+                match tokio::time::timeout_at(deadline, tls.connect(&host, tcp)).await.map_err(|_| timed_out())? {
+                    Some(stream) => Box::new(stream.map_err(io)?),
+                    None => {
+                        return Err(io(std::io::Error::other("no TLS client configuration for inter-broker traffic")))
+                    }
+                }
+            }
+            None => Box::new(tcp),
+        };
         Ok(Connection { stream, client_id, next_correlation_id: 1 })
     }
 
@@ -149,14 +173,21 @@ impl Connection {
 /// told in Metadata), unless an override names another for it. An override serves a test's
 /// link proxy or a NAT between brokers, where the address clients use is not the one brokers
 /// can (or should) use between themselves.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct BrokerAddresses {
     overrides: Arc<BTreeMap<u64, String>>,
+    /// Present when the inter-broker listener uses TLS: how to connect to it.
+    tls: Option<Arc<TlsContext>>,
 }
 
 impl BrokerAddresses {
-    pub fn new(overrides: BTreeMap<u64, String>) -> BrokerAddresses {
-        BrokerAddresses { overrides: Arc::new(overrides) }
+    pub fn new(overrides: BTreeMap<u64, String>, tls: Option<Arc<TlsContext>>) -> BrokerAddresses {
+        BrokerAddresses { overrides: Arc::new(overrides), tls }
+    }
+
+    /// How connections to other brokers are protected (`None`: plain TCP).
+    pub fn tls(&self) -> Option<&TlsContext> {
+        self.tls.as_deref()
     }
 
     /// The address of broker `node` for node-to-node traffic, `None` when it is not registered
@@ -222,8 +253,9 @@ impl Peers {
                 Err(e) => return Err(e.with_node(node)),
             }
         }
-        let mut conn =
-            Connection::connect(&addr, self.client_id.clone(), CONNECT_TIMEOUT).await.map_err(|e| e.with_node(node))?;
+        let mut conn = Connection::connect(&addr, self.client_id.clone(), CONNECT_TIMEOUT, self.addresses.tls())
+            .await
+            .map_err(|e| e.with_node(node))?;
         let response = conn.call(version, request, MAX_RESPONSE_FRAME).await.map_err(|e| e.with_node(node))?;
         self.put_back(node, &addr, conn);
         Ok(response)
@@ -284,7 +316,7 @@ mod tests {
 
     async fn call_once(addr: &str, max_frame: usize) -> Result<ApiVersionsResponse, PeerError> {
         let mut conn =
-            Connection::connect(addr, StrBytes::from_static_str("test"), CONNECT_TIMEOUT).await.expect("connect");
+            Connection::connect(addr, StrBytes::from_static_str("test"), CONNECT_TIMEOUT, None).await.expect("connect");
         conn.call(3, &ApiVersionsRequest::default(), max_frame).await
     }
 

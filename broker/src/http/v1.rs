@@ -93,6 +93,31 @@ pub struct Cluster {
     pub transforms: usize,
     /// File descriptors of the answering node.
     pub files: Files,
+    /// How the answering node's listeners are protected, and what it warns about.
+    pub security: Security,
+}
+
+/// How a node's listeners are protected.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Security {
+    /// Whether Kafka requests are authorized with ACLs (`authorizer.class.name`).
+    pub authorizer: bool,
+    pub listeners: Vec<SecuredListener>,
+    /// Whether HTTP requests authenticate (not built yet: false).
+    pub http_authenticated: bool,
+    /// Listeners reachable beyond loopback without authentication.
+    pub warnings: Vec<String>,
+}
+
+/// One Kafka listener of the answering node.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SecuredListener {
+    pub name: String,
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    pub security_protocol: String,
+    pub address: String,
+    /// SASL, or TLS with required client certificates.
+    pub authenticated: bool,
 }
 
 /// The answering node's file descriptors against its limit (RLIMIT_NOFILE), and the log file
@@ -182,7 +207,26 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
         messages_in_per_sec: rates.messages_in_per_sec,
         connections: broker.metrics.connections.get(),
         transforms: image.transforms.len(),
+        security: security(&broker.settings.security),
     })
+}
+
+fn security(report: &crate::security::SecurityReport) -> Security {
+    Security {
+        authorizer: report.authorizer,
+        listeners: report
+            .listeners
+            .iter()
+            .map(|l| SecuredListener {
+                name: l.name.clone(),
+                security_protocol: l.protocol.name().to_string(),
+                address: l.address.to_string(),
+                authenticated: l.authenticated,
+            })
+            .collect(),
+        http_authenticated: report.http_authenticated,
+        warnings: report.warnings.clone(),
+    }
 }
 
 fn isr_changes(buckets: &[crate::metrics::IsrBucket]) -> IsrChanges {

@@ -151,6 +151,11 @@ enum RoundError {
     Timeout,
     #[error("malformed response: {0}")]
     Codec(String),
+    #[error(
+        "the leader refused this broker's fetches with CLUSTER_AUTHORIZATION_FAILED: this broker's principal on \
+         the inter-broker listener needs CLUSTER_ACTION on the cluster (put it in super.users)"
+    )]
+    Unauthorized,
 }
 
 impl Fetcher {
@@ -159,6 +164,8 @@ impl Fetcher {
         // Partitions whose last answer was an error: skipped until the instant passes (or the
         // metadata replaces them).
         let mut delayed: HashMap<PartitionKey, Instant> = HashMap::new();
+        // Whether the leader's refusal of this broker was logged (once per episode).
+        let mut refused = false;
         loop {
             let now = Instant::now();
             delayed.retain(|_, until| *until > now);
@@ -171,7 +178,16 @@ impl Fetcher {
                 continue;
             }
             match self.round(&mut conn, &set, &mut delayed).await {
-                Ok(()) => {}
+                Ok(()) => refused = false,
+                // A misconfiguration the operator must see (once per episode, not per retry).
+                Err(e @ RoundError::Unauthorized) => {
+                    if !refused {
+                        tracing::error!(leader = self.leader, error = %e, "replica fetch refused");
+                        refused = true;
+                    }
+                    conn = None;
+                    tokio::time::sleep(BACKOFF).await;
+                }
                 Err(e) => {
                     tracing::debug!(leader = self.leader, error = %e, "replica fetch failed; reconnecting");
                     conn = None;
@@ -193,7 +209,7 @@ impl Fetcher {
                 .resolve(&self.controller.image(), self.leader)
                 .ok_or(RoundError::NoEndpoint(self.leader))?;
             let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{}", self.node_id));
-            *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT).await?);
+            *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT, self.addresses.tls()).await?);
         }
         let conn = conn.as_mut().expect("connected above");
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
@@ -230,6 +246,9 @@ impl Fetcher {
         let response = tokio::time::timeout(timeout, conn.call(FETCH_VERSION, &request, MAX_RESPONSE_FRAME))
             .await
             .map_err(|_| RoundError::Timeout)??;
+        if response.error_code == ResponseError::ClusterAuthorizationFailed.code() {
+            return Err(RoundError::Unauthorized);
+        }
         if response.error_code != 0 {
             return Err(RoundError::Codec(format!("fetch error code {}", response.error_code)));
         }

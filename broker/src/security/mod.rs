@@ -38,6 +38,69 @@ pub struct SecurityConfig {
     pub bootstrap_users: Vec<scram::BootstrapUser>,
 }
 
+/// What a node exposes and how it is protected, as `/v1/cluster` reports it and the start log
+/// warns about ("secure by default where it costs nothing").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityReport {
+    pub authorizer: bool,
+    pub listeners: Vec<ListenerReport>,
+    /// Whether HTTP requests must authenticate (not yet: always false).
+    pub http_authenticated: bool,
+    pub http_tls: bool,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerReport {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub address: std::net::SocketAddr,
+    /// SASL, or TLS with required client certificates.
+    pub authenticated: bool,
+}
+
+impl SecurityReport {
+    /// The report of a node serving `listeners` (name, protocol, bound address) and HTTP at
+    /// `http`: a warning for each listener reachable beyond loopback without authentication.
+    pub fn new(
+        config: &SecurityConfig,
+        listeners: &[(String, std::net::SocketAddr)],
+        http: std::net::SocketAddr,
+        http_tls: bool,
+    ) -> SecurityReport {
+        let client_certificates_required =
+            config.tls.as_ref().is_some_and(|t| t.client_auth == tls::ClientAuth::Required);
+        let mut report =
+            SecurityReport { authorizer: config.authorizer.enabled, http_tls, ..SecurityReport::default() };
+        for (name, address) in listeners {
+            let Some(listener) = config.listeners.listeners.iter().find(|l| &l.name == name) else { continue };
+            let authenticated = listener.protocol.uses_sasl()
+                || (listener.protocol == SecurityProtocol::Ssl && client_certificates_required);
+            if !authenticated && !address.ip().is_loopback() {
+                report.warnings.push(format!(
+                    "Kafka listener {name} ({}) at {address} is reachable beyond loopback and does not authenticate \
+                     clients: anyone who can reach it is served{}",
+                    listener.protocol,
+                    if config.authorizer.enabled { " as User:ANONYMOUS" } else { " everything (no authorizer)" }
+                ));
+            }
+            report.listeners.push(ListenerReport {
+                name: name.clone(),
+                protocol: listener.protocol,
+                address: *address,
+                authenticated,
+            });
+        }
+        if !http.ip().is_loopback() {
+            report.warnings.push(format!(
+                "the HTTP API at {http} is reachable beyond loopback and does not authenticate requests \
+                 (HTTP authentication is not built yet): bind it to loopback"
+            ));
+        }
+        report
+    }
+}
+
 /// Kafka's security protocol of a listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SecurityProtocol {
@@ -153,6 +216,35 @@ mod tests {
         );
         assert_eq!(SecurityProtocol::parse("SSL").map(|p| (p.uses_tls(), p.uses_sasl())), Some((true, false)));
         assert_eq!(SecurityProtocol::parse("TLS"), None);
+    }
+
+    #[test]
+    fn exposed_unauthenticated_listeners_are_warned_about() {
+        let listeners = listeners::Listeners::parse(
+            "INTERNAL://127.0.0.1:1,OPEN://0.0.0.0:2,SECURE://0.0.0.0:3",
+            Some("INTERNAL:PLAINTEXT,OPEN:PLAINTEXT,SECURE:SASL_SSL"),
+            None,
+            None,
+        )
+        .unwrap();
+        let config = SecurityConfig {
+            listeners,
+            tls: None,
+            sasl: sasl::SaslSettings::default(),
+            authorizer: acl::AuthorizerSettings::default(),
+            bootstrap_users: Vec::new(),
+        };
+        let bound: Vec<(String, std::net::SocketAddr)> =
+            [("INTERNAL", "127.0.0.1:1"), ("OPEN", "0.0.0.0:2"), ("SECURE", "0.0.0.0:3")]
+                .into_iter()
+                .map(|(n, a)| (n.to_string(), a.parse().unwrap()))
+                .collect();
+        let report = SecurityReport::new(&config, &bound, "127.0.0.1:8080".parse().unwrap(), false);
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        assert!(report.warnings[0].contains("OPEN"));
+        assert_eq!(report.listeners.iter().filter(|l| l.authenticated).count(), 1);
+        let exposed_http = SecurityReport::new(&config, &bound, "0.0.0.0:8080".parse().unwrap(), false);
+        assert_eq!(exposed_http.warnings.len(), 2);
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub enum TlsError {
     NoTruststore(ClientAuth),
     #[error("invalid truststore {path}: {message}")]
     Truststore { path: PathBuf, message: String },
+    #[error(
+        "a TLS inter-broker listener needs ssl.truststore.location: the CA that signed the other brokers' certificates"
+    )]
+    NoClientTruststore,
     #[error("the certificate and key of {path} do not make a TLS configuration: {source}")]
     Config { path: PathBuf, source: rustls::Error },
 }
@@ -77,9 +81,8 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Builds a server configuration from the files as they are now.
-fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
-    let path = &settings.keystore;
+/// The certificate chain and key of the keystore.
+fn keystore(path: &PathBuf) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let read = |source| TlsError::Read { path: path.clone(), source };
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_file_iter(path).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
@@ -87,20 +90,51 @@ fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         return Err(TlsError::NoCertificate { path: path.clone() });
     }
     let key = PrivateKeyDer::from_pem_file(path).map_err(|_| TlsError::NoKey { path: path.clone() })?;
+    Ok((chain, key))
+}
+
+fn truststore(path: &PathBuf) -> Result<RootCertStore, TlsError> {
+    let read = |source| TlsError::Read { path: path.clone(), source };
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(read)? {
+        roots
+            .add(cert.map_err(read)?)
+            .map_err(|e| TlsError::Truststore { path: path.clone(), message: e.to_string() })?;
+    }
+    Ok(roots)
+}
+
+/// The configuration this node connects to the other brokers' TLS inter-broker listener with:
+/// their certificates checked against the truststore (host names, as Kafka's
+/// `ssl.endpoint.identification.algorithm=https`), the keystore's certificate presented as the
+/// client's, so a broker's principal is its certificate's subject.
+fn load_client(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let path = &settings.keystore;
+    let truststore_path = settings.truststore.as_ref().ok_or(TlsError::NoClientTruststore)?;
+    let roots = truststore(truststore_path)?;
+    let (chain, key) = keystore(path)?;
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Config { path: path.clone(), source })?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|source| TlsError::Config { path: path.clone(), source })?;
+    Ok(Arc::new(config))
+}
+
+/// Builds a server configuration from the files as they are now.
+fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let path = &settings.keystore;
+    let (chain, key) = keystore(path)?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Config { path: path.clone(), source })?;
     let builder = match (settings.client_auth, &settings.truststore) {
         (ClientAuth::None, _) => builder.with_no_client_auth(),
         (auth, None) => return Err(TlsError::NoTruststore(auth)),
-        (auth, Some(truststore)) => {
-            let read = |source| TlsError::Read { path: truststore.clone(), source };
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(truststore).map_err(read)? {
-                roots
-                    .add(cert.map_err(read)?)
-                    .map_err(|e| TlsError::Truststore { path: truststore.clone(), message: e.to_string() })?;
-            }
+        (auth, Some(truststore_path)) => {
+            let roots = truststore(truststore_path)?;
+            let truststore = truststore_path;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = if auth == ClientAuth::Requested { verifier.allow_unauthenticated() } else { verifier };
             let verifier = verifier
@@ -118,23 +152,58 @@ fn modified(path: &Option<PathBuf>) -> Option<SystemTime> {
     path.as_ref().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok())
 }
 
-/// The node's TLS server configuration, replaced when its files change.
+/// The node's TLS configurations (serving, and connecting to other brokers when the
+/// inter-broker listener uses TLS), replaced when their files change.
 pub struct TlsContext {
     settings: TlsSettings,
-    current: RwLock<(Arc<ServerConfig>, [Option<SystemTime>; 2])>,
+    current: RwLock<Loaded>,
+    /// Whether this node connects to other brokers with TLS.
+    client: bool,
+}
+
+struct Loaded {
+    server: Arc<ServerConfig>,
+    client: Option<Arc<rustls::ClientConfig>>,
+    stamps: [Option<SystemTime>; 2],
 }
 
 impl TlsContext {
-    /// Loads the files; an error here stops the node from starting.
-    pub fn load(settings: TlsSettings) -> Result<Arc<TlsContext>, TlsError> {
-        let config = load(&settings)?;
+    /// Loads the files; an error here stops the node from starting. With `client`, the node
+    /// also connects to other brokers with TLS.
+    pub fn load(settings: TlsSettings, client: bool) -> Result<Arc<TlsContext>, TlsError> {
+        let server = load(&settings)?;
+        let client_config = if client { Some(load_client(&settings)?) } else { None };
         let stamps = [modified(&Some(settings.keystore.clone())), modified(&settings.truststore)];
-        Ok(Arc::new(TlsContext { settings, current: RwLock::new((config, stamps)) }))
+        Ok(Arc::new(TlsContext {
+            settings,
+            current: RwLock::new(Loaded { server, client: client_config, stamps }),
+            client,
+        }))
     }
 
     /// The configuration new connections use.
     pub fn server_config(&self) -> Arc<ServerConfig> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+        self.current.read().unwrap_or_else(|p| p.into_inner()).server.clone()
+    }
+
+    /// The configuration new connections to other brokers use (`None`: they are not TLS).
+    pub fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).client.clone()
+    }
+
+    /// Opens a TLS connection over `stream` to the broker at `host` (a name or an IP address,
+    /// which its certificate must carry); `None` when this node does not connect with TLS.
+    pub async fn connect(
+        &self,
+        host: &str,
+        stream: tokio::net::TcpStream,
+    ) -> Option<std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>> {
+        let config = self.client_config()?;
+        let name = match rustls_pki_types::ServerName::try_from(host.to_string()) {
+            Ok(name) => name,
+            Err(e) => return Some(Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))),
+        };
+        Some(tokio_rustls::TlsConnector::from(config).connect(name, stream).await)
     }
 
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
@@ -145,19 +214,23 @@ impl TlsContext {
     /// configuration is in use.
     pub fn reload_if_changed(&self) -> bool {
         let stamps = [modified(&Some(self.settings.keystore.clone())), modified(&self.settings.truststore)];
-        if self.current.read().unwrap_or_else(|p| p.into_inner()).1 == stamps {
+        if self.current.read().unwrap_or_else(|p| p.into_inner()).stamps == stamps {
             return false;
         }
-        match load(&self.settings) {
-            Ok(config) => {
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = (config, stamps);
+        let loaded = load(&self.settings).and_then(|server| {
+            let client = if self.client { Some(load_client(&self.settings)?) } else { None };
+            Ok(Loaded { server, client, stamps })
+        });
+        match loaded {
+            Ok(loaded) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = loaded;
                 tracing::info!(keystore = %self.settings.keystore.display(), "TLS certificates reloaded");
                 true
             }
             Err(error) => {
                 // Keep serving with the last good files; remember the stamps so the error is
                 // logged once per change, not once per check.
-                self.current.write().unwrap_or_else(|p| p.into_inner()).1 = stamps;
+                self.current.write().unwrap_or_else(|p| p.into_inner()).stamps = stamps;
                 tracing::error!(%error, "TLS files changed but do not load; the previous certificates stay in use");
                 false
             }
@@ -245,16 +318,16 @@ pub(crate) mod tests {
             client_auth: ClientAuth::Required,
             reload_interval: Duration::from_secs(1),
         };
-        let context = TlsContext::load(settings.clone()).expect("loads");
+        let context = TlsContext::load(settings.clone(), false).expect("loads");
         assert!(!context.reload_if_changed(), "nothing changed");
 
         std::fs::write(pki.path("cert-only.pem"), pki.ca.cert.pem()).unwrap();
         let no_key = TlsSettings { keystore: pki.path("cert-only.pem"), ..settings.clone() };
-        assert!(matches!(TlsContext::load(no_key), Err(TlsError::NoKey { .. })));
+        assert!(matches!(TlsContext::load(no_key, false), Err(TlsError::NoKey { .. })));
         let no_trust = TlsSettings { truststore: None, ..settings.clone() };
-        assert!(matches!(TlsContext::load(no_trust), Err(TlsError::NoTruststore(ClientAuth::Required))));
+        assert!(matches!(TlsContext::load(no_trust, false), Err(TlsError::NoTruststore(ClientAuth::Required))));
         let missing = TlsSettings { keystore: pki.path("absent.pem"), ..settings };
-        assert!(matches!(TlsContext::load(missing), Err(TlsError::Read { .. })));
+        assert!(matches!(TlsContext::load(missing, false), Err(TlsError::Read { .. })));
     }
 
     #[test]
@@ -267,7 +340,7 @@ pub(crate) mod tests {
             client_auth: ClientAuth::None,
             reload_interval: Duration::from_secs(1),
         };
-        let context = TlsContext::load(settings).expect("loads");
+        let context = TlsContext::load(settings, false).expect("loads");
         let first = context.server_config();
         // A new file (a new modification time: set it explicitly, the clock may not tick).
         pki.issue("server.pem", "second");

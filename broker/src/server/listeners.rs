@@ -41,7 +41,10 @@ pub struct KafkaListeners {
 
 pub async fn bind(security: &SecurityConfig) -> Result<KafkaListeners, ListenerBindError> {
     let tls = match &security.tls {
-        Some(settings) => Some(TlsContext::load(settings.clone())?),
+        // The inter-broker listener's protocol decides whether this node also connects with TLS.
+        Some(settings) => {
+            Some(TlsContext::load(settings.clone(), security.listeners.inter_broker().protocol.uses_tls())?)
+        }
         None => None,
     };
     let sasl = Arc::new(security.sasl.clone());

@@ -74,6 +74,8 @@ pub struct ServerSettings {
     pub max_broker_partitions: u64,
     /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
     pub authorizer: crate::security::acl::AuthorizerSettings,
+    /// What the node exposes and how it is protected (`/v1/cluster`).
+    pub security: crate::security::SecurityReport,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

@@ -548,6 +548,7 @@ mod tests {
             metrics_aggregate: false,
             max_broker_partitions: 20_000,
             authorizer: Default::default(),
+            security: Default::default(),
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
