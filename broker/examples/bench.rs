@@ -26,6 +26,10 @@
 //! the topic back. It also produces `--records` records acks=all with `enable.idempotence`
 //! false and true, to compare idempotent with plain produce.
 //!
+//! `--client-config key=value` (repeatable) adds librdkafka settings to every client, e.g.
+//! `--client-config security.protocol=SSL --client-config ssl.ca.location=ca.pem` for a TLS
+//! listener.
+//!
 //! Only loopback addresses are accepted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +69,19 @@ struct Options {
     batch_size: u32,
     replication_factor: i32,
     txn_records: Vec<usize>,
+    /// `--client-config key=value`: more librdkafka settings for every client (e.g.
+    /// `security.protocol=SSL`, `ssl.ca.location=ca.pem`).
+    client_config: Vec<(String, String)>,
+}
+
+/// A librdkafka config for `options.bootstrap` with the `--client-config` settings.
+fn client_config(options: &Options) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &options.bootstrap);
+    for (key, value) in &options.client_config {
+        config.set(key, value);
+    }
+    config
 }
 
 fn parse_args() -> Options {
@@ -86,6 +103,7 @@ fn parse_args() -> Options {
         batch_size: 65536,
         replication_factor: 1,
         txn_records: vec![100, 1000, 10000],
+        client_config: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -120,6 +138,10 @@ fn parse_args() -> Options {
             "--replication-factor" => options.replication_factor = value.parse().expect("--replication-factor R"),
             "--txn-records" => {
                 options.txn_records = value.split(',').map(|s| s.parse().expect("--txn-records a,b")).collect()
+            }
+            "--client-config" => {
+                let (key, value) = value.split_once('=').expect("--client-config key=value");
+                options.client_config.push((key.to_string(), value.to_string()))
             }
             "--bench" => {
                 i += 1;
@@ -165,8 +187,7 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 }
 
 fn create_topic(options: &Options, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &options.bootstrap).create().expect("admin client");
+    let admin: AdminClient<DefaultClientContext> = client_config(options).create().expect("admin client");
     // Replicated topics get min.insync.replicas=2, the usual production pairing with acks=all.
     let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(options.replication_factor));
     if options.replication_factor >= 2 {
@@ -182,8 +203,7 @@ fn create_topic(options: &Options, name: &str, partitions: i32) {
 fn produce(options: &Options, topic: &str, size: usize, acks: &str) -> (f64, f64, [f64; 3]) {
     let context =
         LatencyContext { latencies_us: Mutex::new(Vec::with_capacity(options.records)), errors: Mutex::new(0) };
-    let producer: ThreadedProducer<LatencyContext> = ClientConfig::new()
-        .set("bootstrap.servers", &options.bootstrap)
+    let producer: ThreadedProducer<LatencyContext> = client_config(options)
         .set("acks", acks)
         .set("linger.ms", options.linger_ms.to_string())
         .set("batch.size", options.batch_size.to_string())
@@ -229,8 +249,7 @@ fn consume(options: &Options, topic: &str, size: usize) -> (f64, f64) {
 }
 
 fn consume_with(options: &Options, topic: &str, size: usize, isolation: &str) -> (f64, f64) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &options.bootstrap)
+    let consumer: BaseConsumer = client_config(options)
         .set("isolation.level", isolation)
         .set("group.id", "runnel-bench")
         .set("enable.auto.commit", "false")
@@ -270,8 +289,7 @@ fn main() {
 /// Transactions of `per_txn` records until `options.records` are written: (records/s, MB/s,
 /// commit p50 ms, commit p99 ms, transactions).
 fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: usize) -> (f64, f64, f64, f64, usize) {
-    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &options.bootstrap)
+    let producer: rdkafka::producer::BaseProducer = client_config(options)
         .set("transactional.id", format!("{topic}-producer"))
         .set("retry.backoff.ms", std::env::var("BENCH_RETRY_BACKOFF_MS").unwrap_or_else(|_| "100".into()))
         .set("linger.ms", options.linger_ms.to_string())
@@ -324,8 +342,7 @@ fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: us
 
 /// `--records` records acks=all with `enable.idempotence` as given: records/s.
 fn produce_plain(options: &Options, topic: &str, size: usize, idempotence: bool) -> f64 {
-    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &options.bootstrap)
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = client_config(options)
         .set("acks", "all")
         .set("enable.idempotence", idempotence.to_string())
         .set("linger.ms", options.linger_ms.to_string())
@@ -387,12 +404,8 @@ fn transactions_main(options: &Options) {
 const GROUP_BENCH_PARTITIONS: i32 = 12;
 
 fn group_consumer_config(options: &Options, group: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &options.bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest");
+    let mut config = client_config(options);
+    config.set("group.id", group).set("enable.auto.commit", "false").set("auto.offset.reset", "earliest");
     if options.group_protocol == "consumer" {
         // KIP-848: the broker owns the session, heartbeat interval and assignment.
         config.set("group.protocol", "consumer");
