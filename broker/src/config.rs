@@ -95,6 +95,17 @@ pub struct ServeArgs {
     /// (repeatable; in the environment, `;`-separated).
     #[arg(long = "add-scram", env = "RUNNEL_ADD_SCRAM", value_delimiter = ';')]
     pub add_scram: Vec<String>,
+    /// `sasl.mechanism.inter.broker.protocol`: how this node authenticates to the others when
+    /// the inter-broker listener uses SASL [default: SCRAM-SHA-512].
+    #[arg(long, env = "RUNNEL_SASL_MECHANISM_INTER_BROKER_PROTOCOL")]
+    pub sasl_mechanism_inter_broker_protocol: Option<String>,
+    /// The SASL user this node authenticates as on a SASL inter-broker listener (Kafka puts it
+    /// in the listener's JAAS config); a super user, or one with CLUSTER_ACTION.
+    #[arg(long, env = "RUNNEL_INTER_BROKER_SASL_USERNAME")]
+    pub inter_broker_sasl_username: Option<String>,
+    /// Its password (prefer the environment variable to the command line).
+    #[arg(long, env = "RUNNEL_INTER_BROKER_SASL_PASSWORD", hide_env_values = true)]
+    pub inter_broker_sasl_password: Option<String>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -336,6 +347,9 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
     authorizer_class_name: Option<String>,
+    sasl_mechanism_inter_broker_protocol: Option<String>,
+    inter_broker_sasl_username: Option<String>,
+    inter_broker_sasl_password: Option<String>,
     add_scram: Option<Vec<String>>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -529,16 +543,6 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             single
         }
     };
-    // Peers and replica fetchers speak PLAINTEXT or SSL (SASL between nodes is not built yet):
-    // an inter-broker listener they cannot speak to would split the cluster.
-    if listeners.inter_broker().protocol.uses_sasl() {
-        return Err(ConfigFileError::Security(format!(
-            "inter.broker.listener.name {} uses {}: the inter-broker listener must be PLAINTEXT or SSL for now \
-             (SASL between nodes is not supported yet)",
-            listeners.inter_broker,
-            listeners.inter_broker().protocol
-        )));
-    }
     let client_auth = match args.ssl_client_auth.as_deref().or(file.ssl_client_auth.as_deref()) {
         Some(text) => ClientAuth::parse(text).ok_or_else(|| {
             ConfigFileError::Security(format!("invalid ssl.client.auth {text:?}: expected none, requested or required"))
@@ -595,7 +599,57 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         .iter()
         .map(|text| crate::security::scram::BootstrapUser::parse(text).map_err(ConfigFileError::Security))
         .collect::<Result<_, _>>()?;
-    Ok(SecurityConfig { listeners, tls, sasl: SaslSettings { mechanisms, max_reauth_ms }, authorizer, bootstrap_users })
+    let map = args.listener_security_protocol_map.as_deref().or(file.listener_security_protocol_map.as_deref());
+    let controller_protocol = crate::security::listeners::protocol_map(map)
+        .map_err(|e| ConfigFileError::Security(e.to_string()))?
+        .get("CONTROLLER")
+        .copied()
+        .unwrap_or(crate::security::SecurityProtocol::Plaintext);
+    if controller_protocol.uses_sasl() {
+        return Err(ConfigFileError::Security(format!(
+            "CONTROLLER:{controller_protocol}: the metadata quorum's listener may be PLAINTEXT or SSL"
+        )));
+    }
+    if controller_protocol.uses_tls() && tls.is_none() {
+        return Err(ConfigFileError::Security(
+            "CONTROLLER:SSL needs ssl.keystore.location and ssl.truststore.location".into(),
+        ));
+    }
+    let inter_broker_sasl = if listeners.inter_broker().protocol.uses_sasl() {
+        let name = args
+            .sasl_mechanism_inter_broker_protocol
+            .as_deref()
+            .or(file.sasl_mechanism_inter_broker_protocol.as_deref())
+            .unwrap_or("SCRAM-SHA-512");
+        let mechanism =
+            crate::security::sasl::Mechanism::parse(name).filter(|m| mechanisms.contains(m)).ok_or_else(|| {
+                ConfigFileError::Security(format!(
+                    "sasl.mechanism.inter.broker.protocol {name:?} is not one of sasl.enabled.mechanisms"
+                ))
+            })?;
+        let username = args.inter_broker_sasl_username.clone().or(file.inter_broker_sasl_username.clone());
+        let password = args.inter_broker_sasl_password.clone().or(file.inter_broker_sasl_password.clone());
+        let (Some(username), Some(password)) = (username, password) else {
+            return Err(ConfigFileError::Security(format!(
+                "the inter-broker listener {} uses {}: give --inter-broker-sasl-username and \
+                 --inter-broker-sasl-password (the user this node authenticates as)",
+                listeners.inter_broker,
+                listeners.inter_broker().protocol
+            )));
+        };
+        Some(std::sync::Arc::new(crate::security::sasl::InterBrokerSasl { mechanism, username, password }))
+    } else {
+        None
+    };
+    Ok(SecurityConfig {
+        listeners,
+        tls,
+        inter_broker_sasl,
+        sasl: SaslSettings { mechanisms, max_reauth_ms },
+        authorizer,
+        bootstrap_users,
+        controller_protocol,
+    })
 }
 
 /// The resolved settings of a node.
@@ -1022,6 +1076,33 @@ fn parse_broker_address_overrides(pairs: &[String]) -> Result<BTreeMap<u64, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sasl_inter_broker_listener_needs_this_nodes_credentials_and_an_enabled_mechanism() {
+        // Proves the node refuses to start with a SASL inter-broker listener it could not
+        // authenticate to, naming what is missing.
+        let base = ServeArgs {
+            listeners: Some("INTERNAL://127.0.0.1:0".into()),
+            listener_security_protocol_map: Some("INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_SSL".into()),
+            ..ServeArgs::default()
+        };
+        let error = NodeConfig::resolve(&base).unwrap_err().to_string();
+        assert!(error.contains("CONTROLLER"), "{error}");
+        let args = ServeArgs { listener_security_protocol_map: Some("INTERNAL:SASL_PLAINTEXT".into()), ..base.clone() };
+        let error = NodeConfig::resolve(&args).unwrap_err().to_string();
+        assert!(error.contains("--inter-broker-sasl-username"), "{error}");
+        let args = ServeArgs {
+            inter_broker_sasl_username: Some("broker".into()),
+            inter_broker_sasl_password: Some("secret".into()),
+            sasl_enabled_mechanisms: Some("PLAIN".into()),
+            ..args
+        };
+        let error = NodeConfig::resolve(&args).unwrap_err().to_string();
+        assert!(error.contains("sasl.mechanism.inter.broker.protocol"), "{error}");
+        let args = ServeArgs { sasl_enabled_mechanisms: None, ..args };
+        let config = NodeConfig::resolve(&args).expect("valid");
+        assert_eq!(config.security.inter_broker_sasl.map(|s| s.username.clone()), Some("broker".to_string()));
+    }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {

@@ -80,7 +80,11 @@ impl Node {
         check_metadata_log(&data_dir, &metadata_dir, config.process_roles)?;
         let cluster_id = load_or_create_meta(&data_dir, &metadata_dir, config.node_id, config.cluster_id.as_deref())?;
 
+        // Loaded before the quorum starts: its raft listener may use it too.
+        let tls = crate::server::listeners::load_tls(&config.security)
+            .map_err(crate::server::listeners::ListenerBindError::from)?;
         let controller = Controller::start(ControllerConfig {
+            tls: tls.clone().filter(|_| config.security.controller_protocol.uses_tls()),
             node_id: config.node_id,
             role: match config.process_roles {
                 crate::config::ProcessRoles::BrokerController => QuorumRole::Voter,
@@ -98,7 +102,7 @@ impl Node {
         controller.wait_ready(Duration::from_secs(60)).await?;
 
         add_bootstrap_users(&controller, &config.security.bootstrap_users).await?;
-        let listeners = crate::server::listeners::bind(&config.security).await?;
+        let listeners = crate::server::listeners::bind(&config.security, tls.clone()).await?;
         let kafka_addr = listeners.addresses[0].1;
         let http_listener = TcpListener::bind(config.http_listen)
             .await
@@ -139,6 +143,7 @@ impl Node {
         let addresses = crate::peer::BrokerAddresses::new(
             config.broker_address_overrides.clone(),
             if inter_broker_tls { listeners.tls.clone() } else { None },
+            config.security.inter_broker_sasl.clone(),
         );
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
         let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {

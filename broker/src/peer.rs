@@ -19,13 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::controller::{Controller, MetadataImage};
+use crate::security::sasl::{InterBrokerSasl, Mechanism};
+use crate::security::scram::ScramClient;
 use crate::security::tls::TlsContext;
 
 /// Largest response frame a peer call accepts: a Fetch answer is bounded by the request's
@@ -53,6 +55,8 @@ pub enum PeerError {
     Timeout { node: u64, timeout_ms: u64 },
     #[error("broker {node}: {reason}")]
     Codec { node: u64, reason: String },
+    #[error("broker {node}: SASL authentication to its inter-broker listener failed: {reason}")]
+    Authentication { node: u64, reason: String },
 }
 
 impl PeerError {
@@ -62,7 +66,8 @@ impl PeerError {
             PeerError::NoEndpoint(node)
             | PeerError::Io { node, .. }
             | PeerError::Timeout { node, .. }
-            | PeerError::Codec { node, .. } => *node,
+            | PeerError::Codec { node, .. }
+            | PeerError::Authentication { node, .. } => *node,
         }
     }
 
@@ -72,6 +77,7 @@ impl PeerError {
             PeerError::Io { source, .. } => PeerError::Io { node, source },
             PeerError::Timeout { timeout_ms, .. } => PeerError::Timeout { node, timeout_ms },
             PeerError::Codec { reason, .. } => PeerError::Codec { node, reason },
+            PeerError::Authentication { reason, .. } => PeerError::Authentication { node, reason },
         }
     }
 }
@@ -98,6 +104,7 @@ impl Connection {
         client_id: StrBytes,
         connect_timeout: Duration,
         tls: Option<&TlsContext>,
+        sasl: Option<&InterBrokerSasl>,
     ) -> Result<Connection, PeerError> {
         let io = |source| PeerError::Io { node: 0, source };
         let addr: SocketAddr = match addr.parse() {
@@ -125,7 +132,51 @@ impl Connection {
             }
             None => Box::new(tcp),
         };
-        Ok(Connection { stream, client_id, next_correlation_id: 1 })
+        let mut connection = Connection { stream, client_id, next_correlation_id: 1 };
+        if let Some(sasl) = sasl {
+            tokio::time::timeout_at(deadline, connection.authenticate(sasl)).await.map_err(|_| timed_out())??;
+        }
+        Ok(connection)
+    }
+
+    /// The SASL exchange with the other broker's SASL inter-broker listener (KIP-152:
+    /// SaslHandshake v1, then SaslAuthenticate tokens), as Kafka's own inter-broker client does.
+    async fn authenticate(&mut self, sasl: &InterBrokerSasl) -> Result<(), PeerError> {
+        const AUTH_FRAME_MAX: usize = 1 << 20;
+        let failed = |reason: String| PeerError::Authentication { node: 0, reason };
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(sasl.mechanism.name()));
+        let answer = self.call(1, &handshake, AUTH_FRAME_MAX).await?;
+        if answer.error_code != 0 {
+            return Err(failed(format!("{} refused (error {})", sasl.mechanism.name(), answer.error_code)));
+        }
+        let token = |bytes: Vec<u8>| SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
+        let refused = |answer: &kafka_protocol::messages::SaslAuthenticateResponse| {
+            failed(answer.error_message.as_deref().unwrap_or("authentication failed").to_string())
+        };
+        match sasl.mechanism {
+            Mechanism::Plain => {
+                let plain = format!("\0{}\0{}", sasl.username, sasl.password).into_bytes();
+                let answer = self.call(2, &token(plain), AUTH_FRAME_MAX).await?;
+                if answer.error_code != 0 {
+                    return Err(refused(&answer));
+                }
+            }
+            Mechanism::Scram(mechanism) => {
+                let mut client = ScramClient::new(mechanism, &sasl.username, &sasl.password);
+                let first = self.call(2, &token(client.first()), AUTH_FRAME_MAX).await?;
+                if first.error_code != 0 {
+                    return Err(refused(&first));
+                }
+                let last = client.last(&first.auth_bytes).map_err(|e| failed(e.to_string()))?;
+                let answer = self.call(2, &token(last), AUTH_FRAME_MAX).await?;
+                if answer.error_code != 0 {
+                    return Err(refused(&answer));
+                }
+                client.verify(&answer.auth_bytes).map_err(|e| failed(format!("the server's signature: {e}")))?;
+            }
+        }
+        Ok(())
     }
 
     /// Sends one request and reads its answer (a frame of at most `max_response_frame` bytes).
@@ -178,16 +229,27 @@ pub struct BrokerAddresses {
     overrides: Arc<BTreeMap<u64, String>>,
     /// Present when the inter-broker listener uses TLS: how to connect to it.
     tls: Option<Arc<TlsContext>>,
+    /// Present when it uses SASL: how to authenticate to it.
+    sasl: Option<Arc<InterBrokerSasl>>,
 }
 
 impl BrokerAddresses {
-    pub fn new(overrides: BTreeMap<u64, String>, tls: Option<Arc<TlsContext>>) -> BrokerAddresses {
-        BrokerAddresses { overrides: Arc::new(overrides), tls }
+    pub fn new(
+        overrides: BTreeMap<u64, String>,
+        tls: Option<Arc<TlsContext>>,
+        sasl: Option<Arc<InterBrokerSasl>>,
+    ) -> BrokerAddresses {
+        BrokerAddresses { overrides: Arc::new(overrides), tls, sasl }
     }
 
     /// How connections to other brokers are protected (`None`: plain TCP).
     pub fn tls(&self) -> Option<&TlsContext> {
         self.tls.as_deref()
+    }
+
+    /// How connections to other brokers authenticate (`None`: they do not).
+    pub fn sasl(&self) -> Option<&InterBrokerSasl> {
+        self.sasl.as_deref()
     }
 
     /// The address of broker `node` for node-to-node traffic, `None` when it is not registered
@@ -253,7 +315,8 @@ impl Peers {
                 Err(e) => return Err(e.with_node(node)),
             }
         }
-        let mut conn = Connection::connect(&addr, self.client_id.clone(), CONNECT_TIMEOUT, self.addresses.tls())
+        let (tls, sasl) = (self.addresses.tls(), self.addresses.sasl());
+        let mut conn = Connection::connect(&addr, self.client_id.clone(), CONNECT_TIMEOUT, tls, sasl)
             .await
             .map_err(|e| e.with_node(node))?;
         let response = conn.call(version, request, MAX_RESPONSE_FRAME).await.map_err(|e| e.with_node(node))?;
@@ -315,8 +378,9 @@ mod tests {
     }
 
     async fn call_once(addr: &str, max_frame: usize) -> Result<ApiVersionsResponse, PeerError> {
-        let mut conn =
-            Connection::connect(addr, StrBytes::from_static_str("test"), CONNECT_TIMEOUT, None).await.expect("connect");
+        let mut conn = Connection::connect(addr, StrBytes::from_static_str("test"), CONNECT_TIMEOUT, None, None)
+            .await
+            .expect("connect");
         conn.call(3, &ApiVersionsRequest::default(), max_frame).await
     }
 

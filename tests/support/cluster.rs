@@ -316,6 +316,11 @@ impl Cluster {
         Cluster { nodes, links, data_links, controller_ports: ports, _temp: temp, _one_at_a_time: one_at_a_time }
     }
 
+    /// Where node `id`'s raft listener is bound (not through a proxy).
+    pub fn controller_addr(&self, id: u64) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.controller_ports[&id]))
+    }
+
     pub fn node(&self, id: u64) -> &Runnel {
         &self.nodes[(id - 1) as usize]
     }

@@ -193,6 +193,9 @@ pub struct ControllerConfig {
     /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds` (in ms);
     /// `None` disables it.
     pub leader_imbalance_check_interval_ms: Option<u64>,
+    /// TLS on the raft listener and on this node's connections to the other voters (the
+    /// `CONTROLLER` listener mapped to SSL); `None`: plain TCP.
+    pub tls: Option<Arc<crate::security::tls::TlsContext>>,
 }
 
 impl ControllerConfig {
@@ -217,6 +220,7 @@ impl ControllerConfig {
             snapshot_interval_entries: 1000,
             log_entries_kept_after_snapshot: 1000,
             broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+            tls: None,
             leader_imbalance_check_interval_ms: Some(300_000),
         }
     }
@@ -372,12 +376,12 @@ impl Controller {
         })
         .await?;
 
-        let pool = Arc::new(PeerPool::new(node_id, config.voters.clone()));
+        let pool = Arc::new(PeerPool::new(node_id, config.voters.clone(), config.tls.clone()));
         let raft = Raft::new(node_id, raft_config, NetworkFactory::new(pool.clone()), log_store, state_machine)
             .await
             .map_err(fatal_error)?;
         let leases = Arc::new(Leases::new(Duration::from_millis(config.broker_session_timeout_ms.max(1))));
-        let server = server::spawn(listener, raft.clone(), node_id, leases.clone());
+        let server = server::spawn(listener, raft.clone(), node_id, leases.clone(), config.tls.clone());
         let controller = Controller {
             inner: Arc::new(Inner {
                 node_id,

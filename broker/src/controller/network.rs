@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use super::raft_types::TypeConfig;
 use super::record::{ApplyOutcome, MetadataRecord, NodeId};
+use crate::security::tls::TlsContext;
 
 /// Largest frame sent or accepted (a snapshot chunk is at most `SNAPSHOT_CHUNK_BYTES` of raw data,
 /// about 4x that as JSON).
@@ -202,8 +203,12 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option
     Ok(Some(payload))
 }
 
+/// The bytes of a raft connection: TCP, or TLS over it.
+trait RaftStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> RaftStream for T {}
+
 struct Conn {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Box<dyn RaftStream>>,
     idle_since: Instant,
 }
 
@@ -222,11 +227,13 @@ pub(crate) struct PeerPool {
     /// Configured raft listener addresses; they win over the addresses stored in the membership.
     addrs: BTreeMap<NodeId, String>,
     idle: Mutex<HashMap<NodeId, Vec<Conn>>>,
+    /// Present when the raft listeners speak TLS.
+    tls: Option<Arc<TlsContext>>,
 }
 
 impl PeerPool {
-    pub(crate) fn new(my_id: NodeId, addrs: BTreeMap<NodeId, String>) -> PeerPool {
-        PeerPool { my_id, addrs, idle: Mutex::new(HashMap::new()) }
+    pub(crate) fn new(my_id: NodeId, addrs: BTreeMap<NodeId, String>, tls: Option<Arc<TlsContext>>) -> PeerPool {
+        PeerPool { my_id, addrs, idle: Mutex::new(HashMap::new()), tls }
     }
 
     pub(crate) fn configured_addr(&self, node_id: NodeId) -> Option<&str> {
@@ -288,6 +295,22 @@ impl PeerPool {
                 };
                 // Small request/response frames: do not let Nagle delay them.
                 let _ = stream.set_nodelay(true);
+                let stream: Box<dyn RaftStream> = match &self.tls {
+                    None => Box::new(stream),
+                    Some(tls) => {
+                        // The voter's certificate must carry the host of its raft address.
+                        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host).trim_matches(['[', ']']);
+                        match tokio::time::timeout_at(deadline, tls.connect(host, stream)).await {
+                            Ok(Some(Ok(stream))) => Box::new(stream),
+                            Ok(Some(Err(source))) => return Err(RpcError::Connect { addr: addr.to_string(), source }),
+                            Ok(None) => {
+                                let source = io::Error::other("no TLS client configuration for the raft listener");
+                                return Err(RpcError::Connect { addr: addr.to_string(), source });
+                            }
+                            Err(_) => return Err(RpcError::ConnectTimeout { addr: addr.to_string() }),
+                        }
+                    }
+                };
                 Conn { stream: BufReader::new(stream), idle_since: Instant::now() }
             }
         };

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
 use openraft::{BasicNode, ChangeMembers};
-use tokio::io::BufReader;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -22,6 +22,7 @@ use super::lifecycle::Leases;
 use super::network::{read_frame, write_frame, Envelope, ForwardError, Proposed, RpcRequest, RpcResponse};
 use super::raft_types::Raft;
 use super::record::{MetadataRecord, NodeId};
+use crate::security::tls::TlsContext;
 
 const MAX_CONNECTIONS: usize = 256;
 /// Longer than the client pool's idle limit, so clients close first.
@@ -31,11 +32,23 @@ const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Starts serving `listener`. Aborting the returned task closes the listener and every connection.
-pub(crate) fn spawn(listener: TcpListener, raft: Raft, node_id: NodeId, leases: Arc<Leases>) -> JoinHandle<()> {
-    tokio::spawn(accept_loop(listener, raft, node_id, leases))
+pub(crate) fn spawn(
+    listener: TcpListener,
+    raft: Raft,
+    node_id: NodeId,
+    leases: Arc<Leases>,
+    tls: Option<Arc<TlsContext>>,
+) -> JoinHandle<()> {
+    tokio::spawn(accept_loop(listener, raft, node_id, leases, tls))
 }
 
-async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId, leases: Arc<Leases>) {
+async fn accept_loop(
+    listener: TcpListener,
+    raft: Raft,
+    node_id: NodeId,
+    leases: Arc<Leases>,
+    tls: Option<Arc<TlsContext>>,
+) {
     // Owned here so that aborting this task aborts every connection task too.
     let mut connections = JoinSet::new();
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -44,7 +57,22 @@ async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId, leases:
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match limit.clone().try_acquire_owned() {
                     Ok(permit) => {
-                        connections.spawn(serve_connection(stream, peer, raft.clone(), node_id, leases.clone(), permit));
+                        let (raft, leases, tls) = (raft.clone(), leases.clone(), tls.clone());
+                        connections.spawn(async move {
+                            let _ = stream.set_nodelay(true);
+                            match tls {
+                                None => serve_connection(BufReader::new(stream), peer, raft, node_id, leases, permit).await,
+                                // Only holders of a certificate from the truststore's CA get past
+                                // the handshake when ssl.client.auth is required.
+                                Some(tls) => match tokio::time::timeout(IDLE_TIMEOUT, tls.acceptor().accept(stream)).await {
+                                    Ok(Ok(stream)) => {
+                                        serve_connection(BufReader::new(stream), peer, raft, node_id, leases, permit).await
+                                    }
+                                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "raft TLS handshake failed"),
+                                    Err(_) => tracing::info!(%peer, "raft TLS handshake timed out"),
+                                },
+                            }
+                        });
                     }
                     Err(_) => tracing::warn!(%peer, "too many raft connections; refusing one"),
                 },
@@ -59,16 +87,14 @@ async fn accept_loop(listener: TcpListener, raft: Raft, node_id: NodeId, leases:
     }
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: BufReader<S>,
     peer: SocketAddr,
     raft: Raft,
     node_id: NodeId,
     leases: Arc<Leases>,
     _permit: OwnedSemaphorePermit,
 ) {
-    let _ = stream.set_nodelay(true);
-    let mut stream = BufReader::new(stream);
     // The broker whose heartbeats arrive on this connection: its end closing it is a hint that
     // the process is gone.
     let mut heartbeats_of = None;

@@ -180,7 +180,7 @@ impl Fetcher {
             match self.round(&mut conn, &set, &mut delayed).await {
                 Ok(()) => refused = false,
                 // A misconfiguration the operator must see (once per episode, not per retry).
-                Err(e @ RoundError::Unauthorized) => {
+                Err(e @ (RoundError::Unauthorized | RoundError::Peer(PeerError::Authentication { .. }))) => {
                     if !refused {
                         tracing::error!(leader = self.leader, error = %e, "replica fetch refused");
                         refused = true;
@@ -209,7 +209,8 @@ impl Fetcher {
                 .resolve(&self.controller.image(), self.leader)
                 .ok_or(RoundError::NoEndpoint(self.leader))?;
             let client_id = StrBytes::from_string(format!("runnel-replica-fetcher-{}", self.node_id));
-            *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT, self.addresses.tls()).await?);
+            let (tls, sasl) = (self.addresses.tls(), self.addresses.sasl());
+            *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT, tls, sasl).await?);
         }
         let conn = conn.as_mut().expect("connected above");
         let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();

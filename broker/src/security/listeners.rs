@@ -65,6 +65,21 @@ fn bind_address(text: &str, host: &str, port: u16) -> Result<SocketAddr, Listene
     Ok(SocketAddr::new(ip, port))
 }
 
+/// Parses `listener.security.protocol.map` (`NAME:PROTOCOL,...`); without one, the four
+/// protocol names map to themselves.
+pub fn protocol_map(text: Option<&str>) -> Result<BTreeMap<String, SecurityProtocol>, ListenerError> {
+    let Some(text) = text else {
+        return Ok(SecurityProtocol::ALL.into_iter().map(|p| (p.name().to_string(), p)).collect());
+    };
+    let mut map = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, protocol) = entry.split_once(':').ok_or_else(|| ListenerError::MapEntry(entry.into()))?;
+        let protocol = SecurityProtocol::parse(protocol).ok_or_else(|| ListenerError::MapEntry(entry.into()))?;
+        map.insert(name.trim().to_ascii_uppercase(), protocol);
+    }
+    Ok(map)
+}
+
 /// The resolved listeners, in the order `listeners` names them, and the inter-broker one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listeners {
@@ -95,17 +110,7 @@ impl Listeners {
         advertised: Option<&str>,
         inter_broker: Option<&str>,
     ) -> Result<Listeners, ListenerError> {
-        let mut map: BTreeMap<String, SecurityProtocol> =
-            SecurityProtocol::ALL.into_iter().map(|p| (p.name().to_string(), p)).collect();
-        if let Some(text) = protocol_map {
-            map.clear();
-            for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                let (name, protocol) = entry.split_once(':').ok_or_else(|| ListenerError::MapEntry(entry.into()))?;
-                let protocol =
-                    SecurityProtocol::parse(protocol).ok_or_else(|| ListenerError::MapEntry(entry.into()))?;
-                map.insert(name.trim().to_ascii_uppercase(), protocol);
-            }
-        }
+        let map = self::protocol_map(protocol_map)?;
         let mut parsed: Vec<ListenerConfig> = Vec::new();
         for text in listeners.split(',').map(str::trim).filter(|l| !l.is_empty()) {
             let (name, host, port) = parse_endpoint(text)?;

@@ -36,6 +36,18 @@ pub struct SecurityConfig {
     pub authorizer: acl::AuthorizerSettings,
     /// `--add-scram`: users created at start unless they exist.
     pub bootstrap_users: Vec<scram::BootstrapUser>,
+    /// How this node authenticates to the others when the inter-broker listener uses SASL.
+    pub inter_broker_sasl: Option<std::sync::Arc<sasl::InterBrokerSasl>>,
+    /// The metadata quorum's raft listener: `CONTROLLER` in `listener.security.protocol.map`
+    /// (Kafka's `controller.listener.names`), PLAINTEXT or SSL.
+    pub controller_protocol: SecurityProtocol,
+}
+
+impl SecurityConfig {
+    /// Whether this node connects to others with TLS (inter-broker or raft listeners).
+    pub fn connects_with_tls(&self) -> bool {
+        self.listeners.inter_broker().protocol.uses_tls() || self.controller_protocol.uses_tls()
+    }
 }
 
 /// What a node exposes and how it is protected, as `/v1/cluster` reports it and the start log
@@ -233,6 +245,8 @@ mod tests {
             sasl: sasl::SaslSettings::default(),
             authorizer: acl::AuthorizerSettings::default(),
             bootstrap_users: Vec::new(),
+            controller_protocol: SecurityProtocol::Plaintext,
+            inter_broker_sasl: None,
         };
         let bound: Vec<(String, std::net::SocketAddr)> =
             [("INTERNAL", "127.0.0.1:1"), ("OPEN", "0.0.0.0:2"), ("SECURE", "0.0.0.0:3")]

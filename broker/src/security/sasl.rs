@@ -35,6 +35,25 @@ impl Mechanism {
     }
 }
 
+/// How this broker authenticates to the other brokers' SASL inter-broker listener (Kafka's
+/// `sasl.mechanism.inter.broker.protocol` and the username and password its JAAS login module
+/// would carry).
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerSasl {
+    pub mechanism: Mechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerSasl")
+            .field("mechanism", &self.mechanism.name())
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `sasl.enabled.mechanisms` and `connections.max.reauth.ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslSettings {

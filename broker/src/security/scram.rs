@@ -171,6 +171,84 @@ impl BootstrapUser {
     }
 }
 
+/// The client side of an exchange (RFC 5802): how a broker authenticates to another broker's
+/// SASL inter-broker listener.
+pub struct ScramClient {
+    mechanism: ScramMechanism,
+    user: String,
+    password: String,
+    nonce: String,
+    /// The server signature the last message must carry (known once the client-final is made).
+    expected: Option<Vec<u8>>,
+}
+
+impl ScramClient {
+    pub fn new(mechanism: ScramMechanism, user: &str, password: &str) -> ScramClient {
+        let nonce = base64::engine::general_purpose::STANDARD.encode(random_bytes(24));
+        ScramClient::with_nonce(mechanism, user, password, &nonce)
+    }
+
+    pub fn with_nonce(mechanism: ScramMechanism, user: &str, password: &str, nonce: &str) -> ScramClient {
+        ScramClient {
+            mechanism,
+            user: user.to_string(),
+            password: password.to_string(),
+            nonce: nonce.to_string(),
+            expected: None,
+        }
+    }
+
+    fn first_bare(&self) -> String {
+        format!("n={},r={}", self.user.replace('=', "=3D").replace(',', "=2C"), self.nonce)
+    }
+
+    /// The client-first message.
+    pub fn first(&self) -> Vec<u8> {
+        format!("n,,{}", self.first_bare()).into_bytes()
+    }
+
+    /// The client-final message answering `server_first`.
+    pub fn last(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let malformed = ScramError::Malformed("server-first");
+        let engine = base64::engine::general_purpose::STANDARD;
+        let server_first = std::str::from_utf8(server_first).map_err(|_| malformed.clone())?;
+        let (mut nonce, mut salt, mut iterations) = (None, None, None);
+        for attribute in server_first.split(',') {
+            match attribute.split_once('=') {
+                Some(("r", v)) => nonce = Some(v),
+                Some(("s", v)) => salt = engine.decode(v).ok(),
+                Some(("i", v)) => iterations = v.parse::<u32>().ok(),
+                _ => {}
+            }
+        }
+        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else { return Err(malformed) };
+        // The server's nonce extends ours; anything else is not our exchange.
+        if !nonce.starts_with(&self.nonce) || iterations < MIN_ITERATIONS {
+            return Err(ScramError::NonceMismatch);
+        }
+        let m = self.mechanism;
+        let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth = format!("{},{server_first},{without_proof}", self.first_bare());
+        let signature = m.hmac(&m.hash(&client_key), auth.as_bytes());
+        let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+        self.expected = Some(m.hmac(&m.hmac(&salted, b"Server Key"), auth.as_bytes()));
+        Ok(format!("{without_proof},p={}", engine.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message: the server proved it knows the credential too.
+    pub fn verify(&self, server_final: &[u8]) -> Result<(), ScramError> {
+        let engine = base64::engine::general_purpose::STANDARD;
+        let text = std::str::from_utf8(server_final).map_err(|_| ScramError::Malformed("server-final"))?;
+        let signature = text.strip_prefix("v=").and_then(|v| engine.decode(v).ok());
+        match (signature, &self.expected) {
+            (Some(signature), Some(expected)) if super::constant_time_eq(&signature, expected) => Ok(()),
+            _ => Err(ScramError::InvalidProof),
+        }
+    }
+}
+
 /// `count` random bytes from the operating system's generator.
 pub fn random_bytes(count: usize) -> Vec<u8> {
     use ring::rand::SecureRandom;
@@ -379,29 +457,30 @@ pub(crate) mod tests {
             format!("n,,n={},r={}", self.user.replace('=', "=3D").replace(',', "=2C"), self.nonce).into_bytes()
         }
 
-        /// The client-final message for `server_first`, and the server signature it expects.
+        /// The client-final message for `server_first`, and the server-final message it expects.
         pub fn last(&self, server_first: &[u8]) -> (Vec<u8>, Vec<u8>) {
-            let engine = base64::engine::general_purpose::STANDARD;
-            let server_first = std::str::from_utf8(server_first).unwrap();
-            let mut parts = server_first.split(',');
-            let nonce = parts.next().unwrap().strip_prefix("r=").unwrap();
-            let salt = engine.decode(parts.next().unwrap().strip_prefix("s=").unwrap()).unwrap();
-            let iterations: u32 = parts.next().unwrap().strip_prefix("i=").unwrap().parse().unwrap();
-            let m = self.mechanism;
-            let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
-            let client_key = m.hmac(&salted, b"Client Key");
-            let stored_key = m.hash(&client_key);
-            let without_proof = format!("c=biws,r={nonce}");
-            let first_bare = String::from_utf8(self.first()).unwrap()[3..].to_string();
-            let auth = format!("{first_bare},{server_first},{without_proof}");
-            let signature = m.hmac(&stored_key, auth.as_bytes());
-            let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
-            let server_signature = m.hmac(&m.hmac(&salted, b"Server Key"), auth.as_bytes());
-            (
-                format!("{without_proof},p={}", engine.encode(proof)).into_bytes(),
-                format!("v={}", engine.encode(server_signature)).into_bytes(),
-            )
+            let mut client = ScramClient::with_nonce(self.mechanism, &self.user, &self.password, &self.nonce);
+            let last = client.last(server_first).expect("a valid server-first");
+            let expected = client.expected.clone().expect("computed with the client-final");
+            (last, format!("v={}", base64::engine::general_purpose::STANDARD.encode(expected)).into_bytes())
         }
+    }
+
+    #[test]
+    fn the_client_side_authenticates_to_the_server_side_and_checks_its_signature() {
+        let credential = ScramCredential::from_password(ScramMechanism::Sha512, "pw", random_bytes(16), 8192);
+        let mut server = ScramServer::new(ScramMechanism::Sha512);
+        let mut client = ScramClient::new(ScramMechanism::Sha512, "broker", "pw");
+        let Step::Continue(first) = server.step(&client.first(), |_| Some(credential.clone())).unwrap() else {
+            panic!()
+        };
+        let last = client.last(&first).unwrap();
+        let Step::Done { user, response } = server.step(&last, |_| None).unwrap() else { panic!() };
+        assert_eq!(user, "broker");
+        assert_eq!(client.verify(&response), Ok(()));
+        assert_eq!(client.verify(b"v=AAAA"), Err(ScramError::InvalidProof), "a server without the key is caught");
+        let mut other = ScramClient::new(ScramMechanism::Sha512, "broker", "pw");
+        assert_eq!(other.last(b"r=someone-else,s=c2FsdA==,i=4096"), Err(ScramError::NonceMismatch));
     }
 
     #[test]

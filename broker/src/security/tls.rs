@@ -161,6 +161,12 @@ pub struct TlsContext {
     client: bool,
 }
 
+impl std::fmt::Debug for TlsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsContext").field("settings", &self.settings).field("client", &self.client).finish()
+    }
+}
+
 struct Loaded {
     server: Arc<ServerConfig>,
     client: Option<Arc<rustls::ClientConfig>>,

@@ -39,14 +39,20 @@ pub struct KafkaListeners {
     pub tls: Option<Arc<TlsContext>>,
 }
 
-pub async fn bind(security: &SecurityConfig) -> Result<KafkaListeners, ListenerBindError> {
-    let tls = match &security.tls {
-        // The inter-broker listener's protocol decides whether this node also connects with TLS.
-        Some(settings) => {
-            Some(TlsContext::load(settings.clone(), security.listeners.inter_broker().protocol.uses_tls())?)
-        }
-        None => None,
-    };
+/// Loads the node's TLS configuration, when it has one (an error stops the node from starting).
+pub fn load_tls(security: &SecurityConfig) -> Result<Option<Arc<TlsContext>>, TlsError> {
+    match &security.tls {
+        // Whether this node also connects with TLS: its inter-broker or raft listener uses it.
+        Some(settings) => Ok(Some(TlsContext::load(settings.clone(), security.connects_with_tls())?)),
+        None => Ok(None),
+    }
+}
+
+/// Binds every Kafka listener of `security`; `tls` is the node's (from [`load_tls`]).
+pub async fn bind(
+    security: &SecurityConfig,
+    tls: Option<Arc<TlsContext>>,
+) -> Result<KafkaListeners, ListenerBindError> {
     let sasl = Arc::new(security.sasl.clone());
     let mut bound = KafkaListeners {
         sockets: Vec::new(),
