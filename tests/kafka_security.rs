@@ -903,8 +903,6 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
     // acks=all produce (followers fetching as CLUSTER_ACTION) and a consumer group work for a
     // client certificate that is a super user, while a client certificate without ACLs is
     // refused and a client without a certificate cannot connect.
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::error::RDKafkaErrorCode;
     let (pki, ca) = Pki::with_ca();
     let keystore = pki.text("server.pem");
     let truststore = pki.text("ca.pem");
@@ -938,30 +936,9 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
         }
         config
     };
-    let alice = client(Some(pki.issue_client(&ca, "alice")));
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = alice.create().expect("admin");
-    let topic = NewTopic::new("replicated", 3, TopicReplication::Fixed(3));
-    let created = support::block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("answered");
-    assert!(created[0].is_ok(), "{created:?}");
-    // acks=all: every write waits for both followers, which fetch from the leader over TLS.
-    produce(&alice, "replicated", 200);
-    // Every replica stayed in sync: the followers were served (a denied follower would leave the
-    // ISR after replica.lag.time.max.ms, and acks=all would then succeed with the leader alone).
-    let consumer: BaseConsumer = alice.create().expect("client");
-    let metadata = consumer.fetch_metadata(Some("replicated"), START_TIMEOUT).expect("metadata");
-    let isr: Vec<usize> = metadata.topics()[0].partitions().iter().map(|p| p.isr().len()).collect();
-    assert_eq!(isr, vec![3, 3, 3], "every partition's ISR holds all three replicas");
-    let values = consume_all(&alice, "replicated", "tls-group", 200);
-    assert_eq!(values.len(), 200);
-
-    let mut mallory = client(Some(pki.issue_client(&ca, "mallory")));
-    let producer: FutureProducer = mallory.set("message.timeout.ms", "10000").create().expect("producer");
-    let denied = support::block_on(
-        producer.send(FutureRecord::<str, str>::to("replicated").payload("x"), Duration::from_secs(15)),
-    );
-    assert_eq!(
-        denied.expect_err("mallory has no ACL").0.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::TopicAuthorizationFailed)
+    replicate_with_a_full_isr(
+        &client(Some(pki.issue_client(&ca, "alice"))),
+        &client(Some(pki.issue_client(&ca, "mallory"))),
     );
 
     let anonymous: BaseConsumer = client(None).create().expect("client");
@@ -1267,8 +1244,6 @@ fn a_cluster_replicates_over_sasl_between_brokers_that_authenticate_with_scram()
     // authorizer on; each node's replica fetchers and peer calls authenticate with SCRAM-SHA-512
     // as `broker` (a super user), so acks=all writes keep every ISR full; clients authenticate as
     // themselves and a user without ACLs is refused.
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::error::RDKafkaErrorCode;
     let cluster = support::cluster::Cluster::start(
         3,
         &[
@@ -1304,25 +1279,32 @@ fn a_cluster_replicates_over_sasl_between_brokers_that_authenticate_with_scram()
             .set("sasl.password", format!("{user}-secret"));
         config
     };
-    let alice = client("alice");
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = alice.create().expect("admin");
+    replicate_with_a_full_isr(&client("alice"), &client("bob"));
+}
+
+/// On a three-node cluster: `allowed` creates a topic of three replicas and writes 200 records
+/// acks=all, after which every partition's ISR still holds all three replicas (the followers were
+/// served: a refused follower leaves the ISR after replica.lag.time.max.ms, and acks=all then
+/// succeeds with the leader alone), and reads them back in a group; `denied` (no ACL) cannot write.
+fn replicate_with_a_full_isr(allowed: &ClientConfig, denied: &ClientConfig) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::error::RDKafkaErrorCode;
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = allowed.create().expect("admin");
     let topic = NewTopic::new("replicated", 3, TopicReplication::Fixed(3));
     let created = support::block_on(admin.create_topics(&[topic], &AdminOptions::new())).expect("answered");
     assert!(created[0].is_ok(), "{created:?}");
-    produce(&alice, "replicated", 200);
-    let consumer: BaseConsumer = alice.create().expect("client");
+    produce(allowed, "replicated", 200);
+    let consumer: BaseConsumer = allowed.create().expect("client");
     let metadata = consumer.fetch_metadata(Some("replicated"), START_TIMEOUT).expect("metadata");
     let isr: Vec<usize> = metadata.topics()[0].partitions().iter().map(|p| p.isr().len()).collect();
-    assert_eq!(isr, vec![3, 3, 3], "the followers authenticated and were served");
-    assert_eq!(consume_all(&alice, "replicated", "sasl-group", 200).len(), 200);
-
-    let mut bob = client("bob");
-    let producer: FutureProducer = bob.set("message.timeout.ms", "10000").create().expect("producer");
-    let denied = support::block_on(
+    assert_eq!(isr, vec![3, 3, 3], "every partition's ISR holds all three replicas");
+    assert_eq!(consume_all(allowed, "replicated", "replicated-group", 200).len(), 200);
+    let producer: FutureProducer = denied.clone().set("message.timeout.ms", "10000").create().expect("producer");
+    let refused = support::block_on(
         producer.send(FutureRecord::<str, str>::to("replicated").payload("x"), Duration::from_secs(15)),
     );
     assert_eq!(
-        denied.expect_err("bob has no ACL").0.rdkafka_error_code(),
+        refused.expect_err("a principal without ACLs wrote").0.rdkafka_error_code(),
         Some(RDKafkaErrorCode::TopicAuthorizationFailed)
     );
 }

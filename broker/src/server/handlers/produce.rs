@@ -48,19 +48,9 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, mut request: Produc
     let denied = super::take_denied_topics(broker, &mut request.topic_data, |t| &t.name.0, Operation::Write);
     let mut response = produce(broker, header, request).await;
     if let Some(response) = &mut response {
-        response.responses.extend(denied.into_iter().map(|topic| {
-            let partitions = topic
-                .partition_data
-                .iter()
-                .map(|p| {
-                    PartitionProduceResponse::default()
-                        .with_index(p.index)
-                        .with_base_offset(-1)
-                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
-                })
-                .collect();
-            TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions)
-        }));
+        response
+            .responses
+            .extend(denied.iter().map(|topic| rejected_topic(topic, ResponseError::TopicAuthorizationFailed)));
     }
     response
 }
@@ -416,22 +406,20 @@ fn has_transactional_records(request: &ProduceRequest) -> bool {
 }
 
 fn reject_all(request: &ProduceRequest, code: ResponseError) -> ProduceResponse {
-    let responses = request
-        .topic_data
+    ProduceResponse::default().with_responses(request.topic_data.iter().map(|t| rejected_topic(t, code)).collect())
+}
+
+/// Every partition of `topic` answered with `code`, nothing appended.
+fn rejected_topic(
+    topic: &kafka_protocol::messages::produce_request::TopicProduceData,
+    code: ResponseError,
+) -> TopicProduceResponse {
+    let partitions = topic
+        .partition_data
         .iter()
-        .map(|topic| {
-            let partitions = topic
-                .partition_data
-                .iter()
-                .map(|p| {
-                    PartitionProduceResponse::default()
-                        .with_index(p.index)
-                        .with_error_code(code.code())
-                        .with_base_offset(-1)
-                })
-                .collect();
-            TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions)
+        .map(|p| {
+            PartitionProduceResponse::default().with_index(p.index).with_error_code(code.code()).with_base_offset(-1)
         })
         .collect();
-    ProduceResponse::default().with_responses(responses)
+    TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions)
 }
