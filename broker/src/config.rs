@@ -523,24 +523,16 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             .map_err(|e| ConfigFileError::Security(e.to_string()))?
         }
         None => {
-            let mut single = Listeners::plaintext(
+            // `--kafka-listen` is the listener named PLAINTEXT.
+            Listeners::single(
                 args.kafka_listen
                     .or(file.kafka_listen)
                     .unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid default")),
                 args.advertised_host.clone().or(file.advertised_host.clone()),
                 args.advertised_port.or(file.advertised_port),
-            );
-            // `--kafka-listen` is the listener named PLAINTEXT; the protocol map may say it speaks
-            // another protocol (Kafka allows any name to map to any protocol).
-            if let Some(map) =
-                args.listener_security_protocol_map.as_deref().or(file.listener_security_protocol_map.as_deref())
-            {
-                let mapped =
-                    Listeners::parse(&format!("PLAINTEXT://{}", single.listeners[0].bind), Some(map), None, None)
-                        .map_err(|e| ConfigFileError::Security(e.to_string()))?;
-                single.listeners[0].protocol = mapped.listeners[0].protocol;
-            }
-            single
+                args.listener_security_protocol_map.as_deref().or(file.listener_security_protocol_map.as_deref()),
+            )
+            .map_err(|e| ConfigFileError::Security(e.to_string()))?
         }
     };
     let client_auth = match args.ssl_client_auth.as_deref().or(file.ssl_client_auth.as_deref()) {

@@ -163,8 +163,8 @@ impl AclBinding {
         }
     }
 
-    fn applies_to(&self, principal: &str, host: &str) -> bool {
-        (self.principal == principal || self.principal == "User:*") && (self.host == host || self.host == "*")
+    fn applies_to(&self, principal: &Principal, host: &str) -> bool {
+        (self.principal == "User:*" || principal.is(&self.principal)) && (self.host == host || self.host == "*")
     }
 }
 
@@ -220,6 +220,10 @@ impl AuthorizerSettings {
         text.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
     }
 
+    fn is_super_user(&self, principal: &Principal) -> bool {
+        self.super_users.iter().any(|s| principal.is(s))
+    }
+
     /// The decision for `principal` at `host` doing `operation` on resource `name` of `kind`,
     /// given the cluster's `acls`.
     pub fn authorize(
@@ -234,15 +238,14 @@ impl AuthorizerSettings {
         if !self.enabled {
             return true;
         }
-        let principal = principal.to_string();
-        if self.super_users.contains(&principal) {
+        if self.is_super_user(principal) {
             return true;
         }
         let mut any_matching = false;
         let mut allowed = false;
         for acl in acls.iter().filter(|a| a.resource_type == kind && a.covers(name)) {
             any_matching = true;
-            if !acl.applies_to(&principal, host) {
+            if !acl.applies_to(principal, host) {
                 continue;
             }
             match acl.permission {
@@ -268,12 +271,11 @@ impl AuthorizerSettings {
         if !self.enabled {
             return true;
         }
-        let principal = principal.to_string();
-        if self.super_users.contains(&principal) {
+        if self.is_super_user(principal) {
             return true;
         }
         let of_kind: Vec<&AclBinding> =
-            acls.iter().filter(|a| a.resource_type == kind && a.applies_to(&principal, host)).collect();
+            acls.iter().filter(|a| a.resource_type == kind && a.applies_to(principal, host)).collect();
         let denied_everywhere = of_kind.iter().any(|a| {
             a.permission == Permission::Deny
                 && (a.operation == operation || a.operation == Operation::All)

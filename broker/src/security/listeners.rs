@@ -89,19 +89,32 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    /// One PLAINTEXT listener (the node's `--kafka-listen`, advertised as `--advertised-host`
-    /// and `--advertised-port` say): what a node without `listeners` serves.
-    pub fn plaintext(bind: SocketAddr, advertised_host: Option<String>, advertised_port: Option<u16>) -> Listeners {
-        Listeners {
+    /// The one listener named PLAINTEXT (the node's `--kafka-listen`, advertised as
+    /// `--advertised-host` and `--advertised-port` say): what a node without `listeners` serves.
+    /// It speaks PLAINTEXT unless `protocol_map` maps the name to another protocol (Kafka allows
+    /// any name to map to any protocol).
+    pub fn single(
+        bind: SocketAddr,
+        advertised_host: Option<String>,
+        advertised_port: Option<u16>,
+        protocol_map: Option<&str>,
+    ) -> Result<Listeners, ListenerError> {
+        let protocol = match protocol_map {
+            Some(_) => *self::protocol_map(protocol_map)?
+                .get("PLAINTEXT")
+                .ok_or_else(|| ListenerError::NoProtocol("PLAINTEXT".into()))?,
+            None => SecurityProtocol::Plaintext,
+        };
+        Ok(Listeners {
             listeners: vec![ListenerConfig {
                 name: "PLAINTEXT".into(),
-                protocol: SecurityProtocol::Plaintext,
+                protocol,
                 bind,
                 advertised_host,
                 advertised_port,
             }],
             inter_broker: "PLAINTEXT".into(),
-        }
+        })
     }
 
     pub fn parse(

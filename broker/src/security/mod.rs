@@ -193,6 +193,12 @@ impl Principal {
         &self.name
     }
 
+    /// Whether `text` (`User:<name>`, as ACLs and `super.users` spell principals) names this
+    /// principal; compared without building the string.
+    pub fn is(&self, text: &str) -> bool {
+        text.strip_prefix(Principal::TYPE).and_then(|rest| rest.strip_prefix(':')) == Some(&*self.name)
+    }
+
     pub fn is_anonymous(&self) -> bool {
         &*self.name == "ANONYMOUS"
     }
@@ -264,6 +270,8 @@ mod tests {
     #[test]
     fn principals_print_as_kafka_principals_and_compare_in_constant_time() {
         assert_eq!(Principal::user("alice").to_string(), "User:alice");
+        assert!(Principal::user("alice").is("User:alice"));
+        assert!(!Principal::user("alice").is("User:alicia") && !Principal::user("alice").is("Group:alice"));
         assert!(Principal::anonymous().is_anonymous());
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
