@@ -200,6 +200,70 @@ fn dashboard_shows_cluster_topics_records_and_group_lag_and_manages_topics() {
 }
 
 #[test]
+fn dashboard_logs_in_shows_only_what_the_user_may_see_and_reports_a_denied_action() {
+    // Proves the dashboard of a node whose HTTP API requires authentication: it opens on a
+    // login form (no data, no browser password prompt), a wrong password is reported on the
+    // form, a SCRAM user logs in (an HttpOnly cookie, so the page never holds the password),
+    // the pages show only the topics the user may describe, an action the ACLs refuse shows
+    // the broker's refusal and changes nothing, and logging out returns to the form.
+    if !browser_available() {
+        return;
+    }
+    let _serial = serial();
+    let node = Runnel::start(&[
+        "--http-authentication",
+        "required",
+        "--authorizer-class-name",
+        "standard",
+        "--super-users",
+        "User:admin",
+        "--add-scram",
+        "SCRAM-SHA-256=[name=admin,password=admin-secret]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=alice,password=alice-secret]",
+    ]);
+    let base = node.http_url();
+    let admin = support::HttpApi::new(&node).with_basic("admin", "admin-secret");
+    assert_eq!(admin.post("/v1/topics", &json!({"name": TOPIC, "partitions": 1})).status, 201);
+
+    let browser = Browser::start();
+    browser.navigate(&format!("{base}/#/topics"));
+    browser.wait_for_count(r#"[data-testid="login-form"]"#, 1);
+    browser.wait_for_count(r#"[data-testid="topic-row"]"#, 0);
+    browser.type_into(r#"[data-testid="login-user"]"#, "alice");
+    browser.type_into(r#"[data-testid="login-password"]"#, "wrong");
+    browser.click(r#"[data-testid="login-submit"]"#);
+    browser.wait_for_text(r#"[data-testid="login-error"]"#, "invalid user name or password");
+    browser.type_into(r#"[data-testid="login-password"]"#, "alice-secret");
+    browser.click(r#"[data-testid="login-submit"]"#);
+    browser.wait_for_text(r#"[data-testid="user-name"]"#, "alice");
+    browser.wait_for_count(r#"[data-testid="live-status"][data-state="live"]"#, 1);
+    browser.wait_for_count(r#"[data-testid="create-topic-form"]"#, 1);
+    assert_eq!(
+        browser.count(&format!(r#"[data-testid="topic-row"][data-topic="{TOPIC}"]"#)),
+        0,
+        "alice may not describe it"
+    );
+
+    let form = r#"[data-testid="create-topic-form"]"#;
+    browser.type_into(&format!(r#"{form} input[name="name"]"#), "alice-made");
+    browser.click(r#"[data-testid="create-topic-submit"]"#);
+    let status = r#"[data-testid="create-topic-status"].error"#;
+    let mut seen = None;
+    let refused = wait_until(DEADLINE, || {
+        seen = browser.text(status);
+        seen.as_deref().is_some_and(|t| t.contains("TopicAuthorizationFailed"))
+    });
+    assert!(refused, "the refusal is shown: last saw {seen:?} (page: {})", browser.page_state());
+    assert_eq!(admin.get("/v1/topics/alice-made").status, 404, "a refused action changes nothing");
+
+    browser.click(r#"[data-testid="logout"]"#);
+    browser.wait_for_count(r#"[data-testid="login-form"]"#, 1);
+    browser.navigate(&format!("{base}/#/topics"));
+    browser.wait_for_count(r#"[data-testid="login-form"]"#, 1);
+}
+
+#[test]
 fn dashboard_pages_through_topics_a_page_at_a_time_and_filters_on_the_node() {
     // Proves the Topics page shows one page of 100 topics out of 250 (never all of them),
     // Next and Previous walk the pages in name order, and the filter box is applied by the node

@@ -108,7 +108,9 @@
 
   /** JSON request; non-2xx answers throw ApiError carrying the API's own `message`. */
   async function api(path, { method = "GET", body, signal } = {}) {
-    const headers = { Accept: "application/json" };
+    // X-Runnel-UI: the login cookie authenticates a change only with it (a cross-site page
+    // cannot send it), and a 401 then carries no Basic challenge (no browser password prompt).
+    const headers = { Accept: "application/json", "X-Runnel-UI": "1" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const response = await fetch(path, {
       method,
@@ -1559,6 +1561,10 @@
       setLive("live", "Live", `Updated ${now.toLocaleTimeString()} · every ${POLL_MS / 1000} s`);
     } catch (e) {
       if (mine !== current || isAbort(e)) return;
+      if (e.status === 401) {
+        showLogin(e.message);
+        return;
+      }
       setLive("error", "Unreachable", e.message);
       showBanner(e.message, "poll");
     } finally {
@@ -1603,6 +1609,67 @@
     if (banner && (kind == null || banner.dataset.kind === kind)) banner.remove();
   }
 
+  // ---------------------------------------------------------------------------------------
+  // Login (a node started with --http-authentication required)
+  // ---------------------------------------------------------------------------------------
+
+  /** Replaces the page with the login form; polling stops until a login succeeds. */
+  function showLogin(message) {
+    if (current) {
+      current.controller.abort();
+      current.view.unmount?.();
+      current = null;
+    }
+    clearTimeout(timer);
+    timer = null;
+    running = false;
+    renderUser(null);
+    setLive("error", "Signed out", message || "");
+    document.title = "Log in · Runnel";
+    main.innerHTML = `<div class="page"><form class="login card" data-testid="login-form">
+      <h1>Log in</h1>
+      <p class="muted">This node's HTTP API requires authentication: the name and password of a
+        SCRAM user (the ones Kafka clients use).</p>
+      <label>User <input name="username" autocomplete="username" required data-testid="login-user"></label>
+      <label>Password <input name="password" type="password" autocomplete="current-password" required
+        data-testid="login-password"></label>
+      <button type="submit" data-testid="login-submit">Log in</button>
+      <p class="form-error" data-testid="login-error" role="alert" hidden></p>
+    </form></div>`;
+    const form = main.querySelector("form");
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const error = form.querySelector("[data-testid=login-error]");
+      try {
+        const who = await api("/v1/login", {
+          method: "POST",
+          body: { username: form.elements.username.value, password: form.elements.password.value },
+        });
+        renderUser(who);
+        navigate();
+      } catch (e) {
+        error.textContent = e.message;
+        error.hidden = false;
+      }
+    });
+  }
+
+  /** Who is logged in, in the top bar (nothing for an anonymous dashboard). */
+  function renderUser(who) {
+    const known = Boolean(who && who.method !== "anonymous");
+    document.getElementById("user").hidden = !known;
+    document.getElementById("user-name").textContent = known ? who.principal.replace(/^User:/, "") : "";
+    document.getElementById("logout").hidden = !(who && who.method === "session");
+  }
+
+  document.getElementById("logout").addEventListener("click", async () => {
+    try {
+      await api("/v1/logout", { method: "POST" });
+    } finally {
+      showLogin("Logged out");
+    }
+  });
+
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "hidden") {
       clearTimeout(timer);
@@ -1613,5 +1680,6 @@
     }
   });
   window.addEventListener("hashchange", navigate);
+  api("/v1/whoami").then(renderUser, () => renderUser(null));
   navigate();
 })();

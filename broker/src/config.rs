@@ -12,7 +12,7 @@ use crate::security::acl::AuthorizerSettings;
 use crate::security::listeners::Listeners;
 use crate::security::sasl::SaslSettings;
 use crate::security::tls::{ClientAuth, TlsSettings};
-use crate::security::SecurityConfig;
+use crate::security::{HttpSecurity, SecurityConfig};
 use crate::server::ConnectionLimits;
 
 /// `max.broker.partitions` when unset: five times Kafka's old guidance of 4,000 per broker. At
@@ -106,6 +106,23 @@ pub struct ServeArgs {
     /// Its password (prefer the environment variable to the command line).
     #[arg(long, env = "RUNNEL_INTER_BROKER_SASL_PASSWORD", hide_env_values = true)]
     pub inter_broker_sasl_password: Option<String>,
+    /// Whether HTTP requests authenticate: `none` (every request is `User:ANONYMOUS`) or
+    /// `required` (HTTP Basic with a SCRAM user's password, a bearer token from
+    /// `POST /v1/tokens`, or the dashboard's login cookie; only the dashboard's static files,
+    /// `/openapi.json` and `POST /v1/login` are open) [default: none].
+    #[arg(long, env = "RUNNEL_HTTP_AUTHENTICATION")]
+    pub http_authentication: Option<String>,
+    /// How long a dashboard login lasts [default: 28800000, 8 hours].
+    #[arg(long, env = "RUNNEL_HTTP_SESSION_MS")]
+    pub http_session_ms: Option<u64>,
+    /// The longest lifetime a `POST /v1/tokens` token may ask for (Kafka's
+    /// `delegation.token.max.lifetime.ms`) [default: 604800000, 7 days].
+    #[arg(long, env = "RUNNEL_HTTP_TOKEN_MAX_LIFETIME_MS")]
+    pub http_token_max_lifetime_ms: Option<u64>,
+    /// Unexpired API tokens one principal may hold; dashboard logins beyond it end the oldest
+    /// login [default: 100].
+    #[arg(long, env = "RUNNEL_HTTP_TOKENS_MAX_PER_PRINCIPAL")]
+    pub http_tokens_max_per_principal: Option<usize>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -346,6 +363,10 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    http_authentication: Option<String>,
+    http_session_ms: Option<u64>,
+    http_token_max_lifetime_ms: Option<u64>,
+    http_tokens_max_per_principal: Option<usize>,
     authorizer_class_name: Option<String>,
     sasl_mechanism_inter_broker_protocol: Option<String>,
     inter_broker_sasl_username: Option<String>,
@@ -633,7 +654,31 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
     } else {
         None
     };
+    let http = HttpSecurity {
+        authentication: match args.http_authentication.as_deref().or(file.http_authentication.as_deref()).map(str::trim)
+        {
+            None | Some("none") => false,
+            Some("required") => true,
+            Some(other) => {
+                return Err(ConfigFileError::Security(format!(
+                    "http.authentication {other:?}: expected none or required"
+                )))
+            }
+        },
+        session_ms: args.http_session_ms.or(file.http_session_ms).unwrap_or(8 * 3_600_000).max(1),
+        token_max_lifetime_ms: args
+            .http_token_max_lifetime_ms
+            .or(file.http_token_max_lifetime_ms)
+            .unwrap_or(7 * 24 * 3_600_000)
+            .max(1),
+        tokens_max_per_principal: args
+            .http_tokens_max_per_principal
+            .or(file.http_tokens_max_per_principal)
+            .unwrap_or(100)
+            .max(1),
+    };
     Ok(SecurityConfig {
+        http,
         listeners,
         tls,
         inter_broker_sasl,

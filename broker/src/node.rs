@@ -386,7 +386,12 @@ impl Node {
             }
         }));
 
-        tasks.push(tokio::spawn(crate::http::serve(http_listener, broker.clone(), shutdown_rx.clone())));
+        tasks.push(tokio::spawn(crate::http::serve(
+            http_listener,
+            broker.clone(),
+            config.security.http.clone(),
+            shutdown_rx.clone(),
+        )));
         if let Some(tls) = &listeners.tls {
             tasks.push(tls.spawn_reloader());
         }

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest};
+use kafka_protocol::messages::{
+    ApiKey, EnvelopeRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -297,6 +299,44 @@ impl Peers {
     ) -> Result<R::Response, PeerError> {
         let timeout_error = PeerError::Timeout { node, timeout_ms: timeout.as_millis() as u64 };
         tokio::time::timeout(timeout, self.call_untimed(node, version, request)).await.map_err(|_| timeout_error)?
+    }
+
+    /// [`Peers::call`] on behalf of a client of this node (KIP-590's Envelope): broker `node`
+    /// runs the request as `principal` (`User:<name>`) at `client_ip`, and authorizes it as
+    /// that client, not as this broker.
+    pub async fn call_for<R: Request>(
+        &self,
+        node: u64,
+        version: i16,
+        request: &R,
+        timeout: Duration,
+        principal: &str,
+        client_ip: std::net::IpAddr,
+    ) -> Result<R::Response, PeerError> {
+        let codec = |reason: String| PeerError::Codec { node, reason };
+        let api = ApiKey::try_from(R::KEY).map_err(|_| codec(format!("unknown api key {}", R::KEY)))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_client_id(Some(self.client_id.clone()));
+        let mut inner = BytesMut::new();
+        header.encode(&mut inner, api.request_header_version(version)).map_err(|e| codec(e.to_string()))?;
+        request.encode(&mut inner, version).map_err(|e| codec(e.to_string()))?;
+        let address = match client_ip {
+            std::net::IpAddr::V4(ip) => Bytes::copy_from_slice(&ip.octets()),
+            std::net::IpAddr::V6(ip) => Bytes::copy_from_slice(&ip.octets()),
+        };
+        let envelope = EnvelopeRequest::default()
+            .with_request_data(inner.freeze())
+            .with_request_principal(Some(Bytes::copy_from_slice(principal.as_bytes())))
+            .with_client_host_address(address);
+        let answer = self.call(node, 0, &envelope, timeout).await?;
+        if answer.error_code != 0 {
+            return Err(codec(format!("forwarded request refused (Envelope error {})", answer.error_code)));
+        }
+        let mut data = answer.response_data.ok_or_else(|| codec("Envelope answer without a response".into()))?;
+        ResponseHeader::decode(&mut data, api.response_header_version(version)).map_err(|e| codec(e.to_string()))?;
+        R::Response::decode(&mut data, version).map_err(|e| codec(e.to_string()))
     }
 
     async fn call_untimed<R: Request>(&self, node: u64, version: i16, request: &R) -> Result<R::Response, PeerError> {

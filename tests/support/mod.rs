@@ -399,6 +399,8 @@ pub struct HttpApi {
     runtime: tokio::runtime::Runtime,
     client: reqwest::Client,
     pub base: String,
+    /// Sent with every request (credentials, `X-Runnel-UI`, a cookie).
+    pub headers: Vec<(String, String)>,
 }
 
 /// One HTTP answer: status, body text, and the body as JSON when it is JSON.
@@ -408,6 +410,7 @@ pub struct HttpAnswer {
     pub content_type: String,
     pub text: String,
     pub json: serde_json::Value,
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl HttpApi {
@@ -418,7 +421,20 @@ impl HttpApi {
     pub fn at(base: &str) -> HttpApi {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        HttpApi { runtime, client, base: base.trim_end_matches('/').to_string() }
+        HttpApi { runtime, client, base: base.trim_end_matches('/').to_string(), headers: Vec::new() }
+    }
+
+    /// The same API with `name: value` sent on every request.
+    pub fn with_header(mut self, name: &str, value: &str) -> HttpApi {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// The same API authenticating with HTTP Basic.
+    pub fn with_basic(self, user: &str, password: &str) -> HttpApi {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        self.with_header("authorization", &format!("Basic {encoded}"))
     }
 
     /// The sum of every series of metric `name` on the node's `/metrics` (0 when absent).
@@ -434,6 +450,9 @@ impl HttpApi {
     pub fn call(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> HttpAnswer {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut request = self.client.request(method, format!("{}{}", self.base, path));
+        for (name, value) in &self.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);
         }
@@ -445,9 +464,10 @@ impl HttpApi {
             let status = response.status().as_u16();
             let content_type =
                 response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let headers = response.headers().clone();
             let text = response.text().await.expect("HTTP body");
             let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-            HttpAnswer { status, content_type, text, json }
+            HttpAnswer { status, content_type, text, json, headers }
         })
     }
 

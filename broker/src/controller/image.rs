@@ -25,8 +25,8 @@ use super::election::{
     check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
 use super::record::{
-    ApplyOutcome, AssignorImage, ListenerEndpoint, MetadataRecord, NodeId, ReplicaAssignment, TransformImage,
-    ValidatorImage,
+    ApplyOutcome, AssignorImage, AuditEntry, HttpToken, ListenerEndpoint, MetadataRecord, NodeId, ReplicaAssignment,
+    TransformImage, ValidatorImage,
 };
 use crate::security::acl::AclBinding;
 use crate::security::scram::{ScramCredential, ScramMechanism};
@@ -52,6 +52,10 @@ pub struct MetadataImage {
     pub acls: Arc<std::collections::BTreeSet<AclBinding>>,
     /// SCRAM credentials by user and mechanism (SASL PLAIN checks passwords against them too).
     pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
+    /// Bearer tokens of the HTTP API by id (shared between images until one changes them).
+    pub http_tokens: Arc<BTreeMap<String, HttpToken>>,
+    /// Changes of deployed code, oldest first, at most `AUDIT_ENTRIES_MAX`.
+    pub audit: Arc<std::collections::VecDeque<AuditEntry>>,
     /// The first producer id no broker was given yet (Kafka's `ProducerIdsRecord.nextProducerId`).
     pub next_producer_id: i64,
     /// Raft log index of the last applied entry (0 before anything was applied; the first entry of a
@@ -397,6 +401,28 @@ impl MetadataImage {
                     acls_now.remove(&binding);
                 }
                 ApplyOutcome::Applied
+            }
+            MetadataRecord::IssueHttpToken { token } => {
+                Arc::make_mut(&mut self.http_tokens).insert(token.id.clone(), token.clone());
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::RevokeHttpTokens { ids } => {
+                let tokens = Arc::make_mut(&mut self.http_tokens);
+                for id in ids {
+                    tokens.remove(id);
+                }
+                ApplyOutcome::Applied
+            }
+            MetadataRecord::Audited { record, entry } => {
+                let outcome = self.apply(record);
+                if outcome == ApplyOutcome::Applied {
+                    let audit = Arc::make_mut(&mut self.audit);
+                    if audit.len() == super::record::AUDIT_ENTRIES_MAX {
+                        audit.pop_front();
+                    }
+                    audit.push_back(entry.clone());
+                }
+                outcome
             }
             MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {

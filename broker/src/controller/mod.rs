@@ -46,9 +46,10 @@ pub use self::error::{ControllerError, RaftFailure};
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{
-    AclEntry, ApplyOutcome, AssignorImage, AssignorSpec, DeliveryMode, ErrorPolicy, ListenerEndpoint, MetadataRecord,
-    ModuleBytes, NodeId, ReplicaAssignment, StartPosition, TransformImage, TransformSpec, ValidatorFailure,
-    ValidatorImage, ValidatorSpec, COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
+    AclEntry, ApplyOutcome, AssignorImage, AssignorSpec, AuditEntry, DeliveryMode, ErrorPolicy, HttpToken,
+    HttpTokenKind, ListenerEndpoint, MetadataRecord, ModuleBytes, NodeId, ReplicaAssignment, StartPosition,
+    TransformImage, TransformSpec, ValidatorFailure, ValidatorImage, ValidatorSpec, COMMIT_INTERVAL_MS_DEFAULT,
+    STATE_BYTES_MAX_DEFAULT,
 };
 
 use self::disk::{DirLock, StoreError, Transient};

@@ -130,12 +130,82 @@ pub enum MetadataRecord {
     CreateAcls { acls: Vec<AclEntry> },
     /// Removes ACLs (Kafka's `RemoveAccessControlEntryRecord`s); absent ones are skipped.
     DeleteAcls { acls: Vec<AclEntry> },
+    /// Issues a bearer token of the HTTP API (`POST /v1/tokens`, a dashboard login, a node's
+    /// own token for node-to-node HTTP): the hash of its secret, never the secret.
+    IssueHttpToken { token: HttpToken },
+    /// Revokes HTTP tokens (absent ones are skipped).
+    RevokeHttpTokens { ids: Vec<String> },
+    /// A change of deployed code (a transform, validator or assignor deployed, paused, resumed
+    /// or deleted) with who made it: applies `record`, and only if that applied, appends `entry`
+    /// to the image's audit log. The outcome is `record`'s.
+    Audited { record: Box<MetadataRecord>, entry: AuditEntry },
     /// Several records in one raft entry (CreateTopics or DeleteTopics of many topics: one
     /// proposal, one commit), applied in order and each on its own, as Kafka answers each topic
     /// of a request on its own: one rejected record leaves the others applied. The outcome is
     /// `ApplyOutcome::Batch`, one per record.
     Batch(Vec<MetadataRecord>),
 }
+
+/// A bearer token of the HTTP API as the quorum stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpToken {
+    /// Public part of the token (`rnl_<id>_<secret>`), how it is listed and revoked.
+    pub id: String,
+    /// Whom it authenticates (`User:<name>`).
+    pub principal: String,
+    /// SHA-256 of the secret part.
+    pub secret_sha256: Vec<u8>,
+    pub kind: HttpTokenKind,
+    /// The proposer's clock, ms since the epoch.
+    pub issued_ms: i64,
+    /// After this (ms since the epoch) the token authenticates nothing.
+    pub expires_ms: i64,
+    /// What its owner said it is for.
+    pub description: String,
+}
+
+/// How a token came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpTokenKind {
+    /// `POST /v1/tokens`, for scripts.
+    Api,
+    /// A dashboard login (its cookie).
+    Session,
+    /// A node's credential for its own HTTP calls to the other nodes.
+    Node,
+}
+
+impl HttpTokenKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            HttpTokenKind::Api => "api",
+            HttpTokenKind::Session => "session",
+            HttpTokenKind::Node => "node",
+        }
+    }
+}
+
+/// One entry of the audit log of deployed code: who did what to which module, when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// The proposer's clock, ms since the epoch.
+    pub at_ms: i64,
+    /// `User:<name>` of the HTTP client.
+    pub principal: String,
+    /// The client's address.
+    pub client_host: String,
+    /// `deploy`, `pause`, `resume` or `delete`.
+    pub action: String,
+    /// `transform`, `validator` or `assignor`.
+    pub kind: String,
+    pub name: String,
+    /// SHA-256 of the deployed module (deployments only).
+    pub sha256: Option<String>,
+}
+
+/// Entries the audit log keeps (the oldest go first; each entry is also logged).
+pub const AUDIT_ENTRIES_MAX: usize = 10_000;
 
 /// One Kafka listener of a registered broker, as clients that connect to the listener of that
 /// name are told to reach it.

@@ -61,6 +61,11 @@ struct ImageDto {
     /// Absent in snapshots written before ACLs.
     #[serde(default)]
     acls: Vec<super::record::AclEntry>,
+    /// Absent in snapshots written before HTTP authentication.
+    #[serde(default)]
+    http_tokens: Vec<super::record::HttpToken>,
+    #[serde(default)]
+    audit: Vec<super::record::AuditEntry>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -161,6 +166,8 @@ fn encode_image(image: &MetadataImage) -> Result<Vec<u8>, StoreError> {
         assignors: image.assignors.values().map(|a| (**a).clone()).collect(),
         next_producer_id: image.next_producer_id,
         acls: image.acls.iter().map(super::record::AclEntry::of).collect(),
+        http_tokens: image.http_tokens.values().cloned().collect(),
+        audit: image.audit.iter().cloned().collect(),
         scram_credentials: image
             .scram_credentials
             .iter()
@@ -214,6 +221,8 @@ fn decode_image(bytes: &[u8]) -> Result<MetadataImage, ImageDecodeError> {
         assignors: dto.assignors.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
         next_producer_id: dto.next_producer_id,
         acls: Arc::new(dto.acls.iter().filter_map(|a| a.binding()).collect()),
+        http_tokens: Arc::new(dto.http_tokens.into_iter().map(|t| (t.id.clone(), t)).collect()),
+        audit: Arc::new(dto.audit.into_iter().collect()),
         scram_credentials: dto
             .scram_credentials
             .into_iter()

@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::{DeleteTopicsRequest, IncrementalAlterConfigsRequest};
+use kafka_protocol::ResponseError;
 
+use super::auth::require;
 use super::error::{ApiError, ApiResult};
 use super::{kafka, Http};
 use crate::controller::{PartitionImage, TopicImage};
 use crate::group::OFFSETS_TOPIC;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::{self, create_topics};
 use crate::server::Broker;
 
@@ -21,6 +24,12 @@ pub async fn create_topic(
     replication_factor: i16,
     configs: BTreeMap<String, String>,
 ) -> ApiResult<()> {
+    if !create_topics::may_create(&http.broker, name) {
+        return Err(ApiError::kafka(
+            ResponseError::TopicAuthorizationFailed,
+            Some(&format!("may not create '{name}'")),
+        ));
+    }
     let assignment = create_topics::Assignment::Auto { partitions, replication_factor };
     create_topics::validate_and_create(&http.broker, name, assignment, configs, false)
         .await
@@ -30,6 +39,9 @@ pub async fn create_topic(
 }
 
 pub async fn delete_topic(http: &Http, name: &str) -> ApiResult<()> {
+    // Refused before the 404, as DeleteTopics does: a client that may not delete the topic
+    // does not learn whether it exists.
+    require(&http.broker, Operation::Delete, ResourceType::Topic, name)?;
     if !http.broker.controller.image().topics.contains_key(name) {
         return Err(ApiError::unknown_topic(name));
     }
@@ -73,6 +85,8 @@ pub async fn alter_topic_configs(
     set: &[(String, String)],
     delete: &[String],
 ) -> ApiResult<()> {
+    // Refused before the 404, as IncrementalAlterConfigs does.
+    require(&http.broker, Operation::AlterConfigs, ResourceType::Topic, topic)?;
     if !http.broker.controller.image().topics.contains_key(topic) {
         return Err(ApiError::unknown_topic(topic));
     }
@@ -320,13 +334,19 @@ pub async fn group(http: &Http, group_id: &str) -> ApiResult<GroupView> {
 }
 
 /// [`group`] without loading offsets first (the metrics scrape loads them once itself).
+///
+/// The offsets (and so the lag) are those of the topics the client may DESCRIBE, as Kafka's
+/// OffsetFetch of all topics leaves the others out; the caller checks DESCRIBE on the group.
+/// The metrics scrape runs outside any client scope and sees every topic.
 pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     let description = broker.groups.membership.describe(group_id);
     let consumer = broker.groups.consumers.describe(group_id);
-    let committed = broker.groups.offsets.fetch(group_id, None).unwrap_or_default();
+    let mut committed = broker.groups.offsets.fetch(group_id, None).unwrap_or_default();
     if description.is_none() && consumer.is_none() && committed.is_empty() {
         return None;
     }
+    let mut describable = describable_topics(broker);
+    committed.retain(|(topic, ..)| describable(topic));
     let image = broker.controller.image();
     let coordinator = image.topics.get(OFFSETS_TOPIC).and_then(|t| {
         t.partitions.get(crate::group::partition_for(group_id, t.partitions.len() as u32) as usize)?.leader
@@ -417,8 +437,25 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     })
 }
 
+/// Whether the client may DESCRIBE a topic, the ACLs scanned once per topic (a group's offsets
+/// name each topic once per partition).
+pub fn describable_topics(broker: &Broker) -> impl FnMut(&str) -> bool + '_ {
+    let mut known: BTreeMap<String, bool> = BTreeMap::new();
+    move |topic| match known.get(topic) {
+        Some(&allowed) => allowed,
+        None => {
+            let allowed = broker.authorized(Operation::Describe, ResourceType::Topic, topic);
+            known.insert(topic.to_string(), allowed);
+            allowed
+        }
+    }
+}
+
 pub async fn delete_group(http: &Http, group_id: &str) -> ApiResult<()> {
     use kafka_protocol::messages::{DeleteGroupsRequest, GroupId};
+    // Refused before the 404, as DeleteGroups does: a client that may not delete the group
+    // does not learn whether it exists.
+    require(&http.broker, Operation::Delete, ResourceType::Group, group_id)?;
     // 404 for a group nobody knows, even before `__consumer_offsets` exists.
     group(http, group_id).await?;
     let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(handlers::str_bytes(group_id))]);
@@ -527,6 +564,8 @@ pub async fn transactions(http: &Http) -> (Vec<TxnView>, Vec<u64>) {
 /// One transactional id, from its coordinator (the leader of its `__transaction_state`
 /// partition); 404 when it is unknown.
 pub async fn transaction(http: &Http, transactional_id: &str) -> ApiResult<TxnView> {
+    // Refused before the 404s, as DescribeTransactions does.
+    require(&http.broker, Operation::Describe, ResourceType::TransactionalId, transactional_id)?;
     let image = http.broker.controller.image();
     let me = http.broker.settings.node_id;
     let not_found = || {

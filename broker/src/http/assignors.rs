@@ -19,12 +19,15 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use utoipa::ToSchema;
 
+use super::auth::require;
 use super::error::{ApiError, ApiResult, ErrorBody, Path, Query};
+use super::tokens::audited;
 use super::transforms::{
     ask_others, ask_others_until, check_module, hex, read_upload, tail_logs, Logs, LogsQuery, ViewQuery,
 };
 use crate::controller::{ApplyOutcome, AssignorImage, AssignorSpec, MetadataRecord, ModuleBytes};
 use crate::group::assignor;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::validate_topic_name;
 
 const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
@@ -148,18 +151,21 @@ pub async fn deploy(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
+    let existed = http.broker.controller.image().assignors.contains_key(&name);
+    let operation = if existed { Operation::Alter } else { Operation::Create };
+    require(&http.broker, operation, ResourceType::Assignor, &name)?;
     let (config, module) = read_upload::<AssignorConfig>(request).await?;
     let spec = validate(&http, &name, config)?;
     let module = check_module(&http, module, |runtime, bytes| runtime.assignor(bytes).map(|_| ())).await?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
-    let existed = http.broker.controller.image().assignors.contains_key(&name);
     let record = MetadataRecord::DeployAssignor {
         name: name.clone(),
         spec,
         module: ModuleBytes(module),
-        sha256,
+        sha256: sha256.clone(),
         deployed_ms: crate::log::now_ms(),
     };
+    let record = audited(record, "deploy", ResourceType::Assignor, &name, Some(sha256));
     match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {}
         Ok(other) => return Err(ApiError::internal(format!("deploy: unexpected outcome {other:?}"))),
@@ -256,6 +262,7 @@ pub async fn list(State(http): State<super::State>, Query(query): Query<ViewQuer
     let assignors = image
         .assignors
         .values()
+        .filter(|a| http.broker.authorized(Operation::Describe, ResourceType::Assignor, &a.name))
         .map(|a| {
             let mut nodes: Vec<AssignorNode> = local_node(&http, a).into_iter().collect();
             nodes.extend(remote.remove(&a.name).unwrap_or_default());
@@ -275,6 +282,7 @@ pub async fn describe(
     Query(query): Query<ViewQuery>,
 ) -> ApiResult<Json<AssignorDetail>> {
     let node_only = query.node_only()?;
+    require(&http.broker, Operation::Describe, ResourceType::Assignor, &name)?;
     let image = http.broker.controller.image();
     let assignor = image.assignors.get(&name).ok_or_else(|| unknown(&name))?;
     let me = http.broker.settings.node_id;
@@ -296,7 +304,10 @@ pub async fn describe(
 #[utoipa::path(delete, path = "/v1/assignors/{name}", tag = "v1", params(("name" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    match http.broker.controller.propose(MetadataRecord::DeleteAssignor { name: name.clone() }).await {
+    require(&http.broker, Operation::Delete, ResourceType::Assignor, &name)?;
+    let record =
+        audited(MetadataRecord::DeleteAssignor { name: name.clone() }, "delete", ResourceType::Assignor, &name, None);
+    match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {
             http.broker.assignors.reconcile(&http.broker.controller.image()).await;
             Ok(StatusCode::NO_CONTENT)
@@ -315,6 +326,7 @@ pub async fn logs(
     Path(name): Path<String>,
     Query(query): Query<LogsQuery>,
 ) -> ApiResult<Json<Logs>> {
+    require(&http.broker, Operation::Describe, ResourceType::Assignor, &name)?;
     if !http.broker.controller.image().assignors.contains_key(&name) {
         return Err(unknown(&name));
     }

@@ -38,6 +38,7 @@ use super::kafka::Route;
 use super::records::{self, ReadRecord};
 use super::{kafka, Http, LONG_POLL_MAX_MS};
 use crate::group::embedded;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::{self, str_bytes, topic_name};
 
 /// At most this many instances on a node (each holds a group membership and a task).
@@ -103,8 +104,10 @@ pub struct Settings {
     pub auto_commit: bool,
     pub instance_timeout: Duration,
     pub request_timeout_ms: u64,
-    /// The HTTP client that created the instance (the member's `client_host`).
-    pub peer: std::net::SocketAddr,
+    /// The HTTP client that created the instance: its address is the member's `client_host`,
+    /// its principal is who the membership acts as, and only that principal may use the
+    /// instance (others are told it does not exist).
+    pub client: crate::server::ClientContext,
 }
 
 type TopicPartition = (String, i32);
@@ -231,16 +234,27 @@ pub fn get(http: &Http, group: &str, name: &str) -> ApiResult<Arc<Instance>> {
         .consumers
         .lock()
         .get(&(group.to_string(), name.to_string()))
+        .filter(|i| owned_by_requester(i))
         .cloned()
         .ok_or_else(|| not_found(group, name))?;
     instance.touch();
     Ok(instance)
 }
 
+/// Whether the request being served comes from the principal that created `instance` (the
+/// node's own calls always do).
+fn owned_by_requester(instance: &Instance) -> bool {
+    crate::server::current_client().is_none_or(|c| c.principal == instance.settings.client.principal)
+}
+
 /// Removes an instance: commits what it returned (with auto commit) and leaves the group.
 pub async fn delete(http: &Arc<Http>, group: &str, name: &str) -> ApiResult<()> {
-    let instance =
-        http.consumers.lock().remove(&(group.to_string(), name.to_string())).ok_or_else(|| not_found(group, name))?;
+    let instance = {
+        let mut instances = http.consumers.lock();
+        let key = (group.to_string(), name.to_string());
+        instances.get(&key).filter(|i| owned_by_requester(i)).ok_or_else(|| not_found(group, name))?;
+        instances.remove(&key).ok_or_else(|| not_found(group, name))?
+    };
     close(http, &instance).await;
     Ok(())
 }
@@ -302,6 +316,9 @@ pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<S
     if topics.is_empty() {
         return Err(ApiError::invalid("subscribe to at least one topic"));
     }
+    for topic in &topics {
+        super::auth::require(&http.broker, Operation::Describe, ResourceType::Topic, topic)?;
+    }
     let image = http.broker.controller.image();
     if let Some(unknown) = topics.iter().find(|t| !image.topics.contains_key(t.as_str())) {
         return Err(ApiError::unknown_topic(unknown));
@@ -313,14 +330,16 @@ pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<S
         state.manual = false;
     }
     let _ = instance.stop.send(false);
-    let (peer, stop) = (instance.settings.peer, instance.stop.subscribe());
+    // The membership acts as the instance's creator, on every broker it reaches.
+    let (client, stop) = (instance.settings.client.clone(), instance.stop.subscribe());
     let task = match instance.settings.protocol {
         GroupProtocol::Classic => {
-            tokio::spawn(crate::server::as_peer(peer, run_membership(http.clone(), instance.clone(), stop)))
+            tokio::spawn(crate::server::as_client(client, run_membership(http.clone(), instance.clone(), stop)))
         }
-        GroupProtocol::Consumer { .. } => {
-            tokio::spawn(crate::server::as_peer(peer, run_consumer_membership(http.clone(), instance.clone(), stop)))
-        }
+        GroupProtocol::Consumer { .. } => tokio::spawn(crate::server::as_client(
+            client,
+            run_consumer_membership(http.clone(), instance.clone(), stop),
+        )),
     };
     *instance.member_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     Ok(())

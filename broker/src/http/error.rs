@@ -19,10 +19,11 @@ use utoipa::ToSchema;
 pub struct ErrorBody {
     /// HTTP status × 100 + a sub-code: 40001 malformed JSON, 40002 bad query or path parameter,
     /// 40401 unknown topic, 40402 unknown partition, 40403 unknown consumer instance, 40404
-    /// unknown group, 40405 no such route, 40801 consumer request timed out, 40901 topic exists,
+    /// unknown group, 40101 authentication required or failed, 40301 not authorized (the ACLs),
+    /// 40302 a cookie-authenticated change without X-Runnel-UI, 40405 no such route, 40801 consumer request timed out, 40901 topic exists,
     /// 40902 consumer instance exists, 40903 group not empty, 40904 consumer not subscribed,
     /// 41301 body or record too large, 41501 unsupported content type, 42201 body does not match
-    /// the schema, 42202 invalid value, 50001 broker error, 50301 retriable (no leader or
+    /// the schema, 42202 invalid value, 42901 too many tokens, 50001 broker error, 50301 retriable (no leader or
     /// coordinator yet), 50401 broker timeout.
     pub error_code: u32,
     pub message: String,
@@ -56,6 +57,10 @@ impl ApiError {
     }
     pub fn bad_parameter(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, 40002, message)
+    }
+    /// The principal may not do this (the ACLs refuse it).
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, 40301, message)
     }
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, 50001, message)
@@ -92,6 +97,10 @@ impl ApiError {
             | E::NotController
             | E::KafkaStorageError => (StatusCode::SERVICE_UNAVAILABLE, 50301),
             E::RequestTimedOut => (StatusCode::GATEWAY_TIMEOUT, 50401),
+            E::TopicAuthorizationFailed
+            | E::GroupAuthorizationFailed
+            | E::ClusterAuthorizationFailed
+            | E::TransactionalIdAuthorizationFailed => (StatusCode::FORBIDDEN, 40301),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
         };
         let name = format!("{code:?}");

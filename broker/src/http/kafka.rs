@@ -79,7 +79,11 @@ fn route_to(node_id: u64, image: &MetadataImage, node: Option<u64>) -> Route {
     }
 }
 
-/// Sends `request` to broker `node` in the version `api` names, answered within `timeout`.
+/// Sends `request` to broker `node` in the version `api` names, answered within `timeout`. For
+/// an HTTP client (a request the auth layer scoped), the request travels in an Envelope
+/// (KIP-590) naming the client's principal and address, so the other broker authorizes it as
+/// that client; the node's own calls (consumer-instance upkeep outside a request) go as the
+/// node.
 pub async fn forward<R: Request>(
     http: &Http,
     node: u64,
@@ -88,5 +92,13 @@ pub async fn forward<R: Request>(
     timeout: Duration,
 ) -> ApiResult<R::Response> {
     debug_assert_eq!(api as i16, R::KEY);
-    http.broker.peers.call(node, version, request, timeout).await.map_err(|e| ApiError::peer(&e))
+    let peers = &http.broker.peers;
+    let answer = match crate::server::current_client() {
+        Some(client) => {
+            let principal = client.principal.to_string();
+            peers.call_for(node, version, request, timeout, &principal, client.peer.ip()).await
+        }
+        None => peers.call(node, version, request, timeout).await,
+    };
+    answer.map_err(|e| ApiError::peer(&e))
 }

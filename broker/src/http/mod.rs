@@ -16,11 +16,13 @@
 
 mod admin;
 mod assignors;
+mod auth;
 mod consumer;
 pub mod error;
 mod kafka;
 mod observe;
 pub mod records;
+mod tokens;
 mod transforms;
 mod ui;
 mod v1;
@@ -58,6 +60,10 @@ pub struct Http {
     /// Java client's sticky partitioner, per request).
     sticky: AtomicU32,
     shutdown: watch::Receiver<bool>,
+    /// Who requests come from (`auth`).
+    auth: auth::HttpAuth,
+    /// Whether this listener serves HTTPS.
+    tls: bool,
 }
 
 impl Http {
@@ -89,6 +95,12 @@ struct ApiDoc;
 fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
     let (router, doc) = OpenApiRouter::<State>::with_openapi(ApiDoc::openapi())
         .routes(routes!(v1::cluster))
+        .routes(routes!(tokens::whoami))
+        .routes(routes!(tokens::login))
+        .routes(routes!(tokens::logout))
+        .routes(routes!(tokens::create_token, tokens::list_tokens))
+        .routes(routes!(tokens::revoke_token))
+        .routes(routes!(tokens::audit))
         .routes(routes!(v1::list_topics, v1::create_topic))
         .routes(routes!(v1::describe_topic, v1::delete_topic))
         .routes(routes!(v1::topic_configs, v1::alter_topic_configs))
@@ -137,8 +149,8 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
-/// The whole router: API, OpenAPI document, dashboard, JSON 404/405, metrics per route and
-/// the body limit.
+/// The whole router: API, OpenAPI document, dashboard, JSON 404/405, metrics per route,
+/// authentication (every request, `auth`) and the body limit.
 pub fn router(state: State) -> Router {
     let body_max = state.broker.settings.request_max_bytes;
     let (api, doc) = api(state.clone());
@@ -148,6 +160,7 @@ pub fn router(state: State) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::track))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(DefaultBodyLimit::max(body_max))
 }
 
@@ -189,13 +202,25 @@ impl axum::serve::Listener for BackoffListener {
 }
 
 /// Serves HTTP until `shutdown` turns true; in-flight long polls end early then.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    security: crate::security::HttpSecurity,
+    shutdown: watch::Receiver<bool>,
+) {
     let state = Arc::new(Http {
         consumers: consumer::Consumers::new(),
         broker,
         sticky: AtomicU32::new(0),
         shutdown: shutdown.clone(),
+        auth: auth::HttpAuth::new(security),
+        tls: false,
     });
+    if state.auth.settings.authentication || state.broker.settings.authorizer.enabled {
+        // Issued now, so the other nodes know it before this node first asks them anything.
+        let state = state.clone();
+        tokio::spawn(async move { state.auth.node_token(&state.broker).await });
+    }
     let reaper = tokio::spawn(consumer::expire_idle(state.clone()));
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop = shutdown.clone();

@@ -31,10 +31,18 @@ pub async fn track(State(http): State<super::State>, request: Request, next: Nex
     response
 }
 
-/// Prometheus metrics of this node (text format 0.0.4).
+/// Prometheus metrics of this node (text format 0.0.4). They name every topic and group, so
+/// they need DESCRIBE on the cluster; checked here, on the request's task: the rendering on the
+/// blocking pool runs outside the client's scope and sees everything.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiError> {
+    super::auth::require(
+        &http.broker,
+        crate::security::acl::Operation::Describe,
+        crate::security::acl::ResourceType::Cluster,
+        crate::security::acl::CLUSTER_NAME,
+    )?;
     let broker = http.broker.clone();
     let text = tokio::task::spawn_blocking(move || {
         let start = Instant::now();

@@ -59,8 +59,16 @@ pub struct ReadRecord {
 pub use crate::partition::partitioner::{murmur2, partition_for_key};
 
 /// Appends `records` to `topic` with acks=all; one result per record, in order. Records of one
-/// partition keep their order and get consecutive offsets.
+/// partition keep their order and get consecutive offsets. Refused (403) unless the client may
+/// WRITE the topic, before the image says whether it exists (Produce's rule; the Produce
+/// handler checks again on the leader).
 pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiResult<Vec<ApiResult<Appended>>> {
+    super::auth::require(
+        &http.broker,
+        crate::security::acl::Operation::Write,
+        crate::security::acl::ResourceType::Topic,
+        topic,
+    )?;
     let image = http.broker.controller.image();
     let partitions = image.topics.get(topic).ok_or_else(|| ApiError::unknown_topic(topic))?.partitions.len() as u32;
     let sticky = http.next_sticky_partition(partitions);

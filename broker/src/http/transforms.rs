@@ -22,11 +22,14 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::require;
 use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, Path, Query};
+use super::tokens::audited;
 use crate::controller::{
     ApplyOutcome, DeliveryMode, ErrorPolicy, MetadataRecord, ModuleBytes, StartPosition, TransformSpec,
     COMMIT_INTERVAL_MS_DEFAULT, STATE_BYTES_MAX_DEFAULT,
 };
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::validate_topic_name;
 
 /// How long the views wait for another node (its DescribeConfigs, then its own view): a node
@@ -422,7 +425,12 @@ pub(super) async fn ask_node<T: serde::de::DeserializeOwned>(
         .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
         .ok_or_else(|| format!("no {HTTP_ADDRESS_CONFIG} in its DescribeConfigs answer"))?;
     let url = format!("http://{address}{path}");
-    let answer = peer_client().get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    let mut ask = peer_client().get(&url);
+    // The other node's HTTP API authenticates: this node's own token (`auth`).
+    if let Some(token) = http.auth.node_token(&http.broker).await {
+        ask = ask.bearer_auth(token);
+    }
+    let answer = ask.send().await.map_err(|e| format!("{url}: {e}"))?;
     if answer.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -599,19 +607,28 @@ pub async fn deploy(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
+    let existed = http.broker.controller.image().transforms.contains_key(&name);
+    let operation = if existed { Operation::Alter } else { Operation::Create };
+    require(&http.broker, operation, ResourceType::Transform, &name)?;
     let (config, module) = read_upload::<DeployConfig>(request).await?;
+    // The module runs as the node: whoever deploys it must be allowed what it will do (checked
+    // before the topics are looked up, so a denied client learns nothing of them).
+    require(&http.broker, Operation::Read, ResourceType::Topic, &config.input_topic)?;
+    for output in config.output_topics.iter().chain(config.dead_letter_topic.as_ref()) {
+        require(&http.broker, Operation::Write, ResourceType::Topic, output)?;
+    }
     let spec = validate(&http, &name, config)?;
     // The runtime refuses another world's component, naming what it is.
     let module = check_module(&http, module, |runtime, bytes| runtime.transform(bytes).map(|_| ())).await?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
-    let existed = http.broker.controller.image().transforms.contains_key(&name);
     let record = MetadataRecord::DeployTransform {
         name: name.clone(),
         spec,
         module: ModuleBytes(module),
-        sha256,
+        sha256: sha256.clone(),
         deployment: uuid::Uuid::new_v4().to_string(),
     };
+    let record = audited(record, "deploy", ResourceType::Transform, &name, Some(sha256));
     match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {}
         Ok(other) => return Err(ApiError::internal(format!("deploy: unexpected outcome {other:?}"))),
@@ -632,6 +649,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 #[utoipa::path(get, path = "/v1/transforms", tag = "v1", params(ViewQuery),
     responses((status = 200, body = TransformList), (status = 422, body = ErrorBody)))]
 pub async fn list(State(http): State<super::State>, Query(query): Query<ViewQuery>) -> ApiResult<Json<TransformList>> {
+    let may_describe = |name: &str| http.broker.authorized(Operation::Describe, ResourceType::Transform, name);
     let node_only = query.node_only()?;
     let me = http.broker.settings.node_id;
     let (answers, nodes_asked, nodes_unreachable) = if node_only {
@@ -649,6 +667,7 @@ pub async fn list(State(http): State<super::State>, Query(query): Query<ViewQuer
     let transforms = image
         .transforms
         .values()
+        .filter(|t| may_describe(&t.name))
         .map(|t| {
             let mut partitions = local_partitions(&http, t);
             partitions.extend(remote.remove(&t.name).unwrap_or_default());
@@ -667,6 +686,7 @@ pub async fn describe(
     Query(query): Query<ViewQuery>,
 ) -> ApiResult<Json<TransformDetail>> {
     let node_only = query.node_only()?;
+    require(&http.broker, Operation::Describe, ResourceType::Transform, &name)?;
     let image = http.broker.controller.image();
     let transform = image.transforms.get(&name).ok_or_else(|| unknown(&name))?;
     if node_only {
@@ -682,8 +702,10 @@ pub async fn describe(
 }
 
 async fn set_paused(http: &super::Http, name: &str, paused: bool) -> ApiResult<StatusCode> {
+    require(&http.broker, Operation::Alter, ResourceType::Transform, name)?;
     let record = MetadataRecord::SetTransformPaused { name: name.to_string(), paused };
-    propose_known(http, name, record).await
+    let action = if paused { "pause" } else { "resume" };
+    propose_known(http, name, audited(record, action, ResourceType::Transform, name, None)).await
 }
 
 async fn propose_known(http: &super::Http, name: &str, record: MetadataRecord) -> ApiResult<StatusCode> {
@@ -716,7 +738,10 @@ pub async fn resume(State(http): State<super::State>, Path(name): Path<String>) 
 #[utoipa::path(delete, path = "/v1/transforms/{name}", tag = "v1", params(("name" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    propose_known(&http, &name, MetadataRecord::DeleteTransform { name: name.clone() }).await
+    require(&http.broker, Operation::Delete, ResourceType::Transform, &name)?;
+    let record =
+        audited(MetadataRecord::DeleteTransform { name: name.clone() }, "delete", ResourceType::Transform, &name, None);
+    propose_known(&http, &name, record).await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -752,6 +777,7 @@ pub async fn logs(
     Path(name): Path<String>,
     Query(query): Query<LogsQuery>,
 ) -> ApiResult<Json<Logs>> {
+    require(&http.broker, Operation::Describe, ResourceType::Transform, &name)?;
     if !http.broker.controller.image().transforms.contains_key(&name) {
         return Err(unknown(&name));
     }

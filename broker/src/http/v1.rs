@@ -14,10 +14,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::admin;
+use super::auth::require;
 use super::error::{ApiError, ApiResult, JsonBody, Path, Query};
 use super::records::{self, text_or_base64, ReadRecord};
 use super::{kafka, LONG_POLL_MAX_MS};
 use crate::log::records::AbortedFilter;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers;
 
 #[derive(Serialize, ToSchema)]
@@ -103,9 +105,9 @@ pub struct Security {
     /// Whether Kafka requests are authorized with ACLs (`authorizer.class.name`).
     pub authorizer: bool,
     pub listeners: Vec<SecuredListener>,
-    /// Whether HTTP requests authenticate (not built yet: false).
+    /// Whether HTTP requests must authenticate (`--http-authentication required`).
     pub http_authenticated: bool,
-    /// Listeners reachable beyond loopback without authentication.
+    /// Listeners (Kafka and HTTP) reachable beyond loopback without authentication.
     pub warnings: Vec<String>,
 }
 
@@ -162,14 +164,21 @@ fn files(stats: &crate::metrics::FileStats) -> Files {
     }
 }
 
-/// Cluster health: nodes, controller, partition counts, ISR changes, throughput.
+/// Cluster health: nodes, controller, partition counts, ISR changes, throughput. Topic and
+/// partition counts (per node too) are over the topics the client may DESCRIBE, and transforms
+/// over those it may describe, as Metadata lists only those.
 #[utoipa::path(get, path = "/v1/cluster", tag = "v1", responses((status = 200, body = Cluster)))]
 pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
     let broker = &http.broker;
     let image = broker.controller.image();
     let controller_id = broker.controller.leader_id();
     let quorum = broker.controller.quorum();
-    let partitions = || image.topics.values().flat_map(|t| &t.partitions);
+    let topics: Vec<&std::sync::Arc<crate::controller::TopicImage>> = image
+        .topics
+        .values()
+        .filter(|t| broker.authorized(Operation::Describe, ResourceType::Topic, &t.name))
+        .collect();
+    let partitions = || topics.iter().flat_map(|t| &t.partitions);
     let health = admin::PartitionHealth::of(partitions());
     let rates = broker.metrics.rates();
     Json(Cluster {
@@ -195,7 +204,7 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
                 replica_partitions: partitions().filter(|p| p.replicas.contains(&b.node_id)).count(),
             })
             .collect(),
-        topics: image.topics.len(),
+        topics: topics.len(),
         partitions: health.partitions,
         under_replicated_partitions: health.under_replicated,
         offline_partitions: health.offline,
@@ -206,7 +215,11 @@ pub async fn cluster(State(http): State<super::State>) -> Json<Cluster> {
         bytes_out_per_sec: rates.bytes_out_per_sec,
         messages_in_per_sec: rates.messages_in_per_sec,
         connections: broker.metrics.connections.get(),
-        transforms: image.transforms.len(),
+        transforms: image
+            .transforms
+            .keys()
+            .filter(|name| broker.authorized(Operation::Describe, ResourceType::Transform, name))
+            .count(),
         security: security(&broker.settings.security),
     })
 }
@@ -291,7 +304,8 @@ pub struct ListTopicsQuery {
 
 /// Topics with partition counts, sizes, message counts and rates, one page at a time in name
 /// order: only the topics of the page are summarised (their hosted partitions read), so a
-/// node with many topics answers a page in time proportional to the page.
+/// node with many topics answers a page in time proportional to the page. Only the topics the
+/// client may DESCRIBE are listed (and counted in `total`), as Metadata lists them.
 #[utoipa::path(get, path = "/v1/topics", tag = "v1", params(ListTopicsQuery), responses(
     (status = 200, body = TopicList),
     (status = 400, description = "limit outside 1..=5000", body = super::error::ErrorBody)))]
@@ -309,7 +323,9 @@ pub async fn list_topics(
     let prefix = query.prefix.as_deref().unwrap_or("");
     let search = query.search.as_deref().map(str::to_lowercase).unwrap_or_default();
     let matching = |t: &&std::sync::Arc<crate::controller::TopicImage>| {
-        (query.internal || !admin::is_internal(&t.name)) && t.name.to_lowercase().contains(&search)
+        (query.internal || !admin::is_internal(&t.name))
+            && t.name.to_lowercase().contains(&search)
+            && broker.authorized(Operation::Describe, ResourceType::Topic, &t.name)
     };
     let (page, next, total) = page_of(&image.topics, prefix, query.after.as_deref(), limit, matching);
     let topics = page
@@ -437,6 +453,8 @@ pub async fn describe_topic(
     State(http): State<super::State>,
     Path(topic): Path<String>,
 ) -> ApiResult<Json<TopicDetail>> {
+    // Before the 404: a client that may not describe the topic does not learn it exists.
+    require(&http.broker, Operation::Describe, ResourceType::Topic, &topic)?;
     topic_detail(&http, &topic).map(Json)
 }
 
@@ -465,6 +483,8 @@ pub struct ConfigList {
 #[utoipa::path(get, path = "/v1/topics/{topic}/configs", tag = "v1", params(("topic" = String, Path)),
     responses((status = 200, body = ConfigList), (status = 404, body = super::error::ErrorBody)))]
 pub async fn topic_configs(State(http): State<super::State>, Path(topic): Path<String>) -> ApiResult<Json<ConfigList>> {
+    // DescribeConfigs' rule, before the 404.
+    require(&http.broker, Operation::DescribeConfigs, ResourceType::Topic, &topic)?;
     let image = http.broker.controller.image();
     let known = image.topics.get(&topic).ok_or_else(|| ApiError::unknown_topic(&topic))?;
     let configs = admin::topic_configs(&http.broker, known)
@@ -642,6 +662,9 @@ pub async fn browse_records(
             )))
         }
     };
+    // Fetch's rule, checked before the partition here is looked up: its offsets and whether it
+    // exists are read directly, not through ListOffsets or Fetch.
+    require(&http.broker, Operation::Read, ResourceType::Topic, &topic)?;
     let image = http.broker.controller.image();
     let route = kafka::leader_route(http.broker.settings.node_id, &image, &topic, partition_index);
     let (hosted, mut log_start_offset, mut high_watermark) = match route {
@@ -778,7 +801,9 @@ fn coordinated_here(http: &super::Http, group: &str) -> bool {
 }
 
 /// Consumer groups with their state and total lag, each as its coordinator knows it (every node
-/// is asked for the groups it coordinates, `?scope=node`).
+/// is asked for the groups it coordinates, `?scope=node`). ListGroups' rule: DESCRIBE on the
+/// cluster lists every group, else only the groups the client may DESCRIBE; the other nodes
+/// answer this node, not the client, so their lists are filtered here too.
 #[utoipa::path(get, path = "/v1/groups", tag = "v1", params(super::transforms::ViewQuery),
     responses((status = 200, body = GroupList), (status = 422, body = super::error::ErrorBody)))]
 pub async fn list_groups(
@@ -786,9 +811,11 @@ pub async fn list_groups(
     Query(query): Query<super::transforms::ViewQuery>,
 ) -> ApiResult<Json<GroupList>> {
     let node_only = query.node_only()?;
+    let all = http.broker.authorized_cluster(Operation::Describe);
+    let describable = |id: &str| all || http.broker.authorized(Operation::Describe, ResourceType::Group, id);
     let mut groups: BTreeMap<String, GroupSummary> = BTreeMap::new();
     for id in admin::group_ids(&http).await {
-        if node_only && !coordinated_here(&http, &id) {
+        if (node_only && !coordinated_here(&http, &id)) || !describable(&id) {
             continue;
         }
         if let Some(g) = admin::group_loaded(&http.broker, &id) {
@@ -812,7 +839,7 @@ pub async fn list_groups(
         nodes_unreachable = unreachable;
         // The coordinator's view replaces this node's copy of the offsets.
         for list in answers.into_iter().filter_map(|(_, list)| list) {
-            for summary in list.groups {
+            for summary in list.groups.into_iter().filter(|s| describable(&s.group_id)) {
                 groups.insert(summary.group_id.clone(), summary);
             }
         }
@@ -877,7 +904,9 @@ fn path_segment(segment: &str) -> String {
         .collect()
 }
 
-/// A group's members, assignments, committed offsets and lag per partition.
+/// A group's members, assignments, committed offsets and lag per partition: DescribeGroups'
+/// rule (DESCRIBE on the group, before anything says whether it exists), and OffsetFetch's
+/// (only the offsets of topics the client may DESCRIBE).
 #[utoipa::path(get, path = "/v1/groups/{group}", tag = "v1", params(("group" = String, Path), super::transforms::ViewQuery),
     responses((status = 200, body = GroupDetail), (status = 404, body = super::error::ErrorBody)))]
 pub async fn describe_group(
@@ -885,6 +914,7 @@ pub async fn describe_group(
     Path(group): Path<String>,
     Query(query): Query<super::transforms::ViewQuery>,
 ) -> ApiResult<Json<GroupDetail>> {
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group)?;
     // The coordinator's view: only it knows the members and state (this node's copy of the
     // offsets answers if the coordinator does not).
     let image = http.broker.controller.image();
@@ -892,7 +922,7 @@ pub async fn describe_group(
         if !query.node_only()? {
             let path = format!("/v1/groups/{}?scope=node", path_segment(&group));
             match super::transforms::ask_node::<GroupDetail>(&http, node, &path).await {
-                Ok(Some(detail)) => return Ok(Json(detail)),
+                Ok(Some(detail)) => return Ok(Json(describable_offsets(&http, detail))),
                 Ok(None) => return Err(ApiError::unknown_group(&group)),
                 Err(reason) => tracing::debug!(group, node, %reason, "group view: the coordinator did not answer"),
             }
@@ -939,6 +969,16 @@ pub async fn describe_group(
             .collect(),
         total_lag,
     }))
+}
+
+/// The coordinator's `detail` (it answered this node, which may see every topic) with only
+/// the offsets of topics the client may DESCRIBE, and the lag they add up to, as
+/// [`admin::group_loaded`] keeps them here.
+fn describable_offsets(http: &super::Http, mut detail: GroupDetail) -> GroupDetail {
+    let mut describable = admin::describable_topics(&http.broker);
+    detail.offsets.retain(|o| describable(&o.topic));
+    detail.total_lag = detail.offsets.iter().map(|o| o.lag.unwrap_or(0)).sum();
+    detail
 }
 
 /// Deletes an empty group and its committed offsets.

@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::consumer::{self, Format, OffsetReset};
 use super::error::{parse_json, read_body, ApiError, ApiResult, ErrorBody, JsonBody, OptionalJsonBody, Path, Query};
 use super::records::{self, decode_base64, json_bytes, NewRecord, BASE64};
+use crate::security::acl::{Operation, ResourceType};
 use base64::Engine;
 
 const V2_JSON: &str = "application/vnd.kafka.v2+json";
@@ -243,8 +244,14 @@ pub async fn create_consumer(
             consumer::REQUEST_TIMEOUT_MS_DEFAULT,
         )?
         .min(super::LONG_POLL_MAX_MS),
-        peer,
+        client: crate::server::current_client().unwrap_or(crate::server::ClientContext {
+            peer,
+            listener: None,
+            principal: crate::security::Principal::anonymous(),
+        }),
     };
+    // JoinGroup's check (READ on the group), before the instance exists.
+    super::auth::require(&http.broker, Operation::Read, ResourceType::Group, &group)?;
     consumer::create(&http, &group, &name, settings)?;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     Ok(v2(

@@ -12,8 +12,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::admin;
+use super::auth::require;
 use super::error::{read_body, ApiError, ApiResult, ErrorBody, JsonBody, Path};
 use super::records::{self, decode_base64, json_bytes, NewRecord};
+use crate::security::acl::{Operation, ResourceType};
 
 #[derive(Serialize, ToSchema)]
 pub struct Metadata {
@@ -147,6 +149,7 @@ fn topic_of(http: &super::Http, base: &str, topic: &crate::controller::TopicImag
     }
 }
 
+/// The topics the client may DESCRIBE, as Metadata lists them.
 #[utoipa::path(get, path = "/v3/clusters/{cluster_id}/topics", tag = "v3", params(("cluster_id" = String, Path)),
     responses((status = 200, body = KafkaTopicList), (status = 404, body = ErrorBody)))]
 pub async fn list_topics(
@@ -160,7 +163,12 @@ pub async fn list_topics(
     Ok(Json(KafkaTopicList {
         kind: "KafkaTopicList".into(),
         metadata: ListMetadata { self_: format!("{base}/v3/clusters/{cluster_id}/topics"), next: None },
-        data: image.topics.values().map(|t| topic_of(&http, &base, t)).collect(),
+        data: image
+            .topics
+            .values()
+            .filter(|t| http.broker.authorized(Operation::Describe, ResourceType::Topic, &t.name))
+            .map(|t| topic_of(&http, &base, t))
+            .collect(),
     }))
 }
 
@@ -199,6 +207,10 @@ pub async fn create_topic(
     let partitions = request.partitions_count.unwrap_or(-1);
     let replication_factor = request.replication_factor.unwrap_or(-1);
     if request.validate_only {
+        if !crate::server::handlers::create_topics::may_create(&http.broker, &request.topic_name) {
+            let detail = format!("may not create '{}'", request.topic_name);
+            return Err(ApiError::kafka(kafka_protocol::ResponseError::TopicAuthorizationFailed, Some(&detail)));
+        }
         let assignment = crate::server::handlers::create_topics::Assignment::Auto { partitions, replication_factor };
         crate::server::handlers::create_topics::validate_and_create(
             &http.broker,
@@ -232,6 +244,8 @@ pub async fn get_topic(
     Path((cluster_id, topic_name)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaTopic>> {
     check_cluster(&http, &cluster_id)?;
+    // Before the 404: a client that may not describe the topic does not learn it exists.
+    require(&http.broker, Operation::Describe, ResourceType::Topic, &topic_name)?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(&topic_name).ok_or_else(|| ApiError::unknown_topic(&topic_name))?;
     Ok(Json(topic_of(&http, &base_url(&headers), topic)))
@@ -295,6 +309,7 @@ pub async fn list_partitions(
     Path((cluster_id, topic_name)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaPartitionList>> {
     check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Topic, &topic_name)?;
     let base = base_url(&headers);
     let image = http.broker.controller.image();
     let topic = image.topics.get(&topic_name).ok_or_else(|| ApiError::unknown_topic(&topic_name))?;
@@ -317,6 +332,7 @@ pub async fn get_partition(
     Path((cluster_id, topic_name, partition_id)): Path<(String, String, i32)>,
 ) -> ApiResult<Json<KafkaPartition>> {
     check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Topic, &topic_name)?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(&topic_name).ok_or_else(|| ApiError::unknown_topic(&topic_name))?;
     let partition = usize::try_from(partition_id)
@@ -349,7 +365,9 @@ pub struct KafkaTopicConfigList {
     pub data: Vec<KafkaTopicConfig>,
 }
 
+/// DescribeConfigs' rule, before the 404.
 fn configs_of(http: &super::Http, base: &str, topic_name: &str) -> ApiResult<Vec<KafkaTopicConfig>> {
+    require(&http.broker, Operation::DescribeConfigs, ResourceType::Topic, topic_name)?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(topic_name).ok_or_else(|| ApiError::unknown_topic(topic_name))?;
     let cluster_id = &http.broker.settings.cluster_id;
@@ -640,6 +658,8 @@ pub async fn produce_records(
     if parsed.is_empty() {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, 40001, "empty body: send a record object"));
     }
+    // Produce's rule, before the 404 says whether the topic exists.
+    require(&http.broker, Operation::Write, ResourceType::Topic, &topic_name)?;
     if !http.broker.controller.image().topics.contains_key(&topic_name) {
         return Err(ApiError::unknown_topic(&topic_name));
     }
@@ -768,6 +788,8 @@ fn group_of(http: &super::Http, base: &str, g: &admin::GroupView) -> KafkaConsum
     }
 }
 
+/// ListGroups' rule: DESCRIBE on the cluster lists every group, else only the groups the client
+/// may DESCRIBE.
 #[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups", tag = "v3", params(("cluster_id" = String, Path)),
     responses((status = 200, body = KafkaConsumerGroupList), (status = 404, body = ErrorBody)))]
 pub async fn list_groups(
@@ -777,8 +799,12 @@ pub async fn list_groups(
 ) -> ApiResult<Json<KafkaConsumerGroupList>> {
     check_cluster(&http, &cluster_id)?;
     let base = base_url(&headers);
+    let all = http.broker.authorized_cluster(Operation::Describe);
     let mut data = Vec::new();
     for id in admin::group_ids(&http).await {
+        if !all && !http.broker.authorized(Operation::Describe, ResourceType::Group, &id) {
+            continue;
+        }
         if let Some(g) = admin::group_loaded(&http.broker, &id) {
             data.push(group_of(&http, &base, &g));
         }
@@ -799,6 +825,7 @@ pub async fn get_group(
     Path((cluster_id, group_id)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaConsumerGroup>> {
     check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group(&http, &group_id).await?;
     Ok(Json(group_of(&http, &base_url(&headers), &g)))
 }
@@ -826,7 +853,8 @@ pub struct KafkaConsumerLagList {
     pub data: Vec<KafkaConsumerLag>,
 }
 
-/// Lag per partition the group has committed offsets for.
+/// Lag per partition the group has committed offsets for, of the topics the client may
+/// DESCRIBE (DESCRIBE on the group first, as for the group itself).
 #[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/lags", tag = "v3",
     params(("cluster_id" = String, Path), ("consumer_group_id" = String, Path)),
     responses((status = 200, body = KafkaConsumerLagList), (status = 404, body = ErrorBody)))]
@@ -836,6 +864,7 @@ pub async fn group_lags(
     Path((cluster_id, group_id)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaConsumerLagList>> {
     check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group(&http, &group_id).await?;
     let base = base_url(&headers);
     let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags");
@@ -894,6 +923,7 @@ pub async fn group_lag_summary(
     Path((cluster_id, group_id)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaConsumerGroupLagSummary>> {
     check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group(&http, &group_id).await?;
     let max = g.offsets.iter().max_by_key(|o| o.lag.unwrap_or(0));
     let member = max.and_then(|o| o.member).and_then(|i| g.members.get(i));

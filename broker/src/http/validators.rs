@@ -18,11 +18,14 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use utoipa::ToSchema;
 
+use super::auth::require;
 use super::error::{ApiError, ApiResult, ErrorBody, Path, Query};
+use super::tokens::audited;
 use super::transforms::{
     ask_others, ask_others_until, check_module, hex, read_upload, tail_logs, Logs, LogsQuery, ViewQuery,
 };
 use crate::controller::{ApplyOutcome, MetadataRecord, ModuleBytes, ValidatorFailure, ValidatorImage, ValidatorSpec};
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::validate_topic_name;
 
 const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
@@ -151,8 +154,13 @@ pub async fn deploy(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
+    let existed = http.broker.controller.image().validators.contains_key(&name);
+    let operation = if existed { Operation::Alter } else { Operation::Create };
+    require(&http.broker, operation, ResourceType::Validator, &name)?;
     let (config, module) = read_upload::<ValidatorConfig>(request).await?;
     let spec = validate(&name, config)?;
+    // A validator decides what its topic accepts: a change of the topic's behaviour.
+    require(&http.broker, Operation::AlterConfigs, ResourceType::Topic, &spec.topic)?;
     if let Some(other) = http.broker.controller.image().validators.values().find(|v| v.spec.topic == spec.topic) {
         if other.name != name {
             return Err(topic_taken(&spec.topic, &other.name));
@@ -160,9 +168,14 @@ pub async fn deploy(
     }
     let module = check_module(&http, module, |runtime, bytes| runtime.validator(bytes).map(|_| ())).await?;
     let sha256 = hex(&sha2::Sha256::digest(module.as_slice()));
-    let existed = http.broker.controller.image().validators.contains_key(&name);
     let topic = spec.topic.clone();
-    let record = MetadataRecord::DeployValidator { name: name.clone(), spec, module: ModuleBytes(module), sha256 };
+    let record = MetadataRecord::DeployValidator {
+        name: name.clone(),
+        spec,
+        module: ModuleBytes(module),
+        sha256: sha256.clone(),
+    };
+    let record = audited(record, "deploy", ResourceType::Validator, &name, Some(sha256));
     match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {}
         Ok(ApplyOutcome::TopicHasValidator { validator }) => return Err(topic_taken(&topic, &validator)),
@@ -280,6 +293,7 @@ pub async fn list(State(http): State<super::State>, Query(query): Query<ViewQuer
     let validators = image
         .validators
         .values()
+        .filter(|v| http.broker.authorized(Operation::Describe, ResourceType::Validator, &v.name))
         .map(|v| {
             let mut nodes: Vec<ValidatorNode> = local_node(&http, v).into_iter().collect();
             nodes.extend(remote.remove(&v.name).unwrap_or_default());
@@ -298,6 +312,7 @@ pub async fn describe(
     Query(query): Query<ViewQuery>,
 ) -> ApiResult<Json<ValidatorDetail>> {
     let node_only = query.node_only()?;
+    require(&http.broker, Operation::Describe, ResourceType::Validator, &name)?;
     let image = http.broker.controller.image();
     let validator = image.validators.get(&name).ok_or_else(|| unknown(&name))?;
     let me = http.broker.settings.node_id;
@@ -317,7 +332,10 @@ pub async fn describe(
 #[utoipa::path(delete, path = "/v1/validators/{name}", tag = "v1", params(("name" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    match http.broker.controller.propose(MetadataRecord::DeleteValidator { name: name.clone() }).await {
+    require(&http.broker, Operation::Delete, ResourceType::Validator, &name)?;
+    let record =
+        audited(MetadataRecord::DeleteValidator { name: name.clone() }, "delete", ResourceType::Validator, &name, None);
+    match http.broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => {
             http.broker.validators.reconcile(&http.broker.controller.image()).await;
             Ok(StatusCode::NO_CONTENT)
@@ -336,6 +354,7 @@ pub async fn logs(
     Path(name): Path<String>,
     Query(query): Query<LogsQuery>,
 ) -> ApiResult<Json<Logs>> {
+    require(&http.broker, Operation::Describe, ResourceType::Validator, &name)?;
     if !http.broker.controller.image().validators.contains_key(&name) {
         return Err(unknown(&name));
     }

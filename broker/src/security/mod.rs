@@ -41,6 +41,32 @@ pub struct SecurityConfig {
     /// The metadata quorum's raft listener: `CONTROLLER` in `listener.security.protocol.map`
     /// (Kafka's `controller.listener.names`), PLAINTEXT or SSL.
     pub controller_protocol: SecurityProtocol,
+    pub http: HttpSecurity,
+}
+
+/// How the HTTP API authenticates its clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSecurity {
+    /// `--http-authentication required`: every request but the dashboard's static files,
+    /// `/openapi.json` and the login must authenticate.
+    pub authentication: bool,
+    /// How long a dashboard login lasts.
+    pub session_ms: u64,
+    /// The longest lifetime an API token may have.
+    pub token_max_lifetime_ms: u64,
+    /// Unexpired API tokens per principal.
+    pub tokens_max_per_principal: usize,
+}
+
+impl Default for HttpSecurity {
+    fn default() -> HttpSecurity {
+        HttpSecurity {
+            authentication: false,
+            session_ms: 8 * 3_600_000,
+            token_max_lifetime_ms: 7 * 24 * 3_600_000,
+            tokens_max_per_principal: 100,
+        }
+    }
 }
 
 impl SecurityConfig {
@@ -56,7 +82,7 @@ impl SecurityConfig {
 pub struct SecurityReport {
     pub authorizer: bool,
     pub listeners: Vec<ListenerReport>,
-    /// Whether HTTP requests must authenticate (not yet: always false).
+    /// Whether HTTP requests must authenticate (`--http-authentication required`).
     pub http_authenticated: bool,
     pub http_tls: bool,
     pub warnings: Vec<String>,
@@ -103,10 +129,12 @@ impl SecurityReport {
                 authenticated,
             });
         }
-        if !http.ip().is_loopback() {
+        report.http_authenticated = config.http.authentication;
+        if !http.ip().is_loopback() && !config.http.authentication {
             report.warnings.push(format!(
-                "the HTTP API at {http} is reachable beyond loopback and does not authenticate requests \
-                 (HTTP authentication is not built yet): bind it to loopback"
+                "the HTTP API at {http} is reachable beyond loopback and does not authenticate requests: \
+                 anyone who can reach it is served{} (--http-authentication required, or bind it to loopback)",
+                if config.authorizer.enabled { " as User:ANONYMOUS" } else { " everything (no authorizer)" }
             ));
         }
         report
@@ -252,6 +280,7 @@ mod tests {
             authorizer: acl::AuthorizerSettings::default(),
             bootstrap_users: Vec::new(),
             controller_protocol: SecurityProtocol::Plaintext,
+            http: HttpSecurity::default(),
             inter_broker_sasl: None,
         };
         let bound: Vec<(String, std::net::SocketAddr)> =

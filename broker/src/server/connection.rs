@@ -20,16 +20,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, EnvelopeRequest, EnvelopeResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::ResponseError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::response::{pass_through_of, Frame, ResponseBuf};
-use super::session::{as_client, ListenerSecurity, Session};
+use super::session::{as_client, ClientContext, ListenerSecurity, Session};
 use super::{handlers, versions, Broker, ConnectionLimits};
+use crate::security::acl::Operation;
 use crate::security::Principal;
 
 /// The smallest allocation step of a frame body. A body buffer is sized by the bytes that have
@@ -526,15 +528,93 @@ async fn handle_frame(
             let response = session.authenticate(broker, &request);
             return Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?));
         }
+        ApiKey::Envelope => {
+            let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
+            let response = envelope(broker, request, session.context(peer)).await;
+            return Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?));
+        }
         _ => {}
     }
+    serve_request(broker, api, &header, frame, session.context(peer)).await
+}
+
+/// KIP-590's Envelope: a request another broker forwards on behalf of its own client (the HTTP
+/// API's calls for an authenticated user), run with that client's principal and address. Only
+/// a sender allowed CLUSTER_ACTION on the cluster (a broker) may act for someone else; the
+/// inner request is authorized as its client, exactly as if it had come on its own.
+/// Principals travel as `User:<name>` text, the client address as its 4 or 16 address bytes.
+async fn envelope(broker: &Broker, request: EnvelopeRequest, sender: ClientContext) -> EnvelopeResponse {
+    let refused = |error: ResponseError| EnvelopeResponse::default().with_error_code(error.code());
+    let sender_may = as_client(sender.clone(), async { broker.authorized_cluster(Operation::ClusterAction) }).await;
+    if !sender_may {
+        return refused(ResponseError::ClusterAuthorizationFailed);
+    }
+    let Some(client) = enveloped_client(&request, &sender) else {
+        return refused(ResponseError::InvalidRequest);
+    };
+    let mut frame = request.request_data;
+    if frame.len() < 4 {
+        return refused(ResponseError::InvalidRequest);
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let api = match ApiKey::try_from(api_key) {
+        // The exchange and Envelope itself belong to a connection, never inside an envelope.
+        Ok(ApiKey::Envelope | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) | Err(_) => {
+            return refused(ResponseError::InvalidRequest)
+        }
+        Ok(api) if !versions::is_supported(api, version) => return refused(ResponseError::UnsupportedVersion),
+        Ok(api) => api,
+    };
+    let Ok(header) = RequestHeader::decode(&mut frame, api.request_header_version(version)) else {
+        return refused(ResponseError::InvalidRequest);
+    };
+    match serve_request(broker, api, &header, frame, client).await {
+        Ok(Some(response)) => EnvelopeResponse::default().with_response_data(Some(response.into_unframed())),
+        Ok(None) => EnvelopeResponse::default(),
+        Err(e) => {
+            tracing::debug!(error = %e, ?api, "enveloped request refused");
+            refused(ResponseError::InvalidRequest)
+        }
+    }
+}
+
+/// The client an envelope names; `None` when its principal or address does not parse.
+fn enveloped_client(request: &EnvelopeRequest, sender: &ClientContext) -> Option<ClientContext> {
+    let principal = std::str::from_utf8(request.request_principal.as_deref()?).ok()?;
+    let name = principal.strip_prefix(Principal::TYPE)?.strip_prefix(':')?;
+    let address = request.client_host_address.as_ref();
+    let ip = match address.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(address).ok()?),
+        16 => IpAddr::from(<[u8; 16]>::try_from(address).ok()?),
+        _ => return None,
+    };
+    Some(ClientContext {
+        peer: SocketAddr::new(ip, 0),
+        listener: sender.listener.clone(),
+        principal: Principal::user(name),
+    })
+}
+
+/// Decodes the body of one request (its header already read), runs its handler as `client`
+/// and frames the answer (none for acks=0 produce).
+async fn serve_request(
+    broker: &Broker,
+    api: ApiKey,
+    header: &RequestHeader,
+    mut frame: Bytes,
+    client: ClientContext,
+) -> Result<Option<Frame>, ConnectionError> {
+    let (version, correlation_id) = (header.request_api_version, header.correlation_id);
+    let response_header_version = api.response_header_version(version);
+    let decode_error = |e: anyhow::Error| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}"));
     macro_rules! dispatch {
         ($( $key:ident => $module:ident ),* $(,)?) => {
             match api {
                 $(
                     ApiKey::$key => {
                         let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
-                        match as_client(session.context(peer), handlers::$module::handle(broker, &header, request)).await {
+                        match as_client(client.clone(), handlers::$module::handle(broker, header, request)).await {
                             Some(response) => {
                                 Some(frame_response(correlation_id, response_header_version, &response, version)?)
                             }

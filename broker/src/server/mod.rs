@@ -32,7 +32,7 @@ pub use self::errors::{
     record_errors,
 };
 pub use self::session::{
-    as_client, as_peer, client_host, current_client, listener_name, principal, ClientContext, ListenerSecurity,
+    as_client, client_host, current_client, listener_name, principal, ClientContext, ListenerSecurity,
 };
 use crate::controller::{Controller, MetadataImage};
 use crate::log::{ConfigError, LogConfig};

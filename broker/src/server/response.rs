@@ -20,6 +20,15 @@ const PASS_THROUGH_MIN_BYTES: usize = 4096;
 pub struct Frame(Vec<Bytes>);
 
 impl Frame {
+    /// The frame's bytes after its 4-byte size, in one buffer (an Envelope's response data).
+    pub fn into_unframed(self) -> Bytes {
+        let mut bytes = bytes::BytesMut::with_capacity(self.0.iter().map(Bytes::len).sum());
+        for part in &self.0 {
+            bytes.extend_from_slice(part);
+        }
+        bytes.freeze().split_off(4)
+    }
+
     /// Writes every part, with as few `writev` calls as the socket allows.
     pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(mut self, writer: &mut W) -> std::io::Result<()> {
         if self.0.len() == 1 {

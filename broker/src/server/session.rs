@@ -81,12 +81,6 @@ pub async fn as_client<F: std::future::Future>(client: ClientContext, future: F)
     CLIENT.scope(client, future).await
 }
 
-/// Runs `future` as if for a client at `peer` (what `client_host` reports), for requests that
-/// reach the handlers without a Kafka connection (HTTP consumer instances).
-pub async fn as_peer<F: std::future::Future>(peer: SocketAddr, future: F) -> F::Output {
-    as_client(ClientContext { peer, listener: None, principal: Principal::anonymous() }, future).await
-}
-
 /// The security state of one connection.
 pub(super) struct Session {
     listener: Arc<str>,

@@ -63,6 +63,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    // KIP-590: requests one broker forwards for its client (the HTTP API's); between brokers
+    // only, so ApiVersions does not advertise it (as Kafka's broker listeners do not).
+    (ApiKey::Envelope, 0, 0),
 ];
 
 /// The supported range of `api`, if it is implemented.

@@ -4,7 +4,7 @@
 //! version 2 when it is finalized at 2 or more).
 
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use crate::server::{versions, Broker};
@@ -41,6 +41,7 @@ fn with_features(response: ApiVersionsResponse, transaction_version: i16) -> Api
 fn response() -> ApiVersionsResponse {
     let api_keys = versions::SUPPORTED
         .iter()
+        .filter(|(api, _, _)| *api != ApiKey::Envelope)
         .map(|(api, min, max)| {
             let (min, max) = versions::advertised(*api, *min, *max);
             ApiVersion::default().with_api_key(*api as i16).with_min_version(min).with_max_version(max)
@@ -57,7 +58,6 @@ pub fn unsupported_version_response() -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::messages::ApiKey;
 
     #[test]
     fn produce_is_advertised_from_v0_but_only_v3_and_later_are_accepted() {

@@ -171,7 +171,13 @@ pub(crate) struct Created {
     pub replication_factor: u16,
 }
 
-/// Validates and (unless `validate_only`) creates a topic through the quorum.
+/// Whether the client may create topic `name`: Kafka's CREATE on the cluster or on the topic.
+pub(crate) fn may_create(broker: &Broker, name: &str) -> bool {
+    broker.authorized_cluster(Operation::Create) || broker.authorized(Operation::Create, ResourceType::Topic, name)
+}
+
+/// Validates and (unless `validate_only`) creates a topic through the quorum. Unchecked: the
+/// caller authorized the client ([`may_create`]) or creates an internal topic on its own.
 pub(crate) async fn validate_and_create(
     broker: &Broker,
     name: &str,

@@ -1,0 +1,341 @@
+//! Who an HTTP request comes from (issue 15). Every request runs as a client of the Kafka
+//! handlers (`server::as_client`) with the principal its credentials establish, so the ACLs
+//! that govern a Kafka connection govern the HTTP API too — in process, and on the broker a
+//! request is forwarded to (an Envelope carries the principal, `kafka::forward`):
+//! - `Authorization: Basic` with a SCRAM user's name and password (the users SASL knows; a
+//!   verified password is remembered by its hash until the user's credential changes, so
+//!   PBKDF2 runs once per password, not per request);
+//! - `Authorization: Bearer rnl_<id>_<secret>`, a token from `POST /v1/tokens` (stored in the
+//!   metadata quorum as the hash of its secret, so every node accepts it);
+//! - the dashboard's `runnel_session` cookie (a token from `POST /v1/login`: `HttpOnly`,
+//!   `SameSite=Strict`); a request authenticated by it that changes something must also carry
+//!   `X-Runnel-UI`, which a cross-site page cannot send (CSRF);
+//! - a node's own token (kind `node`): the node-to-node calls of the HTTP API, served as the
+//!   node's own work.
+//!
+//! Without credentials a request is `User:ANONYMOUS`, refused with 401 when
+//! `--http-authentication required` (except the dashboard's static files, `/openapi.json` and
+//! `POST /v1/login`). Credentials that do not verify are always refused, never downgraded.
+//!
+//! Invariant: no handler runs outside a client scope except for a node token's request, so an
+//! HTTP request is never mistaken for the node's own (never refused) work.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::Digest;
+
+use super::error::ApiError;
+use crate::controller::{HttpToken, HttpTokenKind, MetadataImage, MetadataRecord};
+use crate::security::{constant_time_eq, HttpSecurity, Principal};
+use crate::server::ClientContext;
+
+/// The dashboard's login cookie.
+pub const SESSION_COOKIE: &str = "runnel_session";
+/// The header the dashboard sends with every call: required with the session cookie for
+/// anything but GET/HEAD (a cross-site form or image cannot set it), and it asks a 401 not to
+/// carry `WWW-Authenticate` (no browser password prompt over the login form).
+pub const UI_HEADER: &str = "x-runnel-ui";
+const TOKEN_PREFIX: &str = "rnl_";
+/// Verified Basic passwords remembered at most (the map is emptied when it is full).
+const VERIFIED_MAX: usize = 4096;
+
+/// How a request authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    Anonymous,
+    Basic,
+    Token,
+    Session,
+}
+
+impl AuthMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthMethod::Anonymous => "anonymous",
+            AuthMethod::Basic => "basic",
+            AuthMethod::Token => "token",
+            AuthMethod::Session => "session",
+        }
+    }
+}
+
+/// What the auth layer established, in the request's extensions for the handlers.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    pub principal: Principal,
+    pub method: AuthMethod,
+    /// The token it authenticated with (a session's id, for logout).
+    pub token_id: Option<String>,
+}
+
+/// The HTTP API's authentication state of a node.
+pub struct HttpAuth {
+    pub settings: HttpSecurity,
+    /// (user, SHA-256 of a password) → the stored key of the credential it verified against.
+    verified: Mutex<HashMap<(String, [u8; 32]), Vec<u8>>>,
+    /// This node's token for its calls to the other nodes' HTTP APIs (when they authenticate).
+    node_token: tokio::sync::OnceCell<String>,
+}
+
+impl HttpAuth {
+    pub fn new(settings: HttpSecurity) -> HttpAuth {
+        HttpAuth { settings, verified: Mutex::new(HashMap::new()), node_token: tokio::sync::OnceCell::new() }
+    }
+
+    /// Whether `password` is `user`'s (any of their SCRAM credentials); PBKDF2 runs on the
+    /// blocking pool, once per password while the credential stays the same.
+    pub async fn verify_password(&self, image: &MetadataImage, user: &str, password: &str) -> bool {
+        let Some(credential) =
+            image.scram_credentials.iter().find(|((name, _), _)| name == user).map(|(_, c)| c.clone())
+        else {
+            return false;
+        };
+        let key = (user.to_string(), <[u8; 32]>::from(sha2::Sha256::digest(password.as_bytes())));
+        let remembered = self.lock().get(&key).is_some_and(|stored| constant_time_eq(stored, &credential.stored_key));
+        if remembered {
+            return true;
+        }
+        let password = password.to_string();
+        let stored_key = credential.stored_key.clone();
+        let matches =
+            tokio::task::spawn_blocking(move || credential.matches_password(&password)).await.unwrap_or(false);
+        if matches {
+            let mut verified = self.lock();
+            if verified.len() >= VERIFIED_MAX {
+                verified.clear();
+            }
+            verified.insert(key, stored_key);
+        }
+        matches
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, [u8; 32]), Vec<u8>>> {
+        self.verified.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This node's token for node-to-node HTTP, issued (through the quorum) on first use;
+    /// `None` while neither HTTP authentication nor the authorizer is on (an anonymous call is
+    /// then served everything) or the quorum cannot take it.
+    pub async fn node_token(&self, broker: &crate::server::Broker) -> Option<String> {
+        if !self.settings.authentication && !broker.settings.authorizer.enabled {
+            return None;
+        }
+        self.node_token
+            .get_or_try_init(|| async {
+                let principal = format!("User:runnel-node-{}", broker.settings.node_id);
+                // A node's earlier tokens (an earlier process) end with this one.
+                let stale: Vec<String> = broker
+                    .controller
+                    .image()
+                    .http_tokens
+                    .values()
+                    .filter(|t| t.kind == HttpTokenKind::Node && t.principal == principal)
+                    .map(|t| t.id.clone())
+                    .collect();
+                let (token, secret) = new_token(&principal, HttpTokenKind::Node, i64::MAX, "node-to-node HTTP");
+                let mut records = vec![MetadataRecord::IssueHttpToken { token }];
+                if !stale.is_empty() {
+                    records.push(MetadataRecord::RevokeHttpTokens { ids: stale });
+                }
+                broker.controller.propose(MetadataRecord::Batch(records)).await.map(|_| secret).map_err(|e| {
+                    tracing::warn!(error = %e, "could not issue this node's HTTP token");
+                })
+            })
+            .await
+            .ok()
+            .cloned()
+    }
+}
+
+/// A new token for `principal`: the record (hash only) and the bearer string given to its owner.
+pub fn new_token(principal: &str, kind: HttpTokenKind, expires_ms: i64, description: &str) -> (HttpToken, String) {
+    let id = super::transforms::hex(&crate::security::scram::random_bytes(8));
+    let secret = super::transforms::hex(&crate::security::scram::random_bytes(32));
+    let token = HttpToken {
+        id: id.clone(),
+        principal: principal.to_string(),
+        secret_sha256: sha2::Sha256::digest(secret.as_bytes()).to_vec(),
+        kind,
+        issued_ms: now_ms(),
+        expires_ms,
+        description: description.to_string(),
+    };
+    (token, format!("{TOKEN_PREFIX}{id}_{secret}"))
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The unexpired token `bearer` is, if it is one.
+pub fn find_token<'a>(image: &'a MetadataImage, bearer: &str) -> Option<&'a HttpToken> {
+    let (id, secret) = bearer.strip_prefix(TOKEN_PREFIX)?.split_once('_')?;
+    let token = image.http_tokens.get(id)?;
+    let hash = sha2::Sha256::digest(secret.as_bytes());
+    (constant_time_eq(&hash, &token.secret_sha256) && token.expires_ms > now_ms()).then_some(token)
+}
+
+/// The principal of a stored `User:<name>`.
+pub fn principal_of(text: &str) -> Principal {
+    Principal::user(text.strip_prefix("User:").unwrap_or(text))
+}
+
+/// Requests that need no credentials: the dashboard's static files (the login form is one),
+/// the API's description, and the login itself.
+fn is_open(method: &Method, path: &str) -> bool {
+    matches!(path, "/" | "/ui/app.js" | "/ui/style.css" | "/openapi.json")
+        || (method == Method::POST && path == "/v1/login")
+}
+
+/// The credentials a request carries.
+enum Credentials {
+    None,
+    Basic { user: String, password: String },
+    Bearer(String),
+    Cookie(String),
+    Malformed,
+}
+
+fn credentials(headers: &HeaderMap) -> Credentials {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let Ok(value) = value.to_str() else { return Credentials::Malformed };
+        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+        if scheme.eq_ignore_ascii_case("basic") {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(rest.trim()).ok();
+            let text = decoded.and_then(|bytes| String::from_utf8(bytes).ok());
+            return match text.as_deref().and_then(|t| t.split_once(':')) {
+                Some((user, password)) => Credentials::Basic { user: user.to_string(), password: password.to_string() },
+                None => Credentials::Malformed,
+            };
+        }
+        if scheme.eq_ignore_ascii_case("bearer") {
+            return Credentials::Bearer(rest.trim().to_string());
+        }
+        return Credentials::Malformed;
+    }
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.to_string());
+    match cookie {
+        Some(value) if !value.is_empty() => Credentials::Cookie(value),
+        _ => Credentials::None,
+    }
+}
+
+fn unauthorized(headers: &HeaderMap, message: &str) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, 40101, message).into_response();
+    if !headers.contains_key(UI_HEADER) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"runnel\""));
+    }
+    response
+}
+
+/// The auth layer: establishes the request's principal and runs the rest of the request as
+/// that client.
+pub async fn authenticate(
+    State(http): State<super::State>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers().clone();
+    let open = is_open(request.method(), request.uri().path());
+    let image = http.broker.controller.image();
+    let authenticated = match credentials(&headers) {
+        Credentials::None if http.auth.settings.authentication && !open => {
+            return unauthorized(&headers, "authentication required: HTTP Basic, a bearer token or a dashboard login")
+        }
+        Credentials::None => {
+            Authenticated { principal: Principal::anonymous(), method: AuthMethod::Anonymous, token_id: None }
+        }
+        Credentials::Malformed => return unauthorized(&headers, "malformed Authorization header"),
+        Credentials::Basic { user, password } => {
+            if !http.auth.verify_password(&image, &user, &password).await {
+                return unauthorized(&headers, "invalid user name or password");
+            }
+            Authenticated { principal: Principal::user(&user), method: AuthMethod::Basic, token_id: None }
+        }
+        Credentials::Bearer(bearer) => {
+            let Some(token) = find_token(&image, &bearer) else {
+                return unauthorized(&headers, "unknown, revoked or expired token");
+            };
+            if token.kind == HttpTokenKind::Node {
+                // The node's own work: outside any client scope, like its Kafka-side calls.
+                let node = Authenticated {
+                    principal: principal_of(&token.principal),
+                    method: AuthMethod::Token,
+                    token_id: None,
+                };
+                request.extensions_mut().insert(node);
+                return next.run(request).await;
+            }
+            let method = if token.kind == HttpTokenKind::Session { AuthMethod::Session } else { AuthMethod::Token };
+            Authenticated { principal: principal_of(&token.principal), method, token_id: Some(token.id.clone()) }
+        }
+        Credentials::Cookie(bearer) => {
+            let token = find_token(&image, &bearer).filter(|t| t.kind == HttpTokenKind::Session);
+            let Some(token) = token else {
+                if open {
+                    // The login form of a browser whose login expired.
+                    let anonymous = Authenticated {
+                        principal: Principal::anonymous(),
+                        method: AuthMethod::Anonymous,
+                        token_id: None,
+                    };
+                    return run_as(peer, anonymous, request, next).await;
+                }
+                return unauthorized(&headers, "the dashboard login expired or was ended: log in again");
+            };
+            let safe = matches!(*request.method(), Method::GET | Method::HEAD);
+            if !safe && !headers.contains_key(UI_HEADER) {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    40302,
+                    "a change authenticated by the dashboard's cookie must carry the X-Runnel-UI header",
+                )
+                .into_response();
+            }
+            Authenticated {
+                principal: principal_of(&token.principal),
+                method: AuthMethod::Session,
+                token_id: Some(token.id.clone()),
+            }
+        }
+    };
+    drop(image);
+    run_as(peer, authenticated, request, next).await
+}
+
+async fn run_as(peer: SocketAddr, authenticated: Authenticated, mut request: Request, next: Next) -> Response {
+    let client = ClientContext { peer, listener: None, principal: authenticated.principal.clone() };
+    request.extensions_mut().insert(authenticated);
+    crate::server::as_client(client, next.run(request)).await
+}
+
+/// 403 unless the request's client may do `operation` on the `kind` resource `name` (the
+/// node's own requests always may).
+pub fn require(
+    broker: &crate::server::Broker,
+    operation: crate::security::acl::Operation,
+    kind: crate::security::acl::ResourceType,
+    name: &str,
+) -> Result<(), ApiError> {
+    if broker.authorized(operation, kind, name) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!("{} is not allowed {operation} on {kind} '{name}'", crate::server::principal())))
+}

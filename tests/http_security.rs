@@ -1,0 +1,316 @@
+//! The HTTP API's security (issue 15): authentication (HTTP Basic against the SCRAM users,
+//! bearer tokens, the dashboard's login cookie with its CSRF rule), the same ACLs as the
+//! Kafka listeners for REST produce, consume and admin, the permissions of deployed code
+//! (transforms) with its audit log, and the principal kept when a request is forwarded to the
+//! broker that leads a partition (KIP-590 Envelope). Real `runnel` processes, real HTTP.
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine;
+use kafka_protocol::protocol::StrBytes;
+use serde_json::{json, Value};
+use support::cluster::Cluster;
+use support::{wait_until, HttpApi, RawConn, Runnel};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const UI: &str = "x-runnel-ui";
+
+fn users(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "--http-authentication",
+        "required",
+        "--add-scram",
+        "SCRAM-SHA-256=[name=admin,password=admin-secret]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=alice,password=alice-secret]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=bob,password=bob-secret]",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// With the standard authorizer: admin is a super user, and so is User:ANONYMOUS, the
+/// principal of the PLAINTEXT Kafka listener (the operators' and brokers' listener here, as in
+/// Kafka's internal-listener setups); HTTP clients must authenticate, so none is anonymous.
+const AUTHORIZER: [&str; 4] = [
+    "--authorizer-class-name",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "--super-users",
+    "User:ANONYMOUS;User:admin",
+];
+
+fn as_user(node: &Runnel, user: &str) -> HttpApi {
+    HttpApi::new(node).with_basic(user, &format!("{user}-secret"))
+}
+
+/// The `runnel_session` cookie a login answered with (`name=value`).
+fn session_cookie(answer: &support::HttpAnswer) -> String {
+    let set = answer.headers.get("set-cookie").and_then(|v| v.to_str().ok()).expect("Set-Cookie").to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    set.split(';').next().unwrap().to_string()
+}
+
+#[test]
+fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
+    // Proves: without credentials only the dashboard's files, /openapi.json and the login are
+    // served (401 elsewhere, with a Basic challenge unless the dashboard asks); Basic checks the
+    // SCRAM user's password; a token from POST /v1/tokens authenticates as its owner until it
+    // is revoked, cannot make tokens, and a principal holds at most
+    // --http-tokens-max-per-principal of them; a dashboard login sets an HttpOnly SameSite
+    // cookie that authenticates reads, and changes only with X-Runnel-UI (CSRF), until logout.
+    let node = Runnel::start(&users(&["--http-tokens-max-per-principal", "2"]));
+    let anonymous = HttpApi::new(&node);
+    let refused = anonymous.get("/v1/topics");
+    assert_eq!(refused.status, 401, "{}", refused.text);
+    assert_eq!(refused.json["error_code"], 40101);
+    assert!(refused.headers.get("www-authenticate").is_some_and(|v| v.to_str().unwrap().starts_with("Basic")));
+    let from_dashboard = HttpApi::new(&node).with_header(UI, "1").get("/v1/topics");
+    assert_eq!(from_dashboard.status, 401);
+    assert!(from_dashboard.headers.get("www-authenticate").is_none(), "no browser prompt over the login form");
+    assert_eq!(anonymous.get("/").status, 200, "the dashboard (its login form) is open");
+    assert_eq!(anonymous.get("/openapi.json").status, 200);
+    assert_eq!(anonymous.get("/metrics").status, 401);
+
+    let wrong = HttpApi::new(&node).with_basic("admin", "nope").get("/v1/topics");
+    assert_eq!(wrong.status, 401, "{}", wrong.text);
+    let garbled = HttpApi::new(&node).with_header("authorization", "Basic !!!").get("/v1/topics");
+    assert_eq!(garbled.status, 401);
+    let admin = as_user(&node, "admin");
+    let me = admin.get("/v1/whoami");
+    assert_eq!(me.status, 200, "{}", me.text);
+    assert_eq!((me.json["principal"].as_str(), me.json["method"].as_str()), (Some("User:admin"), Some("basic")));
+    assert_eq!(admin.get("/v1/cluster").json["security"]["http_authenticated"], true);
+
+    // Tokens.
+    assert_eq!(admin.post("/v1/tokens", &json!({"lifetime_ms": 0})).status, 422);
+    let first = admin.post("/v1/tokens", &json!({"description": "ci"}));
+    assert_eq!(first.status, 201, "{}", first.text);
+    let secret = first.json["token"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("rnl_"), "{secret}");
+    let bearer = HttpApi::new(&node).with_header("authorization", &format!("Bearer {secret}"));
+    let me = bearer.get("/v1/whoami");
+    assert_eq!((me.json["principal"].as_str(), me.json["method"].as_str()), (Some("User:admin"), Some("token")));
+    let minted = bearer.post("/v1/tokens", &json!({}));
+    assert_eq!(minted.status, 403, "a token cannot make tokens: {}", minted.text);
+    assert_eq!(admin.post("/v1/tokens", &json!({})).status, 201);
+    let third = admin.post("/v1/tokens", &json!({}));
+    assert_eq!(third.status, 429, "{}", third.text);
+    let listed = admin.get("/v1/tokens");
+    let mine: Vec<&Value> = listed.json["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["principal"] == "User:admin" && t["kind"] == "api")
+        .collect();
+    assert_eq!(mine.len(), 2, "{}", listed.text);
+    assert!(!listed.text.contains(secret.rsplit('_').next().unwrap()), "a listing never shows a secret");
+    let id = first.json["id"].as_str().unwrap();
+    assert_eq!(admin.delete(&format!("/v1/tokens/{id}")).status, 204);
+    assert_eq!(bearer.get("/v1/whoami").status, 401, "a revoked token authenticates nothing");
+    assert_eq!(HttpApi::new(&node).with_header("authorization", "Bearer rnl_00_11").get("/v1/topics").status, 401);
+
+    // The dashboard's login.
+    assert_eq!(anonymous.post("/v1/login", &json!({"username": "admin", "password": "nope"})).status, 401);
+    let login = anonymous.post("/v1/login", &json!({"username": "admin", "password": "admin-secret"}));
+    assert_eq!(login.status, 200, "{}", login.text);
+    let cookie = session_cookie(&login);
+    let browser = HttpApi::new(&node).with_header("cookie", &cookie);
+    assert_eq!(browser.get("/v1/whoami").json["method"], "session");
+    let forged = browser.post("/v1/topics", &json!({"name": "csrf", "partitions": 1}));
+    assert_eq!(forged.status, 403, "a cookie-authenticated change without X-Runnel-UI: {}", forged.text);
+    assert_eq!(forged.json["error_code"], 40302);
+    let dashboard = HttpApi::new(&node).with_header("cookie", &cookie).with_header(UI, "1");
+    assert_eq!(dashboard.post("/v1/topics", &json!({"name": "from-ui", "partitions": 1})).status, 201);
+    assert_eq!(dashboard.post("/v1/logout", &json!({})).status, 204);
+    assert_eq!(browser.get("/v1/whoami").status, 401, "a logged-out session authenticates nothing");
+}
+
+/// Creates ALLOW ACLs through CreateAcls on the PLAINTEXT (super user) listener:
+/// (resource type, name, pattern type, principal, operation) with Kafka's codes.
+fn allow(node: &Runnel, acls: &[(i8, &str, i8, &str, i8)]) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    let creations = acls
+        .iter()
+        .map(|(kind, name, pattern, principal, operation)| {
+            AclCreation::default()
+                .with_resource_type(*kind)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_resource_pattern_type(*pattern)
+                .with_principal(StrBytes::from_string(principal.to_string()))
+                .with_host(StrBytes::from_static_str("*"))
+                .with_operation(*operation)
+                .with_permission_type(3)
+        })
+        .collect();
+    let response = RawConn::open(node, "admin").call(3, &CreateAclsRequest::default().with_creations(creations));
+    for result in &response.results {
+        assert_eq!(result.error_code, 0, "{:?}", result.error_message);
+    }
+}
+
+const TOPIC: i8 = 2;
+const GROUP: i8 = 3;
+const TRANSFORM: i8 = 100;
+const LITERAL: i8 = 3;
+const PREFIXED: i8 = 4;
+const READ: i8 = 3;
+const WRITE: i8 = 4;
+const CREATE: i8 = 5;
+const DELETE: i8 = 6;
+const DESCRIBE: i8 = 8;
+
+fn produce(api: &HttpApi, cluster: &str, topic: &str, partition: i32, value: &str) -> support::HttpAnswer {
+    api.post(
+        &format!("/v3/clusters/{cluster}/topics/{topic}/records"),
+        &json!({"partition_id": partition, "value": {"type": "STRING", "data": value}}),
+    )
+}
+
+fn topic_names(api: &HttpApi) -> Vec<String> {
+    let answer = api.get("/v1/topics");
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    answer.json["topics"].as_array().expect("topics").iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn http_acls_govern_rest_produce_consume_admin_and_deployed_code() {
+    // Proves the Kafka ACLs hold for HTTP principals: REST produce needs WRITE, a consumer
+    // instance READ on its group (and is its creator's alone), topic listings hide what a
+    // principal may not describe; deploying a transform needs CREATE on it plus READ on its
+    // input and WRITE on its outputs, deleting it DELETE; every change of deployed code is in
+    // the audit log with who, the module's hash and when, shown to those who may describe it.
+    let mut args = users(&[]);
+    args.extend_from_slice(&AUTHORIZER);
+    let node = Runnel::start(&args);
+    let admin = as_user(&node, "admin");
+    let (alice, bob) = (as_user(&node, "alice"), as_user(&node, "bob"));
+    let cluster = admin.cluster_id();
+    for topic in ["orders", "alice-out"] {
+        let created = admin.post("/v1/topics", &json!({"name": topic, "partitions": 1}));
+        assert_eq!(created.status, 201, "{}", created.text);
+    }
+    allow(
+        &node,
+        &[
+            (TOPIC, "orders", LITERAL, "User:alice", WRITE),
+            (TOPIC, "orders", LITERAL, "User:alice", READ),
+            (TOPIC, "alice-out", LITERAL, "User:alice", WRITE),
+            (GROUP, "alice-", PREFIXED, "User:alice", READ),
+            (TRANSFORM, "alice-", PREFIXED, "User:alice", CREATE),
+            (TRANSFORM, "alice-", PREFIXED, "User:alice", DELETE),
+            (TRANSFORM, "alice-", PREFIXED, "User:alice", DESCRIBE),
+        ],
+    );
+
+    // Produce.
+    let produced = produce(&alice, &cluster, "orders", 0, "o-1");
+    assert_eq!(produced.status, 200, "{}", produced.text);
+    let denied = produce(&bob, &cluster, "orders", 0, "o-2");
+    assert_eq!(denied.status, 403, "{}", denied.text);
+    assert_eq!(denied.json["error_code"], 40301);
+    // Listing: bob is told of no topic; alice of hers.
+    assert!(topic_names(&bob).is_empty(), "{:?}", topic_names(&bob));
+    assert!(topic_names(&alice).contains(&"orders".to_string()));
+
+    // Consume through a v2 consumer instance.
+    let v2 = Some("application/vnd.kafka.v2+json");
+    let create = |api: &HttpApi, group: &str| {
+        let body = json!({"name": "web", "format": "json", "auto.offset.reset": "earliest"});
+        api.send_json("POST", &format!("/consumers/{group}"), v2, &body)
+    };
+    assert_eq!(create(&bob, "alice-g").status, 403, "bob may not read alice's groups");
+    assert_eq!(create(&alice, "alice-g").status, 200);
+    let base = "/consumers/alice-g/instances/web";
+    assert_eq!(alice.post(&format!("{base}/subscription"), &json!({"topics": ["orders"]})).status, 204);
+    assert_eq!(bob.get(&format!("{base}/subscription")).status, 404, "an instance is its creator's alone");
+    let mut seen = Vec::new();
+    assert!(
+        wait_until(TIMEOUT, || {
+            let polled = alice.get(&format!("{base}/records?timeout=500"));
+            if let Some(records) = polled.json.as_array() {
+                seen.extend(records.iter().map(|r| r["value"].clone()));
+            }
+            !seen.is_empty()
+        }),
+        "alice's instance reads what she produced"
+    );
+    assert_eq!(alice.delete(base).status, 204);
+
+    // Deployed code.
+    let module = support::guest_component("runnel-example-identity");
+    let deploy = |api: &HttpApi, name: &str, output: &str| {
+        let body = json!({
+            "input_topic": "orders",
+            "output_topics": [output],
+            "module_base64": base64::engine::general_purpose::STANDARD.encode(&module),
+        });
+        api.send_json("PUT", &format!("/v1/transforms/{name}"), None, &body)
+    };
+    assert_eq!(deploy(&bob, "alice-copy", "alice-out").status, 403, "bob may not deploy");
+    assert_eq!(deploy(&alice, "copy", "alice-out").status, 403, "no CREATE on that name");
+    let unwritable = deploy(&alice, "alice-leak", "orders-public");
+    assert_eq!(unwritable.status, 403, "outputs alice may not write: {}", unwritable.text);
+    let deployed = deploy(&alice, "alice-copy", "alice-out");
+    assert_eq!(deployed.status, 201, "{}", deployed.text);
+    assert_eq!(alice.post("/v1/transforms/alice-copy/pause", &json!({})).status, 403, "pausing needs ALTER");
+    assert_eq!(bob.delete("/v1/transforms/alice-copy").status, 403);
+    assert_eq!(bob.get("/v1/transforms/alice-copy").status, 403);
+    assert!(bob.get("/v1/transforms").json["transforms"].as_array().unwrap().is_empty(), "hidden from bob");
+    assert_eq!(alice.delete("/v1/transforms/alice-copy").status, 204);
+
+    let audit = admin.get("/v1/audit");
+    assert_eq!(audit.status, 200, "{}", audit.text);
+    let entries = audit.json["entries"].as_array().unwrap();
+    let actions: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .map(|e| (e["principal"].as_str().unwrap(), e["action"].as_str().unwrap(), e["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(actions, vec![("User:alice", "deploy", "alice-copy"), ("User:alice", "delete", "alice-copy")]);
+    assert_eq!(entries[0]["sha256"].as_str().map(str::len), Some(64), "{}", audit.text);
+    assert!(entries[0]["at_ms"].as_i64().unwrap() > 0);
+    assert_eq!(entries[0]["client_host"], "127.0.0.1");
+    assert!(bob.get("/v1/audit").json["entries"].as_array().unwrap().is_empty(), "bob may describe no transform");
+    assert_eq!(alice.get("/v1/audit").json["entries"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn forwarded_http_requests_keep_their_principal_on_the_leader() {
+    // Proves a request one node forwards to the partition's leader is authorized there as the
+    // HTTP client (KIP-590 Envelope), not as the forwarding broker: alice's produce through
+    // node 1 to a partition node 2 leads is appended, bob's is refused by node 2's ACL check;
+    // and nodes reach each other's HTTP API with their own tokens (the cluster-wide transform
+    // view asks every node and hears from all).
+    let mut args = users(&[]);
+    args.extend_from_slice(&AUTHORIZER);
+    let cluster = Cluster::start(2, &args);
+    let node1 = cluster.node(1);
+    let admin = as_user(node1, "admin");
+    let created = admin.post("/v1/topics", &json!({"name": "spread", "partitions": 4, "replication_factor": 1}));
+    assert_eq!(created.status, 201, "{}", created.text);
+    allow(node1, &[(TOPIC, "spread", LITERAL, "User:alice", WRITE)]);
+    let leaders = admin.get(&format!("/v3/clusters/{}/topics/spread/partitions", admin.cluster_id()));
+    let remote = leaders.json["data"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .find(|p| p["leader"]["related"].as_str().is_some_and(|l| l.ends_with("/replicas/2")))
+        .map(|p| p["partition_id"].as_i64().unwrap() as i32)
+        .unwrap_or_else(|| panic!("no partition led by node 2: {}", leaders.text));
+    let cluster_id = admin.cluster_id();
+    let allowed = produce(&as_user(node1, "alice"), &cluster_id, "spread", remote, "through node 1");
+    assert_eq!(allowed.status, 200, "{}", allowed.text);
+    let denied = produce(&as_user(node1, "bob"), &cluster_id, "spread", remote, "through node 1");
+    assert_eq!(denied.status, 403, "refused by the leader as bob: {}", denied.text);
+
+    let view = admin.get("/v1/transforms");
+    assert_eq!(view.status, 200, "{}", view.text);
+    assert!(
+        wait_until(TIMEOUT, || admin.get("/v1/transforms").json["nodes_unreachable"] == json!([])),
+        "node 2 answers node 1's token: {}",
+        admin.get("/v1/transforms").text
+    );
+}
