@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// `/openapi.json` and `POST /v1/login` are open) [default: none].
     #[arg(long, env = "RUNNEL_HTTP_AUTHENTICATION")]
     pub http_authentication: Option<String>,
+    /// Serve the HTTP API (and dashboard) over HTTPS with the certificate and key of
+    /// `--ssl-keystore-location` (reloaded like the Kafka listeners'); the nodes of a cluster
+    /// then call each other over HTTPS, trusting `--ssl-truststore-location` [default: false].
+    #[arg(long, env = "RUNNEL_HTTP_TLS")]
+    pub http_tls: Option<bool>,
     /// How long a dashboard login lasts [default: 28800000, 8 hours].
     #[arg(long, env = "RUNNEL_HTTP_SESSION_MS")]
     pub http_session_ms: Option<u64>,
@@ -364,6 +369,7 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
     http_authentication: Option<String>,
+    http_tls: Option<bool>,
     http_session_ms: Option<u64>,
     http_token_max_lifetime_ms: Option<u64>,
     http_tokens_max_per_principal: Option<usize>,
@@ -665,6 +671,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
                 )))
             }
         },
+        tls: args.http_tls.or(file.http_tls).unwrap_or(false),
         session_ms: args.http_session_ms.or(file.http_session_ms).unwrap_or(8 * 3_600_000).max(1),
         token_max_lifetime_ms: args
             .http_token_max_lifetime_ms
@@ -677,6 +684,11 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             .unwrap_or(100)
             .max(1),
     };
+    if http.tls && tls.is_none() {
+        return Err(ConfigFileError::Security(
+            "--http-tls needs ssl.keystore.location (PEM certificate chain and key)".into(),
+        ));
+    }
     Ok(SecurityConfig {
         http,
         listeners,

@@ -110,8 +110,12 @@ impl Node {
         let http_addr =
             http_listener.local_addr().map_err(|source| NodeError::BindHttp { addr: config.http_listen, source })?;
         let advertised_host = listeners.inter_broker.host.clone();
-        let security_report =
-            crate::security::SecurityReport::new(&config.security, &listeners.addresses, http_addr, false);
+        let security_report = crate::security::SecurityReport::new(
+            &config.security,
+            &listeners.addresses,
+            http_addr,
+            config.security.http.tls,
+        );
         for warning in &security_report.warnings {
             tracing::warn!("{warning}");
         }
@@ -390,6 +394,7 @@ impl Node {
             http_listener,
             broker.clone(),
             config.security.http.clone(),
+            if config.security.http.tls { listeners.tls.clone() } else { None },
             shutdown_rx.clone(),
         )));
         if let Some(tls) = &listeners.tls {

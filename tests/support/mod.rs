@@ -4,6 +4,7 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod pki;
 pub mod workload;
 
 use std::io::{BufRead, BufReader};
@@ -422,6 +423,19 @@ impl HttpApi {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         HttpApi { runtime, client, base: base.trim_end_matches('/').to_string(), headers: Vec::new() }
+    }
+
+    /// The HTTPS API of `node` (started with `--http-tls`), trusting the CA certificates in
+    /// the PEM file `ca`.
+    pub fn https(node: &Runnel, ca: &Path) -> HttpApi {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let pem = std::fs::read(ca).expect("read the CA file");
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(60)).tls_built_in_root_certs(false);
+        for certificate in reqwest::Certificate::from_pem_bundle(&pem).expect("CA PEM") {
+            builder = builder.add_root_certificate(certificate);
+        }
+        let base = node.http_url().replacen("http://", "https://", 1);
+        HttpApi { runtime, client: builder.build().expect("client"), base, headers: Vec::new() }
     }
 
     /// The same API with `name: value` sent on every request.

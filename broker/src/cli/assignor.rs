@@ -57,7 +57,7 @@ struct DeployArgs {
 }
 
 pub async fn run(command: AssignorCommand, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let output = conn.output;
     match command.action {
         AssignorAction::Deploy(args) => deploy(&client, args, output).await,

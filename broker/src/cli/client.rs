@@ -85,17 +85,46 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(url: &str) -> anyhow::Result<Client> {
+    /// A client of the node at `conn.url`, authenticating with `--user`/`--password` (HTTP
+    /// Basic) or `--token` (bearer), trusting `--ca-cert` for HTTPS.
+    pub fn new(conn: &super::Connection) -> anyhow::Result<Client> {
+        let url = &conn.url;
         let base = Url::parse(url).map_err(|e| anyhow::anyhow!("invalid --url '{url}': {e}"))?;
         if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
-            anyhow::bail!("invalid --url '{url}': expected http://host:port");
+            anyhow::bail!("invalid --url '{url}': expected http://host:port or https://host:port");
         }
-        let http = reqwest::Client::builder()
+        let mut headers = reqwest::header::HeaderMap::new();
+        let authorization = match (&conn.token, &conn.user, &conn.password) {
+            (Some(token), _, _) => Some(format!("Bearer {token}")),
+            (None, Some(user), password) => {
+                use base64::Engine;
+                let pair = format!("{user}:{}", password.as_deref().unwrap_or_default());
+                Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)))
+            }
+            (None, None, Some(_)) => anyhow::bail!("--password without --user"),
+            (None, None, None) => None,
+        };
+        if let Some(value) = authorization {
+            let mut value = reqwest::header::HeaderValue::from_str(&value)
+                .map_err(|_| anyhow::anyhow!("--user, --password or --token holds characters a header cannot"))?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .user_agent(concat!("runnel-cli/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| anyhow::anyhow!("cannot set up the HTTP client: {e}"))?;
+            .default_headers(headers);
+        if let Some(path) = &conn.ca_cert {
+            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("--ca-cert {}: {e}", path.display()))?;
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| anyhow::anyhow!("--ca-cert {}: {e}", path.display()))?;
+            builder = builder.tls_built_in_root_certs(false);
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder.build().map_err(|e| anyhow::anyhow!("cannot set up the HTTP client: {e}"))?;
         Ok(Client { http, base })
     }
 

@@ -20,7 +20,7 @@ enum ClusterAction {
 }
 
 pub async fn run(command: ClusterCommand, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     match command.action {
         ClusterAction::Status => {
             let raw: serde_json::Value = client.get(client.url(&["v1", "cluster"])).await?;

@@ -70,7 +70,7 @@ pub struct ConsumeArgs {
 }
 
 pub async fn run(args: ConsumeArgs, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let mut out =
         Printer { out: BufWriter::with_capacity(1 << 16, std::io::stdout()), format: args.format, printed: 0 };
     let result = match &args.group {

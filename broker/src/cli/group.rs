@@ -31,7 +31,7 @@ enum GroupAction {
 }
 
 pub async fn run(command: GroupCommand, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let output = conn.output;
     match command.action {
         GroupAction::List => {

@@ -58,6 +58,19 @@ pub struct Connection {
     /// Output format of admin commands (`serve` ignores it).
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+    /// A SCRAM user to authenticate as (HTTP Basic), for a node started with
+    /// `--http-authentication required`.
+    #[arg(long, env = "RUNNEL_USER", global = true)]
+    pub user: Option<String>,
+    /// Its password (prefer the environment variable to the command line).
+    #[arg(long, env = "RUNNEL_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<String>,
+    /// A bearer token from `POST /v1/tokens`, instead of a user and password.
+    #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// PEM CA certificates to trust for an `https://` --url (a node started with --http-tls).
+    #[arg(long, env = "RUNNEL_CA_CERT", global = true)]
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 /// `--format` of produce and consume: how records map to lines.

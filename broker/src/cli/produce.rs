@@ -75,7 +75,7 @@ pub async fn run(args: ProduceArgs, conn: &Connection) -> anyhow::Result<()> {
     if args.key_separator.as_deref() == Some("") {
         anyhow::bail!("--key-separator must not be empty");
     }
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let (input, input_len): (Box<dyn Read + Send>, Option<u64>) = match &args.file {
         Some(path) => {
             let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;

@@ -70,7 +70,7 @@ enum TopicAction {
 }
 
 pub async fn run(command: TopicCommand, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let output = conn.output;
     match command.action {
         TopicAction::Create { name, partitions, replication_factor, config } => {

@@ -170,7 +170,7 @@ pub async fn run(command: TransformCommand, conn: &Connection) -> anyhow::Result
     match command.action {
         // Needs no node: a build works with none running.
         TransformAction::Build(args) => build(args, output),
-        action => run_remote(&Client::new(&conn.url)?, action, output).await,
+        action => run_remote(&Client::new(conn)?, action, output).await,
     }
 }
 

@@ -73,7 +73,7 @@ enum OnFailure {
 }
 
 pub async fn run(command: ValidatorCommand, conn: &Connection) -> anyhow::Result<()> {
-    let client = Client::new(&conn.url)?;
+    let client = Client::new(conn)?;
     let output = conn.output;
     match command.action {
         ValidatorAction::Deploy(args) => deploy(&client, args, output).await,

@@ -47,6 +47,7 @@ use utoipa_axum::routes;
 
 use self::error::ApiError;
 pub use self::v3::format_rfc3339_ms;
+use crate::security::tls::TlsContext;
 use crate::server::Broker;
 
 /// Upper bound of any long poll (`timeout`, `wait_ms`), as Kafka bounds `max_wait_ms`.
@@ -64,6 +65,8 @@ pub struct Http {
     auth: auth::HttpAuth,
     /// Whether this listener serves HTTPS.
     tls: bool,
+    /// How this node calls the other nodes' HTTP APIs (`transforms::ask_others`).
+    peer_client: reqwest::Client,
 }
 
 impl Http {
@@ -180,6 +183,65 @@ struct BackoffListener {
     errors: crate::server::AcceptErrors,
 }
 
+/// How long an accepted HTTPS connection may take to complete its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The HTTPS listener: each accepted connection completes its TLS handshake on its own task
+/// (a slow or silent client holds up no other), within [`TLS_HANDSHAKE_TIMEOUT`], with the
+/// node's current certificates (reloaded when their files change); axum gets only
+/// established streams.
+struct TlsListener {
+    established: tokio::sync::mpsc::Receiver<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    local: std::io::Result<SocketAddr>,
+    acceptor: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    fn start(mut plain: BackoffListener, tls: Arc<TlsContext>) -> TlsListener {
+        let local = axum::serve::Listener::local_addr(&plain);
+        let (ready, established) = tokio::sync::mpsc::channel(64);
+        let acceptor = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = axum::serve::Listener::accept(&mut plain).await;
+                let (handshake, ready) = (tls.acceptor(), ready.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = ready.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTPS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "HTTPS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener { established, local, acceptor }
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.established.recv().await {
+            Some(established) => established,
+            // The acceptor ended (it never does while the listener lives).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.local.as_ref().map(|a| *a).map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+    }
+}
+
 impl axum::serve::Listener for BackoffListener {
     type Io = tokio::net::TcpStream;
     type Addr = SocketAddr;
@@ -201,11 +263,13 @@ impl axum::serve::Listener for BackoffListener {
     }
 }
 
-/// Serves HTTP until `shutdown` turns true; in-flight long polls end early then.
+/// Serves HTTP (HTTPS with `tls`) until `shutdown` turns true; in-flight long polls end early
+/// then.
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     security: crate::security::HttpSecurity,
+    tls: Option<Arc<TlsContext>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let state = Arc::new(Http {
@@ -214,7 +278,8 @@ pub async fn serve(
         sticky: AtomicU32::new(0),
         shutdown: shutdown.clone(),
         auth: auth::HttpAuth::new(security),
-        tls: false,
+        tls: tls.is_some(),
+        peer_client: transforms::peer_client(tls.as_deref()),
     });
     if state.auth.settings.authentication || state.broker.settings.authorizer.enabled {
         // Issued now, so the other nodes know it before this node first asks them anything.
@@ -225,13 +290,21 @@ pub async fn serve(
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop = shutdown.clone();
     let errors = crate::server::AcceptErrors::new("http", &state.broker.metrics);
-    // `tap_io` gives the wrapper axum's `ConnectInfo<SocketAddr>`.
-    let listener = axum::serve::ListenerExt::tap_io(BackoffListener { listener, errors }, |_| {});
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let plain = BackoffListener { listener, errors };
+    // `tap_io` gives the wrappers axum's `ConnectInfo<SocketAddr>`.
+    let result = match tls {
+        Some(tls) => {
+            let listener = axum::serve::ListenerExt::tap_io(TlsListener::start(plain, tls), |_| {});
+            axum::serve(listener, app).with_graceful_shutdown(stopped).await
+        }
+        None => {
+            let listener = axum::serve::ListenerExt::tap_io(plain, |_| {});
+            axum::serve(listener, app).with_graceful_shutdown(stopped).await
+        }
+    };
     if let Err(e) = result {
         tracing::warn!(error = %e, "HTTP server stopped");
     }

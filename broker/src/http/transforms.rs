@@ -424,8 +424,8 @@ pub(super) async fn ask_node<T: serde::de::DeserializeOwned>(
         .find(|c| c.name.as_str() == HTTP_ADDRESS_CONFIG)
         .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
         .ok_or_else(|| format!("no {HTTP_ADDRESS_CONFIG} in its DescribeConfigs answer"))?;
-    let url = format!("http://{address}{path}");
-    let mut ask = peer_client().get(&url);
+    let url = format!("{}://{address}{path}", if http.tls { "https" } else { "http" });
+    let mut ask = http.peer_client.get(&url);
     // The other node's HTTP API authenticates: this node's own token (`auth`).
     if let Some(token) = http.auth.node_token(&http.broker).await {
         ask = ask.bearer_auth(token);
@@ -440,16 +440,14 @@ pub(super) async fn ask_node<T: serde::de::DeserializeOwned>(
     answer.json::<T>().await.map(Some).map_err(|e| format!("{url}: {e}"))
 }
 
-/// The HTTP client nodes ask each other with (connections pooled across requests).
-fn peer_client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .connect_timeout(PEER_VIEW_TIMEOUT)
-            .timeout(PEER_VIEW_TIMEOUT)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
+/// The HTTP client nodes ask each other with (connections pooled across requests): over
+/// HTTPS, trusting the node's truststore, when the HTTP APIs serve HTTPS.
+pub(super) fn peer_client(tls: Option<&crate::security::tls::TlsContext>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().connect_timeout(PEER_VIEW_TIMEOUT).timeout(PEER_VIEW_TIMEOUT);
+    if let Some(config) = tls.and_then(|tls| tls.client_config()) {
+        builder = builder.use_preconfigured_tls((*config).clone());
+    }
+    builder.build().unwrap_or_else(|_| reqwest::Client::new())
 }
 
 fn unknown(name: &str) -> ApiError {

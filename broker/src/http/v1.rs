@@ -107,6 +107,8 @@ pub struct Security {
     pub listeners: Vec<SecuredListener>,
     /// Whether HTTP requests must authenticate (`--http-authentication required`).
     pub http_authenticated: bool,
+    /// Whether the HTTP API serves HTTPS (`--http-tls`).
+    pub http_tls: bool,
     /// Listeners (Kafka and HTTP) reachable beyond loopback without authentication.
     pub warnings: Vec<String>,
 }
@@ -238,6 +240,7 @@ fn security(report: &crate::security::SecurityReport) -> Security {
             })
             .collect(),
         http_authenticated: report.http_authenticated,
+        http_tls: report.http_tls,
         warnings: report.warnings.clone(),
     }
 }

@@ -50,6 +50,8 @@ pub struct HttpSecurity {
     /// `--http-authentication required`: every request but the dashboard's static files,
     /// `/openapi.json` and the login must authenticate.
     pub authentication: bool,
+    /// `--http-tls`: HTTPS with the node's keystore.
+    pub tls: bool,
     /// How long a dashboard login lasts.
     pub session_ms: u64,
     /// The longest lifetime an API token may have.
@@ -62,6 +64,7 @@ impl Default for HttpSecurity {
     fn default() -> HttpSecurity {
         HttpSecurity {
             authentication: false,
+            tls: false,
             session_ms: 8 * 3_600_000,
             token_max_lifetime_ms: 7 * 24 * 3_600_000,
             tokens_max_per_principal: 100,
@@ -70,9 +73,10 @@ impl Default for HttpSecurity {
 }
 
 impl SecurityConfig {
-    /// Whether this node connects to others with TLS (inter-broker or raft listeners).
+    /// Whether this node connects to others with TLS (inter-broker or raft listeners, or the
+    /// other nodes' HTTPS APIs).
     pub fn connects_with_tls(&self) -> bool {
-        self.listeners.inter_broker().protocol.uses_tls() || self.controller_protocol.uses_tls()
+        self.listeners.inter_broker().protocol.uses_tls() || self.controller_protocol.uses_tls() || self.http.tls
     }
 }
 
