@@ -95,6 +95,13 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     assert_eq!((me.json["principal"].as_str(), me.json["method"].as_str()), (Some("User:admin"), Some("token")));
     let minted = bearer.post("/v1/tokens", &json!({}));
     assert_eq!(minted.status, 403, "a token cannot make tokens: {}", minted.text);
+    // A browser request from another site is refused whatever credentials it rides on.
+    let forged = as_user(&node, "admin").with_header("origin", "http://evil.example");
+    let refused = forged.post("/v1/topics", &json!({"name": "forged", "partitions": 1}));
+    assert_eq!((refused.status, refused.json["error_code"].as_i64()), (403, Some(40303)), "{}", refused.text);
+    let fetched = as_user(&node, "admin").with_header("sec-fetch-site", "cross-site").get("/v1/topics");
+    assert_eq!(fetched.status, 403);
+    assert_eq!(as_user(&node, "admin").with_header("sec-fetch-site", "same-origin").get("/v1/topics").status, 200);
     assert_eq!(admin.post("/v1/tokens", &json!({})).status, 201);
     let third = admin.post("/v1/tokens", &json!({}));
     assert_eq!(third.status, 429, "{}", third.text);
@@ -124,8 +131,36 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     assert_eq!(forged.json["error_code"], 40302);
     let dashboard = HttpApi::new(&node).with_header("cookie", &cookie).with_header(UI, "1");
     assert_eq!(dashboard.post("/v1/topics", &json!({"name": "from-ui", "partitions": 1})).status, 201);
+    assert_eq!(dashboard.post("/v1/tokens", &json!({})).status, 403, "a login cannot make tokens");
+    let session = cookie.split_once('=').unwrap().1;
+    let as_bearer = HttpApi::new(&node).with_header("authorization", &format!("Bearer {session}"));
+    assert_eq!(as_bearer.get("/v1/whoami").status, 401, "a login is a cookie, not a bearer token");
     assert_eq!(dashboard.post("/v1/logout", &json!({})).status, 204);
     assert_eq!(browser.get("/v1/whoami").status, 401, "a logged-out session authenticates nothing");
+
+    // A user's tokens end with the user.
+    let alices = as_user(&node, "alice").post("/v1/tokens", &json!({}));
+    assert_eq!(alices.status, 201, "{}", alices.text);
+    let alice_bearer = format!("Bearer {}", alices.json["token"].as_str().unwrap());
+    let alice_token = HttpApi::new(&node).with_header("authorization", &alice_bearer);
+    assert_eq!(alice_token.get("/v1/whoami").status, 200);
+    delete_user(&node, "alice");
+    assert!(
+        wait_until(TIMEOUT, || alice_token.get("/v1/whoami").status == 401),
+        "a deleted user's token still authenticates"
+    );
+}
+
+/// Deletes `user`'s SCRAM-SHA-512 credential with AlterUserScramCredentials (PLAINTEXT
+/// listener, no authorizer).
+fn delete_user(node: &Runnel, user: &str) {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion;
+    use kafka_protocol::messages::AlterUserScramCredentialsRequest;
+    let deletion =
+        ScramCredentialDeletion::default().with_name(StrBytes::from_string(user.to_string())).with_mechanism(2);
+    let request = AlterUserScramCredentialsRequest::default().with_deletions(vec![deletion]);
+    let response = RawConn::open(node, "admin").call(0, &request);
+    assert!(response.results.iter().all(|r| r.error_code == 0), "{response:?}");
 }
 
 /// Creates ALLOW ACLs through CreateAcls on the PLAINTEXT (super user) listener:

@@ -1242,3 +1242,40 @@ fn replicate_with_a_full_isr(allowed: &ClientConfig, denied: &ClientConfig) {
         Some(RDKafkaErrorCode::TopicAuthorizationFailed)
     );
 }
+
+#[test]
+fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
+    // Proves KIP-848's ConsumerGroupHeartbeat is refused TOPIC_AUTHORIZATION_FAILED when the
+    // member subscribes to a topic it may not describe (Kafka's KafkaApis check), and served
+    // when it may describe all of them. The PLAINTEXT client is User:ANONYMOUS; with
+    // allow.everyone.if.no.acl.found only the topic with an ACL (for alice) is closed to it.
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId, TopicName};
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    let node = Runnel::start(&["--authorizer-class-name", "standard", "--allow-everyone-if-no-acl-found", "true"]);
+    support::create_topic(&node, "open", 1);
+    support::create_topic(&node, "secret", 1);
+    allow(&node, &[(TOPIC, "secret", LITERAL, "User:alice", READ)]);
+    let mut conn = RawConn::open(&node, "kip848");
+    let _ = conn.call(
+        4,
+        &FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![StrBytes::from_static_str("g")]),
+    );
+    let heartbeat = |conn: &mut RawConn, topic: &'static str| {
+        conn.call(
+            0,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(topic))])),
+        )
+    };
+    let mut last = None;
+    let served = wait_until(START_TIMEOUT, || {
+        let answer = heartbeat(&mut conn, "open");
+        last = Some(answer.error_code);
+        answer.error_code == 0
+    });
+    assert!(served, "a describable subscription is served (last error {last:?})");
+    assert_eq!(heartbeat(&mut conn, "secret").error_code, TOPIC_AUTHORIZATION_FAILED);
+}

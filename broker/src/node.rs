@@ -218,6 +218,7 @@ impl Node {
                 max_broker_partitions: config.max_broker_partitions,
                 authorizer: config.security.authorizer.clone(),
                 security: security_report,
+                inter_broker_listener: std::sync::Arc::from(config.security.listeners.inter_broker.as_str()),
                 http_address: Some(if http_addr.ip().is_unspecified() {
                     format!("{advertised_host}:{}", http_addr.port())
                 } else {

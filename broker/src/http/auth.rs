@@ -6,12 +6,16 @@
 //!   verified password is remembered by its hash until the user's credential changes, so
 //!   PBKDF2 runs once per password, not per request);
 //! - `Authorization: Bearer rnl_<id>_<secret>`, a token from `POST /v1/tokens` (stored in the
-//!   metadata quorum as the hash of its secret, so every node accepts it);
+//!   metadata quorum as the hash of its secret, so every node accepts it; it ends with its
+//!   user's last SCRAM credential);
 //! - the dashboard's `runnel_session` cookie (a token from `POST /v1/login`: `HttpOnly`,
 //!   `SameSite=Strict`); a request authenticated by it that changes something must also carry
 //!   `X-Runnel-UI`, which a cross-site page cannot send (CSRF);
-//! - a node's own token (kind `node`): the node-to-node calls of the HTTP API, served as the
-//!   node's own work.
+//! - a node's own token (kind `node`, replaced every half hour): the node-to-node `GET
+//!   ...?scope=node` views of the HTTP API and nothing else, served as the node's own work.
+//!
+//! A browser request from another site (`Sec-Fetch-Site`, `Origin`) is refused whatever it
+//! carries: the API has no cross-origin callers, so it can only be a forgery.
 //!
 //! Without credentials a request is `User:ANONYMOUS`, refused with 401 when
 //! `--http-authentication required` (except the dashboard's static files, `/openapi.json` and
@@ -32,6 +36,7 @@ use sha2::Digest;
 
 use super::error::ApiError;
 use crate::controller::{HttpToken, HttpTokenKind, MetadataImage, MetadataRecord};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 use crate::security::{constant_time_eq, HttpSecurity, Principal};
 use crate::server::ClientContext;
 
@@ -44,6 +49,13 @@ pub const UI_HEADER: &str = "x-runnel-ui";
 const TOKEN_PREFIX: &str = "rnl_";
 /// Verified Basic passwords remembered at most (the map is emptied when it is full).
 const VERIFIED_MAX: usize = 4096;
+/// Password checks (PBKDF2, thousands of iterations each) running at once: a flood of wrong
+/// passwords waits here instead of filling the blocking pool the Kafka side also uses.
+const VERIFYING_MAX: usize = 2;
+/// How long a password check waits for its turn before the request gets 503.
+const VERIFY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A node token's lifetime; the node replaces it when half of it is gone.
+const NODE_TOKEN_LIFETIME_MS: i64 = 3_600_000;
 
 /// How a request authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,77 +91,128 @@ pub struct HttpAuth {
     pub settings: HttpSecurity,
     /// (user, SHA-256 of a password) → the stored key of the credential it verified against.
     verified: Mutex<HashMap<(String, [u8; 32]), Vec<u8>>>,
-    /// This node's token for its calls to the other nodes' HTTP APIs (when they authenticate).
-    node_token: tokio::sync::OnceCell<String>,
+    /// Password checks allowed to run at once (`VERIFYING_MAX`).
+    verifying: tokio::sync::Semaphore,
+    /// This node's token for its calls to the other nodes' HTTP APIs, and when it expires
+    /// (replaced at half its life, or when a node refuses it).
+    node_token: tokio::sync::Mutex<Option<(String, i64)>>,
+}
+
+/// Why a password was not accepted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PasswordRefused {
+    /// Wrong user or password (which is not told).
+    Invalid,
+    /// Too many checks are waiting: try again.
+    Busy,
 }
 
 impl HttpAuth {
     pub fn new(settings: HttpSecurity) -> HttpAuth {
-        HttpAuth { settings, verified: Mutex::new(HashMap::new()), node_token: tokio::sync::OnceCell::new() }
+        HttpAuth {
+            settings,
+            verified: Mutex::new(HashMap::new()),
+            verifying: tokio::sync::Semaphore::new(VERIFYING_MAX),
+            node_token: tokio::sync::Mutex::new(None),
+        }
     }
 
-    /// Whether `password` is `user`'s (any of their SCRAM credentials); PBKDF2 runs on the
-    /// blocking pool, once per password while the credential stays the same.
-    pub async fn verify_password(&self, image: &MetadataImage, user: &str, password: &str) -> bool {
-        let Some(credential) =
-            image.scram_credentials.iter().find(|((name, _), _)| name == user).map(|(_, c)| c.clone())
-        else {
-            return false;
-        };
+    /// Whether `password` is `user`'s (one of their SCRAM credentials). PBKDF2 runs on the
+    /// blocking pool, at most `VERIFYING_MAX` at once, once per password while the credential
+    /// stays the same; an unknown user costs the same as a wrong password, so timing does not
+    /// tell which users exist.
+    pub async fn verify_password(
+        &self,
+        image: &MetadataImage,
+        user: &str,
+        password: &str,
+    ) -> Result<(), PasswordRefused> {
+        let credentials: Vec<ScramCredential> =
+            image.scram_credentials.iter().filter(|((name, _), _)| name == user).map(|(_, c)| c.clone()).collect();
         let key = (user.to_string(), <[u8; 32]>::from(sha2::Sha256::digest(password.as_bytes())));
-        let remembered = self.lock().get(&key).is_some_and(|stored| constant_time_eq(stored, &credential.stored_key));
+        let remembered = self
+            .lock()
+            .get(&key)
+            .is_some_and(|stored| credentials.iter().any(|c| constant_time_eq(stored, &c.stored_key)));
         if remembered {
-            return true;
+            return Ok(());
         }
+        let _turn = tokio::time::timeout(VERIFY_WAIT, self.verifying.acquire())
+            .await
+            .map_err(|_| PasswordRefused::Busy)?
+            .map_err(|_| PasswordRefused::Busy)?;
         let password = password.to_string();
-        let stored_key = credential.stored_key.clone();
-        let matches =
-            tokio::task::spawn_blocking(move || credential.matches_password(&password)).await.unwrap_or(false);
-        if matches {
-            let mut verified = self.lock();
-            if verified.len() >= VERIFIED_MAX {
-                verified.clear();
+        let matched = tokio::task::spawn_blocking(move || {
+            if credentials.is_empty() {
+                // The work a wrong password costs, for an unknown user.
+                let decoy = ScramCredential::from_salted_password(ScramMechanism::Sha256, vec![0; 16], &[0; 32], 4096);
+                let _ = decoy.matches_password(&password);
+                return None;
             }
-            verified.insert(key, stored_key);
+            credentials.into_iter().find(|c| c.matches_password(&password)).map(|c| c.stored_key)
+        })
+        .await
+        .ok()
+        .flatten();
+        let stored_key = matched.ok_or(PasswordRefused::Invalid)?;
+        let mut verified = self.lock();
+        if verified.len() >= VERIFIED_MAX {
+            verified.clear();
         }
-        matches
+        verified.insert(key, stored_key);
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, [u8; 32]), Vec<u8>>> {
         self.verified.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// This node's token for node-to-node HTTP, issued (through the quorum) on first use;
-    /// `None` while neither HTTP authentication nor the authorizer is on (an anonymous call is
-    /// then served everything) or the quorum cannot take it.
+    /// This node's token for node-to-node HTTP (it authenticates only `GET ...?scope=node`
+    /// views), issued through the quorum on first use and replaced at half its
+    /// `NODE_TOKEN_LIFETIME_MS`, the node's earlier ones revoked with it; `None` while neither
+    /// HTTP authentication nor the authorizer is on (an anonymous call is then served
+    /// everything) or the quorum cannot take it.
     pub async fn node_token(&self, broker: &crate::server::Broker) -> Option<String> {
         if !self.settings.authentication && !broker.settings.authorizer.enabled {
             return None;
         }
-        self.node_token
-            .get_or_try_init(|| async {
-                let principal = format!("User:runnel-node-{}", broker.settings.node_id);
-                // A node's earlier tokens (an earlier process) end with this one.
-                let stale: Vec<String> = broker
-                    .controller
-                    .image()
-                    .http_tokens
-                    .values()
-                    .filter(|t| t.kind == HttpTokenKind::Node && t.principal == principal)
-                    .map(|t| t.id.clone())
-                    .collect();
-                let (token, secret) = new_token(&principal, HttpTokenKind::Node, i64::MAX, "node-to-node HTTP");
-                let mut records = vec![MetadataRecord::IssueHttpToken { token }];
-                if !stale.is_empty() {
-                    records.push(MetadataRecord::RevokeHttpTokens { ids: stale });
-                }
-                broker.controller.propose(MetadataRecord::Batch(records)).await.map(|_| secret).map_err(|e| {
-                    tracing::warn!(error = %e, "could not issue this node's HTTP token");
-                })
-            })
-            .await
-            .ok()
-            .cloned()
+        let mut current = self.node_token.lock().await;
+        let now = now_ms();
+        if let Some((token, expires_ms)) = current.as_ref() {
+            if expires_ms - now > NODE_TOKEN_LIFETIME_MS / 2 {
+                return Some(token.clone());
+            }
+        }
+        let principal = format!("User:runnel-node-{}", broker.settings.node_id);
+        let earlier: Vec<String> = broker
+            .controller
+            .image()
+            .http_tokens
+            .values()
+            .filter(|t| t.kind == HttpTokenKind::Node && t.principal == principal)
+            .map(|t| t.id.clone())
+            .collect();
+        let expires_ms = now + NODE_TOKEN_LIFETIME_MS;
+        let (token, secret) = new_token(&principal, HttpTokenKind::Node, expires_ms, "node-to-node HTTP");
+        let mut records = vec![MetadataRecord::IssueHttpToken { token }];
+        if !earlier.is_empty() {
+            records.push(MetadataRecord::RevokeHttpTokens { ids: earlier });
+        }
+        match broker.controller.propose(MetadataRecord::Batch(records)).await {
+            Ok(_) => {
+                *current = Some((secret.clone(), expires_ms));
+                Some(secret)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not issue this node's HTTP token");
+                None
+            }
+        }
+    }
+
+    /// Forgets the node token (another node refused it: revoked), so the next call issues one.
+    pub async fn forget_node_token(&self) {
+        *self.node_token.lock().await = None;
     }
 }
 
@@ -173,12 +236,30 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The unexpired token `bearer` is, if it is one.
+/// The unexpired token `bearer` is, if it is one and its owner still exists (a user's tokens
+/// end with the user's last SCRAM credential; node tokens have no user).
 pub fn find_token<'a>(image: &'a MetadataImage, bearer: &str) -> Option<&'a HttpToken> {
     let (id, secret) = bearer.strip_prefix(TOKEN_PREFIX)?.split_once('_')?;
     let token = image.http_tokens.get(id)?;
     let hash = sha2::Sha256::digest(secret.as_bytes());
-    (constant_time_eq(&hash, &token.secret_sha256) && token.expires_ms > now_ms()).then_some(token)
+    let owner = principal_of(&token.principal);
+    let owner_exists =
+        token.kind == HttpTokenKind::Node || image.scram_credentials.keys().any(|(user, _)| user == owner.name());
+    (constant_time_eq(&hash, &token.secret_sha256) && token.expires_ms > now_ms() && owner_exists).then_some(token)
+}
+
+/// Whether a browser sent the request from another site (`Sec-Fetch-Site`, else `Origin`
+/// against `Host`). The API serves no cross-origin callers (it answers no CORS preflight), so
+/// such a request can only be a forgery riding on credentials the browser holds (a login
+/// cookie, cached Basic credentials): refused, whatever its method.
+fn cross_site(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return !matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return false };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    origin == "null" || origin_host != host
 }
 
 /// The principal of a stored `User:<name>`.
@@ -234,6 +315,11 @@ fn credentials(headers: &HeaderMap) -> Credentials {
     }
 }
 
+/// 503: too many password checks are waiting.
+pub fn busy() -> Response {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, 50303, "too many password checks in progress: retry").into_response()
+}
+
 fn unauthorized(headers: &HeaderMap, message: &str) -> Response {
     let mut response = ApiError::new(StatusCode::UNAUTHORIZED, 40101, message).into_response();
     if !headers.contains_key(UI_HEADER) {
@@ -254,6 +340,10 @@ pub async fn authenticate(
 ) -> Response {
     let headers = request.headers().clone();
     let open = is_open(request.method(), request.uri().path());
+    if cross_site(&headers) && !(open && request.method() == Method::GET) {
+        return ApiError::new(StatusCode::FORBIDDEN, 40303, "a request from another site (Origin, Sec-Fetch-Site)")
+            .into_response();
+    }
     let image = http.broker.controller.image();
     let authenticated = match credentials(&headers) {
         Credentials::None if http.auth.settings.authentication && !open => {
@@ -263,17 +353,25 @@ pub async fn authenticate(
             Authenticated { principal: Principal::anonymous(), method: AuthMethod::Anonymous, token_id: None }
         }
         Credentials::Malformed => return unauthorized(&headers, "malformed Authorization header"),
-        Credentials::Basic { user, password } => {
-            if !http.auth.verify_password(&image, &user, &password).await {
-                return unauthorized(&headers, "invalid user name or password");
-            }
-            Authenticated { principal: Principal::user(&user), method: AuthMethod::Basic, token_id: None }
-        }
+        Credentials::Basic { user, password } => match http.auth.verify_password(&image, &user, &password).await {
+            Ok(()) => Authenticated { principal: Principal::user(&user), method: AuthMethod::Basic, token_id: None },
+            Err(PasswordRefused::Invalid) => return unauthorized(&headers, "invalid user name or password"),
+            Err(PasswordRefused::Busy) => return busy(),
+        },
         Credentials::Bearer(bearer) => {
             let Some(token) = find_token(&image, &bearer) else {
                 return unauthorized(&headers, "unknown, revoked or expired token");
             };
+            if token.kind == HttpTokenKind::Session {
+                return unauthorized(&headers, "a dashboard login is a cookie, not a bearer token");
+            }
             if token.kind == HttpTokenKind::Node {
+                // A node token authenticates the other nodes' `scope=node` views only.
+                let view = request.method() == Method::GET
+                    && request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "scope=node"));
+                if !view {
+                    return unauthorized(&headers, "a node token serves only scope=node views");
+                }
                 // The node's own work: outside any client scope, like its Kafka-side calls.
                 let node = Authenticated {
                     principal: principal_of(&token.principal),
@@ -283,8 +381,11 @@ pub async fn authenticate(
                 request.extensions_mut().insert(node);
                 return next.run(request).await;
             }
-            let method = if token.kind == HttpTokenKind::Session { AuthMethod::Session } else { AuthMethod::Token };
-            Authenticated { principal: principal_of(&token.principal), method, token_id: Some(token.id.clone()) }
+            Authenticated {
+                principal: principal_of(&token.principal),
+                method: AuthMethod::Token,
+                token_id: Some(token.id.clone()),
+            }
         }
         Credentials::Cookie(bearer) => {
             let token = find_token(&image, &bearer).filter(|t| t.kind == HttpTokenKind::Session);

@@ -20,10 +20,10 @@ pub struct ErrorBody {
     /// HTTP status × 100 + a sub-code: 40001 malformed JSON, 40002 bad query or path parameter,
     /// 40401 unknown topic, 40402 unknown partition, 40403 unknown consumer instance, 40404
     /// unknown group, 40101 authentication required or failed, 40301 not authorized (the ACLs),
-    /// 40302 a cookie-authenticated change without X-Runnel-UI, 40405 no such route, 40801 consumer request timed out, 40901 topic exists,
+    /// 40302 a cookie-authenticated change without X-Runnel-UI, 40303 a cross-site request, 40405 no such route, 40411 unknown token, 40801 consumer request timed out, 40901 topic exists,
     /// 40902 consumer instance exists, 40903 group not empty, 40904 consumer not subscribed,
     /// 41301 body or record too large, 41501 unsupported content type, 42201 body does not match
-    /// the schema, 42202 invalid value, 42901 too many tokens, 50001 broker error, 50301 retriable (no leader or
+    /// the schema, 42202 invalid value, 42901 too many tokens, 50001 broker error, 50303 too many password checks at once, 50301 retriable (no leader or
     /// coordinator yet), 50401 broker timeout.
     pub error_code: u32,
     pub message: String,

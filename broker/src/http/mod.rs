@@ -185,6 +185,8 @@ struct BackoffListener {
 
 /// How long an accepted HTTPS connection may take to complete its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Handshakes in progress at once; a connection accepted beyond them is closed at once.
+const TLS_HANDSHAKES_MAX: usize = 256;
 
 /// The HTTPS listener: each accepted connection completes its TLS handshake on its own task
 /// (a slow or silent client holds up no other), within [`TLS_HANDSHAKE_TIMEOUT`], with the
@@ -200,11 +202,17 @@ impl TlsListener {
     fn start(mut plain: BackoffListener, tls: Arc<TlsContext>) -> TlsListener {
         let local = axum::serve::Listener::local_addr(&plain);
         let (ready, established) = tokio::sync::mpsc::channel(64);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(TLS_HANDSHAKES_MAX));
         let acceptor = tokio::spawn(async move {
             loop {
                 let (tcp, peer) = axum::serve::Listener::accept(&mut plain).await;
+                let Ok(turn) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "HTTPS handshakes at their bound: connection closed");
+                    continue;
+                };
                 let (handshake, ready) = (tls.acceptor(), ready.clone());
                 tokio::spawn(async move {
+                    let _turn = turn;
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake.accept(tcp)).await {
                         Ok(Ok(stream)) => {
                             let _ = ready.send((stream, peer)).await;

@@ -1,8 +1,8 @@
 //! Logging in, bearer tokens and the audit log of deployed code (issue 15):
 //! `POST /v1/login` / `POST /v1/logout` (the dashboard's session cookie), `GET /v1/whoami`,
 //! `POST|GET /v1/tokens`, `DELETE /v1/tokens/{id}` (tokens for scripts, like Kafka's
-//! delegation tokens: only a password-authenticated client may create one, so a leaked token
-//! cannot extend itself), and `GET /v1/audit`.
+//! delegation tokens: only HTTP Basic may create one, so neither a leaked token nor a login
+//! cookie can outlive itself), and `GET /v1/audit`.
 //!
 //! Tokens live in the metadata quorum as the SHA-256 of their secret; the secret is shown once,
 //! when the token is created. A principal holds at most `--http-tokens-max-per-principal`
@@ -16,7 +16,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{new_token, now_ms, AuthMethod, Authenticated, SESSION_COOKIE};
+use super::auth::{new_token, now_ms, AuthMethod, Authenticated, PasswordRefused, SESSION_COOKIE};
 use super::error::{ApiError, ApiResult, ErrorBody, JsonBody};
 use crate::controller::{AuditEntry, HttpToken, HttpTokenKind, MetadataRecord};
 use crate::security::acl::{Operation, ResourceType};
@@ -65,8 +65,12 @@ pub async fn whoami(State(http): State<super::State>, Extension(who): Extension<
     responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
 pub async fn login(State(http): State<super::State>, JsonBody(login): JsonBody<Login>) -> ApiResult<Response> {
     let image = http.broker.controller.image();
-    if !http.auth.verify_password(&image, &login.username, &login.password).await {
-        return Err(ApiError::new(StatusCode::UNAUTHORIZED, 40101, "invalid user name or password"));
+    match http.auth.verify_password(&image, &login.username, &login.password).await {
+        Ok(()) => {}
+        Err(PasswordRefused::Invalid) => {
+            return Err(ApiError::new(StatusCode::UNAUTHORIZED, 40101, "invalid user name or password"))
+        }
+        Err(PasswordRefused::Busy) => return Ok(super::auth::busy()),
     }
     let principal = format!("User:{}", login.username);
     let expires_ms = now_ms().saturating_add(http.auth.settings.session_ms as i64);
@@ -179,7 +183,8 @@ async fn propose_issue(http: &super::Http, token: HttpToken, revoke: Vec<String>
 }
 
 /// Creates a bearer token for the requesting principal. Only a client that authenticated with
-/// its password (HTTP Basic or a dashboard login) may: a token cannot make tokens.
+/// its password (HTTP Basic) may: neither a token nor a login cookie can make tokens, so a
+/// stolen one cannot outlive itself.
 #[utoipa::path(post, path = "/v1/tokens", tag = "v1", request_body = NewToken,
     responses((status = 201, body = IssuedToken), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)))]
@@ -189,12 +194,18 @@ pub async fn create_token(
     JsonBody(request): JsonBody<NewToken>,
 ) -> ApiResult<Response> {
     match who.method {
-        AuthMethod::Basic | AuthMethod::Session => {}
+        AuthMethod::Basic => {}
         AuthMethod::Anonymous => {
-            return Err(ApiError::new(StatusCode::UNAUTHORIZED, 40101, "log in (HTTP Basic) to create a token"))
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                40101,
+                "authenticate with HTTP Basic to create a token",
+            ))
         }
-        AuthMethod::Token => {
-            return Err(ApiError::forbidden("a token cannot create tokens: authenticate with a password (HTTP Basic)"))
+        AuthMethod::Token | AuthMethod::Session => {
+            return Err(ApiError::forbidden(
+                "only a password (HTTP Basic) can create a token, not a token or a dashboard login",
+            ))
         }
     }
     let max = http.auth.settings.token_max_lifetime_ms;
@@ -225,10 +236,10 @@ pub async fn create_token(
     Ok((StatusCode::CREATED, Json(issued)).into_response())
 }
 
-/// Whether the requester may see and revoke the tokens of other principals (ALTER on the
-/// cluster).
+/// Whether the requester may see and revoke the tokens of other principals: ALTER on the
+/// cluster, with the authorizer on (without it nobody administers anyone else's tokens).
 fn manages_every_token(http: &super::Http) -> bool {
-    http.broker.authorized_cluster(Operation::Alter)
+    http.broker.settings.authorizer.enabled && http.broker.authorized_cluster(Operation::Alter)
 }
 
 /// The requester's tokens (every principal's, with ALTER on the cluster); never their secrets.
@@ -253,7 +264,7 @@ pub async fn revoke_token(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let image = http.broker.controller.image();
-    let not_found = || ApiError::new(StatusCode::NOT_FOUND, 40407, format!("token '{id}' not found"));
+    let not_found = || ApiError::new(StatusCode::NOT_FOUND, 40411, format!("token '{id}' not found"));
     let token = image.http_tokens.get(&id).ok_or_else(not_found)?;
     let own = who.method != AuthMethod::Anonymous && who.principal.is(&token.principal);
     if !own {

@@ -431,6 +431,10 @@ pub(super) async fn ask_node<T: serde::de::DeserializeOwned>(
         ask = ask.bearer_auth(token);
     }
     let answer = ask.send().await.map_err(|e| format!("{url}: {e}"))?;
+    if answer.status() == reqwest::StatusCode::UNAUTHORIZED {
+        // Revoked (or rotated while the other node's image lagged): the next call issues anew.
+        http.auth.forget_node_token().await;
+    }
     if answer.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }

@@ -159,8 +159,12 @@ pub async fn deploy(
     require(&http.broker, operation, ResourceType::Validator, &name)?;
     let (config, module) = read_upload::<ValidatorConfig>(request).await?;
     let spec = validate(&name, config)?;
-    // A validator decides what its topic accepts: a change of the topic's behaviour.
+    // A validator decides what its topic accepts: a change of the topic's behaviour (of the
+    // topic it leaves too, when a redeploy moves it).
     require(&http.broker, Operation::AlterConfigs, ResourceType::Topic, &spec.topic)?;
+    if let Some(existing) = http.broker.controller.image().validators.get(&name) {
+        require(&http.broker, Operation::AlterConfigs, ResourceType::Topic, &existing.spec.topic)?;
+    }
     if let Some(other) = http.broker.controller.image().validators.values().find(|v| v.spec.topic == spec.topic) {
         if other.name != name {
             return Err(topic_taken(&spec.topic, &other.name));
@@ -333,6 +337,10 @@ pub async fn describe(
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(State(http): State<super::State>, Path(name): Path<String>) -> ApiResult<StatusCode> {
     require(&http.broker, Operation::Delete, ResourceType::Validator, &name)?;
+    // Removing a validator changes what its topic accepts, as deploying one does.
+    if let Some(existing) = http.broker.controller.image().validators.get(&name) {
+        require(&http.broker, Operation::AlterConfigs, ResourceType::Topic, &existing.spec.topic)?;
+    }
     let record =
         audited(MetadataRecord::DeleteValidator { name: name.clone() }, "delete", ResourceType::Validator, &name, None);
     match http.broker.controller.propose(record).await {

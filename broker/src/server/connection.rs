@@ -540,13 +540,15 @@ async fn handle_frame(
 
 /// KIP-590's Envelope: a request another broker forwards on behalf of its own client (the HTTP
 /// API's calls for an authenticated user), run with that client's principal and address. Only
-/// a sender allowed CLUSTER_ACTION on the cluster (a broker) may act for someone else; the
+/// a sender on the inter-broker listener allowed CLUSTER_ACTION on the cluster (a broker, as
+/// Kafka accepts envelopes only from its privileged listener) may act for someone else; the
 /// inner request is authorized as its client, exactly as if it had come on its own.
 /// Principals travel as `User:<name>` text, the client address as its 4 or 16 address bytes.
 async fn envelope(broker: &Broker, request: EnvelopeRequest, sender: ClientContext) -> EnvelopeResponse {
     let refused = |error: ResponseError| EnvelopeResponse::default().with_error_code(error.code());
+    let on_inter_broker_listener = sender.listener.as_deref() == Some(&*broker.settings.inter_broker_listener);
     let sender_may = as_client(sender.clone(), async { broker.authorized_cluster(Operation::ClusterAction) }).await;
-    if !sender_may {
+    if !on_inter_broker_listener || !sender_may {
         return refused(ResponseError::ClusterAuthorizationFailed);
     }
     let Some(client) = enveloped_client(&request, &sender) else {

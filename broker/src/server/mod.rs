@@ -76,6 +76,9 @@ pub struct ServerSettings {
     pub authorizer: crate::security::acl::AuthorizerSettings,
     /// What the node exposes and how it is protected (`/v1/cluster`).
     pub security: crate::security::SecurityReport,
+    /// `inter.broker.listener.name`: the only listener an Envelope (a request another broker
+    /// forwards for its client) is accepted on.
+    pub inter_broker_listener: std::sync::Arc<str>,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

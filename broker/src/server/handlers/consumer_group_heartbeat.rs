@@ -26,7 +26,7 @@ use crate::group::assignor::{self, TopicSpec};
 use crate::group::consumer::{self, AssignJob, AssignOutcome, Begin, HeartbeatAnswer, HeartbeatRequest};
 use crate::group::membership::{self, GroupState};
 use crate::group::Replicated;
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::{offset_error_code, Broker};
 
 pub async fn handle(
@@ -37,6 +37,12 @@ pub async fn handle(
     let group: &str = &request.group_id.0;
     if let Err(code) = authorize_and_check_coordinator(broker, group, Operation::Read) {
         return Some(response(HeartbeatAnswer { error: Some((code, None)), ..answer_without_member() }));
+    }
+    // Kafka's KafkaApis: every subscribed topic name must be one the member may describe.
+    let subscribed = request.subscribed_topic_names.iter().flatten();
+    if subscribed.into_iter().any(|t| !broker.authorized(Operation::Describe, ResourceType::Topic, &t.0)) {
+        let error = Some((ResponseError::TopicAuthorizationFailed, None));
+        return Some(response(HeartbeatAnswer { error, ..answer_without_member() }));
     }
     let image = broker.controller.image();
     if request.member_epoch == consumer::JOIN_EPOCH && broker.groups.consumers.members_of(group).is_none() {

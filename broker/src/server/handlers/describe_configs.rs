@@ -549,6 +549,7 @@ mod tests {
             max_broker_partitions: 20_000,
             authorizer: Default::default(),
             security: Default::default(),
+            inter_broker_listener: std::sync::Arc::from("PLAINTEXT"),
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
