@@ -374,7 +374,7 @@ fn https_serves_the_api_and_the_cli_authenticates_with_a_user_or_a_token() {
     let (keystore, truststore) = (pki.text("server.pem"), pki.text("ca.pem"));
     let mut args: Vec<&str> = users(&[]);
     args.extend(["--http-tls", "true", "--ssl-keystore-location", &keystore, "--ssl-truststore-location", &truststore]);
-    let cluster = Cluster::start(2, &args);
+    let mut cluster = Cluster::start(2, &args);
     let node = cluster.node(1);
     let admin = HttpApi::https(node, &pki.path("ca.pem")).with_basic("admin", "admin-secret");
     let me = admin.get("/v1/whoami");
@@ -417,4 +417,6 @@ fn https_serves_the_api_and_the_cli_authenticates_with_a_user_or_a_token() {
         "node 2 answers node 1 over HTTPS: {}",
         admin.get("/v1/transforms").text
     );
+    // The certificate reloader stops with the node: SIGTERM ends it cleanly.
+    assert!(cluster.terminate(2), "a node with TLS settings did not exit cleanly on SIGTERM");
 }

@@ -399,7 +399,7 @@ impl Node {
             shutdown_rx.clone(),
         )));
         if let Some(tls) = &listeners.tls {
-            tasks.push(tls.spawn_reloader());
+            tasks.push(tls.spawn_reloader(shutdown_rx.clone()));
         }
         tasks.push(tokio::spawn(server::serve(listeners.sockets, broker.clone(), shutdown_rx)));
         tracing::info!(node_id = config.node_id, broker_epoch, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");

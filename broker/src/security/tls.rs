@@ -243,13 +243,20 @@ impl TlsContext {
         }
     }
 
-    /// Checks the files every `ssl.reload.interval.ms` until the process ends.
-    pub fn spawn_reloader(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Checks the files every `ssl.reload.interval.ms` until `stop` turns true (the node's
+    /// shutdown waits for this task).
+    pub fn spawn_reloader(
+        self: &Arc<Self>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
         let context = Arc::downgrade(self);
         let interval = self.settings.reload_interval.max(Duration::from_millis(10));
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(interval).await;
+                tokio::select! {
+                    _ = stop.wait_for(|stopped| *stopped) => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
                 let Some(context) = context.upgrade() else { return };
                 // Reading and parsing files: off the async workers.
                 let _ = tokio::task::spawn_blocking(move || context.reload_if_changed()).await;
