@@ -1286,7 +1286,6 @@ fn large_fetch_responses_over_tls_arrive_whole() {
     // reaches a TLS consumer whole, and the consumer reads every record (the flush at the end
     // of every response, `Frame::write_to`, is what the unit test there proves).
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    use rdkafka::Message;
     const RECORDS: usize = 3072;
     let pki = Pki::new();
     let node = secure_node(&pki, &[]);
