@@ -163,30 +163,6 @@ fn delete_user(node: &Runnel, user: &str) {
     assert!(response.results.iter().all(|r| r.error_code == 0), "{response:?}");
 }
 
-/// Creates ALLOW ACLs through CreateAcls on the PLAINTEXT (super user) listener:
-/// (resource type, name, pattern type, principal, operation) with Kafka's codes.
-fn allow(node: &Runnel, acls: &[(i8, &str, i8, &str, i8)]) {
-    use kafka_protocol::messages::create_acls_request::AclCreation;
-    use kafka_protocol::messages::CreateAclsRequest;
-    let creations = acls
-        .iter()
-        .map(|(kind, name, pattern, principal, operation)| {
-            AclCreation::default()
-                .with_resource_type(*kind)
-                .with_resource_name(StrBytes::from_string(name.to_string()))
-                .with_resource_pattern_type(*pattern)
-                .with_principal(StrBytes::from_string(principal.to_string()))
-                .with_host(StrBytes::from_static_str("*"))
-                .with_operation(*operation)
-                .with_permission_type(3)
-        })
-        .collect();
-    let response = RawConn::open(node, "admin").call(3, &CreateAclsRequest::default().with_creations(creations));
-    for result in &response.results {
-        assert_eq!(result.error_code, 0, "{:?}", result.error_message);
-    }
-}
-
 const TOPIC: i8 = 2;
 const GROUP: i8 = 3;
 const TRANSFORM: i8 = 100;
@@ -228,7 +204,7 @@ fn http_acls_govern_rest_produce_consume_admin_and_deployed_code() {
         let created = admin.post("/v1/topics", &json!({"name": topic, "partitions": 1}));
         assert_eq!(created.status, 201, "{}", created.text);
     }
-    allow(
+    support::allow_acls(
         &node,
         &[
             (TOPIC, "orders", LITERAL, "User:alice", WRITE),
@@ -326,7 +302,7 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
     let admin = as_user(node1, "admin");
     let created = admin.post("/v1/topics", &json!({"name": "spread", "partitions": 4, "replication_factor": 1}));
     assert_eq!(created.status, 201, "{}", created.text);
-    allow(node1, &[(TOPIC, "spread", LITERAL, "User:alice", WRITE)]);
+    support::allow_acls(node1, &[(TOPIC, "spread", LITERAL, "User:alice", WRITE)]);
     let leaders = admin.get(&format!("/v3/clusters/{}/topics/spread/partitions", admin.cluster_id()));
     let remote = leaders.json["data"]
         .as_array()

@@ -563,30 +563,6 @@ fn acl_node(pki: &Pki) -> Runnel {
     )
 }
 
-/// Creates ALLOW ACLs through CreateAcls on the PLAINTEXT (super user) listener:
-/// (resource type, name, pattern type, principal, operation) with Kafka's codes.
-fn allow(node: &Runnel, acls: &[(i8, &str, i8, &str, i8)]) {
-    use kafka_protocol::messages::create_acls_request::AclCreation;
-    use kafka_protocol::messages::CreateAclsRequest;
-    let creations = acls
-        .iter()
-        .map(|(kind, name, pattern, principal, operation)| {
-            AclCreation::default()
-                .with_resource_type(*kind)
-                .with_resource_name(StrBytes::from_string(name.to_string()))
-                .with_resource_pattern_type(*pattern)
-                .with_principal(StrBytes::from_string(principal.to_string()))
-                .with_host(StrBytes::from_static_str("*"))
-                .with_operation(*operation)
-                .with_permission_type(3)
-        })
-        .collect();
-    let response = RawConn::open(node, "admin").call(3, &CreateAclsRequest::default().with_creations(creations));
-    for result in &response.results {
-        assert_eq!(result.error_code, 0, "{:?}", result.error_message);
-    }
-}
-
 const TOPIC: i8 = 2;
 const GROUP: i8 = 3;
 const TRANSACTIONAL_ID: i8 = 5;
@@ -618,7 +594,7 @@ fn acls_allow_and_deny_every_api_family_for_librdkafka_clients() {
     let pki = Pki::new();
     let node = acl_node(&pki);
     support::create_topic(&node, "orders", 2);
-    allow(
+    support::allow_acls(
         &node,
         &[
             (TOPIC, "orders", LITERAL, "User:alice", WRITE),
@@ -1254,7 +1230,7 @@ fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
     let node = Runnel::start(&["--authorizer-class-name", "standard", "--allow-everyone-if-no-acl-found", "true"]);
     support::create_topic(&node, "open", 1);
     support::create_topic(&node, "secret", 1);
-    allow(&node, &[(TOPIC, "secret", LITERAL, "User:alice", READ)]);
+    support::allow_acls(&node, &[(TOPIC, "secret", LITERAL, "User:alice", READ)]);
     let mut conn = RawConn::open(&node, "kip848");
     let _ = conn.call(
         4,

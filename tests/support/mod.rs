@@ -534,3 +534,29 @@ pub fn guest_component(package: &str) -> Vec<u8> {
     let file = target_dir.join("wasm32-wasip2/wasm").join(format!("{}.wasm", package.replace('-', "_")));
     std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
+
+/// Creates ALLOW ACLs through CreateAcls on the PLAINTEXT listener (its User:ANONYMOUS must be
+/// allowed to: a super user, or no ACL on the cluster with allow.everyone.if.no.acl.found):
+/// (resource type, name, pattern type, principal, operation) with Kafka's codes.
+pub fn allow_acls(node: &Runnel, acls: &[(i8, &str, i8, &str, i8)]) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let creations = acls
+        .iter()
+        .map(|(kind, name, pattern, principal, operation)| {
+            AclCreation::default()
+                .with_resource_type(*kind)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_resource_pattern_type(*pattern)
+                .with_principal(StrBytes::from_string(principal.to_string()))
+                .with_host(StrBytes::from_static_str("*"))
+                .with_operation(*operation)
+                .with_permission_type(3)
+        })
+        .collect();
+    let response = RawConn::open(node, "admin").call(3, &CreateAclsRequest::default().with_creations(creations));
+    for result in &response.results {
+        assert_eq!(result.error_code, 0, "{:?}", result.error_message);
+    }
+}
