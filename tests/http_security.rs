@@ -165,6 +165,7 @@ fn delete_user(node: &Runnel, user: &str) {
 
 const TOPIC: i8 = 2;
 const GROUP: i8 = 3;
+const TRANSACTIONAL_ID: i8 = 5;
 const TRANSFORM: i8 = 100;
 const LITERAL: i8 = 3;
 const PREFIXED: i8 = 4;
@@ -286,6 +287,29 @@ fn http_acls_govern_rest_produce_consume_admin_and_deployed_code() {
     assert_eq!(entries[0]["client_host"], "127.0.0.1");
     assert!(bob.get("/v1/audit").json["entries"].as_array().unwrap().is_empty(), "bob may describe no transform");
     assert_eq!(alice.get("/v1/audit").json["entries"].as_array().unwrap().len(), 2);
+
+    // A transaction shows only the partitions of topics the client may describe (Kafka's
+    // DescribeTransactions): an open one over orders and a topic alice may not see.
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    assert_eq!(admin.post("/v1/topics", &json!({"name": "ledger", "partitions": 1})).status, 201);
+    support::allow_acls(&node, &[(TRANSACTIONAL_ID, "alice-tx", LITERAL, "User:alice", DESCRIBE)]);
+    let producer: BaseProducer =
+        support::client_config(&node, &[("transactional.id", "alice-tx")]).create().expect("producer");
+    producer.init_transactions(TIMEOUT).expect("init_transactions");
+    producer.begin_transaction().expect("begin");
+    for topic in ["orders", "ledger"] {
+        producer.send(BaseRecord::<(), str>::to(topic).payload("in a transaction")).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(TIMEOUT).expect("flush");
+    let topics_of = |api: &HttpApi| {
+        let answer = api.get("/v1/transactions/alice-tx");
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        let partitions = answer.json["partitions"].as_array().expect("partitions").clone();
+        partitions.iter().map(|p| p["topic"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(topics_of(&admin), vec!["ledger", "orders"]);
+    assert_eq!(topics_of(&alice), vec!["orders"], "ledger is hidden from alice");
+    producer.abort_transaction(TIMEOUT).expect("abort");
 }
 
 #[test]

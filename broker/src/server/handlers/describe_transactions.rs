@@ -1,6 +1,7 @@
 //! DescribeTransactions: the state of transactional ids this node coordinates
 //! (`kafka-transactions.sh describe`). An id coordinated elsewhere answers NOT_COORDINATOR, an
-//! unknown one TRANSACTIONAL_ID_NOT_FOUND, as Kafka does.
+//! unknown one TRANSACTIONAL_ID_NOT_FOUND, as Kafka does; the partitions of topics the client
+//! may not describe are left out, as Kafka leaves them out.
 
 use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
@@ -28,7 +29,17 @@ pub async fn handle(
             match broker.txn.describe(&id.0) {
                 Ok(Some(t)) => {
                     let mut topics: Vec<TopicData> = Vec::new();
+                    // Kafka leaves out the partitions of topics the client may not describe.
+                    let mut describable: Option<(&str, bool)> = None;
                     for (topic, partition) in &t.partitions {
+                        let may = match describable {
+                            Some((last, may)) if last == topic.as_str() => may,
+                            _ => broker.authorized(Operation::Describe, ResourceType::Topic, topic),
+                        };
+                        describable = Some((topic.as_str(), may));
+                        if !may {
+                            continue;
+                        }
                         match topics.last_mut() {
                             Some(d) if *d.topic.0 == **topic => d.partitions.push(*partition),
                             _ => topics.push(
