@@ -922,34 +922,23 @@ mod librdkafka_acls {
         let (name, principal, host) = (cstring(name), cstring(principal), cstring(host));
         let as_ptr = |c: &Option<CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         let mut errstr = [0 as std::ffi::c_char; 512];
+        // The two constructors take the same arguments (a filter is a binding type in C).
+        let new =
+            if filter { rd::bindings::rd_kafka_AclBindingFilter_new } else { rd::bindings::rd_kafka_AclBinding_new };
         // SAFETY: every pointer is a NUL-terminated string alive for the call, or NULL where the
         // API allows it (filters); errstr is a writable buffer of the given size.
         let made = unsafe {
-            if filter {
-                rd::bindings::rd_kafka_AclBindingFilter_new(
-                    kind,
-                    as_ptr(&name),
-                    pattern,
-                    as_ptr(&principal),
-                    as_ptr(&host),
-                    op,
-                    perm,
-                    errstr.as_mut_ptr(),
-                    errstr.len(),
-                )
-            } else {
-                rd::bindings::rd_kafka_AclBinding_new(
-                    kind,
-                    as_ptr(&name),
-                    pattern,
-                    as_ptr(&principal),
-                    as_ptr(&host),
-                    op,
-                    perm,
-                    errstr.as_mut_ptr(),
-                    errstr.len(),
-                )
-            }
+            new(
+                kind,
+                as_ptr(&name),
+                pattern,
+                as_ptr(&principal),
+                as_ptr(&host),
+                op,
+                perm,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            )
         };
         // SAFETY: librdkafka wrote a NUL-terminated message into errstr on failure.
         assert!(!made.is_null(), "{:?}", unsafe { CStr::from_ptr(errstr.as_ptr()) });

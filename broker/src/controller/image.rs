@@ -178,6 +178,14 @@ impl MetadataImage {
         self.topics.get_mut(name).map(Arc::make_mut)
     }
 
+    /// `user`'s SCRAM credentials (one per mechanism), found by range, not by a scan.
+    pub fn credentials_of<'a>(&'a self, user: &'a str) -> impl Iterator<Item = &'a ScramCredential> + 'a {
+        self.scram_credentials
+            .range((user.to_string(), ScramMechanism::Sha256)..)
+            .take_while(move |((name, _), _)| name == user)
+            .map(|(_, credential)| credential)
+    }
+
     /// Partition `partition` of topic `topic`.
     pub fn partition(&self, topic: &str, partition: u32) -> Option<&PartitionImage> {
         self.topics.get(topic)?.partitions.get(usize::try_from(partition).ok()?)

@@ -17,12 +17,15 @@ use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::{self, create_topics};
 use crate::server::Broker;
 
+/// Creates a topic (or, `validate_only`, checks that it could be) for a client allowed CREATE
+/// on the cluster or the topic.
 pub async fn create_topic(
     http: &Http,
     name: &str,
     partitions: i32,
     replication_factor: i16,
     configs: BTreeMap<String, String>,
+    validate_only: bool,
 ) -> ApiResult<()> {
     if !create_topics::may_create(&http.broker, name) {
         return Err(ApiError::kafka(
@@ -31,10 +34,12 @@ pub async fn create_topic(
         ));
     }
     let assignment = create_topics::Assignment::Auto { partitions, replication_factor };
-    create_topics::validate_and_create(&http.broker, name, assignment, configs, false)
+    create_topics::validate_and_create(&http.broker, name, assignment, configs, validate_only)
         .await
         .map_err(|(code, message)| ApiError::kafka(code, Some(&message)))?;
-    http.broker.reconcile_now().await;
+    if !validate_only {
+        http.broker.reconcile_now().await;
+    }
     Ok(())
 }
 
@@ -314,6 +319,13 @@ async fn load_offsets(http: &Http) {
         }
     })
     .await;
+}
+
+/// ListGroups' rule: DESCRIBE on the cluster lists every group, else only the groups the client
+/// may DESCRIBE.
+pub fn describable_groups(broker: &Broker) -> impl Fn(&str) -> bool + '_ {
+    let all = broker.authorized_cluster(Operation::Describe);
+    move |id| all || broker.authorized(Operation::Describe, ResourceType::Group, id)
 }
 
 /// Every group known here: with members or with committed offsets.

@@ -86,6 +86,12 @@ pub struct Authenticated {
     pub token_id: Option<String>,
 }
 
+impl Authenticated {
+    fn anonymous() -> Authenticated {
+        Authenticated { principal: Principal::anonymous(), method: AuthMethod::Anonymous, token_id: None }
+    }
+}
+
 /// The HTTP API's authentication state of a node.
 pub struct HttpAuth {
     pub settings: HttpSecurity,
@@ -127,8 +133,7 @@ impl HttpAuth {
         user: &str,
         password: &str,
     ) -> Result<(), PasswordRefused> {
-        let credentials: Vec<ScramCredential> =
-            image.scram_credentials.iter().filter(|((name, _), _)| name == user).map(|(_, c)| c.clone()).collect();
+        let credentials: Vec<ScramCredential> = image.credentials_of(user).cloned().collect();
         let key = (user.to_string(), <[u8; 32]>::from(sha2::Sha256::digest(password.as_bytes())));
         let remembered = self
             .lock()
@@ -243,8 +248,7 @@ pub fn find_token<'a>(image: &'a MetadataImage, bearer: &str) -> Option<&'a Http
     let token = image.http_tokens.get(id)?;
     let hash = sha2::Sha256::digest(secret.as_bytes());
     let owner = principal_of(&token.principal);
-    let owner_exists =
-        token.kind == HttpTokenKind::Node || image.scram_credentials.keys().any(|(user, _)| user == owner.name());
+    let owner_exists = token.kind == HttpTokenKind::Node || image.credentials_of(owner.name()).next().is_some();
     (constant_time_eq(&hash, &token.secret_sha256) && token.expires_ms > now_ms() && owner_exists).then_some(token)
 }
 
@@ -264,7 +268,7 @@ fn cross_site(headers: &HeaderMap) -> bool {
 
 /// The principal of a stored `User:<name>`.
 pub fn principal_of(text: &str) -> Principal {
-    Principal::user(text.strip_prefix("User:").unwrap_or(text))
+    Principal::parse(text).unwrap_or_else(|| Principal::user(text))
 }
 
 /// Requests that need no credentials: the dashboard's static files (the login form is one),
@@ -320,9 +324,10 @@ pub fn busy() -> Response {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, 50303, "too many password checks in progress: retry").into_response()
 }
 
-fn unauthorized(headers: &HeaderMap, message: &str) -> Response {
+/// 401; with a Basic challenge unless the dashboard asked (`from_ui`: no browser prompt).
+fn unauthorized(from_ui: bool, message: &str) -> Response {
     let mut response = ApiError::new(StatusCode::UNAUTHORIZED, 40101, message).into_response();
-    if !headers.contains_key(UI_HEADER) {
+    if !from_ui {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"runnel\""));
@@ -338,39 +343,38 @@ pub async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let headers = request.headers().clone();
+    let headers = request.headers();
+    let (from_ui, found) = (headers.contains_key(UI_HEADER), credentials(headers));
     let open = is_open(request.method(), request.uri().path());
-    if cross_site(&headers) && !(open && request.method() == Method::GET) {
+    if cross_site(headers) && !(open && request.method() == Method::GET) {
         return ApiError::new(StatusCode::FORBIDDEN, 40303, "a request from another site (Origin, Sec-Fetch-Site)")
             .into_response();
     }
     let image = http.broker.controller.image();
-    let authenticated = match credentials(&headers) {
+    let authenticated = match found {
         Credentials::None if http.auth.settings.authentication && !open => {
-            return unauthorized(&headers, "authentication required: HTTP Basic, a bearer token or a dashboard login")
+            return unauthorized(from_ui, "authentication required: HTTP Basic, a bearer token or a dashboard login")
         }
-        Credentials::None => {
-            Authenticated { principal: Principal::anonymous(), method: AuthMethod::Anonymous, token_id: None }
-        }
-        Credentials::Malformed => return unauthorized(&headers, "malformed Authorization header"),
+        Credentials::None => Authenticated::anonymous(),
+        Credentials::Malformed => return unauthorized(from_ui, "malformed Authorization header"),
         Credentials::Basic { user, password } => match http.auth.verify_password(&image, &user, &password).await {
             Ok(()) => Authenticated { principal: Principal::user(&user), method: AuthMethod::Basic, token_id: None },
-            Err(PasswordRefused::Invalid) => return unauthorized(&headers, "invalid user name or password"),
+            Err(PasswordRefused::Invalid) => return unauthorized(from_ui, "invalid user name or password"),
             Err(PasswordRefused::Busy) => return busy(),
         },
         Credentials::Bearer(bearer) => {
             let Some(token) = find_token(&image, &bearer) else {
-                return unauthorized(&headers, "unknown, revoked or expired token");
+                return unauthorized(from_ui, "unknown, revoked or expired token");
             };
             if token.kind == HttpTokenKind::Session {
-                return unauthorized(&headers, "a dashboard login is a cookie, not a bearer token");
+                return unauthorized(from_ui, "a dashboard login is a cookie, not a bearer token");
             }
             if token.kind == HttpTokenKind::Node {
                 // A node token authenticates the other nodes' `scope=node` views only.
                 let view = request.method() == Method::GET
                     && request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "scope=node"));
                 if !view {
-                    return unauthorized(&headers, "a node token serves only scope=node views");
+                    return unauthorized(from_ui, "a node token serves only scope=node views");
                 }
                 // The node's own work: outside any client scope, like its Kafka-side calls.
                 let node = Authenticated {
@@ -392,17 +396,12 @@ pub async fn authenticate(
             let Some(token) = token else {
                 if open {
                     // The login form of a browser whose login expired.
-                    let anonymous = Authenticated {
-                        principal: Principal::anonymous(),
-                        method: AuthMethod::Anonymous,
-                        token_id: None,
-                    };
-                    return run_as(peer, anonymous, request, next).await;
+                    return run_as(peer, Authenticated::anonymous(), request, next).await;
                 }
-                return unauthorized(&headers, "the dashboard login expired or was ended: log in again");
+                return unauthorized(from_ui, "the dashboard login expired or was ended: log in again");
             };
             let safe = matches!(*request.method(), Method::GET | Method::HEAD);
-            if !safe && !headers.contains_key(UI_HEADER) {
+            if !safe && !from_ui {
                 return ApiError::new(
                     StatusCode::FORBIDDEN,
                     40302,

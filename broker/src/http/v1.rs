@@ -444,6 +444,7 @@ pub async fn create_topic(
         topic.partitions.unwrap_or(-1),
         topic.replication_factor.unwrap_or(-1),
         topic.configs,
+        false,
     )
     .await?;
     Ok((StatusCode::CREATED, Json(topic_detail(&http, &topic.name)?)))
@@ -814,8 +815,7 @@ pub async fn list_groups(
     Query(query): Query<super::transforms::ViewQuery>,
 ) -> ApiResult<Json<GroupList>> {
     let node_only = query.node_only()?;
-    let all = http.broker.authorized_cluster(Operation::Describe);
-    let describable = |id: &str| all || http.broker.authorized(Operation::Describe, ResourceType::Group, id);
+    let describable = admin::describable_groups(&http.broker);
     let mut groups: BTreeMap<String, GroupSummary> = BTreeMap::new();
     for id in admin::group_ids(&http).await {
         if (node_only && !coordinated_here(&http, &id)) || !describable(&id) {

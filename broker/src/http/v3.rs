@@ -207,20 +207,7 @@ pub async fn create_topic(
     let partitions = request.partitions_count.unwrap_or(-1);
     let replication_factor = request.replication_factor.unwrap_or(-1);
     if request.validate_only {
-        if !crate::server::handlers::create_topics::may_create(&http.broker, &request.topic_name) {
-            let detail = format!("may not create '{}'", request.topic_name);
-            return Err(ApiError::kafka(kafka_protocol::ResponseError::TopicAuthorizationFailed, Some(&detail)));
-        }
-        let assignment = crate::server::handlers::create_topics::Assignment::Auto { partitions, replication_factor };
-        crate::server::handlers::create_topics::validate_and_create(
-            &http.broker,
-            &request.topic_name,
-            assignment,
-            configs,
-            true,
-        )
-        .await
-        .map_err(|(code, message)| ApiError::kafka(code, Some(&message)))?;
+        admin::create_topic(&http, &request.topic_name, partitions, replication_factor, configs, true).await?;
         let placeholder = crate::controller::TopicImage {
             name: request.topic_name.clone(),
             topic_id: [0; 16],
@@ -229,7 +216,7 @@ pub async fn create_topic(
         };
         return Ok((StatusCode::OK, Json(topic_of(&http, &base_url(&headers), &placeholder))));
     }
-    admin::create_topic(&http, &request.topic_name, partitions, replication_factor, configs).await?;
+    admin::create_topic(&http, &request.topic_name, partitions, replication_factor, configs, false).await?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(&request.topic_name).ok_or_else(|| ApiError::unknown_topic(&request.topic_name))?;
     Ok((StatusCode::CREATED, Json(topic_of(&http, &base_url(&headers), topic))))
@@ -799,10 +786,10 @@ pub async fn list_groups(
 ) -> ApiResult<Json<KafkaConsumerGroupList>> {
     check_cluster(&http, &cluster_id)?;
     let base = base_url(&headers);
-    let all = http.broker.authorized_cluster(Operation::Describe);
+    let describable = admin::describable_groups(&http.broker);
     let mut data = Vec::new();
     for id in admin::group_ids(&http).await {
-        if !all && !http.broker.authorized(Operation::Describe, ResourceType::Group, &id) {
+        if !describable(&id) {
             continue;
         }
         if let Some(g) = admin::group_loaded(&http.broker, &id) {

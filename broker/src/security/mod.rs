@@ -217,6 +217,11 @@ impl Principal {
         Principal { name: Arc::from(name) }
     }
 
+    /// The principal `User:<name>` spells (as ACLs, tokens and envelopes store principals).
+    pub fn parse(text: &str) -> Option<Principal> {
+        text.strip_prefix(Principal::TYPE)?.strip_prefix(':').map(Principal::user)
+    }
+
     pub fn anonymous() -> Principal {
         Principal::user("ANONYMOUS")
     }

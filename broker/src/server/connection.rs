@@ -583,19 +583,14 @@ async fn envelope(broker: &Broker, request: EnvelopeRequest, sender: ClientConte
 
 /// The client an envelope names; `None` when its principal or address does not parse.
 fn enveloped_client(request: &EnvelopeRequest, sender: &ClientContext) -> Option<ClientContext> {
-    let principal = std::str::from_utf8(request.request_principal.as_deref()?).ok()?;
-    let name = principal.strip_prefix(Principal::TYPE)?.strip_prefix(':')?;
+    let principal = Principal::parse(std::str::from_utf8(request.request_principal.as_deref()?).ok()?)?;
     let address = request.client_host_address.as_ref();
     let ip = match address.len() {
         4 => IpAddr::from(<[u8; 4]>::try_from(address).ok()?),
         16 => IpAddr::from(<[u8; 16]>::try_from(address).ok()?),
         _ => return None,
     };
-    Some(ClientContext {
-        peer: SocketAddr::new(ip, 0),
-        listener: sender.listener.clone(),
-        principal: Principal::user(name),
-    })
+    Some(ClientContext { peer: SocketAddr::new(ip, 0), listener: sender.listener.clone(), principal })
 }
 
 /// Decodes the body of one request (its header already read), runs its handler as `client`
@@ -616,7 +611,7 @@ async fn serve_request(
                 $(
                     ApiKey::$key => {
                         let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
-                        match as_client(client.clone(), handlers::$module::handle(broker, header, request)).await {
+                        match as_client(client, handlers::$module::handle(broker, header, request)).await {
                             Some(response) => {
                                 Some(frame_response(correlation_id, response_header_version, &response, version)?)
                             }
