@@ -11,7 +11,8 @@
 //! Options: `--seconds S` per throughput run (default 3), `--batch R` records per `process`
 //! call (default 1000, the broker's `batch_records_max` default), `--restarts N` cached loads
 //! per module (default 20), `--wasm-dir DIR` to use already built components instead of running
-//! `cargo build --profile wasm --target wasm32-wasip2 ... --target-dir target/wasm` first.
+//! `cargo build --profile wasm --target wasm32-wasip2 ... --target-dir target/wasm` first;
+//! `--only assignors` runs section 5 alone.
 //!
 //! Runs and the goals they check:
 //! 1. identity transform, 100 B and 1 KiB values (no key, no headers): records/s and ns/record
@@ -55,10 +56,12 @@ struct Options {
     batch: usize,
     restarts: usize,
     wasm_dir: Option<PathBuf>,
+    /// `--only assignors`: section 5 alone (for profiling it).
+    only_assignors: bool,
 }
 
 fn parse_args() -> Options {
-    let mut options = Options { seconds: 3.0, batch: 1000, restarts: 20, wasm_dir: None };
+    let mut options = Options { seconds: 3.0, batch: 1000, restarts: 20, wasm_dir: None, only_assignors: false };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -67,6 +70,7 @@ fn parse_args() -> Options {
             "--batch" => options.batch = value.parse().expect("--batch R"),
             "--restarts" => options.restarts = value.parse().expect("--restarts N"),
             "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
+            "--only" if value == "assignors" => options.only_assignors = true,
             other => panic!("unknown flag {other} (see the header of runtime/examples/guest_bench.rs)"),
         }
     }
@@ -379,6 +383,10 @@ fn main() {
     let bytes = |name: &str| &components.iter().find(|(n, _)| *n == name).expect("built above").1;
     let cache = tempfile::tempdir().expect("temp dir");
     let runtime = Runtime::new(RuntimeConfig::new(cache.path())).expect("runtime");
+    if options.only_assignors {
+        assignors(&runtime, bytes(RACK_AWARE), bytes(STICKY_RANGE), options.seconds);
+        return;
+    }
     let identity = runtime.transform(bytes(IDENTITY)).expect("identity component");
     let redact = runtime.transform(bytes(REDACT)).expect("redact component");
     let seconds = options.seconds;
