@@ -292,6 +292,12 @@ pub struct ServeArgs {
     /// hence how soon they learn of a new assignment [default: 5000].
     #[arg(long, env = "RUNNEL_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
     pub group_consumer_heartbeat_interval_ms: Option<u32>,
+    /// `group.consumer.reconcile.heartbeat.interval.ms` (Runnel's own): the interval answered
+    /// instead to a consumer-protocol member that has just joined or is still reconciling (has
+    /// partitions to give up or to wait for), so a rebalance takes a few of these rather than a
+    /// few full intervals; capped at the heartbeat interval [default: 500].
+    #[arg(long, env = "RUNNEL_GROUP_CONSUMER_RECONCILE_HEARTBEAT_INTERVAL_MS")]
+    pub group_consumer_reconcile_heartbeat_interval_ms: Option<u32>,
     /// `group.consumer.max.size`: members per consumer-protocol group [default: 1000].
     #[arg(long, env = "RUNNEL_GROUP_CONSUMER_MAX_SIZE")]
     pub group_consumer_max_size: Option<usize>,
@@ -420,6 +426,7 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     group_consumer_session_timeout_ms: Option<u32>,
     group_consumer_heartbeat_interval_ms: Option<u32>,
+    group_consumer_reconcile_heartbeat_interval_ms: Option<u32>,
     group_consumer_max_size: Option<usize>,
     group_consumer_assignors: Option<Vec<String>>,
     group_consumer_migration_policy: Option<String>,
@@ -454,6 +461,13 @@ fn consumer_group_config(
              group.consumer.session.timeout.ms ({session})"
         ));
     }
+    let reconcile_heartbeat = args
+        .group_consumer_reconcile_heartbeat_interval_ms
+        .or(file.group_consumer_reconcile_heartbeat_interval_ms)
+        .map_or(defaults.reconcile_heartbeat_interval_ms, |v| v.min(i32::MAX as u32) as i32);
+    if reconcile_heartbeat < 1 {
+        return invalid("group.consumer.reconcile.heartbeat.interval.ms must be at least 1".to_string());
+    }
     let max_size = args.group_consumer_max_size.or(file.group_consumer_max_size).unwrap_or(defaults.max_size);
     if max_size == 0 {
         return invalid("group.consumer.max.size must be at least 1".to_string());
@@ -478,6 +492,7 @@ fn consumer_group_config(
     Ok(crate::group::consumer::ConsumerGroupConfig {
         session_timeout_ms: session,
         heartbeat_interval_ms: heartbeat,
+        reconcile_heartbeat_interval_ms: reconcile_heartbeat.min(heartbeat),
         max_size,
         max_count,
         assignors,
@@ -1320,6 +1335,19 @@ mod tests {
         let limits = NodeConfig::resolve(&ServeArgs::default()).unwrap().connection_limits;
         assert_eq!(limits.connections_max_idle_ms, 600_000);
         assert_eq!(limits.queued_max_request_bytes, 536_870_912);
+    }
+
+    #[test]
+    fn the_reconcile_heartbeat_interval_is_positive_and_capped_at_the_heartbeat_interval() {
+        // Proves group.consumer.reconcile.heartbeat.interval.ms defaults to 500, is capped at
+        // group.consumer.heartbeat.interval.ms and refuses 0.
+        let groups = |args: ServeArgs| NodeConfig::resolve(&args).map(|c| c.groups.consumer);
+        let config = groups(ServeArgs::default()).unwrap();
+        assert_eq!((config.heartbeat_interval_ms, config.reconcile_heartbeat_interval_ms), (5_000, 500));
+        let args = ServeArgs { group_consumer_heartbeat_interval_ms: Some(200), ..ServeArgs::default() };
+        assert_eq!(groups(args).unwrap().reconcile_heartbeat_interval_ms, 200);
+        let args = ServeArgs { group_consumer_reconcile_heartbeat_interval_ms: Some(0), ..ServeArgs::default() };
+        assert!(matches!(groups(args), Err(ConfigFileError::ConsumerGroup(m)) if m.contains("reconcile")));
     }
 
     #[test]

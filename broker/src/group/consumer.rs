@@ -63,6 +63,8 @@ pub const STATIC_LEAVE_EPOCH: i32 = -2;
 pub const SESSION_TIMEOUT_MS: i32 = 45_000;
 /// Kafka's `group.consumer.heartbeat.interval.ms` default.
 pub const HEARTBEAT_INTERVAL_MS: i32 = 5_000;
+/// `group.consumer.reconcile.heartbeat.interval.ms` default (Runnel's own).
+pub const RECONCILE_HEARTBEAT_INTERVAL_MS: i32 = 500;
 /// How often the background sweep expires sessions and revocations.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 /// Bound on the topic names one member may subscribe to, and on a regex's length.
@@ -76,6 +78,10 @@ pub struct ConsumerGroupConfig {
     pub session_timeout_ms: i32,
     /// `group.consumer.heartbeat.interval.ms`.
     pub heartbeat_interval_ms: i32,
+    /// `group.consumer.reconcile.heartbeat.interval.ms` (Runnel's own, at most
+    /// `heartbeat_interval_ms`): the interval answered to a member that has just joined or is on
+    /// its way to a newer assignment (see [`ConsumerGroups::finish`]).
+    pub reconcile_heartbeat_interval_ms: i32,
     /// `group.consumer.max.size`: members per group.
     pub max_size: usize,
     /// `group.max.count`: consumer groups in memory (groups without members are evicted first).
@@ -128,6 +134,7 @@ impl Default for ConsumerGroupConfig {
         ConsumerGroupConfig {
             session_timeout_ms: SESSION_TIMEOUT_MS,
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            reconcile_heartbeat_interval_ms: RECONCILE_HEARTBEAT_INTERVAL_MS,
             max_size: super::membership::GROUP_MAX_SIZE,
             max_count: super::membership::GROUP_MAX_COUNT,
             assignors: vec![assignor::UNIFORM.to_string(), assignor::RANGE.to_string()],
@@ -253,6 +260,8 @@ pub struct Pending {
     group: Arc<Mutex<ConsumerGroup>>,
     member_id: String,
     full_request: bool,
+    /// This heartbeat joined the member (epoch 0).
+    joined: bool,
     assigned_before: Assignment,
     owned: Option<Assignment>,
     pub job: Option<AssignJob>,
@@ -419,6 +428,8 @@ struct ConsumerGroup {
     assignor_version: Option<u64>,
     assignor_error: Option<String>,
     assigned_ms: i64,
+    /// When this coordinator last installed a new target (none since a restore).
+    target_installed_at: Option<Instant>,
     /// Removed from the map (deleted, resigned, converted): a heartbeat holding it must not
     /// bring it back.
     gone: bool,
@@ -447,6 +458,7 @@ impl ConsumerGroup {
             assignor_version: None,
             assignor_error: None,
             assigned_ms: 0,
+            target_installed_at: None,
             gone: false,
             signature_known: true,
             unsaved: Vec::new(),
@@ -1287,7 +1299,8 @@ impl ConsumerGroups {
                 && request.subscribed_topic_names.is_some()
                 && request.owned.is_some());
         drop(g);
-        Begin::Continue(Pending { group, member_id, full_request, assigned_before, owned: request.owned, job })
+        let joined = request.member_epoch == JOIN_EPOCH;
+        Begin::Continue(Pending { group, member_id, full_request, joined, assigned_before, owned: request.owned, job })
     }
 
     /// A join (epoch 0): a new member, a static member's return, or a member that lost its
@@ -1360,11 +1373,27 @@ impl ConsumerGroups {
             return (answer, write);
         }
         let member = &g.members[&pending.member_id];
+        // A member comes back sooner while it has just joined, has partitions to give up or to
+        // wait for, is behind the group epoch, or the group's target changed less than one
+        // configured interval ago: members usually join in bursts (a deployment starts them
+        // together), and each step of a reconciliation would otherwise wait one full interval
+        // (KIP-848 clients take the interval from every answer). Once the group has been
+        // quiet for an interval, members get the configured one.
+        let full = Duration::from_millis(self.config.heartbeat_interval_ms.max(0) as u64);
+        let settling = pending.joined
+            || member.state != MemberState::Stable
+            || member.epoch < g.group_epoch
+            || g.target_installed_at.is_some_and(|at| now < at + full);
+        let heartbeat_interval_ms = if settling {
+            self.config.reconcile_heartbeat_interval_ms.min(self.config.heartbeat_interval_ms)
+        } else {
+            self.config.heartbeat_interval_ms
+        };
         let answer = HeartbeatAnswer {
             error: None,
             member_id: member.member_id.clone(),
             member_epoch: member.epoch,
-            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms,
             assignment: (pending.full_request || member.assigned != pending.assigned_before)
                 .then(|| member.assigned.clone()),
         };
@@ -1382,6 +1411,7 @@ impl ConsumerGroups {
         let mut g = lock(&pending.group);
         if let (Some(job), Some(outcome)) = (&pending.job, outcome) {
             if g.install(job, outcome) {
+                g.target_installed_at = Some(now);
                 tracing::debug!(group = %g.group_id, epoch = g.target_epoch, assignor = %outcome.assignor, "new target assignment");
             }
         }

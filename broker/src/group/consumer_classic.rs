@@ -172,6 +172,7 @@ impl ConsumerGroups {
             group,
             member_id,
             full_request: true,
+            joined: true,
             assigned_before: Assignment::new(),
             owned: Some(owned),
             job,

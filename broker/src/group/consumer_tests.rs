@@ -634,3 +634,33 @@ fn migration_policies_parse_with_kafkas_names() {
     assert!(!disabled.upgrade_enabled() && !disabled.downgrade_enabled());
     assert!(MigrationPolicy::parse("sideways").unwrap_err().contains("bidirectional, upgrade, downgrade or disabled"));
 }
+
+/// A member hears back sooner while it has just joined, is reconciling or its group's target
+/// changed less than one interval ago, and at the configured interval once the group is quiet.
+#[test]
+fn joining_and_reconciling_members_get_the_shorter_interval() {
+    let config =
+        ConsumerGroupConfig { heartbeat_interval_ms: 1_000, reconcile_heartbeat_interval_ms: 50, ..Default::default() };
+    let g = ConsumerGroups::new(config);
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 4);
+    let start = Instant::now();
+    let quiet = Duration::from_millis(1_001);
+    let mut a = Client::new("a", &["t"]);
+    assert_eq!(a.beat(&g, &image, start).heartbeat_interval_ms, 50, "a join");
+    assert_eq!(a.beat(&g, &image, start).heartbeat_interval_ms, 50, "the target is new");
+    assert_eq!(a.beat(&g, &image, start + quiet).heartbeat_interval_ms, 1_000, "stable, the group quiet");
+
+    let now = start + 2 * quiet;
+    let mut b = Client::new("b", &["t"]);
+    assert_eq!(b.beat(&g, &image, now).heartbeat_interval_ms, 50, "a join");
+    assert_eq!(b.beat(&g, &image, now + quiet).heartbeat_interval_ms, 50, "waiting for a's partitions");
+    assert_eq!(a.beat(&g, &image, now + quiet).heartbeat_interval_ms, 50, "told to revoke two");
+    assert_eq!(a.beat(&g, &image, now + quiet).heartbeat_interval_ms, 1_000, "revoked: stable at the new epoch");
+    let answer = b.beat(&g, &image, now + quiet);
+    assert_eq!((answer.heartbeat_interval_ms, b.count()), (1_000, 2), "released partitions taken");
+
+    // The shorter interval never exceeds the configured one.
+    let g = ConsumerGroups::new(ConsumerGroupConfig { heartbeat_interval_ms: 100, ..Default::default() });
+    assert_eq!(Client::new("c", &["t"]).beat(&g, &image, now).heartbeat_interval_ms, 100);
+}
