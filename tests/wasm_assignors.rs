@@ -22,7 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientContext;
-use runnel_sdk::assign::{Member as GuestMember, TopicMetadata};
+use runnel_sdk::assign::Group;
 use serde_json::{json, Value};
 use support::{client_config, create_topic, wait_until, HttpApi, RawConn, Runnel};
 
@@ -201,23 +201,14 @@ fn an_uploaded_assignor_chosen_by_name_decides_what_members_own_and_a_redeploy_t
 
     let ids = member_ids(&view);
     let sizes = partition_sizes(&node, TOPIC, 6);
-    let members = [
-        GuestMember::new(&ids["a"], &[TOPIC]).with_rack("rack-a"),
-        GuestMember::new(&ids["b"], &[TOPIC]).with_rack("rack-b"),
-    ];
-    let topics = [TopicMetadata {
-        name: TOPIC.into(),
-        partition_sizes: sizes.clone(),
-        partition_racks: vec![vec!["rack-a".to_string()]; 6],
-    }];
-    let expected = runnel_sdk::testing::assign::<runnel_example_assignor::RackAwareSize>(&members, &topics)
-        .expect("native assignment");
+    let expected = rack_aware_plan(
+        TOPIC,
+        &[(ids["a"].as_str(), "rack-a"), (ids["b"].as_str(), "rack-b")],
+        &sizes,
+        &vec![vec!["rack-a".to_string()]; 6],
+    );
     for (client, member_id) in &ids {
-        let want: BTreeSet<i32> = expected
-            .iter()
-            .filter(|m| &m.member_id == member_id)
-            .flat_map(|m| m.partitions.iter().flat_map(|tp| tp.partitions.iter().copied()))
-            .collect();
+        let want = expected.get(member_id).cloned().unwrap_or_default();
         assert_eq!(owned_by(&owned, client, TOPIC), want, "{client} (sizes {sizes:?}): {view:#}");
     }
 
@@ -427,14 +418,6 @@ fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_size
     let select = ("group.remote.assignor", "by-size");
     let a = Polling::start(node, &owned, "a", TOPIC, &[select, ("client.rack", "rack-1")]);
     let b = Polling::start(node, &owned, "b", TOPIC, &[select, ("client.rack", "rack-2")]);
-    let members = |view: &Value| {
-        let ids = member_ids(view);
-        [
-            GuestMember::new(&ids["a"], &[TOPIC]).with_rack("rack-1"),
-            GuestMember::new(&ids["b"], &[TOPIC]).with_rack("rack-2"),
-        ]
-    };
-    let topics = [TopicMetadata { name: TOPIC.into(), partition_sizes: sizes.clone(), partition_racks: racks.clone() }];
     let mut view = Value::Null;
     let matched = wait_until(DEADLINE, || {
         // Node 1 answers with the coordinator's view, wherever the coordinator is.
@@ -444,14 +427,11 @@ fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_size
         if view.is_null() || view["assignor"]["name"] != "by-size" {
             return false;
         }
-        let expected = runnel_sdk::testing::assign::<runnel_example_assignor::RackAwareSize>(&members(&view), &topics)
-            .expect("native assignment");
-        member_ids(&view).iter().all(|(client, member_id)| {
-            let want: BTreeSet<i32> = expected
-                .iter()
-                .filter(|m| &m.member_id == member_id)
-                .flat_map(|m| m.partitions.iter().flat_map(|tp| tp.partitions.iter().copied()))
-                .collect();
+        let ids = member_ids(&view);
+        let expected =
+            rack_aware_plan(TOPIC, &[(ids["a"].as_str(), "rack-1"), (ids["b"].as_str(), "rack-2")], &sizes, &racks);
+        ids.iter().all(|(client, member_id)| {
+            let want = expected.get(member_id).cloned().unwrap_or_default();
             owned_by(&owned, client, TOPIC) == want
         })
     });
@@ -475,4 +455,25 @@ fn on_a_cluster_the_coordinator_runs_the_guest_with_every_leaders_partition_size
         assert_eq!(described["members"].as_array().map(Vec::len), Some(2), "node {id}: {described:#}");
     }
     drop((a, b));
+}
+
+/// What the rack-aware example assigns natively to members (id, rack) subscribed to `topic`
+/// with these partition sizes and replica racks: member id → its partitions.
+fn rack_aware_plan(
+    topic: &str,
+    members: &[(&str, &str)],
+    sizes: &[u64],
+    racks: &[Vec<String>],
+) -> BTreeMap<String, BTreeSet<i32>> {
+    let racks: Vec<Vec<&str>> = racks.iter().map(|r| r.iter().map(String::as_str).collect()).collect();
+    let racks: Vec<&[&str]> = racks.iter().map(Vec::as_slice).collect();
+    let mut builder = Group::builder().topic_in_racks(topic, sizes, &racks);
+    for (id, rack) in members {
+        builder = builder.member_in_rack(id, rack, &[topic]);
+    }
+    let group = builder.build();
+    let result =
+        runnel_sdk::testing::assign::<runnel_example_assignor::RackAwareSize>(&group).expect("native assignment");
+    let plan = group.plan(&result).into_iter();
+    plan.map(|(member, topics)| (member, topics.get(topic).into_iter().flatten().copied().collect())).collect()
 }

@@ -244,7 +244,8 @@ fn setup() -> InstanceSetup {
 /// returns nanoseconds per record.
 /// Section 5: each assignor example through the runtime and natively on one large group.
 fn assignors(runtime: &Runtime, rack_aware: &[u8], sticky_range: &[u8], seconds: f64) {
-    use runnel_sdk::assign::{Assignor, Member as SdkMember, TopicMetadata as SdkTopic};
+    use runnel_sdk::assign::{Assignor, Group};
+    use std::collections::BTreeMap;
     const MEMBERS: usize = 100;
     const TOPICS: usize = 10;
     const PARTITIONS: usize = 100;
@@ -269,58 +270,40 @@ fn assignors(runtime: &Runtime, rack_aware: &[u8], sticky_range: &[u8], seconds:
             owned: Vec::new(),
         })
         .collect();
-    let sdk_members: Vec<SdkMember> = members
-        .iter()
-        .map(|m| SdkMember {
-            member_id: m.member_id.clone(),
-            rack: m.rack.clone(),
-            subscriptions: m.subscriptions.clone(),
-            owned: Vec::new(),
-        })
-        .collect();
-    let sdk_topics: Vec<SdkTopic> = topics
-        .iter()
-        .map(|t| SdkTopic {
-            name: t.name.clone(),
-            partition_sizes: t.partition_sizes.clone(),
-            partition_racks: t.partition_racks.clone(),
-        })
-        .collect();
+    // The same group by names for the native runs (the SDK's compact form, as the guest sees it).
+    let mut builder = Group::builder();
+    for t in &topics {
+        let racks: Vec<Vec<&str>> = t.partition_racks.iter().map(|r| r.iter().map(String::as_str).collect()).collect();
+        let racks: Vec<&[&str]> = racks.iter().map(Vec::as_slice).collect();
+        builder = builder.topic_in_racks(&t.name, &t.partition_sizes, &racks);
+    }
+    for m in &members {
+        let subscriptions: Vec<&str> = m.subscriptions.iter().map(String::as_str).collect();
+        builder = builder.member_in_rack(&m.member_id, m.rack.as_deref().unwrap_or_default(), &subscriptions);
+    }
+    let group = builder.build();
     println!(
         "\n5. assignors: one assignment of {MEMBERS} members x {TOPICS} topics x {PARTITIONS} partitions \
          (budget: the 1 s default deadline)"
     );
-    let flatten = |plan: Vec<(String, Vec<(String, Vec<i32>)>)>| {
-        let mut plan = plan;
-        plan.sort();
-        plan
-    };
     for (name, bytes, native) in [
-        (RACK_AWARE, rack_aware, runnel_example_assignor::RackAwareSize::assign as fn(&[SdkMember], &[SdkTopic]) -> _),
+        (RACK_AWARE, rack_aware, runnel_example_assignor::RackAwareSize::assign as fn(&Group) -> _),
         (STICKY_RANGE, sticky_range, runnel_example_sticky_range::StickyRange::assign),
     ] {
         let module = runtime.assignor(bytes).expect("assignor component");
         let mut instance = module.instantiate(Limits::default(), discard_logs()).expect("instantiate assignor");
         let guest = instance.assign(&members, &topics).expect("guest assignment");
-        let natively = native(&sdk_members, &sdk_topics).expect("native assignment");
-        let guest_plan = flatten(
-            guest
-                .into_iter()
-                .map(|a| (a.member_id, a.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
-                .collect(),
-        );
-        let native_plan = flatten(
-            natively
-                .into_iter()
-                .map(|a| (a.member_id, a.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
-                .collect(),
-        );
+        let guest_plan: BTreeMap<String, BTreeMap<String, Vec<i32>>> = guest
+            .into_iter()
+            .map(|a| (a.member_id, a.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
+            .collect();
+        let native_plan = group.plan(&native(&group).expect("native assignment"));
         assert!(guest_plan == native_plan, "{name}: the guest's plan differs from the native one");
         let wasm_ns = measure(seconds, 1, || {
             black_box(instance.assign(black_box(&members), black_box(&topics)).expect("assign"));
         });
         let native_ns = measure(seconds, 1, || {
-            black_box(native(black_box(&sdk_members), black_box(&sdk_topics)).expect("assign"));
+            black_box(native(black_box(&group)).expect("assign"));
         });
         println!(
             "   {name}: WASM {:>7.2} ms per assignment (host checks included), native {:>7.2} ms; \

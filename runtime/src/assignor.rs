@@ -1,5 +1,10 @@
 //! Server-side consumer group assignors (KIP-848 `group.remote.assignor`) written as guests.
 //!
+//! Two forms are served: `group-assignor` (what the SDK builds: the group as one `group-spec`
+//! with every topic and rack name once, members and partitions by index) and the first form,
+//! `partition-assignor` (members and topics by name, 0.1.0 and early 0.2.0 components). The
+//! public types here are by name; [`AssignorInstance::assign`] converts for either form.
+//!
 //! Invariant: an assignment returned by [`AssignorInstance::assign`] assigns every partition of
 //! every subscribed topic (one that is in the metadata and that some member subscribes to)
 //! exactly once, to a member subscribed to its topic, and lists every member exactly once.
@@ -8,10 +13,11 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::bindings::assignor::runnel::transform::assignment as wit;
+use crate::bindings::assignor::runnel::transform::group_assignment as compact;
+use crate::bindings::name_assignor::runnel::transform::assignment as wit;
 use crate::guest::Guest;
 use crate::host::{self, HostState};
-use crate::runtime::{export_func, Loaded, RuntimeInner};
+use crate::runtime::{export_func, Loaded, RuntimeInner, NAME_ASSIGNOR_INTERFACE};
 use crate::{GuestError, Limits, LogSink, RuntimeError};
 use wasmtime::component::{ComponentExportIndex, Func, InstancePre};
 
@@ -57,8 +63,18 @@ struct ModuleInner {
     pre: InstancePre<HostState>,
     name: ComponentExportIndex,
     assign: ComponentExportIndex,
+    form: Form,
     sha256: String,
     from_cache: bool,
+}
+
+/// Which assignor interface a component exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `group-assignor`: one `group-spec`, names by index.
+    Group,
+    /// `partition-assignor`: members and topics by name.
+    Names,
 }
 
 impl AssignorModule {
@@ -67,12 +83,15 @@ impl AssignorModule {
             RuntimeError::WrongWorld(format!("the assignor's imports do not match what Runnel provides: {e:#}"))
         })?;
         let (name, assign) = (export_func(&loaded, "name")?, export_func(&loaded, "assign")?);
+        let form =
+            if loaded.export.contains(&format!("/{NAME_ASSIGNOR_INTERFACE}@")) { Form::Names } else { Form::Group };
         Ok(AssignorModule {
             inner: Arc::new(ModuleInner {
                 runtime,
                 pre: instance_pre,
                 name,
                 assign,
+                form,
                 sha256: loaded.sha256,
                 from_cache: loaded.from_cache,
             }),
@@ -101,10 +120,13 @@ impl AssignorModule {
             let assign = instance.get_func(&mut *store, inner.assign).ok_or_else(|| lacks("assign"))?;
             // Checks the types now (any served version: records match structurally).
             name.typed::<(), (String,)>(&*store)?;
-            assign.typed::<AssignParams<'_>, AssignResults>(&*store)?;
+            match inner.form {
+                Form::Group => drop(assign.typed::<GroupParams<'_>, GroupResults>(&*store)?),
+                Form::Names => drop(assign.typed::<AssignParams<'_>, AssignResults>(&*store)?),
+            }
             Ok((name, assign))
         })?;
-        Ok(AssignorInstance { guest, name, assign })
+        Ok(AssignorInstance { guest, name, assign, form: inner.form })
     }
 }
 
@@ -122,10 +144,13 @@ pub struct AssignorInstance {
     guest: Guest,
     name: Func,
     assign: Func,
+    form: Form,
 }
 
 type AssignParams<'a> = (&'a [wit::Member], &'a [wit::TopicMetadata]);
 type AssignResults = (Result<Vec<wit::MemberAssignment>, String>,);
+type GroupParams<'a> = (&'a compact::GroupSpec,);
+type GroupResults = (Result<Vec<compact::MemberAssignment>, String>,);
 
 impl AssignorInstance {
     /// The name clients select the assignor by (`group.remote.assignor`).
@@ -137,6 +162,56 @@ impl AssignorInstance {
     /// Computes every member's assignment and checks it (see the module invariant). Members the
     /// guest left out get an empty assignment.
     pub fn assign(
+        &mut self,
+        members: &[Member],
+        topics: &[TopicMetadata],
+    ) -> Result<Vec<MemberAssignment>, GuestError> {
+        match self.form {
+            Form::Group => self.assign_group(members, topics),
+            Form::Names => {
+                let assignment = self.assign_by_names(members, topics)?;
+                validate_assignment(members, topics, assignment).map_err(GuestError::InvalidOutput)
+            }
+        }
+    }
+
+    /// The `group-assignor` form: the plan is checked by index (the module invariant, with the
+    /// same messages as `validate_assignment`), then named.
+    fn assign_group(
+        &mut self,
+        members: &[Member],
+        topics: &[TopicMetadata],
+    ) -> Result<Vec<MemberAssignment>, GuestError> {
+        let spec = group_spec(members, topics);
+        let assign = self.assign;
+        let (result,) =
+            self.guest.call(|store| assign.typed::<GroupParams<'_>, GroupResults>(&*store)?.call(store, (&spec,)))?;
+        let mut result = result.map_err(GuestError::Failed)?;
+        check_compact(&spec, &result).map_err(GuestError::InvalidOutput)?;
+        let mut listed = vec![false; members.len()];
+        let mut assignment = Vec::with_capacity(members.len());
+        for a in &mut result {
+            listed[a.member as usize] = true;
+            a.partitions.sort_unstable_by_key(|tp| (tp.topic, tp.partition));
+            let mut partitions: Vec<TopicPartitions> = Vec::new();
+            for tp in &a.partitions {
+                match partitions.last_mut() {
+                    Some(last) if last.topic == topics[tp.topic as usize].name => last.partitions.push(tp.partition),
+                    _ => partitions.push(TopicPartitions {
+                        topic: topics[tp.topic as usize].name.clone(),
+                        partitions: vec![tp.partition],
+                    }),
+                }
+            }
+            assignment.push(MemberAssignment { member_id: members[a.member as usize].member_id.clone(), partitions });
+        }
+        let missing = members.iter().zip(&listed).filter(|(_, &listed)| !listed);
+        assignment
+            .extend(missing.map(|(m, _)| MemberAssignment { member_id: m.member_id.clone(), partitions: Vec::new() }));
+        Ok(assignment)
+    }
+
+    fn assign_by_names(
         &mut self,
         members: &[Member],
         topics: &[TopicMetadata],
@@ -163,7 +238,7 @@ impl AssignorInstance {
             assign.typed::<AssignParams<'_>, AssignResults>(&*store)?.call(store, (&wit_members, &wit_topics))
         })?;
         let result = result.map_err(GuestError::Failed)?;
-        let assignment = result
+        Ok(result
             .into_iter()
             .map(|a| MemberAssignment {
                 member_id: a.member_id,
@@ -173,8 +248,7 @@ impl AssignorInstance {
                     .map(|p| TopicPartitions { topic: p.topic, partitions: p.partitions })
                     .collect(),
             })
-            .collect();
-        validate_assignment(members, topics, assignment).map_err(GuestError::InvalidOutput)
+            .collect())
     }
 
     /// Current size of the instance's linear memories, in bytes.
@@ -195,8 +269,124 @@ impl fmt::Debug for AssignorInstance {
     }
 }
 
+/// The compact form of a group: racks and rack sets interned, topics by index. Subscriptions
+/// and owned partitions of topics not in `topics` are left out (nothing of them can be assigned).
+fn group_spec(members: &[Member], topics: &[TopicMetadata]) -> compact::GroupSpec {
+    let topic_index: HashMap<&str, u32> = topics.iter().enumerate().map(|(i, t)| (t.name.as_str(), i as u32)).collect();
+    let mut racks: Vec<String> = Vec::new();
+    let mut rack_index: HashMap<&str, u32> = HashMap::new();
+    let mut rack_sets: Vec<Vec<u32>> = Vec::new();
+    let mut set_index: HashMap<Vec<u32>, u32> = HashMap::new();
+    // Clusters have a handful of racks: a scan beats hashing every replica's rack name.
+    fn intern<'a>(name: &'a str, racks: &mut Vec<String>, index: &mut HashMap<&'a str, u32>) -> u32 {
+        if racks.len() <= 16 {
+            if let Some(i) = racks.iter().position(|r| r == name) {
+                return i as u32;
+            }
+        } else if let Some(&i) = index.get(name) {
+            return i;
+        }
+        racks.push(name.to_string());
+        index.insert(name, racks.len() as u32 - 1);
+        racks.len() as u32 - 1
+    }
+    let mut spec_topics = Vec::with_capacity(topics.len());
+    let mut set: Vec<u32> = Vec::new();
+    for t in topics {
+        let mut partition_racks = Vec::new();
+        if !t.partition_racks.is_empty() {
+            partition_racks.reserve(t.partition_sizes.len());
+            for p in 0..t.partition_sizes.len() {
+                set.clear();
+                let replicas = t.partition_racks.get(p).map_or(&[][..], Vec::as_slice);
+                set.extend(replicas.iter().map(|r| intern(r, &mut racks, &mut rack_index)));
+                set.sort_unstable();
+                set.dedup();
+                let index = match set_index.get(set.as_slice()) {
+                    Some(&index) => index,
+                    None => {
+                        rack_sets.push(set.clone());
+                        set_index.insert(set.clone(), rack_sets.len() as u32 - 1);
+                        rack_sets.len() as u32 - 1
+                    }
+                };
+                partition_racks.push(index);
+            }
+        }
+        spec_topics.push(compact::Topic {
+            name: t.name.clone(),
+            partition_sizes: t.partition_sizes.clone(),
+            partition_racks,
+        });
+    }
+    let spec_members = members
+        .iter()
+        .map(|m| compact::Member {
+            member_id: m.member_id.clone(),
+            rack: m.rack.as_deref().map(|r| intern(r, &mut racks, &mut rack_index)),
+            subscriptions: m.subscriptions.iter().filter_map(|s| topic_index.get(s.as_str()).copied()).collect(),
+            owned: m
+                .owned
+                .iter()
+                .filter_map(|tp| topic_index.get(tp.topic.as_str()).map(|&topic| (topic, &tp.partitions)))
+                .flat_map(|(topic, partitions)| {
+                    partitions.iter().map(move |&partition| compact::TopicPartition { topic, partition })
+                })
+                .collect(),
+        })
+        .collect();
+    compact::GroupSpec { members: spec_members, topics: spec_topics, racks, rack_sets }
+}
+
 fn to_wit(p: &TopicPartitions) -> wit::TopicPartitions {
     wit::TopicPartitions { topic: p.topic.clone(), partitions: p.partitions.clone() }
+}
+
+/// Checks a `group-assignor` plan against the module invariant, by index: members and topics
+/// in range, each member listed once, partitions only of topics the member subscribes to, each
+/// partition of a subscribed topic exactly once.
+fn check_compact(spec: &compact::GroupSpec, result: &[compact::MemberAssignment]) -> Result<(), String> {
+    let mut listed = vec![false; spec.members.len()];
+    let mut assigned: Vec<Vec<bool>> = spec.topics.iter().map(|t| vec![false; t.partition_sizes.len()]).collect();
+    let mut subscribed = vec![false; spec.topics.len()];
+    for a in result {
+        let Some(member) = spec.members.get(a.member as usize) else {
+            return Err(format!("assignment for unknown member index {}", a.member));
+        };
+        let id = &member.member_id;
+        if std::mem::replace(&mut listed[a.member as usize], true) {
+            return Err(format!("member `{id}` is listed more than once"));
+        }
+        for tp in &a.partitions {
+            let Some(topic) = spec.topics.get(tp.topic as usize) else {
+                return Err(format!("member `{id}` is assigned unknown topic index {}", tp.topic));
+            };
+            let name = &topic.name;
+            if !member.subscriptions.contains(&tp.topic) {
+                return Err(format!("member `{id}` is assigned `{name}` but does not subscribe to it"));
+            }
+            let flags = &mut assigned[tp.topic as usize];
+            let count = flags.len();
+            let partition = tp.partition;
+            let Some(flag) = usize::try_from(partition).ok().and_then(|p| flags.get_mut(p)) else {
+                return Err(format!("`{name}` has {count} partitions; partition {partition} does not exist"));
+            };
+            if std::mem::replace(flag, true) {
+                return Err(format!("partition {name}-{partition} is assigned more than once"));
+            }
+        }
+    }
+    for member in &spec.members {
+        for &t in &member.subscriptions {
+            subscribed[t as usize] = true;
+        }
+    }
+    for ((topic, flags), _) in spec.topics.iter().zip(&assigned).zip(&subscribed).filter(|(_, &s)| s) {
+        if let Some(partition) = flags.iter().position(|&a| !a) {
+            return Err(format!("partition {}-{partition} is not assigned to any member", topic.name));
+        }
+    }
+    Ok(())
 }
 
 /// Checks an assignment against the module invariant and completes it with the members the
@@ -302,6 +492,53 @@ mod tests {
         let result = result.unwrap();
         assert_eq!(result.len(), 3);
         assert_eq!(result[2], assign("c", &[]));
+    }
+
+    /// The compact form interns racks and rack sets, drops unknown topics, and its check finds
+    /// each way a plan can break the invariant, naming members and topics.
+    #[test]
+    fn compact_groups_and_their_checks() {
+        let mut members = [member("a", &["t", "gone"]), member("b", &["t"]), member("c", &["u"])];
+        members[0].rack = Some("r1".into());
+        members[0].owned = vec![TopicPartitions { topic: "t".into(), partitions: vec![1] }];
+        let mut topics = [topic("t", 2), topic("u", 1)];
+        topics[0].partition_racks = vec![vec!["r2".into(), "r1".into()], vec!["r1".into(), "r2".into(), "r1".into()]];
+        let spec = group_spec(&members, &topics);
+        assert_eq!(spec.racks, ["r2", "r1"]);
+        assert_eq!(spec.rack_sets, [vec![0, 1]], "one set, both partitions");
+        assert_eq!(spec.topics[0].partition_racks, [0, 0]);
+        assert!(spec.topics[1].partition_racks.is_empty(), "unknown racks stay unknown");
+        assert_eq!((spec.members[0].rack, spec.members[0].subscriptions.clone()), (Some(1), vec![0]));
+        let owned: Vec<(u32, i32)> = spec.members[0].owned.iter().map(|tp| (tp.topic, tp.partition)).collect();
+        assert_eq!(owned, [(0, 1)]);
+
+        let plan = |entries: &[(u32, &[(u32, i32)])]| -> Vec<compact::MemberAssignment> {
+            entries
+                .iter()
+                .map(|(member, parts)| compact::MemberAssignment {
+                    member: *member,
+                    partitions: parts
+                        .iter()
+                        .map(|&(topic, partition)| compact::TopicPartition { topic, partition })
+                        .collect(),
+                })
+                .collect()
+        };
+        assert_eq!(check_compact(&spec, &plan(&[(0, &[(0, 0), (0, 1)]), (2, &[(1, 0)])])), Ok(()));
+        type Entries<'a> = &'a [(u32, &'a [(u32, i32)])];
+        let cases: [(Entries<'_>, &str); 7] = [
+            (&[(7, &[])], "unknown member index 7"),
+            (&[(0, &[(0, 0), (0, 1)]), (0, &[])], "`a` is listed more than once"),
+            (&[(0, &[(9, 0)])], "unknown topic index 9"),
+            (&[(0, &[(1, 0)])], "`a` is assigned `u` but does not subscribe"),
+            (&[(0, &[(0, 2)])], "`t` has 2 partitions; partition 2 does not exist"),
+            (&[(0, &[(0, 0), (0, 1)]), (1, &[(0, 1)])], "t-1 is assigned more than once"),
+            (&[(0, &[(0, 0), (0, 1)])], "u-0 is not assigned"),
+        ];
+        for (entries, expected) in cases {
+            let err = check_compact(&spec, &plan(entries)).unwrap_err();
+            assert!(err.contains(expected), "{err:?} should contain {expected:?}");
+        }
     }
 
     /// Each way an assignment can break the invariant is reported with what is wrong.

@@ -13,6 +13,11 @@ pub(crate) mod assignor {
     wasmtime::component::bindgen!({ path: "../sdk/wit", world: "assignor" });
 }
 
+/// The first assignor form (members and topics by name), still loaded.
+pub(crate) mod name_assignor {
+    wasmtime::component::bindgen!({ path: "../sdk/wit", world: "name-assignor" });
+}
+
 pub(crate) mod validator {
     wasmtime::component::bindgen!({ path: "../sdk/wit", world: "validator" });
 }
@@ -37,7 +42,8 @@ use crate::Level;
 
 // The `types` and `assignment` interfaces hold only records: nothing to implement.
 impl transform::runnel::transform::types::Host for HostState {}
-impl assignor::runnel::transform::assignment::Host for HostState {}
+impl assignor::runnel::transform::group_assignment::Host for HostState {}
+impl name_assignor::runnel::transform::assignment::Host for HostState {}
 impl validator::runnel::transform::types::Host for HostState {}
 impl v0_1::transform::runnel::transform::types::Host for HostState {}
 impl v0_1::assignor::runnel::transform::assignment::Host for HostState {}
@@ -65,6 +71,7 @@ macro_rules! logging_host {
 
 logging_host!(transform::runnel::transform::logging);
 logging_host!(assignor::runnel::transform::logging);
+logging_host!(name_assignor::runnel::transform::logging);
 logging_host!(validator::runnel::transform::logging);
 logging_host!(v0_1::transform::runnel::transform::logging);
 logging_host!(v0_1::assignor::runnel::transform::logging);

@@ -36,13 +36,15 @@ use crate::RuntimeError;
 const VERSIONS: &[&str] = &["0.2.0", "0.1.0"];
 const PACKAGE: &str = "runnel:transform";
 pub(crate) const TRANSFORMER_EXPORT: &str = "runnel:transform/transformer@0.2.0";
-pub(crate) const ASSIGNOR_EXPORT: &str = "runnel:transform/partition-assignor@0.2.0";
+pub(crate) const ASSIGNOR_EXPORT: &str = "runnel:transform/group-assignor@0.2.0";
+/// The first assignor form (0.1.0 and 0.2.0): members and topics by name.
+pub(crate) const NAME_ASSIGNOR_INTERFACE: &str = "partition-assignor";
 pub(crate) const VALIDATION_EXPORT: &str = "runnel:transform/validation@0.2.0";
 /// The transforms' state import: a component importing it is stateful.
 pub(crate) const STATE_IMPORT: &str = "runnel:transform/state@0.2.0";
 /// Runnel interfaces a guest may import: `logging`, `state`, and the record-only interfaces
 /// its exports `use` (a component imports those too, as type-only instances).
-const RUNNEL_IMPORTS: &[&str] = &["logging", "types", "assignment", "state"];
+const RUNNEL_IMPORTS: &[&str] = &["logging", "types", "assignment", "group-assignment", "state"];
 const TRANSFORMER_FUNCS: &[&str] = &["init", "process"];
 const ASSIGNOR_FUNCS: &[&str] = &["name", "assign"];
 const VALIDATION_FUNCS: &[&str] = &["init", "validate"];
@@ -50,7 +52,8 @@ const VALIDATION_FUNCS: &[&str] = &["init", "validate"];
 /// export must have.
 const WORLDS: &[(ModuleKind, &str, &[&str])] = &[
     (ModuleKind::Transform, "transformer", TRANSFORMER_FUNCS),
-    (ModuleKind::Assignor, "partition-assignor", ASSIGNOR_FUNCS),
+    (ModuleKind::Assignor, "group-assignor", ASSIGNOR_FUNCS),
+    (ModuleKind::Assignor, NAME_ASSIGNOR_INTERFACE, ASSIGNOR_FUNCS),
     (ModuleKind::Validator, "validation", VALIDATION_FUNCS),
 ];
 
@@ -180,12 +183,15 @@ impl Runtime {
             crate::host::shadow_sleeps(linker).map_err(link_error)?;
         }
         // Each world in every served version (0.1.0 components import `logging@0.1.0`).
-        use bindings::{assignor, transform, v0_1, validator};
+        use bindings::{assignor, name_assignor, transform, v0_1, validator};
         type Own = HasSelf<HostState>;
         transform::Transform::add_to_linker::<HostState, Own>(&mut transform_linker, |s| s).map_err(link_error)?;
         v0_1::transform::Transform::add_to_linker::<HostState, Own>(&mut transform_linker, |s| s)
             .map_err(link_error)?;
         assignor::Assignor::add_to_linker::<HostState, Own>(&mut assignor_linker, |s| s).map_err(link_error)?;
+        // The first assignor form of 0.2.0: its record interface (`logging@0.2.0` is linked).
+        name_assignor::runnel::transform::assignment::add_to_linker::<HostState, Own>(&mut assignor_linker, |s| s)
+            .map_err(link_error)?;
         v0_1::assignor::Assignor::add_to_linker::<HostState, Own>(&mut assignor_linker, |s| s).map_err(link_error)?;
         validator::Validator::add_to_linker::<HostState, Own>(&mut validator_linker, |s| s).map_err(link_error)?;
         v0_1::validator::Validator::add_to_linker::<HostState, Own>(&mut validator_linker, |s| s)
@@ -364,7 +370,7 @@ fn classify_world(engine: &Engine, component: &Component) -> Result<(ModuleKind,
             let found = if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") };
             Err(RuntimeError::WrongWorld(format!(
                 "missing export: a transform exports `{TRANSFORMER_EXPORT}`, an assignor `{ASSIGNOR_EXPORT}`, \
-                 a validator `{VALIDATION_EXPORT}` (or the 0.1.0 versions); this component exports {found}"
+                 a validator `{VALIDATION_EXPORT}` (or the earlier forms and versions); this component exports {found}"
             )))
         }
         several => {

@@ -37,6 +37,7 @@ const GUESTS: &[(&str, &str)] = &[
     ("runnel-guest-badvalidator", "tests/guests/badvalidator"),
     ("runnel-example-revenue", "examples/revenue"),
     ("runnel-guest-v01", "tests/guests/v01"),
+    ("runnel-guest-nameassignor", "tests/guests/nameassignor"),
 ];
 
 fn workspace_root() -> PathBuf {
@@ -399,6 +400,61 @@ fn assignor_assigns_every_partition() {
     let assigned: usize = assignment.iter().flat_map(|m| &m.partitions).map(|tp| tp.partitions.len()).sum();
     assert_eq!(assigned, 9);
     eprintln!("assignor `{name}`: {assignment:?}");
+
+    // The host's compact form (racks interned, topics by index) reaches the guest intact: its
+    // plan is the one the same code computes natively on the group built by names.
+    use runnel_sdk::assign::{Assignor, Group};
+    let group = Group::builder()
+        .topic_in_racks("a", &[10, 20, 30, 40], &[&["r0"], &["r1"], &[], &["r0", "r1"]])
+        .topic("b", &[5; 5])
+        .member_in_rack("m0", "r0", &["a", "b"])
+        .owning("a", &[0])
+        .member_in_rack("m1", "r1", &["a", "b"])
+        .member_in_rack("m2", "r0", &["a", "b"])
+        .build();
+    let native = group.plan(&runnel_example_assignor::RackAwareSize::assign(&group).unwrap());
+    let guest: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<i32>>> = assignment
+        .into_iter()
+        .map(|m| (m.member_id, m.partitions.into_iter().map(|tp| (tp.topic, tp.partitions)).collect()))
+        .collect();
+    assert_eq!(guest, native);
+}
+
+/// An assignor of the first form (`partition-assignor`: members and topics by name), built with
+/// wit-bindgen alone as assignors were before the SDK moved to `group-assignor`, still loads,
+/// logs and assigns.
+#[test]
+fn an_assignor_of_the_first_form_still_loads_and_assigns() {
+    let Some(bytes) = guest("runnel-guest-nameassignor") else { return };
+    let fixture = fixture();
+    assert_eq!(fixture.runtime.inspect(&bytes).unwrap().kind, ModuleKind::Assignor);
+    let module = fixture.runtime.assignor(&bytes).unwrap();
+    let (log, lines) = capture();
+    let mut instance = module.instantiate(Limits::default(), log).unwrap();
+    assert_eq!(instance.name().unwrap(), "name-round-robin");
+    let member = |id: &str, topics: &[&str]| Member {
+        member_id: id.into(),
+        rack: None,
+        subscriptions: topics.iter().map(|t| t.to_string()).collect(),
+        owned: vec![],
+    };
+    let members = vec![member("m2", &["a", "b"]), member("m0", &["a"]), member("m1", &["a"])];
+    let topic = |name: &str, n: usize| TopicMetadata {
+        name: name.into(),
+        partition_sizes: vec![1; n],
+        partition_racks: vec![],
+    };
+    let assignment = instance.assign(&members, &[topic("a", 4), topic("b", 2)]).unwrap();
+    let of = |id: &str, t: &str| -> Vec<i32> {
+        let a = assignment.iter().find(|a| a.member_id == id).unwrap();
+        a.partitions.iter().filter(|tp| tp.topic == t).flat_map(|tp| tp.partitions.clone()).collect()
+    };
+    assert_eq!(
+        [of("m0", "a"), of("m1", "a"), of("m2", "a"), of("m2", "b")],
+        [vec![0, 3], vec![1], vec![2], vec![0, 1]]
+    );
+    let lines = lines.lock().unwrap();
+    assert!(lines.iter().any(|(_, l)| l == "assigning 2 topics to 3 members"), "{lines:?}");
 }
 
 /// A transform uploaded where an assignor is expected is refused, naming the missing export.
@@ -407,7 +463,7 @@ fn transform_is_not_an_assignor() {
     let Some(bytes) = guest("runnel-example-identity") else { return };
     let fixture = fixture();
     match fixture.runtime.assignor(&bytes) {
-        Err(RuntimeError::WrongWorld(message)) => assert!(message.contains("partition-assignor"), "{message}"),
+        Err(RuntimeError::WrongWorld(message)) => assert!(message.contains("group-assignor"), "{message}"),
         other => panic!("expected WrongWorld, got {other:?}"),
     }
 }

@@ -6,9 +6,9 @@ use core::any::Any;
 use core::cell::RefCell;
 use core::marker::PhantomData;
 
-use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPartitions};
-use crate::bindings::assignor::exports::runnel::transform::partition_assignor as wit_assignor;
-use crate::bindings::assignor::runnel::transform::assignment as wit_assignment;
+use crate::assign::{Assignor, Group, Member, MemberAssignment, Topic, TopicPartition};
+use crate::bindings::assignor::exports::runnel::transform::group_assignor as wit_assignor;
+use crate::bindings::assignor::runnel::transform::group_assignment as wit_assignment;
 use crate::bindings::transform::exports::runnel::transform::transformer as wit_transformer;
 use crate::bindings::validator::exports::runnel::transform::validation as wit_validation;
 use crate::raw::{InputBatch, OutputBatch};
@@ -52,40 +52,37 @@ impl<A: Assignor> wit_assignor::Guest for AssignorExport<A> {
         A::name().to_string()
     }
 
-    fn assign(
-        members: Vec<wit_assignment::Member>,
-        topics: Vec<wit_assignment::TopicMetadata>,
-    ) -> Result<Vec<wit_assignment::MemberAssignment>, String> {
-        let members: Vec<Member> = members
-            .into_iter()
-            .map(|m| Member {
-                member_id: m.member_id,
-                rack: m.rack,
-                subscriptions: m.subscriptions,
-                owned: m
-                    .owned
-                    .into_iter()
-                    .map(|tp| TopicPartitions { topic: tp.topic, partitions: tp.partitions })
-                    .collect(),
-            })
-            .collect();
-        let topics: Vec<TopicMetadata> = topics
-            .into_iter()
-            .map(|t| TopicMetadata {
-                name: t.name,
-                partition_sizes: t.partition_sizes,
-                partition_racks: t.partition_racks,
-            })
-            .collect();
-        let result = A::assign(&members, &topics).map_err(|e| e.into_message())?;
+    fn assign(group: wit_assignment::GroupSpec) -> Result<Vec<wit_assignment::MemberAssignment>, String> {
+        let partition =
+            |tp: wit_assignment::TopicPartition| TopicPartition { topic: tp.topic, partition: tp.partition };
+        let group = Group {
+            members: group
+                .members
+                .into_iter()
+                .map(|m| Member {
+                    member_id: m.member_id,
+                    rack: m.rack,
+                    subscriptions: m.subscriptions,
+                    owned: m.owned.into_iter().map(partition).collect(),
+                })
+                .collect(),
+            topics: group
+                .topics
+                .into_iter()
+                .map(|t| Topic { name: t.name, partition_sizes: t.partition_sizes, partition_racks: t.partition_racks })
+                .collect(),
+            racks: group.racks,
+            rack_sets: group.rack_sets,
+        };
+        let result = A::assign(&group).map_err(|e| e.into_message())?;
         Ok(result
             .into_iter()
             .map(|a: MemberAssignment| wit_assignment::MemberAssignment {
-                member_id: a.member_id,
+                member: a.member,
                 partitions: a
                     .partitions
                     .into_iter()
-                    .map(|tp| wit_assignment::TopicPartitions { topic: tp.topic, partitions: tp.partitions })
+                    .map(|tp| wit_assignment::TopicPartition { topic: tp.topic, partition: tp.partition })
                     .collect(),
             })
             .collect())

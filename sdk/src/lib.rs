@@ -158,7 +158,7 @@ macro_rules! export_transform {
     };
 }
 
-/// Makes an [`Assignor`] the component's `partition-assignor` export (once per crate).
+/// Makes an [`Assignor`] the component's `group-assignor` export (once per crate).
 ///
 /// On wasm32 this emits the component exports; natively it only checks that the type is an
 /// `Assignor`. See [`Assignor`] for an example.

@@ -5,7 +5,7 @@
 //! host does (topic indices, spans, header encoding), so a transform that passes here produces
 //! batches the broker accepts.
 
-use crate::assign::{Assignor, Member, MemberAssignment, TopicMetadata};
+use crate::assign::{Assignor, Group, MemberAssignment};
 use crate::log::Level;
 use crate::raw::{self, Headers, InputBatch, InputRecord, NULL};
 use crate::transform::{Instance, Transform};
@@ -266,9 +266,9 @@ impl Written {
 }
 
 /// Runs an assignor natively and checks its result as the host does ([`check_assignment`]).
-pub fn assign<A: Assignor>(members: &[Member], topics: &[TopicMetadata]) -> Result<Vec<MemberAssignment>, Error> {
-    let result = A::assign(members, topics)?;
-    check_assignment(members, topics, &result)?;
+pub fn assign<A: Assignor>(group: &Group) -> Result<Vec<MemberAssignment>, Error> {
+    let result = A::assign(group)?;
+    check_assignment(group, &result)?;
     Ok(result)
 }
 
@@ -276,52 +276,50 @@ pub fn assign<A: Assignor>(members: &[Member], topics: &[TopicMetadata]) -> Resu
 /// to is assigned exactly once, to a member subscribed to that topic; nothing else is assigned.
 ///
 /// ```
-/// use runnel_sdk::assign::{Member, MemberAssignment, TopicMetadata, TopicPartitions};
+/// use runnel_sdk::assign::{Group, MemberAssignment, TopicPartition};
 /// use runnel_sdk::testing::check_assignment;
 ///
-/// let members = [Member::new("a", &["t"])];
-/// let topics = [TopicMetadata::new("t", &[0, 0])];
-/// let half = vec![MemberAssignment {
-///     member_id: "a".into(),
-///     partitions: vec![TopicPartitions { topic: "t".into(), partitions: vec![0] }],
-/// }];
-/// assert!(check_assignment(&members, &topics, &half).unwrap_err().message().contains("t-1"));
+/// let group = Group::builder().topic("t", &[0, 0]).member("a", &["t"]).build();
+/// let half = vec![MemberAssignment { member: 0, partitions: vec![TopicPartition { topic: 0, partition: 0 }] }];
+/// assert!(check_assignment(&group, &half).unwrap_err().message().contains("t-1"));
 /// ```
-pub fn check_assignment(
-    members: &[Member],
-    topics: &[TopicMetadata],
-    assignments: &[MemberAssignment],
-) -> Result<(), Error> {
-    let mut owner: std::collections::HashMap<(&str, i32), &str> = Default::default();
+pub fn check_assignment(group: &Group, assignments: &[MemberAssignment]) -> Result<(), Error> {
+    let mut owner: std::collections::HashMap<(u32, i32), &str> = Default::default();
+    let mut listed = vec![false; group.members.len()];
     for a in assignments {
-        let member = members
-            .iter()
-            .find(|m| m.member_id == a.member_id)
-            .ok_or_else(|| Error::new(format_args!("assignment for unknown member `{}`", a.member_id)))?;
+        let member = group
+            .members
+            .get(a.member as usize)
+            .ok_or_else(|| Error::new(format_args!("assignment for unknown member index {}", a.member)))?;
+        if std::mem::replace(&mut listed[a.member as usize], true) {
+            return Err(Error::new(format_args!("member `{}` is listed more than once", member.member_id)));
+        }
         for tp in &a.partitions {
-            let topic = topics
-                .iter()
-                .find(|t| t.name == tp.topic)
-                .ok_or_else(|| Error::new(format_args!("assignment of unknown topic `{}`", tp.topic)))?;
-            if !member.subscribes_to(&tp.topic) {
-                return Err(Error::new(format_args!("`{}` is not subscribed to `{}`", a.member_id, tp.topic)));
+            let topic = group
+                .topics
+                .get(tp.topic as usize)
+                .ok_or_else(|| Error::new(format_args!("assignment of unknown topic index {}", tp.topic)))?;
+            if !member.subscribes_to(tp.topic) {
+                return Err(Error::new(format_args!("`{}` is not subscribed to `{}`", member.member_id, topic.name)));
             }
-            for &p in &tp.partitions {
-                if p < 0 || p as usize >= topic.partition_count() {
-                    return Err(Error::new(format_args!("`{}` has no partition {p}", tp.topic)));
-                }
-                if let Some(prev) = owner.insert((&tp.topic, p), &a.member_id) {
-                    return Err(Error::new(format_args!(
-                        "{}-{p} assigned to both `{prev}` and `{}`",
-                        tp.topic, a.member_id
-                    )));
-                }
+            let p = tp.partition;
+            if p < 0 || p as usize >= topic.partition_count() {
+                return Err(Error::new(format_args!("`{}` has no partition {p}", topic.name)));
+            }
+            if let Some(prev) = owner.insert((tp.topic, p), &member.member_id) {
+                return Err(Error::new(format_args!(
+                    "{}-{p} assigned to both `{prev}` and `{}`",
+                    topic.name, member.member_id
+                )));
             }
         }
     }
-    for topic in topics.iter().filter(|t| members.iter().any(|m| m.subscribes_to(&t.name))) {
+    for (t, topic) in group.topics.iter().enumerate() {
+        if group.subscribers(t as u32).next().is_none() {
+            continue;
+        }
         for p in 0..topic.partition_count() as i32 {
-            if !owner.contains_key(&(topic.name.as_str(), p)) {
+            if !owner.contains_key(&(t as u32, p)) {
                 return Err(Error::new(format_args!("{}-{p} is not assigned", topic.name)));
             }
         }

@@ -48,7 +48,7 @@ pub struct WasmAssignors {
 pub struct WasmAssignor {
     pub image: Arc<AssignorImage>,
     module: Result<AssignorModule, String>,
-    /// The name the guest reports (`partition-assignor.name`), once an instance was made.
+    /// The name the guest reports (its exported `name`), once an instance was made.
     guest_name: OnceLock<String>,
     idle: Mutex<Vec<AssignorInstance>>,
     metrics: Arc<Metrics>,

@@ -70,7 +70,7 @@ pub struct AssignorNode {
     pub load_error: Option<String>,
     /// The version this node runs (behind the deployment's while it catches up).
     pub version: u64,
-    /// The name the guest reports for itself (`partition-assignor.name`), once it ran here.
+    /// The name the guest reports for itself (its exported `name`), once it ran here.
     pub guest_name: Option<String>,
     pub idle_instances: usize,
     #[serde(flatten)]

@@ -4,11 +4,13 @@
 //! that (1) has fewer than its fair share of the topic's partitions (`ceil(partitions /
 //! subscribers)`), (2) preferably sits in a rack holding a replica of the partition (fetching
 //! from a same-rack replica saves cross-zone traffic), and (3) has the fewest bytes assigned so
-//! far across all topics. The cap on partition counts is what makes the rack preference give
+//! far across all topics (ties: member id). The cap on partition counts is what makes the rack preference give
 //! way when honouring it would pile a topic onto a few members. Ties break by member id, so the
 //! result is deterministic.
 
-use runnel_sdk::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPartitions};
+use std::collections::BTreeSet;
+
+use runnel_sdk::assign::{Assignor, Group, MemberAssignment, TopicPartition};
 use runnel_sdk::Error;
 
 /// The assignor; see the crate docs.
@@ -19,50 +21,74 @@ impl Assignor for RackAwareSize {
         "rack-aware-size"
     }
 
-    fn assign(members: &[Member], topics: &[TopicMetadata]) -> Result<Vec<MemberAssignment>, Error> {
+    fn assign(group: &Group) -> Result<Vec<MemberAssignment>, Error> {
+        let members = &group.members;
         // Deterministic order whatever order the host lists members and topics in.
         let mut order: Vec<usize> = (0..members.len()).collect();
         order.sort_by(|&a, &b| members[a].member_id.cmp(&members[b].member_id));
         let mut bytes = vec![0u64; members.len()];
-        let mut result: Vec<MemberAssignment> = members
-            .iter()
-            .map(|m| MemberAssignment { member_id: m.member_id.clone(), partitions: Vec::new() })
-            .collect();
+        let mut result: Vec<MemberAssignment> =
+            (0..members.len() as u32).map(|member| MemberAssignment { member, partitions: Vec::new() }).collect();
 
-        let mut topic_order: Vec<&TopicMetadata> = topics.iter().collect();
-        topic_order.sort_by(|a, b| a.name.cmp(&b.name));
-        for topic in topic_order {
-            let subscribers: Vec<usize> =
-                order.iter().copied().filter(|&m| members[m].subscribes_to(&topic.name)).collect();
+        let mut topic_order: Vec<u32> = (0..group.topics.len() as u32).collect();
+        topic_order.sort_by(|&a, &b| group.topics[a as usize].name.cmp(&group.topics[b as usize].name));
+        for t in topic_order {
+            let topic = &group.topics[t as usize];
+            // Subscribers in member id order; a subscriber is named by its position here.
+            let subscribers: Vec<usize> = order.iter().copied().filter(|&m| members[m].subscribes_to(t)).collect();
             if subscribers.is_empty() || topic.partition_count() == 0 {
                 continue;
             }
             let cap = topic.partition_count().div_ceil(subscribers.len());
-            let mut counts = vec![0usize; members.len()];
+            let mut counts = vec![0usize; subscribers.len()];
+            // The subscribers under their cap, ordered by (bytes so far, partitions of this
+            // topic so far, position): all of them, and those of each rack. The first of a
+            // replica rack's set is the best same-rack choice, the first of `open` the best of all.
+            let mut open: BTreeSet<(u64, usize, usize)> = BTreeSet::new();
+            let mut in_rack: Vec<BTreeSet<(u64, usize, usize)>> = vec![BTreeSet::new(); group.racks.len()];
+            let racks = group.racks.len();
+            let rack_of = |pos: usize| members[subscribers[pos]].rack.map(|r| r as usize).filter(|&r| r < racks);
+            for (pos, &m) in subscribers.iter().enumerate() {
+                open.insert((bytes[m], 0, pos));
+                if let Some(r) = rack_of(pos) {
+                    in_rack[r].insert((bytes[m], 0, pos));
+                }
+            }
             let mut partitions: Vec<usize> = (0..topic.partition_count()).collect();
             partitions.sort_by(|&a, &b| topic.partition_sizes[b].cmp(&topic.partition_sizes[a]).then(a.cmp(&b)));
-            let mut assigned: Vec<Vec<i32>> = vec![Vec::new(); members.len()];
+            let mut assigned: Vec<Vec<i32>> = vec![Vec::new(); subscribers.len()];
             for p in partitions {
-                let racks = topic.racks(p);
-                let same_rack = |m: usize| members[m].rack.as_ref().is_some_and(|r| racks.contains(r));
-                // `subscribers` is non-empty and the caps add up to at least the partition
-                // count, so some subscriber is always under its cap.
-                let Some(&chosen) = subscribers
+                let same_rack = group
+                    .replica_racks(t, p)
                     .iter()
-                    .filter(|&&m| counts[m] < cap)
-                    .min_by_key(|&&m| (!same_rack(m), bytes[m], counts[m]))
-                else {
+                    .filter_map(|&r| in_rack.get(r as usize).and_then(|set| set.first()))
+                    .min()
+                    .copied();
+                // The caps add up to at least the partition count, so some subscriber is
+                // always under its cap.
+                let Some(key) = same_rack.or_else(|| open.first().copied()) else {
                     return Err(Error::new(format_args!("no subscriber of `{}` left for partition {p}", topic.name)));
                 };
-                counts[chosen] += 1;
-                bytes[chosen] = bytes[chosen].saturating_add(topic.partition_sizes[p]);
-                assigned[chosen].push(p as i32);
-            }
-            for (m, mut parts) in assigned.into_iter().enumerate() {
-                if !parts.is_empty() {
-                    parts.sort_unstable();
-                    result[m].partitions.push(TopicPartitions { topic: topic.name.clone(), partitions: parts });
+                let pos = key.2;
+                let m = subscribers[pos];
+                open.remove(&key);
+                if let Some(r) = rack_of(pos) {
+                    in_rack[r].remove(&key);
                 }
+                counts[pos] += 1;
+                bytes[m] = bytes[m].saturating_add(topic.partition_sizes[p]);
+                assigned[pos].push(p as i32);
+                if counts[pos] < cap {
+                    open.insert((bytes[m], counts[pos], pos));
+                    if let Some(r) = rack_of(pos) {
+                        in_rack[r].insert((bytes[m], counts[pos], pos));
+                    }
+                }
+            }
+            for (pos, mut parts) in assigned.into_iter().enumerate() {
+                parts.sort_unstable();
+                let partitions = parts.into_iter().map(|partition| TopicPartition { topic: t, partition });
+                result[subscribers[pos]].partitions.extend(partitions);
             }
         }
         Ok(result)
@@ -76,24 +102,19 @@ mod tests {
     use super::*;
     use runnel_sdk::testing::{assign, check_assignment};
 
-    fn owner(result: &[MemberAssignment], topic: &str, partition: i32) -> String {
-        result
-            .iter()
-            .find(|a| a.partitions.iter().any(|tp| tp.topic == topic && tp.partitions.contains(&partition)))
-            .map(|a| a.member_id.clone())
-            .unwrap()
+    fn owner(group: &Group, result: &[MemberAssignment], topic: &str, partition: i32) -> String {
+        let plan = group.plan(result);
+        let owners = plan.iter().filter(|(_, topics)| topics.get(topic).is_some_and(|p| p.contains(&partition)));
+        owners.map(|(member, _)| member.clone()).next().unwrap()
     }
 
-    fn bytes_of(result: &[MemberAssignment], topics: &[TopicMetadata]) -> Vec<u64> {
+    fn bytes_of(group: &Group, result: &[MemberAssignment]) -> Vec<u64> {
         result
             .iter()
             .map(|a| {
                 a.partitions
                     .iter()
-                    .map(|tp| {
-                        let t = topics.iter().find(|t| t.name == tp.topic).unwrap();
-                        tp.partitions.iter().map(|&p| t.partition_sizes[p as usize]).sum::<u64>()
-                    })
+                    .map(|tp| group.topics[tp.topic as usize].partition_sizes[tp.partition as usize])
                     .sum()
             })
             .collect()
@@ -102,20 +123,26 @@ mod tests {
     /// Partitions go to a member in a replica's rack when that keeps counts balanced.
     #[test]
     fn rack_preference_honoured() {
-        let members = [Member::new("m1", &["t"]).with_rack("a"), Member::new("m2", &["t"]).with_rack("b")];
-        let topics = [TopicMetadata::new("t", &[5, 5, 5, 5]).with_racks(&[&["a"], &["b"], &["b", "c"], &["a", "c"]])];
-        let result = assign::<RackAwareSize>(&members, &topics).unwrap();
-        assert_eq!([owner(&result, "t", 0), owner(&result, "t", 3)], ["m1", "m1"]);
-        assert_eq!([owner(&result, "t", 1), owner(&result, "t", 2)], ["m2", "m2"]);
+        let group = Group::builder()
+            .topic_in_racks("t", &[5, 5, 5, 5], &[&["a"], &["b"], &["b", "c"], &["a", "c"]])
+            .member_in_rack("m1", "a", &["t"])
+            .member_in_rack("m2", "b", &["t"])
+            .build();
+        let result = assign::<RackAwareSize>(&group).unwrap();
+        assert_eq!([owner(&group, &result, "t", 0), owner(&group, &result, "t", 3)], ["m1", "m1"]);
+        assert_eq!([owner(&group, &result, "t", 1), owner(&group, &result, "t", 2)], ["m2", "m2"]);
     }
 
     /// When every replica is in one rack, preference gives way to balance.
     #[test]
     fn rack_preference_yields_to_balance() {
-        let members = [Member::new("m1", &["t"]).with_rack("a"), Member::new("m2", &["t"]).with_rack("b")];
-        let topics = [TopicMetadata::new("t", &[1; 4]).with_racks(&[&["a"], &["a"], &["a"], &["a"]])];
-        let result = assign::<RackAwareSize>(&members, &topics).unwrap();
-        let counts: Vec<usize> = result.iter().map(|a| a.partitions[0].partitions.len()).collect();
+        let group = Group::builder()
+            .topic_in_racks("t", &[1; 4], &[&["a"], &["a"], &["a"], &["a"]])
+            .member_in_rack("m1", "a", &["t"])
+            .member_in_rack("m2", "b", &["t"])
+            .build();
+        let result = assign::<RackAwareSize>(&group).unwrap();
+        let counts: Vec<usize> = result.iter().map(|a| a.partitions.len()).collect();
         assert_eq!(counts, [2, 2]);
     }
 
@@ -123,13 +150,15 @@ mod tests {
     /// partition.
     #[test]
     fn balanced_by_size() {
-        let members = [Member::new("a", &["t", "u"]), Member::new("b", &["t", "u"]), Member::new("c", &["t", "u"])];
-        let topics = [
-            TopicMetadata::new("t", &[900, 10, 10, 10, 500, 400, 20, 30, 700]),
-            TopicMetadata::new("u", &[100, 200, 300]),
-        ];
-        let result = assign::<RackAwareSize>(&members, &topics).unwrap();
-        let bytes = bytes_of(&result, &topics);
+        let group = Group::builder()
+            .topic("t", &[900, 10, 10, 10, 500, 400, 20, 30, 700])
+            .topic("u", &[100, 200, 300])
+            .member("a", &["t", "u"])
+            .member("b", &["t", "u"])
+            .member("c", &["t", "u"])
+            .build();
+        let result = assign::<RackAwareSize>(&group).unwrap();
+        let bytes = bytes_of(&group, &result);
         let (min, max) = (bytes.iter().min().unwrap(), bytes.iter().max().unwrap());
         assert!(max - min <= 900, "{bytes:?}");
     }
@@ -148,39 +177,73 @@ mod tests {
         let racks = ["r0", "r1", "r2"];
         for round in 0..300 {
             let topic_names = ["t0", "t1", "t2", "t3"];
-            let topics: Vec<TopicMetadata> = topic_names
-                .iter()
-                .map(|name| {
-                    let n = next(12) as usize;
-                    let sizes: Vec<u64> = (0..n).map(|_| next(1000)).collect();
-                    let rack_lists: Vec<Vec<&str>> =
-                        (0..n).map(|_| (0..next(3)).map(|_| racks[next(3) as usize]).collect()).collect();
-                    let rack_refs: Vec<&[&str]> = rack_lists.iter().map(Vec::as_slice).collect();
-                    TopicMetadata::new(name, &sizes).with_racks(&rack_refs)
-                })
-                .collect();
-            let members: Vec<Member> = (0..1 + next(6))
-                .map(|i| {
-                    let subs: Vec<&str> = topic_names.iter().copied().filter(|_| next(3) > 0).collect();
-                    let m = Member::new(&format!("m{i}"), &subs);
-                    if next(2) == 0 {
-                        m.with_rack(racks[next(3) as usize])
-                    } else {
-                        m
-                    }
-                })
-                .collect();
-            let result = RackAwareSize::assign(&members, &topics).unwrap();
-            check_assignment(&members, &topics, &result).unwrap_or_else(|e| panic!("round {round}: {e}"));
-            assert_eq!(result.len(), members.len());
+            let mut builder = Group::builder();
+            for name in topic_names {
+                let n = next(12) as usize;
+                let sizes: Vec<u64> = (0..n).map(|_| next(1000)).collect();
+                let rack_lists: Vec<Vec<&str>> =
+                    (0..n).map(|_| (0..next(3)).map(|_| racks[next(3) as usize]).collect()).collect();
+                let rack_refs: Vec<&[&str]> = rack_lists.iter().map(Vec::as_slice).collect();
+                builder = builder.topic_in_racks(name, &sizes, &rack_refs);
+            }
+            for i in 0..1 + next(6) {
+                let subs: Vec<&str> = topic_names.iter().copied().filter(|_| next(3) > 0).collect();
+                builder = if next(2) == 0 {
+                    builder.member_in_rack(&format!("m{i}"), racks[next(3) as usize], &subs)
+                } else {
+                    builder.member(&format!("m{i}"), &subs)
+                };
+            }
+            let group = builder.build();
+            let result = RackAwareSize::assign(&group).unwrap();
+            check_assignment(&group, &result).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(result.len(), group.members.len());
+            assert_eq!(group.plan(&result), group.plan(&by_scanning(&group)), "round {round}");
         }
+    }
+
+    /// The crate docs' rule applied literally: every partition scans every subscriber (what the
+    /// ordered sets of `assign` must agree with).
+    fn by_scanning(group: &Group) -> Vec<MemberAssignment> {
+        let members = &group.members;
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_by(|&a, &b| members[a].member_id.cmp(&members[b].member_id));
+        let mut bytes = vec![0u64; members.len()];
+        let mut result: Vec<MemberAssignment> =
+            (0..members.len() as u32).map(|member| MemberAssignment { member, partitions: Vec::new() }).collect();
+        let mut topic_order: Vec<u32> = (0..group.topics.len() as u32).collect();
+        topic_order.sort_by(|&a, &b| group.topics[a as usize].name.cmp(&group.topics[b as usize].name));
+        for t in topic_order {
+            let topic = &group.topics[t as usize];
+            let subscribers: Vec<usize> = order.iter().copied().filter(|&m| members[m].subscribes_to(t)).collect();
+            if subscribers.is_empty() {
+                continue;
+            }
+            let cap = topic.partition_count().div_ceil(subscribers.len());
+            let mut counts = vec![0usize; members.len()];
+            let mut partitions: Vec<usize> = (0..topic.partition_count()).collect();
+            partitions.sort_by(|&a, &b| topic.partition_sizes[b].cmp(&topic.partition_sizes[a]).then(a.cmp(&b)));
+            for p in partitions {
+                let racks = group.replica_racks(t, p);
+                let same_rack = |m: usize| members[m].rack.is_some_and(|r| racks.contains(&r));
+                let chosen = *subscribers
+                    .iter()
+                    .filter(|&&m| counts[m] < cap)
+                    .min_by_key(|&&m| (!same_rack(m), bytes[m], counts[m]))
+                    .unwrap();
+                counts[chosen] += 1;
+                bytes[chosen] += topic.partition_sizes[p];
+                result[chosen].partitions.push(TopicPartition { topic: t, partition: p as i32 });
+            }
+        }
+        result
     }
 
     /// Members without subscriptions get an empty assignment; the name is the selector.
     #[test]
     fn idle_members_and_name() {
-        let members = [Member::new("a", &["t"]), Member::new("idle", &[])];
-        let result = assign::<RackAwareSize>(&members, &[TopicMetadata::new("t", &[1, 2])]).unwrap();
+        let group = Group::builder().topic("t", &[1, 2]).member("a", &["t"]).member("idle", &[]).build();
+        let result = assign::<RackAwareSize>(&group).unwrap();
         assert!(result[1].partitions.is_empty());
         assert_eq!(RackAwareSize::name(), "rack-aware-size");
     }

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use runnel_sdk::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPartitions};
+use runnel_sdk::assign::{Assignor, Group, MemberAssignment, TopicPartition};
 use runnel_sdk::Error;
 
 /// The assignor; see the crate docs.
@@ -24,50 +24,45 @@ impl Assignor for StickyRange {
         "sticky-range"
     }
 
-    fn assign(members: &[Member], topics: &[TopicMetadata]) -> Result<Vec<MemberAssignment>, Error> {
-        let mut result: Vec<MemberAssignment> = members
-            .iter()
-            .map(|m| MemberAssignment { member_id: m.member_id.clone(), partitions: Vec::new() })
-            .collect();
-        let mut topic_order: Vec<&TopicMetadata> = topics.iter().collect();
-        topic_order.sort_by(|a, b| a.name.cmp(&b.name));
-        for topic in topic_order {
-            let mut subscribers: Vec<usize> =
-                (0..members.len()).filter(|&m| members[m].subscribes_to(&topic.name)).collect();
+    fn assign(group: &Group) -> Result<Vec<MemberAssignment>, Error> {
+        let members = &group.members;
+        let mut result: Vec<MemberAssignment> =
+            (0..members.len() as u32).map(|member| MemberAssignment { member, partitions: Vec::new() }).collect();
+        let mut topic_order: Vec<u32> = (0..group.topics.len() as u32).collect();
+        topic_order.sort_by(|&a, &b| group.topics[a as usize].name.cmp(&group.topics[b as usize].name));
+        for t in topic_order {
+            let mut subscribers: Vec<usize> = group.subscribers(t).collect();
             subscribers.sort_by(|&a, &b| members[a].member_id.cmp(&members[b].member_id));
-            let n = topic.partition_count();
+            let n = group.topics[t as usize].partition_count();
             if subscribers.is_empty() || n == 0 {
                 continue;
             }
-            for (m, partitions) in assign_topic(members, &subscribers, &topic.name, n) {
-                if !partitions.is_empty() {
-                    let partitions = partitions.into_iter().map(|p| p as i32).collect();
-                    result[m].partitions.push(TopicPartitions { topic: topic.name.clone(), partitions });
-                }
+            for (m, partitions) in assign_topic(group, &subscribers, t, n) {
+                let partitions = partitions.into_iter().map(|p| TopicPartition { topic: t, partition: p as i32 });
+                result[m].partitions.extend(partitions);
             }
         }
         Ok(result)
     }
 }
 
-/// One topic's plan: (member index, its partitions) for each subscriber.
-fn assign_topic(members: &[Member], subscribers: &[usize], topic: &str, n: usize) -> Vec<(usize, BTreeSet<usize>)> {
-    // What each subscriber owns of this topic now (valid partitions, each claimed once).
+/// One topic's plan: (member index, its partitions in ascending order) for each subscriber.
+fn assign_topic(group: &Group, subscribers: &[usize], topic: u32, n: usize) -> Vec<(usize, Vec<usize>)> {
+    // What each subscriber owns of this topic now (valid partitions, each claimed once), sorted.
     let mut claimed = vec![false; n];
-    let owned: Vec<BTreeSet<usize>> = subscribers
+    let owned: Vec<Vec<usize>> = subscribers
         .iter()
         .map(|&m| {
-            let mut mine = BTreeSet::new();
-            for tp in members[m].owned.iter().filter(|tp| tp.topic == topic) {
-                for &p in &tp.partitions {
-                    if let Ok(p) = usize::try_from(p) {
-                        if p < n && !claimed[p] {
-                            claimed[p] = true;
-                            mine.insert(p);
-                        }
+            let mut mine = Vec::new();
+            for tp in group.members[m].owned.iter().filter(|tp| tp.topic == topic) {
+                if let Ok(p) = usize::try_from(tp.partition) {
+                    if p < n && !claimed[p] {
+                        claimed[p] = true;
+                        mine.push(p);
                     }
                 }
             }
+            mine.sort_unstable();
             mine
         })
         .collect();
@@ -83,27 +78,33 @@ fn assign_topic(members: &[Member], subscribers: &[usize], topic: &str, n: usize
 
     // Keep the lowest owned partitions up to the share.
     let mut owner: Vec<Option<usize>> = vec![None; n];
-    let mut assigned: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); subscribers.len()];
+    let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); subscribers.len()];
     for (i, mine) in owned.iter().enumerate() {
         for &p in mine.iter().take(share[i]) {
             owner[p] = Some(i);
-            assigned[i].insert(p);
+            assigned[i].push(p);
         }
     }
-    // Hand out the rest in partition order.
+    // Hand out the rest in partition order. `open`: the subscribers below their share, by
+    // (partitions so far, index): its first is the member with the fewest.
+    let mut open: BTreeSet<(usize, usize)> =
+        (0..subscribers.len()).filter(|&i| assigned[i].len() < share[i]).map(|i| (assigned[i].len(), i)).collect();
     for p in 0..n {
         if owner[p].is_some() {
             continue;
         }
         let previous = p.checked_sub(1).and_then(|q| owner[q]).filter(|&i| assigned[i].len() < share[i]);
-        let chosen = previous.unwrap_or_else(|| {
-            (0..subscribers.len())
-                .filter(|&i| assigned[i].len() < share[i])
-                .min_by_key(|&i| (assigned[i].len(), i))
-                .expect("the shares add up to the partition count")
-        });
+        let chosen =
+            previous.or_else(|| open.first().map(|&(_, i)| i)).expect("the shares add up to the partition count");
+        open.remove(&(assigned[chosen].len(), chosen));
         owner[p] = Some(chosen);
-        assigned[chosen].insert(p);
+        assigned[chosen].push(p);
+        if assigned[chosen].len() < share[chosen] {
+            open.insert((assigned[chosen].len(), chosen));
+        }
+    }
+    for partitions in &mut assigned {
+        partitions.sort_unstable();
     }
     subscribers.iter().copied().zip(assigned).collect()
 }
@@ -115,32 +116,30 @@ mod tests {
     use super::*;
     use runnel_sdk::testing::{assign, check_assignment};
 
-    fn partitions_of(result: &[MemberAssignment], member: &str, topic: &str) -> Vec<i32> {
-        result
-            .iter()
-            .filter(|a| a.member_id == member)
-            .flat_map(|a| a.partitions.iter().filter(|tp| tp.topic == topic).flat_map(|tp| tp.partitions.clone()))
-            .collect()
+    fn partitions_of(group: &Group, result: &[MemberAssignment], member: &str, topic: &str) -> Vec<i32> {
+        group.plan(result).get(member).and_then(|topics| topics.get(topic)).cloned().unwrap_or_default()
     }
 
-    /// The members as they stand after `result`: each owns what it was assigned.
-    fn owning(members: &[&str], result: &[MemberAssignment], topics: &[&str]) -> Vec<Member> {
-        members
-            .iter()
-            .map(|id| {
-                let mut m = Member::new(id, topics);
-                m.owned = result.iter().filter(|a| a.member_id == *id).flat_map(|a| a.partitions.clone()).collect();
-                m
-            })
-            .collect()
+    /// A group of `members` (all subscribed to "t" of `n` partitions), each owning what it was
+    /// assigned in `before` (by member id, in `previous`).
+    fn owning(members: &[&str], n: usize, previous: Option<(&Group, &[MemberAssignment])>) -> Group {
+        let mut builder = Group::builder().topic("t", &vec![0; n]);
+        for id in members {
+            builder = builder.member(id, &["t"]);
+            if let Some((group, result)) = previous {
+                builder = builder.owning("t", &partitions_of(group, result, id, "t"));
+            }
+        }
+        builder.build()
     }
 
-    fn moved(before: &[MemberAssignment], after: &[MemberAssignment], topic: &str, n: i32) -> usize {
-        let owner = |result: &[MemberAssignment], p: i32| {
-            result
-                .iter()
-                .find(|a| a.partitions.iter().any(|tp| tp.topic == topic && tp.partitions.contains(&p)))
-                .map(|a| a.member_id.clone())
+    fn moved(before: (&Group, &[MemberAssignment]), after: (&Group, &[MemberAssignment]), n: i32) -> usize {
+        let owner = |(group, result): (&Group, &[MemberAssignment]), p: i32| {
+            group
+                .plan(result)
+                .into_iter()
+                .find(|(_, topics)| topics.get("t").is_some_and(|ps| ps.contains(&p)))
+                .map(|(m, _)| m)
         };
         (0..n).filter(|&p| owner(before, p) != owner(after, p)).count()
     }
@@ -148,28 +147,27 @@ mod tests {
     /// A new group gets contiguous ranges, the larger ones first, as `range` does.
     #[test]
     fn a_new_group_gets_contiguous_ranges() {
-        let members = [Member::new("a", &["t"]), Member::new("b", &["t"]), Member::new("c", &["t"])];
-        let result = assign::<StickyRange>(&members, &[TopicMetadata::new("t", &[0; 8])]).unwrap();
-        assert_eq!(partitions_of(&result, "a", "t"), [0, 1, 2]);
-        assert_eq!(partitions_of(&result, "b", "t"), [3, 4, 5]);
-        assert_eq!(partitions_of(&result, "c", "t"), [6, 7]);
+        let group = owning(&["a", "b", "c"], 8, None);
+        let result = assign::<StickyRange>(&group).unwrap();
+        assert_eq!(partitions_of(&group, &result, "a", "t"), [0, 1, 2]);
+        assert_eq!(partitions_of(&group, &result, "b", "t"), [3, 4, 5]);
+        assert_eq!(partitions_of(&group, &result, "c", "t"), [6, 7]);
     }
 
     /// Scaling out by one member moves only the partitions the newcomer takes; scaling back in
     /// moves only the leaver's.
     #[test]
     fn adding_or_removing_a_member_moves_only_what_it_must() {
-        let topics = [TopicMetadata::new("t", &[0; 12])];
-        let two = assign::<StickyRange>(&[Member::new("a", &["t"]), Member::new("b", &["t"])], &topics).unwrap();
-        let mut three_members = owning(&["a", "b"], &two, &["t"]);
-        three_members.push(Member::new("c", &["t"]));
-        let three = assign::<StickyRange>(&three_members, &topics).unwrap();
-        assert_eq!(moved(&two, &three, "t", 12), 4, "{three:?}");
-        assert_eq!(partitions_of(&three, "c", "t").len(), 4);
+        let two_group = owning(&["a", "b"], 12, None);
+        let two = assign::<StickyRange>(&two_group).unwrap();
+        let three_group = owning(&["a", "b", "c"], 12, Some((&two_group, &two)));
+        let three = assign::<StickyRange>(&three_group).unwrap();
+        assert_eq!(moved((&two_group, &two), (&three_group, &three), 12), 4, "{three:?}");
+        assert_eq!(partitions_of(&three_group, &three, "c", "t").len(), 4);
 
-        let back = owning(&["a", "c"], &three, &["t"]);
-        let two_again = assign::<StickyRange>(&back, &topics).unwrap();
-        assert_eq!(moved(&three, &two_again, "t", 12), 4, "{two_again:?}");
+        let back_group = owning(&["a", "c"], 12, Some((&three_group, &three)));
+        let two_again = assign::<StickyRange>(&back_group).unwrap();
+        assert_eq!(moved((&three_group, &three), (&back_group, &two_again), 12), 4, "{two_again:?}");
     }
 
     /// Every partition of every subscribed topic is assigned exactly once, to a subscriber,
@@ -185,24 +183,21 @@ mod tests {
         };
         let names = ["t0", "t1", "t2"];
         for round in 0..300 {
-            let topics: Vec<TopicMetadata> =
-                names.iter().map(|t| TopicMetadata::new(t, &vec![0; next(10) as usize])).collect();
-            let members: Vec<Member> = (0..1 + next(5))
-                .map(|i| {
-                    let subs: Vec<&str> = names.iter().copied().filter(|_| next(3) > 0).collect();
-                    let mut m = Member::new(&format!("m{i}"), &subs);
-                    m.owned = names
-                        .iter()
-                        .map(|t| TopicPartitions {
-                            topic: t.to_string(),
-                            partitions: (0..next(4)).map(|_| next(12) as i32 - 1).collect(),
-                        })
-                        .collect();
-                    m
-                })
-                .collect();
-            let result = StickyRange::assign(&members, &topics).unwrap();
-            check_assignment(&members, &topics, &result).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            let mut builder = Group::builder();
+            for t in names {
+                builder = builder.topic(t, &vec![0; next(10) as usize]);
+            }
+            for i in 0..1 + next(5) {
+                let subs: Vec<&str> = names.iter().copied().filter(|_| next(3) > 0).collect();
+                builder = builder.member(&format!("m{i}"), &subs);
+                for t in names {
+                    let claims: Vec<i32> = (0..next(4)).map(|_| next(12) as i32 - 1).collect();
+                    builder = builder.owning(t, &claims);
+                }
+            }
+            let group = builder.build();
+            let result = StickyRange::assign(&group).unwrap();
+            check_assignment(&group, &result).unwrap_or_else(|e| panic!("round {round}: {e}"));
         }
     }
 

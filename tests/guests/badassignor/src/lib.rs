@@ -4,7 +4,7 @@
 //! error. Otherwise it is a valid (if lopsided) assignor: every partition goes to the subscriber
 //! of its topic whose member id sorts last, so a test can tell its plans from the built-ins'.
 
-use runnel_sdk::assign::{Assignor, Member, MemberAssignment, TopicMetadata, TopicPartitions};
+use runnel_sdk::assign::{Assignor, Group, MemberAssignment, TopicPartition};
 use runnel_sdk::Error;
 
 pub struct BadAssignor;
@@ -14,8 +14,8 @@ impl Assignor for BadAssignor {
         "bad-assignor"
     }
 
-    fn assign(members: &[Member], topics: &[TopicMetadata]) -> Result<Vec<MemberAssignment>, Error> {
-        for topic in topics {
+    fn assign(group: &Group) -> Result<Vec<MemberAssignment>, Error> {
+        for topic in &group.topics {
             let name = topic.name.as_str();
             if name.starts_with("trap-") {
                 trap();
@@ -37,21 +37,20 @@ impl Assignor for BadAssignor {
                 return Err(Error::new("refused by request"));
             }
         }
-        let mut result: Vec<MemberAssignment> = members
-            .iter()
-            .map(|m| MemberAssignment { member_id: m.member_id.clone(), partitions: Vec::new() })
-            .collect();
-        for topic in topics {
-            let last = (0..members.len())
-                .filter(|&m| members[m].subscribes_to(&topic.name))
-                .max_by(|&a, &b| members[a].member_id.cmp(&members[b].member_id));
+        let mut result: Vec<MemberAssignment> =
+            (0..group.members.len() as u32).map(|member| MemberAssignment { member, partitions: Vec::new() }).collect();
+        for (t, topic) in group.topics.iter().enumerate() {
+            let t = t as u32;
+            let last =
+                group.subscribers(t).max_by(|&a, &b| group.members[a].member_id.cmp(&group.members[b].member_id));
             let Some(last) = last else { continue };
-            let mut partitions: Vec<i32> = (0..topic.partition_count() as i32).collect();
+            let mut partitions: Vec<TopicPartition> =
+                (0..topic.partition_count() as i32).map(|partition| TopicPartition { topic: t, partition }).collect();
             if topic.name.starts_with("invalid-") {
                 // Partition 0 twice: the host must refuse the plan.
-                partitions.push(0);
+                partitions.push(TopicPartition { topic: t, partition: 0 });
             }
-            result[last].partitions.push(TopicPartitions { topic: topic.name.clone(), partitions });
+            result[last].partitions.extend(partitions);
         }
         Ok(result)
     }
