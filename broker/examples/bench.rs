@@ -19,6 +19,11 @@
 //!   assignor, e.g. `uniform`, `range` or one uploaded to Runnel; the broker's
 //!   `group.consumer.heartbeat.interval.ms` paces it).
 //!
+//! `--mode heartbeats` measures the ConsumerGroupHeartbeats (KIP-848) a single-node coordinator
+//! sustains: `--members M` (default 1000) over `--groups G` (default 100), back to back over
+//! `--connections C` (default 16) raw connections for `--seconds D` (see
+//! `bench_support/heartbeats.rs`).
+//!
 //! `--mode transactions` benchmarks transactional produce (librdkafka, 100-byte records or
 //! `--sizes S`): for each `--txn-records 100,1000,10000` a fresh topic gets `--records N`
 //! (default 1000000) records in transactions of that many records (begin, send, commit), with
@@ -48,8 +53,12 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 enum Mode {
     Records,
     Groups,
+    Heartbeats,
     Transactions,
 }
+
+#[path = "bench_support/heartbeats.rs"]
+mod heartbeats;
 
 struct Options {
     bootstrap: String,
@@ -69,6 +78,11 @@ struct Options {
     batch_size: u32,
     replication_factor: i32,
     txn_records: Vec<usize>,
+    /// `--connections C` (heartbeats mode).
+    connections: usize,
+    /// Whether `--groups`/`--members` were given (heartbeats mode has its own defaults).
+    groups_given: bool,
+    members_given: bool,
     /// `--client-config key=value`: more librdkafka settings for every client (e.g.
     /// `security.protocol=SSL`, `ssl.ca.location=ca.pem`).
     client_config: Vec<(String, String)>,
@@ -103,6 +117,9 @@ fn parse_args() -> Options {
         batch_size: 65536,
         replication_factor: 1,
         txn_records: vec![100, 1000, 10000],
+        connections: 16,
+        groups_given: false,
+        members_given: false,
         client_config: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -115,13 +132,21 @@ fn parse_args() -> Options {
                 options.mode = match value.as_str() {
                     "records" => Mode::Records,
                     "groups" => Mode::Groups,
+                    "heartbeats" => Mode::Heartbeats,
                     "transactions" => Mode::Transactions,
-                    other => panic!("--mode records|groups|transactions, not {other}"),
+                    other => panic!("--mode records|groups|heartbeats|transactions, not {other}"),
                 }
             }
-            "--groups" => options.groups = value.parse().expect("--groups G"),
+            "--groups" => {
+                options.groups = value.parse().expect("--groups G");
+                options.groups_given = true;
+            }
+            "--connections" => options.connections = value.parse().expect("--connections C"),
             "--seconds" => options.seconds = value.parse().expect("--seconds D"),
-            "--members" => options.members = value.parse().expect("--members M"),
+            "--members" => {
+                options.members = value.parse().expect("--members M");
+                options.members_given = true;
+            }
             "--repeats" => options.repeats = value.parse().expect("--repeats R"),
             "--strategy" => options.strategy = value,
             "--group-protocol" => {
@@ -282,6 +307,13 @@ fn main() {
     match options.mode {
         Mode::Records => records_main(&options),
         Mode::Groups => groups_main(&options),
+        Mode::Heartbeats => {
+            let topic = format!("bench-heartbeats-{}", std::process::id());
+            create_topic(&options, &topic, GROUP_BENCH_PARTITIONS);
+            let groups = if options.groups_given { options.groups } else { 100 };
+            let members = if options.members_given { options.members } else { 1000 };
+            heartbeats::run(&options.bootstrap, &topic, groups, members, options.connections, options.seconds);
+        }
         Mode::Transactions => transactions_main(&options),
     }
 }
