@@ -70,7 +70,10 @@ fn parse_args() -> Options {
             "--batch" => options.batch = value.parse().expect("--batch R"),
             "--restarts" => options.restarts = value.parse().expect("--restarts N"),
             "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
-            "--only" if value == "assignors" => options.only_assignors = true,
+            "--only" => {
+                assert!(value == "assignors", "--only takes `assignors` (section 5), not {value}");
+                options.only_assignors = true;
+            }
             other => panic!("unknown flag {other} (see the header of runtime/examples/guest_bench.rs)"),
         }
     }

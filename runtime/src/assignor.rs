@@ -277,18 +277,11 @@ fn group_spec(members: &[Member], topics: &[TopicMetadata]) -> compact::GroupSpe
     let mut rack_index: HashMap<&str, u32> = HashMap::new();
     let mut rack_sets: Vec<Vec<u32>> = Vec::new();
     let mut set_index: HashMap<Vec<u32>, u32> = HashMap::new();
-    // Clusters have a handful of racks: a scan beats hashing every replica's rack name.
     fn intern<'a>(name: &'a str, racks: &mut Vec<String>, index: &mut HashMap<&'a str, u32>) -> u32 {
-        if racks.len() <= 16 {
-            if let Some(i) = racks.iter().position(|r| r == name) {
-                return i as u32;
-            }
-        } else if let Some(&i) = index.get(name) {
-            return i;
-        }
-        racks.push(name.to_string());
-        index.insert(name, racks.len() as u32 - 1);
-        racks.len() as u32 - 1
+        *index.entry(name).or_insert_with(|| {
+            racks.push(name.to_string());
+            racks.len() as u32 - 1
+        })
     }
     let mut spec_topics = Vec::with_capacity(topics.len());
     let mut set: Vec<u32> = Vec::new();
@@ -348,7 +341,6 @@ fn to_wit(p: &TopicPartitions) -> wit::TopicPartitions {
 fn check_compact(spec: &compact::GroupSpec, result: &[compact::MemberAssignment]) -> Result<(), String> {
     let mut listed = vec![false; spec.members.len()];
     let mut assigned: Vec<Vec<bool>> = spec.topics.iter().map(|t| vec![false; t.partition_sizes.len()]).collect();
-    let mut subscribed = vec![false; spec.topics.len()];
     for a in result {
         let Some(member) = spec.members.get(a.member as usize) else {
             return Err(format!("assignment for unknown member index {}", a.member));
@@ -376,6 +368,7 @@ fn check_compact(spec: &compact::GroupSpec, result: &[compact::MemberAssignment]
             }
         }
     }
+    let mut subscribed = vec![false; spec.topics.len()];
     for member in &spec.members {
         for &t in &member.subscriptions {
             subscribed[t as usize] = true;
