@@ -31,6 +31,10 @@
 //! the topic back. It also produces `--records` records acks=all with `enable.idempotence`
 //! false and true, to compare idempotent with plain produce.
 //!
+//! `--mode idempotence` produces `--records` records acks=all `--repeats` times without and
+//! with `enable.idempotence`, alternating, and prints the medians and their ratio; with
+//! `--broker-pid P` also the broker's CPU time per record in each.
+//!
 //! `--client-config key=value` (repeatable) adds librdkafka settings to every client, e.g.
 //! `--client-config security.protocol=SSL --client-config ssl.ca.location=ca.pem` for a TLS
 //! listener.
@@ -55,6 +59,7 @@ enum Mode {
     Groups,
     Heartbeats,
     Transactions,
+    Idempotence,
 }
 
 #[path = "bench_support/heartbeats.rs"]
@@ -86,6 +91,8 @@ struct Options {
     /// `--client-config key=value`: more librdkafka settings for every client (e.g.
     /// `security.protocol=SSL`, `ssl.ca.location=ca.pem`).
     client_config: Vec<(String, String)>,
+    /// `--broker-pid P`: the broker's CPU time per record is reported (idempotence mode).
+    broker_pid: Option<u32>,
 }
 
 /// A librdkafka config for `options.bootstrap` with the `--client-config` settings.
@@ -121,6 +128,7 @@ fn parse_args() -> Options {
         groups_given: false,
         members_given: false,
         client_config: Vec::new(),
+        broker_pid: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -134,7 +142,8 @@ fn parse_args() -> Options {
                     "groups" => Mode::Groups,
                     "heartbeats" => Mode::Heartbeats,
                     "transactions" => Mode::Transactions,
-                    other => panic!("--mode records|groups|heartbeats|transactions, not {other}"),
+                    "idempotence" => Mode::Idempotence,
+                    other => panic!("--mode records|groups|heartbeats|transactions|idempotence, not {other}"),
                 }
             }
             "--groups" => {
@@ -164,6 +173,7 @@ fn parse_args() -> Options {
             "--txn-records" => {
                 options.txn_records = value.split(',').map(|s| s.parse().expect("--txn-records a,b")).collect()
             }
+            "--broker-pid" => options.broker_pid = Some(value.parse().expect("--broker-pid P")),
             "--client-config" => {
                 let (key, value) = value.split_once('=').expect("--client-config key=value");
                 options.client_config.push((key.to_string(), value.to_string()))
@@ -315,13 +325,14 @@ fn main() {
             heartbeats::run(&options.bootstrap, &topic, groups, members, options.connections, options.seconds);
         }
         Mode::Transactions => transactions_main(&options),
+        Mode::Idempotence => idempotence_main(&options),
     }
 }
 
 /// Transactions of `per_txn` records until `options.records` are written: (records/s, MB/s,
 /// commit p50 ms, commit p99 ms, transactions).
 fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: usize) -> (f64, f64, f64, f64, usize) {
-    let producer: rdkafka::producer::BaseProducer = client_config(options)
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = client_config(options)
         .set("transactional.id", format!("{topic}-producer"))
         .set("retry.backoff.ms", std::env::var("BENCH_RETRY_BACKOFF_MS").unwrap_or_else(|_| "100".into()))
         .set("linger.ms", options.linger_ms.to_string())
@@ -354,7 +365,7 @@ fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: us
             }
         }
         // Delivered first, so the commit's time is EndTxn and its markers, not the flush.
-        producer.flush(timeout).expect("flush");
+        flush_now(&producer, timeout);
         let commit = Instant::now();
         producer.commit_transaction(timeout).expect("commit");
         commits_us.push(commit.elapsed().as_micros() as u32);
@@ -370,6 +381,16 @@ fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: us
         percentile(&commits_us, 0.99),
         commits_us.len(),
     )
+}
+
+/// librdkafka's own flush (linger ends at once; waits until every record is delivered), which
+/// rdkafka's `flush` is not: it polls in 100 ms steps and, once the last delivery report is
+/// served elsewhere, waits out the step (10 transactions/s on any broker). The producer's
+/// polling thread serves the delivery reports meanwhile.
+fn flush_now<C: ProducerContext>(producer: &ThreadedProducer<C>, timeout: Duration) {
+    // SAFETY: the pointer is the live producer's handle; rd_kafka_flush is thread-safe.
+    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout.as_millis() as i32) };
+    assert_eq!(code, rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR, "flush");
 }
 
 /// `--records` records acks=all with `enable.idempotence` as given: records/s.
@@ -430,6 +451,57 @@ fn transactions_main(options: &Options) {
         );
         println!("RESULT {{\"mode\":\"idempotence\",\"enable_idempotence\":{idempotence},\"produce_records_per_s\":{rps:.0}}}");
     }
+}
+
+/// `--repeats` rounds, each producing `--records` acks=all without and then with idempotence
+/// (alternating, so drift of a noisy machine falls on both), to fresh topics: the median of
+/// each and their ratio.
+fn idempotence_main(options: &Options) {
+    let run = std::process::id();
+    let size = options.sizes.first().copied().unwrap_or(100);
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut cpu_ns = [Vec::new(), Vec::new()];
+    println!("| round | enable.idempotence=false rec/s | enable.idempotence=true rec/s | broker CPU ns/record false / true |");
+    println!("|---|---|---|---|");
+    for round in 0..options.repeats {
+        for (i, idempotence) in [false, true].into_iter().enumerate() {
+            let topic = format!("bench-idem-{run}-{round}-{idempotence}");
+            create_topic(options, &topic, options.partitions);
+            let before = options.broker_pid.map(process_cpu_ns);
+            rates[i].push(produce_plain(options, &topic, size, idempotence));
+            if let (Some(pid), Some(before)) = (options.broker_pid, before) {
+                cpu_ns[i].push((process_cpu_ns(pid) - before) as f64 / options.records as f64);
+            }
+        }
+        let cpu = if cpu_ns[0].is_empty() {
+            String::new()
+        } else {
+            format!("{:.0} / {:.0}", cpu_ns[0][round], cpu_ns[1][round])
+        };
+        println!("| {round} | {:.0} | {:.0} | {cpu} |", rates[0][round], rates[1][round]);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let (plain, idempotent) = (median(&mut rates[0]), median(&mut rates[1]));
+    let (plain_cpu, idempotent_cpu) = (median(&mut cpu_ns[0]), median(&mut cpu_ns[1]));
+    println!("| median | {plain:.0} | {idempotent:.0} | {plain_cpu:.0} / {idempotent_cpu:.0} |");
+    println!(
+        "RESULT {{\"mode\":\"idempotence\",\"plain_records_per_s\":{plain:.0},\"idempotent_records_per_s\":{idempotent:.0},\"ratio\":{:.3},\"broker_cpu_ns_per_record\":[{plain_cpu:.0},{idempotent_cpu:.0}]}}",
+        idempotent / plain
+    );
+}
+
+/// User + system CPU time of process `pid` so far, in nanoseconds (Linux `/proc`).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("--broker-pid: no such process");
+    // Fields after the command name (which may hold spaces) closed by ')'; utime and stime
+    // are fields 14 and 15, in clock ticks (100 per second on Linux).
+    let rest = &stat[stat.rfind(')').expect("stat") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks * 10_000_000
 }
 
 /// Partitions of the topics of `--mode groups`, as the benchmark asks.
