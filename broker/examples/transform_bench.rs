@@ -19,6 +19,8 @@
 //! about `--size` bytes, customers `c0`..`c<batch-1>`, instead of `x` bytes: the same input for
 //! both transforms).
 //!
+//! `--restore-keys K` adds section 3 (skipped by default).
+//!
 //! Runs, on topics named after this process id:
 //! 1. throughput: produces N records (v2 binary batches) to `tb-in-<pid>` (1 partition, so one
 //!    transform worker, one core), then deploys the identity transform with `start: earliest`
@@ -33,6 +35,12 @@
 //!    the node (a custom section with a nonce is appended, so the node compiles it even if an
 //!    earlier run cached the plain module); warm: the same bytes again under a new transform
 //!    name, on new topics (the node loads its cached artifact). Goal: under 1 s.
+//! 3. state restore (`--restore-keys K`): one JSON order for each of K customers into a fresh
+//!    topic, the revenue example deployed (`state_bytes_max` 1 GiB) until it committed them all
+//!    (K keys of state, K changelog records), then deployed again: the restarted worker
+//!    restores its state from the changelog before it reads input, and logs how long that took.
+//!    Prints that time (and the wall time from the second PUT to the log line). Goal: 1 M keys
+//!    in at most 5 s.
 //!
 //! The bench process shares the machine with the node (its produce loop and 10 ms polls are
 //! light next to the transform): run both on an otherwise quiet machine. Only loopback URLs
@@ -65,6 +73,8 @@ struct Options {
     timeout: Duration,
     delivery: String,
     keep: bool,
+    /// Keys of the state restore measure (section 3); 0 skips it.
+    restore_keys: usize,
 }
 
 fn parse_args() -> Options {
@@ -80,6 +90,7 @@ fn parse_args() -> Options {
         timeout: Duration::from_secs(600),
         delivery: "exactly_once".into(),
         keep: false,
+        restore_keys: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -101,6 +112,7 @@ fn parse_args() -> Options {
             "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
             "--timeout" => options.timeout = Duration::from_secs(value.parse().expect("--timeout S")),
             "--delivery" => options.delivery = value,
+            "--restore-keys" => options.restore_keys = value.parse().expect("--restore-keys K"),
             "--transform" => {
                 assert!(["identity", "revenue"].contains(&value.as_str()), "--transform identity|revenue");
                 options.json |= value == "revenue";
@@ -117,8 +129,9 @@ fn parse_args() -> Options {
     options
 }
 
-/// The components' bytes, built first unless `--wasm-dir` names where they are.
-fn components(options: &Options) -> (Vec<u8>, Vec<u8>) {
+/// The components' bytes (the transform, the big guest, the revenue example), built first
+/// unless `--wasm-dir` names where they are.
+fn components(options: &Options) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let dir = match &options.wasm_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -137,7 +150,7 @@ fn components(options: &Options) -> (Vec<u8>, Vec<u8>) {
         std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
     };
     let transform = if options.transform == "revenue" { REVENUE } else { IDENTITY };
-    (read(transform), read(BIG))
+    (read(transform), read(BIG), read(REVENUE))
 }
 
 /// Appends a custom section (ignored by every tool) holding `nonce`: other bytes, so another
@@ -262,14 +275,94 @@ impl Api {
         records as f64 / start.elapsed().as_secs_f64()
     }
 
+    /// Produces one JSON order for each of `keys` customers (`c0`, `c1`, ...), `batch` per
+    /// request over `connections` concurrent requests.
+    async fn produce_keys(&self, topic: &str, keys: usize, batch: usize, connections: usize) {
+        let requests = keys.div_ceil(batch);
+        let path = format!("{}/topics/{topic}", self.url);
+        let next = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..connections {
+            let (client, path, next) = (self.client.clone(), path.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= requests {
+                        break;
+                    }
+                    let records: Vec<Value> = (i * batch..((i + 1) * batch).min(keys))
+                        .map(|k| {
+                            let order = json!({"customer": format!("c{k}"), "amount": 1}).to_string();
+                            json!({"value": base64::engine::general_purpose::STANDARD.encode(order)})
+                        })
+                        .collect();
+                    let answer = client
+                        .post(&path)
+                        .header("content-type", "application/vnd.kafka.binary.v2+json")
+                        .body(serde_json::to_vec(&json!({"records": records})).expect("json"))
+                        .send()
+                        .await
+                        .expect("produce");
+                    let status = answer.status();
+                    assert!(status.is_success(), "produce: {status} {}", answer.text().await.unwrap_or_default());
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("produce task");
+        }
+    }
+
+    /// The messages of `transform`'s log lines on this node after line `after`, with their seq.
+    async fn log_lines(&self, transform: &str, after: u64) -> Vec<(u64, String)> {
+        let url = format!("{}/v1/transforms/{transform}/logs?after={after}&limit=1000", self.url);
+        let Ok(answer) = self.client.get(url).send().await else { return Vec::new() };
+        let logs: Value = answer.json().await.unwrap_or_default();
+        logs["lines"]
+            .as_array()
+            .map(|lines| {
+                lines
+                    .iter()
+                    .map(|l| (l["seq"].as_u64().unwrap_or(0), l["message"].as_str().unwrap_or("").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Polls `transform`'s log after line `after` until a "state restored" line appears; its
+    /// seq and the milliseconds the worker reported.
+    async fn wait_restored(&self, transform: &str, after: u64, deadline: Instant) -> (u64, u64) {
+        loop {
+            for (seq, message) in self.log_lines(transform, after).await {
+                if let Some(rest) = message.strip_prefix("state restored") {
+                    let ms = rest
+                        .rsplit_once(" in ")
+                        .and_then(|(_, t)| t.trim_end_matches(" ms").parse().ok())
+                        .unwrap_or_else(|| panic!("no time in '{message}'"));
+                    return (seq, ms);
+                }
+            }
+            assert!(Instant::now() < deadline, "{transform}: no 'state restored' line after line {after}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     async fn deploy(&self, name: &str, module: &[u8], input: &str, output: &str) {
-        let body = json!({
+        self.deploy_with(name, module, input, output, json!({})).await
+    }
+
+    /// [`Api::deploy`] with more deploy settings (`extra`'s fields).
+    async fn deploy_with(&self, name: &str, module: &[u8], input: &str, output: &str, extra: Value) {
+        let mut body = json!({
             "input_topic": input,
             "output_topics": [output],
             "start": "earliest",
             "delivery": self.delivery,
             "module_base64": base64::engine::general_purpose::STANDARD.encode(module),
         });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
         let answer =
             self.client.put(format!("{}/v1/transforms/{name}", self.url)).json(&body).send().await.expect("deploy");
         let status = answer.status();
@@ -347,7 +440,7 @@ async fn first_output(api: &Api, name: &str, module: &[u8], deadline: Duration) 
 #[tokio::main]
 async fn main() {
     let options = parse_args();
-    let (module, big) = components(&options);
+    let (module, big, revenue) = components(&options);
     let api = Api {
         client: reqwest::Client::builder().build().expect("client"),
         url: options.url.clone(),
@@ -406,7 +499,44 @@ async fn main() {
         );
     }
 
+    let restore_name = format!("tb-restore-{pid}");
+    let restore_topics = [format!("{restore_name}-in"), format!("{restore_name}-out")];
+    if options.restore_keys > 0 {
+        let keys = options.restore_keys;
+        println!("\n3. state restore of the revenue example, {keys} keys (goal: 1 M keys in <= 5 s)");
+        let [input, output] = &restore_topics;
+        api.create_topic(input, 1).await;
+        api.create_topic(output, 1).await;
+        api.produce_keys(input, keys, options.batch, options.connections).await;
+        let settings = json!({"state_bytes_max": 1u64 << 30});
+        let started = Instant::now();
+        api.deploy_with(&restore_name, &revenue, input, output, settings.clone()).await;
+        let (first_seq, _) = api.wait_restored(&restore_name, 0, started + options.timeout).await;
+        api.wait_for(output, keys as i64, &restore_name, started + options.timeout).await;
+        println!("   {keys} orders of distinct customers processed in {:.2} s", started.elapsed().as_secs_f64());
+        // A redeploy restarts the worker, which restores the state before it reads input.
+        let redeployed = Instant::now();
+        api.deploy_with(&restore_name, &revenue, input, output, settings).await;
+        let (_, ms) = api.wait_restored(&restore_name, first_seq, redeployed + options.timeout).await;
+        let wall = redeployed.elapsed().as_secs_f64();
+        let line = api.log_lines(&restore_name, first_seq).await.into_iter().find(|(_, m)| m.starts_with("state restored"));
+        println!("   {}", line.map(|(_, m)| m).unwrap_or_default());
+        let per_million = ms as f64 / 1000.0 * 1e6 / keys as f64;
+        println!(
+            "   restore {:.2} s as the worker reports it ({:.2} s from the redeploy's PUT); {:.2} s per million keys; {:.2}x of 5 s: {}",
+            ms as f64 / 1000.0,
+            wall,
+            per_million,
+            per_million / 5.0,
+            verdict(per_million <= 5.0)
+        );
+    }
+
     if !options.keep {
+        api.delete(&format!("/v1/transforms/{restore_name}")).await;
+        for topic in &restore_topics {
+            api.delete(&format!("/v1/topics/{topic}")).await;
+        }
         for transform in [&name, &cold_name, &warm_name] {
             api.delete(&format!("/v1/transforms/{transform}")).await;
         }
