@@ -19,7 +19,9 @@
 //! about `--size` bytes, customers `c0`..`c<batch-1>`, instead of `x` bytes: the same input for
 //! both transforms).
 //!
-//! `--restore-keys K` adds section 3 (skipped by default).
+//! `--restore-keys K` adds section 3, `--latency-seconds S` section 4 (both skipped by default;
+//! section 4 also takes `--latency-rate R`, default 10000 records/s, and `--bootstrap ADDR`,
+//! the node's Kafka listener, default 127.0.0.1:9092).
 //!
 //! Runs, on topics named after this process id:
 //! 1. throughput: produces N records (v2 binary batches) to `tb-in-<pid>` (1 partition, so one
@@ -41,6 +43,13 @@
 //!    restores its state from the changelog before it reads input, and logs how long that took.
 //!    Prints that time (and the wall time from the second PUT to the log line). Goal: 1 M keys
 //!    in at most 5 s.
+//! 4. latency (`--latency-seconds S`): the identity transform (`--delivery`, default commit
+//!    interval) on a fresh topic pair; a librdkafka producer (linger.ms 0) writes R records/s for
+//!    S seconds while a `read_committed` librdkafka consumer (default fetch settings) reads the
+//!    output. A record's latency is the time from its produce call (its CreateTime, which the
+//!    identity transform keeps) to the consumer receiving it: input append, transform, commit
+//!    and fetch, plus the client's send. The first 2 s are warm-up (worker start) and not
+//!    counted. Prints p50/p99/max. Goal: p99 <= 2x the commit interval (100 ms).
 //!
 //! The bench process shares the machine with the node (its produce loop and 10 ms polls are
 //! light next to the transform): run both on an otherwise quiet machine. Only loopback URLs
@@ -60,6 +69,83 @@ const REVENUE: &str = "runnel-example-revenue";
 const BIG: &str = "runnel-guest-big";
 const POLL: Duration = Duration::from_millis(10);
 
+/// Section 4: paced produce and a read_committed consumer, with librdkafka.
+mod latency {
+    use std::time::{Duration, Instant, SystemTime};
+
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Message, Timestamp};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    /// Not counted: the worker starts meanwhile.
+    const WARM_UP: Duration = Duration::from_secs(2);
+
+    fn now_ms() -> i64 {
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Produces `rate` records/s to `input` for `seconds` (after the warm-up) and returns the
+    /// latency in ms of every counted record read from `output`.
+    pub fn measure(bootstrap: &str, input: &str, output: &str, rate: u64, seconds: u64) -> Vec<i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("{output}-reader"))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(output, 0, Offset::Beginning).expect("assignment");
+        consumer.assign(&assignment).expect("assign");
+        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("linger.ms", "0")
+            .set("acks", "all")
+            .create()
+            .expect("producer");
+        let input = input.to_string();
+        let total = rate * (seconds + WARM_UP.as_secs());
+        let counted_from = now_ms() + WARM_UP.as_millis() as i64;
+        let pacer = std::thread::spawn(move || {
+            let start = Instant::now();
+            let payload = [b'x'; 100];
+            for i in 0..total {
+                // Record i is due at i / rate seconds.
+                let due = start + Duration::from_nanos(i * 1_000_000_000 / rate);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait); // pacing the load, not synchronising
+                }
+                let mut record = BaseRecord::<(), [u8]>::to(&input).payload(&payload[..]).timestamp(now_ms());
+                while let Err((_, back)) = producer.send(record) {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            producer.flush(Duration::from_secs(30)).expect("flush");
+        });
+        let mut latencies = Vec::new();
+        let mut seen = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(seconds + WARM_UP.as_secs() + 60);
+        while seen < total {
+            assert!(Instant::now() < deadline, "read {seen} of {total} outputs by the deadline");
+            let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
+            let message = message.expect("consume");
+            let received = now_ms();
+            seen += 1;
+            if let Timestamp::CreateTime(created) = message.timestamp() {
+                if created >= counted_from {
+                    latencies.push(received - created);
+                }
+            }
+        }
+        pacer.join().expect("producer thread");
+        assert!(!latencies.is_empty(), "no record counted");
+        latencies
+    }
+}
+
 struct Options {
     url: String,
     records: usize,
@@ -75,6 +161,12 @@ struct Options {
     keep: bool,
     /// Keys of the state restore measure (section 3); 0 skips it.
     restore_keys: usize,
+    /// Seconds of the latency measure (section 4); 0 skips it.
+    latency_seconds: u64,
+    /// Records per second produced during the latency measure.
+    latency_rate: u64,
+    /// The node's Kafka listener (section 4).
+    bootstrap: String,
 }
 
 fn parse_args() -> Options {
@@ -91,6 +183,9 @@ fn parse_args() -> Options {
         delivery: "exactly_once".into(),
         keep: false,
         restore_keys: 0,
+        latency_seconds: 0,
+        latency_rate: 10_000,
+        bootstrap: "127.0.0.1:9092".into(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -113,6 +208,9 @@ fn parse_args() -> Options {
             "--timeout" => options.timeout = Duration::from_secs(value.parse().expect("--timeout S")),
             "--delivery" => options.delivery = value,
             "--restore-keys" => options.restore_keys = value.parse().expect("--restore-keys K"),
+            "--latency-seconds" => options.latency_seconds = value.parse().expect("--latency-seconds S"),
+            "--latency-rate" => options.latency_rate = value.parse().expect("--latency-rate R"),
+            "--bootstrap" => options.bootstrap = value,
             "--transform" => {
                 assert!(["identity", "revenue"].contains(&value.as_str()), "--transform identity|revenue");
                 options.json |= value == "revenue";
@@ -129,9 +227,9 @@ fn parse_args() -> Options {
     options
 }
 
-/// The components' bytes (the transform, the big guest, the revenue example), built first
+/// The components' bytes (the transform, the big guest, the revenue and identity examples), built first
 /// unless `--wasm-dir` names where they are.
-fn components(options: &Options) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+fn components(options: &Options) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
     let dir = match &options.wasm_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -150,7 +248,7 @@ fn components(options: &Options) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
     };
     let transform = if options.transform == "revenue" { REVENUE } else { IDENTITY };
-    (read(transform), read(BIG), read(REVENUE))
+    (read(transform), read(BIG), read(REVENUE), read(IDENTITY))
 }
 
 /// Appends a custom section (ignored by every tool) holding `nonce`: other bytes, so another
@@ -440,7 +538,7 @@ async fn first_output(api: &Api, name: &str, module: &[u8], deadline: Duration) 
 #[tokio::main]
 async fn main() {
     let options = parse_args();
-    let (module, big, revenue) = components(&options);
+    let (module, big, revenue, identity) = components(&options);
     let api = Api {
         client: reqwest::Client::builder().build().expect("client"),
         url: options.url.clone(),
@@ -532,7 +630,41 @@ async fn main() {
         );
     }
 
+    let latency_name = format!("tb-latency-{pid}");
+    let latency_topics = [format!("{latency_name}-in"), format!("{latency_name}-out")];
+    if options.latency_seconds > 0 {
+        let [input, output] = &latency_topics;
+        println!(
+            "\n4. latency from produce to read_committed output, identity, {}, {} records/s for {} s (goal: p99 <= 200 ms)",
+            options.delivery, options.latency_rate, options.latency_seconds
+        );
+        api.create_topic(input, 1).await;
+        api.create_topic(output, 1).await;
+        api.deploy(&latency_name, &identity, input, output).await;
+        let (bootstrap, input, output) = (options.bootstrap.clone(), input.clone(), output.clone());
+        let (rate, seconds) = (options.latency_rate, options.latency_seconds);
+        let mut latencies = tokio::task::spawn_blocking(move || latency::measure(&bootstrap, &input, &output, rate, seconds))
+            .await
+            .expect("latency run");
+        latencies.sort_unstable();
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+        let p99 = at(0.99);
+        println!(
+            "   {} records counted: p50 {} ms, p99 {} ms, max {} ms; {:.2}x of 200 ms: {}",
+            latencies.len(),
+            at(0.5),
+            p99,
+            latencies.last().copied().unwrap_or_default(),
+            p99 as f64 / 200.0,
+            verdict(p99 <= 200)
+        );
+    }
+
     if !options.keep {
+        api.delete(&format!("/v1/transforms/{latency_name}")).await;
+        for topic in &latency_topics {
+            api.delete(&format!("/v1/topics/{topic}")).await;
+        }
         api.delete(&format!("/v1/transforms/{restore_name}")).await;
         for topic in &restore_topics {
             api.delete(&format!("/v1/topics/{topic}")).await;
