@@ -38,18 +38,30 @@ fn deploy(api: &HttpApi, name: &str, package: &str, config: Value) -> support::H
 
 /// One Produce (acks=all) of one batch of `values` to `topic`-`partition`: the partition's answer.
 fn produce_raw(conn: &mut RawConn, topic: &str, partition: i32, values: &[&str]) -> PartitionProduceResponse {
-    let mut builder = BatchBuilder::new(Compression::None);
-    for (i, value) in values.iter().enumerate() {
-        builder.push(1_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(value.as_bytes()), &[]);
-    }
-    let records: Bytes = builder.build().expect("batch").into_bytes();
+    produce_partitions(conn, topic, &[(partition, values)]).remove(0)
+}
+
+/// One Produce (acks=all) with one batch per listed partition of `topic`, in the order given:
+/// the partitions' answers in that order.
+fn produce_partitions(conn: &mut RawConn, topic: &str, batches: &[(i32, &[&str])]) -> Vec<PartitionProduceResponse> {
+    let partition_data = batches
+        .iter()
+        .map(|(partition, values)| {
+            let mut builder = BatchBuilder::new(Compression::None);
+            for (i, value) in values.iter().enumerate() {
+                builder.push(1_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(value.as_bytes()), &[]);
+            }
+            let records: Bytes = builder.build().expect("batch").into_bytes();
+            PartitionProduceData::default().with_index(*partition).with_records(Some(records))
+        })
+        .collect();
     let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-        TopicProduceData::default().with_name(TopicName(StrBytes::from_string(topic.to_string()))).with_partition_data(
-            vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))],
-        ),
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(partition_data),
     ]);
     let response = conn.call(PRODUCE_V, &request);
-    response.responses[0].partition_responses[0].clone()
+    response.responses[0].partition_responses.clone()
 }
 
 /// Every value in `topic`-`partition`, read from the beginning to the log end.
@@ -118,7 +130,11 @@ fn a_schema_validator_refuses_bad_batches_and_appends_nothing_of_them() {
     );
     let after = produce_raw(&mut conn, "orders", 0, &[ORDER_OK]);
     assert_eq!((after.error_code, after.base_offset), (0, 2), "the refused batch took no offsets: {after:?}");
-    assert_eq!(values(&node, "orders", 0), [ORDER_OK, ORDER_OK_2, ORDER_OK]);
+    // One request, two partitions judged at once: each gets its own verdict, in its place.
+    let both = produce_partitions(&mut conn, "orders", &[(1, &[ORDER_NO_AMOUNT]), (0, &[ORDER_OK_2])]);
+    let answers: Vec<(i32, i16, i64)> = both.iter().map(|p| (p.index, p.error_code, p.base_offset)).collect();
+    assert_eq!(answers, [(1, INVALID_RECORD, -1), (0, 0, 3)], "{both:?}");
+    assert_eq!(values(&node, "orders", 0), [ORDER_OK, ORDER_OK_2, ORDER_OK, ORDER_OK_2]);
 
     // librdkafka: the refused record's delivery fails with INVALID_RECORD; the good one lands.
     let producer: FutureProducer = client_config(&node, &[("acks", "all"), ("linger.ms", "0")]).create().unwrap();
@@ -148,13 +164,13 @@ fn a_schema_validator_refuses_bad_batches_and_appends_nothing_of_them() {
     let detail = api.get("/v1/validators/orders-schema");
     assert_eq!(detail.status, 200, "{}", detail.text);
     assert!(detail.json["batches_accepted"].as_u64().unwrap() >= 4, "{}", detail.text);
-    assert_eq!(detail.json["batches_rejected"].as_u64(), Some(3), "{}", detail.text);
-    assert_eq!(detail.json["records_rejected"].as_u64(), Some(6), "{}", detail.text);
+    assert_eq!(detail.json["batches_rejected"].as_u64(), Some(4), "{}", detail.text);
+    assert_eq!(detail.json["records_rejected"].as_u64(), Some(7), "{}", detail.text);
     assert!(detail.json["last_rejection"].as_str().unwrap().contains("amount"), "{}", detail.text);
     assert_eq!(detail.json["nodes"][0]["state"], "loaded");
     let list = api.get("/v1/validators");
     assert_eq!(list.json["validators"][0]["name"], "orders-schema", "{}", list.text);
-    assert_eq!(api.metric_sum("runnel_validator_records_rejected_total"), 6.0);
+    assert_eq!(api.metric_sum("runnel_validator_records_rejected_total"), 7.0);
 
     // One validator per topic; a transform is not a validator; limits are checked.
     let second = deploy(&api, "other", "runnel-example-schema", json!({"topic": "orders"}));
@@ -170,7 +186,7 @@ fn a_schema_validator_refuses_bad_batches_and_appends_nothing_of_them() {
     assert_eq!(api.delete("/v1/validators/orders-schema").status, 204);
     assert_eq!(api.get("/v1/validators/orders-schema").status, 404);
     let unchecked = produce_raw(&mut conn, "orders", 0, &[ORDER_NO_AMOUNT]);
-    assert_eq!((unchecked.error_code, unchecked.base_offset), (0, 3), "{unchecked:?}");
+    assert_eq!((unchecked.error_code, unchecked.base_offset), (0, 4), "{unchecked:?}");
 }
 
 /// A guest that traps, spins past its deadline or bombs its memory fails closed by default (the

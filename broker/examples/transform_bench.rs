@@ -640,7 +640,8 @@ async fn main() {
         api.deploy_with(&restore_name, &revenue, input, output, settings).await;
         let (_, ms) = api.wait_restored(&restore_name, first_seq, redeployed + options.timeout).await;
         let wall = redeployed.elapsed().as_secs_f64();
-        let line = api.log_lines(&restore_name, first_seq).await.into_iter().find(|(_, m)| m.starts_with("state restored"));
+        let line =
+            api.log_lines(&restore_name, first_seq).await.into_iter().find(|(_, m)| m.starts_with("state restored"));
         println!("   {}", line.map(|(_, m)| m).unwrap_or_default());
         let per_million = ms as f64 / 1000.0 * 1e6 / keys as f64;
         println!(
@@ -666,9 +667,10 @@ async fn main() {
         api.deploy(&latency_name, &identity, input, output).await;
         let (bootstrap, input, output) = (options.bootstrap.clone(), input.clone(), output.clone());
         let (rate, seconds) = (options.latency_rate, options.latency_seconds);
-        let mut latencies = tokio::task::spawn_blocking(move || latency::measure(&bootstrap, &input, &output, rate, seconds))
-            .await
-            .expect("latency run");
+        let mut latencies =
+            tokio::task::spawn_blocking(move || latency::measure(&bootstrap, &input, &output, rate, seconds))
+                .await
+                .expect("latency run");
         latencies.sort_unstable();
         let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
         let p99 = at(0.99);

@@ -12,9 +12,12 @@
 //!
 //! Example: `required=id,amount` and `types=id:string,amount:number,tags:array`.
 //!
-//! The value is walked, not built: serde_json reads it once, borrowing keys and skipping what no
-//! rule names, so a check allocates nothing per record (measured in WASM on ~83 B orders:
-//! about 550 ns per record, `runtime/examples/guest_bench.rs`).
+//! The value is scanned, not built: one pass of a strict JSON scanner (`scan.rs`) checks the
+//! syntax and, matching keys against the rules as it goes, the fields the rules name; nothing is
+//! allocated per record (measured in WASM on ~83 B orders: see `runtime/examples/guest_bench.rs`).
+//! It reads JSON as serde_json does (the tests compare the two on generated text).
+
+mod scan;
 
 use runnel_sdk::{Config, Error, Record, Validator};
 
@@ -100,99 +103,6 @@ impl Schema {
     }
 }
 
-/// What one pass over a value found: the rules whose field is present, and the first type
-/// mismatch.
-#[derive(Default)]
-struct Found {
-    present: u64,
-    mismatch: Option<(usize, Kind)>,
-}
-
-/// Walks a JSON value without building it (serde_json borrows keys, skips what no rule names):
-/// returns its kind and records, for the rules in `candidates` whose path continues below
-/// `depth`, which of their fields it holds.
-struct Walk<'r> {
-    rules: &'r [Rule],
-    candidates: u64,
-    depth: usize,
-    found: &'r mut Found,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
-    type Value = Kind;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Kind, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Walk<'_> {
-    type Value = Kind;
-
-    fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
-        Ok(Kind::Boolean)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
-        Ok(Kind::Integer)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
-        Ok(Kind::Integer)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
-        Ok(Kind::Number)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
-        Ok(Kind::String)
-    }
-    fn visit_unit<E>(self) -> Result<Kind, E> {
-        Ok(Kind::Null)
-    }
-    fn visit_none<E>(self) -> Result<Kind, E> {
-        Ok(Kind::Null)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(Kind::Array)
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            let mut matched = 0u64;
-            let mut deeper = 0u64;
-            for (i, rule) in self.rules.iter().enumerate() {
-                if self.candidates & (1 << i) != 0 && rule.path[self.depth] == *key {
-                    if rule.path.len() == self.depth + 1 {
-                        matched |= 1 << i;
-                    } else {
-                        deeper |= 1 << i;
-                    }
-                }
-            }
-            if matched == 0 && deeper == 0 {
-                map.next_value::<serde::de::IgnoredAny>()?;
-                continue;
-            }
-            let walk = Walk { rules: self.rules, candidates: deeper, depth: self.depth + 1, found: &mut *self.found };
-            let kind = map.next_value_seed(walk)?;
-            self.found.present |= matched;
-            if self.found.mismatch.is_none() {
-                for (i, rule) in self.rules.iter().enumerate() {
-                    if matched & (1 << i) != 0 && rule.kind.is_some_and(|want| !want.admits(kind)) {
-                        self.found.mismatch = Some((i, kind));
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(Kind::Object)
-    }
-}
-
 impl Validator for Schema {
     fn init(config: &Config) -> Result<Self, Error> {
         let list = |name: &str| -> Vec<String> {
@@ -223,13 +133,10 @@ impl Validator for Schema {
         let Some(value) = record.value() else {
             return if self.allow_null_value { Ok(()) } else { Err(Error::new("the value is null")) };
         };
-        let mut found = Found::default();
         let all = if self.rules.len() == RULES_MAX { u64::MAX } else { (1u64 << self.rules.len()) - 1 };
-        let walk = Walk { rules: &self.rules, candidates: all, depth: 0, found: &mut found };
-        let mut deserializer = serde_json::Deserializer::from_slice(value);
-        let kind = serde::de::DeserializeSeed::deserialize(walk, &mut deserializer)
-            .and_then(|kind| deserializer.end().map(|()| kind))
-            .map_err(|e| Error::new(format_args!("the value is not JSON: {e}")))?;
+        let mut scanner = scan::Scanner::new(value, &self.rules);
+        let kind = scanner.document(all).map_err(|e| Error::new(format_args!("the value is not JSON: {e}")))?;
+        let found = scanner.found;
         if kind != Kind::Object {
             return Err(Error::new(format_args!("the value is a JSON {}, not an object", kind.name())));
         }

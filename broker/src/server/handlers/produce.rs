@@ -79,6 +79,12 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
     // A partition verify_transaction gave no verdict (not transactional, not led here) still
     // needs a guard to open a transaction, should it reach the log.
     let unverified = if verifying { TxnVerification::Required(None) } else { TxnVerification::NotRequired };
+    // The topics' validators (if any) judge the batches this leader is about to append, every
+    // partition's at once (each is a guest call on the blocking pool: judged one after another
+    // they would add up in the request's latency, and a connection's requests are served in
+    // turn). Elsewhere the append answers NOT_LEADER_OR_FOLLOWER and the client goes on to the
+    // leader, so a validator's verdict must not hide that.
+    let mut verdicts = validate(broker, &image, &request).await.into_iter();
     // Appends first, every partition; then acks=all waits for all of them at once (Kafka's
     // delayed produce), each until its high watermark passes the batch or the timeout.
     let mut appends = Vec::with_capacity(request.topic_data.len());
@@ -92,19 +98,7 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
                 verified.get(&(name.to_string(), data.index)).cloned().unwrap_or(Ok(unverified))
             };
             let records = data.records.clone().unwrap_or_else(Bytes::new);
-            // The topic's validator (if any) judges the batches the leader is about to append;
-            // elsewhere the append answers NOT_LEADER_OR_FOLLOWER and the client goes on to the
-            // leader, so the validator's verdict must not hide that.
-            let validated = if image.validators.is_empty() || records.is_empty() {
-                crate::validator::Verdict::Accept
-            } else {
-                match hosted_partition(broker, &image, name, data.index) {
-                    Ok(partition) if partition.is_leader() => {
-                        broker.validators.check(&image, name, data.index, &records).await
-                    }
-                    _ => crate::validator::Verdict::Accept,
-                }
-            };
+            let validated = verdicts.next().unwrap_or(crate::validator::Verdict::Accept);
             let result = verification
                 .map_err(|(code, message)| (code, Some(message), vec![]))
                 .and_then(|verification| match validated {
@@ -209,6 +203,30 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
         Acks::None => None,
         _ => Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints)),
     }
+}
+
+/// The verdict of each partition's batches, in the request's order (topic by topic): of the
+/// topic's validator where this node leads the partition, else Accept. Empty when no topic has
+/// a validator.
+async fn validate(broker: &Broker, image: &MetadataImage, request: &ProduceRequest) -> Vec<crate::validator::Verdict> {
+    if image.validators.is_empty() {
+        return Vec::new();
+    }
+    let checks = request.topic_data.iter().flat_map(|topic| {
+        topic.partition_data.iter().map(move |data| async move {
+            let name: &str = &topic.name.0;
+            match &data.records {
+                Some(records) if !records.is_empty() => match hosted_partition(broker, image, name, data.index) {
+                    Ok(partition) if partition.is_leader() => {
+                        broker.validators.check(image, name, data.index, records).await
+                    }
+                    _ => crate::validator::Verdict::Accept,
+                },
+                _ => crate::validator::Verdict::Accept,
+            }
+        })
+    });
+    futures_util::future::join_all(checks).await
 }
 
 /// The log's per-record errors in the response's shape.
