@@ -8,7 +8,11 @@ const REBALANCE_MS: i32 = 30_000;
 /// A membership without `group.initial.rebalance.delay.ms`, so joins complete as soon as every
 /// member is in (the delay has its own test).
 fn no_delay() -> Membership {
-    Membership::with_config(GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() })
+    Membership::with_config(GroupConfig {
+        initial_rebalance_delay_ms: 0,
+        initial_join_tick: Duration::ZERO,
+        ..GroupConfig::default()
+    })
 }
 
 fn join_request(group: &str, member_id: &str, protocols: &[(&str, &'static [u8])]) -> JoinRequest {
@@ -330,7 +334,8 @@ fn list_describe_delete() {
 }
 
 fn with_config(edit: impl FnOnce(&mut GroupConfig)) -> Membership {
-    let mut config = GroupConfig { initial_rebalance_delay_ms: 0, ..GroupConfig::default() };
+    let mut config =
+        GroupConfig { initial_rebalance_delay_ms: 0, initial_join_tick: Duration::ZERO, ..GroupConfig::default() };
     edit(&mut config);
     Membership::with_config(config)
 }
@@ -385,6 +390,36 @@ fn initial_rebalance_delay_puts_members_starting_together_in_one_generation() {
     let _j3 = parked(m.join(first, ms(4_000)));
     m.sweep(ms(5_000));
     assert_eq!(answered(&mut j1).generation_id, 1, "no extension past the rebalance timeout");
+}
+
+/// With `group.initial.rebalance.delay.ms=0` the first rebalance still waits one timer tick,
+/// as Kafka's does: members whose joins arrive together share generation 1 (a join answered at
+/// once would give the first member everything, and the others a second rebalance that waits
+/// for its next heartbeat).
+#[test]
+fn a_zero_initial_delay_still_waits_one_tick_for_members_joining_together() {
+    let m = with_config(|c| c.initial_join_tick = INITIAL_JOIN_TICK);
+    let t = Instant::now();
+    let at = |micros: u64| t + Duration::from_micros(micros);
+    let mut ja = parked(m.join(range("g", ""), t));
+    let mut jb = parked(m.join(range("g", ""), at(500)));
+    m.sweep(at(1_000)); // b joined within the tick: one more tick
+    still_parked(&mut ja);
+    m.sweep(at(2_000));
+    let (ra, rb) = (answered(&mut ja), answered(&mut jb));
+    assert_eq!((ra.generation_id, rb.generation_id, ra.members.len()), (1, 1, 2));
+}
+
+/// In a runtime the tick ends by itself (a task waits for the deadline), long before the
+/// 100 ms sweep would. Virtual time: the wait below is a deadline, not a pause.
+#[tokio::test(start_paused = true)]
+async fn the_first_rebalance_ends_at_its_deadline_without_waiting_for_the_sweep() {
+    let m = with_config(|c| c.initial_join_tick = INITIAL_JOIN_TICK);
+    let ja = parked(m.join(range("g", ""), now()));
+    let jb = parked(m.join(range("g", ""), now()));
+    let answers = tokio::time::timeout(Duration::from_millis(50), async { (ja.await, jb.await) }).await;
+    let (ra, rb) = answers.expect("answered within 50 ms (virtual)");
+    assert_eq!((ra.unwrap().generation_id, rb.unwrap().generation_id), (1, 1));
 }
 
 /// A Stable group of two static members, `l` (the leader) and `f`: their member ids.
