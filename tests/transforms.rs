@@ -896,3 +896,50 @@ fn a_stateful_transform_past_state_bytes_max_fails_with_the_reason_and_keeps_its
     assert!(error.contains("would pass the transform's state_bytes_max of 1024"), "{detail}");
     assert_eq!(read_to_end(&node, "big-revenue", 1).len(), 25, "only the counted orders have outputs");
 }
+
+#[test]
+fn a_stateful_transform_whose_input_gains_partitions_grows_its_changelog_and_counts_there() {
+    // Proves a partition added to a stateful transform's input gets its own changelog
+    // partition (the changelog grows to the input's count; partition p keeps partition p's
+    // state) and is counted from an empty state, while the first partition's totals go on.
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "grow-sales", 1);
+    support::create_topic(&node, "grow-revenue", 1);
+    let module = component("runnel-example-revenue");
+    let config = json!({"input_topic": "grow-sales", "output_topics": ["grow-revenue"], "batch_records_max": 50});
+    assert_eq!(deploy(&api, "grow", &module, config).status, 201);
+    let group = "__runnel_transform_grow";
+    let order = |customer: &str, amount: u64| json!({"customer": customer, "amount": amount}).to_string();
+    let first: Vec<(Option<String>, String)> = (0..30).map(|i| (None, order("old", i))).collect();
+    produce(&node, "grow-sales", &first);
+    assert!(
+        wait_until(TIMEOUT, || committed_offset_of(&node, group, "grow-sales", 0) == 30),
+        "partition 0 never processed: {}",
+        transform(&api, "grow")
+    );
+
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = client_config(&node, &[]).create().unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT)).request_timeout(Some(TIMEOUT));
+    let grown = support::block_on(admin.create_partitions(&[NewPartitions::new("grow-sales", 2)], &options)).unwrap();
+    assert_eq!(grown, vec![Ok("grow-sales".to_string())]);
+    // Partition 1 gets its own customer; partition 0 one more order of the old one.
+    let producer = producer(&node);
+    for i in 0..20 {
+        producer.send(BaseRecord::<(), String>::to("grow-sales").partition(1).payload(&order("new", i))).unwrap();
+    }
+    producer.send(BaseRecord::<(), String>::to("grow-sales").partition(0).payload(&order("old", 100))).unwrap();
+    producer.flush(TIMEOUT).unwrap();
+    let done = wait_until(TIMEOUT, || {
+        committed_offset_of(&node, group, "grow-sales", 1) == 20
+            && committed_offset_of(&node, group, "grow-sales", 0) == 31
+    });
+    assert!(done, "the grown input was not processed: {}", transform(&api, "grow"));
+    let state = api.get("/v1/topics/__runnel_transform_grow_state");
+    assert_eq!(state.json["partitions"].as_array().map(Vec::len), Some(2), "{}", state.text);
+    let totals = totals_by_customer(&node, "grow-revenue", 1);
+    assert_eq!(totals["old"].last(), Some(&(31, (0..30).sum::<u64>() as f64 + 100.0)), "{totals:?}");
+    assert_eq!(totals["new"].len(), 20);
+    assert_eq!(totals["new"].last(), Some(&(20, (0..20).sum::<u64>() as f64)), "counted from an empty state");
+}

@@ -51,6 +51,29 @@ pub async fn handle(
     Some(CreatePartitionsResponse::default().with_results(results))
 }
 
+/// Grows `name` to `count` partitions placed like any request's (an internal topic that must
+/// follow another's partition count); `Ok(false)` when it already has that many or more.
+pub(crate) async fn grow_to(broker: &Broker, name: &str, count: u32) -> Result<bool, (ResponseError, String)> {
+    let has = broker.controller.image().topics.get(name).map_or(0, |t| t.partitions.len());
+    if has >= count as usize {
+        return Ok(false);
+    }
+    let mut budget = ReplicaBudget::of(&broker.controller.image(), broker.settings.max_broker_partitions);
+    let topic = CreatePartitionsTopic::default()
+        .with_name(kafka_protocol::messages::TopicName(str_bytes(name)))
+        .with_count(i32::try_from(count).unwrap_or(i32::MAX))
+        .with_assignments(None);
+    match grow(broker, &mut budget, &topic, false).await {
+        Ok(true) => {
+            broker.reconcile_now().await;
+            Ok(true)
+        }
+        // Grown meanwhile by another worker.
+        Err((ResponseError::InvalidPartitions, _)) => Ok(false),
+        other => other,
+    }
+}
+
 /// Validates and (unless `validate_only`) adds the partitions. `Ok(true)` when committed.
 async fn grow(
     broker: &Broker,

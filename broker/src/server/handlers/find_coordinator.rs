@@ -75,10 +75,16 @@ pub(crate) async fn ensure_offsets_topic(broker: &Broker) -> Result<(), Response
 
 /// Creates a stateful transform's changelog topic if the image does not have it yet: compacted,
 /// with the replication of `__consumer_offsets` (the state is as precious as the positions it
-/// commits with).
+/// commits with); grows it to `partitions` (the input's count) when the input has gained
+/// partitions since, so a new input partition's worker has its changelog partition (partition
+/// `p` holds input partition `p`'s state: growing moves no existing state).
 pub(crate) async fn ensure_state_topic(broker: &Broker, name: &str, partitions: u32) -> Result<(), ResponseError> {
     let replication_factor = broker.groups.offsets_topic_replication_factor;
-    ensure_internal_topic(broker, name, partitions, replication_factor, transaction_topic_configs).await
+    ensure_internal_topic(broker, name, partitions, replication_factor, transaction_topic_configs).await?;
+    super::create_partitions::grow_to(broker, name, partitions).await.map(|_| ()).map_err(|(code, message)| {
+        tracing::warn!(topic = name, ?code, %message, "could not grow a changelog topic to its input's partitions");
+        ResponseError::CoordinatorNotAvailable
+    })
 }
 
 /// The leader of `partition` of `topic` and its endpoint: the coordinator of a key mapped there.
