@@ -328,3 +328,52 @@ fn every_leader_of_a_cluster_checks_its_partitions_through_a_failover() {
     assert_eq!(live_accepted, accepted - victim_batches, "{}", detail.text);
     assert!(detail.json["batches_rejected"].as_u64().unwrap() > 3 - victim_batches, "{}", detail.text);
 }
+
+/// A transform's outputs are produced like anyone's: a validator on the output topic judges
+/// them under either delivery (at-least-once outputs to partitions led here used to be
+/// appended past it). A refused batch is the transform's error, with the validator's reason,
+/// and its error policy decides (here skip); the good outputs land.
+#[test]
+fn transform_outputs_are_judged_by_the_output_topics_validator() {
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    let parameters = json!({"required": "id,amount"});
+    for delivery in ["at_least_once", "exactly_once"] {
+        let (input, output) = (format!("raw-{delivery}"), format!("clean-{delivery}"));
+        create_topic(&node, &input, 1);
+        create_topic(&node, &output, 1);
+        let config = json!({"topic": output, "parameters": parameters});
+        assert_eq!(deploy(&api, &format!("v-{delivery}"), "runnel-example-schema", config).status, 201);
+        let module =
+            base64::engine::general_purpose::STANDARD.encode(support::guest_component("runnel-example-identity"));
+        let transform = json!({
+            "input_topic": input,
+            "output_topics": [output],
+            "delivery": delivery,
+            "batch_records_max": 1,
+            "error_policy": "skip",
+            "module_base64": module,
+        });
+        let name = format!("t-{delivery}");
+        let deployed = api.send_json("PUT", &format!("/v1/transforms/{name}"), None, &transform);
+        assert_eq!(deployed.status, 201, "{}", deployed.text);
+        let mut conn = RawConn::open(&node, "validator-transform-test");
+        for value in [ORDER_OK, ORDER_NO_AMOUNT, ORDER_OK_2] {
+            let answer = produce_raw(&mut conn, &input, 0, &[value]);
+            assert_eq!(answer.error_code, 0, "{answer:?}");
+        }
+        let detail = |api: &HttpApi| api.get(&format!("/v1/transforms/{name}")).json;
+        let done = wait_until(TIMEOUT, || {
+            let d = detail(&api);
+            d["partitions"][0]["position"] == 3 && d["partitions"][0]["skipped"] == 1
+        });
+        assert!(done, "{delivery}: never got through the 3 inputs: {}", detail(&api));
+        let partition = &detail(&api)["partitions"][0];
+        let error = partition["last_error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("InvalidRecord") && error.contains("missing required field `amount`"),
+            "{delivery}: {partition}"
+        );
+        assert_eq!(values(&node, &output, 0), [ORDER_OK, ORDER_OK_2], "{delivery}: only the valid outputs");
+    }
+}

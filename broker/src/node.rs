@@ -252,6 +252,7 @@ impl Node {
             ensure_offsets_topic: ensure_offsets_topic(Arc::downgrade(&broker)),
             ensure_state_topic: ensure_state_topic(Arc::downgrade(&broker)),
             local_produce: local_produce(Arc::downgrade(&broker)),
+            validate_output: validate_output(Arc::downgrade(&broker)),
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -842,6 +843,21 @@ fn ensure_state_topic(broker: std::sync::Weak<Broker>) -> crate::transform::Ensu
             server::handlers::find_coordinator::ensure_state_topic(&broker, &name, partitions)
                 .await
                 .map_err(|code| format!("creating the state topic '{name}': {code:?}"))
+        })
+    })
+}
+
+/// The topic's validator on a transform's output batch, in process: the refusal's message.
+fn validate_output(broker: std::sync::Weak<Broker>) -> crate::transform::ValidateOutput {
+    Box::new(move |topic, partition, records| {
+        let broker = broker.clone();
+        Box::pin(async move {
+            let broker = broker.upgrade()?;
+            let image = broker.controller.image();
+            match broker.validators.check(&image, &topic, partition, &records).await {
+                crate::validator::Verdict::Accept => None,
+                crate::validator::Verdict::Reject { message, .. } => Some(message),
+            }
         })
     })
 }

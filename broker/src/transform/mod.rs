@@ -103,7 +103,15 @@ pub struct Host {
     /// partitions led here skip the socket (encode, loopback, decode), nothing else changes.
     /// `None` once the node is gone.
     pub local_produce: LocalProduce,
+    /// This node's verdict on an output batch for (topic, partition) by the topic's validator:
+    /// `Some(reason)` when refused. Exactly-once outputs are judged before they enter the
+    /// transaction, so a refusal meets the error policy instead of aborting it.
+    pub validate_output: ValidateOutput,
 }
+
+/// See [`Host::validate_output`].
+pub type ValidateOutput =
+    Box<dyn Fn(String, i32, bytes::Bytes) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
 
 /// See [`Host::ensure_state_topic`].
 pub type EnsureTopic =

@@ -36,9 +36,9 @@ use super::{group_of, Host, LogBuffer, PartitionStatus};
 use crate::controller::{DeliveryMode, ErrorPolicy, StartPosition, TransformImage};
 use crate::log::now_ms;
 use crate::log::records::{for_each_committed_record, AbortedFilter, BatchBuilder};
-use crate::log::{AppendOrigin, Compression};
+use crate::log::Compression;
 use crate::partition::partitioner::partition_for_key;
-use crate::partition::{Acks, FirstBatch, Partition, PartitionError};
+use crate::partition::{FirstBatch, Partition, PartitionError};
 use crate::peer::PeerError;
 
 /// Bytes read from the input per guest batch: sized from the records seen so far so that one
@@ -106,15 +106,14 @@ pub(super) struct Worker {
 enum BatchFailure {
     #[error("{0}")]
     Guest(#[from] GuestError),
-    #[error("output topic '{topic}' partition {partition}: {source}")]
-    Append {
-        topic: String,
-        partition: i32,
-        #[source]
-        source: PartitionError,
-    },
-    #[error("output topic '{topic}' partition {partition}: its leader answered {}", error_name(*code))]
-    Rejected { topic: String, partition: i32, code: i16 },
+    #[error(
+        "output topic '{topic}' partition {partition}: its leader answered {}{}",
+        error_name(*code),
+        message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+    )]
+    Rejected { topic: String, partition: i32, code: i16, message: Option<String> },
+    #[error("this node is shutting down")]
+    Stopping,
     #[error("output to another broker: {0}")]
     Peer(#[from] PeerError),
     #[error("output topic '{0}' does not exist or is not hosted here")]
@@ -150,7 +149,7 @@ impl BatchFailure {
             | BatchFailure::BadPartition { .. }
             | BatchFailure::MissingOutput(_)
             | BatchFailure::RecordTooLarge { .. } => "invalid_output",
-            BatchFailure::Append { .. }
+            BatchFailure::Stopping
             | BatchFailure::Rejected { .. }
             | BatchFailure::Peer(_)
             | BatchFailure::Encode(_) => "append",
@@ -947,11 +946,41 @@ async fn deliver<'t>(
                     }
                 }
             }
+            // A validator's refusal inside the transaction would abort it, and the batch would
+            // be refused again after every retry, whatever the error policy: judged first.
+            if let Some(refusal) = refused_by_validators(w, &batches).await {
+                producer.rollback_to(savepoint);
+                return Err(refusal);
+            }
             let deadline = Instant::now() + Duration::from_millis(OUTPUT_TIMEOUT_MS as u64);
             producer.produce(&w.host, batches, deadline).await.map_err(BatchFailure::Txn)?;
         }
     }
     Ok(written)
+}
+
+/// The first refusal of `batches` by their topics' validators (the leader would answer the
+/// same: every node runs the deployed version).
+async fn refused_by_validators(w: &Worker, batches: &[Output]) -> Option<BatchFailure> {
+    let image = w.host.controller.image();
+    if image.validators.is_empty() {
+        return None;
+    }
+    for batch in batches {
+        if !image.validators.values().any(|v| v.spec.topic == batch.topic) {
+            continue;
+        }
+        let verdict = (w.host.validate_output)(batch.topic.clone(), batch.partition, batch.bytes.clone()).await;
+        if let Some(message) = verdict {
+            return Some(BatchFailure::Rejected {
+                topic: batch.topic.clone(),
+                partition: batch.partition,
+                code: ResponseError::InvalidRecord.code(),
+                message: Some(message),
+            });
+        }
+    }
+    None
 }
 
 /// An output topic's partition count and effective `max.message.bytes`, from the image.
@@ -1015,7 +1044,7 @@ impl PartitionBatches {
                 let (topic, size, max) = (topic.to_string(), bytes.len(), self.max_bytes);
                 return Err(BatchFailure::RecordTooLarge { topic, partition, size, max });
             }
-            outputs.push(Output { topic: topic.to_string(), partition, bytes, records });
+            outputs.push(Output { topic: topic.to_string(), partition, bytes });
             written += records;
         }
         Ok(written)
@@ -1027,7 +1056,6 @@ pub(super) struct Output {
     pub topic: String,
     pub partition: i32,
     pub bytes: Bytes,
-    pub records: u64,
 }
 
 /// Appends every batch on its partition's leader with acks=all, all at once: the partitions
@@ -1035,51 +1063,26 @@ pub(super) struct Output {
 /// broker. `Ok` once every batch is below its partition's high watermark.
 async fn append(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailure> {
     let image = w.host.controller.image();
-    let mut here = Vec::new();
-    let mut elsewhere: BTreeMap<u64, Vec<Output>> = BTreeMap::new();
+    let mut by_leader: BTreeMap<u64, Vec<Output>> = BTreeMap::new();
     for output in outputs {
         let leader = u32::try_from(output.partition)
             .ok()
             .and_then(|p| image.partition(&output.topic, p))
             .and_then(|p| p.leader)
-            .filter(|leader| *leader != w.host.node_id && image.brokers.contains_key(leader));
-        match leader {
-            Some(leader) => elsewhere.entry(leader).or_default().push(output),
-            // Led here, or by no one: the partition refuses what it must (NOT_LEADER_OR_FOLLOWER).
-            None => here.push(output),
-        }
+            .filter(|leader| *leader == w.host.node_id || image.brokers.contains_key(leader));
+        // Led by no one: this node's handler refuses it (NOT_LEADER_OR_FOLLOWER).
+        by_leader.entry(leader.unwrap_or(w.host.node_id)).or_default().push(output);
     }
-    let local = append_here(w, here);
-    let remote =
-        futures_util::future::try_join_all(elsewhere.into_iter().map(|(leader, outputs)| send(w, leader, outputs)));
-    futures_util::future::try_join(local, remote).await.map(|_| ())
-}
-
-async fn append_here(w: &Worker, outputs: Vec<Output>) -> Result<(), BatchFailure> {
-    let mut waits = Vec::with_capacity(outputs.len());
-    for output in &outputs {
-        let failed = |source| BatchFailure::Append { topic: output.topic.clone(), partition: output.partition, source };
-        let hosted = w
-            .host
-            .replicas
-            .get(&output.topic, output.partition as u32)
-            .ok_or_else(|| BatchFailure::MissingOutput(output.topic.clone()))?;
-        let (info, _, leader_epoch) =
-            hosted.append_in_epoch(&output.bytes, Acks::All, AppendOrigin::Client).map_err(failed)?;
-        w.host.metrics.record_in(&output.topic, info.bytes, output.records);
-        waits.push(async move {
-            hosted
-                .wait_replicated(info.last_offset + 1, leader_epoch, Duration::from_millis(OUTPUT_TIMEOUT_MS as u64))
-                .await
-                .map_err(failed)
-        });
-    }
-    futures_util::future::try_join_all(waits).await.map(|_| ())
+    futures_util::future::try_join_all(by_leader.into_iter().map(|(leader, outputs)| send(w, leader, outputs)))
+        .await
+        .map(|_| ())
 }
 
 /// Sends `outputs` to their leader `leader` (acks=all): one Produce request per round, the
 /// first batch of every partition, then the second of those that have one, ...; a Produce
-/// request carries one batch per partition (Kafka refuses more since v3).
+/// request carries one batch per partition (Kafka refuses more since v3). Through the Produce
+/// handler either way (this node's in process), so what it checks (a topic's validator, the
+/// leader, `min.insync.replicas`) applies to transform outputs as to any producer's.
 async fn send(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(), BatchFailure> {
     let mut rounds: Vec<Vec<Output>> = Vec::new();
     let mut taken: BTreeMap<(String, i32), usize> = BTreeMap::new();
@@ -1115,9 +1118,13 @@ async fn send_round(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(),
             })
             .collect(),
     );
-    // The leader waits up to the request's timeout; leave room for its answer.
-    let timeout = Duration::from_millis(OUTPUT_TIMEOUT_MS as u64) + Duration::from_secs(5);
-    let response = w.host.peers.call(leader, PRODUCE_VERSION, &request, timeout).await?;
+    let response = if leader == w.host.node_id {
+        (w.host.local_produce)(request).await.ok_or(BatchFailure::Stopping)?
+    } else {
+        // The leader waits up to the request's timeout; leave room for its answer.
+        let timeout = Duration::from_millis(OUTPUT_TIMEOUT_MS as u64) + Duration::from_secs(5);
+        w.host.peers.call(leader, PRODUCE_VERSION, &request, timeout).await?
+    };
     let mut answered = 0;
     for topic in response.responses {
         for p in topic.partition_responses {
@@ -1127,6 +1134,7 @@ async fn send_round(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(),
                     topic: topic.name.0.to_string(),
                     partition: p.index,
                     code: p.error_code,
+                    message: p.error_message.map(|m| m.to_string()).filter(|m| !m.is_empty()),
                 });
             }
         }
@@ -1137,6 +1145,7 @@ async fn send_round(w: &Worker, leader: u64, outputs: Vec<Output>) -> Result<(),
             topic: first.topic.clone(),
             partition: first.partition,
             code: ResponseError::UnknownServerError.code(),
+            message: Some(format!("{answered} answers to {} batches", outputs.len())),
         });
     }
     Ok(())
@@ -1215,7 +1224,8 @@ mod tests {
             outputs[..outputs.len() - 1].iter().all(|o| o.bytes.len() + bound > 4096),
             "each batch as full as allowed"
         );
-        assert_eq!(outputs.iter().map(|o| o.records).sum::<u64>(), 100);
+        let records = |o: &Output| crate::log::batch::BatchHeader::read(&o.bytes).map_or(0, |h| h.record_count as u64);
+        assert_eq!(outputs.iter().map(records).sum::<u64>(), 100);
 
         let mut batches = PartitionBatches::new(4096);
         batches.push(1, None, Some(&[0u8; 5000]), &[]);
