@@ -263,7 +263,7 @@ fn produce(options: &Options, topic: &str, size: usize, acks: &str) -> (f64, f64
             }
         }
     }
-    producer.flush(Duration::from_secs(120)).expect("flush");
+    flush_now(&producer, Duration::from_secs(120));
     let elapsed = start.elapsed().as_secs_f64();
     let context = producer.context();
     let mut latencies = std::mem::take(&mut *context.latencies_us.lock().expect("lock"));
@@ -419,7 +419,7 @@ fn produce_plain(options: &Options, topic: &str, size: usize, idempotence: bool)
             }
         }
     }
-    producer.flush(Duration::from_secs(120)).expect("flush");
+    flush_now(&producer, Duration::from_secs(120));
     options.records as f64 / start.elapsed().as_secs_f64()
 }
 

@@ -327,7 +327,7 @@ impl Api {
 
     /// Produces `records` values of `size` bytes with `connections` concurrent v2 requests:
     /// `x` bytes, or (`json`) JSON orders padded to about `size` bytes, the i-th record of a
-    /// request for customer `c<i>`.
+    /// request for customer `c<i>`. The two bodies are encoded once.
     async fn produce(
         &self,
         topic: &str,
@@ -345,75 +345,69 @@ impl Api {
             let pad = "p".repeat(size.saturating_sub(order.len()));
             encode(json!({"customer": format!("c{i}"), "amount": 1, "pad": pad}).to_string().as_bytes())
         };
-        let body = |count: usize| -> Arc<Vec<u8>> {
+        let body = |count: usize| -> bytes::Bytes {
             let records: Vec<Value> = (0..count).map(|i| json!({"value": value(i)})).collect();
-            Arc::new(serde_json::to_vec(&json!({"records": records})).expect("json"))
+            serde_json::to_vec(&json!({"records": records})).expect("json").into()
         };
         let (full, tail) = (body(batch), body(records % batch));
         let requests = records.div_ceil(batch);
-        let path = format!("{}/topics/{topic}", self.url);
-        let next = Arc::new(AtomicUsize::new(0));
         let start = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..connections {
-            let (client, path, full, tail, next) =
-                (self.client.clone(), path.clone(), full.clone(), tail.clone(), next.clone());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= requests {
-                        break;
-                    }
-                    let body = if i + 1 == requests && records % batch != 0 { &tail } else { &full };
-                    let answer = client
-                        .post(&path)
-                        .header("content-type", "application/vnd.kafka.binary.v2+json")
-                        .body(body.as_ref().clone())
-                        .send()
-                        .await
-                        .expect("produce");
-                    let status = answer.status();
-                    assert!(status.is_success(), "produce: {status} {}", answer.text().await.unwrap_or_default());
-                    let _ = answer.bytes().await;
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.expect("produce task");
-        }
+        self.post_records(topic, requests, connections, move |i| {
+            if i + 1 == requests && records % batch != 0 {
+                tail.clone()
+            } else {
+                full.clone()
+            }
+        })
+        .await;
         records as f64 / start.elapsed().as_secs_f64()
     }
 
     /// Produces one JSON order for each of `keys` customers (`c0`, `c1`, ...), `batch` per
     /// request over `connections` concurrent requests.
     async fn produce_keys(&self, topic: &str, keys: usize, batch: usize, connections: usize) {
-        let requests = keys.div_ceil(batch);
+        self.post_records(topic, keys.div_ceil(batch), connections, move |i| {
+            let records: Vec<Value> = (i * batch..((i + 1) * batch).min(keys))
+                .map(|k| {
+                    let order = json!({"customer": format!("c{k}"), "amount": 1}).to_string();
+                    json!({"value": base64::engine::general_purpose::STANDARD.encode(order)})
+                })
+                .collect();
+            serde_json::to_vec(&json!({"records": records})).expect("json").into()
+        })
+        .await;
+    }
+
+    /// POSTs `requests` v2 binary produce requests to `topic`, `connections` at a time; request
+    /// `i`'s body is `body(i)`. Panics on any refusal.
+    async fn post_records(
+        &self,
+        topic: &str,
+        requests: usize,
+        connections: usize,
+        body: impl Fn(usize) -> bytes::Bytes + Send + Sync + 'static,
+    ) {
         let path = format!("{}/topics/{topic}", self.url);
-        let next = Arc::new(AtomicUsize::new(0));
+        let (next, body) = (Arc::new(AtomicUsize::new(0)), Arc::new(body));
         let mut tasks = Vec::new();
         for _ in 0..connections {
-            let (client, path, next) = (self.client.clone(), path.clone(), next.clone());
+            let (client, path, next, body) = (self.client.clone(), path.clone(), next.clone(), body.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= requests {
                         break;
                     }
-                    let records: Vec<Value> = (i * batch..((i + 1) * batch).min(keys))
-                        .map(|k| {
-                            let order = json!({"customer": format!("c{k}"), "amount": 1}).to_string();
-                            json!({"value": base64::engine::general_purpose::STANDARD.encode(order)})
-                        })
-                        .collect();
                     let answer = client
                         .post(&path)
                         .header("content-type", "application/vnd.kafka.binary.v2+json")
-                        .body(serde_json::to_vec(&json!({"records": records})).expect("json"))
+                        .body(body(i))
                         .send()
                         .await
                         .expect("produce");
                     let status = answer.status();
                     assert!(status.is_success(), "produce: {status} {}", answer.text().await.unwrap_or_default());
+                    let _ = answer.bytes().await;
                 }
             }));
         }
