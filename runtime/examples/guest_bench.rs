@@ -12,7 +12,10 @@
 //! call (default 1000, the broker's `batch_records_max` default), `--restarts N` cached loads
 //! per module (default 20), `--wasm-dir DIR` to use already built components instead of running
 //! `cargo build --profile wasm --target wasm32-wasip2 ... --target-dir target/wasm` first;
-//! `--only assignors` runs section 5 alone.
+//! `--only assignors` runs section 5 alone, `--only validator` section 4;
+//! `--validator-baseline FILE` compares section 4 with another build of the schema component
+//! (10 alternating runs, medians: the machine's noise hits both alike).
+//! `RUNNEL_WASM_PERFMAP=1` names guest functions in `perf report`.
 //!
 //! Runs and the goals they check:
 //! 1. identity transform, 100 B and 1 KiB values (no key, no headers): records/s and ns/record
@@ -56,12 +59,15 @@ struct Options {
     batch: usize,
     restarts: usize,
     wasm_dir: Option<PathBuf>,
-    /// `--only assignors`: section 5 alone (for profiling it).
-    only_assignors: bool,
+    /// `--only assignors` or `--only validator`: that section alone (for profiling it).
+    only: Option<String>,
+    /// `--validator-baseline FILE`: another schema component to compare section 4 with.
+    validator_baseline: Option<PathBuf>,
 }
 
 fn parse_args() -> Options {
-    let mut options = Options { seconds: 3.0, batch: 1000, restarts: 20, wasm_dir: None, only_assignors: false };
+    let mut options =
+        Options { seconds: 3.0, batch: 1000, restarts: 20, wasm_dir: None, only: None, validator_baseline: None };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -71,9 +77,13 @@ fn parse_args() -> Options {
             "--restarts" => options.restarts = value.parse().expect("--restarts N"),
             "--wasm-dir" => options.wasm_dir = Some(PathBuf::from(value)),
             "--only" => {
-                assert!(value == "assignors", "--only takes `assignors` (section 5), not {value}");
-                options.only_assignors = true;
+                assert!(
+                    value == "assignors" || value == "validator",
+                    "--only takes `assignors` (section 5) or `validator` (section 4), not {value}"
+                );
+                options.only = Some(value);
             }
+            "--validator-baseline" => options.validator_baseline = Some(PathBuf::from(value)),
             other => panic!("unknown flag {other} (see the header of runtime/examples/guest_bench.rs)"),
         }
     }
@@ -342,6 +352,71 @@ fn wasm_ns(module: &TransformModule, batch: &InputBatch, seconds: f64) -> f64 {
     })
 }
 
+/// Section 4: the schema validator's ns/record on ~100 B orders; with `--validator-baseline`,
+/// that component and this one measured in turn, 10 rounds, and the medians compared.
+fn validator(runtime: &Runtime, schema: &[u8], identity: &TransformModule, options: &Options) {
+    println!("\n4. validator: the schema example on ~100 B JSON orders (every record valid)");
+    let values: Vec<Vec<u8>> = (0..options.batch)
+        .map(|n| {
+            format!(
+                r#"{{"id":"o-{n:09}","amount":{}.5,"customer":"c-{}","pad":"xxxxxxxxxxxxxxxxxxxxxx"}}"#,
+                n % 1000,
+                n % 97
+            )
+            .into_bytes()
+        })
+        .collect();
+    let batch = batch_of(&values);
+    let instance = |bytes: &[u8]| {
+        let parameters = [("required", "id,amount,customer"), ("types", "id:string,amount:number,customer:string")];
+        let mut instance = runtime
+            .validator(bytes)
+            .expect("schema component")
+            .instantiate(runnel_runtime::ValidatorSetup {
+                parameters: parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                limits: Limits::default(),
+                log: discard_logs(),
+            })
+            .expect("instantiate schema");
+        assert_eq!(instance.validate(&batch), Ok(Ok(())), "every order is valid");
+        instance
+    };
+    let mut current = instance(schema);
+    let run = |instance: &mut runnel_runtime::ValidatorInstance, seconds: f64| {
+        measure(seconds, batch.len(), || {
+            black_box(instance.validate(black_box(&batch)).expect("validate")).expect("accepted");
+        })
+    };
+    let Some(path) = &options.validator_baseline else {
+        let wasm = run(&mut current, options.seconds);
+        let boundary = wasm_ns(identity, &batch, options.seconds);
+        println!(
+            "   mean {:>4} B: validate {wasm:>7.1} ns/record (identity transform on the same batch {boundary:>6.1})",
+            mean_len(&values)
+        );
+        return;
+    };
+    let baseline_bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut baseline = instance(&baseline_bytes);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        theirs.push(run(&mut baseline, options.seconds / 10.0));
+        ours.push(run(&mut current, options.seconds / 10.0));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "   mean {:>4} B, medians of 10 alternating runs: validate {ours:>7.1} ns/record, baseline {} \
+         {theirs:>7.1} ns/record ({:.2}x)",
+        mean_len(&values),
+        path.display(),
+        ours / theirs
+    );
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -369,11 +444,15 @@ fn main() {
     let bytes = |name: &str| &components.iter().find(|(n, _)| *n == name).expect("built above").1;
     let cache = tempfile::tempdir().expect("temp dir");
     let runtime = Runtime::new(RuntimeConfig::new(cache.path())).expect("runtime");
-    if options.only_assignors {
+    if options.only.as_deref() == Some("assignors") {
         assignors(&runtime, bytes(RACK_AWARE), bytes(STICKY_RANGE), options.seconds);
         return;
     }
     let identity = runtime.transform(bytes(IDENTITY)).expect("identity component");
+    if options.only.as_deref() == Some("validator") {
+        validator(&runtime, bytes(SCHEMA), &identity, &options);
+        return;
+    }
     let redact = runtime.transform(bytes(REDACT)).expect("redact component");
     let seconds = options.seconds;
     println!("one thread, batches of {} records, {seconds} s per run", options.batch);
@@ -428,38 +507,9 @@ fn main() {
             verdict(ratio <= 2.0)
         );
     }
-    println!("\n4. validator: the schema example on ~100 B JSON orders (every record valid)");
-    let schema = runtime.validator(bytes(SCHEMA)).expect("schema component");
-    let values: Vec<Vec<u8>> = (0..options.batch)
-        .map(|n| {
-            format!(
-                r#"{{"id":"o-{n:09}","amount":{}.5,"customer":"c-{}","pad":"xxxxxxxxxxxxxxxxxxxxxx"}}"#,
-                n % 1000,
-                n % 97
-            )
-            .into_bytes()
-        })
-        .collect();
-    let batch = batch_of(&values);
-    let parameters = [("required", "id,amount,customer"), ("types", "id:string,amount:number,customer:string")];
-    let mut instance = schema
-        .instantiate(runnel_runtime::ValidatorSetup {
-            parameters: parameters.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            limits: Limits::default(),
-            log: discard_logs(),
-        })
-        .expect("instantiate schema");
-    assert_eq!(instance.validate(&batch), Ok(Ok(())), "every order is valid");
-    let wasm = measure(seconds, batch.len(), || {
-        black_box(instance.validate(black_box(&batch)).expect("validate")).expect("accepted");
-    });
-    let boundary = wasm_ns(&identity, &batch, seconds);
-    println!(
-        "   mean {:>4} B: validate {wasm:>7.1} ns/record (identity transform on the same batch {boundary:>6.1})",
-        mean_len(&values)
-    );
+    validator(&runtime, bytes(SCHEMA), &identity, &options);
     assignors(&runtime, bytes(RACK_AWARE), bytes(STICKY_RANGE), seconds);
-    drop((identity, redact, schema, instance, runtime, cache));
+    drop((identity, redact, runtime, cache));
 
     println!(
         "\n3. restart with a cached module: new Runtime, transform() + instantiate(), median of {} \

@@ -167,6 +167,10 @@ impl Runtime {
             // trap message quotes the guest's own panic output instead.
             .wasm_backtrace_max_frames(None)
             .parallel_compilation(true);
+        // `RUNNEL_WASM_PERFMAP=1`: guest functions by name in `perf report` (/tmp/perf-<pid>.map).
+        if std::env::var_os("RUNNEL_WASM_PERFMAP").is_some_and(|v| v == "1") {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         // On-demand allocation, not the pooling allocator: instances are long-lived (one per
         // transform partition, reused across batches), so instantiation cost does not matter,
         // while the pool would reserve address space for its maximum up front.
