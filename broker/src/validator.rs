@@ -64,7 +64,8 @@ pub struct Validators {
 pub struct Validator {
     pub image: Arc<ValidatorImage>,
     module: Result<ValidatorModule, String>,
-    idle: Mutex<Vec<ValidatorInstance>>,
+    /// Instances kept for the next batches, each with the batch buffer it was last given.
+    idle: Mutex<Vec<(ValidatorInstance, InputBatch)>>,
     calls: Semaphore,
     pub stats: ValidatorStats,
     pub logs: Arc<LogBuffer>,
@@ -231,37 +232,38 @@ impl Validator {
         verdict
     }
 
-    /// The blocking part: decode, take or make an instance, call it, give the instance back.
+    /// The blocking part: take or make an instance (with its batch buffer), decode into the
+    /// buffer, call the instance, give both back.
     fn call(&self, partition: i32, records: Bytes) -> Outcome {
         let module = match &self.module {
             Ok(module) => module,
             Err(e) => return Outcome::Failed(format!("the module cannot be loaded: {e}")),
         };
-        let Some(batch) = decode(partition, records) else { return Outcome::Accepted };
-        if batch.is_empty() {
-            return Outcome::Accepted;
-        }
         let idle = lock(&self.idle).pop();
-        let mut instance = match idle {
-            Some(instance) => instance,
+        let (mut instance, mut batch) = match idle {
+            Some(idle) => idle,
             None => match module.instantiate(self.setup()) {
-                Ok(instance) => instance,
+                Ok(instance) => (instance, InputBatch::new(partition)),
                 Err(e) => return Outcome::Failed(describe(&e)),
             },
         };
-        let result = instance.validate(&batch);
+        let outcome = if !decode_into(&mut batch, partition, &records) || batch.is_empty() {
+            Outcome::Accepted
+        } else {
+            match instance.validate(&batch) {
+                Ok(Ok(())) => Outcome::Accepted,
+                Ok(Err(rejection)) => Outcome::Rejected {
+                    message: rejection.message,
+                    records: rejection.records.into_iter().map(|e| (e.index as i32, e.message)).collect(),
+                    record_count: batch.len() as u64,
+                },
+                Err(e) => Outcome::Failed(describe(&e)),
+            }
+        };
         if !instance.is_poisoned() {
-            lock(&self.idle).push(instance);
+            lock(&self.idle).push((instance, batch));
         }
-        match result {
-            Ok(Ok(())) => Outcome::Accepted,
-            Ok(Err(rejection)) => Outcome::Rejected {
-                message: rejection.message,
-                records: rejection.records.into_iter().map(|e| (e.index as i32, e.message)).collect(),
-                record_count: batch.len() as u64,
-            },
-            Err(e) => Outcome::Failed(describe(&e)),
-        }
+        outcome
     }
 
     fn setup(&self) -> ValidatorSetup {
@@ -296,24 +298,26 @@ enum Outcome {
     Failed(String),
 }
 
-/// The records of a partition's produced batches as one guest batch (offsets as the producer
-/// numbered them); `None` when the bytes do not decode (the log then refuses them with the
-/// proper error).
-fn decode(partition: i32, records: Bytes) -> Option<InputBatch> {
-    let mut batch = InputBatch::new(partition);
-    for parsed in BatchIter::new(records) {
-        let parsed = parsed.ok()?;
+/// Fills `batch` (emptied first) with the records of a partition's produced batches, as one
+/// guest batch (offsets as the producer numbered them); false when the bytes do not decode (the
+/// log then refuses them with the proper error).
+fn decode_into(batch: &mut InputBatch, partition: i32, records: &Bytes) -> bool {
+    batch.clear();
+    batch.partition = partition;
+    for parsed in BatchIter::new(records.clone()) {
+        let Ok(parsed) = parsed else { return false };
         if parsed.header().attributes.is_control() {
             continue;
         }
-        for record in parsed.record_iter().ok()? {
-            let record = record.ok()?;
-            let headers: Vec<(&str, Option<&[u8]>)> =
-                record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
-            batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+        let Ok(iter) = parsed.record_iter() else { return false };
+        let pushed = iter.try_for_each_borrowed(|record| {
+            batch.push(record.offset, record.timestamp, record.key, record.value, record.headers)
+        });
+        if pushed.is_err() {
+            return false;
         }
     }
-    Some(batch)
+    true
 }
 
 fn describe(error: &GuestError) -> String {
@@ -340,13 +344,19 @@ mod tests {
         second.push(12, Some(b"k3"), None, &[]);
         let mut bytes = first.build().unwrap().bytes().to_vec();
         bytes.extend_from_slice(second.build().unwrap().bytes());
-        let batch = decode(7, Bytes::from(bytes.clone())).unwrap();
+        let mut batch = InputBatch::new(0);
+        batch.push(99, 0, None, Some(b"left from the last call"), &[]);
+        assert!(decode_into(&mut batch, 7, &Bytes::from(bytes.clone())));
         assert_eq!(batch.partition, 7);
         let offsets: Vec<i64> = batch.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [0, 1, 2]);
         assert_eq!(batch.records[2].timestamp, 12);
         assert!(batch.records[2].value.is_null());
+        assert_eq!(batch.key(&batch.records[0]), Some(&b"k1"[..]));
+        assert_eq!(batch.value(&batch.records[1]), Some(&b"v2"[..]));
+        let headers: Vec<_> = batch.headers(&batch.records[0]).collect();
+        assert_eq!(headers, [("h", Some(&b"x"[..]))]);
         bytes.truncate(bytes.len() - 3);
-        assert!(decode(7, Bytes::from(bytes)).is_none());
+        assert!(!decode_into(&mut batch, 7, &Bytes::from(bytes)));
     }
 }

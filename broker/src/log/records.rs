@@ -242,7 +242,10 @@ impl RecordIter {
         remaining.min((self.data.len() - self.pos) / MIN_RECORD_SIZE)
     }
 
-    fn decode_next(&mut self) -> Result<Record, BatchError> {
+    /// Decodes the record at `pos` into ranges of `data`, its header (key, value) ranges into
+    /// `headers` (cleared first), and moves past it.
+    fn decode_parts(&mut self, headers: &mut Vec<HeaderRanges>) -> Result<Parts, BatchError> {
+        headers.clear();
         let buf: &[u8] = &self.data;
         let mut reader = Reader { buf, pos: self.pos };
         let length = reader.varint()?;
@@ -262,14 +265,14 @@ impl RecordIter {
         let value = reader.nullable("negative value length other than -1")?;
         let header_count = reader.varint()?;
         let header_count = usize::try_from(header_count).map_err(|_| malformed("negative header count"))?;
-        let mut headers = Vec::with_capacity(header_count.min(reader.remaining() / MIN_HEADER_SIZE));
+        headers.reserve(header_count.min(reader.remaining() / MIN_HEADER_SIZE));
         for _ in 0..header_count {
             let key_length = reader.varint()?;
             let key_length = usize::try_from(key_length).map_err(|_| malformed("negative header key length"))?;
             let key = reader.take(key_length)?;
-            let key = std::str::from_utf8(&buf[key]).map_err(|_| malformed("header key is not UTF-8"))?.to_owned();
+            std::str::from_utf8(&buf[key.clone()]).map_err(|_| malformed("header key is not UTF-8"))?;
             let value = reader.nullable("negative header value length other than -1")?;
-            headers.push(Header { key, value: value.map(|range| self.data.slice(range)) });
+            headers.push((key, value));
         }
         if reader.pos != body_end {
             return Err(malformed("record length does not match its fields"));
@@ -288,24 +291,14 @@ impl RecordIter {
         // Java adds timestamps with wrapping long arithmetic; so do we, so that every batch a
         // Java client can build decodes to the timestamps it meant.
         let timestamp = self.log_append_time.unwrap_or(self.base_timestamp.wrapping_add(timestamp_delta));
-
-        let record = Record {
-            offset,
-            timestamp,
-            key: key.map(|range| self.data.slice(range)),
-            value: value.map(|range| self.data.slice(range)),
-            headers,
-        };
         self.pos = body_end;
         self.previous_offset_delta = Some(offset_delta);
-        Ok(record)
+        Ok(Parts { offset, timestamp, key, value })
     }
-}
 
-impl Iterator for RecordIter {
-    type Item = Result<Record, BatchError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next record's parts, `None` after the last one; the same checks, errors and end as
+    /// the iterator (which is this plus building a [`Record`]).
+    fn advance(&mut self, headers: &mut Vec<HeaderRanges>) -> Option<Result<Parts, BatchError>> {
         if self.finished {
             return None;
         }
@@ -320,12 +313,85 @@ impl Iterator for RecordIter {
             self.finished = true;
             return Some(Err(malformed("fewer records than record_count")));
         }
-        let record = self.decode_next();
-        match record {
+        let parts = self.decode_parts(headers);
+        match parts {
             Ok(_) => self.remaining -= 1,
             Err(_) => self.finished = true,
         }
-        Some(record)
+        Some(parts)
+    }
+
+    /// Visits every remaining record borrowed from the batch's buffer, nothing allocated per
+    /// record (the produce-path validators copy them out once); stops at the first malformed
+    /// record with its error, as draining the iterator would.
+    pub fn try_for_each_borrowed(mut self, mut visit: impl FnMut(BorrowedRecord<'_>)) -> Result<(), BatchError> {
+        let data = self.data.clone();
+        let (mut ranges, mut headers) = (Vec::new(), Vec::new());
+        while let Some(parts) = self.advance(&mut ranges) {
+            let parts = parts?;
+            headers.clear();
+            for (key, value) in &ranges {
+                // decode_parts checked the key is UTF-8.
+                let key = std::str::from_utf8(&data[key.clone()]).unwrap_or_default();
+                headers.push((key, value.clone().map(|v| &data[v])));
+            }
+            visit(BorrowedRecord {
+                offset: parts.offset,
+                timestamp: parts.timestamp,
+                key: parts.key.map(|k| &data[k]),
+                value: parts.value.map(|v| &data[v]),
+                headers: &headers,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where a header's key and value are in the records region.
+type HeaderRanges = (Range<usize>, Option<Range<usize>>);
+
+/// A decoded record as ranges of the records region.
+struct Parts {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Range<usize>>,
+    value: Option<Range<usize>>,
+}
+
+/// A record as [`RecordIter::try_for_each_borrowed`] shows it: slices of the batch's buffer.
+pub struct BorrowedRecord<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// (key, value) in order; a `None` value is a null header value.
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<Record, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut ranges = Vec::new();
+        let parts = match self.advance(&mut ranges)? {
+            Ok(parts) => parts,
+            Err(e) => return Some(Err(e)),
+        };
+        let headers = ranges
+            .into_iter()
+            .map(|(key, value)| Header {
+                // decode_parts checked the key is UTF-8.
+                key: String::from_utf8_lossy(&self.data[key]).into_owned(),
+                value: value.map(|range| self.data.slice(range)),
+            })
+            .collect();
+        Some(Ok(Record {
+            offset: parts.offset,
+            timestamp: parts.timestamp,
+            key: parts.key.map(|range| self.data.slice(range)),
+            value: parts.value.map(|range| self.data.slice(range)),
+            headers,
+        }))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -1360,10 +1426,29 @@ mod tests {
     }
 
     /// Decodes a batch both ways, draining the iterator; the test passes if this returns.
+    /// Decodes `batch` all at once, lazily and borrowed: the same records, or the same error.
     fn decode_both_ways(batch: &RecordBatch) {
         let all = batch.records();
         let lazy = batch.record_iter().and_then(|iter| iter.collect::<Result<Vec<_>, _>>());
         assert_eq!(all, lazy);
+        let borrowed = batch.record_iter().and_then(|iter| {
+            let mut records = Vec::new();
+            iter.try_for_each_borrowed(|r| {
+                records.push(Record {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key.map(Bytes::copy_from_slice),
+                    value: r.value.map(Bytes::copy_from_slice),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(key, value)| Header { key: key.to_string(), value: value.map(Bytes::copy_from_slice) })
+                        .collect(),
+                })
+            })?;
+            Ok(records)
+        });
+        assert_eq!(all, borrowed);
     }
 
     #[test]
@@ -1457,6 +1542,7 @@ mod tests {
                 push_all(&mut builder, &inputs);
                 let batch = RecordBatch::parse(builder.build().unwrap().into_bytes()).unwrap();
                 assert_records_match(&batch.records().unwrap(), &inputs, base_offset);
+                decode_both_ways(&batch);
             }
         }
     }
