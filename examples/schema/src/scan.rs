@@ -163,7 +163,7 @@ impl<'a> Scanner<'a> {
                     let i = left.trailing_zeros() as usize;
                     left &= left - 1;
                     let segment = self.rules[i].path[depth].as_bytes();
-                    let equal = if escaped { segment == self.key.as_bytes() } else { segment == raw };
+                    let equal = same(segment, if escaped { self.key.as_bytes() } else { raw });
                     if equal {
                         if self.rules[i].path.len() == depth + 1 {
                             matched |= 1 << i;
@@ -216,9 +216,11 @@ impl<'a> Scanner<'a> {
         let start = at;
         let mut escaped = false;
         loop {
-            // Eight plain bytes at a time up to the next one that needs a look.
+            // Eight bytes at a time, straight to the first one that needs a look.
             while let Some(word) = bytes.get(at..at + 8) {
-                if needs_a_look(u64::from_le_bytes(word.try_into().unwrap_or_default())) {
+                let look = needs_a_look(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+                if look != 0 {
+                    at += look.trailing_zeros() as usize / 8;
                     break;
                 }
                 at += 8;
@@ -357,18 +359,38 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// `a == b` without a call to `memcmp` (keys are short; the call cost more than comparing).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut a_words, mut b_words) = (a.chunks_exact(8), b.chunks_exact(8));
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+    if a_words.by_ref().zip(b_words.by_ref()).any(|(x, y)| word(x) != word(y)) {
+        return false;
+    }
+    let (a_rest, b_rest) = (a_words.remainder(), b_words.remainder());
+    let mut differ = 0u8;
+    for (x, y) in a_rest.iter().zip(b_rest) {
+        differ |= x ^ y;
+    }
+    differ == 0
+}
+
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
-/// Whether any of the eight bytes of `word` is a quote, a backslash, a control character or
-/// not ASCII (SWAR: a byte below `n` sets its high bit in `(x - n) & !x`; a false positive
-/// only ever follows a true one in the same word, so none is missed and none invented alone).
+/// The bytes of `word` (little-endian) that are a quote, a backslash, a control character or
+/// not ASCII, as the high bit of each (SWAR: a byte below `n` sets its high bit in
+/// `(x - n) & !x`; a false positive only ever follows a true one in the same word, so none is
+/// missed and the lowest bit set is always a true one).
 #[inline(always)]
-fn needs_a_look(word: u64) -> bool {
+fn needs_a_look(word: u64) -> u64 {
     let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH_BITS;
     let quote = below(word ^ (ONES * u64::from(b'"')), 1);
     let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
-    (quote | backslash | below(word, 0x20) | (word & HIGH_BITS)) != 0
+    quote | backslash | below(word, 0x20) | (word & HIGH_BITS)
 }
 
 /// Decodes the contents of a string already checked by [`Scanner::string`] (so every escape is
