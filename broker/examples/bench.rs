@@ -62,8 +62,12 @@ enum Mode {
     Idempotence,
 }
 
+#[path = "bench_support/flush.rs"]
+mod flush;
 #[path = "bench_support/heartbeats.rs"]
 mod heartbeats;
+
+use flush::flush_now;
 
 struct Options {
     bootstrap: String,
@@ -381,16 +385,6 @@ fn produce_transactions(options: &Options, topic: &str, size: usize, per_txn: us
         percentile(&commits_us, 0.99),
         commits_us.len(),
     )
-}
-
-/// librdkafka's own flush (linger ends at once; waits until every record is delivered), which
-/// rdkafka's `flush` is not: it polls in 100 ms steps and, once the last delivery report is
-/// served elsewhere, waits out the step (10 transactions/s on any broker). The producer's
-/// polling thread serves the delivery reports meanwhile.
-fn flush_now<C: ProducerContext>(producer: &ThreadedProducer<C>, timeout: Duration) {
-    // SAFETY: the pointer is the live producer's handle; rd_kafka_flush is thread-safe.
-    let code = unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout.as_millis() as i32) };
-    assert_eq!(code, rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR, "flush");
 }
 
 /// `--records` records acks=all with `enable.idempotence` as given: records/s.
