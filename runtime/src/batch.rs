@@ -12,7 +12,7 @@
 
 use std::mem::MaybeUninit;
 
-use wasmtime::component::__internal::{InterfaceType, LowerContext};
+use wasmtime::component::__internal::{InterfaceType, LiftContext, LowerContext};
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 /// A byte range of a batch's `data`; `len == -1` is null (a null key or value).
@@ -189,7 +189,10 @@ impl InputBatch {
 /// One output record; spans point into [`OutputBatch::data`]. `topic` indexes the output
 /// topics given at instantiation; `partition` and `timestamp` are -1 when the guest left them
 /// to the broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ComponentType, Lift)]
+///
+/// `Lift` is written by hand, like [`InputRecord`]'s `Lower`: each record is read from its 40
+/// bytes at once instead of field by field through the layout tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ComponentType)]
 #[component(record)]
 pub struct OutputRecord {
     pub topic: u32,
@@ -198,6 +201,43 @@ pub struct OutputRecord {
     pub key: Span,
     pub value: Span,
     pub headers: Span,
+}
+
+/// Bytes of an `output-record` in the canonical ABI: u32, s32, s64, then three `span`s;
+/// 8-aligned, no padding.
+const OUTPUT_RECORD_BYTES: usize = 40;
+const _: () = assert!(<OutputRecord as ComponentType>::SIZE32 == OUTPUT_RECORD_BYTES);
+
+// SAFETY: `linear_lift_from_memory` reads exactly the canonical ABI layout of `output-record`
+// (see OUTPUT_RECORD_BYTES, checked against the derived ABI above), and the derived `typecheck`
+// only accepts that WIT record. Every bit pattern is a valid value of each field.
+unsafe impl Lift for OutputRecord {
+    fn linear_lift_from_flat(
+        _cx: &mut LiftContext<'_>,
+        _ty: InterfaceType,
+        _src: &Self::Lower,
+    ) -> wasmtime::Result<Self> {
+        // The WIT returns output records only inside `output-batch.records`, a list, which is
+        // always lifted from memory.
+        Err(wasmtime::format_err!("an output record is only returned inside a list"))
+    }
+
+    fn linear_lift_from_memory(_cx: &mut LiftContext<'_>, _ty: InterfaceType, bytes: &[u8]) -> wasmtime::Result<Self> {
+        let bytes: &[u8; OUTPUT_RECORD_BYTES] =
+            bytes.try_into().map_err(|_| wasmtime::format_err!("an output record is not 40 bytes"))?;
+        let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let span_at = |at: usize| Span { offset: u32_at(at), len: u32_at(at + 4) as i32 };
+        let mut timestamp = [0u8; 8];
+        timestamp.copy_from_slice(&bytes[8..16]);
+        Ok(OutputRecord {
+            topic: u32_at(0),
+            partition: u32_at(4) as i32,
+            timestamp: i64::from_le_bytes(timestamp),
+            key: span_at(16),
+            value: span_at(24),
+            headers: span_at(32),
+        })
+    }
 }
 
 /// What one `process` call produced (validated: see the module invariant).
