@@ -191,6 +191,12 @@ fn idle_instances_expire_and_leave_their_group() {
         "idle instance did not leave its group"
     );
     assert_eq!(api.get(&format!("{idle}/subscription")).status, 404);
+    // An instance can not ask to outlive the bound (it would hold one of the node's instance
+    // slots for ever once forgotten).
+    let body = json!({"name": "forever", "consumer.instance.timeout.ms": 3_600_001});
+    let refused = api.send_json("POST", "/consumers/expiring", V2, &body);
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    assert!(refused.text.contains("above the maximum 3600000"), "{}", refused.text);
 }
 
 #[test]

@@ -201,7 +201,7 @@ fn http_acls_govern_rest_produce_consume_admin_and_deployed_code() {
     let admin = as_user(&node, "admin");
     let (alice, bob) = (as_user(&node, "alice"), as_user(&node, "bob"));
     let cluster = admin.cluster_id();
-    for topic in ["orders", "alice-out"] {
+    for topic in ["orders", "alice-out", "secret"] {
         let created = admin.post("/v1/topics", &json!({"name": topic, "partitions": 1}));
         assert_eq!(created.status, 201, "{}", created.text);
     }
@@ -239,6 +239,13 @@ fn http_acls_govern_rest_produce_consume_admin_and_deployed_code() {
     let base = "/consumers/alice-g/instances/web";
     assert_eq!(alice.post(&format!("{base}/subscription"), &json!({"topics": ["orders"]})).status, 204);
     assert_eq!(bob.get(&format!("{base}/subscription")).status, 404, "an instance is its creator's alone");
+    // A manual assignment of a topic alice may not describe is refused before its partitions
+    // are told (partition 0 exists, 7 does not: both 403).
+    for partition in [0, 7] {
+        let assign = json!({"partitions": [{"topic": "secret", "partition": partition}]});
+        let refused = alice.post(&format!("{base}/assignments"), &assign);
+        assert_eq!(refused.status, 403, "secret-{partition}: {}", refused.text);
+    }
     let mut seen = Vec::new();
     assert!(
         wait_until(TIMEOUT, || {

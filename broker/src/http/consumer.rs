@@ -69,6 +69,9 @@ macro_rules! on_coordinator {
 }
 /// Confluent's `consumer.instance.timeout.ms` default.
 pub const INSTANCE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// The longest `consumer.instance.timeout.ms` a client may ask for: a forgotten instance holds
+/// one of the node's [`MAX_INSTANCES`] for at most this long.
+pub const INSTANCE_TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// Confluent's `consumer.request.timeout.ms` default: how long a poll waits for records.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 /// Default and ceiling of `max_bytes` of one poll.
@@ -370,6 +373,10 @@ pub async fn unsubscribe(http: &Arc<Http>, instance: &Arc<Instance>) {
 
 /// Assigns partitions by hand (no group membership; offsets still commit to the group).
 pub async fn assign(http: &Arc<Http>, instance: &Arc<Instance>, partitions: Vec<TopicPartition>) -> ApiResult<()> {
+    // Refused before anything about the topics is told (whether they exist, their partitions).
+    for (topic, _) in &partitions {
+        super::auth::require(&http.broker, Operation::Describe, ResourceType::Topic, topic)?;
+    }
     let image = http.broker.controller.image();
     for (topic, partition) in &partitions {
         let known = image.topics.get(topic).ok_or_else(|| ApiError::unknown_topic(topic))?;

@@ -139,7 +139,7 @@ pub struct CreateConsumer {
     #[serde(rename = "auto.commit.enable")]
     #[schema(value_type = Option<String>)]
     pub auto_commit_enable: Option<Value>,
-    /// Idle time after which the instance is deleted (default 300000).
+    /// Idle time after which the instance is deleted (default 300000, at most 3600000).
     #[serde(rename = "consumer.instance.timeout.ms")]
     #[schema(value_type = Option<String>)]
     pub instance_timeout_ms: Option<Value>,
@@ -233,11 +233,21 @@ pub async fn create_consumer(
         format,
         offset_reset,
         auto_commit: boolean("auto.commit.enable", request.auto_commit_enable, true)?,
-        instance_timeout: Duration::from_millis(number(
-            "consumer.instance.timeout.ms",
-            request.instance_timeout_ms,
-            consumer::INSTANCE_TIMEOUT_MS_DEFAULT,
-        )?),
+        instance_timeout: Duration::from_millis(
+            match number(
+                "consumer.instance.timeout.ms",
+                request.instance_timeout_ms,
+                consumer::INSTANCE_TIMEOUT_MS_DEFAULT,
+            )? {
+                ms if ms > consumer::INSTANCE_TIMEOUT_MS_MAX => {
+                    return Err(ApiError::invalid(format!(
+                        "consumer.instance.timeout.ms {ms} is above the maximum {}",
+                        consumer::INSTANCE_TIMEOUT_MS_MAX
+                    )))
+                }
+                ms => ms,
+            },
+        ),
         request_timeout_ms: number(
             "consumer.request.timeout.ms",
             request.request_timeout_ms,
