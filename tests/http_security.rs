@@ -61,7 +61,12 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     // is revoked, cannot make tokens, and a principal holds at most
     // --http-tokens-max-per-principal of them; a dashboard login sets an HttpOnly SameSite
     // cookie that authenticates reads, and changes only with X-Runnel-UI (CSRF), until logout.
-    let node = Runnel::start(&users(&["--http-tokens-max-per-principal", "2"]));
+    let node = Runnel::start(&users(&[
+        "--http-tokens-max-per-principal",
+        "2",
+        "--connection-failed-authentication-delay-ms",
+        "700",
+    ]));
     let anonymous = HttpApi::new(&node);
     let refused = anonymous.get("/v1/topics");
     assert_eq!(refused.status, 401, "{}", refused.text);
@@ -74,8 +79,11 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     assert_eq!(anonymous.get("/openapi.json").status, 200);
     assert_eq!(anonymous.get("/metrics").status, 401);
 
+    let asked = std::time::Instant::now();
     let wrong = HttpApi::new(&node).with_basic("admin", "nope").get("/v1/topics");
     assert_eq!(wrong.status, 401, "{}", wrong.text);
+    // As on the Kafka listeners (KIP-306): a wrong password is answered after the delay.
+    assert!(asked.elapsed() >= std::time::Duration::from_millis(700), "answered after {:?}", asked.elapsed());
     let garbled = HttpApi::new(&node).with_header("authorization", "Basic !!!").get("/v1/topics");
     assert_eq!(garbled.status, 401);
     let admin = as_user(&node, "admin");

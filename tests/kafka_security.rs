@@ -185,7 +185,7 @@ fn wrong_credentials_and_requests_before_authentication_are_refused_and_served_n
     // failed PLAIN exchange answers SASL_AUTHENTICATION_FAILED and then closes; the node serves
     // everyone else meanwhile.
     let pki = Pki::new();
-    let node = secure_node(&pki, &[]);
+    let node = secure_node(&pki, &["--connection-failed-authentication-delay-ms", "700"]);
     add_user(&node, "alice", "alice-secret", ScramMechanism::Sha512);
     for (user, password) in [("alice", "wrong"), ("mallory", "alice-secret")] {
         let errors = Errors::default();
@@ -210,8 +210,11 @@ fn wrong_credentials_and_requests_before_authentication_are_refused_and_served_n
     let handshake = raw.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")));
     assert_eq!(handshake.error_code, 0);
     assert!(handshake.mechanisms.iter().any(|m| m.as_str() == "SCRAM-SHA-512"));
+    let asked = Instant::now();
     let answer = raw.call(2, &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"\0alice\0nope")));
     assert_eq!(answer.error_code, 58, "SASL_AUTHENTICATION_FAILED");
+    // KIP-306: the failure is answered only after connection.failed.authentication.delay.ms.
+    assert!(asked.elapsed() >= Duration::from_millis(700), "answered after {:?}", asked.elapsed());
     assert!(raw_call_is_closed(&mut raw_from(raw), &MetadataRequest::default(), 12));
 
     // An unsupported mechanism is named with the enabled ones.

@@ -78,6 +78,12 @@ pub struct ServeArgs {
     /// authenticated unless the client re-authenticates; 0 never [default: 0].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_REAUTH_MS")]
     pub connections_max_reauth_ms: Option<u64>,
+    /// `connection.failed.authentication.delay.ms` (KIP-306): a failed SASL authentication is
+    /// answered, and its connection closed, this long after it failed; a wrong HTTP password
+    /// waits as long before its 401. Slows password guessing; below
+    /// `connections.max.idle.ms` [default: 100].
+    #[arg(long, env = "RUNNEL_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS")]
+    pub connection_failed_authentication_delay_ms: Option<u64>,
     /// `authorizer.class.name`: `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or
     /// `standard`) authorizes every request with the ACLs of the metadata quorum; empty: no
     /// authorization [default: empty].
@@ -374,6 +380,7 @@ struct FileConfig {
     ssl_reload_interval_ms: Option<u64>,
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
+    connection_failed_authentication_delay_ms: Option<u64>,
     http_authentication: Option<String>,
     http_tls: Option<bool>,
     http_session_ms: Option<u64>,
@@ -604,6 +611,20 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         None => SaslSettings::default().mechanisms,
     };
     let max_reauth_ms = args.connections_max_reauth_ms.or(file.connections_max_reauth_ms).unwrap_or(0);
+    let failed_authentication_delay_ms = args
+        .connection_failed_authentication_delay_ms
+        .or(file.connection_failed_authentication_delay_ms)
+        .unwrap_or(crate::security::sasl::FAILED_AUTHENTICATION_DELAY_MS_DEFAULT);
+    let idle_ms = args
+        .connections_max_idle_ms
+        .or(file.connections_max_idle_ms)
+        .unwrap_or(crate::server::ConnectionLimits::default().connections_max_idle_ms);
+    if failed_authentication_delay_ms >= idle_ms {
+        return Err(ConfigFileError::Security(format!(
+            "connection.failed.authentication.delay.ms ({failed_authentication_delay_ms}) must be below \
+             connections.max.idle.ms ({idle_ms})"
+        )));
+    }
     let enabled = match args.authorizer_class_name.as_deref().or(file.authorizer_class_name.as_deref()).map(str::trim) {
         None | Some("") => false,
         Some(
@@ -676,6 +697,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         None
     };
     let http = HttpSecurity {
+        failed_authentication_delay_ms,
         authentication: match args.http_authentication.as_deref().or(file.http_authentication.as_deref()).map(str::trim)
         {
             None | Some("none") => false,
@@ -709,7 +731,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         listeners,
         tls,
         inter_broker_sasl,
-        sasl: SaslSettings { mechanisms, max_reauth_ms },
+        sasl: SaslSettings { mechanisms, max_reauth_ms, failed_authentication_delay_ms },
         authorizer,
         bootstrap_users,
         controller_protocol,
@@ -1166,6 +1188,26 @@ mod tests {
         let args = ServeArgs { sasl_enabled_mechanisms: None, ..args };
         let config = NodeConfig::resolve(&args).expect("valid");
         assert_eq!(config.security.inter_broker_sasl.map(|s| s.username.clone()), Some("broker".to_string()));
+    }
+
+    #[test]
+    fn the_failed_authentication_delay_is_kafkas_and_stays_below_the_idle_timeout() {
+        // Proves KIP-306's default (100 ms) reaches the Kafka listeners and HTTP, and a delay
+        // a connection would idle out in is refused at start, naming both settings.
+        let config = NodeConfig::resolve(&ServeArgs::default()).expect("defaults");
+        assert_eq!(config.security.sasl.failed_authentication_delay_ms, 100);
+        assert_eq!(config.security.http.failed_authentication_delay_ms, 100);
+        let args = ServeArgs {
+            connection_failed_authentication_delay_ms: Some(5_000),
+            connections_max_idle_ms: Some(5_000),
+            ..ServeArgs::default()
+        };
+        let error = NodeConfig::resolve(&args).unwrap_err().to_string();
+        assert!(
+            error.contains("connection.failed.authentication.delay.ms") && error.contains("connections.max.idle.ms")
+        );
+        let args = ServeArgs { connection_failed_authentication_delay_ms: Some(0), ..args };
+        assert_eq!(NodeConfig::resolve(&args).expect("0 is no delay").security.sasl.failed_authentication_delay_ms, 0);
     }
 
     #[test]

@@ -159,7 +159,13 @@ impl HttpAuth {
         .await
         .ok()
         .flatten();
-        let stored_key = matched.ok_or(PasswordRefused::Invalid)?;
+        let Some(stored_key) = matched else {
+            // As a failed SASL authentication (KIP-306): each guess costs the guesser this long
+            // (after the check's turn is given back, so others' checks do not wait for it).
+            drop(_turn);
+            tokio::time::sleep(std::time::Duration::from_millis(self.settings.failed_authentication_delay_ms)).await;
+            return Err(PasswordRefused::Invalid);
+        };
         let mut verified = self.lock();
         if verified.len() >= VERIFIED_MAX {
             verified.clear();

@@ -58,6 +58,9 @@ pub struct HttpSecurity {
     pub token_max_lifetime_ms: u64,
     /// Unexpired API tokens per principal.
     pub tokens_max_per_principal: usize,
+    /// How long a wrong password waits for its 401 (`connection.failed.authentication.delay.ms`,
+    /// as on the Kafka listeners).
+    pub failed_authentication_delay_ms: u64,
 }
 
 impl Default for HttpSecurity {
@@ -68,6 +71,7 @@ impl Default for HttpSecurity {
             session_ms: 8 * 3_600_000,
             token_max_lifetime_ms: 7 * 24 * 3_600_000,
             tokens_max_per_principal: 100,
+            failed_authentication_delay_ms: sasl::FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
         }
     }
 }

@@ -54,17 +54,28 @@ impl std::fmt::Debug for InterBrokerSasl {
     }
 }
 
-/// `sasl.enabled.mechanisms` and `connections.max.reauth.ms`.
+/// Kafka's `connection.failed.authentication.delay.ms` default.
+pub const FAILED_AUTHENTICATION_DELAY_MS_DEFAULT: u64 = 100;
+
+/// `sasl.enabled.mechanisms`, `connections.max.reauth.ms` and
+/// `connection.failed.authentication.delay.ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslSettings {
     pub mechanisms: Vec<Mechanism>,
     /// 0: sessions do not end (Kafka's default).
     pub max_reauth_ms: u64,
+    /// How long a failed authentication waits for its answer and its connection's close
+    /// (KIP-306), so that guessing passwords costs time.
+    pub failed_authentication_delay_ms: u64,
 }
 
 impl Default for SaslSettings {
     fn default() -> SaslSettings {
-        SaslSettings { mechanisms: Mechanism::ALL.to_vec(), max_reauth_ms: 0 }
+        SaslSettings {
+            mechanisms: Mechanism::ALL.to_vec(),
+            max_reauth_ms: 0,
+            failed_authentication_delay_ms: FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+        }
     }
 }
 
@@ -186,6 +197,10 @@ pub enum Admission {
 impl SaslSession {
     pub fn new(settings: Arc<SaslSettings>) -> SaslSession {
         SaslSession { settings, state: State::Start, authenticated: None }
+    }
+
+    pub fn settings(&self) -> &SaslSettings {
+        &self.settings
     }
 
     /// The authenticated principal, once there is one.
@@ -415,7 +430,8 @@ mod tests {
 
     #[test]
     fn handshakes_name_the_enabled_mechanisms() {
-        let settings = SaslSettings { mechanisms: vec![Mechanism::Scram(ScramMechanism::Sha512)], max_reauth_ms: 0 };
+        let settings =
+            SaslSettings { mechanisms: vec![Mechanism::Scram(ScramMechanism::Sha512)], ..SaslSettings::default() };
         let mut session = SaslSession::new(Arc::new(settings));
         let answer = session.handshake("PLAIN");
         assert_eq!(

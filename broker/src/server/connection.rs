@@ -418,6 +418,14 @@ where
         let started = std::time::Instant::now();
         let api_key = if frame.len() >= 2 { i16::from_be_bytes([frame[0], frame[1]]) } else { -1 };
         if let Some(response) = handle_frame(&broker, frame, &mut session, peer).await? {
+            if session.close_after_response {
+                // KIP-306: a failed authentication is answered (and closed) only after the
+                // delay, so each guess costs a client that long.
+                tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+                    _ = tokio::time::sleep(session.failed_authentication_delay()) => {}
+                }
+            }
             // A client that stops reading its responses would hold the connection (and its
             // request's pool bytes) forever: the write too must end within the idle time.
             tokio::time::timeout(idle, response.write_to(&mut writer))

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -100,6 +100,11 @@ impl Session {
             sasl: security.protocol.uses_sasl().then(|| SaslSession::new(security.sasl.clone())),
             close_after_response: false,
         }
+    }
+
+    /// How long a failed authentication's answer and close wait (KIP-306).
+    pub fn failed_authentication_delay(&self) -> Duration {
+        Duration::from_millis(self.sasl.as_ref().map_or(0, |sasl| sasl.settings().failed_authentication_delay_ms))
     }
 
     pub fn principal(&self) -> Principal {
