@@ -363,6 +363,59 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
         "node 2 answers node 1's token: {}",
         admin.get("/v1/transforms").text
     );
+
+    // The group list node 1 gathers from node 2 (which answers node 1, not the client) counts
+    // only the lag of topics the client may describe: a group node 2 coordinates lags on `seen`
+    // and on `hidden`, alice may describe only `seen`. The coordinator asks the leaders of the
+    // partitions it does not host for their high watermarks (lag was unknown there before).
+    for topic in ["seen", "hidden"] {
+        let created = admin.post("/v1/topics", &json!({"name": topic, "partitions": 1, "replication_factor": 1}));
+        assert_eq!(created.status, 201, "{}", created.text);
+        for n in 0..5 {
+            assert_eq!(produce(&admin, &cluster_id, topic, 0, &format!("r{n}")).status, 200);
+        }
+    }
+    let v2 = Some("application/vnd.kafka.v2+json");
+    let group = (0..40)
+        .map(|i| format!("lag-{i}"))
+        .find(|group| {
+            let body = json!({"name": "c", "format": "json"});
+            assert_eq!(admin.send_json("POST", &format!("/consumers/{group}"), v2, &body).status, 200);
+            let base = format!("/consumers/{group}/instances/c");
+            let partitions =
+                json!({"partitions": [{"topic": "seen", "partition": 0}, {"topic": "hidden", "partition": 0}]});
+            assert_eq!(admin.post(&format!("{base}/assignments"), &partitions).status, 204);
+            let offsets = json!({"offsets": [
+                {"topic": "seen", "partition": 0, "offset": 0},
+                {"topic": "hidden", "partition": 0, "offset": 0},
+            ]});
+            let committed = admin.post(&format!("{base}/offsets"), &offsets);
+            assert_eq!(committed.status, 200, "{}", committed.text);
+            admin.get(&format!("/v1/groups/{group}")).json["coordinator"] == 2
+        })
+        .expect("a group coordinated by node 2");
+    support::allow_acls(
+        node1,
+        &[(TOPIC, "seen", LITERAL, "User:alice", DESCRIBE), (GROUP, "lag-", PREFIXED, "User:alice", DESCRIBE)],
+    );
+    let summary = |api: &HttpApi| {
+        let list = api.get("/v1/groups");
+        let groups = list.json["groups"].as_array().cloned().unwrap_or_default();
+        groups.into_iter().find(|g| g["group_id"] == group.as_str())
+    };
+    let mut seen_by_admin = None;
+    assert!(
+        wait_until(TIMEOUT, || {
+            seen_by_admin = summary(&admin);
+            // A v2 commit of offset 0 means record 0 was consumed: committed 1, lag 4 of 5.
+            seen_by_admin.as_ref().is_some_and(|g| g["topic_lag"] == json!({"seen": 4, "hidden": 4}))
+        }),
+        "admin sees both topics' lag: {seen_by_admin:?}"
+    );
+    assert_eq!(seen_by_admin.unwrap()["total_lag"], 8);
+    let alice = summary(&as_user(node1, "alice")).expect("alice may describe the group");
+    assert_eq!(alice["total_lag"], 4, "{alice}");
+    assert_eq!(alice["topic_lag"], json!({"seen": 4}), "{alice}");
 }
 
 /// `runnel` (the CLI) with `args` and extra environment; (exit code, stdout, stderr).

@@ -342,7 +342,35 @@ pub async fn group_ids(http: &Http) -> Vec<String> {
 /// The group, or 404 when neither membership nor offsets know it.
 pub async fn group(http: &Http, group_id: &str) -> ApiResult<GroupView> {
     load_offsets(http).await;
-    group_loaded(&http.broker, group_id).ok_or_else(|| ApiError::unknown_group(group_id))
+    let mut view = group_loaded(&http.broker, group_id).ok_or_else(|| ApiError::unknown_group(group_id))?;
+    fill_remote_lag(http, &mut [&mut view]).await;
+    Ok(view)
+}
+
+/// The lag of partitions this node does not host (`group_loaded` knows only its own replicas'
+/// high watermarks): their high watermarks asked of their leaders (ListOffsets latest, as the
+/// client, so only topics it may describe), in one round for all `views`. A leader that does
+/// not answer leaves its partitions' lag unknown.
+pub async fn fill_remote_lag(http: &Http, views: &mut [&mut GroupView]) {
+    let missing: std::collections::BTreeSet<(String, i32)> = views
+        .iter()
+        .flat_map(|view| view.offsets.iter())
+        .filter(|row| row.log_end_offset.is_none())
+        .map(|row| (row.topic.clone(), row.partition))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let missing: Vec<(String, i32)> = missing.into_iter().collect();
+    let ends = super::consumer::reset_positions(http, &missing, super::consumer::OffsetReset::Latest).await;
+    for row in views.iter_mut().flat_map(|view| view.offsets.iter_mut()) {
+        if row.log_end_offset.is_none() {
+            if let Some(&end) = ends.get(&(row.topic.clone(), row.partition)) {
+                row.log_end_offset = Some(end);
+                row.lag = Some((end - row.committed_offset).max(0));
+            }
+        }
+    }
 }
 
 /// [`group`] without loading offsets first (the metrics scrape loads them once itself).

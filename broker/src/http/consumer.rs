@@ -420,7 +420,7 @@ async fn initial_positions(
 /// Where `partitions` start under `reset`, asked of each partition's leader with ListOffsets:
 /// its log start offset (earliest) or high watermark (latest). Partitions whose leader did not
 /// answer (moving, unreachable) and every partition under reset none are left out.
-async fn reset_positions(
+pub(super) async fn reset_positions(
     http: &Http,
     partitions: &[TopicPartition],
     reset: OffsetReset,

@@ -781,7 +781,11 @@ pub struct GroupSummary {
     pub protocol_type: String,
     pub protocol: String,
     pub members: usize,
+    /// The sum of `topic_lag`.
     pub total_lag: i64,
+    /// Lag per topic, of the topics the client may describe.
+    #[serde(default)]
+    pub topic_lag: BTreeMap<String, i64>,
     pub coordinator: Option<u64>,
     /// A consumer-protocol group's server-side assignor (absent for a classic group).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -817,32 +821,45 @@ pub async fn list_groups(
     let node_only = query.node_only()?;
     let describable = admin::describable_groups(&http.broker);
     let mut groups: BTreeMap<String, GroupSummary> = BTreeMap::new();
+    let mut views = Vec::new();
     for id in admin::group_ids(&http).await {
         if (node_only && !coordinated_here(&http, &id)) || !describable(&id) {
             continue;
         }
-        if let Some(g) = admin::group_loaded(&http.broker, &id) {
-            let summary = GroupSummary {
-                total_lag: g.total_lag(),
-                group_id: g.group_id,
-                state: g.state.to_string(),
-                protocol_type: g.protocol_type,
-                protocol: g.protocol,
-                members: g.members.len(),
-                coordinator: g.coordinator,
-                assignor: g.assignor,
-            };
-            groups.insert(id, summary);
+        views.extend(admin::group_loaded(&http.broker, &id).map(|g| (id, g)));
+    }
+    admin::fill_remote_lag(&http, &mut views.iter_mut().map(|(_, g)| g).collect::<Vec<_>>()).await;
+    for (id, g) in views {
+        let mut topic_lag = BTreeMap::new();
+        for row in &g.offsets {
+            *topic_lag.entry(row.topic.clone()).or_insert(0) += row.lag.unwrap_or(0);
         }
+        let summary = GroupSummary {
+            total_lag: g.total_lag(),
+            topic_lag,
+            group_id: g.group_id,
+            state: g.state.to_string(),
+            protocol_type: g.protocol_type,
+            protocol: g.protocol,
+            members: g.members.len(),
+            coordinator: g.coordinator,
+            assignor: g.assignor,
+        };
+        groups.insert(id, summary);
     }
     let mut nodes_unreachable = Vec::new();
     if !node_only {
         let (answers, _, unreachable) =
             super::transforms::ask_others::<GroupList>(&http, "/v1/groups?scope=node").await;
         nodes_unreachable = unreachable;
-        // The coordinator's view replaces this node's copy of the offsets.
+        // The coordinator's view replaces this node's copy of the offsets. It answered this
+        // node, not the client: the lag of topics the client may not describe is left out here.
         for list in answers.into_iter().filter_map(|(_, list)| list) {
-            for summary in list.groups.into_iter().filter(|s| describable(&s.group_id)) {
+            for mut summary in list.groups.into_iter().filter(|s| describable(&s.group_id)) {
+                summary
+                    .topic_lag
+                    .retain(|topic, _| http.broker.authorized(Operation::Describe, ResourceType::Topic, topic));
+                summary.total_lag = summary.topic_lag.values().sum();
                 groups.insert(summary.group_id.clone(), summary);
             }
         }

@@ -787,15 +787,15 @@ pub async fn list_groups(
     check_cluster(&http, &cluster_id)?;
     let base = base_url(&headers);
     let describable = admin::describable_groups(&http.broker);
-    let mut data = Vec::new();
+    let mut views = Vec::new();
     for id in admin::group_ids(&http).await {
         if !describable(&id) {
             continue;
         }
-        if let Some(g) = admin::group_loaded(&http.broker, &id) {
-            data.push(group_of(&http, &base, &g));
-        }
+        views.extend(admin::group_loaded(&http.broker, &id));
     }
+    admin::fill_remote_lag(&http, &mut views.iter_mut().collect::<Vec<_>>()).await;
+    let data = views.iter().map(|g| group_of(&http, &base, g)).collect::<Vec<_>>();
     Ok(Json(KafkaConsumerGroupList {
         kind: "KafkaConsumerGroupList".into(),
         metadata: ListMetadata { self_: format!("{base}/v3/clusters/{cluster_id}/consumer-groups"), next: None },
