@@ -76,7 +76,28 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     assert_eq!(from_dashboard.status, 401);
     assert!(from_dashboard.headers.get("www-authenticate").is_none(), "no browser prompt over the login form");
     assert_eq!(anonymous.get("/").status, 200, "the dashboard (its login form) is open");
-    assert_eq!(anonymous.get("/openapi.json").status, 200);
+    let openapi = anonymous.get("/openapi.json");
+    assert_eq!(openapi.status, 200);
+    // The document says how to authenticate and what a refusal looks like on every route but
+    // the login.
+    let schemes = &openapi.json["components"]["securitySchemes"];
+    assert_eq!(schemes["basic"]["scheme"], "basic", "{schemes}");
+    assert_eq!(schemes["token"]["scheme"], "bearer", "{schemes}");
+    assert_eq!(schemes["session"]["in"], "cookie", "{schemes}");
+    let responses = &openapi.json["paths"]["/v1/topics"]["get"]["responses"];
+    assert!(responses.get("401").is_some() && responses.get("403").is_some(), "{responses}");
+    let paths = openapi.json["paths"].as_object().expect("paths");
+    let undocumented: Vec<String> = paths
+        .iter()
+        .flat_map(|(path, item)| item.as_object().into_iter().flatten().map(move |(method, op)| (path, method, op)))
+        .filter(|(path, method, op)| {
+            !(method.as_str() == "post" && path.as_str() == "/v1/login")
+                && (op["responses"].get("401").is_none() || op["responses"].get("403").is_none())
+        })
+        .map(|(path, method, _)| format!("{method} {path}"))
+        .collect();
+    assert!(undocumented.is_empty(), "routes without 401/403: {undocumented:?}");
+    assert!(paths["/v1/login"]["post"]["responses"].get("401").is_some(), "a wrong password at login is a 401 too");
     assert_eq!(anonymous.get("/metrics").status, 401);
 
     let asked = std::time::Instant::now();

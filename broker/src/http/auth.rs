@@ -280,8 +280,13 @@ pub fn principal_of(text: &str) -> Principal {
 /// Requests that need no credentials: the dashboard's static files (the login form is one),
 /// the API's description, and the login itself.
 fn is_open(method: &Method, path: &str) -> bool {
+    is_open_route(method.as_str(), path)
+}
+
+/// [`is_open`] by method name (any case), for the OpenAPI document too.
+pub fn is_open_route(method: &str, path: &str) -> bool {
     matches!(path, "/" | "/ui/app.js" | "/ui/style.css" | "/openapi.json")
-        || (method == Method::POST && path == "/v1/login")
+        || (method.eq_ignore_ascii_case("POST") && path == "/v1/login")
 }
 
 /// The credentials a request carries.

@@ -152,11 +152,60 @@ fn api(state: State) -> (Router, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
+/// Documents authentication on every route: the schemes (HTTP Basic against the SCRAM users, a
+/// bearer token from `POST /v1/tokens`, the dashboard's session cookie), anonymous allowed too
+/// (`{}`: a node without `--http-authentication required` serves it), and the 401 and 403
+/// answers every operation but the login can give, with the error body.
+fn document_security(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme("basic", SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)));
+    components.add_security_scheme("token", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    components
+        .add_security_scheme("session", SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(auth::SESSION_COOKIE))));
+    let none: [&str; 0] = [];
+    doc.security = Some(vec![
+        SecurityRequirement::new("basic", none),
+        SecurityRequirement::new("token", none),
+        SecurityRequirement::new("session", none),
+        SecurityRequirement::default(),
+    ]);
+    let error = |description: &str| -> RefOr<Response> {
+        let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+        ResponseBuilder::new().description(description).content("application/json", content).build().into()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let operations = [
+            ("get", &mut item.get),
+            ("put", &mut item.put),
+            ("post", &mut item.post),
+            ("delete", &mut item.delete),
+            ("patch", &mut item.patch),
+            ("head", &mut item.head),
+        ];
+        for (method, operation) in operations {
+            let Some(operation) = operation else { continue };
+            if auth::is_open_route(method, path) {
+                continue;
+            }
+            let responses = &mut operation.responses.responses;
+            responses.entry("401".into()).or_insert_with(|| {
+                error("No credentials (with --http-authentication required) or wrong ones (error_code 40101)")
+            });
+            responses.entry("403".into()).or_insert_with(|| {
+                error("Not allowed by the ACLs (40301), a cookie-authenticated change without X-Runnel-UI (40302), a cross-site request (40303)")
+            });
+        }
+    }
+}
+
 /// The whole router: API, OpenAPI document, dashboard, JSON 404/405, metrics per route,
 /// authentication (every request, `auth`) and the body limit.
 pub fn router(state: State) -> Router {
     let body_max = state.broker.settings.request_max_bytes;
-    let (api, doc) = api(state.clone());
+    let (api, mut doc) = api(state.clone());
+    document_security(&mut doc);
     let doc = Arc::new(doc);
     api.route("/openapi.json", get(move || async move { Json(doc.as_ref().clone()) }))
         .merge(ui::routes())
