@@ -43,10 +43,24 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
         crate::security::acl::ResourceType::Cluster,
         crate::security::acl::CLUSTER_NAME,
     )?;
+    let start = Instant::now();
+    // The groups this node coordinates, their lag completed with the high watermarks of the
+    // partitions other nodes lead. Outside the client's scope (a task of its own, the blocking
+    // pool), as the node: the scrape sees every topic.
+    let broker = http.broker.clone();
+    let mut views = tokio::task::spawn_blocking(move || coordinated_groups(&broker))
+        .await
+        .map_err(|e| ApiError::internal(format!("listing groups: {e}")))?;
+    let filler = http.clone();
+    views = tokio::spawn(async move {
+        admin::fill_remote_lag(&filler, &mut views.iter_mut().map(|(_, view)| view).collect::<Vec<_>>()).await;
+        views
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("asking for high watermarks: {e}")))?;
     let broker = http.broker.clone();
     let text = tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        let state = refresh_gauges(&broker);
+        let state = refresh_gauges(&broker, &views);
         let text = broker.metrics.render(&state);
         broker.metrics.scrape_seconds.observe(start.elapsed().as_secs_f64());
         text
@@ -54,6 +68,24 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
     .await
     .map_err(|e| ApiError::internal(format!("rendering metrics: {e}")))?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// The groups this node coordinates (leads their `__consumer_offsets` partition), as
+/// `group_loaded` sees them: each group is reported by one node of a cluster, the one that
+/// knows its members, not by every node holding a copy of its offsets. Blocks while offsets
+/// load: call it on the blocking pool.
+fn coordinated_groups(broker: &Arc<Broker>) -> Vec<(String, admin::GroupView)> {
+    let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
+    groups.extend(broker.groups.consumers.list().into_iter().map(|(id, _)| id));
+    groups.extend(broker.groups.offsets.groups_with_offsets());
+    groups.sort();
+    groups.dedup();
+    let (node_id, image) = (broker.settings.node_id, broker.controller.image());
+    groups
+        .into_iter()
+        .filter(|id| super::kafka::coordinator_route(node_id, &image, id) == super::kafka::Route::Here)
+        .filter_map(|id| admin::group_loaded(broker, &id).map(|view| (id, view)))
+        .collect()
 }
 
 /// A log's series: topic, partition (None when summed per topic), size, log end, log start.
@@ -73,7 +105,7 @@ static REFRESH: Mutex<()> = Mutex::new(());
 /// Sets the node-wide state gauges and writes the per-partition families: per partition, or
 /// summed per topic under `metrics.aggregate` (Redpanda's `aggregate_metrics`), which keeps a
 /// scrape of 50,000 partitions to a series per topic.
-fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
+fn refresh_gauges(broker: &Arc<Broker>, views: &[(String, admin::GroupView)]) -> StateSeries {
     let _serial = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let metrics = &broker.metrics;
     let aggregate = broker.settings.metrics_aggregate;
@@ -187,19 +219,12 @@ fn refresh_gauges(broker: &Arc<Broker>) -> StateSeries {
     metrics.transaction_oldest_open_ms.set(oldest_open_ms);
 
     metrics.group_members.reset();
-    let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
-    groups.extend(broker.groups.consumers.list().into_iter().map(|(id, _)| id));
-    groups.extend(broker.groups.offsets.groups_with_offsets());
-    groups.sort();
-    groups.dedup();
-    // The groups' views, then per partition (group, row, partition label) borrowed from them,
-    // and lag and committed offsets summed per group and topic (kafka_exporter's `_sum` series,
-    // always written).
-    let views: Vec<(String, admin::GroupView)> =
-        groups.into_iter().filter_map(|id| admin::group_loaded(broker, &id).map(|view| (id, view))).collect();
+    // Per partition (group, row, partition label) borrowed from the views, and lag and
+    // committed offsets summed per group and topic (kafka_exporter's `_sum` series, always
+    // written).
     let mut sums: std::collections::BTreeMap<(&str, &str), (i64, i64)> = std::collections::BTreeMap::new();
     let mut rows: Vec<(&str, &admin::LagRow, String)> = Vec::new();
-    for (group_id, group) in &views {
+    for (group_id, group) in views {
         metrics.group_members.with_label_values(&[group_id.as_str()]).set(group.members.len() as i64);
         for row in &group.offsets {
             let sum = sums.entry((group_id, &row.topic)).or_default();
