@@ -440,7 +440,7 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
     assert_eq!(alice["total_lag"], 4, "{alice}");
     assert_eq!(alice["topic_lag"], json!({"seen": 4}), "{alice}");
     // Prometheus: the group's lag is reported by its coordinator alone, for every partition
-    // (one of them led by the other node), so a sum over the cluster counts it once.
+    // (one of them led by the other node).
     let lag_lines = |node: &Runnel| -> Vec<String> {
         let prefix = format!("kafka_consumergroup_lag{{consumergroup=\"{group}\",");
         as_user(node, "admin")
@@ -454,7 +454,7 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
     let coordinator = lag_lines(cluster.node(2));
     assert_eq!(coordinator.len(), 2, "{coordinator:?}");
     assert!(coordinator.iter().all(|l| l.ends_with(" 4")), "{coordinator:?}");
-    assert!(lag_lines(node1).is_empty(), "node 1 holds no copy: {:?}", lag_lines(node1));
+    assert!(lag_lines(node1).is_empty(), "node 1 does not coordinate it: {:?}", lag_lines(node1));
 }
 
 /// `runnel` (the CLI) with `args` and extra environment; (exit code, stdout, stderr).
