@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+
 use std::time::Duration;
 
 use base64::Engine;
@@ -403,17 +405,21 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
         .map(|i| format!("lag-{i}"))
         .find(|group| {
             let body = json!({"name": "c", "format": "json"});
-            assert_eq!(admin.send_json("POST", &format!("/consumers/{group}"), v2, &body).status, 200);
+            let created = admin.send_json("POST", &format!("/consumers/{group}"), v2, &body);
+            assert_eq!(created.status, 200, "{}", created.text);
             let base = format!("/consumers/{group}/instances/c");
             let partitions =
                 json!({"partitions": [{"topic": "seen", "partition": 0}, {"topic": "hidden", "partition": 0}]});
-            assert_eq!(admin.post(&format!("{base}/assignments"), &partitions).status, 204);
+            // 503 while the group's coordinator is not elected yet (__consumer_offsets is new).
+            let assigned =
+                wait_until(TIMEOUT, || admin.post(&format!("{base}/assignments"), &partitions).status == 204);
+            assert!(assigned, "assignment in {group}");
             let offsets = json!({"offsets": [
                 {"topic": "seen", "partition": 0, "offset": 0},
                 {"topic": "hidden", "partition": 0, "offset": 0},
             ]});
-            let committed = admin.post(&format!("{base}/offsets"), &offsets);
-            assert_eq!(committed.status, 200, "{}", committed.text);
+            let committed = wait_until(TIMEOUT, || admin.post(&format!("{base}/offsets"), &offsets).status == 200);
+            assert!(committed, "commit in {group}");
             admin.get(&format!("/v1/groups/{group}")).json["coordinator"] == 2
         })
         .expect("a group coordinated by node 2");
@@ -455,6 +461,33 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
     assert_eq!(coordinator.len(), 2, "{coordinator:?}");
     assert!(coordinator.iter().all(|l| l.ends_with(" 4")), "{coordinator:?}");
     assert!(lag_lines(node1).is_empty(), "node 1 does not coordinate it: {:?}", lag_lines(node1));
+
+    // The v3 (Confluent) group views on node 1 show the coordinator's group: listed, described,
+    // its lags (node 1 has no copy of the group's offsets: it answered 404 before).
+    let v3 = format!("/v3/clusters/{cluster_id}/consumer-groups");
+    let listed = admin.get(&v3);
+    let ids: Vec<&str> =
+        listed.json["data"].as_array().expect("data").iter().filter_map(|g| g["consumer_group_id"].as_str()).collect();
+    assert!(ids.contains(&group.as_str()), "{ids:?}");
+    let described = admin.get(&format!("{v3}/{group}"));
+    assert_eq!(described.status, 200, "{}", described.text);
+    assert!(
+        described.json["coordinator"]["related"].as_str().is_some_and(|c| c.ends_with("/brokers/2")),
+        "{}",
+        described.text
+    );
+    let lags = |api: &HttpApi| -> BTreeMap<String, i64> {
+        let answer = api.get(&format!("{v3}/{group}/lags"));
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        answer.json["data"]
+            .as_array()
+            .expect("data")
+            .iter()
+            .map(|l| (l["topic_name"].as_str().unwrap().to_string(), l["lag"].as_i64().unwrap()))
+            .collect()
+    };
+    assert_eq!(lags(&admin), BTreeMap::from([("hidden".to_string(), 4), ("seen".to_string(), 4)]));
+    assert_eq!(lags(&as_user(node1, "alice")), BTreeMap::from([("seen".to_string(), 4)]));
 }
 
 /// `runnel` (the CLI) with `args` and extra environment; (exit code, stdout, stderr).

@@ -339,6 +339,94 @@ pub async fn group_ids(http: &Http) -> Vec<String> {
     ids
 }
 
+/// The group as its coordinator knows it (members, state, offsets with lag), asked of the
+/// coordinator when it is another node (its `/v1/groups/{group}?scope=node` view, which answers
+/// this node: the topics the client may not describe are left out here); this node's own view
+/// when the coordinator does not answer, or 404 when nobody knows the group.
+pub async fn group_anywhere(http: &Http, group_id: &str) -> ApiResult<GroupView> {
+    let image = http.broker.controller.image();
+    if let super::kafka::Route::Peer(node) =
+        super::kafka::coordinator_route(http.broker.settings.node_id, &image, group_id)
+    {
+        let path = format!("/v1/groups/{}?scope=node", super::v1::path_segment(group_id));
+        match super::transforms::ask_node::<super::v1::GroupDetail>(http, node, &path).await {
+            Ok(Some(detail)) => {
+                let mut describable = describable_topics(&http.broker);
+                let mut view = GroupView::from(detail);
+                view.offsets.retain(|row| describable(&row.topic));
+                return Ok(view);
+            }
+            Ok(None) => return Err(ApiError::unknown_group(group_id)),
+            Err(reason) => tracing::debug!(group_id, node, %reason, "group view: the coordinator did not answer"),
+        }
+    }
+    group(http, group_id).await
+}
+
+impl From<super::v1::GroupDetail> for GroupView {
+    fn from(detail: super::v1::GroupDetail) -> GroupView {
+        let members: Vec<Member> = detail
+            .members
+            .into_iter()
+            .map(|m| Member {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                protocol: if m.protocol == "consumer" { "consumer" } else { "classic" },
+                assignment: m.assignment.into_iter().map(|a| (a.topic, a.partitions)).collect(),
+            })
+            .collect();
+        let offsets = detail
+            .offsets
+            .into_iter()
+            .map(|o| LagRow {
+                member: o.member_id.and_then(|id| members.iter().position(|m| m.member_id == id)),
+                topic: o.topic,
+                partition: o.partition,
+                committed_offset: o.committed_offset,
+                log_end_offset: o.log_end_offset,
+                lag: o.lag,
+                metadata: o.metadata,
+            })
+            .collect();
+        GroupView {
+            group_id: detail.group_id,
+            state: state_name(&detail.state),
+            protocol_type: detail.protocol_type,
+            protocol: detail.protocol,
+            coordinator: detail.coordinator,
+            members,
+            offsets,
+            assignor: detail.assignor,
+        }
+    }
+}
+
+/// A group as another node's `/v1/groups?scope=node` summary shows it: no members or offsets,
+/// enough for a listing.
+impl From<super::v1::GroupSummary> for GroupView {
+    fn from(summary: super::v1::GroupSummary) -> GroupView {
+        GroupView {
+            group_id: summary.group_id,
+            state: state_name(&summary.state),
+            protocol_type: summary.protocol_type,
+            protocol: summary.protocol,
+            coordinator: summary.coordinator,
+            members: Vec::new(),
+            offsets: Vec::new(),
+            assignor: summary.assignor,
+        }
+    }
+}
+
+/// The state names both group protocols use (Kafka's), as the static strings a view holds.
+fn state_name(state: &str) -> &'static str {
+    const NAMES: [&str; 7] =
+        ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Assigning", "Reconciling"];
+    NAMES.into_iter().find(|name| *name == state).unwrap_or("Unknown")
+}
+
 /// The group, or 404 when neither membership nor offsets know it.
 pub async fn group(http: &Http, group_id: &str) -> ApiResult<GroupView> {
     load_offsets(http).await;

@@ -914,7 +914,7 @@ pub struct GroupDetail {
 }
 
 /// `segment` percent-encoded for a URL path (every byte but RFC 3986's unreserved ones).
-fn path_segment(segment: &str) -> String {
+pub(super) fn path_segment(segment: &str) -> String {
     segment
         .bytes()
         .map(|b| match b {

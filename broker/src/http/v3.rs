@@ -787,15 +787,22 @@ pub async fn list_groups(
     check_cluster(&http, &cluster_id)?;
     let base = base_url(&headers);
     let describable = admin::describable_groups(&http.broker);
-    let mut views = Vec::new();
+    let mut views = std::collections::BTreeMap::new();
     for id in admin::group_ids(&http).await {
         if !describable(&id) {
             continue;
         }
-        views.extend(admin::group_loaded(&http.broker, &id));
+        views.extend(admin::group_loaded(&http.broker, &id).map(|g| (id, g)));
     }
-    admin::fill_remote_lag(&http, &mut views.iter_mut().collect::<Vec<_>>()).await;
-    let data = views.iter().map(|g| group_of(&http, &base, g)).collect::<Vec<_>>();
+    // The groups the other nodes coordinate, as they know them (their view replaces this node's
+    // copy of the offsets, as in /v1/groups).
+    let (answers, _, _) = super::transforms::ask_others::<super::v1::GroupList>(&http, "/v1/groups?scope=node").await;
+    for list in answers.into_iter().filter_map(|(_, list)| list) {
+        for summary in list.groups.into_iter().filter(|s| describable(&s.group_id)) {
+            views.insert(summary.group_id.clone(), admin::GroupView::from(summary));
+        }
+    }
+    let data = views.values().map(|g| group_of(&http, &base, g)).collect::<Vec<_>>();
     Ok(Json(KafkaConsumerGroupList {
         kind: "KafkaConsumerGroupList".into(),
         metadata: ListMetadata { self_: format!("{base}/v3/clusters/{cluster_id}/consumer-groups"), next: None },
@@ -813,7 +820,7 @@ pub async fn get_group(
 ) -> ApiResult<Json<KafkaConsumerGroup>> {
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
-    let g = admin::group(&http, &group_id).await?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
     Ok(Json(group_of(&http, &base_url(&headers), &g)))
 }
 
@@ -852,7 +859,7 @@ pub async fn group_lags(
 ) -> ApiResult<Json<KafkaConsumerLagList>> {
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
-    let g = admin::group(&http, &group_id).await?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
     let base = base_url(&headers);
     let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags");
     let data = g
@@ -911,7 +918,7 @@ pub async fn group_lag_summary(
 ) -> ApiResult<Json<KafkaConsumerGroupLagSummary>> {
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
-    let g = admin::group(&http, &group_id).await?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
     let max = g.offsets.iter().max_by_key(|o| o.lag.unwrap_or(0));
     let member = max.and_then(|o| o.member).and_then(|i| g.members.get(i));
     Ok(Json(KafkaConsumerGroupLagSummary {
