@@ -100,6 +100,31 @@ fn http_and_librdkafka_members_split_one_group() {
         .flat_map(|a| a["partitions"].as_array().unwrap().iter().map(|p| p.as_i64().unwrap()))
         .collect();
     assert_eq!(partitions, (0..6).collect());
+    // The same members and assignments through the v3 (Confluent) consumer views.
+    let v3 = format!("/v3/clusters/{}/consumer-groups/mixed/consumers", api.cluster_id());
+    let consumers = api.get(&v3);
+    assert_eq!(consumers.status, 200, "{}", consumers.text);
+    let ids: Vec<String> = consumers.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["consumer_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{}", consumers.text);
+    let mut v3_partitions = BTreeSet::new();
+    for id in &ids {
+        let one = api.get(&format!("{v3}/{id}"));
+        assert_eq!(one.status, 200, "{}", one.text);
+        assert_eq!(one.json["consumer_id"], id.as_str());
+        let assignments = api.get(&format!("{v3}/{id}/assignments"));
+        assert_eq!(assignments.status, 200, "{}", assignments.text);
+        for a in assignments.json["data"].as_array().unwrap() {
+            assert_eq!(a["topic_name"], "shared");
+            assert!(v3_partitions.insert(a["partition_id"].as_i64().unwrap()), "assigned twice: {a}");
+        }
+    }
+    assert_eq!(v3_partitions, (0..6).collect());
+    assert_eq!(api.get(&format!("{v3}/nobody")).status, 404);
     assert_eq!(api.delete(&base).status, 204);
     // The HTTP member left: librdkafka gets all six partitions.
     assert!(wait_until(TIMEOUT, || {

@@ -488,6 +488,10 @@ fn forwarded_http_requests_keep_their_principal_on_the_leader() {
     };
     assert_eq!(lags(&admin), BTreeMap::from([("hidden".to_string(), 4), ("seen".to_string(), 4)]));
     assert_eq!(lags(&as_user(node1, "alice")), BTreeMap::from([("seen".to_string(), 4)]));
+    let one = as_user(node1, "alice").get(&format!("{v3}/{group}/lags/seen/partitions/0"));
+    assert_eq!((one.status, one.json["lag"].as_i64()), (200, Some(4)), "{}", one.text);
+    let hidden = as_user(node1, "alice").get(&format!("{v3}/{group}/lags/hidden/partitions/0"));
+    assert_eq!(hidden.status, 404, "{}", hidden.text);
 }
 
 /// `runnel` (the CLI) with `args` and extra environment; (exit code, stdout, stderr).

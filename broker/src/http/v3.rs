@@ -862,30 +862,7 @@ pub async fn group_lags(
     let g = admin::group_anywhere(&http, &group_id).await?;
     let base = base_url(&headers);
     let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags");
-    let data = g
-        .offsets
-        .iter()
-        .map(|o| {
-            let member = o.member.and_then(|i| g.members.get(i));
-            KafkaConsumerLag {
-                kind: "KafkaConsumerLag".into(),
-                metadata: Metadata {
-                    self_: format!("{url}/{}/partitions/{}", o.topic, o.partition),
-                    resource_name: None,
-                },
-                cluster_id: cluster_id.clone(),
-                consumer_group_id: group_id.clone(),
-                topic_name: o.topic.clone(),
-                partition_id: o.partition,
-                current_offset: o.committed_offset,
-                log_end_offset: o.log_end_offset.unwrap_or(-1),
-                lag: o.lag.unwrap_or(0),
-                consumer_id: member.map(|m| m.member_id.clone()).unwrap_or_default(),
-                instance_id: member.and_then(|m| m.group_instance_id.clone()),
-                client_id: member.map(|m| m.client_id.clone()).unwrap_or_default(),
-            }
-        })
-        .collect();
+    let data = g.offsets.iter().map(|o| lag_of(&g, o, &url, &cluster_id, &group_id)).collect();
     Ok(Json(KafkaConsumerLagList {
         kind: "KafkaConsumerLagList".into(),
         metadata: ListMetadata { self_: url, next: None },
@@ -953,4 +930,188 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("yesterday"), None);
         assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
     }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KafkaConsumer {
+    pub kind: String,
+    pub metadata: Metadata,
+    pub cluster_id: String,
+    pub consumer_group_id: String,
+    pub consumer_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub assignments: Related,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KafkaConsumerList {
+    pub kind: String,
+    pub metadata: ListMetadata,
+    pub data: Vec<KafkaConsumer>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KafkaConsumerAssignment {
+    pub kind: String,
+    pub metadata: Metadata,
+    pub cluster_id: String,
+    pub consumer_group_id: String,
+    pub consumer_id: String,
+    pub topic_name: String,
+    pub partition_id: i32,
+    pub partition: Related,
+    pub lag: Related,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KafkaConsumerAssignmentList {
+    pub kind: String,
+    pub metadata: ListMetadata,
+    pub data: Vec<KafkaConsumerAssignment>,
+}
+
+fn consumer_of(base: &str, cluster_id: &str, group_id: &str, member: &admin::Member) -> KafkaConsumer {
+    let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/consumers/{}", member.member_id);
+    KafkaConsumer {
+        kind: "KafkaConsumer".into(),
+        metadata: Metadata {
+            self_: url.clone(),
+            resource_name: Some(format!(
+                "crn:///kafka={cluster_id}/consumer-group={group_id}/consumer={}",
+                member.member_id
+            )),
+        },
+        cluster_id: cluster_id.to_string(),
+        consumer_group_id: group_id.to_string(),
+        consumer_id: member.member_id.clone(),
+        instance_id: member.group_instance_id.clone(),
+        client_id: member.client_id.clone(),
+        assignments: related(format!("{url}/assignments")),
+    }
+}
+
+/// The group's members, as its coordinator knows them.
+#[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers", tag = "v3",
+    params(("cluster_id" = String, Path), ("consumer_group_id" = String, Path)),
+    responses((status = 200, body = KafkaConsumerList), (status = 404, body = ErrorBody)))]
+pub async fn list_consumers(
+    State(http): State<super::State>,
+    headers: HeaderMap,
+    Path((cluster_id, group_id)): Path<(String, String)>,
+) -> ApiResult<Json<KafkaConsumerList>> {
+    check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
+    let base = base_url(&headers);
+    Ok(Json(KafkaConsumerList {
+        kind: "KafkaConsumerList".into(),
+        metadata: ListMetadata {
+            self_: format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/consumers"),
+            next: None,
+        },
+        data: g.members.iter().map(|m| consumer_of(&base, &cluster_id, &group_id, m)).collect(),
+    }))
+}
+
+/// One member of the group, or 404.
+#[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers/{consumer_id}", tag = "v3",
+    params(("cluster_id" = String, Path), ("consumer_group_id" = String, Path), ("consumer_id" = String, Path)),
+    responses((status = 200, body = KafkaConsumer), (status = 404, body = ErrorBody)))]
+pub async fn get_consumer(
+    State(http): State<super::State>,
+    headers: HeaderMap,
+    Path((cluster_id, group_id, consumer_id)): Path<(String, String, String)>,
+) -> ApiResult<Json<KafkaConsumer>> {
+    check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
+    let member = g.members.iter().find(|m| m.member_id == consumer_id).ok_or_else(|| unknown_consumer(&consumer_id))?;
+    Ok(Json(consumer_of(&base_url(&headers), &cluster_id, &group_id, member)))
+}
+
+/// The partitions assigned to one member (of the topics the client may describe), or 404.
+#[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers/{consumer_id}/assignments", tag = "v3",
+    params(("cluster_id" = String, Path), ("consumer_group_id" = String, Path), ("consumer_id" = String, Path)),
+    responses((status = 200, body = KafkaConsumerAssignmentList), (status = 404, body = ErrorBody)))]
+pub async fn list_consumer_assignments(
+    State(http): State<super::State>,
+    headers: HeaderMap,
+    Path((cluster_id, group_id, consumer_id)): Path<(String, String, String)>,
+) -> ApiResult<Json<KafkaConsumerAssignmentList>> {
+    check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
+    let member = g.members.iter().find(|m| m.member_id == consumer_id).ok_or_else(|| unknown_consumer(&consumer_id))?;
+    let base = base_url(&headers);
+    let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/consumers/{consumer_id}/assignments");
+    let mut describable = admin::describable_topics(&http.broker);
+    let data = member
+        .assignment
+        .iter()
+        .filter(|(topic, _)| describable(topic))
+        .flat_map(|(topic, partitions)| partitions.iter().map(move |&p| (topic, p)))
+        .map(|(topic, partition)| KafkaConsumerAssignment {
+            kind: "KafkaConsumerAssignment".into(),
+            metadata: Metadata { self_: format!("{url}/{topic}/partitions/{partition}"), resource_name: None },
+            cluster_id: cluster_id.clone(),
+            consumer_group_id: group_id.clone(),
+            consumer_id: consumer_id.clone(),
+            topic_name: topic.clone(),
+            partition_id: partition,
+            partition: related(format!("{base}/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}")),
+            lag: related(format!(
+                "{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags/{topic}/partitions/{partition}"
+            )),
+        })
+        .collect();
+    Ok(Json(KafkaConsumerAssignmentList {
+        kind: "KafkaConsumerAssignmentList".into(),
+        metadata: ListMetadata { self_: url, next: None },
+        data,
+    }))
+}
+
+fn unknown_consumer(consumer_id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, 40403, format!("consumer '{consumer_id}' is not a member of the group"))
+}
+
+/// One partition's lag of `g`; `url` is the group's `/lags`.
+fn lag_of(g: &admin::GroupView, o: &admin::LagRow, url: &str, cluster_id: &str, group_id: &str) -> KafkaConsumerLag {
+    let member = o.member.and_then(|i| g.members.get(i));
+    KafkaConsumerLag {
+        kind: "KafkaConsumerLag".into(),
+        metadata: Metadata { self_: format!("{url}/{}/partitions/{}", o.topic, o.partition), resource_name: None },
+        cluster_id: cluster_id.to_string(),
+        consumer_group_id: group_id.to_string(),
+        topic_name: o.topic.clone(),
+        partition_id: o.partition,
+        current_offset: o.committed_offset,
+        log_end_offset: o.log_end_offset.unwrap_or(-1),
+        lag: o.lag.unwrap_or(0),
+        consumer_id: member.map(|m| m.member_id.clone()).unwrap_or_default(),
+        instance_id: member.and_then(|m| m.group_instance_id.clone()),
+        client_id: member.map(|m| m.client_id.clone()).unwrap_or_default(),
+    }
+}
+
+/// One partition's lag (of a topic the client may describe), or 404.
+#[utoipa::path(get, path = "/v3/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/lags/{topic_name}/partitions/{partition_id}", tag = "v3",
+    params(("cluster_id" = String, Path), ("consumer_group_id" = String, Path), ("topic_name" = String, Path), ("partition_id" = i32, Path)),
+    responses((status = 200, body = KafkaConsumerLag), (status = 404, body = ErrorBody)))]
+pub async fn get_group_lag(
+    State(http): State<super::State>,
+    headers: HeaderMap,
+    Path((cluster_id, group_id, topic, partition)): Path<(String, String, String, i32)>,
+) -> ApiResult<Json<KafkaConsumerLag>> {
+    check_cluster(&http, &cluster_id)?;
+    require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
+    let g = admin::group_anywhere(&http, &group_id).await?;
+    let url = format!("{}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags", base_url(&headers));
+    let row = g
+        .offsets
+        .iter()
+        .find(|o| o.topic == topic && o.partition == partition)
+        .ok_or_else(|| ApiError::unknown_partition(&topic, i64::from(partition)))?;
+    Ok(Json(lag_of(&g, row, &url, &cluster_id, &group_id)))
 }
