@@ -913,6 +913,72 @@ pub struct GroupDetail {
     pub assignor: Option<admin::GroupAssignor>,
 }
 
+/// The coordinator's answer back into the view this node builds (for the `/v3` group views;
+/// the inverse of `describe_group`'s).
+impl From<GroupDetail> for admin::GroupView {
+    fn from(detail: GroupDetail) -> admin::GroupView {
+        let members: Vec<admin::Member> = detail
+            .members
+            .into_iter()
+            .map(|m| admin::Member {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                protocol: if m.protocol == "consumer" { "consumer" } else { "classic" },
+                assignment: m.assignment.into_iter().map(|a| (a.topic, a.partitions)).collect(),
+            })
+            .collect();
+        let offsets = detail
+            .offsets
+            .into_iter()
+            .map(|o| admin::LagRow {
+                member: o.member_id.and_then(|id| members.iter().position(|m| m.member_id == id)),
+                topic: o.topic,
+                partition: o.partition,
+                committed_offset: o.committed_offset,
+                log_end_offset: o.log_end_offset,
+                lag: o.lag,
+                metadata: o.metadata,
+            })
+            .collect();
+        admin::GroupView {
+            group_id: detail.group_id,
+            state: state_name(&detail.state),
+            protocol_type: detail.protocol_type,
+            protocol: detail.protocol,
+            coordinator: detail.coordinator,
+            members,
+            offsets,
+            assignor: detail.assignor,
+        }
+    }
+}
+
+/// A group as another node's `/v1/groups?scope=node` summary shows it: no members or offsets,
+/// enough for a listing.
+impl From<GroupSummary> for admin::GroupView {
+    fn from(summary: GroupSummary) -> admin::GroupView {
+        admin::GroupView {
+            group_id: summary.group_id,
+            state: state_name(&summary.state),
+            protocol_type: summary.protocol_type,
+            protocol: summary.protocol,
+            coordinator: summary.coordinator,
+            members: Vec::new(),
+            offsets: Vec::new(),
+            assignor: summary.assignor,
+        }
+    }
+}
+
+/// The state names both group protocols use (Kafka's), as the static strings a view holds.
+fn state_name(state: &str) -> &'static str {
+    const NAMES: [&str; 7] =
+        ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Assigning", "Reconciling"];
+    NAMES.into_iter().find(|name| *name == state).unwrap_or("Unknown")
+}
+
 /// `segment` percent-encoded for a URL path (every byte but RFC 3986's unreserved ones).
 pub(super) fn path_segment(segment: &str) -> String {
     segment
