@@ -232,38 +232,56 @@ impl Validator {
         verdict
     }
 
-    /// The blocking part: take or make an instance (with its batch buffer), decode into the
-    /// buffer, call the instance, give both back.
+    /// The blocking part: take an idle instance and its batch buffer (or a new buffer), decode
+    /// into the buffer, make an instance if none was idle, call it, give both back.
     fn call(&self, partition: i32, records: Bytes) -> Outcome {
         let module = match &self.module {
             Ok(module) => module,
             Err(e) => return Outcome::Failed(format!("the module cannot be loaded: {e}")),
         };
-        let idle = lock(&self.idle).pop();
-        let (mut instance, mut batch) = match idle {
-            Some(idle) => idle,
+        let (instance, mut batch) = match lock(&self.idle).pop() {
+            Some((instance, batch)) => (Some(instance), batch),
+            None => (None, InputBatch::new(partition)),
+        };
+        // Bytes that do not decode are accepted here: the log refuses them with the proper
+        // error, whatever the validator's state.
+        if !decode_into(&mut batch, partition, &records) || batch.is_empty() {
+            if let Some(instance) = instance {
+                self.keep(instance, batch);
+            }
+            return Outcome::Accepted;
+        }
+        let mut instance = match instance {
+            Some(instance) => instance,
             None => match module.instantiate(self.setup()) {
-                Ok(instance) => (instance, InputBatch::new(partition)),
+                Ok(instance) => instance,
                 Err(e) => return Outcome::Failed(describe(&e)),
             },
         };
-        let outcome = if !decode_into(&mut batch, partition, &records) || batch.is_empty() {
-            Outcome::Accepted
-        } else {
-            match instance.validate(&batch) {
-                Ok(Ok(())) => Outcome::Accepted,
-                Ok(Err(rejection)) => Outcome::Rejected {
-                    message: rejection.message,
-                    records: rejection.records.into_iter().map(|e| (e.index as i32, e.message)).collect(),
-                    record_count: batch.len() as u64,
-                },
-                Err(e) => Outcome::Failed(describe(&e)),
-            }
+        let outcome = match instance.validate(&batch) {
+            Ok(Ok(())) => Outcome::Accepted,
+            Ok(Err(rejection)) => Outcome::Rejected {
+                message: rejection.message,
+                records: rejection.records.into_iter().map(|e| (e.index as i32, e.message)).collect(),
+                record_count: batch.len() as u64,
+            },
+            Err(e) => Outcome::Failed(describe(&e)),
         };
         if !instance.is_poisoned() {
-            lock(&self.idle).push((instance, batch));
+            self.keep(instance, batch);
         }
         outcome
+    }
+
+    /// Keeps an instance for the next call, with its batch buffer unless the buffer grew past
+    /// [`KEPT_BATCH_BYTES_MAX`] (one large produce must not pin its size for every idle
+    /// instance).
+    fn keep(&self, instance: ValidatorInstance, mut batch: InputBatch) {
+        let records = batch.records.capacity() * std::mem::size_of::<runnel_runtime::InputRecord>();
+        if batch.data.capacity() + records > KEPT_BATCH_BYTES_MAX {
+            batch = InputBatch::new(batch.partition);
+        }
+        lock(&self.idle).push((instance, batch));
     }
 
     fn setup(&self) -> ValidatorSetup {
@@ -291,6 +309,10 @@ impl Validator {
         lock(&self.idle).len()
     }
 }
+
+/// The largest batch buffers an idle instance keeps (bytes of keys, values, headers and record
+/// descriptors).
+const KEPT_BATCH_BYTES_MAX: usize = 4 << 20;
 
 enum Outcome {
     Accepted,
