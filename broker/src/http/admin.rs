@@ -331,9 +331,15 @@ pub fn describable_groups(broker: &Broker) -> impl Fn(&str) -> bool + '_ {
 /// Every group known here: with members or with committed offsets.
 pub async fn group_ids(http: &Http) -> Vec<String> {
     load_offsets(http).await;
-    let mut ids: Vec<String> = http.broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
-    ids.extend(http.broker.groups.consumers.list().into_iter().map(|(id, _)| id));
-    ids.extend(http.broker.groups.offsets.groups_with_offsets());
+    known_group_ids(&http.broker)
+}
+
+/// [`group_ids`] without loading offsets first. Blocks while offsets load: call it off the
+/// async workers (the metrics scrape does).
+pub fn known_group_ids(broker: &Broker) -> Vec<String> {
+    let mut ids: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
+    ids.extend(broker.groups.consumers.list().into_iter().map(|(id, _)| id));
+    ids.extend(broker.groups.offsets.groups_with_offsets());
     ids.sort();
     ids.dedup();
     ids

@@ -53,7 +53,7 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
         .map_err(|e| ApiError::internal(format!("listing groups: {e}")))?;
     let filler = http.clone();
     views = tokio::spawn(async move {
-        admin::fill_remote_lag(&filler, &mut views.iter_mut().map(|(_, view)| view).collect::<Vec<_>>()).await;
+        admin::fill_remote_lag(&filler, &mut views.iter_mut().collect::<Vec<_>>()).await;
         views
     })
     .await
@@ -74,17 +74,12 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
 /// `group_loaded` sees them: each group is reported by one node of a cluster, the one that
 /// knows its members, not by every node holding a copy of its offsets. Blocks while offsets
 /// load: call it on the blocking pool.
-fn coordinated_groups(broker: &Arc<Broker>) -> Vec<(String, admin::GroupView)> {
-    let mut groups: Vec<String> = broker.groups.membership.list().into_iter().map(|g| g.group_id).collect();
-    groups.extend(broker.groups.consumers.list().into_iter().map(|(id, _)| id));
-    groups.extend(broker.groups.offsets.groups_with_offsets());
-    groups.sort();
-    groups.dedup();
+fn coordinated_groups(broker: &Arc<Broker>) -> Vec<admin::GroupView> {
     let (node_id, image) = (broker.settings.node_id, broker.controller.image());
-    groups
+    admin::known_group_ids(broker)
         .into_iter()
         .filter(|id| super::kafka::coordinator_route(node_id, &image, id) == super::kafka::Route::Here)
-        .filter_map(|id| admin::group_loaded(broker, &id).map(|view| (id, view)))
+        .filter_map(|id| admin::group_loaded(broker, &id))
         .collect()
 }
 
@@ -105,7 +100,7 @@ static REFRESH: Mutex<()> = Mutex::new(());
 /// Sets the node-wide state gauges and writes the per-partition families: per partition, or
 /// summed per topic under `metrics.aggregate` (Redpanda's `aggregate_metrics`), which keeps a
 /// scrape of 50,000 partitions to a series per topic.
-fn refresh_gauges(broker: &Arc<Broker>, views: &[(String, admin::GroupView)]) -> StateSeries {
+fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeries {
     let _serial = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let metrics = &broker.metrics;
     let aggregate = broker.settings.metrics_aggregate;
@@ -224,7 +219,8 @@ fn refresh_gauges(broker: &Arc<Broker>, views: &[(String, admin::GroupView)]) ->
     // written).
     let mut sums: std::collections::BTreeMap<(&str, &str), (i64, i64)> = std::collections::BTreeMap::new();
     let mut rows: Vec<(&str, &admin::LagRow, String)> = Vec::new();
-    for (group_id, group) in views {
+    for group in views {
+        let group_id = &group.group_id;
         metrics.group_members.with_label_values(&[group_id.as_str()]).set(group.members.len() as i64);
         for row in &group.offsets {
             let sum = sums.entry((group_id, &row.topic)).or_default();

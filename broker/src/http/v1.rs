@@ -821,39 +821,13 @@ pub async fn list_groups(
     let node_only = query.node_only()?;
     let describable = admin::describable_groups(&http.broker);
     let mut groups: BTreeMap<String, GroupSummary> = BTreeMap::new();
-    let mut views = Vec::new();
-    for id in admin::group_ids(&http).await {
-        if (node_only && !coordinated_here(&http, &id)) || !describable(&id) {
-            continue;
-        }
-        views.extend(admin::group_loaded(&http.broker, &id).map(|g| (id, g)));
-    }
-    admin::fill_remote_lag(&http, &mut views.iter_mut().map(|(_, g)| g).collect::<Vec<_>>()).await;
-    for (id, g) in views {
-        let mut topic_lag = BTreeMap::new();
-        for row in &g.offsets {
-            *topic_lag.entry(row.topic.clone()).or_insert(0) += row.lag.unwrap_or(0);
-        }
-        let summary = GroupSummary {
-            total_lag: g.total_lag(),
-            topic_lag,
-            group_id: g.group_id,
-            state: g.state.to_string(),
-            protocol_type: g.protocol_type,
-            protocol: g.protocol,
-            members: g.members.len(),
-            coordinator: g.coordinator,
-            assignor: g.assignor,
-        };
-        groups.insert(id, summary);
-    }
     let mut nodes_unreachable = Vec::new();
     if !node_only {
         let (answers, _, unreachable) =
             super::transforms::ask_others::<GroupList>(&http, "/v1/groups?scope=node").await;
         nodes_unreachable = unreachable;
-        // The coordinator's view replaces this node's copy of the offsets. It answered this
-        // node, not the client: the lag of topics the client may not describe is left out here.
+        // Each coordinator's view. It answered this node, not the client: the lag of topics the
+        // client may not describe is left out here.
         for list in answers.into_iter().filter_map(|(_, list)| list) {
             for mut summary in list.groups.into_iter().filter(|s| describable(&s.group_id)) {
                 summary
@@ -863,6 +837,33 @@ pub async fn list_groups(
                 groups.insert(summary.group_id.clone(), summary);
             }
         }
+    }
+    // This node's groups, and its copy of the offsets of groups whose coordinator did not answer.
+    let mut views = Vec::new();
+    for id in admin::group_ids(&http).await {
+        if (node_only && !coordinated_here(&http, &id)) || !describable(&id) || groups.contains_key(&id) {
+            continue;
+        }
+        views.extend(admin::group_loaded(&http.broker, &id));
+    }
+    admin::fill_remote_lag(&http, &mut views.iter_mut().collect::<Vec<_>>()).await;
+    for g in views {
+        let mut topic_lag = BTreeMap::new();
+        for row in &g.offsets {
+            *topic_lag.entry(row.topic.clone()).or_insert(0) += row.lag.unwrap_or(0);
+        }
+        let summary = GroupSummary {
+            total_lag: topic_lag.values().sum(),
+            topic_lag,
+            group_id: g.group_id.clone(),
+            state: g.state.to_string(),
+            protocol_type: g.protocol_type,
+            protocol: g.protocol,
+            members: g.members.len(),
+            coordinator: g.coordinator,
+            assignor: g.assignor,
+        };
+        groups.insert(g.group_id, summary);
     }
     Ok(Json(GroupList { groups: groups.into_values().collect(), nodes_unreachable }))
 }

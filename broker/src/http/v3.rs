@@ -792,7 +792,7 @@ pub async fn list_groups(
         if !describable(&id) {
             continue;
         }
-        views.extend(admin::group_loaded(&http.broker, &id).map(|g| (id, g)));
+        views.extend(admin::group_loaded(&http.broker, &id).map(|g| (g.group_id.clone(), g)));
     }
     // The groups the other nodes coordinate, as they know them (their view replaces this node's
     // copy of the offsets, as in /v1/groups).

@@ -111,6 +111,7 @@ impl RecordBatch {
             last_offset_delta: header.last_offset_delta,
             previous_offset_delta: None,
             finished: false,
+            header_ranges: Vec::new(),
         })
     }
 }
@@ -232,6 +233,8 @@ pub struct RecordIter {
     last_offset_delta: i32,
     previous_offset_delta: Option<i32>,
     finished: bool,
+    /// The current record's header ranges, reused from record to record.
+    header_ranges: Vec<HeaderRanges>,
 }
 
 impl RecordIter {
@@ -372,19 +375,21 @@ impl Iterator for RecordIter {
     type Item = Result<Record, BatchError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut ranges = Vec::new();
-        let parts = match self.advance(&mut ranges)? {
-            Ok(parts) => parts,
-            Err(e) => return Some(Err(e)),
-        };
+        let mut ranges = std::mem::take(&mut self.header_ranges);
+        let parts = self.advance(&mut ranges);
         let headers = ranges
-            .into_iter()
+            .drain(..)
             .map(|(key, value)| Header {
                 // decode_parts checked the key is UTF-8.
                 key: String::from_utf8_lossy(&self.data[key]).into_owned(),
                 value: value.map(|range| self.data.slice(range)),
             })
             .collect();
+        self.header_ranges = ranges;
+        let parts = match parts? {
+            Ok(parts) => parts,
+            Err(e) => return Some(Err(e)),
+        };
         Some(Ok(Record {
             offset: parts.offset,
             timestamp: parts.timestamp,
