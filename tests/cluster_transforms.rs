@@ -2,7 +2,10 @@
 //! on a three-node cluster, routes a continuous stream of JSON orders into two output topics
 //! while seeded fault rounds kill -9 and restart nodes (the workers' nodes among them) and
 //! pause nodes past their lease (SIGSTOP/SIGCONT), which moves the input partitions' leaders
-//! and with them the workers, the transaction coordinators and the checkpoint coordinator.
+//! and with them the workers, the transaction coordinators and the checkpoint coordinator; a
+//! fourth kind of round moves an input partition's leader with every node up (a reassignment
+//! to a new replica order and a preferred election), so the old worker is alive when the new
+//! one starts.
 //! Afterwards every output is read `read_committed` and checked against the model (each
 //! acknowledged order once, in the topic its size routes it to, keyed by its id): lost,
 //! duplicated, misrouted and foreign outputs are counted and must all be 0.
@@ -10,7 +13,7 @@
 //! A second run does the same with a guest that traps every 37 records under the retry policy;
 //! a third runs the stateful revenue example (orders keyed by customer) and checks every output
 //! total against the model: each step of each customer once, with the count and sum up to it.
-//! `RUNNEL_FAULT_SEED` replays a run; `RUNNEL_FAULT_ROUNDS` soaks (the suite runs 3 and 2 rounds):
+//! `RUNNEL_FAULT_SEED` replays a run; `RUNNEL_FAULT_ROUNDS` soaks (the suite runs 4, 2 and 4 rounds):
 //! `RUNNEL_FAULT_ROUNDS=50 cargo test -p runnel-broker --test cluster_transforms -- --nocapture`.
 
 mod support;
@@ -145,55 +148,100 @@ fn progress(bootstrap: &str, group: &str) -> Vec<(i64, i64)> {
 }
 
 /// Every output record, read_committed from the beginning to each partition's end:
-/// (topic, key, value). One topic at a time (librdkafka's end-of-partition event names only the
-/// partition).
+/// (topic, key, value).
 fn read_outputs(bootstrap: &str, outputs: &[&str]) -> Result<Vec<(String, Option<Vec<u8>>, Vec<u8>)>, String> {
     let mut records = Vec::new();
     for &topic in outputs {
-        let mut config = support::workload::config(bootstrap, &[("group.id", "crash-reader")]);
-        config
-            .set("isolation.level", "read_committed")
-            .set("enable.partition.eof", "true")
-            .set("enable.auto.commit", "false");
-        if let Ok(debug) = std::env::var("RUNNEL_RDKAFKA_DEBUG") {
-            config.set("debug", &debug).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
-        }
-        let consumer: BaseConsumer<support::workload::LoggedContext> =
-            config.create_with_context(support::workload::LoggedContext).expect("consumer");
-        let mut list = TopicPartitionList::new();
-        for p in 0..PARTITIONS {
-            list.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
-        }
-        consumer.assign(&list).expect("assign");
-        let mut at_end = BTreeSet::new();
-        let read = wait_until(DEADLINE, || {
-            // Everything ready is taken at each check (not one record per check).
-            while let Some(next) = consumer.poll(Duration::from_millis(100)) {
-                match next {
-                    Ok(m) => records.push((
-                        topic.to_string(),
-                        m.key().map(<[u8]>::to_vec),
-                        m.payload().unwrap_or_default().to_vec(),
-                    )),
-                    Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
-                        at_end.insert(p);
-                    }
-                    Err(_) => {}
-                }
-            }
-            at_end.len() == PARTITIONS as usize
-        });
-        if !read {
-            let positions = consumer
-                .position()
-                .map(|l| format!("{:?}", l.elements().iter().map(|e| (e.partition(), e.offset())).collect::<Vec<_>>()));
-            return Err(format!(
-                "{topic} was never read to its end ({} records read; at the end: {at_end:?}; positions {positions:?})",
-                records.len()
-            ));
-        }
+        read_committed(bootstrap, topic, |m| {
+            records.push((topic.to_string(), m.key().map(<[u8]>::to_vec), m.payload().unwrap_or_default().to_vec()))
+        })?;
     }
     Ok(records)
+}
+
+/// Reads `topic` read_committed from the beginning to each partition's end, handing every
+/// record to `each`. One topic at a time (librdkafka's end-of-partition event names only the
+/// partition).
+fn read_committed(
+    bootstrap: &str,
+    topic: &str,
+    mut each: impl FnMut(&rdkafka::message::BorrowedMessage<'_>),
+) -> Result<(), String> {
+    let mut config = support::workload::config(bootstrap, &[("group.id", "crash-reader")]);
+    config
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false");
+    if let Ok(debug) = std::env::var("RUNNEL_RDKAFKA_DEBUG") {
+        config.set("debug", &debug).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+    }
+    let consumer: BaseConsumer<support::workload::LoggedContext> =
+        config.create_with_context(support::workload::LoggedContext).expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        list.add_partition_offset(topic, p, Offset::Beginning).expect("partition");
+    }
+    consumer.assign(&list).expect("assign");
+    let mut at_end = BTreeSet::new();
+    let mut count = 0usize;
+    let read = wait_until(DEADLINE, || {
+        // Everything ready is taken at each check (not one record per check).
+        while let Some(next) = consumer.poll(Duration::from_millis(100)) {
+            match next {
+                Ok(m) => {
+                    count += 1;
+                    each(&m)
+                }
+                Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                    at_end.insert(p);
+                }
+                Err(_) => {}
+            }
+        }
+        at_end.len() == PARTITIONS as usize
+    });
+    if read {
+        return Ok(());
+    }
+    let positions = consumer
+        .position()
+        .map(|l| format!("{:?}", l.elements().iter().map(|e| (e.partition(), e.offset())).collect::<Vec<_>>()));
+    Err(format!(
+        "{topic} was never read to its end ({count} records read; at the end: {at_end:?}; positions {positions:?})"
+    ))
+}
+
+/// Diagnosis of duplicated outputs: where the first few of `ids` sit in the input and in the
+/// outputs (topic-partition@offset), and the transform's host events on every node (worker
+/// starts, producer epochs, positions read, fencing).
+fn diagnose(cluster: &Cluster, name: &str, outputs: &[&str], ids: &[u64]) -> String {
+    let ids: BTreeSet<u64> = ids.iter().take(6).copied().collect();
+    let mut places: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for topic in std::iter::once(INPUT).chain(outputs.iter().copied()) {
+        let read = read_committed(&cluster.bootstrap(), topic, |m| {
+            let id =
+                serde_json::from_slice::<Value>(m.payload().unwrap_or_default()).ok().and_then(|v| v["id"].as_u64());
+            if let Some(id) = id.filter(|id| ids.contains(id)) {
+                places.entry(id).or_default().push(format!("{topic}-{}@{}", m.partition(), m.offset()));
+            }
+        });
+        if let Err(e) = read {
+            places.entry(u64::MAX).or_default().push(e);
+        }
+    }
+    let mut events = Vec::new();
+    for id in cluster.ids() {
+        let answer = HttpApi::new(cluster.node(id)).get(&format!("/v1/transforms/{name}/logs?limit=1000"));
+        let lines = serde_json::from_str::<Value>(&answer.text).ok();
+        for line in lines.iter().flat_map(|l| l["lines"].as_array().into_iter().flatten()) {
+            let message = line["message"].as_str().unwrap_or_default();
+            if !message.contains("trapped") {
+                events.push(format!("{} node {id} p{}: {message}", line["timestamp_ms"], line["partition"]));
+            }
+        }
+    }
+    events.sort();
+    format!("where: {places:?}\nhost events:\n{}", events.join("\n"))
 }
 
 /// Diagnosis of a stalled read: Fetch v12 read_committed of `topic`-`partition` from its
@@ -336,9 +384,11 @@ fn crash_run(
     let orders = Orders::start(&bootstrap, key_by);
     assert!(wait_until(DEADLINE, || orders.acked() >= 100), "no orders acknowledged (seed {})", rng.seed());
     let ids: Vec<u64> = cluster.ids().collect();
+    // The four kinds of round in turn from a seeded start: a run of 4 rounds has each once.
+    let first = rng.below(4);
     for round in 0..rounds {
         let node = rng.pick(&ids);
-        let fault = rng.below(3);
+        let fault = (first + round as u64) % 4;
         let before = orders.acked();
         match fault {
             0 => {
@@ -352,6 +402,20 @@ fn crash_run(
                 cluster.sigstop(node);
                 std::thread::sleep(rng.millis(1_500, 3_000));
                 cluster.sigcont(node);
+            }
+            2 => {
+                // A planned move, every node up: the worker on the old leader is still running
+                // (maybe mid-transaction) when the new leader's worker starts and bumps the
+                // epoch; the old one must stop or be fenced.
+                let partition = rng.below(PARTITIONS as u64) as i32;
+                let leader = support::workload::partition_states(&bootstrap, INPUT)
+                    .and_then(|states| states.into_iter().find(|s| s.partition == partition)?.leader);
+                let others: Vec<u64> = ids.iter().copied().filter(|&id| Some(id) != leader).collect();
+                let to = rng.pick(&others);
+                eprintln!("round {round}: move the leader of {INPUT}-{partition} from {leader:?} to node {to}");
+                if let Err(e) = cluster.move_leader(INPUT, partition, to, DEADLINE) {
+                    panic!("{e} (seed {})", rng.seed());
+                }
             }
             _ => {
                 // The leader of an input partition: its worker dies mid-transaction.
@@ -402,7 +466,17 @@ fn crash_run(
     );
     match verdict {
         Ok(verdict) => eprintln!("{summary}; {verdict}"),
-        Err(wrong) => panic!("{summary}; {wrong}"),
+        Err(wrong) => {
+            // Ids read more than once (outputs that carry the order's id).
+            let mut seen = BTreeMap::<u64, usize>::new();
+            for (_, _, value) in &read {
+                if let Some(id) = serde_json::from_slice::<Value>(value).ok().and_then(|v| v["id"].as_u64()) {
+                    *seen.entry(id).or_default() += 1;
+                }
+            }
+            let ids: Vec<u64> = seen.into_iter().filter(|(_, n)| *n > 1).map(|(id, _)| id).collect();
+            panic!("{summary}; {wrong}\n{}", diagnose(&cluster, name, outputs, &ids))
+        }
     }
 }
 
@@ -493,7 +567,7 @@ fn exact_totals(
 fn an_exactly_once_router_through_kills_and_pauses_writes_each_order_once() {
     let parameters =
         json!({"route_field": "size", "route.big": OUTPUTS[0], "route.small": OUTPUTS[1], "key_field": "id"});
-    crash_run("crash", "runnel-example-router", parameters, &OUTPUTS, KeyBy::Id, routed_big_small, fault_rounds(3));
+    crash_run("crash", "runnel-example-router", parameters, &OUTPUTS, KeyBy::Id, routed_big_small, fault_rounds(4));
 }
 
 #[test]
@@ -524,6 +598,6 @@ fn a_stateful_exactly_once_transform_through_kills_and_pauses_keeps_exact_totals
         &["revenue"],
         KeyBy::Customer,
         exact_totals,
-        fault_rounds(3),
+        fault_rounds(4),
     );
 }

@@ -853,6 +853,78 @@ fn a_stateful_transform_keeps_exact_totals_across_a_kill_and_a_new_version() {
     assert_eq!(outputs, expected, "a new deployment starts from an empty state");
 }
 
+/// `(key, value, timestamp)` records to `topic`, acks=all, with their own timestamps.
+fn produce_at(node: &Runnel, topic: &str, records: &[(String, String, i64)]) {
+    let producer = producer(node);
+    for (key, value, timestamp) in records {
+        producer
+            .send(BaseRecord::to(topic).key(key).payload(value).timestamp(*timestamp))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(TIMEOUT).expect("flush");
+}
+
+#[test]
+fn the_dedup_example_drops_repeats_across_a_kill_and_forgets_keys_a_window_later() {
+    // Proves the windowed de-duplicator end to end (exactly-once, one node): repeats within the
+    // window are dropped, also after kill -9 (the keys come back from the changelog), and keys
+    // are forgotten once time (record timestamps) is two windows on: the state shrinks to the
+    // newest bucket's instead of growing with every key ever seen.
+    let mut node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "events", 1);
+    support::create_topic(&node, "unique", 1);
+    let config = json!({
+        "input_topic": "events", "output_topics": ["unique"], "parameters": {"window_ms": "1000"},
+    });
+    assert_eq!(deploy(&api, "dedup", &component("runnel-example-dedup"), config).status, 201);
+    // Times near now (older records would fall to the output's retention), on a window's start.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let t0 = now / 1000 * 1000 - 10_000;
+    let at = |key: &str, t: i64| (key.to_string(), format!("{key}@{}", t - t0), t);
+    let processed = |node: &Runnel, end: i64| {
+        wait_until(TIMEOUT, || committed_offset_of(node, "__runnel_transform_dedup", "events", 0) == end)
+    };
+    let state_keys = |api: &HttpApi| transform(api, "dedup")["partitions"][0]["state_keys"].as_u64();
+
+    // 100 keys, then each again 500 ms later: dropped.
+    let first: Vec<_> = (0..100).map(|i| at(&format!("k{i}"), t0 + i)).collect();
+    let repeats: Vec<_> = (0..100).map(|i| at(&format!("k{i}"), t0 + 500 + i)).collect();
+    produce_at(&node, "events", &first);
+    produce_at(&node, "events", &repeats);
+    assert!(processed(&node, 200), "200 events never processed: {}", transform(&api, "dedup"));
+    // Per key its last time; per bucket an index (2 chunks of keys, a count); the bucket list.
+    assert_eq!(state_keys(&api), Some(104), "{}", transform(&api, "dedup"));
+
+    // kill -9: the keys come back from the changelog and repeats stay dropped.
+    node.kill9();
+    node.restart();
+    let api = HttpApi::new(&node);
+    let more: Vec<_> = (0..50)
+        .map(|i| at(&format!("k{i}"), t0 + 900))
+        .chain((0..10).map(|i| at(&format!("n{i}"), t0 + 900)))
+        .collect();
+    produce_at(&node, "events", &more);
+    assert!(processed(&node, 260), "260 events never processed after the restart: {}", transform(&api, "dedup"));
+    assert_eq!(state_keys(&api), Some(114), "{}", transform(&api, "dedup"));
+
+    // Two windows on: the first bucket's keys are forgotten; k0 is new again.
+    produce_at(&node, "events", &[at("tick", t0 + 2_000), at("k0", t0 + 2_100)]);
+    assert!(processed(&node, 262), "262 events never processed: {}", transform(&api, "dedup"));
+    assert_eq!(state_keys(&api), Some(5), "tick and k0, their bucket's chunk and count, the list");
+
+    let expected: Vec<String> = first
+        .iter()
+        .chain(&more[50..])
+        .chain(&[at("tick", t0 + 2_000), at("k0", t0 + 2_100)])
+        .map(|(_, value, _)| value.clone())
+        .collect();
+    let read: Vec<String> =
+        read_to_end(&node, "unique", 1).into_iter().map(|v| String::from_utf8_lossy(&v).into_owned()).collect();
+    assert_eq!(read, expected, "each key once per window, in input order");
+}
+
 fn committed_offset_of(node: &Runnel, group: &str, topic: &str, partition: i32) -> i64 {
     committed(node, group, topic, partition).map_or(0, |offset| offset.max(0))
 }

@@ -495,6 +495,80 @@ impl Cluster {
     }
 }
 
+/// A planned leader move (issue 13's "leader moves"), every node up: no crash, the old leader
+/// stays alive, and whatever it ran for the partition must stop or be fenced.
+impl Cluster {
+    /// Makes `to` the leader of `topic`-`partition`: the partition's replicas are reordered with
+    /// `to` first (an AlterPartitionReassignments over the same replica set, complete at once),
+    /// then a preferred ElectLeaders moves the leadership there. Both are asked of `to` itself and
+    /// retried until `deadline`; Ok once Metadata names `to` the leader, else what was seen.
+    pub fn move_leader(&self, topic: &str, partition: i32, to: u64, deadline: Duration) -> Result<(), String> {
+        use kafka_protocol::messages::alter_partition_reassignments_request::{
+            ReassignablePartition, ReassignableTopic,
+        };
+        use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+        use kafka_protocol::messages::{AlterPartitionReassignmentsRequest, BrokerId, ElectLeadersRequest, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+
+        let name = || TopicName(StrBytes::from_string(topic.to_string()));
+        let mut last = String::new();
+        let moved = super::wait_until(deadline, || {
+            let Some(states) = super::workload::partition_states(&self.bootstrap(), topic) else {
+                last = "no metadata".to_string();
+                return false;
+            };
+            let Some(state) = states.into_iter().find(|s| s.partition == partition) else {
+                last = format!("{topic} has no partition {partition}");
+                return false;
+            };
+            if state.leader == Some(to) {
+                return true;
+            }
+            if !state.isr.contains(&to) {
+                last = format!("{to} is not in the ISR {:?}", state.isr);
+                return false;
+            }
+            let mut conn = super::RawConn::open(self.node(to), "move-leader");
+            if state.replicas.first() != Some(&to) {
+                let mut replicas = vec![to];
+                replicas.extend(state.replicas.iter().filter(|&&r| r != to));
+                let partitions = vec![ReassignablePartition::default()
+                    .with_partition_index(partition)
+                    .with_replicas(Some(replicas.iter().map(|&r| BrokerId(r as i32)).collect()))];
+                let request = AlterPartitionReassignmentsRequest::default()
+                    .with_timeout_ms(10_000)
+                    .with_topics(vec![ReassignableTopic::default().with_name(name()).with_partitions(partitions)]);
+                let response = conn.call(0, &request);
+                let code = response.responses.first().and_then(|t| t.partitions.first()).map(|p| p.error_code);
+                if response.error_code != 0 || code != Some(0) {
+                    last = format!("reorder to {replicas:?}: error {} / {code:?}", response.error_code);
+                    return false;
+                }
+            }
+            let request =
+                ElectLeadersRequest::default().with_election_type(0).with_timeout_ms(10_000).with_topic_partitions(
+                    Some(vec![TopicPartitions::default().with_topic(name()).with_partitions(vec![partition])]),
+                );
+            let response = conn.call(1, &request);
+            last = format!("preferred election: {:?}", response.replica_election_results);
+            // The election's effect reaches Metadata through the quorum: give it a moment
+            // before asking again.
+            super::wait_until(Duration::from_secs(2), || leader_of(self, topic, partition) == Some(to))
+        });
+        if moved {
+            Ok(())
+        } else {
+            Err(format!("{topic}-{partition} not led by {to} within {deadline:?}: {last}"))
+        }
+    }
+}
+
+/// The leader of `topic`-`partition` as a node answers Metadata now.
+fn leader_of(cluster: &Cluster, topic: &str, partition: i32) -> Option<u64> {
+    let states = super::workload::partition_states(&cluster.bootstrap(), topic)?;
+    states.into_iter().find(|s| s.partition == partition)?.leader
+}
+
 fn signal(node: &Runnel, signal: i32) {
     // SAFETY: kill(2) on our own child's pid (still our child: it is not reaped until killed).
     let rc = unsafe { libc::kill(node.pid() as i32, signal) };
