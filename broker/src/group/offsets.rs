@@ -235,6 +235,20 @@ impl Shard {
     }
 
     /// The partitions of `group` with a transactional commit not decided yet.
+    /// Committed offsets of `group`: of the given partitions (those with a commit), or all.
+    fn committed(&self, group: &str, partitions: Option<&[(String, i32)]>) -> Vec<(String, i32, CommittedOffset)> {
+        let Some(g) = self.groups.get(group) else {
+            return Vec::new();
+        };
+        match partitions {
+            None => g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, c.clone())).collect(),
+            Some(wanted) => wanted
+                .iter()
+                .filter_map(|(t, p)| g.offsets.get(&(t.clone(), *p)).map(|c| (t.clone(), *p, c.clone())))
+                .collect(),
+        }
+    }
+
     fn open_txn_commits(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
         let pending = self.pending.iter().filter(|(_, _, txn)| txn.is_some()).flat_map(|(_, r, _)| r);
         self.open_txns
@@ -495,29 +509,26 @@ impl OffsetStore {
         })
     }
 
-    /// OffsetFetch `require_stable`: the partitions of `group` whose transactional commit is
-    /// still undecided (UNSTABLE_OFFSET_COMMIT).
-    pub fn unstable_commits(&self, group: &str) -> Result<std::collections::BTreeSet<(String, i32)>, OffsetError> {
-        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| Ok(shard.open_txn_commits(group)))
-    }
-
     /// Committed offsets of `group`: of the given partitions (those with a commit), or all.
     pub fn fetch(
         &self,
         group: &str,
         partitions: Option<&[(String, i32)]>,
     ) -> Result<Vec<(String, i32, CommittedOffset)>, OffsetError> {
+        self.with_shard(self.partition_of(group), Cold::Start, |shard, _| Ok(shard.committed(group, partitions)))
+    }
+
+    /// As [`Self::fetch`], with the partitions of `group` whose transactional commit is still
+    /// undecided (OffsetFetch `require_stable`: UNSTABLE_OFFSET_COMMIT), both from one look at
+    /// the shard: with two looks, a commit decided between them would show the offset before
+    /// it as stable.
+    pub fn fetch_stable(
+        &self,
+        group: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Result<(Vec<(String, i32, CommittedOffset)>, std::collections::BTreeSet<(String, i32)>), OffsetError> {
         self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
-            let Some(g) = shard.groups.get(group) else {
-                return Ok(Vec::new());
-            };
-            Ok(match partitions {
-                None => g.offsets.iter().map(|((t, p), c)| (t.clone(), *p, c.clone())).collect(),
-                Some(wanted) => wanted
-                    .iter()
-                    .filter_map(|(t, p)| g.offsets.get(&(t.clone(), *p)).map(|c| (t.clone(), *p, c.clone())))
-                    .collect(),
-            })
+            Ok((shard.committed(group, partitions), shard.open_txn_commits(group)))
         })
     }
 
@@ -1014,6 +1025,26 @@ mod tests {
         let some = store.fetch("g1", Some(&[("t".into(), 1), ("t".into(), 9)])).unwrap();
         assert_eq!(as_map(some), BTreeMap::from([(("t".into(), 1), 20)]));
         assert_eq!(store.groups_with_offsets(), vec!["g1".to_string(), "g2".to_string()]);
+    }
+
+    #[test]
+    fn a_pending_transactional_commit_is_unstable_with_the_offset_before_it_until_its_marker() {
+        // Proves fetch_stable answers the committed offset and the undecided partitions from the
+        // same view: the offset before a pending transactional commit is flagged unstable
+        // (require_stable must not serve it), and once the marker is in, the new offset is
+        // committed and nothing is unstable.
+        let dir = tempfile::tempdir().unwrap();
+        let (_replicas, store) = open(dir.path());
+        let wanted = [("t".to_string(), 0)];
+        store.commit("g", vec![("t".into(), 0, committed(10, 1))]).unwrap();
+        store.commit_transactional("g", (7, 0), vec![("t".into(), 0, committed(20, 2))]).unwrap();
+        let (offsets, unstable) = store.fetch_stable("g", Some(&wanted)).unwrap();
+        assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 10)]));
+        assert!(unstable.contains(&wanted[0]), "the commit of producer 7 is undecided");
+        store.complete_txn(store.partition_of("g"), 7, true).unwrap();
+        let (offsets, unstable) = store.fetch_stable("g", Some(&wanted)).unwrap();
+        assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 20)]));
+        assert!(unstable.is_empty());
     }
 
     #[test]

@@ -166,11 +166,11 @@ impl Checkpoint<'_> {
             Coordinator::Here => {
                 let wanted = [(self.topic.clone(), self.partition)];
                 // require_stable: a position of a transaction not yet ended is not an answer.
-                if self.host.groups.offsets.unstable_commits(&self.group)?.contains(&wanted[0]) {
+                let (committed, unstable) = self.host.groups.offsets.fetch_stable(&self.group, Some(&wanted))?;
+                if unstable.contains(&wanted[0]) {
                     let code = ResponseError::UnstableOffsetCommit.code();
                     return Err(CheckpointError::Refused { node: self.host.node_id, code });
                 }
-                let committed = self.host.groups.offsets.fetch(&self.group, Some(&wanted))?;
                 return Ok(committed.into_iter().next().map(|(_, _, c)| (c.offset, c.metadata)));
             }
             Coordinator::Peer(node) => node,

@@ -4,6 +4,8 @@
 //! (v7+, KIP-447) a partition with a transactional commit not yet decided answers
 //! UNSTABLE_OFFSET_COMMIT, so the consumer retries instead of starting from a stale offset.
 
+use std::collections::BTreeSet;
+
 use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -36,7 +38,7 @@ fn fetch_group(
         return Err(ResponseError::GroupAuthorizationFailed);
     }
     let named = wanted.is_some();
-    let mut topics = fetch_committed(broker, group, wanted)?;
+    let (mut topics, unstable) = fetch_committed(broker, group, wanted)?;
     let describable = |topic: &TopicName| broker.authorized(Operation::Describe, ResourceType::Topic, &topic.0);
     if named {
         for (name, rows) in topics.iter_mut().filter(|(name, _)| !describable(name)) {
@@ -50,7 +52,6 @@ fn fetch_group(
         topics.retain(|(name, _)| describable(name));
     }
     if require_stable {
-        let unstable = broker.groups.offsets.unstable_commits(group).map_err(|e| offset_error_code(&e))?;
         for (name, rows) in &mut topics {
             for row in rows.iter_mut() {
                 if unstable.contains(&(name.0.to_string(), row.partition)) {
@@ -63,20 +64,23 @@ fn fetch_group(
     Ok(topics)
 }
 
+/// The committed offsets of `group` (of the `wanted` partitions, or all), and the partitions
+/// whose transactional commit is undecided, as of the same moment.
 fn fetch_committed(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
-) -> Result<Vec<(TopicName, Vec<Row>)>, ResponseError> {
+) -> Result<(Vec<(TopicName, Vec<Row>)>, BTreeSet<(String, i32)>), ResponseError> {
     if group.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
     let keys: Option<Vec<(String, i32)>> = wanted
         .as_ref()
         .map(|topics| topics.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.0.to_string(), *p))).collect());
-    let found = broker.groups.offsets.fetch(group, keys.as_deref()).map_err(|e| offset_error_code(&e))?;
-    match wanted {
-        Some(topics) => Ok(topics
+    let (found, unstable) =
+        broker.groups.offsets.fetch_stable(group, keys.as_deref()).map_err(|e| offset_error_code(&e))?;
+    let topics = match wanted {
+        Some(topics) => topics
             .into_iter()
             .map(|(name, partitions)| {
                 let rows = partitions
@@ -92,7 +96,7 @@ fn fetch_committed(
                     .collect();
                 (name, rows)
             })
-            .collect()),
+            .collect(),
         None => {
             let mut topics: Vec<(TopicName, Vec<Row>)> = Vec::new();
             for (topic, partition, committed) in found {
@@ -102,9 +106,10 @@ fn fetch_committed(
                     _ => topics.push((topic_name(&topic), vec![row])),
                 }
             }
-            Ok(topics)
+            topics
         }
-    }
+    };
+    Ok((topics, unstable))
 }
 
 pub async fn handle(
