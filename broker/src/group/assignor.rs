@@ -7,7 +7,8 @@
 //! subscribes to exactly once, and only to a member subscribed to its topic. Assignors are pure
 //! functions of the spec; they run outside every group lock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// Kafka's default server assignor.
 pub const UNIFORM: &str = "uniform";
@@ -100,88 +101,121 @@ pub fn validate(spec: &AssignmentSpec, plan: &Plan) -> Result<(), String> {
 /// Works on any mix of subscriptions: partitions a member keeps are those it owns, still
 /// subscribes to, and fit its share; the rest go one at a time, most constrained topic first,
 /// to the least-loaded subscriber; then partitions move from a member more than one above
-/// another subscriber of the same topic until none does.
+/// another subscriber of the same topic until none does. Ties go to the lower member id.
+///
+/// Cost: O(P log M) to place P partitions among M members, and per balancing move a look at the
+/// heaviest members only (each topic's subscribers are kept ordered by load), so thousands of
+/// members and tens of thousands of partitions take milliseconds (`--bench assignor`).
 pub fn uniform(spec: &AssignmentSpec) -> Plan {
-    let mut load: BTreeMap<&str, usize> = spec.members.iter().map(|m| (m.member_id.as_str(), 0)).collect();
-    let mut plan: BTreeMap<&str, BTreeSet<(&str, i32)>> = BTreeMap::new();
-    let subscribers = subscribers(spec);
-    // Each member's fair share of what it can take: total partitions of its topics over the
-    // members that share them, rounded up (exact for homogeneous subscriptions).
-    let share = |m: &MemberSpec| -> usize {
-        let mut share = 0.0f64;
-        for topic in &m.subscriptions {
-            if let (Some(t), Some(subs)) = (spec.topics.get(topic), subscribers.get(topic.as_str())) {
-                share += t.partitions as f64 / subs.len() as f64;
-            }
-        }
-        share.ceil() as usize
-    };
+    // Members by index in id order: index order is the id tie-break everywhere.
+    let mut members: Vec<&MemberSpec> = spec.members.iter().collect();
+    members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
+    members.dedup_by(|a, b| a.member_id == b.member_id);
+    let index: BTreeMap<&str, usize> = members.iter().enumerate().map(|(i, m)| (m.member_id.as_str(), i)).collect();
+    let subscribers: BTreeMap<&str, Vec<usize>> =
+        subscribers(spec).into_iter().map(|(t, subs)| (t, subs.iter().map(|m| index[m]).collect())).collect();
+    // The subscribed topics of each member that exist.
+    let topics_of: Vec<Vec<&str>> = members
+        .iter()
+        .map(|m| m.subscriptions.iter().filter_map(|t| spec.topics.get_key_value(t).map(|(n, _)| n.as_str())).collect())
+        .collect();
+    let mut load = vec![0usize; members.len()];
+    let mut plan: Vec<BTreeSet<(&str, i32)>> = vec![BTreeSet::new(); members.len()];
     let mut assigned: BTreeSet<(&str, i32)> = BTreeSet::new();
-    // Sticky part: keep owned partitions up to the share.
-    for m in &spec.members {
-        let limit = share(m);
-        let entry = plan.entry(&m.member_id).or_default();
+    // Sticky part: each member keeps what it owns up to its fair share of what it can take
+    // (partitions of its topics over the members that share them, rounded up: exact for
+    // homogeneous subscriptions).
+    for (i, m) in members.iter().enumerate() {
+        let share: f64 =
+            topics_of[i].iter().map(|t| spec.topics[*t].partitions as f64 / subscribers[t].len() as f64).sum();
+        let limit = share.ceil() as usize;
         for (topic, partitions) in &m.owned {
             let Some((name, t)) = spec.topics.get_key_value(topic) else { continue };
             if !m.subscriptions.contains(topic) {
                 continue;
             }
             for &p in partitions {
-                if entry.len() >= limit {
+                if plan[i].len() >= limit {
                     break;
                 }
                 if p >= 0 && (p as u32) < t.partitions && assigned.insert((name.as_str(), p)) {
-                    entry.insert((name.as_str(), p));
+                    plan[i].insert((name.as_str(), p));
                 }
             }
         }
-        load.insert(&m.member_id, entry.len());
+        load[i] = plan[i].len();
     }
-    // Unassigned partitions, topics with the fewest subscribers first.
+    // Unassigned partitions, topics with the fewest subscribers first, each to the least-loaded
+    // subscriber (a heap per topic: only this topic's placements change loads meanwhile).
     let mut topics: Vec<(&str, &TopicSpec)> = spec.topics.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    topics.sort_by_key(|(name, _)| (subscribers.get(name).map_or(0, |s| s.len()), *name));
+    topics.sort_by_key(|(name, _)| (subscribers.get(name).map_or(0, Vec::len), *name));
     for (topic, t) in &topics {
         let Some(subs) = subscribers.get(topic) else { continue };
+        let mut lightest: BinaryHeap<Reverse<(usize, usize)>> = subs.iter().map(|&m| Reverse((load[m], m))).collect();
         for p in 0..t.partitions as i32 {
             if assigned.contains(&(*topic, p)) {
                 continue;
             }
-            let member = *subs.iter().min_by_key(|m| (load[**m], **m)).expect("a subscribed topic has subscribers");
-            plan.entry(member).or_default().insert((topic, p));
-            *load.get_mut(member).expect("every member has a load") += 1;
-            assigned.insert((topic, p));
+            let Reverse((_, m)) = lightest.pop().expect("a subscribed topic has subscribers");
+            plan[m].insert((topic, p));
+            load[m] += 1;
+            lightest.push(Reverse((load[m], m)));
         }
     }
     // Balance: move a partition from a member to a subscriber of its topic with at least two
     // fewer, until no move exists. Each move lowers the sum of squared loads, so this ends.
+    // The heaviest member with a partition whose topic's lightest subscriber is two below it
+    // gives that topic's highest partition (its topics in reverse name order) to that
+    // subscriber.
+    let mut by_load: BTreeMap<&str, BTreeSet<(usize, usize)>> =
+        subscribers.iter().map(|(t, subs)| (*t, subs.iter().map(|&m| (load[m], m)).collect())).collect();
+    let mut heaviest: BTreeSet<(Reverse<usize>, usize)> = (0..members.len()).map(|m| (Reverse(load[m]), m)).collect();
     loop {
-        let mut moved = false;
-        let heaviest: Vec<&str> = {
-            let mut members: Vec<&str> = load.keys().copied().collect();
-            members.sort_by_key(|m| (std::cmp::Reverse(load[m]), *m));
-            members
-        };
-        'search: for from in heaviest {
-            let owned: Vec<(&str, i32)> = plan.get(from).map(|s| s.iter().rev().copied().collect()).unwrap_or_default();
-            for (topic, p) in owned {
-                let Some(subs) = subscribers.get(topic) else { continue };
-                if let Some(to) =
-                    subs.iter().copied().filter(|m| load[m] + 1 < load[from]).min_by_key(|m| (load[m], *m))
-                {
-                    plan.get_mut(from).expect("owner is planned").remove(&(topic, p));
-                    plan.entry(to).or_default().insert((topic, p));
-                    *load.get_mut(from).expect("loaded") -= 1;
-                    *load.get_mut(to).expect("loaded") += 1;
-                    moved = true;
-                    break 'search;
+        let lightest_load = heaviest.last().map_or(0, |(Reverse(l), _)| *l);
+        let mut chosen = None;
+        'search: for &(Reverse(from_load), from) in &heaviest {
+            if from_load < lightest_load + 2 {
+                // Nobody anywhere is two below this member or any lighter one.
+                break;
+            }
+            let mut seen = None;
+            for &(topic, p) in plan[from].iter().rev() {
+                if seen.replace(topic) == Some(topic) {
+                    continue;
+                }
+                if let Some(&(to_load, to)) = by_load.get(topic).and_then(BTreeSet::first) {
+                    if to_load + 2 <= from_load {
+                        chosen = Some((from, to, topic, p));
+                        break 'search;
+                    }
                 }
             }
         }
-        if !moved {
-            break;
+        let Some((from, to, topic, p)) = chosen else { break };
+        plan[from].remove(&(topic, p));
+        plan[to].insert((topic, p));
+        for (m, new_load) in [(from, load[from] - 1), (to, load[to] + 1)] {
+            heaviest.remove(&(Reverse(load[m]), m));
+            heaviest.insert((Reverse(new_load), m));
+            for t in &topics_of[m] {
+                let set = by_load.get_mut(t).expect("a member's topic has subscribers");
+                set.remove(&(load[m], m));
+                set.insert((new_load, m));
+            }
+            load[m] = new_load;
         }
     }
-    into_plan(plan)
+    members
+        .iter()
+        .zip(plan)
+        .map(|(m, partitions)| {
+            let mut topics = TopicPartitions::new();
+            for (topic, p) in partitions {
+                topics.entry(topic.to_string()).or_default().insert(p);
+            }
+            (m.member_id.clone(), topics)
+        })
+        .collect()
 }
 
 /// Kafka's `range` assignor: for each topic, its subscribers sorted by member id take
@@ -324,6 +358,59 @@ mod tests {
         let plan = uniform(&s);
         validate(&s, &plan).unwrap();
         assert_eq!(counts(&plan), vec![2, 3, 3]);
+    }
+
+    #[test]
+    fn uniform_leaves_no_improving_move_on_random_groups() {
+        // Seeded random groups (mixed subscriptions, owned partitions that may be stale, out of
+        // range or contested): every plan is valid, and balanced as far as subscriptions allow:
+        // no member holds a partition whose topic has a subscriber two or more below it.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for round in 0..300 {
+            let topics: Vec<(String, u32)> = (0..1 + next(8)).map(|t| (format!("t{t}"), next(60) as u32)).collect();
+            let count = 1 + next(40);
+            let mut members: Vec<MemberSpec> = (0..count)
+                .map(|m| {
+                    let mut owned = TopicPartitions::new();
+                    for (t, n) in &topics {
+                        for p in (0..*n as i32 + 2).filter(|_| next(count) == 0) {
+                            owned.entry(t.clone()).or_default().insert(p);
+                        }
+                    }
+                    MemberSpec {
+                        member_id: format!("m{}", next(1000) * 100 + m),
+                        rack: None,
+                        subscriptions: topics.iter().filter(|_| next(3) > 0).map(|(t, _)| t.clone()).collect(),
+                        owned,
+                    }
+                })
+                .collect();
+            members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
+            let topics = topics.iter().map(|(n, p)| (n.as_str(), *p)).collect::<Vec<_>>();
+            let s = spec(members, &topics);
+            let plan = uniform(&s);
+            validate(&s, &plan).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            let load = |m: &str| plan.get(m).map_or(0, |t| t.values().map(BTreeSet::len).sum::<usize>());
+            for (from, owned) in &plan {
+                for topic in owned.keys().filter(|t| !owned[*t].is_empty()) {
+                    for m in s.members.iter().filter(|m| m.subscriptions.contains(topic)) {
+                        assert!(
+                            load(&m.member_id) + 2 > load(from),
+                            "round {round}: {from} ({}) could give {topic} to {} ({})",
+                            load(from),
+                            m.member_id,
+                            load(&m.member_id)
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -119,6 +119,12 @@ impl Slot {
     }
 }
 
+/// The partitions of a group whose transactional commit is still undecided.
+pub type Unstable = std::collections::BTreeSet<(String, i32)>;
+
+/// Committed offsets: (topic, partition, offset).
+pub type Committed = Vec<(String, i32, CommittedOffset)>;
+
 /// What an operation on a shard that is not in memory does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cold {
@@ -526,7 +532,7 @@ impl OffsetStore {
         &self,
         group: &str,
         partitions: Option<&[(String, i32)]>,
-    ) -> Result<(Vec<(String, i32, CommittedOffset)>, std::collections::BTreeSet<(String, i32)>), OffsetError> {
+    ) -> Result<(Committed, Unstable), OffsetError> {
         self.with_shard(self.partition_of(group), Cold::Start, |shard, _| {
             Ok((shard.committed(group, partitions), shard.open_txn_commits(group)))
         })

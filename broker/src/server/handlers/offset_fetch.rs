@@ -4,8 +4,6 @@
 //! (v7+, KIP-447) a partition with a transactional commit not yet decided answers
 //! UNSTABLE_OFFSET_COMMIT, so the consumer retries instead of starting from a stale offset.
 
-use std::collections::BTreeSet;
-
 use crate::security::acl::{Operation, ResourceType};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
@@ -15,10 +13,13 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, RequestH
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name};
-use crate::group::offsets::CommittedOffset;
+use crate::group::offsets::{CommittedOffset, Unstable};
 use crate::server::{offset_error_code, Broker};
 
 /// One partition's answer.
+/// Each topic's rows.
+type TopicRows = Vec<(TopicName, Vec<Row>)>;
+
 struct Row {
     partition: i32,
     committed: Option<CommittedOffset>,
@@ -70,7 +71,7 @@ fn fetch_committed(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
-) -> Result<(Vec<(TopicName, Vec<Row>)>, BTreeSet<(String, i32)>), ResponseError> {
+) -> Result<(TopicRows, Unstable), ResponseError> {
     if group.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
