@@ -49,9 +49,17 @@ fn route(id: u64) -> &'static str {
 }
 
 /// Records the ids of acknowledged orders.
-struct Acks(Arc<Mutex<BTreeSet<u64>>>);
+/// Records the ids of acknowledged orders, and librdkafka's idempotence log (`debug=eos`:
+/// producer ids, epoch bumps, sequence errors) for a diagnosis.
+struct Acks(Arc<Mutex<BTreeSet<u64>>>, Arc<Mutex<Vec<String>>>);
 
-impl ClientContext for Acks {}
+impl ClientContext for Acks {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let line = format!("{} {level:?} {fac}: {message}", now.as_millis());
+        self.1.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    }
+}
 
 impl ProducerContext for Acks {
     type DeliveryOpaque = ();
@@ -78,6 +86,7 @@ enum KeyBy {
 /// An idempotent acks=all producer of orders 0, 1, 2, ... every 5 ms until stopped.
 struct Orders {
     acked: Arc<Mutex<BTreeSet<u64>>>,
+    log: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<u64>,
 }
@@ -85,10 +94,11 @@ struct Orders {
 impl Orders {
     fn start(bootstrap: &str, key_by: KeyBy) -> Orders {
         let acked = Arc::new(Mutex::new(BTreeSet::new()));
+        let log = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let producer: ThreadedProducer<Acks> =
-            support::workload::producer_config(bootstrap, &[("enable.idempotence", "true")])
-                .create_with_context(Acks(acked.clone()))
+            support::workload::producer_config(bootstrap, &[("enable.idempotence", "true"), ("debug", "eos")])
+                .create_with_context(Acks(acked.clone(), log.clone()))
                 .expect("producer");
         let stopping = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -109,19 +119,21 @@ impl Orders {
             let _ = producer.flush(Duration::from_secs(60));
             id
         });
-        Orders { acked, stop, thread }
+        Orders { acked, log, stop, thread }
     }
 
     fn acked(&self) -> usize {
         self.acked.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Stops sending, waits for the outstanding deliveries; (orders sent, ids acknowledged).
-    fn stop(self) -> (u64, BTreeSet<u64>) {
+    /// Stops sending, waits for the outstanding deliveries; (orders sent, ids acknowledged,
+    /// the producer's idempotence log).
+    fn stop(self) -> (u64, BTreeSet<u64>, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         let sent = self.thread.join().expect("producer thread");
         let acked = self.acked.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        (sent, acked)
+        let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|p| p.into_inner()));
+        (sent, acked, log)
     }
 }
 
@@ -229,6 +241,17 @@ fn diagnose(cluster: &Cluster, name: &str, outputs: &[&str], ids: &[u64]) -> Str
             places.entry(u64::MAX).or_default().push(e);
         }
     }
+    // The batches holding the ids in the input: whose, at which epoch and sequence.
+    for place in places.values_mut().flatten() {
+        let input = place.strip_prefix(&format!("{INPUT}-")).and_then(|rest| rest.split_once('@'));
+        if let Some((partition, offset)) = input.and_then(|(p, o)| Some((p.parse().ok()?, o.parse().ok()?))) {
+            let batch = batch_header_at(cluster, INPUT, partition, offset);
+            *place = format!(
+                "{place} ({})",
+                batch.map_or_else(|e| e, |(h, leader)| format!("{}, from {leader}", describe_batch(&h)))
+            );
+        }
+    }
     let mut events = Vec::new();
     for id in cluster.ids() {
         let answer = HttpApi::new(cluster.node(id)).get(&format!("/v1/transforms/{name}/logs?limit=1000"));
@@ -303,6 +326,140 @@ fn fetch_from_start(cluster: &Cluster, topic: &str, partition: i32) -> String {
     format!("{topic}-{partition} from leader {leader}: {}", steps.join("; "))
 }
 
+/// The header of the batch holding `offset` of `topic`-`partition` as its leader serves it,
+/// and that leader.
+fn batch_header_at(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<(runnel::log::batch::BatchHeader, u64), String> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let leader = support::workload::partition_states(&cluster.bootstrap(), topic)
+        .and_then(|states| states.into_iter().find(|s| s.partition == partition).and_then(|s| s.leader));
+    let Some(leader) = leader else { return Err(format!("{topic}-{partition} has no leader")) };
+    let mut conn = support::RawConn::open(cluster.node(leader), "crash-diagnosis");
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 16)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_current_leader_epoch(-1)
+                .with_partition_max_bytes(1 << 16)])]);
+    let response = conn.call(12, &request);
+    let records = response.responses.first().and_then(|t| t.partitions.first()).and_then(|p| p.records.clone());
+    let records = records.unwrap_or_default();
+    let mut at = 0usize;
+    while at + 61 <= records.len() {
+        let Ok(header) = runnel::log::batch::BatchHeader::read(&records[at..]) else { break };
+        if header.base_offset + header.last_offset_delta as i64 >= offset {
+            return Ok((header, leader));
+        }
+        at += header.batch_length as usize + 12;
+    }
+    Err(format!("no batch at {topic}-{partition}@{offset} from leader {leader}"))
+}
+
+fn describe_batch(header: &runnel::log::batch::BatchHeader) -> String {
+    format!(
+        "batch {}..={} of producer {} epoch {} from sequence {}, leader epoch {}",
+        header.base_offset,
+        header.base_offset + header.last_offset_delta as i64,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.partition_leader_epoch
+    )
+}
+
+/// What the outputs are judged against: the orders sent and acknowledged, and the input as
+/// read back read_committed, each partition in offset order: (partition, offset, id).
+struct Model {
+    sent: u64,
+    acked: BTreeSet<u64>,
+    input: Vec<(i32, i64, u64)>,
+}
+
+impl Model {
+    fn input_counts(&self) -> BTreeMap<u64, usize> {
+        let mut counts = BTreeMap::new();
+        for (_, _, id) in &self.input {
+            *counts.entry(*id).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// The input orders with their places, read_committed from the beginning.
+fn read_input(bootstrap: &str) -> Result<Vec<(i32, i64, u64)>, String> {
+    let mut input = Vec::new();
+    read_committed(bootstrap, INPUT, |m| {
+        if let Some(id) =
+            serde_json::from_slice::<Value>(m.payload().unwrap_or_default()).ok().and_then(|v| v["id"].as_u64())
+        {
+            input.push((m.partition(), m.offset(), id));
+        }
+    })?;
+    input.sort_unstable();
+    Ok(input)
+}
+
+/// The input against what the producer was told: every acknowledged order is in it, and an
+/// order in it twice was sent twice by the producer. librdkafka's idempotent producer re-sends
+/// the unacknowledged messages of a partition under a bumped epoch when a later request of its
+/// fails with OUT_OF_ORDER_SEQUENCE_NUMBER after an earlier one failed (librdkafka#4953), and
+/// an earlier one that had been written then is in the log twice, each copy at its own epoch.
+/// That is the client's documented limit, reported; two copies at one producer epoch would
+/// be the log failing to de-duplicate a retry, and fail the run. Ok: a summary.
+fn check_input(cluster: &Cluster, model: &Model) -> Result<String, String> {
+    let counts = model.input_counts();
+    let missing: Vec<u64> = model.acked.iter().filter(|id| !counts.contains_key(id)).copied().collect();
+    if !missing.is_empty() {
+        return Err(format!("acknowledged orders missing from the input: {missing:?}"));
+    }
+    let twice: Vec<u64> = counts.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
+    let mut resent = Vec::new();
+    for id in &twice {
+        let copies: Vec<String> = model
+            .input
+            .iter()
+            .filter(|(_, _, i)| i == id)
+            .map(|(p, o, _)| match batch_header_at(cluster, INPUT, *p, *o) {
+                Ok((h, _)) => {
+                    Ok(((h.producer_id, h.producer_epoch), format!("{INPUT}-{p}@{o} in {}", describe_batch(&h))))
+                }
+                Err(e) => Err(e),
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .and_then(|copies| {
+                let epochs: BTreeSet<_> = copies.iter().map(|(e, _)| *e).collect();
+                let described: Vec<String> = copies.into_iter().map(|(_, d)| d).collect();
+                if epochs.len() == described.len() {
+                    Ok(described)
+                } else {
+                    Err(format!("order {id} is in the log twice at one producer epoch: {described:?}"))
+                }
+            })?;
+        resent.push(format!("order {id}: {}", copies.join("; ")));
+    }
+    Ok(if resent.is_empty() {
+        format!("{} input orders, each once", model.input.len())
+    } else {
+        format!(
+            "{} input orders; re-sent by the producer after an epoch bump (librdkafka#4953), each copy judged as an order: {}",
+            model.input.len(),
+            resent.join(" | ")
+        )
+    })
+}
+
 #[derive(Default, Debug)]
 struct Verdict {
     lost: Vec<u64>,
@@ -321,8 +478,7 @@ impl Verdict {
 }
 
 fn judge(
-    acked: &BTreeSet<u64>,
-    sent: u64,
+    model: &Model,
     outputs: &[(String, Option<Vec<u8>>, Vec<u8>)],
     route: impl Fn(u64) -> &'static str,
 ) -> Verdict {
@@ -330,7 +486,7 @@ fn judge(
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
     for (topic, key, value) in outputs {
         let id = serde_json::from_slice::<Value>(value).ok().and_then(|v| v["id"].as_u64());
-        let Some(id) = id.filter(|id| *id < sent) else {
+        let Some(id) = id.filter(|id| *id < model.sent) else {
             verdict.foreign += 1;
             continue;
         };
@@ -338,21 +494,25 @@ fn judge(
         if topic != route(id) || key.as_deref() != Some(id.to_string().as_bytes()) {
             verdict.misrouted.push(id);
         }
-        if !acked.contains(&id) {
+        if !model.acked.contains(&id) {
             verdict.unacknowledged += 1;
         }
     }
-    verdict.duplicated = seen.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
-    verdict.lost = acked.iter().filter(|id| !seen.contains_key(id)).copied().collect();
+    // Each input record's outputs once: as many outputs of an id as the input holds it.
+    let input = model.input_counts();
+    let outputs_of = |id: &u64| seen.get(id).copied().unwrap_or(0);
+    verdict.duplicated =
+        seen.iter().filter(|(id, n)| **n > input.get(id).copied().unwrap_or(1)).map(|(id, _)| *id).collect();
+    verdict.lost = input.iter().filter(|(id, n)| outputs_of(id) < **n).map(|(id, _)| *id).collect();
     verdict
 }
 
 /// One crash run: `guest` deployed exactly-once as transform `name` from `orders` to
 /// `outputs` with `parameters`, orders flowing while `rounds` seeded faults hit the cluster,
 /// then the outputs judged against `route`.
-/// How a crash run's outputs are judged: (orders sent, ids acknowledged, outputs) → a summary
-/// when clean, else what is wrong.
-type Judge = fn(u64, &BTreeSet<u64>, &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String>;
+/// How a crash run's outputs are judged against the model: a summary when clean, else what
+/// is wrong.
+type Judge = fn(&Model, &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String>;
 
 fn crash_run(
     name: &str,
@@ -434,7 +594,7 @@ fn crash_run(
         assert!(flowing, "orders stopped being acknowledged after round {round} (seed {})", rng.seed());
     }
 
-    let (sent, acked) = orders.stop();
+    let (sent, acked, producer_log) = orders.stop();
     let group = format!("__runnel_transform_{name}");
     let mut last = Vec::new();
     let caught_up = wait_until(DEADLINE, || {
@@ -457,7 +617,11 @@ fn crash_run(
             rng.seed()
         )
     });
-    let verdict = judge(sent, &acked, &read);
+    let input = read_input(&bootstrap).unwrap_or_else(|e| panic!("{e} (seed {})", rng.seed()));
+    let model = Model { sent, acked, input };
+    let input_verdict = check_input(&cluster, &model);
+    let verdict = input_verdict.and_then(|input| judge(&model, &read).map(|verdict| format!("{verdict}; {input}")));
+    let acked = &model.acked;
     let summary = format!(
         "{name}, {rounds} rounds: {sent} orders sent, {} acknowledged, {} outputs read (seed {})",
         acked.len(),
@@ -475,7 +639,17 @@ fn crash_run(
                 }
             }
             let ids: Vec<u64> = seen.into_iter().filter(|(_, n)| *n > 1).map(|(id, _)| id).collect();
-            panic!("{summary}; {wrong}\n{}", diagnose(&cluster, name, outputs, &ids))
+            // What the orders' producer did about its id, epochs and sequences.
+            let eos: Vec<&String> = producer_log
+                .iter()
+                .filter(|l| ["epoch", "pid", "seq", "drain", "bump"].iter().any(|w| l.to_lowercase().contains(w)))
+                .take(300)
+                .collect();
+            panic!(
+                "{summary}; {wrong}\n{}\nproducer (debug=eos):\n{}",
+                diagnose(&cluster, name, outputs, &ids),
+                eos.iter().map(|l| l.as_str()).collect::<Vec<_>>().join("\n")
+            )
         }
     }
 }
@@ -483,9 +657,9 @@ fn crash_run(
 /// Each acknowledged order once, in the topic `route` names, keyed by its id.
 fn routed_once(
     route: fn(u64) -> &'static str,
-) -> impl Fn(u64, &BTreeSet<u64>, &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
-    move |sent, acked, read| {
-        let verdict = judge(acked, sent, read, route);
+) -> impl Fn(&Model, &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
+    move |model, read| {
+        let verdict = judge(model, read, route);
         let counts = format!(
             "lost {}, duplicated {}, misrouted {}, foreign {}, unacknowledged {}",
             verdict.lost.len(),
@@ -502,30 +676,19 @@ fn routed_once(
     }
 }
 
-fn routed_big_small(
-    sent: u64,
-    acked: &BTreeSet<u64>,
-    read: &[(String, Option<Vec<u8>>, Vec<u8>)],
-) -> Result<String, String> {
-    routed_once(route)(sent, acked, read)
+fn routed_big_small(model: &Model, read: &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
+    routed_once(route)(model, read)
 }
 
-fn copied(sent: u64, acked: &BTreeSet<u64>, read: &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
-    routed_once(|_| "orders-copy")(sent, acked, read)
+fn copied(model: &Model, read: &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
+    routed_once(|_| "orders-copy")(model, read)
 }
 
 /// The revenue example's outputs against the model: per customer, one output per order of
-/// the customer, in input order, each with the count and sum of the orders up to it (a
-/// duplicated, lost or twice-counted order, or a state restored wrong, shows as a step that
-/// differs). Every order must have been acknowledged (the model is the acknowledged orders).
-fn exact_totals(
-    sent: u64,
-    acked: &BTreeSet<u64>,
-    read: &[(String, Option<Vec<u8>>, Vec<u8>)],
-) -> Result<String, String> {
-    if acked.len() as u64 != sent {
-        return Err(format!("{} of {sent} orders unacknowledged: no exact model", sent - acked.len() as u64));
-    }
+/// the customer in the input, in input order (a customer's orders share a partition), each
+/// with the count and sum of the orders up to it (a duplicated, lost or twice-counted order,
+/// or a state restored wrong, shows as a step that differs).
+fn exact_totals(model: &Model, read: &[(String, Option<Vec<u8>>, Vec<u8>)]) -> Result<String, String> {
     let mut outputs: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
     for (_, _, value) in read {
         let totals: Value = serde_json::from_slice(value).map_err(|e| format!("an output is not JSON: {e}"))?;
@@ -540,7 +703,7 @@ fn exact_totals(
     for c in 0..CUSTOMERS {
         let customer = format!("c{c}");
         let got = outputs.remove(&customer).unwrap_or_default();
-        let ids: Vec<u64> = (0..sent).filter(|id| id % CUSTOMERS == c).collect();
+        let ids: Vec<u64> = model.input.iter().map(|(_, _, id)| *id).filter(|id| id % CUSTOMERS == c).collect();
         let mut sum = 0.0;
         for (k, (&id, &(count, got_sum))) in ids.iter().zip(&got).enumerate() {
             sum += (id * 7) as f64;
