@@ -267,34 +267,53 @@ fn diagnose(cluster: &Cluster, name: &str, outputs: &[&str], ids: &[u64]) -> Str
     format!("where: {places:?}\nhost events:\n{}", events.join("\n"))
 }
 
+/// A connection to the leader of `topic`-`partition` (as Metadata names it now), and its id.
+fn leader_conn(cluster: &Cluster, topic: &str, partition: i32) -> Result<(support::RawConn, u64), String> {
+    let leader = support::workload::partition_states(&cluster.bootstrap(), topic)
+        .and_then(|states| states.into_iter().find(|s| s.partition == partition).and_then(|s| s.leader));
+    let Some(leader) = leader else { return Err(format!("{topic}-{partition}: no leader")) };
+    Ok((support::RawConn::open(cluster.node(leader), "crash-diagnosis"), leader))
+}
+
+/// One Fetch v12 of `topic`-`partition` from `offset` as a consumer (isolation 0:
+/// read_uncommitted, 1: read_committed): the partition's answer.
+fn fetch_once(
+    conn: &mut support::RawConn,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    isolation: i8,
+) -> Option<kafka_protocol::messages::fetch_response::PartitionData> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_current_leader_epoch(-1)
+                .with_partition_max_bytes(1 << 20)])]);
+    conn.call(12, &request).responses.into_iter().next()?.partitions.into_iter().next()
+}
+
 /// Diagnosis of a stalled read: Fetch v12 read_committed of `topic`-`partition` from its
 /// leader, from offset 0 on, request after request: where each answer starts and ends, how many
 /// aborted transactions it lists, and where an answer stops making progress.
 fn fetch_from_start(cluster: &Cluster, topic: &str, partition: i32) -> String {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
-    use kafka_protocol::protocol::StrBytes;
-    let leader = support::workload::partition_states(&cluster.bootstrap(), topic)
-        .and_then(|states| states.into_iter().find(|s| s.partition == partition).and_then(|s| s.leader));
-    let Some(leader) = leader else { return format!("{topic}-{partition}: no leader") };
-    let mut conn = support::RawConn::open(cluster.node(leader), "crash-diagnosis");
+    let (mut conn, leader) = match leader_conn(cluster, topic, partition) {
+        Ok(found) => found,
+        Err(e) => return e,
+    };
     let (mut offset, mut steps) = (0i64, Vec::new());
     for _ in 0..10_000 {
-        let request = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_current_leader_epoch(-1)
-                    .with_partition_max_bytes(1 << 20)])]);
-        let response = conn.call(12, &request);
-        let Some(p) = response.responses.first().and_then(|t| t.partitions.first()) else {
+        let Some(p) = fetch_once(&mut conn, topic, partition, offset, 1) else {
             return format!("{topic}-{partition}: empty answer at {offset}");
         };
         let records = p.records.clone().unwrap_or_default();
@@ -334,28 +353,8 @@ fn batch_header_at(
     partition: i32,
     offset: i64,
 ) -> Result<(runnel::log::batch::BatchHeader, u64), String> {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
-    use kafka_protocol::protocol::StrBytes;
-    let leader = support::workload::partition_states(&cluster.bootstrap(), topic)
-        .and_then(|states| states.into_iter().find(|s| s.partition == partition).and_then(|s| s.leader));
-    let Some(leader) = leader else { return Err(format!("{topic}-{partition} has no leader")) };
-    let mut conn = support::RawConn::open(cluster.node(leader), "crash-diagnosis");
-    let request = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 16)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_current_leader_epoch(-1)
-                .with_partition_max_bytes(1 << 16)])]);
-    let response = conn.call(12, &request);
-    let records = response.responses.first().and_then(|t| t.partitions.first()).and_then(|p| p.records.clone());
-    let records = records.unwrap_or_default();
+    let (mut conn, leader) = leader_conn(cluster, topic, partition)?;
+    let records = fetch_once(&mut conn, topic, partition, offset, 0).and_then(|p| p.records).unwrap_or_default();
     let mut at = 0usize;
     while at + 61 <= records.len() {
         let Ok(header) = runnel::log::batch::BatchHeader::read(&records[at..]) else { break };
