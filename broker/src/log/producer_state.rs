@@ -436,6 +436,30 @@ impl ProducerState {
             .map(|e| e.producer_id)
     }
 
+    /// Evicts the idle producers written longest ago (never `except`, the one being applied)
+    /// down to 1 % below `max`, in one pass: a stream of new producer ids on a full partition
+    /// then costs one scan of the state per hundredth of `max` of them, not one each. Fewer go
+    /// when fewer are idle.
+    fn evict_idle(&mut self, max: usize, except: i64) {
+        let target = max - max / 100;
+        let excess = self.producers.len().saturating_sub(target);
+        let mut idle: Vec<(i64, i64)> = self
+            .producers
+            .values()
+            .filter(|e| e.current_txn_first_offset.is_none() && e.producer_id != except)
+            .map(|e| (e.last_timestamp, e.producer_id))
+            .collect();
+        if idle.len() > excess {
+            idle.select_nth_unstable(excess);
+            idle.truncate(excess);
+        }
+        for (_, evicted) in idle {
+            self.producers.remove(&evicted);
+            self.verifications.remove(&evicted);
+        }
+        tracing::debug!(max, left = self.producers.len(), "evicted idle producers (max.producers.per.partition)");
+    }
+
     /// Whether a client's batch from `producer_id` is refused by `max.producers.per.partition`:
     /// it is new here, the state is full and nothing can be evicted.
     fn refuses_new_producer(&self, producer_id: i64) -> Option<usize> {
@@ -551,12 +575,9 @@ impl ProducerState {
             undo.replaced.push((pid, previous));
         }
         if let Some(max) = self.max_producers {
-            // Evicted producers are not put back by `undo`: eviction forgets, by design.
-            while self.producers.len() > max {
-                let Some(evicted) = self.eviction_candidate(pid) else { break };
-                self.producers.remove(&evicted);
-                self.verifications.remove(&evicted);
-                tracing::debug!(producer_id = evicted, max, "evicted an idle producer (max.producers.per.partition)");
+            if self.producers.len() > max {
+                // Evicted producers are not put back by `undo`: eviction forgets, by design.
+                self.evict_idle(max, pid);
             }
         }
         if let Some(first) = update.started {
@@ -1010,6 +1031,38 @@ mod tests {
         loaded.scan_snapshots(dir.path()).unwrap();
         assert_eq!(loaded.load_latest_snapshot(dir.path(), 100).unwrap(), None);
         assert!(!snapshot_path(dir.path(), 50).exists() && !snapshot_path(dir.path(), 106).exists());
+    }
+
+    #[test]
+    fn a_full_state_evicts_the_oldest_idle_hundredth_at_once() {
+        // Proves bulk eviction past max.producers.per.partition: the producer past 200 evicts
+        // the 3 idle ones written longest ago (down to 198), the next two new ones evict
+        // nothing, and a producer in a transaction is never evicted however old.
+        let mut s = ProducerState::with_max_producers(200);
+        let at = |pid: i64, ts: i64| {
+            let mut h = header(pid, 0, 0, 1);
+            h.max_timestamp = ts;
+            h
+        };
+        let mut txn = at(1, 0);
+        txn.attributes = txn.attributes.with_transactional(true);
+        append(&mut s, &txn, 0).unwrap();
+        for pid in 2..=200 {
+            append(&mut s, &at(pid, pid), pid).unwrap();
+        }
+        assert_eq!(s.len(), 200);
+        append(&mut s, &at(201, 201), 201).unwrap();
+        assert_eq!(s.len(), 198);
+        assert!(s.entry(1).is_some(), "in a transaction: kept");
+        assert!([2, 3, 4].iter().all(|p| s.entry(*p).is_none()), "the oldest idle ones went");
+        assert!(s.entry(5).is_some() && s.entry(201).is_some());
+        append(&mut s, &at(202, 202), 202).unwrap();
+        append(&mut s, &at(203, 203), 203).unwrap();
+        assert_eq!(s.len(), 200, "room was left for these");
+        assert!(s.entry(5).is_some());
+        append(&mut s, &at(204, 204), 204).unwrap();
+        assert_eq!(s.len(), 198);
+        assert!([5, 6, 7].iter().all(|p| s.entry(*p).is_none()));
     }
 
     #[test]
