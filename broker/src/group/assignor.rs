@@ -205,17 +205,7 @@ pub fn uniform(spec: &AssignmentSpec) -> Plan {
             load[m] = new_load;
         }
     }
-    members
-        .iter()
-        .zip(plan)
-        .map(|(m, partitions)| {
-            let mut topics = TopicPartitions::new();
-            for (topic, p) in partitions {
-                topics.entry(topic.to_string()).or_default().insert(p);
-            }
-            (m.member_id.clone(), topics)
-        })
-        .collect()
+    into_plan(members.iter().map(|m| m.member_id.as_str()).zip(plan).collect())
 }
 
 /// Kafka's `range` assignor: for each topic, its subscribers sorted by member id take
