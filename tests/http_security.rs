@@ -182,6 +182,75 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     );
 }
 
+/// Sends `head` and then `body_len` bytes of body on `stream` (from another thread: the server
+/// may answer before it reads them) and reads one answer: its status line and headers
+/// (lower-cased) and its body.
+fn exchange(stream: &std::net::TcpStream, head: &str, body_len: usize) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut writer = stream.try_clone().expect("clone");
+    let head = head.to_string();
+    let sending = std::thread::spawn(move || {
+        let body = vec![b'x'; body_len];
+        writer.write_all(head.as_bytes()).and_then(|_| writer.write_all(&body)).is_ok()
+    });
+    let mut reader = stream.try_clone().expect("clone");
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match reader.read(&mut byte) {
+            Ok(1) => got.push(byte[0]),
+            other => {
+                panic!("the connection ended before an answer ({other:?}) after {:?}", String::from_utf8_lossy(&got))
+            }
+        }
+    }
+    let headers = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let length: usize = headers
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |value| value.trim().parse().expect("content-length"));
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).expect("answer body");
+    if body_len <= 4 << 20 {
+        assert!(sending.join().unwrap(), "the server stopped reading a body it drains");
+    }
+    (headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[test]
+fn an_answer_given_before_the_body_is_read_keeps_the_connection_usable() {
+    // Proves: a request answered without its body being read (a 401 before an upload, a 403 on
+    // a transform's name) leaves its connection usable for the next request: the server reads
+    // the rest of the body (a pooling client would otherwise reuse a connection the server
+    // closes, and its next request fail with a broken pipe); a body beyond what it drains is
+    // answered with `Connection: close`.
+    let mut args = users(&[]);
+    args.extend_from_slice(&AUTHORIZER);
+    let node = Runnel::start(&args);
+    let stream = std::net::TcpStream::connect(node.http_addr).expect("connect");
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let basic = |user: &str| base64::engine::general_purpose::STANDARD.encode(format!("{user}:{user}-secret"));
+    let upload = |auth: &str, path: &str, len: usize| {
+        format!("PUT {path} HTTP/1.1\r\nhost: runnel\r\n{auth}content-type: application/json\r\ncontent-length: {len}\r\n\r\n")
+    };
+    let one_mib = 1 << 20;
+    let (headers, body) = exchange(&stream, &upload("", "/v1/transforms/t", one_mib), one_mib);
+    assert!(headers.starts_with("http/1.1 401"), "{headers}{body}");
+    assert!(!headers.contains("connection: close"), "{headers}");
+    let bob = format!("authorization: Basic {}\r\n", basic("bob"));
+    let (headers, body) = exchange(&stream, &upload(&bob, "/v1/transforms/t", one_mib), one_mib);
+    assert!(headers.starts_with("http/1.1 403"), "{headers}{body}");
+    let admin = format!("authorization: Basic {}\r\n", basic("admin"));
+    let (headers, body) = exchange(&stream, &format!("GET /v1/whoami HTTP/1.1\r\nhost: runnel\r\n{admin}\r\n"), 0);
+    assert!(headers.starts_with("http/1.1 200"), "the connection serves on: {headers}{body}");
+    assert!(body.contains("User:admin"), "{body}");
+
+    let beyond = 6 << 20;
+    let (headers, body) = exchange(&stream, &upload("", "/v1/transforms/t", beyond), beyond);
+    assert!(headers.starts_with("http/1.1 401"), "{headers}{body}");
+    assert!(headers.contains("connection: close"), "a body past the drain bound closes: {headers}");
+}
+
 /// Deletes `user`'s SCRAM-SHA-512 credential with AlterUserScramCredentials (PLAINTEXT
 /// listener, no authorizer).
 fn delete_user(node: &Runnel, user: &str) {

@@ -25,6 +25,7 @@ pub mod records;
 mod tokens;
 mod transforms;
 mod ui;
+mod unread;
 mod v1;
 mod v2;
 mod v3;
@@ -205,7 +206,8 @@ fn document_security(doc: &mut utoipa::openapi::OpenApi) {
 }
 
 /// The whole router: API, OpenAPI document, dashboard, JSON 404/405, metrics per route,
-/// authentication (every request, `auth`) and the body limit.
+/// authentication (every request, `auth`), the body limit and the draining of bodies answered
+/// unread (`unread`).
 pub fn router(state: State) -> Router {
     let body_max = state.broker.settings.request_max_bytes;
     let (api, mut doc) = api(state.clone());
@@ -218,6 +220,7 @@ pub fn router(state: State) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(DefaultBodyLimit::max(body_max))
+        .layer(axum::middleware::from_fn(unread::drain_unread))
 }
 
 async fn not_found() -> ApiError {
