@@ -812,12 +812,15 @@ fn kafka_acls_tool_adds_lists_and_removes_acls_with_filters() {
 fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificate() {
     // Proves TLS between brokers: three nodes whose only Kafka listener is SSL with required
     // client certificates and the standard authorizer; the brokers' replica fetchers and peer
-    // calls present the node certificate, whose subject (CN=runnel) is a super user (a client's is O=Runnel,CN=alice: RFC 4514 order, as Kafka's X500Principal prints it), so
+    // calls present the node certificate, whose subject (CN=runnel) is a super user (a
+    // client's is O=Runnel,CN=alice: RFC 4514 order, as Kafka's X500Principal prints it), so
     // acks=all produce (followers fetching as CLUSTER_ACTION) and a consumer group work for a
     // client certificate that is a super user, while a client certificate without ACLs is
-    // refused and a client without a certificate cannot connect.
+    // refused and a client without a certificate cannot connect. The nodes' key is encrypted
+    // (`ssl.key.password`), as a platform team's keystore often is.
     let (pki, ca) = Pki::with_ca();
-    let keystore = pki.text("server.pem");
+    pki.issue_encrypted(&ca, "server-encrypted.pem", "keystore-secret");
+    let keystore = pki.text("server-encrypted.pem");
     let truststore = pki.text("ca.pem");
     let cluster = support::cluster::Cluster::start(
         3,
@@ -826,6 +829,8 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
             "PLAINTEXT:SSL,CONTROLLER:SSL",
             "--ssl-keystore-location",
             &keystore,
+            "--ssl-key-password",
+            "keystore-secret",
             "--ssl-truststore-location",
             &truststore,
             "--ssl-client-auth",
@@ -865,6 +870,38 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
     // ClientHello as an oversized frame and close).
     let (cert, key) = pki.issue_client(&ca, "raft-probe");
     assert!(tls_handshake(cluster.controller_addr(1), &truststore, &cert, &key), "the raft listener speaks TLS");
+}
+
+#[test]
+fn an_encrypted_key_without_its_password_stops_the_node_with_the_reason() {
+    // Proves: a keystore whose key is encrypted starts nothing without ssl.key.password, or
+    // with a wrong one, and says which (the node exits; no listener serves a half-configured
+    // TLS).
+    let (pki, ca) = Pki::with_ca();
+    pki.issue_encrypted(&ca, "server-encrypted.pem", "keystore-secret");
+    let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
+    let data = tempfile::tempdir().expect("temp dir");
+    let start = |password: Option<&str>| {
+        let mut command = std::process::Command::new(&binary);
+        command
+            .args(["serve", "--listeners", "SSL://127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(["--controller-listen", "127.0.0.1:0", "--ssl-keystore-location"])
+            .arg(pki.path("server-encrypted.pem"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .env_remove("RUNNEL_SSL_KEY_PASSWORD");
+        if let Some(password) = password {
+            command.args(["--ssl-key-password", password]);
+        }
+        let output = command.output().expect("run runnel serve");
+        assert!(!output.status.success(), "started with key password {password:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = start(None);
+    assert!(stderr.contains("is encrypted: give ssl.key.password"), "{stderr}");
+    let stderr = start(Some("guess"));
+    assert!(stderr.contains("ssl.key.password does not decrypt the private key"), "{stderr}");
+    assert!(!stderr.contains("guess"), "the password is not printed: {stderr}");
 }
 
 /// Whether a TLS handshake with a client certificate completes at `addr` (rustls, blocking).

@@ -56,10 +56,15 @@ pub struct ServeArgs {
     /// [default: the first of --listeners].
     #[arg(long, env = "RUNNEL_INTER_BROKER_LISTENER_NAME")]
     pub inter_broker_listener_name: Option<String>,
-    /// `ssl.keystore.location`: PEM file with the certificate chain and the (unencrypted)
-    /// private key of TLS listeners.
+    /// `ssl.keystore.location`: PEM file with the certificate chain and the private key of TLS
+    /// listeners (unencrypted, or encrypted PKCS#8 with --ssl-key-password).
     #[arg(long, env = "RUNNEL_SSL_KEYSTORE_LOCATION")]
     pub ssl_keystore_location: Option<PathBuf>,
+    /// `ssl.key.password`: the password of the keystore's encrypted private key (`ENCRYPTED
+    /// PRIVATE KEY`, as `openssl pkcs8 -topk8` writes it); prefer the environment variable to
+    /// the command line.
+    #[arg(long, env = "RUNNEL_SSL_KEY_PASSWORD", hide_env_values = true)]
+    pub ssl_key_password: Option<String>,
     /// `ssl.truststore.location`: PEM CA certificates that client certificates are checked
     /// against.
     #[arg(long, env = "RUNNEL_SSL_TRUSTSTORE_LOCATION")]
@@ -375,6 +380,7 @@ struct FileConfig {
     listener_security_protocol_map: Option<String>,
     inter_broker_listener_name: Option<String>,
     ssl_keystore_location: Option<PathBuf>,
+    ssl_key_password: Option<String>,
     ssl_truststore_location: Option<PathBuf>,
     ssl_client_auth: Option<String>,
     ssl_reload_interval_ms: Option<u64>,
@@ -594,6 +600,11 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         match args.ssl_keystore_location.clone().or(file.ssl_keystore_location.clone()) {
             Some(keystore) => Some(TlsSettings {
                 keystore,
+                key_password: args
+                    .ssl_key_password
+                    .clone()
+                    .or(file.ssl_key_password.clone())
+                    .map(crate::security::tls::KeyPassword),
                 truststore: args.ssl_truststore_location.clone().or(file.ssl_truststore_location.clone()),
                 client_auth,
                 reload_interval: std::time::Duration::from_millis(

@@ -59,11 +59,34 @@ impl Pki {
 
     /// A server certificate for 127.0.0.1 and localhost signed by `ca`, with its key, in `file`.
     pub fn issue(&self, ca: &Authority, file: &str) {
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
-        params.distinguished_name.push(rcgen::DnType::CommonName, "runnel");
-        let key = rcgen::KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &ca.cert, &ca.key).expect("signed");
+        let (cert, key) = server_certificate(ca);
         std::fs::write(self.path(file), format!("{}{}", cert.pem(), key.serialize_pem())).expect("write keystore");
     }
+
+    /// As [`Pki::issue`], with the key encrypted under `password` (`ENCRYPTED PRIVATE KEY`:
+    /// PKCS#8, PBES2 with PBKDF2-SHA256 and AES-256-CBC, as `openssl pkcs8 -topk8` writes it).
+    #[allow(dead_code)]
+    pub fn issue_encrypted(&self, ca: &Authority, file: &str, password: &str) {
+        use pkcs8::der::EncodePem;
+        let (cert, key) = server_certificate(ca);
+        let der = key.serialize_der();
+        let info = pkcs8::PrivateKeyInfo::try_from(der.as_slice()).expect("PKCS#8");
+        let params = pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"keystore", b"0123456789abcdef")
+            .expect("PBES2 parameters");
+        let encrypted = info.encrypt_with_params(params, password).expect("encrypt");
+        let pem = pkcs8::EncryptedPrivateKeyInfo::try_from(encrypted.as_bytes())
+            .expect("encrypted PKCS#8")
+            .to_pem(pkcs8::LineEnding::LF)
+            .expect("PEM");
+        std::fs::write(self.path(file), format!("{}{pem}", cert.pem())).expect("write keystore");
+    }
+}
+
+fn server_certificate(ca: &Authority) -> (rcgen::Certificate, rcgen::KeyPair) {
+    let mut params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+    params.distinguished_name.push(rcgen::DnType::CommonName, "runnel");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &ca.cert, &ca.key).expect("signed");
+    (cert, key)
 }

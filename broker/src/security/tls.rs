@@ -1,8 +1,10 @@
 //! TLS for the Kafka, HTTP and inter-node listeners (rustls with ring), from PEM files as
 //! Kafka's PEM keystores are: `ssl.keystore.location` holds the certificate chain and the
-//! unencrypted private key (PKCS#8, PKCS#1 or SEC1), `ssl.truststore.location` the CA
-//! certificates client certificates are checked against, `ssl.client.auth` whether a client
-//! certificate is `none`, `requested` or `required` (Kafka's values).
+//! private key: unencrypted (PKCS#8, PKCS#1 or SEC1), or encrypted PKCS#8 (`ENCRYPTED PRIVATE
+//! KEY`, PBES2: what `openssl pkcs8 -topk8` writes) with `ssl.key.password`, as Kafka's PEM
+//! keystores allow; `ssl.truststore.location` the CA certificates client certificates are
+//! checked against, `ssl.client.auth` whether a client certificate is `none`, `requested` or
+//! `required` (Kafka's values).
 //!
 //! The files are checked every `ssl.reload.interval.ms` (Kafka reloads on an AlterConfigs of
 //! the keystore; a renewed certificate is usually a replaced file): a changed file is loaded
@@ -45,11 +47,23 @@ impl ClientAuth {
 pub struct TlsSettings {
     /// `ssl.keystore.location`: PEM with the certificate chain (leaf first) and private key.
     pub keystore: PathBuf,
+    /// `ssl.key.password`: what decrypts the keystore's key when it is encrypted.
+    pub key_password: Option<KeyPassword>,
     /// `ssl.truststore.location`: PEM CA certificates for client certificates.
     pub truststore: Option<PathBuf>,
     pub client_auth: ClientAuth,
     /// `ssl.reload.interval.ms`: how often the files are checked for changes.
     pub reload_interval: Duration,
+}
+
+/// `ssl.key.password`; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyPassword(pub String);
+
+impl std::fmt::Debug for KeyPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyPassword(..)")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +72,12 @@ pub enum TlsError {
     Read { path: PathBuf, source: rustls_pki_types::pem::Error },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
-    #[error("{path} holds no unencrypted private key (PKCS#8, PKCS#1 or SEC1 PEM)")]
+    #[error("{path} holds no private key (PKCS#8, PKCS#1 or SEC1 PEM; or encrypted PKCS#8 with ssl.key.password)")]
     NoKey { path: PathBuf },
+    #[error("the private key in {path} is encrypted: give ssl.key.password")]
+    NoKeyPassword { path: PathBuf },
+    #[error("ssl.key.password does not decrypt the private key in {path}: {message}")]
+    KeyDecryption { path: PathBuf, message: String },
     #[error("ssl.client.auth={0:?} needs ssl.truststore.location")]
     NoTruststore(ClientAuth),
     #[error("invalid truststore {path}: {message}")]
@@ -82,15 +100,40 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The certificate chain and key of the keystore.
-fn keystore(path: &PathBuf) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+fn keystore(settings: &TlsSettings) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+    let path = &settings.keystore;
     let read = |source| TlsError::Read { path: path.clone(), source };
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_file_iter(path).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate { path: path.clone() });
     }
+    if let Some(key) = encrypted_key(path, settings.key_password.as_ref())? {
+        return Ok((chain, key));
+    }
     let key = PrivateKeyDer::from_pem_file(path).map_err(|_| TlsError::NoKey { path: path.clone() })?;
     Ok((chain, key))
+}
+
+/// The keystore's `ENCRYPTED PRIVATE KEY`, decrypted with `password` (`None`: the file has
+/// none). An encrypted key without a password, or one the password does not decrypt, is an
+/// error that says so.
+fn encrypted_key(path: &PathBuf, password: Option<&KeyPassword>) -> Result<Option<PrivateKeyDer<'static>>, TlsError> {
+    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TlsError::Read { path: path.clone(), source: rustls_pki_types::pem::Error::Io(e) })?;
+    let Some(start) = text.find(BEGIN) else { return Ok(None) };
+    let failed = |message: String| TlsError::KeyDecryption { path: path.clone(), message };
+    let end = text[start..].find(END).ok_or_else(|| failed(format!("no {END} line")))? + start + END.len();
+    let Some(password) = password else { return Err(TlsError::NoKeyPassword { path: path.clone() }) };
+    let (_, der) = pkcs8::der::pem::decode_vec(text[start..end].as_bytes()).map_err(|e| failed(e.to_string()))?;
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice()).map_err(|e| failed(e.to_string()))?;
+    // A wrong password shows as a padding error of the last block or, rarely, as a key that
+    // does not parse: either way, not the key.
+    let key = info.decrypt(password.0.as_bytes()).map_err(|e| failed(e.to_string()))?;
+    pkcs8::PrivateKeyInfo::try_from(key.as_bytes()).map_err(|e| failed(format!("the decrypted key: {e}")))?;
+    Ok(Some(PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into())))
 }
 
 fn truststore(path: &PathBuf) -> Result<RootCertStore, TlsError> {
@@ -112,7 +155,7 @@ fn load_client(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, TlsE
     let path = &settings.keystore;
     let truststore_path = settings.truststore.as_ref().ok_or(TlsError::NoClientTruststore)?;
     let roots = truststore(truststore_path)?;
-    let (chain, key) = keystore(path)?;
+    let (chain, key) = keystore(settings)?;
     let config = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Config { path: path.clone(), source })?
@@ -125,7 +168,7 @@ fn load_client(settings: &TlsSettings) -> Result<Arc<rustls::ClientConfig>, TlsE
 /// Builds a server configuration from the files as they are now.
 fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     let path = &settings.keystore;
-    let (chain, key) = keystore(path)?;
+    let (chain, key) = keystore(settings)?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Config { path: path.clone(), source })?;
@@ -327,6 +370,7 @@ pub(crate) mod tests {
         let keystore = pki.issue("server.pem", "localhost");
         let settings = TlsSettings {
             keystore: keystore.clone(),
+            key_password: None,
             truststore: Some(pki.path("ca.pem")),
             client_auth: ClientAuth::Required,
             reload_interval: Duration::from_secs(1),
@@ -343,12 +387,56 @@ pub(crate) mod tests {
         assert!(matches!(TlsContext::load(missing, false), Err(TlsError::Read { .. })));
     }
 
+    /// The PEM of `key` as encrypted PKCS#8 (PBES2: PBKDF2-SHA256, AES-256-CBC), as
+    /// `openssl pkcs8 -topk8 -v2 aes-256-cbc` writes it.
+    pub(crate) fn encrypted_pem(key: &rcgen::KeyPair, password: &str) -> String {
+        use pkcs8::der::EncodePem;
+        let der = key.serialize_der();
+        let info = pkcs8::PrivateKeyInfo::try_from(der.as_slice()).unwrap();
+        let params =
+            pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(2048, b"saltsalt", b"0123456789abcdef").unwrap();
+        let encrypted = info.encrypt_with_params(params, password).unwrap();
+        let info = pkcs8::EncryptedPrivateKeyInfo::try_from(encrypted.as_bytes()).unwrap();
+        info.to_pem(pkcs8::LineEnding::LF).unwrap()
+    }
+
+    #[test]
+    fn an_encrypted_key_loads_with_ssl_key_password_and_says_what_is_wrong_without_it() {
+        let pki = TestPki::new();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &pki.ca.cert, &pki.ca.key_pair).unwrap();
+        let keystore = pki.path("encrypted.pem");
+        let pem = encrypted_pem(&key, "key-secret");
+        assert!(pem.starts_with("-----BEGIN ENCRYPTED PRIVATE KEY-----"), "{pem}");
+        std::fs::write(&keystore, format!("{}{pem}", cert.pem())).unwrap();
+        let settings = TlsSettings {
+            keystore: keystore.clone(),
+            key_password: Some(KeyPassword("key-secret".into())),
+            truststore: Some(pki.path("ca.pem")),
+            client_auth: ClientAuth::None,
+            reload_interval: Duration::from_secs(1),
+        };
+        let context = TlsContext::load(settings.clone(), true).expect("loads with the password");
+        assert!(context.client_config().is_some(), "and presents it as a client");
+        let no_password = TlsSettings { key_password: None, ..settings.clone() };
+        let error = TlsContext::load(no_password, false).unwrap_err();
+        assert!(matches!(error, TlsError::NoKeyPassword { .. }), "{error}");
+        assert!(error.to_string().contains("give ssl.key.password"), "{error}");
+        let wrong = TlsSettings { key_password: Some(KeyPassword("guess".into())), ..settings };
+        let error = TlsContext::load(wrong, false).unwrap_err();
+        assert!(matches!(error, TlsError::KeyDecryption { .. }), "{error}");
+        assert!(!format!("{:?}", KeyPassword("key-secret".into())).contains("key-secret"));
+    }
+
     #[test]
     fn a_replaced_keystore_is_used_and_a_broken_replacement_keeps_the_old_one() {
         let pki = TestPki::new();
         let keystore = pki.issue("server.pem", "first");
         let settings = TlsSettings {
             keystore: keystore.clone(),
+            key_password: None,
             truststore: None,
             client_auth: ClientAuth::None,
             reload_interval: Duration::from_secs(1),
