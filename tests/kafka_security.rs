@@ -817,14 +817,19 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
     // acks=all produce (followers fetching as CLUSTER_ACTION) and a consumer group work for a
     // client certificate that is a super user, while a client certificate without ACLs is
     // refused and a client without a certificate cannot connect. The nodes' key is encrypted
-    // (`ssl.key.password`), as a platform team's keystore often is.
+    // (`ssl.key.password`), as a platform team's keystore often is; the raft listener has a
+    // keystore of its own (`listener.name.controller.ssl.keystore.location`), which its
+    // clients present too.
     let (pki, ca) = Pki::with_ca();
     pki.issue_encrypted(&ca, "server-encrypted.pem", "keystore-secret");
     let keystore = pki.text("server-encrypted.pem");
     let truststore = pki.text("ca.pem");
+    let controller_keystore = format!("listener.name.controller.ssl.keystore.location={}", pki.text("server.pem"));
     let cluster = support::cluster::Cluster::start(
         3,
         &[
+            "--listener-config",
+            &controller_keystore,
             "--listener-security-protocol-map",
             "PLAINTEXT:SSL,CONTROLLER:SSL",
             "--ssl-keystore-location",
@@ -902,6 +907,62 @@ fn an_encrypted_key_without_its_password_stops_the_node_with_the_reason() {
     let stderr = start(Some("guess"));
     assert!(stderr.contains("ssl.key.password does not decrypt the private key"), "{stderr}");
     assert!(!stderr.contains("guess"), "the password is not printed: {stderr}");
+}
+
+#[test]
+fn a_listener_with_its_own_certificate_serves_it_while_the_others_keep_the_nodes() {
+    // Proves Kafka's listener-prefixed TLS settings end to end: INTERNAL serves the node's
+    // certificate (the internal CA) and requires client certificates; EXTERNAL serves its own
+    // (another CA, its key encrypted under its own password) and asks for none. librdkafka
+    // trusting only the public CA produces and consumes through EXTERNAL without a certificate,
+    // and cannot connect to INTERNAL; a client trusting only the internal CA cannot use
+    // EXTERNAL.
+    let (pki, _internal_ca) = Pki::with_ca();
+    let public_ca = authority("Runnel public CA");
+    std::fs::write(pki.path("public-ca.pem"), public_ca.cert.pem()).expect("write CA");
+    pki.issue_encrypted(&public_ca, "public.pem", "public-secret");
+    let (keystore, truststore) = (pki.text("server.pem"), pki.text("ca.pem"));
+    let external_keystore = format!("listener.name.external.ssl.keystore.location={}", pki.text("public.pem"));
+    let node = Runnel::start(&[
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "--listener-security-protocol-map",
+        "PLAINTEXT:PLAINTEXT,INTERNAL:SSL,EXTERNAL:SSL",
+        "--ssl-keystore-location",
+        &keystore,
+        "--ssl-truststore-location",
+        &truststore,
+        "--ssl-client-auth",
+        "required",
+        "--listener-config",
+        &external_keystore,
+        "--listener-config",
+        "listener.name.external.ssl.key.password=public-secret",
+        "--listener-config",
+        "listener.name.external.ssl.client.auth=none",
+    ]);
+    support::create_topic(&node, "public", 1);
+    let client = |listener: &str, ca: &str| {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", node.listener(listener).to_string())
+            .set("broker.address.family", "v4")
+            .set("security.protocol", "SSL")
+            .set("ssl.ca.location", pki.text(ca))
+            .set("socket.timeout.ms", "5000");
+        config
+    };
+    let external = client("EXTERNAL", "public-ca.pem");
+    produce(&external, "public", 5);
+    assert_eq!(consume_all(&external, "public", "public-readers", 5).len(), 5);
+
+    let refused = |config: ClientConfig| {
+        let consumer: BaseConsumer = config.create().expect("client");
+        consumer.fetch_metadata(None, Duration::from_secs(5)).is_err()
+    };
+    assert!(refused(client("INTERNAL", "public-ca.pem")), "INTERNAL serves the public certificate");
+    assert!(refused(client("INTERNAL", "ca.pem")), "INTERNAL serves a client without a certificate");
+    assert!(refused(client("EXTERNAL", "ca.pem")), "EXTERNAL serves the internal certificate");
 }
 
 /// Whether a TLS handshake with a client certificate completes at `addr` (rustls, blocking).

@@ -11,7 +11,7 @@ use crate::log::{ConfigError, LogConfig};
 use crate::security::acl::AuthorizerSettings;
 use crate::security::listeners::Listeners;
 use crate::security::sasl::SaslSettings;
-use crate::security::tls::{ClientAuth, TlsSettings};
+use crate::security::tls::{ClientAuth, TlsOverrides, TlsSettings};
 use crate::security::{HttpSecurity, SecurityConfig};
 use crate::server::ConnectionLimits;
 
@@ -65,6 +65,13 @@ pub struct ServeArgs {
     /// the command line.
     #[arg(long, env = "RUNNEL_SSL_KEY_PASSWORD", hide_env_values = true)]
     pub ssl_key_password: Option<String>,
+    /// A listener's own TLS setting, with Kafka's listener prefix:
+    /// `listener.name.<listener>.ssl.keystore.location=...` (also `ssl.key.password`,
+    /// `ssl.truststore.location`, `ssl.client.auth`); it replaces the node's `ssl.*` setting for
+    /// that listener (`controller` for the metadata quorum's). Repeatable; in the environment,
+    /// `;`-separated.
+    #[arg(long = "listener-config", env = "RUNNEL_LISTENER_CONFIG", value_delimiter = ';', hide_env_values = true)]
+    pub listener_config: Vec<String>,
     /// `ssl.truststore.location`: PEM CA certificates that client certificates are checked
     /// against.
     #[arg(long, env = "RUNNEL_SSL_TRUSTSTORE_LOCATION")]
@@ -381,6 +388,7 @@ struct FileConfig {
     inter_broker_listener_name: Option<String>,
     ssl_keystore_location: Option<PathBuf>,
     ssl_key_password: Option<String>,
+    listener_config: Option<Vec<String>>,
     ssl_truststore_location: Option<PathBuf>,
     ssl_client_auth: Option<String>,
     ssl_reload_interval_ms: Option<u64>,
@@ -596,27 +604,47 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         })?,
         None => ClientAuth::None,
     };
-    let tls =
-        match args.ssl_keystore_location.clone().or(file.ssl_keystore_location.clone()) {
-            Some(keystore) => Some(TlsSettings {
-                keystore,
-                key_password: args
-                    .ssl_key_password
-                    .clone()
-                    .or(file.ssl_key_password.clone())
-                    .map(crate::security::tls::KeyPassword),
-                truststore: args.ssl_truststore_location.clone().or(file.ssl_truststore_location.clone()),
-                client_auth,
-                reload_interval: std::time::Duration::from_millis(
-                    args.ssl_reload_interval_ms.or(file.ssl_reload_interval_ms).unwrap_or(30_000).max(1),
-                ),
-            }),
-            None if listeners.any_tls() => return Err(ConfigFileError::Security(
-                "a listener uses SSL or SASL_SSL: ssl.keystore.location (PEM certificate chain and key) is required"
-                    .into(),
-            )),
-            None => None,
-        };
+    let reload_interval = std::time::Duration::from_millis(
+        args.ssl_reload_interval_ms.or(file.ssl_reload_interval_ms).unwrap_or(30_000).max(1),
+    );
+    let tls = match args.ssl_keystore_location.clone().or(file.ssl_keystore_location.clone()) {
+        Some(keystore) => Some(TlsSettings {
+            keystore,
+            key_password: args
+                .ssl_key_password
+                .clone()
+                .or(file.ssl_key_password.clone())
+                .map(crate::security::tls::KeyPassword),
+            truststore: args.ssl_truststore_location.clone().or(file.ssl_truststore_location.clone()),
+            client_auth,
+            reload_interval,
+        }),
+        None => None,
+    };
+    let listener_config = if args.listener_config.is_empty() {
+        file.listener_config.clone().unwrap_or_default()
+    } else {
+        args.listener_config.clone()
+    };
+    let mut listener_tls = std::collections::BTreeMap::new();
+    for (name, overrides) in TlsOverrides::parse_all(&listener_config).map_err(ConfigFileError::Security)? {
+        if name != "CONTROLLER" && !listeners.listeners.iter().any(|l| l.name == name) {
+            return Err(ConfigFileError::Security(format!(
+                "listener.name.{}.*: {name} is not in listeners (nor CONTROLLER)",
+                name.to_ascii_lowercase()
+            )));
+        }
+        let settings = overrides.over(tls.as_ref(), reload_interval, &name).map_err(ConfigFileError::Security)?;
+        listener_tls.insert(name, settings);
+    }
+    for listener in listeners.listeners.iter().filter(|l| l.protocol.uses_tls()) {
+        if tls.is_none() && !listener_tls.contains_key(&listener.name) {
+            return Err(ConfigFileError::Security(format!(
+                "listener {} uses {}: ssl.keystore.location (PEM certificate chain and key) is required",
+                listener.name, listener.protocol
+            )));
+        }
+    }
     let mechanisms = match args.sasl_enabled_mechanisms.as_deref().or(file.sasl_enabled_mechanisms.as_deref()) {
         Some(text) => SaslSettings::parse_mechanisms(text).map_err(ConfigFileError::Security)?,
         None => SaslSettings::default().mechanisms,
@@ -676,7 +704,8 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             "CONTROLLER:{controller_protocol}: the metadata quorum's listener may be PLAINTEXT or SSL"
         )));
     }
-    if controller_protocol.uses_tls() && tls.is_none() {
+    let controller_tls = listener_tls.get("CONTROLLER").or(tls.as_ref());
+    if controller_protocol.uses_tls() && controller_tls.is_none_or(|t| t.truststore.is_none()) {
         return Err(ConfigFileError::Security(
             "CONTROLLER:SSL needs ssl.keystore.location and ssl.truststore.location".into(),
         ));
@@ -741,6 +770,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         http,
         listeners,
         tls,
+        listener_tls,
         inter_broker_sasl,
         sasl: SaslSettings { mechanisms, max_reauth_ms, failed_authentication_delay_ms },
         authorizer,
@@ -1199,6 +1229,57 @@ mod tests {
         let args = ServeArgs { sasl_enabled_mechanisms: None, ..args };
         let config = NodeConfig::resolve(&args).expect("valid");
         assert_eq!(config.security.inter_broker_sasl.map(|s| s.username.clone()), Some("broker".to_string()));
+    }
+
+    #[test]
+    fn listener_prefixed_ssl_settings_replace_the_nodes_for_that_listener_only() {
+        // Proves Kafka's listener-prefixed TLS configs: each given property replaces the node's
+        // for its listener, the others are inherited; a listener named nowhere, a property that
+        // cannot be per listener and a TLS listener with no keystore at all are refused.
+        let base = ServeArgs {
+            listeners: Some("INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0".into()),
+            listener_security_protocol_map: Some("INTERNAL:SSL,EXTERNAL:SASL_SSL".into()),
+            ssl_keystore_location: Some("/etc/runnel/internal.pem".into()),
+            ssl_truststore_location: Some("/etc/runnel/internal-ca.pem".into()),
+            ssl_client_auth: Some("required".into()),
+            listener_config: vec![
+                "listener.name.external.ssl.keystore.location=/etc/runnel/public.pem".into(),
+                "listener.name.external.ssl.key.password = secret".into(),
+                "listener.name.external.ssl.client.auth=none".into(),
+            ],
+            ..ServeArgs::default()
+        };
+        let config = NodeConfig::resolve(&base).expect("valid");
+        let internal = config.security.tls_of("INTERNAL").expect("the node's").clone();
+        assert_eq!(internal.keystore, PathBuf::from("/etc/runnel/internal.pem"));
+        assert_eq!(internal.client_auth, ClientAuth::Required);
+        let external = config.security.tls_of("EXTERNAL").expect("its own").clone();
+        assert_eq!(external.keystore, PathBuf::from("/etc/runnel/public.pem"));
+        assert_eq!(external.key_password, Some(crate::security::tls::KeyPassword("secret".into())));
+        assert_eq!(external.client_auth, ClientAuth::None);
+        assert_eq!(external.truststore, internal.truststore, "inherited");
+        assert!(config.security.listener_tls.get("INTERNAL").is_none());
+
+        let refused = |listener_config: &[&str], without_node_keystore: bool| {
+            let args = ServeArgs {
+                listener_config: listener_config.iter().map(|s| s.to_string()).collect(),
+                ssl_keystore_location: if without_node_keystore { None } else { base.ssl_keystore_location.clone() },
+                ..base.clone()
+            };
+            NodeConfig::resolve(&args).unwrap_err().to_string()
+        };
+        let error = refused(&["listener.name.other.ssl.client.auth=none"], false);
+        assert!(error.contains("OTHER is not in listeners"), "{error}");
+        let error = refused(&["listener.name.external.ssl.cipher.suites=x"], false);
+        assert!(error.contains("ssl.cipher.suites cannot be set per listener"), "{error}");
+        let error = refused(&["listener.name.external.ssl.client.auth=maybe"], false);
+        assert!(error.contains("expected none, requested or required"), "{error}");
+        let error = refused(&["ssl.client.auth=none"], false);
+        assert!(error.contains("expected listener.name.<listener>.<property>=<value>"), "{error}");
+        let error = refused(&["listener.name.external.ssl.keystore.location=/etc/runnel/public.pem"], true);
+        assert!(error.contains("listener INTERNAL uses SSL: ssl.keystore.location"), "{error}");
+        let error = refused(&["listener.name.external.ssl.client.auth=none"], true);
+        assert!(error.contains("listener.name.external.ssl.keystore.location"), "{error}");
     }
 
     #[test]

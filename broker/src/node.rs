@@ -84,7 +84,7 @@ impl Node {
         let tls = crate::server::listeners::load_tls(&config.security)
             .map_err(crate::server::listeners::ListenerBindError::from)?;
         let controller = Controller::start(ControllerConfig {
-            tls: tls.clone().filter(|_| config.security.controller_protocol.uses_tls()),
+            tls: tls.of("CONTROLLER").filter(|_| config.security.controller_protocol.uses_tls()),
             node_id: config.node_id,
             role: match config.process_roles {
                 crate::config::ProcessRoles::BrokerController => QuorumRole::Voter,
@@ -102,7 +102,7 @@ impl Node {
         controller.wait_ready(Duration::from_secs(60)).await?;
 
         add_bootstrap_users(&controller, &config.security.bootstrap_users).await?;
-        let listeners = crate::server::listeners::bind(&config.security, tls.clone()).await?;
+        let listeners = crate::server::listeners::bind(&config.security, &tls).await?;
         let kafka_addr = listeners.addresses[0].1;
         let http_listener = TcpListener::bind(config.http_listen)
             .await
@@ -143,10 +143,10 @@ impl Node {
             replicas.clone(),
             controller.clone(),
         ));
-        let inter_broker_tls = config.security.listeners.inter_broker().protocol.uses_tls();
+        let inter_broker = config.security.listeners.inter_broker();
         let addresses = crate::peer::BrokerAddresses::new(
             config.broker_address_overrides.clone(),
-            if inter_broker_tls { listeners.tls.clone() } else { None },
+            if inter_broker.protocol.uses_tls() { tls.of(&inter_broker.name) } else { None },
             config.security.inter_broker_sasl.clone(),
         );
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
@@ -396,11 +396,11 @@ impl Node {
             http_listener,
             broker.clone(),
             config.security.http.clone(),
-            if config.security.http.tls { listeners.tls.clone() } else { None },
+            if config.security.http.tls { tls.node.clone() } else { None },
             shutdown_rx.clone(),
         )));
-        if let Some(tls) = &listeners.tls {
-            tasks.push(tls.spawn_reloader(shutdown_rx.clone()));
+        for context in tls.all() {
+            tasks.push(context.spawn_reloader(shutdown_rx.clone()));
         }
         tasks.push(tokio::spawn(server::serve(listeners.sockets, broker.clone(), shutdown_rx)));
         tracing::info!(node_id = config.node_id, broker_epoch, %kafka_addr, %http_addr, controller = %controller.local_addr(), data_dir = %data_dir.display(), "node started");

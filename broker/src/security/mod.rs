@@ -30,8 +30,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecurityConfig {
     pub listeners: listeners::Listeners,
-    /// Needed when a listener uses TLS.
+    /// The node's TLS settings (`ssl.*`): every TLS listener's but those in `listener_tls`, and
+    /// HTTPS's.
     pub tls: Option<tls::TlsSettings>,
+    /// The listeners (upper-case names, `CONTROLLER` among them) given settings of their own
+    /// with `listener.name.<listener>.ssl.*`, resolved over `tls`.
+    pub listener_tls: std::collections::BTreeMap<String, tls::TlsSettings>,
     pub sasl: sasl::SaslSettings,
     pub authorizer: acl::AuthorizerSettings,
     /// `--add-scram`: users created at start unless they exist.
@@ -79,6 +83,11 @@ impl Default for HttpSecurity {
 impl SecurityConfig {
     /// Whether this node connects to others with TLS (inter-broker or raft listeners, or the
     /// other nodes' HTTPS APIs).
+    /// The TLS settings listener `name` serves with (`CONTROLLER` for the raft listener).
+    pub fn tls_of(&self, name: &str) -> Option<&tls::TlsSettings> {
+        self.listener_tls.get(name).or(self.tls.as_ref())
+    }
+
     pub fn connects_with_tls(&self) -> bool {
         self.listeners.inter_broker().protocol.uses_tls() || self.controller_protocol.uses_tls() || self.http.tls
     }
@@ -114,12 +123,12 @@ impl SecurityReport {
         http: std::net::SocketAddr,
         http_tls: bool,
     ) -> SecurityReport {
-        let client_certificates_required =
-            config.tls.as_ref().is_some_and(|t| t.client_auth == tls::ClientAuth::Required);
         let mut report =
             SecurityReport { authorizer: config.authorizer.enabled, http_tls, ..SecurityReport::default() };
         for (name, address) in listeners {
             let Some(listener) = config.listeners.listeners.iter().find(|l| &l.name == name) else { continue };
+            let client_certificates_required =
+                config.tls_of(name).is_some_and(|t| t.client_auth == tls::ClientAuth::Required);
             let authenticated = listener.protocol.uses_sasl()
                 || (listener.protocol == SecurityProtocol::Ssl && client_certificates_required);
             if !authenticated && !address.ip().is_loopback() {
@@ -289,6 +298,7 @@ mod tests {
         let config = SecurityConfig {
             listeners,
             tls: None,
+            listener_tls: Default::default(),
             sasl: sasl::SaslSettings::default(),
             authorizer: acl::AuthorizerSettings::default(),
             bootstrap_users: Vec::new(),

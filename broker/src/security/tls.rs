@@ -11,6 +11,7 @@
 //! and used for new connections, open ones keep theirs; a file that no longer loads is logged
 //! and the last good configuration stays.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -54,6 +55,82 @@ pub struct TlsSettings {
     pub client_auth: ClientAuth,
     /// `ssl.reload.interval.ms`: how often the files are checked for changes.
     pub reload_interval: Duration,
+}
+
+/// One listener's TLS settings given with Kafka's listener prefix,
+/// `listener.name.<listener>.ssl.*`: each one given replaces the node's setting for that
+/// listener (the others are the node's), as Kafka resolves listener-prefixed configs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOverrides {
+    pub keystore: Option<PathBuf>,
+    pub key_password: Option<KeyPassword>,
+    pub truststore: Option<PathBuf>,
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// The properties a listener may set with the prefix.
+pub const LISTENER_TLS_PROPERTIES: [&str; 4] =
+    ["ssl.keystore.location", "ssl.key.password", "ssl.truststore.location", "ssl.client.auth"];
+
+impl TlsOverrides {
+    /// Parses `listener.name.<listener>.<property>=<value>` entries into the overrides of each
+    /// listener (upper case, as listener names are normalised).
+    pub fn parse_all(entries: &[String]) -> Result<BTreeMap<String, TlsOverrides>, String> {
+        let mut all: BTreeMap<String, TlsOverrides> = BTreeMap::new();
+        for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            let syntax =
+                || format!("invalid listener config {entry:?}: expected listener.name.<listener>.<property>=<value>");
+            let (key, value) = entry.split_once('=').ok_or_else(syntax)?;
+            let (listener, property) =
+                key.trim().strip_prefix("listener.name.").and_then(|rest| rest.split_once('.')).ok_or_else(syntax)?;
+            if listener.is_empty() {
+                return Err(syntax());
+            }
+            let overrides = all.entry(listener.to_ascii_uppercase()).or_default();
+            let value = value.trim();
+            match property {
+                "ssl.keystore.location" => overrides.keystore = Some(PathBuf::from(value)),
+                "ssl.key.password" => overrides.key_password = Some(KeyPassword(value.to_string())),
+                "ssl.truststore.location" => overrides.truststore = Some(PathBuf::from(value)),
+                "ssl.client.auth" => {
+                    overrides.client_auth = Some(
+                        ClientAuth::parse(value)
+                            .ok_or_else(|| format!("invalid {key} {value:?}: expected none, requested or required"))?,
+                    )
+                }
+                other => {
+                    return Err(format!(
+                        "listener config {key}: {other} cannot be set per listener (these can: {})",
+                        LISTENER_TLS_PROPERTIES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    /// The settings of `listener`: these over the node's `base`; an error when neither names a
+    /// keystore.
+    pub fn over(
+        &self,
+        base: Option<&TlsSettings>,
+        reload_interval: Duration,
+        listener: &str,
+    ) -> Result<TlsSettings, String> {
+        let keystore = self.keystore.clone().or_else(|| base.map(|b| b.keystore.clone())).ok_or_else(|| {
+            format!(
+                "listener {listener}: listener.name.{}.ssl.keystore.location or ssl.keystore.location is required",
+                listener.to_ascii_lowercase()
+            )
+        })?;
+        Ok(TlsSettings {
+            keystore,
+            key_password: self.key_password.clone().or_else(|| base.and_then(|b| b.key_password.clone())),
+            truststore: self.truststore.clone().or_else(|| base.and_then(|b| b.truststore.clone())),
+            client_auth: self.client_auth.or(base.map(|b| b.client_auth)).unwrap_or_default(),
+            reload_interval,
+        })
+    }
 }
 
 /// `ssl.key.password`; never printed.

@@ -2,6 +2,7 @@
 //! TLS and SASL settings, and the endpoints the broker registers (advertised host and port
 //! per listener name; the inter-broker one is also the registration's own address).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -35,31 +36,60 @@ pub struct KafkaListeners {
     pub endpoints: Vec<ListenerEndpoint>,
     /// The endpoint of `inter.broker.listener.name`.
     pub inter_broker: ListenerEndpoint,
-    /// The node's TLS configuration, when a listener uses TLS or the settings are given.
-    pub tls: Option<Arc<TlsContext>>,
 }
 
-/// Loads the node's TLS configuration, when it has one (an error stops the node from starting).
-pub fn load_tls(security: &SecurityConfig) -> Result<Option<Arc<TlsContext>>, TlsError> {
-    match &security.tls {
-        // Whether this node also connects with TLS: its inter-broker or raft listener uses it.
-        Some(settings) => Ok(Some(TlsContext::load(settings.clone(), security.connects_with_tls())?)),
-        None => Ok(None),
+/// The node's TLS configurations: its own (`ssl.*`: HTTPS and every TLS listener without
+/// settings of its own) and each listener's with `listener.name.<listener>.ssl.*`.
+#[derive(Debug, Default)]
+pub struct NodeTls {
+    pub node: Option<Arc<TlsContext>>,
+    by_listener: BTreeMap<String, Arc<TlsContext>>,
+}
+
+impl NodeTls {
+    /// What listener `name` (`CONTROLLER`: the raft listener) serves and connects with.
+    pub fn of(&self, name: &str) -> Option<Arc<TlsContext>> {
+        self.by_listener.get(name).or(self.node.as_ref()).cloned()
+    }
+
+    /// Every configuration, each once (each reloads its own files).
+    pub fn all(&self) -> impl Iterator<Item = &Arc<TlsContext>> {
+        self.node.iter().chain(self.by_listener.values())
     }
 }
 
-/// Binds every Kafka listener of `security`; `tls` is the node's (from [`load_tls`]).
-pub async fn bind(
-    security: &SecurityConfig,
-    tls: Option<Arc<TlsContext>>,
-) -> Result<KafkaListeners, ListenerBindError> {
+/// Loads the node's TLS configurations (an error stops the node from starting). A
+/// configuration also connects (as a client) when this node reaches others with it: the
+/// inter-broker listener's and the raft listener's when they use TLS, the node's for HTTPS
+/// between nodes.
+pub fn load_tls(security: &SecurityConfig) -> Result<NodeTls, TlsError> {
+    let inter_broker = security.listeners.inter_broker();
+    let connects = |name: &str| {
+        (name == inter_broker.name && inter_broker.protocol.uses_tls())
+            || (name == "CONTROLLER" && security.controller_protocol.uses_tls())
+    };
+    let mut tls = NodeTls::default();
+    for (name, settings) in &security.listener_tls {
+        tls.by_listener.insert(name.clone(), TlsContext::load(settings.clone(), connects(name))?);
+    }
+    if let Some(settings) = &security.tls {
+        let connects = security.http.tls
+            || [inter_broker.name.as_str(), "CONTROLLER"]
+                .into_iter()
+                .any(|name| connects(name) && !security.listener_tls.contains_key(name));
+        tls.node = Some(TlsContext::load(settings.clone(), connects)?);
+    }
+    Ok(tls)
+}
+
+/// Binds every Kafka listener of `security` with its TLS configuration from `tls`.
+pub async fn bind(security: &SecurityConfig, tls: &NodeTls) -> Result<KafkaListeners, ListenerBindError> {
     let sasl = Arc::new(security.sasl.clone());
     let mut bound = KafkaListeners {
         sockets: Vec::new(),
         addresses: Vec::new(),
         endpoints: Vec::new(),
         inter_broker: ListenerEndpoint { name: String::new(), host: String::new(), port: 0, security_protocol: 0 },
-        tls: tls.clone(),
     };
     for config in &security.listeners.listeners {
         let bind_error = |source| ListenerBindError::Bind { name: config.name.clone(), addr: config.bind, source };
@@ -77,7 +107,7 @@ pub async fn bind(
         let listener_security = ListenerSecurity {
             name: Arc::from(config.name.as_str()),
             protocol: config.protocol,
-            tls: if config.protocol.uses_tls() { tls.clone() } else { None },
+            tls: if config.protocol.uses_tls() { tls.of(&config.name) } else { None },
             sasl: sasl.clone(),
         };
         bound.sockets.push((socket, listener_security));
