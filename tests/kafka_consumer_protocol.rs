@@ -509,19 +509,26 @@ fn members_keep_their_epochs_and_partitions_through_a_coordinator_kill_9() {
 
 /// A classic-protocol member (librdkafka's cooperative-sticky, as a rolling upgrade starts).
 fn classic_member(node: &Runnel, ledger: &Arc<Mutex<Ledger>>, name: &str, group: &str) -> BaseConsumer<Member> {
-    let mut config = client_config(
-        node,
-        &[
-            ("group.id", group),
-            ("group.protocol", "classic"),
-            ("partition.assignment.strategy", "cooperative-sticky"),
-            ("session.timeout.ms", "6000"),
-            ("heartbeat.interval.ms", "300"),
-            ("enable.auto.commit", "true"),
-            ("auto.commit.interval.ms", "200"),
-            ("auto.offset.reset", "earliest"),
-        ],
-    );
+    classic_member_with(node, ledger, name, &[("group.id", group)])
+}
+
+fn classic_member_with(
+    node: &Runnel,
+    ledger: &Arc<Mutex<Ledger>>,
+    name: &str,
+    extra: &[(&str, &str)],
+) -> BaseConsumer<Member> {
+    let mut settings = vec![
+        ("group.protocol", "classic"),
+        ("partition.assignment.strategy", "cooperative-sticky"),
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "300"),
+        ("enable.auto.commit", "true"),
+        ("auto.commit.interval.ms", "200"),
+        ("auto.offset.reset", "earliest"),
+    ];
+    settings.extend_from_slice(extra);
+    let mut config = client_config(node, &settings);
     if let Ok(contexts) = std::env::var("RUNNEL_TEST_CLIENT_DEBUG") {
         config.set("debug", contexts).set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
     }
@@ -619,6 +626,44 @@ fn a_rolling_upgrade_and_rollback_mixes_both_protocols_in_one_group() {
     assert!(empty, "the members never left: {:?}", listed(&mut conn, "rolling-group"));
     stop_producing.store(true, Ordering::Release);
     assert!(producer.join().expect("producer") > 0);
+    let ledger = ledger.lock().unwrap();
+    assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
+}
+
+#[test]
+fn a_classic_pod_replacing_the_last_consumer_protocol_static_member_rolls_the_group_back() {
+    // Proves Kafka's downgrade on a static member's replacement
+    // (`validateOnlineDowngradeWithReplacedMemberId`): a rollback restarts the one
+    // consumer-protocol static member (`group.instance.id` pod-0) on the classic protocol; its
+    // classic join takes the group back to a classic group, where it and the classic member
+    // that was there share the partitions. No partition is ever held by two members.
+    let node = start_node();
+    create_topic(&node, "static-rollback", 8);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let group = ("group.id", "static-rollback-group");
+    let c1 = classic_member_with(&node, &ledger, "c1", &[group]);
+    c1.subscribe(&["static-rollback"]).expect("subscribe");
+    let c1 = Running::start(c1);
+    await_balanced(&ledger, "static-rollback", 8, &["c1"]);
+    let k1 = member(&node, &ledger, "k1", &[group, ("group.instance.id", "pod-0")]);
+    k1.subscribe(&["static-rollback"]).expect("subscribe");
+    let k1 = Running::start(k1);
+    await_balanced(&ledger, "static-rollback", 8, &["c1", "k1"]);
+    let mut conn = coordinator_conn(&node, "static-rollback-group");
+    assert_eq!(listed(&mut conn, "static-rollback-group").map(|(t, _)| t), Some("consumer".to_string()));
+
+    // The pod goes down (a static member's close leaves with epoch -2: it stays a member, its
+    // partitions kept for it) and comes back on the classic protocol under the same instance.
+    drop(k1.stop());
+    let c2 = classic_member_with(&node, &ledger, "c2", &[group, ("group.instance.id", "pod-0")]);
+    c2.subscribe(&["static-rollback"]).expect("subscribe");
+    let c2 = Running::start(c2);
+    let downgraded =
+        wait_until(DEADLINE, || listed(&mut conn, "static-rollback-group").is_some_and(|(t, _)| t == "classic"));
+    assert!(downgraded, "the group stayed: {:?}", listed(&mut conn, "static-rollback-group"));
+    await_balanced(&ledger, "static-rollback", 8, &["c1", "c2"]);
+    leave_classic(c2.stop(), &ledger, "c2");
+    leave_classic(c1.stop(), &ledger, "c1");
     let ledger = ledger.lock().unwrap();
     assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
 }

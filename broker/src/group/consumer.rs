@@ -656,7 +656,10 @@ impl ConsumerGroup {
     /// Whether the group goes back to the classic protocol instead of removing `leaving`
     /// (Kafka's `validateOnlineDowngradeWithFencedMember`): a consumer-protocol member leaves,
     /// only classic members remain, the policy allows it and they fit the classic
-    /// `group.max.size`. If so the group is marked gone (its records are replaced when the
+    /// `group.max.size`. With `replacing`, a classic member joins in place of `leaving`
+    /// (`validateOnlineDowngradeWithReplacedMemberId`: a classic static member replacing the
+    /// last consumer-protocol one), so none need remain and the joiner must fit too. If so the
+    /// group is marked gone (its records are replaced when the
     /// classic group is stored) and the remaining members are returned with the partitions they
     /// hold (their targets, in each member's embedded version) at the group epoch as it is, so
     /// members at that epoch heartbeat on into the classic rebalance (a bumped generation would
@@ -666,15 +669,16 @@ impl ConsumerGroup {
         leaving: &[String],
         config: &ConsumerGroupConfig,
         can_hand_over: bool,
+        replacing: bool,
     ) -> Option<ClassicMembers> {
         let consumer_leaves = leaving.iter().any(|id| self.members.get(id).is_some_and(|m| m.classic.is_none()));
         let remaining: Vec<&Member> = self.members.values().filter(|m| !leaving.contains(&m.member_id)).collect();
         if !can_hand_over
             || !consumer_leaves
-            || remaining.is_empty()
+            || (remaining.is_empty() && !replacing)
             || remaining.iter().any(|m| m.classic.is_none())
             || !config.migration_policy.downgrade_enabled()
-            || remaining.len() > config.classic_max_size
+            || remaining.len() + usize::from(replacing) > config.classic_max_size
         {
             return None;
         }
@@ -954,7 +958,7 @@ impl ConsumerGroup {
         for id in &expired {
             tracing::info!(group = %self.group_id, member = %id, "consumer group member removed: session, revocation, join or sync timed out");
         }
-        if let Some(downgrade) = self.take_downgrade(&expired, config, can_hand_over) {
+        if let Some(downgrade) = self.take_downgrade(&expired, config, can_hand_over, false) {
             return (expired.len(), Some(downgrade));
         }
         for id in &expired {
@@ -1198,7 +1202,7 @@ impl ConsumerGroups {
                     return Begin::Left(HeartbeatAnswer::left(&request, interval), write);
                 }
                 let leaving = [request.member_id.clone()];
-                let downgrade = g.take_downgrade(&leaving, &self.config, self.downgrader.get().is_some());
+                let downgrade = g.take_downgrade(&leaving, &self.config, self.downgrader.get().is_some(), false);
                 if downgrade.is_none() {
                     g.remove_member(&request.member_id);
                 }

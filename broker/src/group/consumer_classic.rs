@@ -20,7 +20,8 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::{
-    lock, AssignOutcome, Assignment, ClassicMember, ConsumerGroup, ConsumerGroups, Member, MemberState, Pending, Write,
+    hand_over, lock, AssignOutcome, Assignment, ClassicMember, ConsumerGroup, ConsumerGroups, Member, MemberState,
+    Pending, Write,
 };
 use crate::controller::MetadataImage;
 use crate::group::embedded;
@@ -99,6 +100,17 @@ impl ConsumerGroups {
         if let Some(instance) = &request.group_instance_id {
             if let Some(existing) = g.instances.get(instance).cloned() {
                 if unknown {
+                    // A classic member replacing the last consumer-protocol member takes the
+                    // group back to the classic protocol (Kafka's
+                    // `validateOnlineDowngradeWithReplacedMemberId`); the classic membership
+                    // then answers this join, as a new static member of the classic group.
+                    let leaving = [existing.clone()];
+                    let can_hand_over = self.downgrader.get().is_some();
+                    if let Some(downgrade) = g.take_downgrade(&leaving, &self.config, can_hand_over, true) {
+                        drop(g);
+                        hand_over(&self.groups, &request.group_id, &group, Some(downgrade), self.downgrader.get());
+                        return ClassicBegin::NotHere;
+                    }
                     g.replace_static(&existing, &member_id);
                     replaced = true;
                 } else if existing != member_id {

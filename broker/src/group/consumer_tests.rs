@@ -624,6 +624,61 @@ fn the_last_consumer_member_leaving_downgrades_and_a_classic_group_upgrades() {
 }
 
 #[test]
+fn a_classic_static_member_replacing_the_last_consumer_member_downgrades_the_group() {
+    // Proves Kafka's `validateOnlineDowngradeWithReplacedMemberId`: a classic member joining
+    // with the instance id of the last consumer-protocol (static) member takes the group back to
+    // the classic protocol with the classic members that remain; the join itself is then the
+    // classic membership's. With only that static member, the group goes over empty. Without
+    // downgrade in the policy, the classic member takes over the static identity in the
+    // consumer group as before.
+    let image = {
+        let mut image = MetadataImage::default();
+        topic(&mut image, "t", 1, 4);
+        image
+    };
+    let now = Instant::now();
+    let setup = |policy: MigrationPolicy, with_classic: bool| {
+        let g = ConsumerGroups::new(ConsumerGroupConfig { migration_policy: policy, ..Default::default() });
+        let handed: Arc<Mutex<Vec<(String, ClassicMembers)>>> = Arc::default();
+        let sink = handed.clone();
+        g.set_downgrader(Box::new(move |group, members| sink.lock().unwrap().push((group.to_string(), members))));
+        let mut a = Client::new("a", &["t"]);
+        a.instance = Some("i-1".into());
+        a.beat(&g, &image, now);
+        let mut c = ClassicClient { id: String::new(), generation: -1, owned: BTreeMap::new() };
+        if with_classic {
+            c.rejoin(&g, &image, now);
+        }
+        (g, handed, c.id)
+    };
+    let replacement = || {
+        let mut join = ClassicClient { id: String::new(), generation: -1, owned: BTreeMap::new() }.join_request(true);
+        join.group_instance_id = Some("i-1".into());
+        join
+    };
+
+    let (g, handed, classic_id) = setup(MigrationPolicy::Bidirectional, true);
+    assert!(matches!(g.classic_join(&replacement(), &image, now), ClassicBegin::NotHere));
+    assert!(g.describe("g").is_none(), "the consumer group is gone");
+    let handed = handed.lock().unwrap();
+    let (group, members) = &handed[0];
+    assert_eq!(group, "g");
+    let ids: Vec<&str> = members.members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!(ids, vec![classic_id.as_str()], "the classic member goes over, the replaced one does not");
+
+    let (g, handed, _) = setup(MigrationPolicy::Bidirectional, false);
+    assert!(matches!(g.classic_join(&replacement(), &image, now), ClassicBegin::NotHere));
+    assert!(handed.lock().unwrap()[0].1.members.is_empty(), "over empty: the joiner joins the classic group");
+
+    let (g, handed, _) = setup(MigrationPolicy::Upgrade, true);
+    assert!(matches!(g.classic_join(&replacement(), &image, now), ClassicBegin::Continue(_)));
+    assert!(handed.lock().unwrap().is_empty(), "no downgrade under the upgrade policy");
+    let members = g.describe("g").unwrap().members;
+    assert!(members.iter().all(|m| m.member_id != "a"), "a's identity is the classic member's now");
+    assert_eq!(members.len(), 2);
+}
+
+#[test]
 fn migration_policies_parse_with_kafkas_names() {
     assert_eq!(MigrationPolicy::parse("BIDIRECTIONAL"), Ok(MigrationPolicy::Bidirectional));
     let upgrade = MigrationPolicy::parse("upgrade").unwrap();
