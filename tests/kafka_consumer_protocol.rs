@@ -668,6 +668,81 @@ fn a_classic_pod_replacing_the_last_consumer_protocol_static_member_rolls_the_gr
     assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
 }
 
+/// Sets `__consumer_offsets`' `min.insync.replicas` (IncrementalAlterConfigs SET).
+fn set_offsets_min_isr(conn: &mut RawConn, value: &str) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let config = AlterableConfig::default()
+        .with_name(StrBytes::from_static_str("min.insync.replicas"))
+        .with_config_operation(0)
+        .with_value(Some(StrBytes::from_string(value.to_string())));
+    let resource = AlterConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("__consumer_offsets"))
+        .with_configs(vec![config]);
+    let altered = conn.call(1, &IncrementalAlterConfigsRequest::default().with_resources(vec![resource]));
+    assert!(altered.responses.iter().all(|r| r.error_code == 0), "{altered:?}");
+}
+
+/// A ConsumerGroupHeartbeat v1 join (member epoch 0) of `member` to `group` for `topic`.
+fn join_heartbeat(
+    conn: &mut RawConn,
+    group: &str,
+    member: &str,
+    topic: &str,
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatResponse {
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, TopicName};
+    conn.call(
+        1,
+        &ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(topic.to_string()))]))
+            .with_topic_partitions(Some(Vec::new())),
+    )
+}
+
+#[test]
+fn a_group_change_that_does_not_reach_the_log_is_not_kept_in_memory() {
+    // Proves the coordinator's memory is never ahead of __consumer_offsets past a failed
+    // write: with the offsets topic's min.insync.replicas above its replicas, a second member's
+    // join cannot be stored (answered as an error); the coordinator then reads the group again
+    // from the log, so the group is described as the log has it (one member, epoch 1), not
+    // with the member whose join was never stored, and goes on from there once writes work.
+    let node = start_node();
+    create_topic(&node, "unstored", 4);
+    let mut conn = coordinator_conn(&node, "unstored-group");
+    let first = join_heartbeat(&mut conn, "unstored-group", "member-a", "unstored");
+    assert_eq!((first.error_code, first.member_epoch), (0, 1), "{first:?}");
+
+    set_offsets_min_isr(&mut conn, "2");
+    let refused = join_heartbeat(&mut conn, "unstored-group", "member-b", "unstored");
+    assert_ne!(refused.error_code, 0, "a join that could not be stored was answered as joined: {refused:?}");
+    set_offsets_min_isr(&mut conn, "1");
+
+    let mut described = None;
+    let settled = wait_until(DEADLINE, || {
+        let group = describe(&mut conn, "unstored-group");
+        let done = group.error_code == 0;
+        described = Some(group);
+        done
+    });
+    let described = described.expect("described");
+    assert!(settled, "never described: {described:?}");
+    let members: Vec<&str> = described.members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!(members, vec!["member-a"], "memory kept the unstored join: {described:?}");
+    assert_eq!(described.group_epoch, 1, "{described:?}");
+
+    let again =
+        wait_until(DEADLINE, || join_heartbeat(&mut conn, "unstored-group", "member-b", "unstored").error_code == 0);
+    assert!(again, "member-b cannot join once writes work");
+    let described = describe(&mut conn, "unstored-group");
+    assert_eq!(described.members.len(), 2, "{described:?}");
+    assert_eq!(described.group_epoch, 2, "{described:?}");
+}
+
 #[test]
 fn a_disabled_migration_policy_keeps_a_classic_group_with_members_classic() {
     // Proves group.consumer.migration.policy=disabled: a consumer-protocol join to a classic

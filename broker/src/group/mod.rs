@@ -112,10 +112,24 @@ impl GroupCoordinator {
         let membership = Arc::new(membership::Membership::with_config(settings.membership));
         let consumers = Arc::new(consumer::ConsumerGroups::new(settings.consumer));
         // Consumer groups store their records in the group's `__consumer_offsets` partition.
-        let store = Arc::downgrade(&offsets);
-        consumers.set_store(Box::new(move |group, records| match store.upgrade() {
-            Some(offsets) => offsets.store_consumer_records(group, records),
-            None => Err(offsets::OffsetError::NotCoordinator { partition: 0 }),
+        // A write that does not reach the log leaves the change in the group's memory (it is
+        // answered as an error): the partition is then read again, its groups restored from the
+        // log (`reload_after_failed_write`).
+        let reloads = Reloads {
+            offsets: Arc::downgrade(&offsets),
+            membership: Arc::downgrade(&membership),
+            consumers: Arc::downgrade(&consumers),
+            scheduled: Arc::default(),
+        };
+        consumers.set_store(Box::new(move |group, records| {
+            let Some(offsets) = reloads.offsets.upgrade() else {
+                return Err(offsets::OffsetError::NotCoordinator { partition: 0 });
+            };
+            let stored = offsets.store_consumer_records(group, records);
+            if let Err(error) = &stored {
+                reloads.reload_after_failed_write(offsets.partition_of(group), error);
+            }
+            stored
         }));
         // A downgraded consumer group's classic members go to the classic membership, and its
         // classic metadata is stored at once (replacing its consumer-group records).
@@ -170,6 +184,60 @@ impl GroupCoordinator {
                 let _ = self.offsets.require_loaded(partition);
             }
         }
+    }
+}
+
+/// What reloads a `__consumer_offsets` partition whose consumer-group write failed.
+#[derive(Clone)]
+struct Reloads {
+    offsets: std::sync::Weak<offsets::OffsetStore>,
+    membership: std::sync::Weak<membership::Membership>,
+    consumers: std::sync::Weak<consumer::ConsumerGroups>,
+    /// Partitions with a reload scheduled or running (one at a time per partition).
+    scheduled: Arc<std::sync::Mutex<std::collections::HashSet<u32>>>,
+}
+
+impl Reloads {
+    /// Schedules the reload of `partition` after a write of its group records failed with
+    /// `error` (called under a group's lock: the reload runs on another thread, as it takes
+    /// every group's). **Invariant:** the coordinator's memory is never ahead of the log past
+    /// a failed write; between the write and the reload requests for the partition's groups
+    /// are answered COORDINATOR_LOAD_IN_PROGRESS once the load is claimed.
+    fn reload_after_failed_write(&self, partition: u32, error: &offsets::OffsetError) {
+        if matches!(error, offsets::OffsetError::NotCoordinator { .. }) {
+            // Not the leader: the resignation drops the groups.
+            return;
+        }
+        if !self.scheduled.lock().unwrap_or_else(|p| p.into_inner()).insert(partition) {
+            return;
+        }
+        tracing::warn!(
+            partition,
+            %error,
+            "a consumer group's records did not reach __consumer_offsets; reading the partition's groups again from the log"
+        );
+        let reloads = self.clone();
+        let run = move || reloads.reload(partition);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(run)),
+            Err(_) => drop(std::thread::spawn(run)),
+        }
+    }
+
+    fn reload(&self, partition: u32) {
+        if let (Some(offsets), Some(membership), Some(consumers)) =
+            (self.offsets.upgrade(), self.membership.upgrade(), self.consumers.upgrade())
+        {
+            let result = offsets.reload(partition, || {
+                let here = |group: &str| offsets.partition_of(group) == partition;
+                membership.resign(&here);
+                consumers.resign(&here);
+            });
+            if let Err(error) = result {
+                tracing::warn!(partition, %error, "could not read __consumer_offsets again");
+            }
+        }
+        self.scheduled.lock().unwrap_or_else(|p| p.into_inner()).remove(&partition);
     }
 }
 

@@ -412,6 +412,33 @@ impl OffsetStore {
         self.with_shard(partition, Cold::Start, |_, _| Ok(()))
     }
 
+    /// Reads `partition` again from its log, because a group coordinator's memory may be ahead
+    /// of it: a write of group records that did not reach the log (answered as an error) left
+    /// its change in memory. Claims the load first, so requests that check the partition
+    /// ([`OffsetStore::require_loaded`]) are answered COORDINATOR_LOAD_IN_PROGRESS; then
+    /// `drop_groups` takes the partition's groups out of memory, and the load restores them
+    /// from the log (through the load listener). Waits for a load in flight to end first.
+    /// Blocks: call it off the async workers.
+    pub fn reload(&self, partition: u32, drop_groups: impl FnOnce()) -> Result<(), OffsetError> {
+        let slot = self.slot(partition).ok_or(OffsetError::NotCoordinator { partition })?;
+        let hosted = self
+            .replicas
+            .get(OFFSETS_TOPIC, partition)
+            .filter(|p| p.is_leader())
+            .ok_or(OffsetError::NotCoordinator { partition })?;
+        let leadership = leadership_of(&hosted);
+        {
+            let mut shard = slot.lock();
+            while shard.loading.is_some() {
+                shard = slot.load_ended.wait(shard).unwrap_or_else(|p| p.into_inner());
+            }
+            shard.loaded_from = None;
+            shard.loading = Some(leadership);
+        }
+        drop_groups();
+        load_into(&slot, &hosted, &self.loads, self.on_load.get(), self.partition_count())
+    }
+
     /// Runs `f` on the shard of `partition` under its mutex, once the shard is in memory for
     /// the partition's current incarnation; `cold` says what to do if it is not.
     /// Only the partition's leader coordinates its groups: a follower answers NOT_COORDINATOR,
