@@ -32,7 +32,8 @@ use super::assignor::{self, AssignmentSpec, MemberSpec, Plan, TopicSpec};
 use super::membership::{ClassicMemberState, ClassicMembers};
 use super::offsets::{OffsetError, StoredConsumerGroup};
 use super::schema::{
-    ClassicMemberMetadata, ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, StoredPartitions,
+    ClassicMemberMetadata, ConsumerMemberValue, ConsumerRecord, CurrentAssignmentValue, GroupEpochValue,
+    StoredPartitions,
 };
 use super::Replicated;
 use crate::controller::MetadataImage;
@@ -424,6 +425,12 @@ struct ConsumerGroup {
     /// and the metadata index it was computed at.
     subscription_signature: u64,
     metadata_index: Option<u64>,
+    /// [`topics_hash`] of the subscribed topics at the last look: stored with every group
+    /// epoch (ConsumerGroupMetadata's MetadataHash), so a coordinator that restores the group
+    /// sees whether they changed meanwhile.
+    topics_hash: i64,
+    /// The hash the restored records carried (0: none), compared at the first look.
+    restored_topics_hash: i64,
     assignor: String,
     assignor_version: Option<u64>,
     assignor_error: Option<String>,
@@ -454,6 +461,8 @@ impl ConsumerGroup {
             owners: HashMap::new(),
             subscription_signature: 0,
             metadata_index: None,
+            topics_hash: 0,
+            restored_topics_hash: 0,
             assignor: default_assignor.to_string(),
             assignor_version: None,
             assignor_error: None,
@@ -478,6 +487,8 @@ impl ConsumerGroup {
         group.group_epoch = stored.group_epoch;
         group.target_epoch = stored.target_epoch.min(stored.group_epoch);
         group.signature_known = false;
+        group.restored_topics_hash = stored.metadata_hash;
+        group.topics_hash = stored.metadata_hash;
         for (member_id, value) in stored.members {
             let current = stored.current.get(&member_id).cloned().unwrap_or_default();
             let regex =
@@ -541,7 +552,8 @@ impl ConsumerGroup {
     }
 
     fn save_epoch(&mut self) {
-        self.unsaved.push(ConsumerRecord::GroupEpoch(Some(self.group_epoch)));
+        let value = GroupEpochValue { epoch: self.group_epoch, metadata_hash: self.topics_hash };
+        self.unsaved.push(ConsumerRecord::GroupEpoch(Some(value)));
     }
 
     fn save_member(&mut self, member_id: &str) {
@@ -741,16 +753,25 @@ impl ConsumerGroup {
         }
         self.metadata_index = Some(image.applied_index);
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut subscribed = BTreeMap::new();
         for member in self.members.values() {
             member.member_id.hash(&mut hasher);
             for name in member.resolved(image) {
                 if let Some(topic) = image.topic(&name) {
-                    (name, topic.topic_id, topic.partitions.len()).hash(&mut hasher);
+                    (&name, topic.topic_id, topic.partitions.len()).hash(&mut hasher);
+                    subscribed.insert(name, (topic.topic_id, topic.partitions.len()));
                 }
             }
         }
         let signature = hasher.finish();
-        let changed = signature != self.subscription_signature && self.signature_known;
+        self.topics_hash = topics_hash(&subscribed);
+        let changed = if self.signature_known {
+            signature != self.subscription_signature
+        } else {
+            // Restored: the topics changed while no coordinator looked if the stored hash says
+            // so (records without one: nothing to compare, the look only records).
+            self.restored_topics_hash != 0 && self.restored_topics_hash != self.topics_hash
+        };
         self.subscription_signature = signature;
         self.signature_known = true;
         changed
@@ -1579,6 +1600,30 @@ fn sweep(
             drop(g);
             hand_over(groups, &group_id, &group, downgrade, downgrader);
         }
+    }
+}
+
+/// A stable hash (FNV-1a, 64 bits) of the subscribed topics' names, ids and partition counts,
+/// in name order: the same on every node and release, as it is stored. Never 0 (0 stands for
+/// "not known" in the record).
+fn topics_hash(subscribed: &BTreeMap<String, (TopicId, usize)>) -> i64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET_BASIS;
+    let mut eat = |bytes: &[u8]| {
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(PRIME);
+        }
+    };
+    for (name, (id, partitions)) in subscribed {
+        eat(&(name.len() as u32).to_be_bytes());
+        eat(name.as_bytes());
+        eat(id);
+        eat(&(*partitions as u32).to_be_bytes());
+    }
+    match hash as i64 {
+        0 => 1,
+        hash => hash,
     }
 }
 

@@ -28,6 +28,7 @@ fn groups() -> ConsumerGroups {
     ConsumerGroups::new(ConsumerGroupConfig { heartbeat_interval_ms: 100, ..Default::default() })
 }
 
+#[derive(Clone)]
 struct Client {
     id: String,
     epoch: i32,
@@ -424,6 +425,53 @@ fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
     assert_eq!((a.epoch, b.epoch), (ea, eb));
     assert_eq!(restored.describe("g").unwrap().group_epoch, before.group_epoch);
     assert_eq!(restored.describe("g").unwrap().state, ConsumerGroupState::Stable);
+}
+
+#[test]
+fn partitions_added_while_no_coordinator_looked_are_assigned_after_a_restore() {
+    // Proves the group epoch record carries the subscribed topics' hash (MetadataHash): a
+    // coordinator that restores the group and finds the topics changed (partitions added
+    // between the old coordinator's last look and its own first) bumps the epoch and assigns
+    // them; unchanged topics bump nothing; records without a hash (older ones) cannot tell.
+    let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
+    let g = groups();
+    let sink = written.clone();
+    g.set_store(Box::new(move |_, records| {
+        sink.lock().unwrap().extend(records);
+        Err(OffsetError::NotCoordinator { partition: 0 })
+    }));
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 4);
+    let now = Instant::now();
+    let (mut a, mut b) = (Client::new("a", &["t"]), Client::new("b", &["t"]));
+    for _ in 0..3 {
+        a.beat(&g, &image, now);
+        b.beat(&g, &image, now);
+    }
+    assert_eq!(a.count() + b.count(), 4);
+    let mut stored = None;
+    for record in written.lock().unwrap().drain(..) {
+        StoredConsumerGroup::apply(&mut stored, record);
+    }
+    let stored = stored.expect("records written");
+    assert_ne!(stored.metadata_hash, 0, "the epoch record carries the hash");
+    let epoch = stored.group_epoch;
+    let restore = |stored: StoredConsumerGroup, image: &MetadataImage| {
+        let restored = groups();
+        restored.restore(&|_| true, vec![("g".to_string(), stored)], now);
+        let (mut a2, mut b2) = (a.clone(), b.clone());
+        for _ in 0..3 {
+            a2.beat(&restored, image, now);
+            b2.beat(&restored, image, now);
+        }
+        (restored.describe("g").unwrap().group_epoch, a2.count() + b2.count())
+    };
+    assert_eq!(restore(stored.clone(), &image), (epoch, 4), "nothing changed: no bump");
+    let mut grown = MetadataImage::default();
+    topic(&mut grown, "t", 1, 6);
+    assert_eq!(restore(stored.clone(), &grown), (epoch + 1, 6), "the two new partitions are assigned");
+    let unhashed = StoredConsumerGroup { metadata_hash: 0, ..stored };
+    assert_eq!(restore(unhashed, &grown), (epoch, 4), "without a hash the change goes unseen");
 }
 
 /// A classic member (JoinGroup/SyncGroup/Heartbeat) as librdkafka's cooperative-sticky runs it.

@@ -153,6 +153,8 @@ impl GroupOffsets {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredConsumerGroup {
     pub group_epoch: i32,
+    /// The hash of the subscribed topics' metadata stored with the epoch (0: not known).
+    pub metadata_hash: i64,
     pub members: BTreeMap<String, ConsumerMemberValue>,
     pub target_epoch: i32,
     pub targets: BTreeMap<String, StoredPartitions>,
@@ -168,7 +170,10 @@ impl StoredConsumerGroup {
         }
         let group = stored.get_or_insert_with(StoredConsumerGroup::default);
         match record {
-            ConsumerRecord::GroupEpoch(Some(epoch)) => group.group_epoch = epoch,
+            ConsumerRecord::GroupEpoch(Some(value)) => {
+                group.group_epoch = value.epoch;
+                group.metadata_hash = value.metadata_hash;
+            }
             ConsumerRecord::GroupEpoch(None) => {}
             ConsumerRecord::TargetEpoch(epoch) => group.target_epoch = epoch.unwrap_or(0),
             ConsumerRecord::Member { member_id, value: Some(v) } => {
@@ -1140,7 +1145,7 @@ mod tests {
                 member_id: "m1".into(),
                 value: Some(ConsumerMemberValue { client_id: "c".into(), ..Default::default() }),
             },
-            ConsumerRecord::GroupEpoch(Some(5)),
+            ConsumerRecord::GroupEpoch(Some(crate::group::schema::GroupEpochValue { epoch: 5, metadata_hash: 0 })),
         ];
         let reload = |dir: &std::path::Path| {
             let (replicas, store) = open(dir);

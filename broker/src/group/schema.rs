@@ -88,8 +88,9 @@ pub type StoredPartitions = Vec<([u8; 16], Vec<i32>)>;
 /// tombstones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumerRecord {
-    /// Type 3, ConsumerGroupMetadata: the group epoch.
-    GroupEpoch(Option<i32>),
+    /// Type 3, ConsumerGroupMetadata: the group epoch and the hash of its subscribed topics'
+    /// metadata.
+    GroupEpoch(Option<GroupEpochValue>),
     /// Type 5, ConsumerGroupMemberMetadata.
     Member { member_id: String, value: Option<ConsumerMemberValue> },
     /// Type 6, ConsumerGroupTargetAssignmentMetadata: the target assignment's epoch.
@@ -100,11 +101,23 @@ pub enum ConsumerRecord {
     CurrentAssignment { member_id: String, value: Option<CurrentAssignmentValue> },
 }
 
+/// ConsumerGroupMetadataValue v0: the epoch and, in tagged field 0 (`MetadataHash`, Kafka 4.1,
+/// KIP-1101), a hash of the metadata of the topics the group subscribes to when the epoch was
+/// stored (0: not known). Runnel's hash is its own (`consumer::topics_hash`): a coordinator
+/// compares it only with hashes it computes itself, after a failover, to see whether topics
+/// changed while nobody coordinated the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupEpochValue {
+    pub epoch: i32,
+    pub metadata_hash: i64,
+}
+
 impl ConsumerRecord {
     /// Whether the record deletes its key (a null value).
     pub fn is_tombstone(&self) -> bool {
         match self {
-            ConsumerRecord::GroupEpoch(v) | ConsumerRecord::TargetEpoch(v) => v.is_none(),
+            ConsumerRecord::GroupEpoch(v) => v.is_none(),
+            ConsumerRecord::TargetEpoch(v) => v.is_none(),
             ConsumerRecord::Member { value, .. } => value.is_none(),
             ConsumerRecord::TargetMember { value, .. } => value.is_none(),
             ConsumerRecord::CurrentAssignment { value, .. } => value.is_none(),
@@ -209,7 +222,19 @@ impl OffsetsRecord {
                 let mut w = Writer::default();
                 w.i16(0);
                 let present = match record {
-                    ConsumerRecord::GroupEpoch(epoch) | ConsumerRecord::TargetEpoch(epoch) => epoch.map(|e| w.i32(e)),
+                    ConsumerRecord::GroupEpoch(value) => match value {
+                        Some(v) if v.metadata_hash != 0 => {
+                            w.i32(v.epoch);
+                            w.uvarint(1);
+                            w.uvarint(0);
+                            w.uvarint(8);
+                            w.i64(v.metadata_hash);
+                            return Ok((key.0, Some(w.0)));
+                        }
+                        Some(v) => Some(w.i32(v.epoch)),
+                        None => None,
+                    },
+                    ConsumerRecord::TargetEpoch(epoch) => epoch.map(|e| w.i32(e)),
                     ConsumerRecord::Member { member_id, value } => {
                         key.string(member_id)?;
                         match value {
@@ -366,7 +391,15 @@ fn decode_consumer_record(
         return Err(SchemaError::UnknownVersion { what: "consumer group value", version });
     }
     let record = match record_type {
-        3 => ConsumerRecord::GroupEpoch(Some(r.i32()?)),
+        3 => {
+            let epoch = r.i32()?;
+            let metadata_hash = match r.tagged_field(0)? {
+                Some(bytes) => Reader::new(bytes).i64()?,
+                None => 0,
+            };
+            r.finish()?;
+            return Ok(ConsumerRecord::GroupEpoch(Some(GroupEpochValue { epoch, metadata_hash })));
+        }
         6 => ConsumerRecord::TargetEpoch(Some(r.i32()?)),
         5 => {
             let instance_id = r.compact_string()?;
@@ -839,13 +872,21 @@ mod tests {
     fn consumer_group_records_use_kafkas_layout_and_round_trip() {
         // Proves the KIP-848 records: key = int16 record type + non-flexible key fields; value =
         // int16 version 0 + flexible fields + an empty tagged-field buffer; null = tombstone.
-        let epoch = OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(Some(5)) };
+        let epoch_value = |epoch, metadata_hash| Some(GroupEpochValue { epoch, metadata_hash });
+        let epoch =
+            OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(epoch_value(5, 0)) };
         let (key, value) = epoch.encode().unwrap();
         assert_eq!(key, vec![0, 3, 0, 1, b'g']);
         assert_eq!(value.as_deref(), Some(&[0, 0, 0, 0, 0, 5, 0][..]));
+        // With a metadata hash: Kafka 4.1's tagged field 0 (MetadataHash, int64).
+        let hashed =
+            OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(epoch_value(5, 42)) };
+        let (_, value) = hashed.encode().unwrap();
+        assert_eq!(value.as_deref(), Some(&[0, 0, 0, 0, 0, 5, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42][..]));
         let partitions = vec![([1; 16], vec![0, 2]), ([2; 16], vec![])];
         let records = vec![
             epoch,
+            hashed,
             OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(None) },
             OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::TargetEpoch(Some(7)) },
             OffsetsRecord::Consumer {
@@ -912,10 +953,10 @@ mod tests {
                 }
             }
         }
-        // A tagged field a newer Kafka adds (ConsumerGroupMetadataValue's MetadataHash, tag 0)
-        // is skipped.
-        let with_tag = [0, 0, 0, 0, 0, 5, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42];
-        let decoded = OffsetsRecord::decode(Some(&[0, 3, 0, 1, b'g']), Some(&with_tag)).unwrap();
-        assert_eq!(decoded, OffsetsRecord::Consumer { group: "g".into(), record: ConsumerRecord::GroupEpoch(Some(5)) });
+        // Other tagged fields (a newer Kafka's) are skipped.
+        let other_tag = [0, 0, 0, 0, 0, 5, 1, 3, 2, 7, 7];
+        let decoded = OffsetsRecord::decode(Some(&[0, 3, 0, 1, b'g']), Some(&other_tag)).unwrap();
+        let expected = ConsumerRecord::GroupEpoch(epoch_value(5, 0));
+        assert_eq!(decoded, OffsetsRecord::Consumer { group: "g".into(), record: expected });
     }
 }
