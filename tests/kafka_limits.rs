@@ -295,3 +295,46 @@ fn connections_max_idle_ms_closes_idle_connections_and_half_sent_frames() {
     let mut fresh = TcpStream::connect(node.kafka_addr).expect("connect");
     assert_eq!(api_versions(&mut fresh, 9, START_TIMEOUT), Answer::Answered(9));
 }
+
+#[test]
+fn max_connection_creation_rate_spaces_out_new_connections_except_on_the_inter_broker_listener() {
+    // Proves KIP-612's broker-wide connection creation rate: with 5 a second, 20 clients
+    // connecting at once to a client listener are all served, the last no sooner than three
+    // seconds after the first (a one-second burst of 5, then one every 200 ms), and the
+    // acceptor's waiting shows in its metric; the inter-broker listener is not throttled.
+    const RATE: usize = 5;
+    const CLIENTS: usize = 20;
+    let node = Runnel::start(&[
+        "--listeners",
+        "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "--listener-security-protocol-map",
+        "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "--inter-broker-listener-name",
+        "INTERNAL",
+        "--max-connection-creation-rate",
+        &RATE.to_string(),
+    ]);
+    let http = HttpApi::new(&node);
+    let burst = |addr: SocketAddr| {
+        let started = Instant::now();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut stream = TcpStream::connect(addr).expect("connect");
+                    api_versions(&mut stream, i as i32, START_TIMEOUT)
+                })
+            })
+            .collect();
+        for (i, client) in clients.into_iter().enumerate() {
+            assert_eq!(client.join().expect("client"), Answer::Answered(i as i32), "client {i}");
+        }
+        started.elapsed()
+    };
+    let throttled = "kafka_network_acceptor_throttle_seconds_total";
+    burst(node.listener("INTERNAL"));
+    assert_eq!(http.metric_sum(throttled), 0.0, "the inter-broker listener is not throttled");
+    let elapsed = burst(node.listener("EXTERNAL"));
+    let least = Duration::from_millis(((CLIENTS - RATE) * 1000 / RATE) as u64) - Duration::from_millis(200);
+    assert!(elapsed >= least, "{CLIENTS} connections at {RATE}/s took only {elapsed:?}");
+    assert!(http.metric_sum(throttled) > 2.0, "{}", http.metric_sum(throttled));
+}

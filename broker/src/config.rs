@@ -213,6 +213,11 @@ pub struct ServeArgs {
     /// closed [default: 600000].
     #[arg(long, env = "RUNNEL_CONNECTIONS_MAX_IDLE_MS")]
     pub connections_max_idle_ms: Option<u64>,
+    /// `max.connection.creation.rate` (KIP-612): new Kafka connections accepted per second
+    /// over every listener but the inter-broker one (a burst of one second's worth); beyond it
+    /// accepting waits and clients wait in the listen backlog [default: unbounded].
+    #[arg(long, env = "RUNNEL_MAX_CONNECTION_CREATION_RATE")]
+    pub max_connection_creation_rate: Option<u32>,
     /// `fetch.max.bytes`: record bytes of one Fetch response; a request's `max_bytes` is capped
     /// by it [default: 57671680].
     #[arg(long, env = "RUNNEL_FETCH_MAX_BYTES")]
@@ -423,6 +428,7 @@ struct FileConfig {
     queued_max_request_bytes: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
+    max_connection_creation_rate: Option<u32>,
     connections_max_idle_ms: Option<u64>,
     fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
@@ -1086,6 +1092,7 @@ fn resolve_connection_limits(
             .connections_max_idle_ms
             .or(file.connections_max_idle_ms)
             .unwrap_or(defaults.connections_max_idle_ms),
+        max_connection_creation_rate: args.max_connection_creation_rate.or(file.max_connection_creation_rate),
     };
     for (name, value) in [
         ("socket.request.max.bytes", socket_request_max_bytes as u64),
@@ -1093,6 +1100,7 @@ fn resolve_connection_limits(
         ("max.connections", limits.max_connections as u64),
         ("max.connections.per.ip", limits.max_connections_per_ip as u64),
         ("connections.max.idle.ms", limits.connections_max_idle_ms),
+        ("max.connection.creation.rate", limits.max_connection_creation_rate.map_or(1, u64::from)),
     ] {
         if value == 0 {
             return Err(ConfigFileError::NotPositive { name });

@@ -71,6 +71,7 @@ pub struct Metrics {
     pub expired_connections_killed: IntCounter,
     /// Time the acceptor waited for a free slot at `max.connections`.
     pub acceptor_blocked_seconds: Counter,
+    pub acceptor_throttle_seconds: Counter,
     /// Failed `accept`s per listener (`kafka`, `http`): out of descriptors, mostly.
     pub accept_errors: IntCounterVec,
     /// Appends a partition refused with KAFKA_STORAGE_ERROR (disk full, out of descriptors, I/O
@@ -402,6 +403,15 @@ impl Metrics {
                 let metric = Counter::new(
                     "kafka_network_acceptor_blocked_seconds_total",
                     "Time the Kafka listener stopped accepting because max.connections were open",
+                )
+                .expect("valid metric");
+                r.register(Box::new(metric.clone())).expect("unique metric");
+                metric
+            },
+            acceptor_throttle_seconds: {
+                let metric = Counter::new(
+                    "kafka_network_acceptor_throttle_seconds_total",
+                    "Time the Kafka listeners waited before accepting to keep to max.connection.creation.rate (KIP-612)",
                 )
                 .expect("valid metric");
                 r.register(Box::new(metric.clone())).expect("unique metric");

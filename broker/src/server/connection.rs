@@ -3,7 +3,8 @@
 //!
 //! Bounds (Kafka's settings, `ConnectionLimits`): at `max.connections` the acceptor stops
 //! accepting until a connection closes; a connection beyond `max.connections.per.ip` is closed
-//! as soon as it is accepted; `connections.max.idle.ms` without traffic closes a connection.
+//! as soon as it is accepted; past `max.connection.creation.rate` (KIP-612, every listener but
+//! the inter-broker one) the acceptor waits before the next accept; `connections.max.idle.ms` without traffic closes a connection.
 //! A frame's bytes are taken from the `queued.max.request.bytes` pool after its size is read
 //! and before its body is: while the pool is empty the connection reads nothing more (Kafka
 //! mutes it) and the bytes wait in the kernel's socket buffer. They go back to the pool when
@@ -200,6 +201,36 @@ struct Listener {
     slots: Arc<Semaphore>,
     /// Open connections per client address, for `max.connections.per.ip`.
     per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// `max.connection.creation.rate`, shared by every listener but the inter-broker one.
+    creation: Option<Mutex<CreationRate>>,
+}
+
+/// A token bucket of new connections (KIP-612's broker-wide connection creation rate): `rate`
+/// tokens a second, at most one second's worth saved up, one taken per accepted connection.
+struct CreationRate {
+    rate: f64,
+    tokens: f64,
+    updated: std::time::Instant,
+}
+
+impl CreationRate {
+    fn new(rate: u32) -> CreationRate {
+        let rate = f64::from(rate.max(1));
+        CreationRate { rate, tokens: rate, updated: std::time::Instant::now() }
+    }
+
+    /// Takes a token for a connection accepted at `now`; how long the acceptor waits before
+    /// the next one (zero while tokens are left).
+    fn charge(&mut self, now: std::time::Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.updated = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate) - 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
 }
 
 /// A connection's place in the per-address count, given back on drop.
@@ -246,6 +277,7 @@ pub async fn serve(
         pool: MemoryPool::new(limits.queued_max_request_bytes, broker.metrics.clone()),
         slots: Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS))),
         per_ip: Mutex::new(HashMap::new()),
+        creation: limits.max_connection_creation_rate.map(|rate| Mutex::new(CreationRate::new(rate))),
         limits,
     });
     let acceptors: Vec<_> = listeners
@@ -267,7 +299,16 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut accept_errors = AcceptErrors::new("kafka", &broker.metrics);
+    let mut throttle = Duration::ZERO;
     loop {
+        if !throttle.is_zero() {
+            broker.metrics.acceptor_throttle_seconds.inc_by(throttle.as_secs_f64());
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => return,
+                _ = tokio::time::sleep(throttle) => {}
+            }
+            throttle = Duration::ZERO;
+        }
         // max.connections: like Kafka's acceptor, wait for a free slot before accepting; the
         // clients that arrive meanwhile wait in the listen backlog.
         let slot = match shared.slots.clone().try_acquire_owned() {
@@ -294,6 +335,15 @@ async fn accept_loop(
         match accepted {
             Ok((stream, peer)) => {
                 accept_errors.accepted();
+                // max.connection.creation.rate (KIP-612): past the rate, the next accept waits
+                // (clients wait in the listen backlog); the inter-broker listener is exempt,
+                // as in Kafka, so replication never queues behind a reconnect storm.
+                throttle = match &shared.creation {
+                    Some(rate) if *security.name != *broker.settings.inter_broker_listener => {
+                        rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).charge(std::time::Instant::now())
+                    }
+                    _ => Duration::ZERO,
+                };
                 let Some(ip_slot) = shared.take_ip_slot(peer.ip()) else {
                     // Kafka closes it at once (TooManyConnectionsException).
                     broker.metrics.connections_rejected.with_label_values(&["max_connections_per_ip"]).inc();
@@ -701,4 +751,29 @@ fn frame_response<T: Encodable + 'static>(
     body.encode(&mut buf, version).map_err(encode_error)?;
     debug_assert_eq!(buf.len(), 4 + size);
     Ok(buf.into_frame())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_creation_rate_lets_a_seconds_burst_through_then_spaces_connections_out() {
+        let mut rate = CreationRate::new(5);
+        let start = rate.updated;
+        for _ in 0..5 {
+            assert_eq!(rate.charge(start), Duration::ZERO);
+        }
+        let wait = rate.charge(start);
+        assert!((wait.as_secs_f64() - 0.2).abs() < 1e-9, "{wait:?}");
+        // 400 ms later one more is due (the debt of 200 ms paid), not a new burst.
+        assert_eq!(rate.charge(start + Duration::from_millis(400)), Duration::ZERO);
+        assert!(rate.charge(start + Duration::from_millis(400)) > Duration::ZERO);
+        // Rested a minute: the bucket holds at most one second's worth.
+        let rested = start + Duration::from_secs(60);
+        for _ in 0..5 {
+            assert_eq!(rate.charge(rested), Duration::ZERO);
+        }
+        assert!(rate.charge(rested) > Duration::ZERO);
+    }
 }

@@ -94,6 +94,10 @@ pub struct ConnectionLimits {
     pub max_connections_per_ip: usize,
     /// `connections.max.idle.ms`: a connection that reads and writes nothing this long is closed.
     pub connections_max_idle_ms: u64,
+    /// `max.connection.creation.rate` (KIP-612): new connections per second over the
+    /// listeners other than the inter-broker one; beyond it accepting waits (`None`: unbounded,
+    /// Kafka's default).
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 impl Default for ConnectionLimits {
@@ -107,6 +111,7 @@ impl Default for ConnectionLimits {
             max_connections: 10_000,
             max_connections_per_ip: 10_000,
             connections_max_idle_ms: 600_000,
+            max_connection_creation_rate: None,
         }
     }
 }

@@ -280,6 +280,13 @@ fn describe_broker(settings: &ServerSettings, extra: &BrokerProperties) -> Vec<D
             "Connections allowed from one address.",
         ),
         (
+            "max.connection.creation.rate",
+            settings.connection_limits.max_connection_creation_rate.map_or(i32::MAX as u32, |r| r).to_string(),
+            Some("2147483647".to_string()),
+            ConfigType::Int,
+            "New connections per second over the listeners but the inter-broker one (KIP-612); beyond it accepting waits.",
+        ),
+        (
             "connections.max.idle.ms",
             settings.connection_limits.connections_max_idle_ms.to_string(),
             Some("600000".to_string()),
