@@ -417,6 +417,16 @@ impl OffsetStore {
         self.with_shard(partition, Cold::Start, |_, _| Ok(()))
     }
 
+    /// The shard slot of `partition` and the partition, if this node leads it (else
+    /// NOT_COORDINATOR).
+    fn led_slot(&self, partition: u32) -> Result<(Arc<Slot>, Arc<Partition>), OffsetError> {
+        let led = self.replicas.get(OFFSETS_TOPIC, partition).filter(|p| p.is_leader());
+        match (self.slot(partition), led) {
+            (Some(slot), Some(hosted)) => Ok((slot, hosted)),
+            _ => Err(OffsetError::NotCoordinator { partition }),
+        }
+    }
+
     /// Reads `partition` again from its log, because a group coordinator's memory may be ahead
     /// of it: a write of group records that did not reach the log (answered as an error) left
     /// its change in memory. Claims the load first, so requests that check the partition
@@ -425,12 +435,7 @@ impl OffsetStore {
     /// from the log (through the load listener). Waits for a load in flight to end first.
     /// Blocks: call it off the async workers.
     pub fn reload(&self, partition: u32, drop_groups: impl FnOnce()) -> Result<(), OffsetError> {
-        let slot = self.slot(partition).ok_or(OffsetError::NotCoordinator { partition })?;
-        let hosted = self
-            .replicas
-            .get(OFFSETS_TOPIC, partition)
-            .filter(|p| p.is_leader())
-            .ok_or(OffsetError::NotCoordinator { partition })?;
+        let (slot, hosted) = self.led_slot(partition)?;
         let leadership = leadership_of(&hosted);
         {
             let mut shard = slot.lock();
@@ -454,12 +459,7 @@ impl OffsetStore {
         cold: Cold,
         f: impl FnOnce(&mut Shard, &Arc<Partition>) -> Result<R, OffsetError>,
     ) -> Result<R, OffsetError> {
-        let slot = self.slot(partition).ok_or(OffsetError::NotCoordinator { partition })?;
-        let hosted = self
-            .replicas
-            .get(OFFSETS_TOPIC, partition)
-            .filter(|p| p.is_leader())
-            .ok_or(OffsetError::NotCoordinator { partition })?;
+        let (slot, hosted) = self.led_slot(partition)?;
         let leadership = leadership_of(&hosted);
         let mut shard = slot.lock();
         loop {
