@@ -297,11 +297,12 @@ fn connections_max_idle_ms_closes_idle_connections_and_half_sent_frames() {
 }
 
 #[test]
-fn max_connection_creation_rate_spaces_out_new_connections_except_on_the_inter_broker_listener() {
+fn max_connection_creation_rate_spaces_out_new_connections_broker_wide_and_per_listener() {
     // Proves KIP-612's broker-wide connection creation rate: with 5 a second, 20 clients
     // connecting at once to a client listener are all served, the last no sooner than three
     // seconds after the first (a one-second burst of 5, then one every 200 ms), and the
-    // acceptor's waiting shows in its metric; the inter-broker listener is not throttled.
+    // acceptor's waiting shows in its metric; the inter-broker listener is not throttled by
+    // the broker-wide rate, but is by a rate of its own.
     const RATE: usize = 5;
     const CLIENTS: usize = 20;
     let node = Runnel::start(&[
@@ -337,4 +338,11 @@ fn max_connection_creation_rate_spaces_out_new_connections_except_on_the_inter_b
     let least = Duration::from_millis(((CLIENTS - RATE) * 1000 / RATE) as u64) - Duration::from_millis(200);
     assert!(elapsed >= least, "{CLIENTS} connections at {RATE}/s took only {elapsed:?}");
     assert!(http.metric_sum(throttled) > 2.0, "{}", http.metric_sum(throttled));
+
+    // A listener's own rate (Kafka's listener prefix) applies to it, the inter-broker one too.
+    let own =
+        Runnel::start(&["--listener-config", &format!("listener.name.plaintext.max.connection.creation.rate={RATE}")]);
+    let elapsed = burst(own.kafka_addr);
+    assert!(elapsed >= least, "{CLIENTS} connections at the listener's {RATE}/s took only {elapsed:?}");
+    assert!(HttpApi::new(&own).metric_sum(throttled) > 2.0);
 }

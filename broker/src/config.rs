@@ -11,7 +11,7 @@ use crate::log::{ConfigError, LogConfig};
 use crate::security::acl::AuthorizerSettings;
 use crate::security::listeners::Listeners;
 use crate::security::sasl::SaslSettings;
-use crate::security::tls::{ClientAuth, TlsOverrides, TlsSettings};
+use crate::security::tls::{ClientAuth, TlsSettings};
 use crate::security::{HttpSecurity, SecurityConfig};
 use crate::server::ConnectionLimits;
 
@@ -633,15 +633,29 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         args.listener_config.clone()
     };
     let mut listener_tls = std::collections::BTreeMap::new();
-    for (name, overrides) in TlsOverrides::parse_all(&listener_config).map_err(ConfigFileError::Security)? {
+    let mut listener_creation_rates = std::collections::BTreeMap::new();
+    let overrides =
+        crate::security::listeners::parse_listener_configs(&listener_config).map_err(ConfigFileError::Security)?;
+    for (name, overrides) in overrides {
+        let lower = name.to_ascii_lowercase();
         if name != "CONTROLLER" && !listeners.listeners.iter().any(|l| l.name == name) {
             return Err(ConfigFileError::Security(format!(
-                "listener.name.{}.*: {name} is not in listeners (nor CONTROLLER)",
-                name.to_ascii_lowercase()
+                "listener.name.{lower}.*: {name} is not in listeners (nor CONTROLLER)"
             )));
         }
-        let settings = overrides.over(tls.as_ref(), reload_interval, &name).map_err(ConfigFileError::Security)?;
-        listener_tls.insert(name, settings);
+        if let Some(rate) = overrides.max_connection_creation_rate {
+            if name == "CONTROLLER" {
+                return Err(ConfigFileError::Security(format!(
+                    "listener.name.{lower}.max.connection.creation.rate: only Kafka listeners have one"
+                )));
+            }
+            listener_creation_rates.insert(name.clone(), rate);
+        }
+        if let Some(tls_overrides) = overrides.tls {
+            let settings =
+                tls_overrides.over(tls.as_ref(), reload_interval, &name).map_err(ConfigFileError::Security)?;
+            listener_tls.insert(name, settings);
+        }
     }
     for listener in listeners.listeners.iter().filter(|l| l.protocol.uses_tls()) {
         if tls.is_none() && !listener_tls.contains_key(&listener.name) {
@@ -777,6 +791,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         listeners,
         tls,
         listener_tls,
+        listener_creation_rates,
         inter_broker_sasl,
         sasl: SaslSettings { mechanisms, max_reauth_ms, failed_authentication_delay_ms },
         authorizer,
@@ -1288,6 +1303,21 @@ mod tests {
         assert!(error.contains("listener INTERNAL uses SSL: ssl.keystore.location"), "{error}");
         let error = refused(&["listener.name.external.ssl.client.auth=none"], true);
         assert!(error.contains("listener.name.external.ssl.keystore.location"), "{error}");
+        for rate in ["0", "fast", "-1"] {
+            let error = refused(&[&format!("listener.name.external.max.connection.creation.rate={rate}")], false);
+            assert!(error.contains("expected a positive whole number"), "{error}");
+        }
+        let error = refused(&["listener.name.controller.max.connection.creation.rate=5"], false);
+        assert!(error.contains("only Kafka listeners"), "{error}");
+
+        // A connection creation rate alone gives a listener no TLS settings of its own.
+        let args = ServeArgs {
+            listener_config: vec!["listener.name.internal.max.connection.creation.rate=50".into()],
+            ..base.clone()
+        };
+        let config = NodeConfig::resolve(&args).expect("valid");
+        assert_eq!(config.security.listener_creation_rates.get("INTERNAL"), Some(&50));
+        assert!(config.security.listener_tls.is_empty());
     }
 
     #[test]

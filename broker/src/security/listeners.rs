@@ -216,3 +216,53 @@ mod tests {
         assert_eq!(Listeners::parse(" ", None, None, None), Err(ListenerError::Empty));
     }
 }
+
+/// What one listener sets for itself with Kafka's listener prefix
+/// (`listener.name.<listener>.<property>=<value>`): its own TLS settings, and its own
+/// `max.connection.creation.rate` (KIP-612, on top of the broker-wide one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenerOverrides {
+    /// `Some` once any `ssl.*` property is given.
+    pub tls: Option<super::tls::TlsOverrides>,
+    pub max_connection_creation_rate: Option<u32>,
+}
+
+/// The properties a listener may set with the prefix.
+pub const LISTENER_PROPERTIES: [&str; 5] = [
+    "ssl.keystore.location",
+    "ssl.key.password",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "max.connection.creation.rate",
+];
+
+/// Parses `listener.name.<listener>.<property>=<value>` entries into each listener's overrides
+/// (upper-case names, as listener names are normalised).
+pub fn parse_listener_configs(entries: &[String]) -> Result<BTreeMap<String, ListenerOverrides>, String> {
+    let mut all: BTreeMap<String, ListenerOverrides> = BTreeMap::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let syntax =
+            || format!("invalid listener config {entry:?}: expected listener.name.<listener>.<property>=<value>");
+        let (key, value) = entry.split_once('=').ok_or_else(syntax)?;
+        let (key, value) = (key.trim(), value.trim());
+        let (listener, property) =
+            key.strip_prefix("listener.name.").and_then(|rest| rest.split_once('.')).ok_or_else(syntax)?;
+        if listener.is_empty() {
+            return Err(syntax());
+        }
+        let overrides = all.entry(listener.to_ascii_uppercase()).or_default();
+        if property == "max.connection.creation.rate" {
+            let rate = value.parse::<u32>().ok().filter(|r| *r > 0);
+            overrides.max_connection_creation_rate =
+                Some(rate.ok_or_else(|| format!("invalid {key} {value:?}: expected a positive whole number"))?);
+            continue;
+        }
+        if !overrides.tls.get_or_insert_with(Default::default).set(key, property, value)? {
+            return Err(format!(
+                "listener config {key}: {property} cannot be set per listener (these can: {})",
+                LISTENER_PROPERTIES.join(", ")
+            ));
+        }
+    }
+    Ok(all)
+}

@@ -36,6 +36,8 @@ pub struct SecurityConfig {
     /// The listeners (upper-case names, `CONTROLLER` among them) given settings of their own
     /// with `listener.name.<listener>.ssl.*`, resolved over `tls`.
     pub listener_tls: std::collections::BTreeMap<String, tls::TlsSettings>,
+    /// The listeners given `listener.name.<listener>.max.connection.creation.rate`.
+    pub listener_creation_rates: std::collections::BTreeMap<String, u32>,
     pub sasl: sasl::SaslSettings,
     pub authorizer: acl::AuthorizerSettings,
     /// `--add-scram`: users created at start unless they exist.
@@ -299,6 +301,7 @@ mod tests {
             listeners,
             tls: None,
             listener_tls: Default::default(),
+            listener_creation_rates: Default::default(),
             sasl: sasl::SaslSettings::default(),
             authorizer: acl::AuthorizerSettings::default(),
             bootstrap_users: Vec::new(),

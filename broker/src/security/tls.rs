@@ -11,7 +11,6 @@
 //! and used for new connections, open ones keep theirs; a file that no longer loads is logged
 //! and the last good configuration stays.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -73,40 +72,22 @@ pub const LISTENER_TLS_PROPERTIES: [&str; 4] =
     ["ssl.keystore.location", "ssl.key.password", "ssl.truststore.location", "ssl.client.auth"];
 
 impl TlsOverrides {
-    /// Parses `listener.name.<listener>.<property>=<value>` entries into the overrides of each
-    /// listener (upper case, as listener names are normalised).
-    pub fn parse_all(entries: &[String]) -> Result<BTreeMap<String, TlsOverrides>, String> {
-        let mut all: BTreeMap<String, TlsOverrides> = BTreeMap::new();
-        for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
-            let syntax =
-                || format!("invalid listener config {entry:?}: expected listener.name.<listener>.<property>=<value>");
-            let (key, value) = entry.split_once('=').ok_or_else(syntax)?;
-            let (listener, property) =
-                key.trim().strip_prefix("listener.name.").and_then(|rest| rest.split_once('.')).ok_or_else(syntax)?;
-            if listener.is_empty() {
-                return Err(syntax());
+    /// Sets `property` (an `ssl.*` name without the listener prefix) to `value`; `Ok(false)`
+    /// when it is not one a listener may set. `key` is the whole name, for errors.
+    pub fn set(&mut self, key: &str, property: &str, value: &str) -> Result<bool, String> {
+        match property {
+            "ssl.keystore.location" => self.keystore = Some(PathBuf::from(value)),
+            "ssl.key.password" => self.key_password = Some(KeyPassword(value.to_string())),
+            "ssl.truststore.location" => self.truststore = Some(PathBuf::from(value)),
+            "ssl.client.auth" => {
+                self.client_auth = Some(
+                    ClientAuth::parse(value)
+                        .ok_or_else(|| format!("invalid {key} {value:?}: expected none, requested or required"))?,
+                )
             }
-            let overrides = all.entry(listener.to_ascii_uppercase()).or_default();
-            let value = value.trim();
-            match property {
-                "ssl.keystore.location" => overrides.keystore = Some(PathBuf::from(value)),
-                "ssl.key.password" => overrides.key_password = Some(KeyPassword(value.to_string())),
-                "ssl.truststore.location" => overrides.truststore = Some(PathBuf::from(value)),
-                "ssl.client.auth" => {
-                    overrides.client_auth = Some(
-                        ClientAuth::parse(value)
-                            .ok_or_else(|| format!("invalid {key} {value:?}: expected none, requested or required"))?,
-                    )
-                }
-                other => {
-                    return Err(format!(
-                        "listener config {key}: {other} cannot be set per listener (these can: {})",
-                        LISTENER_TLS_PROPERTIES.join(", ")
-                    ))
-                }
-            }
+            _ => return Ok(false),
         }
-        Ok(all)
+        Ok(true)
     }
 
     /// The settings of `listener`: these over the node's `base`; an error when neither names a

@@ -300,6 +300,7 @@ async fn accept_loop(
 ) {
     let mut accept_errors = AcceptErrors::new("kafka", &broker.metrics);
     let mut throttle = Duration::ZERO;
+    let mut listener_rate = security.max_connection_creation_rate.map(CreationRate::new);
     loop {
         if !throttle.is_zero() {
             broker.metrics.acceptor_throttle_seconds.inc_by(throttle.as_secs_f64());
@@ -338,12 +339,16 @@ async fn accept_loop(
                 // max.connection.creation.rate (KIP-612): past the rate, the next accept waits
                 // (clients wait in the listen backlog); the inter-broker listener is exempt,
                 // as in Kafka, so replication never queues behind a reconnect storm.
-                throttle = match &shared.creation {
+                // A listener's own rate applies on top, to the inter-broker listener too.
+                let now = std::time::Instant::now();
+                let broker_wide = match &shared.creation {
                     Some(rate) if *security.name != *broker.settings.inter_broker_listener => {
-                        rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).charge(std::time::Instant::now())
+                        rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).charge(now)
                     }
                     _ => Duration::ZERO,
                 };
+                let own = listener_rate.as_mut().map_or(Duration::ZERO, |rate| rate.charge(now));
+                throttle = broker_wide.max(own);
                 let Some(ip_slot) = shared.take_ip_slot(peer.ip()) else {
                     // Kafka closes it at once (TooManyConnectionsException).
                     broker.metrics.connections_rejected.with_label_values(&["max_connections_per_ip"]).inc();

@@ -109,6 +109,7 @@ pub async fn bind(security: &SecurityConfig, tls: &NodeTls) -> Result<KafkaListe
             protocol: config.protocol,
             tls: if config.protocol.uses_tls() { tls.of(&config.name) } else { None },
             sasl: sasl.clone(),
+            max_connection_creation_rate: security.listener_creation_rates.get(&config.name).copied(),
         };
         bound.sockets.push((socket, listener_security));
         bound.addresses.push((config.name.clone(), addr));

@@ -27,6 +27,8 @@ pub struct ListenerSecurity {
     /// Present exactly when the protocol uses TLS.
     pub tls: Option<Arc<TlsContext>>,
     pub sasl: Arc<SaslSettings>,
+    /// `listener.name.<listener>.max.connection.creation.rate` (KIP-612).
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 impl ListenerSecurity {
@@ -36,6 +38,7 @@ impl ListenerSecurity {
             protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl: Arc::new(SaslSettings::default()),
+            max_connection_creation_rate: None,
         }
     }
 }
