@@ -251,6 +251,39 @@ fn an_answer_given_before_the_body_is_read_keeps_the_connection_usable() {
     assert!(headers.contains("connection: close"), "a body past the drain bound closes: {headers}");
 }
 
+#[test]
+fn logins_and_tokens_past_the_issue_rate_are_refused_with_retry_after() {
+    // Proves --http-token-issues-per-minute: each login and token is a write to the metadata
+    // quorum, so one principal gets at most that many a minute (logins and tokens together);
+    // the next is a 429 saying when to retry, and other principals are not held back.
+    let mut args = users(&["--http-token-issues-per-minute", "3"]);
+    args.extend_from_slice(&AUTHORIZER);
+    let node = Runnel::start(&args);
+    let anonymous = HttpApi::new(&node);
+    let login =
+        |user: &str| anonymous.post("/v1/login", &json!({"username": user, "password": format!("{user}-secret")}));
+    for _ in 0..2 {
+        assert_eq!(login("alice").status, 200);
+    }
+    let token = as_user(&node, "alice").post("/v1/tokens", &json!({"description": "ci"}));
+    assert_eq!(token.status, 201, "{}", token.text);
+    for refused in [login("alice"), as_user(&node, "alice").post("/v1/tokens", &json!({}))] {
+        assert_eq!(refused.status, 429, "{}", refused.text);
+        assert_eq!(refused.json["error_code"], 42902, "{}", refused.text);
+        let retry: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((1..=20).contains(&retry), "Retry-After {retry}");
+    }
+    assert_eq!(login("bob").status, 200, "another principal is not held back");
+    // What alice was issued still works.
+    assert_eq!(
+        HttpApi::new(&node)
+            .with_header("authorization", &format!("Bearer {}", token.json["token"].as_str().unwrap()))
+            .get("/v1/whoami")
+            .status,
+        200
+    );
+}
+
 /// Deletes `user`'s SCRAM-SHA-512 credential with AlterUserScramCredentials (PLAINTEXT
 /// listener, no authorizer).
 fn delete_user(node: &Runnel, user: &str) {

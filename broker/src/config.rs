@@ -146,6 +146,11 @@ pub struct ServeArgs {
     /// login [default: 100].
     #[arg(long, env = "RUNNEL_HTTP_TOKENS_MAX_PER_PRINCIPAL")]
     pub http_tokens_max_per_principal: Option<usize>,
+    /// Dashboard logins and API tokens one principal may be issued a minute on this node (each
+    /// is a write to the metadata quorum), a minute's worth at once; beyond it 429 with
+    /// Retry-After [default: 30].
+    #[arg(long, env = "RUNNEL_HTTP_TOKEN_ISSUES_PER_MINUTE")]
+    pub http_token_issues_per_minute: Option<u32>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -405,6 +410,7 @@ struct FileConfig {
     http_session_ms: Option<u64>,
     http_token_max_lifetime_ms: Option<u64>,
     http_tokens_max_per_principal: Option<usize>,
+    http_token_issues_per_minute: Option<u32>,
     authorizer_class_name: Option<String>,
     sasl_mechanism_inter_broker_protocol: Option<String>,
     inter_broker_sasl_username: Option<String>,
@@ -779,6 +785,11 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             .http_tokens_max_per_principal
             .or(file.http_tokens_max_per_principal)
             .unwrap_or(100)
+            .max(1),
+        token_issues_per_minute: args
+            .http_token_issues_per_minute
+            .or(file.http_token_issues_per_minute)
+            .unwrap_or(HttpSecurity::default().token_issues_per_minute)
             .max(1),
     };
     if http.tls && tls.is_none() {

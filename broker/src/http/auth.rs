@@ -36,6 +36,7 @@ use sha2::Digest;
 
 use super::error::ApiError;
 use crate::controller::{HttpToken, HttpTokenKind, MetadataImage, MetadataRecord};
+use crate::security::rate::TokenBucket;
 use crate::security::scram::{ScramCredential, ScramMechanism};
 use crate::security::{constant_time_eq, HttpSecurity, Principal};
 use crate::server::ClientContext;
@@ -56,6 +57,8 @@ const VERIFYING_MAX: usize = 2;
 const VERIFY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A node token's lifetime; the node replaces it when half of it is gone.
 const NODE_TOKEN_LIFETIME_MS: i64 = 3_600_000;
+/// Principals whose issue buckets are remembered before full ones are forgotten.
+const ISSUE_BUCKETS_PRUNE_AT: usize = 10_000;
 
 /// How a request authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +105,9 @@ pub struct HttpAuth {
     /// This node's token for its calls to the other nodes' HTTP APIs, and when it expires
     /// (replaced at half its life, or when a node refuses it).
     node_token: tokio::sync::Mutex<Option<(String, i64)>>,
+    /// Logins and tokens issued per principal: `token.issues.per.minute` buckets (only those
+    /// not full are kept).
+    issues: Mutex<HashMap<String, TokenBucket>>,
 }
 
 /// Why a password was not accepted.
@@ -120,7 +126,34 @@ impl HttpAuth {
             verified: Mutex::new(HashMap::new()),
             verifying: tokio::sync::Semaphore::new(VERIFYING_MAX),
             node_token: tokio::sync::Mutex::new(None),
+            issues: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts a login or token issued to `principal`, or refuses it (429 with Retry-After)
+    /// past `--http-token-issues-per-minute`.
+    pub fn count_issue(&self, principal: &str) -> Result<(), ApiError> {
+        let now = std::time::Instant::now();
+        let per_minute = f64::from(self.settings.token_issues_per_minute.max(1));
+        let mut issues = self.issues.lock().unwrap_or_else(|p| p.into_inner());
+        if issues.len() >= ISSUE_BUCKETS_PRUNE_AT {
+            issues.retain(|_, bucket| !bucket.is_full(now));
+        }
+        let bucket =
+            issues.entry(principal.to_string()).or_insert_with(|| TokenBucket::new(per_minute / 60.0, per_minute, now));
+        bucket.try_take(now).map_err(|wait| {
+            let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                42902,
+                format!(
+                    "{principal} was issued {} logins or tokens in the last minute, the most \
+                     --http-token-issues-per-minute allows: retry in {seconds} s",
+                    self.settings.token_issues_per_minute
+                ),
+            )
+            .with_retry_after(seconds)
+        })
     }
 
     /// Whether `password` is `user`'s (one of their SCRAM credentials). PBKDF2 runs on the

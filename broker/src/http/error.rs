@@ -34,11 +34,16 @@ pub struct ApiError {
     pub status: StatusCode,
     pub error_code: u32,
     pub message: String,
+    /// Seconds for a `Retry-After` header (a 429 or 503 that knows when to come back).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, error_code: u32, message: impl Into<String>) -> ApiError {
-        ApiError { status, error_code, message: message.into() }
+        ApiError { status, error_code, message: message.into(), retry_after: None }
+    }
+    pub fn with_retry_after(self, seconds: u64) -> ApiError {
+        ApiError { retry_after: Some(seconds), ..self }
     }
     pub fn unknown_topic(topic: &str) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, 40401, format!("topic '{topic}' not found"))
@@ -134,7 +139,12 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error_code: self.error_code, message: self.message })).into_response()
+        let mut response =
+            (self.status, Json(ErrorBody { error_code: self.error_code, message: self.message })).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

@@ -62,7 +62,8 @@ pub async fn whoami(State(http): State<super::State>, Extension(who): Extension<
 /// Logs in with a SCRAM user's name and password: sets the `runnel_session` cookie
 /// (`HttpOnly`, `SameSite=Strict`, `Secure` on HTTPS) that the dashboard's calls carry.
 #[utoipa::path(post, path = "/v1/login", tag = "v1", request_body = Login,
-    responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody),
+        (status = 429, description = "more logins and tokens than --http-token-issues-per-minute (Retry-After)", body = ErrorBody)))]
 pub async fn login(State(http): State<super::State>, JsonBody(login): JsonBody<Login>) -> ApiResult<Response> {
     let image = http.broker.controller.image();
     match http.auth.verify_password(&image, &login.username, &login.password).await {
@@ -73,6 +74,7 @@ pub async fn login(State(http): State<super::State>, JsonBody(login): JsonBody<L
         Err(PasswordRefused::Busy) => return Ok(super::auth::busy()),
     }
     let principal = format!("User:{}", login.username);
+    http.auth.count_issue(&principal)?;
     let expires_ms = now_ms().saturating_add(http.auth.settings.session_ms as i64);
     let (token, bearer) = new_token(&principal, HttpTokenKind::Session, expires_ms, "dashboard login");
     let id = token.id.clone();
@@ -229,6 +231,7 @@ pub async fn create_token(
             format!("{principal} holds {live} tokens, the most --http-tokens-max-per-principal allows: revoke one"),
         ));
     }
+    http.auth.count_issue(&principal)?;
     let expires_ms = now_ms().saturating_add(lifetime as i64);
     let (token, bearer) = new_token(&principal, HttpTokenKind::Api, expires_ms, &request.description);
     let issued = IssuedToken { token: bearer, info: info(&token) };

@@ -19,6 +19,7 @@
 
 pub mod acl;
 pub mod listeners;
+pub mod rate;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
@@ -64,6 +65,9 @@ pub struct HttpSecurity {
     pub token_max_lifetime_ms: u64,
     /// Unexpired API tokens per principal.
     pub tokens_max_per_principal: usize,
+    /// Logins and API tokens one principal may be issued a minute on a node (each is a write to
+    /// the metadata quorum); beyond it 429 with Retry-After.
+    pub token_issues_per_minute: u32,
     /// How long a wrong password waits for its 401 (`connection.failed.authentication.delay.ms`,
     /// as on the Kafka listeners).
     pub failed_authentication_delay_ms: u64,
@@ -77,6 +81,7 @@ impl Default for HttpSecurity {
             session_ms: 8 * 3_600_000,
             token_max_lifetime_ms: 7 * 24 * 3_600_000,
             tokens_max_per_principal: 100,
+            token_issues_per_minute: 30,
             failed_authentication_delay_ms: sasl::FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
         }
     }

@@ -33,6 +33,7 @@ use super::response::{pass_through_of, Frame, ResponseBuf};
 use super::session::{as_client, ClientContext, ListenerSecurity, Session};
 use super::{handlers, versions, Broker, ConnectionLimits};
 use crate::security::acl::Operation;
+use crate::security::rate::TokenBucket;
 use crate::security::Principal;
 
 /// The smallest allocation step of a frame body. A body buffer is sized by the bytes that have
@@ -202,35 +203,14 @@ struct Listener {
     /// Open connections per client address, for `max.connections.per.ip`.
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     /// `max.connection.creation.rate`, shared by every listener but the inter-broker one.
-    creation: Option<Mutex<CreationRate>>,
+    creation: Option<Mutex<TokenBucket>>,
 }
 
-/// A token bucket of new connections (KIP-612's broker-wide connection creation rate): `rate`
-/// tokens a second, at most one second's worth saved up, one taken per accepted connection.
-struct CreationRate {
-    rate: f64,
-    tokens: f64,
-    updated: std::time::Instant,
-}
-
-impl CreationRate {
-    fn new(rate: u32) -> CreationRate {
-        let rate = f64::from(rate.max(1));
-        CreationRate { rate, tokens: rate, updated: std::time::Instant::now() }
-    }
-
-    /// Takes a token for a connection accepted at `now`; how long the acceptor waits before
-    /// the next one (zero while tokens are left).
-    fn charge(&mut self, now: std::time::Instant) -> Duration {
-        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
-        self.updated = now;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate) - 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.tokens / self.rate)
-        }
-    }
+/// The bucket of `max.connection.creation.rate`: `rate` connections a second, a second's worth
+/// of burst.
+fn creation_rate(rate: u32) -> TokenBucket {
+    let rate = f64::from(rate.max(1));
+    TokenBucket::new(rate, rate, std::time::Instant::now())
 }
 
 /// A connection's place in the per-address count, given back on drop.
@@ -277,7 +257,7 @@ pub async fn serve(
         pool: MemoryPool::new(limits.queued_max_request_bytes, broker.metrics.clone()),
         slots: Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS))),
         per_ip: Mutex::new(HashMap::new()),
-        creation: limits.max_connection_creation_rate.map(|rate| Mutex::new(CreationRate::new(rate))),
+        creation: limits.max_connection_creation_rate.map(|rate| Mutex::new(creation_rate(rate))),
         limits,
     });
     let acceptors: Vec<_> = listeners
@@ -300,7 +280,7 @@ async fn accept_loop(
 ) {
     let mut accept_errors = AcceptErrors::new("kafka", &broker.metrics);
     let mut throttle = Duration::ZERO;
-    let mut listener_rate = security.max_connection_creation_rate.map(CreationRate::new);
+    let mut listener_rate = security.max_connection_creation_rate.map(creation_rate);
     loop {
         if !throttle.is_zero() {
             broker.metrics.acceptor_throttle_seconds.inc_by(throttle.as_secs_f64());
@@ -756,29 +736,4 @@ fn frame_response<T: Encodable + 'static>(
     body.encode(&mut buf, version).map_err(encode_error)?;
     debug_assert_eq!(buf.len(), 4 + size);
     Ok(buf.into_frame())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_creation_rate_lets_a_seconds_burst_through_then_spaces_connections_out() {
-        let mut rate = CreationRate::new(5);
-        let start = rate.updated;
-        for _ in 0..5 {
-            assert_eq!(rate.charge(start), Duration::ZERO);
-        }
-        let wait = rate.charge(start);
-        assert!((wait.as_secs_f64() - 0.2).abs() < 1e-9, "{wait:?}");
-        // 400 ms later one more is due (the debt of 200 ms paid), not a new burst.
-        assert_eq!(rate.charge(start + Duration::from_millis(400)), Duration::ZERO);
-        assert!(rate.charge(start + Duration::from_millis(400)) > Duration::ZERO);
-        // Rested a minute: the bucket holds at most one second's worth.
-        let rested = start + Duration::from_secs(60);
-        for _ in 0..5 {
-            assert_eq!(rate.charge(rested), Duration::ZERO);
-        }
-        assert!(rate.charge(rested) > Duration::ZERO);
-    }
 }
