@@ -147,6 +147,9 @@ impl Attributes {
     pub fn with_control(self, on: bool) -> Attributes {
         self.with_bit(Self::CONTROL, on)
     }
+    pub fn with_delete_horizon(self, on: bool) -> Attributes {
+        self.with_bit(Self::DELETE_HORIZON, on)
+    }
     pub fn with_timestamp_type(self, timestamp_type: TimestampType) -> Attributes {
         self.with_bit(Self::TIMESTAMP_TYPE, timestamp_type == TimestampType::LogAppendTime)
     }

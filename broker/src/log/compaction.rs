@@ -14,15 +14,18 @@
 //! transactions (the `.txnindex` ranges of their producers) neither enter the key map nor
 //! survive the rewrite, so an aborted value never replaces a committed one. A marker whose
 //! transaction kept no record here (an abort's data is always gone; a commit's values may all
-//! be superseded) goes once its segment is older than `delete.retention.ms`, as Kafka's cleaner
-//! removes markers of emptied transactions; other markers are kept. An abort marker goes only
+//! be superseded) goes once its delete horizon (below) has passed, as Kafka's cleaner removes
+//! markers of emptied transactions; other markers are kept. An abort marker goes only
 //! with its `.txnindex` entry: a consumer told of an aborted transaction skips its producer's
 //! batches until it reads the abort marker. So each cleaned segment's `.txnindex` is rewritten
 //! into `.cleaned/` and swapped in with the segment, in the same crash-safe commit.
 //!
-//! Tombstones (null values) are removed once their segment's newest timestamp is older than
-//! `delete.retention.ms`, giving consumers that long to see them. (Kafka 3.x measures from the
-//! first cleaning through a delete horizon stored in the batch; this is the older, simpler rule.)
+//! Tombstones (null values) and those markers go `delete.retention.ms` after the cleaning that
+//! first kept them, giving a consumer reading the log that long to see them (KIP-534, Kafka
+//! 3.x's rule): that cleaning rewrites their batch with a delete horizon (attribute bit 6, the
+//! base timestamp = now + `delete.retention.ms`); a later cleaning past the horizon drops them.
+//! The records' own timestamps play no part, so a backfill with old CreateTimes keeps its
+//! tombstones as long as fresh ones.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -54,7 +57,6 @@ struct Cleanable {
     /// segments holds one descriptor at a time.
     file: Arc<SegmentFile>,
     size: u64,
-    max_timestamp: i64,
 }
 
 /// A planned compaction of the closed segments of one log.
@@ -116,7 +118,6 @@ impl Log {
                 base_offset: s.base_offset(),
                 file: s.file().clone(),
                 size: s.size(),
-                max_timestamp: s.max_timestamp(),
             })
             .collect();
         if cleanable.is_empty() {
@@ -202,22 +203,35 @@ impl CompactionJob {
         // starts at the log's first segment, so it sees every batch before each marker.
         let mut transaction_kept: HashMap<i64, bool> = HashMap::new();
         for segment in &self.segments {
-            let tombstones_expire = segment.max_timestamp < self.now_ms - self.delete_retention_ms;
+            let horizon_from_now = self.now_ms.saturating_add(self.delete_retention_ms);
             let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms, &self.open_files)
                 .map_err(io)?;
             let mut removed_aborts: Vec<(i64, i64)> = Vec::new();
             for_each_batch(segment, |header, batch| {
+                // The batch's delete horizon (KIP-534), if a cleaning set one, and whether it passed.
+                let horizon = header.attributes.has_delete_horizon().then_some(header.base_timestamp);
+                let horizon_passed = horizon.is_some_and(|h| self.now_ms >= h);
                 if header.attributes.is_control() {
                     let kept_data = transaction_kept.remove(&header.producer_id).unwrap_or(false);
                     let marker = EndTxnMarker::of_batch(batch.bytes());
-                    if marker.is_some() && !kept_data && tombstones_expire {
+                    if marker.is_none() || kept_data || horizon.is_some() && !horizon_passed {
+                        return write_batch(&mut out, batch.bytes()).map_err(io);
+                    }
+                    if horizon_passed {
                         if marker.is_some_and(|m| m.control == ControlType::Abort) {
                             removed_aborts.push((header.producer_id, header.base_offset));
                         }
                         stats.records_read += 1;
                         return Ok(());
                     }
-                    return write_batch(&mut out, batch.bytes()).map_err(io);
+                    // An emptied transaction's marker, first seen: it stays until its horizon.
+                    let rebuilt = rebuild(
+                        header,
+                        batch,
+                        batch.records().map_err(LogError::CorruptBatch)?.iter(),
+                        Some(horizon_from_now),
+                    )?;
+                    return write_batch(&mut out, rebuilt.bytes()).map_err(io);
                 }
                 let transactional = header.attributes.is_transactional();
                 if self.is_aborted(header) {
@@ -229,38 +243,24 @@ impl CompactionJob {
                 stats.records_read += records.len() as u64;
                 let keep = |r: &super::records::Record| {
                     let newest = r.key.as_ref().is_none_or(|k| latest.get(k) == Some(&r.offset));
-                    newest && !(r.value.is_none() && tombstones_expire)
+                    newest && !(r.value.is_none() && horizon_passed)
                 };
                 let kept: Vec<_> = records.iter().filter(|r| keep(r)).collect();
                 stats.records_kept += kept.len() as u64;
                 if transactional {
                     *transaction_kept.entry(header.producer_id).or_insert(false) |= !kept.is_empty();
                 }
-                if kept.len() == records.len() {
+                // Tombstones kept for the first time get the horizon they may be dropped at;
+                // kept ones keep theirs.
+                let tombstones = kept.iter().any(|r| r.value.is_none());
+                let wanted_horizon = if tombstones { horizon.or(Some(horizon_from_now)) } else { None };
+                if kept.len() == records.len() && wanted_horizon == horizon {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }
                 if kept.is_empty() {
                     return Ok(());
                 }
-                let mut builder = BatchBuilder::new(batch.compression())
-                    .base_offset(header.base_offset)
-                    .producer(header.producer_id, header.producer_epoch, header.base_sequence)
-                    .transactional(header.attributes.is_transactional())
-                    .timestamp_type(header.attributes.timestamp_type())
-                    .partition_leader_epoch(header.partition_leader_epoch)
-                    .last_offset_delta(header.last_offset_delta);
-                for record in kept {
-                    let headers: Vec<(&str, Option<&[u8]>)> =
-                        record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
-                    builder.push_at(
-                        (record.offset - header.base_offset) as i32,
-                        record.timestamp,
-                        record.key.as_deref(),
-                        record.value.as_deref(),
-                        &headers,
-                    );
-                }
-                let rebuilt = builder.build().map_err(LogError::CorruptBatch)?;
+                let rebuilt = rebuild(header, batch, kept.into_iter(), wanted_horizon)?;
                 write_batch(&mut out, rebuilt.bytes()).map_err(io)
             })?;
             let indexed: Vec<AbortedTxn> =
@@ -277,6 +277,38 @@ impl CompactionJob {
         }
         Ok(CompactionResult { dir: self.dir, cleaned, stats })
     }
+}
+
+/// `batch` with only `records` (at their offsets and timestamps), and a delete horizon if given.
+fn rebuild<'a>(
+    header: &BatchHeader,
+    batch: &RecordBatch,
+    records: impl Iterator<Item = &'a super::records::Record>,
+    delete_horizon: Option<i64>,
+) -> Result<RecordBatch, LogError> {
+    let mut builder = BatchBuilder::new(batch.compression())
+        .base_offset(header.base_offset)
+        .producer(header.producer_id, header.producer_epoch, header.base_sequence)
+        .transactional(header.attributes.is_transactional())
+        .control(header.attributes.is_control())
+        .timestamp_type(header.attributes.timestamp_type())
+        .partition_leader_epoch(header.partition_leader_epoch)
+        .last_offset_delta(header.last_offset_delta);
+    if let Some(horizon) = delete_horizon {
+        builder = builder.delete_horizon(horizon);
+    }
+    for record in records {
+        let headers: Vec<(&str, Option<&[u8]>)> =
+            record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        builder.push_at(
+            (record.offset - header.base_offset) as i32,
+            record.timestamp,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &headers,
+        );
+    }
+    builder.build().map_err(LogError::CorruptBatch)
 }
 
 fn for_each_batch(

@@ -1207,6 +1207,57 @@ fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_valu
 }
 
 #[test]
+fn a_tombstone_lives_delete_retention_ms_after_the_cleaning_that_first_kept_it() {
+    // Proves KIP-534's delete horizon: a tombstone whose CreateTime is a day old (a backfill)
+    // survives the first cleaning, which rewrites its batch with a horizon of now +
+    // delete.retention.ms (attribute bit 6, base timestamp = the horizon; the records'
+    // timestamps read back unchanged), also across a reopen; a cleaning before the horizon
+    // keeps it, one after drops it. Under the old rule (segment timestamps) the first cleaning
+    // dropped it.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        delete_retention_ms: 1_000,
+        min_compaction_lag_ms: 0,
+        ..LogConfig::default()
+    };
+    let day_old = T0 - 86_400_000;
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let append = |log: &mut Log, key: &str, value: Option<&str>| {
+        log.append_as_leader(&batch(Compression::None, &[(Some(key), value)], day_old), 0, AppendOrigin::Client)
+            .unwrap();
+    };
+    append(&mut log, "k", Some("v"));
+    append(&mut log, "k", None); // 1: the tombstone
+    append(&mut log, "other", Some("x"));
+    log.roll().unwrap();
+    append(&mut log, "pad", Some("pad"));
+    let tombstone_batch = |log: &Log| {
+        let fetched = log.read(0, 1 << 20, i64::MAX).unwrap();
+        BatchIter::new(fetched).map(|b| b.unwrap()).find(|b| b.header().base_offset == 1)
+    };
+
+    log.compact().unwrap().expect("cleanable");
+    let kept = tombstone_batch(&log).expect("the tombstone survives its first cleaning");
+    assert!(kept.header().attributes.has_delete_horizon());
+    assert_eq!(kept.header().base_timestamp, T0 + 1_000, "the horizon: now + delete.retention.ms");
+    let records = kept.records().unwrap();
+    assert_eq!((records[0].value.is_none(), records[0].timestamp), (true, day_old), "its timestamp unchanged");
+    log.close().unwrap();
+    let mut log = open(dir.path(), config, &clock);
+    clock.advance(999);
+    log.compact().unwrap().expect("cleanable");
+    assert!(tombstone_batch(&log).is_some(), "before the horizon it stays");
+    assert_eq!(tombstone_batch(&log).unwrap().header().base_timestamp, T0 + 1_000, "the horizon is kept");
+    clock.advance(1);
+    log.compact().unwrap().expect("cleanable");
+    assert!(tombstone_batch(&log).is_none(), "past the horizon it goes");
+    let left: Vec<i64> = read_all(&log, 0).into_iter().map(|r| r.0).collect();
+    assert_eq!(left, vec![2, 3]);
+}
+
+#[test]
 fn compaction_removes_markers_of_emptied_transactions_once_delete_retention_passed() {
     // Proves the cleaner's marker rule: the commit marker of a transaction whose only value was
     // superseded, and an abort marker (its data always goes), go once their segment is older

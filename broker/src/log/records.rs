@@ -731,6 +731,15 @@ impl BatchBuilder {
         self
     }
 
+    /// Marks the batch with a delete horizon (KIP-534, the cleaner's): attribute bit 6 set and
+    /// the base timestamp is `horizon_ms`, record timestamps deltas from it (so they read back
+    /// unchanged). Call before pushing records.
+    pub fn delete_horizon(mut self, horizon_ms: i64) -> Self {
+        self.attributes = self.attributes.with_delete_horizon(true);
+        self.base_timestamp = Some(horizon_ms);
+        self
+    }
+
     /// Fixes `last_offset_delta` independently of the records: compaction keeps the original so
     /// that the batch still covers the offsets it covered before.
     pub fn last_offset_delta(mut self, last_offset_delta: i32) -> Self {
@@ -804,8 +813,10 @@ impl BatchBuilder {
             (None, None) => 0,
         };
         let (base_timestamp, max_timestamp) = match self.base_timestamp {
-            Some(base_timestamp) => (base_timestamp, self.max_timestamp),
-            None => (NO_TIMESTAMP, NO_TIMESTAMP),
+            Some(base_timestamp) if record_count > 0 => (base_timestamp, self.max_timestamp),
+            // A delete horizon stands in the base timestamp even of an empty batch.
+            Some(horizon) if self.attributes.has_delete_horizon() => (horizon, NO_TIMESTAMP),
+            _ => (NO_TIMESTAMP, NO_TIMESTAMP),
         };
 
         let mut buf = self.buf;
