@@ -114,11 +114,7 @@ impl Log {
                 next <= first_unstable
             })
             .take_while(|s| s.max_timestamp() <= now_ms - config.min_compaction_lag_ms)
-            .map(|s| Cleanable {
-                base_offset: s.base_offset(),
-                file: s.file().clone(),
-                size: s.size(),
-            })
+            .map(|s| Cleanable { base_offset: s.base_offset(), file: s.file().clone(), size: s.size() })
             .collect();
         if cleanable.is_empty() {
             return None;

@@ -4,7 +4,8 @@
 //! Bounds (Kafka's settings, `ConnectionLimits`): at `max.connections` the acceptor stops
 //! accepting until a connection closes; a connection beyond `max.connections.per.ip` is closed
 //! as soon as it is accepted; past `max.connection.creation.rate` (KIP-612, every listener but
-//! the inter-broker one) the acceptor waits before the next accept; `connections.max.idle.ms` without traffic closes a connection.
+//! the inter-broker one) the acceptor waits before the next accept; `connections.max.idle.ms`
+//! without traffic closes a connection.
 //! A frame's bytes are taken from the `queued.max.request.bytes` pool after its size is read
 //! and before its body is: while the pool is empty the connection reads nothing more (Kafka
 //! mutes it) and the bytes wait in the kernel's socket buffer. They go back to the pool when
