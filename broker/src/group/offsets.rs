@@ -621,12 +621,10 @@ impl OffsetStore {
 
     /// Appends a consumer-protocol group's records as one batch (the consumer group state
     /// machine calls it, under the group's lock, so batches follow the order of its changes);
-    /// the returned [`Replicated`] resolves once the ISR has them. While the shard loads it
-    /// answers `LoadInProgress` at once instead of waiting: a load may need the group's lock
-    /// (a reload drops the partition's groups first, and a load replaces them).
+    /// the returned [`Replicated`] resolves once the ISR has them. Blocks while the shard loads.
     pub fn store_consumer_records(&self, group: &str, records: Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> {
         let partition = self.partition_of(group);
-        self.with_shard(partition, Cold::Start, |shard, hosted| {
+        self.with_shard(partition, Cold::Wait, |shard, hosted| {
             // A group id has one type: consumer-group records replace any classic metadata.
             let converts = records.iter().any(|r| !r.is_tombstone());
             let mut batch =
@@ -678,34 +676,33 @@ impl OffsetStore {
             if self.replicas.get(OFFSETS_TOPIC, partition).is_none_or(|p| !p.is_leader()) {
                 continue;
             }
-            let candidates = self.with_shard(partition, Cold::Wait, |shard, _| {
-                Ok(shard
+            let outcome = self.with_shard(partition, Cold::Wait, |shard, hosted| {
+                let candidates: Vec<String> = shard
                     .groups
                     .iter()
                     .filter(|(_, g)| g.offsets.values().any(is_old))
                     .map(|(name, _)| name.clone())
-                    .collect::<Vec<String>>())
-            });
-            // Each group's tombstones are computed and written inside its gate (the group's lock,
-            // then the shard's: the lock order of every group write), without waiting for a
-            // load (a load restores groups under their locks): a loading shard waits for the
-            // next sweep.
-            for group in candidates.unwrap_or_default() {
-                let mut written = Ok(0);
-                let ran = gate.run_if_empty(&group, &mut || {
-                    written = self.with_shard(partition, Cold::Start, |shard, hosted| {
-                        let Some(records) = expiry_tombstones(shard, &group, is_old) else { return Ok(0) };
-                        let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
-                        write_all(shard, hosted, partition, records)?;
-                        Ok(offsets)
+                    .collect();
+                let mut count = 0;
+                for group in candidates {
+                    let Some(records) = expiry_tombstones(shard, &group, is_old) else { continue };
+                    let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
+                    let mut pending = Some(records);
+                    let mut written = Ok(());
+                    let ran = gate.run_if_empty(&group, &mut || {
+                        if let Some(records) = pending.take() {
+                            written = write_all(shard, hosted, partition, records);
+                        }
                     });
-                });
-                match (ran, written) {
-                    (true, Ok(offsets)) => expired += offsets,
-                    (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
-                    (false, _) => {}
+                    match (ran, written) {
+                        (true, Ok(())) => count += offsets,
+                        (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
+                        (false, _) => {}
+                    }
                 }
-            }
+                Ok(count)
+            });
+            expired += outcome.unwrap_or(0);
         }
         expired
     }
@@ -889,11 +886,8 @@ fn append(
     Ok(Replicated { partition: hosted.clone(), required_offset: info.last_offset + 1, leader_epoch })
 }
 
-/// Loads `hosted` into `slot`, ends the slot's load and wakes its waiters, whether the read
-/// worked or not. The load listener (which restores the groups of the memberships, taking their
-/// locks) runs with the slot's mutex released but the load still claimed, so requests wait for
-/// it or are answered COORDINATOR_LOAD_IN_PROGRESS. **Lock order:** a group's lock, then the
-/// slot's mutex, never the reverse (a heartbeat stores its records under its group's lock).
+/// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
+/// wakes its waiters, whether the read worked or not.
 fn load_into(
     slot: &Slot,
     hosted: &Partition,
@@ -905,47 +899,35 @@ fn load_into(
     let started = std::time::Instant::now();
     let loaded = load(hosted);
     let mut shard = slot.lock();
-    let result = match loaded {
-        Ok((groups, open_txns)) => {
-            shard.groups = groups;
-            shard.open_txns = open_txns;
-            shard.pending.clear();
-            let group_count = shard.groups.len();
-            let restored = on_load.map(|_| {
-                let stored: Vec<_> =
-                    shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
-                let consumer_groups: Vec<_> =
-                    shard.groups.iter().filter_map(|(name, g)| g.consumer.clone().map(|c| (name.clone(), c))).collect();
-                (stored, consumer_groups)
-            });
-            drop(shard);
-            if let (Some(listener), Some((stored, consumer_groups))) = (on_load, restored) {
-                let partition = hosted.index();
-                listener(Loaded {
-                    partition,
-                    maps_here: &|group| partition_for(group, partitions) == partition,
-                    groups: stored,
-                    consumer_groups,
-                });
-            }
-            shard = slot.lock();
-            if shard.loading == Some(leadership) {
-                shard.loaded_from = Some(leadership);
-            }
-            loads.fetch_add(1, Ordering::AcqRel);
-            tracing::debug!(
-                partition = hosted.index(),
-                groups = group_count,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "loaded __consumer_offsets partition"
-            );
-            Ok(())
-        }
-        Err(error) => Err(error),
-    };
     if shard.loading == Some(leadership) {
         shard.loading = None;
     }
+    let result = loaded.map(|(groups, open_txns)| {
+        shard.groups = groups;
+        shard.open_txns = open_txns;
+        shard.pending.clear();
+        shard.loaded_from = Some(leadership);
+        if let Some(listener) = on_load {
+            let partition = hosted.index();
+            let stored =
+                shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
+            let consumer_groups =
+                shard.groups.iter().filter_map(|(name, g)| g.consumer.clone().map(|c| (name.clone(), c))).collect();
+            listener(Loaded {
+                partition,
+                maps_here: &|group| partition_for(group, partitions) == partition,
+                groups: stored,
+                consumer_groups,
+            });
+        }
+        loads.fetch_add(1, Ordering::AcqRel);
+        tracing::debug!(
+            partition = hosted.index(),
+            groups = shard.groups.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded __consumer_offsets partition"
+        );
+    });
     drop(shard);
     slot.load_ended.notify_all();
     result
