@@ -95,6 +95,9 @@ struct Shard {
     loaded_from: Option<Leadership>,
     /// The leadership a load is reading for right now (the mutex is not held by it).
     loading: Option<Leadership>,
+    /// A reload is about to drop the partition's groups ([`OffsetStore::reload`]): new
+    /// requests are held off (`Cold::Start` answers `LoadInProgress`).
+    reload_pending: bool,
     groups: HashMap<String, GroupOffsets>,
     /// Writes in the leader's log not yet below its high watermark, in log order: (the offset
     /// after the batch, its records, the producer id of a transactional commit). Applied by
@@ -116,6 +119,15 @@ struct Slot {
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, Shard> {
         self.shard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shard, once no load is reading into it.
+    fn lock_between_loads(&self) -> MutexGuard<'_, Shard> {
+        let mut shard = self.lock();
+        while shard.loading.is_some() {
+            shard = self.load_ended.wait(shard).unwrap_or_else(|p| p.into_inner());
+        }
+        shard
     }
 }
 
@@ -429,23 +441,23 @@ impl OffsetStore {
 
     /// Reads `partition` again from its log, because a group coordinator's memory may be ahead
     /// of it: a write of group records that did not reach the log (answered as an error) left
-    /// its change in memory. Claims the load first, so requests that check the partition
-    /// ([`OffsetStore::require_loaded`]) are answered COORDINATOR_LOAD_IN_PROGRESS; then
-    /// `drop_groups` takes the partition's groups out of memory, and the load restores them
-    /// from the log (through the load listener). Waits for a load in flight to end first.
-    /// Blocks: call it off the async workers.
+    /// its change in memory. First the shard is marked `reload_pending`: new requests that
+    /// check the partition ([`OffsetStore::require_loaded`], every `Cold::Start` use) are
+    /// answered COORDINATOR_LOAD_IN_PROGRESS, while writes already under a group's lock go on
+    /// (they do not wait: `drop_groups` takes group locks). Then `drop_groups` takes the
+    /// partition's groups out of memory, and a load restores them from the log (through the
+    /// load listener), what those writes appended included. Blocks: call it off the async
+    /// workers.
     pub fn reload(&self, partition: u32, drop_groups: impl FnOnce()) -> Result<(), OffsetError> {
         let (slot, hosted) = self.led_slot(partition)?;
-        let leadership = leadership_of(&hosted);
-        {
-            let mut shard = slot.lock();
-            while shard.loading.is_some() {
-                shard = slot.load_ended.wait(shard).unwrap_or_else(|p| p.into_inner());
-            }
-            shard.loaded_from = None;
-            shard.loading = Some(leadership);
-        }
+        slot.lock_between_loads().reload_pending = true;
         drop_groups();
+        {
+            let mut shard = slot.lock_between_loads();
+            shard.reload_pending = false;
+            shard.loaded_from = None;
+            shard.loading = Some(leadership_of(&hosted));
+        }
         load_into(&slot, &hosted, &self.loads, self.on_load.get(), self.partition_count())
     }
 
@@ -464,6 +476,9 @@ impl OffsetStore {
         let mut shard = slot.lock();
         loop {
             if shard.loaded_from == Some(leadership) {
+                if shard.reload_pending && cold == Cold::Start {
+                    return Err(OffsetError::LoadInProgress { partition });
+                }
                 shard.settle(hosted.high_watermark());
                 return f(&mut shard, &hosted);
             }
