@@ -429,8 +429,10 @@ struct ConsumerGroup {
     /// epoch (ConsumerGroupMetadata's MetadataHash), so a coordinator that restores the group
     /// sees whether they changed meanwhile.
     topics_hash: i64,
-    /// The hash the restored records carried (0: none), compared at the first look.
-    restored_topics_hash: i64,
+    /// Restored from records, whose member-by-member subscription signature is not stored:
+    /// the hash they carried (0: none), compared at the first look, which then records the
+    /// signature. `None` once looked at (or for a group made here).
+    restored_topics_hash: Option<i64>,
     assignor: String,
     assignor_version: Option<u64>,
     assignor_error: Option<String>,
@@ -440,9 +442,6 @@ struct ConsumerGroup {
     /// Removed from the map (deleted, resigned, converted): a heartbeat holding it must not
     /// bring it back.
     gone: bool,
-    /// Restored from records, whose subscription signature is not stored: the first look
-    /// records it without bumping the epoch.
-    signature_known: bool,
     /// Records of the changes not stored yet (flushed, under the lock, by every operation).
     unsaved: Vec<ConsumerRecord>,
     /// Names of the topics assignments were computed over (from each assignment job).
@@ -462,14 +461,13 @@ impl ConsumerGroup {
             subscription_signature: 0,
             metadata_index: None,
             topics_hash: 0,
-            restored_topics_hash: 0,
+            restored_topics_hash: None,
             assignor: default_assignor.to_string(),
             assignor_version: None,
             assignor_error: None,
             assigned_ms: 0,
             target_installed_at: None,
             gone: false,
-            signature_known: true,
             unsaved: Vec::new(),
             topic_names: HashMap::new(),
         }
@@ -486,8 +484,7 @@ impl ConsumerGroup {
         let mut group = ConsumerGroup::new(group_id, default_assignor);
         group.group_epoch = stored.group_epoch;
         group.target_epoch = stored.target_epoch.min(stored.group_epoch);
-        group.signature_known = false;
-        group.restored_topics_hash = stored.metadata_hash;
+        group.restored_topics_hash = Some(stored.metadata_hash);
         group.topics_hash = stored.metadata_hash;
         for (member_id, value) in stored.members {
             let current = stored.current.get(&member_id).cloned().unwrap_or_default();
@@ -765,15 +762,13 @@ impl ConsumerGroup {
         }
         let signature = hasher.finish();
         self.topics_hash = topics_hash(&subscribed);
-        let changed = if self.signature_known {
-            signature != self.subscription_signature
-        } else {
+        let changed = match self.restored_topics_hash.take() {
+            None => signature != self.subscription_signature,
             // Restored: the topics changed while no coordinator looked if the stored hash says
             // so (records without one: nothing to compare, the look only records).
-            self.restored_topics_hash != 0 && self.restored_topics_hash != self.topics_hash
+            Some(stored) => stored != 0 && stored != self.topics_hash,
         };
         self.subscription_signature = signature;
-        self.signature_known = true;
         changed
     }
 

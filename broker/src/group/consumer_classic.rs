@@ -407,7 +407,7 @@ impl ConsumerGroups {
         for id in &ids {
             group.save_current(id);
         }
-        group.signature_known = false;
+        group.restored_topics_hash = Some(0);
         #[cfg(any(test, debug_assertions))]
         group.check_invariants();
         let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());

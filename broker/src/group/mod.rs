@@ -201,8 +201,8 @@ impl Reloads {
     /// Schedules the reload of `partition` after a write of its group records failed with
     /// `error` (called under a group's lock: the reload runs on another thread, as it takes
     /// every group's). **Invariant:** the coordinator's memory is never ahead of the log past
-    /// a failed write; between the write and the reload requests for the partition's groups
-    /// are answered COORDINATOR_LOAD_IN_PROGRESS once the load is claimed.
+    /// a failed write; between the write and the reload new requests for the partition's groups
+    /// are answered COORDINATOR_LOAD_IN_PROGRESS once `OffsetStore::reload` marks the shard.
     fn reload_after_failed_write(&self, partition: u32, error: &offsets::OffsetError) {
         if matches!(error, offsets::OffsetError::NotCoordinator { .. }) {
             // Not the leader: the resignation drops the groups.

@@ -105,7 +105,7 @@ pub struct HttpAuth {
     /// This node's token for its calls to the other nodes' HTTP APIs, and when it expires
     /// (replaced at half its life, or when a node refuses it).
     node_token: tokio::sync::Mutex<Option<(String, i64)>>,
-    /// Logins and tokens issued per principal: `token.issues.per.minute` buckets (only those
+    /// Logins and tokens issued per principal: `--http-token-issues-per-minute` buckets (only those
     /// not full are kept).
     issues: Mutex<HashMap<String, TokenBucket>>,
 }

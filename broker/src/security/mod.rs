@@ -88,15 +88,9 @@ impl Default for HttpSecurity {
 }
 
 impl SecurityConfig {
-    /// Whether this node connects to others with TLS (inter-broker or raft listeners, or the
-    /// other nodes' HTTPS APIs).
     /// The TLS settings listener `name` serves with (`CONTROLLER` for the raft listener).
     pub fn tls_of(&self, name: &str) -> Option<&tls::TlsSettings> {
         self.listener_tls.get(name).or(self.tls.as_ref())
-    }
-
-    pub fn connects_with_tls(&self) -> bool {
-        self.listeners.inter_broker().protocol.uses_tls() || self.controller_protocol.uses_tls() || self.http.tls
     }
 }
 

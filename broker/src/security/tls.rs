@@ -67,10 +67,6 @@ pub struct TlsOverrides {
     pub client_auth: Option<ClientAuth>,
 }
 
-/// The properties a listener may set with the prefix.
-pub const LISTENER_TLS_PROPERTIES: [&str; 4] =
-    ["ssl.keystore.location", "ssl.key.password", "ssl.truststore.location", "ssl.client.auth"];
-
 impl TlsOverrides {
     /// Sets `property` (an `ssl.*` name without the listener prefix) to `value`; `Ok(false)`
     /// when it is not one a listener may set. `key` is the whole name, for errors.
@@ -161,31 +157,35 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 fn keystore(settings: &TlsSettings) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let path = &settings.keystore;
     let read = |source| TlsError::Read { path: path.clone(), source };
+    let pem = std::fs::read(path).map_err(|e| read(rustls_pki_types::pem::Error::Io(e)))?;
     let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(path).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+        CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(read)?;
     if chain.is_empty() {
         return Err(TlsError::NoCertificate { path: path.clone() });
     }
-    if let Some(key) = encrypted_key(path, settings.key_password.as_ref())? {
+    if let Some(key) = encrypted_key(path, &pem, settings.key_password.as_ref())? {
         return Ok((chain, key));
     }
-    let key = PrivateKeyDer::from_pem_file(path).map_err(|_| TlsError::NoKey { path: path.clone() })?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::NoKey { path: path.clone() })?;
     Ok((chain, key))
 }
 
-/// The keystore's `ENCRYPTED PRIVATE KEY`, decrypted with `password` (`None`: the file has
-/// none). An encrypted key without a password, or one the password does not decrypt, is an
-/// error that says so.
-fn encrypted_key(path: &PathBuf, password: Option<&KeyPassword>) -> Result<Option<PrivateKeyDer<'static>>, TlsError> {
-    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
-    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| TlsError::Read { path: path.clone(), source: rustls_pki_types::pem::Error::Io(e) })?;
-    let Some(start) = text.find(BEGIN) else { return Ok(None) };
+/// The `ENCRYPTED PRIVATE KEY` in `pem` (the keystore at `path`), decrypted with `password`
+/// (`None`: it has none). An encrypted key without a password, or one the password does not
+/// decrypt, is an error that says so.
+fn encrypted_key(
+    path: &PathBuf,
+    pem: &[u8],
+    password: Option<&KeyPassword>,
+) -> Result<Option<PrivateKeyDer<'static>>, TlsError> {
+    const BEGIN: &[u8] = b"-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &[u8] = b"-----END ENCRYPTED PRIVATE KEY-----";
+    let find = |from: usize, what: &[u8]| pem[from..].windows(what.len()).position(|w| w == what).map(|at| at + from);
+    let Some(start) = find(0, BEGIN) else { return Ok(None) };
     let failed = |message: String| TlsError::KeyDecryption { path: path.clone(), message };
-    let end = text[start..].find(END).ok_or_else(|| failed(format!("no {END} line")))? + start + END.len();
+    let end = find(start, END).ok_or_else(|| failed("no -----END ENCRYPTED PRIVATE KEY----- line".into()))? + END.len();
     let Some(password) = password else { return Err(TlsError::NoKeyPassword { path: path.clone() }) };
-    let (_, der) = pkcs8::der::pem::decode_vec(text[start..end].as_bytes()).map_err(|e| failed(e.to_string()))?;
+    let (_, der) = pkcs8::der::pem::decode_vec(&pem[start..end]).map_err(|e| failed(e.to_string()))?;
     let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice()).map_err(|e| failed(e.to_string()))?;
     // A wrong password shows as a padding error of the last block or, rarely, as a key that
     // does not parse: either way, not the key.
