@@ -442,12 +442,12 @@ impl OffsetStore {
     /// Reads `partition` again from its log, because a group coordinator's memory may be ahead
     /// of it: a write of group records that did not reach the log (answered as an error) left
     /// its change in memory. First the shard is marked `reload_pending`: new requests that
-    /// check the partition ([`OffsetStore::require_loaded`], every `Cold::Start` use) are
-    /// answered COORDINATOR_LOAD_IN_PROGRESS, while writes already under a group's lock go on
-    /// (they do not wait: `drop_groups` takes group locks). Then `drop_groups` takes the
-    /// partition's groups out of memory, and a load restores them from the log (through the
-    /// load listener), what those writes appended included. Blocks: call it off the async
-    /// workers.
+    /// check the partition ([`OffsetStore::require_loaded`], every `Cold::Start` use, the
+    /// consumer-group writes made under a group's lock among them) are answered
+    /// COORDINATOR_LOAD_IN_PROGRESS, so nothing holding a group's lock waits here (`drop_groups`
+    /// takes group locks). Then `drop_groups` takes the partition's groups out of memory, and a
+    /// load restores them from the log (through the load listener), whatever reached it meanwhile
+    /// included. Blocks: call it off the async workers.
     pub fn reload(&self, partition: u32, drop_groups: impl FnOnce()) -> Result<(), OffsetError> {
         let (slot, hosted) = self.led_slot(partition)?;
         slot.lock_between_loads().reload_pending = true;
@@ -636,10 +636,12 @@ impl OffsetStore {
 
     /// Appends a consumer-protocol group's records as one batch (the consumer group state
     /// machine calls it, under the group's lock, so batches follow the order of its changes);
-    /// the returned [`Replicated`] resolves once the ISR has them. Blocks while the shard loads.
+    /// the returned [`Replicated`] resolves once the ISR has them. While the shard loads it
+    /// answers `LoadInProgress` at once instead of waiting: a load may need the group's lock
+    /// (a reload drops the partition's groups first, and a load replaces them).
     pub fn store_consumer_records(&self, group: &str, records: Vec<ConsumerRecord>) -> Result<Replicated, OffsetError> {
         let partition = self.partition_of(group);
-        self.with_shard(partition, Cold::Wait, |shard, hosted| {
+        self.with_shard(partition, Cold::Start, |shard, hosted| {
             // A group id has one type: consumer-group records replace any classic metadata.
             let converts = records.iter().any(|r| !r.is_tombstone());
             let mut batch =
@@ -691,33 +693,34 @@ impl OffsetStore {
             if self.replicas.get(OFFSETS_TOPIC, partition).is_none_or(|p| !p.is_leader()) {
                 continue;
             }
-            let outcome = self.with_shard(partition, Cold::Wait, |shard, hosted| {
-                let candidates: Vec<String> = shard
+            let candidates = self.with_shard(partition, Cold::Wait, |shard, _| {
+                Ok(shard
                     .groups
                     .iter()
                     .filter(|(_, g)| g.offsets.values().any(is_old))
                     .map(|(name, _)| name.clone())
-                    .collect();
-                let mut count = 0;
-                for group in candidates {
-                    let Some(records) = expiry_tombstones(shard, &group, is_old) else { continue };
-                    let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
-                    let mut pending = Some(records);
-                    let mut written = Ok(());
-                    let ran = gate.run_if_empty(&group, &mut || {
-                        if let Some(records) = pending.take() {
-                            written = write_all(shard, hosted, partition, records);
-                        }
-                    });
-                    match (ran, written) {
-                        (true, Ok(())) => count += offsets,
-                        (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
-                        (false, _) => {}
-                    }
-                }
-                Ok(count)
+                    .collect::<Vec<String>>())
             });
-            expired += outcome.unwrap_or(0);
+            // Each group's tombstones are computed and written inside its gate (the group's lock,
+            // then the shard's: the lock order of every group write), without waiting for a
+            // load (a load restores groups under their locks): a loading shard waits for the
+            // next sweep.
+            for group in candidates.unwrap_or_default() {
+                let mut written = Ok(0);
+                let ran = gate.run_if_empty(&group, &mut || {
+                    written = self.with_shard(partition, Cold::Start, |shard, hosted| {
+                        let Some(records) = expiry_tombstones(shard, &group, is_old) else { return Ok(0) };
+                        let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
+                        write_all(shard, hosted, partition, records)?;
+                        Ok(offsets)
+                    });
+                });
+                match (ran, written) {
+                    (true, Ok(offsets)) => expired += offsets,
+                    (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
+                    (false, _) => {}
+                }
+            }
         }
         expired
     }
@@ -901,8 +904,11 @@ fn append(
     Ok(Replicated { partition: hosted.clone(), required_offset: info.last_offset + 1, leader_epoch })
 }
 
-/// Loads `hosted` into `slot` (its mutex not held while reading), ends the slot's load and
-/// wakes its waiters, whether the read worked or not.
+/// Loads `hosted` into `slot`, ends the slot's load and wakes its waiters, whether the read
+/// worked or not. The load listener (which restores the groups of the memberships, taking their
+/// locks) runs with the slot's mutex released but the load still claimed, so requests wait for
+/// it or are answered COORDINATOR_LOAD_IN_PROGRESS. **Lock order:** a group's lock, then the
+/// slot's mutex, never the reverse (a heartbeat stores its records under its group's lock).
 fn load_into(
     slot: &Slot,
     hosted: &Partition,
@@ -914,35 +920,47 @@ fn load_into(
     let started = std::time::Instant::now();
     let loaded = load(hosted);
     let mut shard = slot.lock();
+    let result = match loaded {
+        Ok((groups, open_txns)) => {
+            shard.groups = groups;
+            shard.open_txns = open_txns;
+            shard.pending.clear();
+            let group_count = shard.groups.len();
+            let restored = on_load.map(|_| {
+                let stored: Vec<_> =
+                    shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
+                let consumer_groups: Vec<_> =
+                    shard.groups.iter().filter_map(|(name, g)| g.consumer.clone().map(|c| (name.clone(), c))).collect();
+                (stored, consumer_groups)
+            });
+            drop(shard);
+            if let (Some(listener), Some((stored, consumer_groups))) = (on_load, restored) {
+                let partition = hosted.index();
+                listener(Loaded {
+                    partition,
+                    maps_here: &|group| partition_for(group, partitions) == partition,
+                    groups: stored,
+                    consumer_groups,
+                });
+            }
+            shard = slot.lock();
+            if shard.loading == Some(leadership) {
+                shard.loaded_from = Some(leadership);
+            }
+            loads.fetch_add(1, Ordering::AcqRel);
+            tracing::debug!(
+                partition = hosted.index(),
+                groups = group_count,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "loaded __consumer_offsets partition"
+            );
+            Ok(())
+        }
+        Err(error) => Err(error),
+    };
     if shard.loading == Some(leadership) {
         shard.loading = None;
     }
-    let result = loaded.map(|(groups, open_txns)| {
-        shard.groups = groups;
-        shard.open_txns = open_txns;
-        shard.pending.clear();
-        shard.loaded_from = Some(leadership);
-        if let Some(listener) = on_load {
-            let partition = hosted.index();
-            let stored =
-                shard.groups.iter().filter_map(|(name, g)| g.metadata.clone().map(|m| (name.clone(), m))).collect();
-            let consumer_groups =
-                shard.groups.iter().filter_map(|(name, g)| g.consumer.clone().map(|c| (name.clone(), c))).collect();
-            listener(Loaded {
-                partition,
-                maps_here: &|group| partition_for(group, partitions) == partition,
-                groups: stored,
-                consumer_groups,
-            });
-        }
-        loads.fetch_add(1, Ordering::AcqRel);
-        tracing::debug!(
-            partition = hosted.index(),
-            groups = shard.groups.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "loaded __consumer_offsets partition"
-        );
-    });
     drop(shard);
     slot.load_ended.notify_all();
     result
@@ -1324,6 +1342,57 @@ mod tests {
         // Without the late member the same expiry runs.
         assert_eq!(store.expire(1000, 500, &membership_without_members()), 1);
         assert!(store.fetch("g", None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn expiry_waits_for_a_group_lock_without_holding_the_shard() {
+        // Proves the lock order (a group's lock, then a shard's mutex, never the reverse): the
+        // expiry sweep waits in its gate for a group's lock that a heartbeat holds while it
+        // writes to the same shard. Expiry calling its gate under the shard's mutex (as it once
+        // did) deadlocks here: the write never gets the mutex.
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (_replicas, store) = open(dir.path());
+        let store = Arc::new(store);
+        store.commit("idle", vec![("t".into(), 0, committed(1, 100))]).unwrap();
+        let neighbour = (0..1000)
+            .map(|i| format!("busy-{i}"))
+            .find(|g| store.partition_of(g) == store.partition_of("idle"))
+            .expect("a group on the same partition");
+
+        struct Locking {
+            group_lock: Arc<Mutex<()>>,
+            entered: Mutex<mpsc::Sender<()>>,
+        }
+        impl EmptyGroupGate for Locking {
+            fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut()) -> bool {
+                let _ = self.entered.lock().unwrap().send(());
+                let _held = self.group_lock.lock().unwrap();
+                write();
+                true
+            }
+        }
+        let group_lock = Arc::new(Mutex::new(()));
+        let held = group_lock.lock().unwrap();
+        let (entered_tx, entered) = mpsc::channel();
+        let (expired_tx, expired) = mpsc::channel();
+        let gate = Locking { group_lock: group_lock.clone(), entered: Mutex::new(entered_tx) };
+        let sweeping = store.clone();
+        std::thread::spawn(move || {
+            let _ = expired_tx.send(sweeping.expire(1000, 500, &gate));
+        });
+        entered.recv_timeout(Duration::from_secs(30)).expect("the sweep reached its gate");
+        // The "heartbeat": holding the group's lock, it writes to the shard the sweep is on.
+        let (written_tx, written) = mpsc::channel();
+        let writing = store.clone();
+        std::thread::spawn(move || {
+            let _ = written_tx.send(writing.commit(&neighbour, vec![("t".into(), 0, committed(2, 900))]).is_ok());
+        });
+        let wrote = written.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        assert_eq!(wrote, Ok(true), "a write under a group's lock waited for the expiry sweep: lock order inverted");
+        assert_eq!(expired.recv_timeout(Duration::from_secs(30)), Ok(1));
     }
 
     fn membership_without_members() -> crate::group::membership::Membership {
