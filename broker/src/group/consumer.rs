@@ -892,8 +892,7 @@ impl ConsumerGroup {
         let mut changed = false;
         match member.state {
             MemberState::UnrevokedPartitions => {
-                let released = owned.is_some_and(|owned| !intersects(owned, &member.revoking));
-                if !released {
+                if !shows_released(member, owned, &member.revoking, &member.assigned) {
                     return false;
                 }
                 for tp in flatten(&member.revoking) {
@@ -911,9 +910,9 @@ impl ConsumerGroup {
         let revoke = difference(&member.assigned, target);
         if !revoke.is_empty() {
             member.assigned = intersection(&member.assigned, target);
-            if owned.is_some_and(|owned| !intersects(owned, &revoke)) {
-                // The member says it no longer holds them (Kafka's `ownsRevokedPartitions`: a
-                // classic member rejoining after its revocation): released now.
+            if shows_released(member, owned, &revoke, &member.assigned) {
+                // The member says it no longer holds them (a classic member rejoining after
+                // its revocation): released now.
                 for tp in flatten(&revoke) {
                     self.owners.remove(&tp);
                 }
@@ -1715,6 +1714,23 @@ fn from_stored(stored: &StoredPartitions) -> Assignment {
 
 fn flatten(assignment: &Assignment) -> impl Iterator<Item = (TopicId, i32)> + '_ {
     assignment.iter().flat_map(|(topic, partitions)| partitions.iter().map(move |p| (*topic, *p)))
+}
+
+/// Whether the member's report of what it owns shows it released `revoked`, keeping `kept`.
+/// A report that lacks them shows it (Kafka's `ownsRevokedPartitions`), with one exception
+/// where Runnel waits for more: a consumer-protocol member that keeps partitions and reports
+/// owning none of them. librdkafka, until it has taken its first assignment, reports owning
+/// nothing in every heartbeat, and then takes the assignment it received; read as released,
+/// such a report hands partitions to another member that this one is about to take (two
+/// members consuming them at once). The member shows the release in a later report (its
+/// acknowledgement of what it keeps). A classic member's report is taken as it is (an eager
+/// member revokes everything before it rejoins).
+fn shows_released(member: &Member, owned: Option<&Assignment>, revoked: &Assignment, kept: &Assignment) -> bool {
+    let Some(owned) = owned else { return false };
+    if intersects(owned, revoked) {
+        return false;
+    }
+    member.classic.is_some() || kept.is_empty() || intersects(owned, kept)
 }
 
 fn intersects(a: &Assignment, b: &Assignment) -> bool {

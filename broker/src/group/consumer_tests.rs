@@ -134,6 +134,47 @@ fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
 }
 
 #[test]
+fn a_member_reporting_nothing_before_it_took_its_first_assignment_releases_nothing() {
+    // Regression: librdkafka, until it has taken its first assignment, reports owning nothing
+    // in every heartbeat, and then takes that assignment. Read as a release, such a report gave
+    // the partitions the new target moves away to another member before this one had even
+    // taken them: both consumed them (kafka_consumer_protocol, 3 runs in 56).
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 6);
+    let now = Instant::now();
+    let mut b = Client::new("b", &["t"]);
+    let first = heartbeat(&g, b.request(), &image, now);
+    b.epoch = first.member_epoch;
+    let first = first.assignment.expect("b's first assignment");
+    assert_eq!((b.epoch, flatten(&first).count()), (1, 6));
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&g, &image, now);
+    assert_eq!((a.epoch, a.count()), (2, 0));
+    // b, not having taken its assignment yet, reports owning nothing: it keeps its epoch and is
+    // told what it keeps; a gets nothing yet.
+    let answer = heartbeat(&g, b.request(), &image, now);
+    assert_eq!(answer.member_epoch, 1);
+    let kept = answer.assignment.expect("what b keeps");
+    assert_eq!(flatten(&kept).count(), 3);
+    a.beat(&g, &image, now);
+    assert_eq!(a.count(), 0, "a got partitions b is about to take");
+    // b takes its first assignment (all six) and acknowledges it; a still waits.
+    b.owned = first;
+    assert_disjoint(&[&a, &b]);
+    b.beat(&g, &image, now);
+    a.beat(&g, &image, now);
+    assert_eq!(a.count(), 0, "a got partitions b owns");
+    // b revokes the three it was told to give up and reports what it keeps: released.
+    b.owned = kept;
+    b.beat(&g, &image, now);
+    assert_eq!(b.epoch, 2);
+    a.beat(&g, &image, now);
+    assert_eq!((a.epoch, a.count()), (2, 3));
+    assert_disjoint(&[&a, &b]);
+}
+
+#[test]
 fn a_member_that_does_not_report_its_revocation_keeps_its_partitions() {
     let g = groups();
     let mut image = MetadataImage::default();
