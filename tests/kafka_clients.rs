@@ -542,6 +542,35 @@ fn partitions_past_max_broker_partitions_or_one_request_are_refused_and_create_n
 }
 
 #[test]
+fn racing_creations_never_put_a_broker_past_max_broker_partitions() {
+    // Proves the per-broker bound holds for creations that race: eight clients each create a
+    // 4-partition topic at once (each fits alone; together 32 replicas on a broker bounded to
+    // 20). Each handler checks the image it sees, and the creation is checked again where its
+    // record applies, so exactly five commit and the others are refused with POLICY_VIOLATION.
+    let node = Runnel::start(&["--max-broker-partitions", "20"]);
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let (admin, barrier) = (new_admin(&node), barrier.clone());
+            std::thread::spawn(move || {
+                let name = format!("race-{i}");
+                let topic = NewTopic::new(&name, 4, TopicReplication::Fixed(1));
+                barrier.wait();
+                let results = block_on(admin.create_topics(&[topic], &admin_options())).expect("CreateTopics");
+                results.into_iter().next().expect("one result").map_err(|(_, code)| code)
+            })
+        })
+        .collect();
+    let results: Vec<Result<String, RDKafkaErrorCode>> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+    let created = results.iter().filter(|r| r.is_ok()).count();
+    let refused = results.iter().filter(|r| **r == Err(RDKafkaErrorCode::PolicyViolation)).count();
+    assert_eq!((created, refused), (5, 3), "{results:?}");
+    let metadata = new_admin(&node).inner().fetch_metadata(None, DEADLINE).unwrap();
+    let hosted: usize = metadata.topics().iter().map(|t| t.partitions().len()).sum();
+    assert_eq!(hosted, 20, "{:?}", metadata.topics().iter().map(|t| t.name()).collect::<Vec<_>>());
+}
+
+#[test]
 fn admin_deletes_records_and_the_log_start_moves() {
     // Proves DeleteRecords moves the log start offset (reported as the new low watermark), the
     // records below it are gone, and deleting to the end empties the partition.

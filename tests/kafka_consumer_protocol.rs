@@ -448,12 +448,10 @@ fn members_keep_their_epochs_and_partitions_through_a_coordinator_kill_9() {
         consumer.subscribe(&["durable"]).unwrap();
         Running::start(consumer)
     };
-    // One member at a time: a member that joins while the other is still taking its first
-    // assignment can see that one briefly hold partitions it was already told to give up.
-    // librdkafka, until its first assignment is taken, reports owning nothing, and the
-    // coordinator reads that as the partitions released (Kafka's `ownsRevokedPartitions` does
-    // the same); then it takes the assignment it had received. That race is not this test's
-    // subject (failover is).
+    // One member at a time: a member joining while the other is still taking its first
+    // assignment is another subject (librdkafka then reports owning nothing before it takes
+    // that assignment; `group::consumer`'s `shows_released` and its unit test), this one is
+    // failover.
     let a = start_member("a");
     await_balanced(&ledger, "durable", 6, &["a"]);
     let b = start_member("b");

@@ -986,7 +986,13 @@ mod tests {
     }
 
     fn create(name: &str, id: u8, partitions: Vec<Vec<u64>>) -> MetadataRecord {
-        MetadataRecord::CreateTopic { name: name.into(), topic_id: [id; 16], partitions, configs: BTreeMap::new() }
+        MetadataRecord::CreateTopic {
+            name: name.into(),
+            topic_id: [id; 16],
+            partitions,
+            configs: BTreeMap::new(),
+            max_broker_partitions: None,
+        }
     }
 
     fn brokers(ids: &[u64]) -> Vec<MetadataRecord> {
@@ -1112,7 +1118,13 @@ mod tests {
             Box::new(|_| vec![create("a", 1, vec![vec![1, 2], vec![2, 1]]), create("b", 2, vec![vec![2, 1]])]),
             Box::new(|i| vec![change(i, "a", 0, Some(2), vec![2], None)]),
             Box::new(|i| vec![fence(i, 2)]),
-            Box::new(|_| vec![MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![1]] }]),
+            Box::new(|_| {
+                vec![MetadataRecord::CreatePartitions {
+                    topic: "a".into(),
+                    new_partitions: vec![vec![1]],
+                    max_broker_partitions: None,
+                }]
+            }),
             Box::new(|_| vec![MetadataRecord::DeleteTopic { name: "b".into() }, create("c", 3, vec![vec![2]])]),
             Box::new(|i| vec![unfence(i, 2)]),
             Box::new(|i| vec![change(i, "a", 2, Some(2), vec![2], moved(vec![2]))]),

@@ -28,6 +28,7 @@ fn create_topic(name: &str, seed: u32) -> MetadataRecord {
         topic_id,
         partitions: vec![vec![1]],
         configs: BTreeMap::new(),
+        max_broker_partitions: None,
     }
 }
 

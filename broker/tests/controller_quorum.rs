@@ -38,7 +38,13 @@ fn create_topic(name: &str, seed: u32, partitions: Vec<Vec<NodeId>>) -> Metadata
     let mut topic_id = [0u8; 16];
     topic_id[..4].copy_from_slice(&seed.to_be_bytes());
     topic_id[15] = 1;
-    MetadataRecord::CreateTopic { name: name.to_string(), topic_id, partitions, configs: BTreeMap::new() }
+    MetadataRecord::CreateTopic {
+        name: name.to_string(),
+        topic_id,
+        partitions,
+        configs: BTreeMap::new(),
+        max_broker_partitions: None,
+    }
 }
 
 fn register_broker(node_id: NodeId) -> MetadataRecord {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use super::election::{
     check_alter_partition, elect_leader, on_broker_fenced, AlterPartition, PartitionState, Reassignment, ReplicaChange,
 };
+use super::partition_limits::ReplicaBudget;
 use super::record::{
     ApplyOutcome, AssignorImage, AuditEntry, HttpToken, ListenerEndpoint, MetadataRecord, NodeId, ReplicaAssignment,
     TransformImage, ValidatorImage,
@@ -211,6 +212,43 @@ impl MetadataImage {
     /// `applied_index` to the record's raft index before applying it (a registration takes it as
     /// its broker epoch) and keeps it after.
     pub(crate) fn apply(&mut self, record: &MetadataRecord) -> ApplyOutcome {
+        self.apply_counted(record, &mut None)
+    }
+
+    /// [`Self::apply`], with the bound a creation record carries checked first: its replicas
+    /// may not put a broker past the `max.broker.partitions` its proposer checked it against
+    /// (`controller::partition_limits`), counted on the image as it is now. `counted` keeps
+    /// the count across the records of one batch (counted once, then added to), dropped when
+    /// another kind of record changes the image.
+    fn apply_counted(&mut self, record: &MetadataRecord, counted: &mut Option<ReplicaBudget>) -> ApplyOutcome {
+        let created = match record {
+            MetadataRecord::CreateTopic { name, partitions, max_broker_partitions, .. } => {
+                Some((name, partitions, *max_broker_partitions))
+            }
+            MetadataRecord::CreatePartitions { topic, new_partitions, max_broker_partitions } => {
+                Some((topic, new_partitions, *max_broker_partitions))
+            }
+            _ => None,
+        };
+        if let Some((topic, assignment, Some(limit))) = created {
+            let budget = counted.get_or_insert_with(|| ReplicaBudget::of(self, limit));
+            budget.set_limit(limit);
+            if let Err(message) = budget.check(topic, assignment) {
+                return ApplyOutcome::ReplicaLimit { message };
+            }
+        }
+        let outcome = self.apply_one(record, counted);
+        if outcome == ApplyOutcome::Applied {
+            match (created, counted.as_mut()) {
+                (Some((_, assignment, _)), Some(budget)) => budget.add(assignment),
+                (Some(_), None) => {}
+                (None, _) => *counted = None,
+            }
+        }
+        outcome
+    }
+
+    fn apply_one(&mut self, record: &MetadataRecord, counted: &mut Option<ReplicaBudget>) -> ApplyOutcome {
         match record {
             MetadataRecord::RegisterBroker { node_id, host, port, rack, listeners } => {
                 // The previous incarnation, if any, is gone: fenced first (its leaderships move
@@ -272,7 +310,7 @@ impl MetadataImage {
                 p.partition_epoch = p.partition_epoch.saturating_add(1);
                 ApplyOutcome::Applied
             }
-            MetadataRecord::CreateTopic { name, topic_id, partitions, configs } => {
+            MetadataRecord::CreateTopic { name, topic_id, partitions, configs, .. } => {
                 if self.topics.contains_key(name) || self.topic_ids.contains_key(topic_id) {
                     return ApplyOutcome::TopicAlreadyExists;
                 }
@@ -291,7 +329,7 @@ impl MetadataImage {
                 Some(_) => ApplyOutcome::Applied,
                 None => ApplyOutcome::UnknownTopic,
             },
-            MetadataRecord::CreatePartitions { topic, new_partitions } => {
+            MetadataRecord::CreatePartitions { topic, new_partitions, .. } => {
                 let Some(image) = self.topics.get(topic) else {
                     return ApplyOutcome::UnknownTopic;
                 };
@@ -432,7 +470,9 @@ impl MetadataImage {
                 }
                 outcome
             }
-            MetadataRecord::Batch(records) => ApplyOutcome::Batch(records.iter().map(|r| self.apply(r)).collect()),
+            MetadataRecord::Batch(records) => {
+                ApplyOutcome::Batch(records.iter().map(|r| self.apply_counted(r, counted)).collect())
+            }
             MetadataRecord::AllocateProducerIds { node_id, broker_epoch } => match self.brokers.get(node_id) {
                 Some(b) if b.broker_epoch == *broker_epoch => {
                     let first = self.next_producer_id;
@@ -660,6 +700,7 @@ mod tests {
             topic_id: [id; 16],
             partitions,
             configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            max_broker_partitions: None,
         }
     }
 
@@ -685,6 +726,62 @@ mod tests {
         assert_eq!(image.topic_by_id(&[1; 16]).map(|t| t.name.as_str()), Some("a"));
         assert_eq!(image.topic("a").map(|t| t.configs.len()), Some(1));
         assert!(image.partition("a", 2).is_none());
+    }
+
+    // Proves max.broker.partitions is checked where the record applies, against the image of
+    // that point of the log: two creations checked by their handlers against one image (each
+    // fits alone) do not both commit past the bound, alone or in one batch; a rejected record
+    // counts nothing, a deletion in the batch frees room, and the internal topics are exempt.
+    #[test]
+    fn creations_past_the_replica_bound_they_carry_are_rejected_when_they_apply() {
+        let bounded = |name: &str, id: u8, partitions: Vec<Vec<NodeId>>| match create(name, id, partitions) {
+            MetadataRecord::CreateTopic { name, topic_id, partitions, configs, .. } => {
+                MetadataRecord::CreateTopic { name, topic_id, partitions, configs, max_broker_partitions: Some(4) }
+            }
+            _ => unreachable!("create makes a CreateTopic"),
+        };
+        let mut image = MetadataImage::default();
+        assert_eq!(image.apply(&bounded("a", 1, vec![vec![1, 2], vec![2, 1]])), ApplyOutcome::Applied);
+        assert_eq!(image.apply(&bounded("b", 2, vec![vec![1], vec![2]])), ApplyOutcome::Applied);
+        // Brokers 1 and 2 host 3 each: 2 more on broker 1 is past 4.
+        let refused = image.apply(&bounded("c", 3, vec![vec![1], vec![1]]));
+        assert!(
+            matches!(&refused, ApplyOutcome::ReplicaLimit { message }
+                if message.contains("broker 1, which hosts 3: above its max.broker.partitions of 4")),
+            "{refused:?}"
+        );
+        assert!(image.topic("c").is_none());
+        let grow = |partitions: Vec<Vec<NodeId>>| MetadataRecord::CreatePartitions {
+            topic: "b".into(),
+            new_partitions: partitions,
+            max_broker_partitions: Some(4),
+        };
+        assert!(matches!(image.apply(&grow(vec![vec![2, 1], vec![1]])), ApplyOutcome::ReplicaLimit { .. }));
+        assert_eq!(image.topic("b").map(|t| t.partitions.len()), Some(2));
+        assert_eq!(image.apply(&grow(vec![vec![2, 1]])), ApplyOutcome::Applied, "exactly 4 each");
+
+        let mut image = MetadataImage::default();
+        let outcome = image.apply(&MetadataRecord::Batch(vec![
+            bounded("a", 1, vec![vec![1]; 3]),
+            bounded("a", 9, vec![vec![1]]),
+            bounded("b", 2, vec![vec![1]]),
+            bounded("c", 3, vec![vec![1]]),
+            MetadataRecord::DeleteTopic { name: "a".into() },
+            bounded("d", 4, vec![vec![1]; 3]),
+            bounded(crate::group::OFFSETS_TOPIC, 5, vec![vec![1]; 50]),
+        ]));
+        let ApplyOutcome::Batch(outcomes) = outcome else { panic!("{outcome:?}") };
+        let kinds: Vec<&str> = outcomes
+            .iter()
+            .map(|o| match o {
+                ApplyOutcome::Applied => "applied",
+                ApplyOutcome::TopicAlreadyExists => "exists",
+                ApplyOutcome::ReplicaLimit { .. } => "limit",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["applied", "exists", "applied", "limit", "applied", "applied", "applied"]);
+        assert_eq!(image.topic("d").map(|t| t.partitions.len()), Some(3));
     }
 
     // Proves a duplicate name or topic id is rejected with TopicAlreadyExists and changes nothing.
@@ -724,10 +821,18 @@ mod tests {
     fn create_partitions_outcomes() {
         let mut image = MetadataImage::default();
         image.apply(&create("a", 1, vec![vec![1], vec![2]]));
-        let grow = |new_partitions| MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions };
+        let grow = |new_partitions| MetadataRecord::CreatePartitions {
+            topic: "a".into(),
+            new_partitions,
+            max_broker_partitions: None,
+        };
         assert_eq!(image.apply(&grow(vec![])), ApplyOutcome::InvalidPartitionCount { current: 2 });
         assert_eq!(
-            image.apply(&MetadataRecord::CreatePartitions { topic: "x".into(), new_partitions: vec![vec![1]] }),
+            image.apply(&MetadataRecord::CreatePartitions {
+                topic: "x".into(),
+                new_partitions: vec![vec![1]],
+                max_broker_partitions: None
+            }),
             ApplyOutcome::UnknownTopic
         );
         assert_eq!(image.topic("a").map(|t| t.partitions.len()), Some(2));
@@ -907,7 +1012,11 @@ mod tests {
         let records = [
             create("a", 1, vec![vec![1]]),
             create("a", 2, vec![vec![1]]),
-            MetadataRecord::CreatePartitions { topic: "a".into(), new_partitions: vec![vec![2]] },
+            MetadataRecord::CreatePartitions {
+                topic: "a".into(),
+                new_partitions: vec![vec![2]],
+                max_broker_partitions: None,
+            },
             MetadataRecord::DeleteTopic { name: "zz".into() },
             MetadataRecord::PartitionChange {
                 topic: "a".into(),

@@ -25,6 +25,7 @@ mod image;
 mod lifecycle;
 mod log_store;
 mod network;
+pub mod partition_limits;
 mod raft_types;
 mod record;
 mod server;
@@ -821,6 +822,7 @@ mod tests {
             topic_id: [0; 16],
             partitions: vec![vec![1]; partitions],
             configs: BTreeMap::new(),
+            max_broker_partitions: None,
         };
         let names = |batch: &Vec<MetadataRecord>| -> Vec<String> {
             batch

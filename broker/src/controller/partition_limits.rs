@@ -11,9 +11,11 @@
 //!   exempt: the broker creates them itself, at sizes its own settings bound, and groups and
 //!   transactions stop working without them.
 //!
-//! Two requests checked against the same image can both pass and together exceed the per-broker
-//! bound by at most one request's worth: the check runs on the handler, not in the state
-//! machine. What a broker already holds is never refused or removed.
+//! The per-broker bound is checked twice: by the handler against the image it sees (its answer
+//! to a request past the bound), and again when the creation record applies
+//! (`MetadataImage::apply`, against the image at that point of the log, with the bound the
+//! record carries): two requests checked against one image, or sent to two nodes, cannot both
+//! pass past it. What a broker already holds is never refused or removed.
 
 use std::collections::BTreeMap;
 
@@ -56,17 +58,19 @@ impl ReplicaBudget {
     /// Adds `topic`'s new partitions (`assignment[p]` = the replicas of one) if no broker would
     /// then host more than the limit; otherwise adds nothing and says which broker is over.
     pub fn take(&mut self, topic: &str, assignment: &[Vec<NodeId>]) -> Result<(), String> {
+        self.check(topic, assignment)?;
+        self.add(assignment);
+        Ok(())
+    }
+
+    /// Whether `topic`'s new partitions fit under the limit (see [`ReplicaBudget::take`]),
+    /// adding nothing.
+    pub fn check(&self, topic: &str, assignment: &[Vec<NodeId>]) -> Result<(), String> {
         if exempt(topic) {
             return Ok(());
         }
-        let mut added: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for replicas in assignment {
-            for replica in replicas {
-                *added.entry(*replica).or_insert(0) += 1;
-            }
-        }
-        for (broker, count) in &added {
-            let held = self.held.get(broker).copied().unwrap_or(0);
+        for (broker, count) in per_broker(assignment) {
+            let held = self.held.get(&broker).copied().unwrap_or(0);
             if held + count > self.limit {
                 return Err(format!(
                     "Topic '{topic}' would put {count} more partition replica(s) on broker {broker}, which hosts \
@@ -75,11 +79,30 @@ impl ReplicaBudget {
                 ));
             }
         }
-        for (broker, count) in added {
-            *self.held.entry(broker).or_insert(0) += count;
-        }
         Ok(())
     }
+
+    /// Counts partitions that were created.
+    pub fn add(&mut self, assignment: &[Vec<NodeId>]) {
+        for (broker, count) in per_broker(assignment) {
+            *self.held.entry(broker).or_insert(0) += count;
+        }
+    }
+
+    /// The same counts under another limit.
+    pub fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+}
+
+fn per_broker(assignment: &[Vec<NodeId>]) -> BTreeMap<NodeId, u64> {
+    let mut added: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for replicas in assignment {
+        for replica in replicas {
+            *added.entry(*replica).or_insert(0) += 1;
+        }
+    }
+    added
 }
 
 #[cfg(test)]

@@ -49,11 +49,27 @@ pub enum MetadataRecord {
     },
     /// Creates a topic. `partitions[p]` lists the replicas of partition `p`; the first replica is the
     /// leader (leader epoch 0) and all replicas start in the ISR.
-    CreateTopic { name: String, topic_id: [u8; 16], partitions: Vec<Vec<NodeId>>, configs: BTreeMap<String, String> },
+    CreateTopic {
+        name: String,
+        topic_id: [u8; 16],
+        partitions: Vec<Vec<NodeId>>,
+        configs: BTreeMap<String, String>,
+        /// The `max.broker.partitions` the proposer checked it against, checked again when the
+        /// record applies (`controller::partition_limits`). `None`: unchecked (records
+        /// written before the check moved here, the broker's own tests).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_broker_partitions: Option<u64>,
+    },
     /// Deletes a topic.
     DeleteTopic { name: String },
     /// Appends partitions to a topic: `new_partitions[i]` are the replicas of partition `current + i`.
-    CreatePartitions { topic: String, new_partitions: Vec<Vec<NodeId>> },
+    CreatePartitions {
+        topic: String,
+        new_partitions: Vec<Vec<NodeId>>,
+        /// As `CreateTopic`'s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_broker_partitions: Option<u64>,
+    },
     /// Replaces the topic's whole config override map (the caller computed it, validated).
     SetTopicConfigs { topic: String, configs: BTreeMap<String, String> },
     /// Leader / ISR change of one partition, decided from the state whose partition epoch was
@@ -476,6 +492,10 @@ pub enum ApplyOutcome {
     UnknownTopic,
     /// `CreatePartitions` that would not increase the partition count; the image is unchanged.
     InvalidPartitionCount { current: u32 },
+    /// `CreateTopic` / `CreatePartitions` that would put a broker past the
+    /// `max.broker.partitions` the record carries (the message names it: Kafka's
+    /// POLICY_VIOLATION); the image is unchanged.
+    ReplicaLimit { message: String },
     /// A transform record names a transform that does not exist; the image is unchanged.
     UnknownTransform,
     /// `DeleteValidator` names a validator that does not exist; the image is unchanged.

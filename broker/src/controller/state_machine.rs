@@ -538,6 +538,7 @@ mod tests {
             topic_id: [3; 16],
             partitions: vec![vec![1]],
             configs: BTreeMap::new(),
+            max_broker_partitions: None,
         };
         let expected_image;
         {

@@ -17,7 +17,6 @@ mod connection;
 mod errors;
 pub mod handlers;
 pub mod listeners;
-pub mod partition_limits;
 pub mod placement;
 mod response;
 mod session;
@@ -70,7 +69,7 @@ pub struct ServerSettings {
     /// series per topic instead of writing one per partition.
     pub metrics_aggregate: bool,
     /// `max.broker.partitions` (KIP-578): partition replicas one broker may host before
-    /// CreateTopics and CreatePartitions refuse more (`server::partition_limits`).
+    /// CreateTopics and CreatePartitions refuse more (`controller::partition_limits`).
     pub max_broker_partitions: u64,
     /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
     pub authorizer: crate::security::acl::AuthorizerSettings,

@@ -11,9 +11,9 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::ResponseError;
 
 use super::str_bytes;
+use crate::controller::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::security::acl::{Operation, ResourceType};
-use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
 
@@ -122,7 +122,11 @@ async fn grow(
     if validate_only {
         return Ok(false);
     }
-    let record = MetadataRecord::CreatePartitions { topic: name.to_string(), new_partitions };
+    let record = MetadataRecord::CreatePartitions {
+        topic: name.to_string(),
+        new_partitions,
+        max_broker_partitions: Some(broker.settings.max_broker_partitions),
+    };
     match broker.controller.propose(record).await {
         Ok(ApplyOutcome::Applied) => Ok(true),
         Ok(ApplyOutcome::UnknownTopic) => {
@@ -133,6 +137,8 @@ async fn grow(
             ResponseError::InvalidPartitions,
             format!("Topic currently has {current} partitions, which is higher than the requested {}.", topic.count),
         )),
+        // Another creation committed first took the room this one was checked against.
+        Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }

@@ -2,7 +2,7 @@
 //! replicas over the usable brokers (`server::placement`, Kafka's rack-aware assignment), and
 //! commits the CreateTopic records of all the valid topics of a request through the metadata
 //! quorum as one entry (`Controller::propose_all`), each topic answered with its own outcome.
-//! The partition bounds of `server::partition_limits` are checked before anything is proposed.
+//! The partition bounds of `controller::partition_limits` are checked before anything is proposed.
 
 use std::collections::BTreeMap;
 
@@ -11,10 +11,10 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, Reques
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, uuid_of, validate_topic_name};
+use crate::controller::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::controller::{ApplyOutcome, MetadataRecord};
 use crate::log::LogConfig;
 use crate::security::acl::{Operation, ResourceType};
-use crate::server::partition_limits::{ReplicaBudget, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST};
 use crate::server::placement::{self, PlacementSpec, Start};
 use crate::server::{controller_error_code, Broker};
 
@@ -140,6 +140,8 @@ fn created_or_error(
         Ok(ApplyOutcome::TopicAlreadyExists) => {
             Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
         }
+        // Another creation committed first took the room this one was checked against.
+        Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
@@ -279,6 +281,7 @@ fn validate(
         topic_id: created.topic_id,
         partitions: replicas,
         configs,
+        max_broker_partitions: Some(broker.settings.max_broker_partitions),
     };
     Ok((created, record))
 }
