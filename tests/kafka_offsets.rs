@@ -101,6 +101,42 @@ fn commit_to_an_unknown_topic_fails() {
     assert!(error.is_err(), "{error:?}");
 }
 
+#[test]
+fn any_committed_offset_is_stored_and_the_lag_views_stay_up() {
+    // Proves a commit of any offset is stored and answered as Kafka does (it accepts what it is
+    // given), and the views computing lag from it (/metrics, /v1/groups, a group's detail)
+    // still answer: before, i64::MIN and i64::MAX made their arithmetic overflow (a panic in a
+    // debug build, every scrape a 500 until the offsets went away).
+    let node = Runnel::start(&[]);
+    create_topic(&node, "extreme", 3);
+    let mut conn = RawConn::open(&node, "extreme-offsets");
+    let _ = conn.call(1, &FindCoordinatorRequest::default().with_key(name("extreme")));
+    let offsets = [i64::MIN, i64::MAX, -5];
+    let partitions = offsets
+        .iter()
+        .enumerate()
+        .map(|(p, o)| OffsetCommitRequestPartition::default().with_partition_index(p as i32).with_committed_offset(*o))
+        .collect();
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(name("extreme")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(name("extreme")))
+            .with_partitions(partitions)]);
+    let committed = support::wait_until(Duration::from_secs(30), || {
+        let response = conn.call(9, &commit);
+        response.topics[0].partitions.iter().all(|p| p.error_code == 0)
+    });
+    assert!(committed, "the commit of extreme offsets was refused");
+    let http = support::HttpApi::new(&node);
+    for path in ["/metrics", "/v1/groups", "/v1/groups/extreme"] {
+        let answer = http.get(path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text);
+    }
+    let detail = http.get("/v1/groups/extreme");
+    assert!(detail.text.contains(&i64::MAX.to_string()), "{}", detail.text);
+}
+
 fn name(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }

@@ -281,8 +281,21 @@ pub struct GroupAssignor {
 
 impl GroupView {
     pub fn total_lag(&self) -> i64 {
-        self.offsets.iter().map(|o| o.lag.unwrap_or(0)).sum()
+        sum_saturating(self.offsets.iter().map(|o| o.lag.unwrap_or(0)))
     }
+}
+
+/// A partition's lag: records from a committed offset to `end`, never below 0. A client may
+/// commit any offset (Kafka stores what it is given): a negative one has no lag (unknown, as
+/// kafka-consumer-groups.sh shows it), and no commit makes the arithmetic overflow.
+pub fn lag(end: i64, committed: i64) -> Option<i64> {
+    (committed >= 0).then(|| end.saturating_sub(committed).max(0))
+}
+
+/// A sum of lags or offsets that saturates instead of overflowing (offsets are what clients
+/// committed).
+pub fn sum_saturating(values: impl Iterator<Item = i64>) -> i64 {
+    values.fold(0i64, i64::saturating_add)
 }
 
 pub struct LagRow {
@@ -397,7 +410,7 @@ pub async fn fill_remote_lag(http: &Http, views: &mut [&mut GroupView]) {
         if row.log_end_offset.is_none() {
             if let Some(&end) = ends.get(&(row.topic.clone(), row.partition)) {
                 row.log_end_offset = Some(end);
-                row.lag = Some((end - row.committed_offset).max(0));
+                row.lag = lag(end, row.committed_offset);
             }
         }
     }
@@ -485,7 +498,7 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
                 u32::try_from(partition).ok().and_then(|p| broker.replicas.get(&topic, p)).map(|p| p.high_watermark());
             LagRow {
                 member: owner(&topic, partition),
-                lag: high_watermark.map(|hw| (hw - c.offset).max(0)),
+                lag: high_watermark.and_then(|hw| lag(hw, c.offset)),
                 log_end_offset: high_watermark,
                 committed_offset: c.offset,
                 metadata: c.metadata,

@@ -224,8 +224,8 @@ fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeri
         metrics.group_members.with_label_values(&[group_id.as_str()]).set(group.members.len() as i64);
         for row in &group.offsets {
             let sum = sums.entry((group_id, &row.topic)).or_default();
-            sum.0 += row.lag.unwrap_or(0);
-            sum.1 += row.committed_offset;
+            sum.0 = sum.0.saturating_add(row.lag.unwrap_or(0));
+            sum.1 = sum.1.saturating_add(row.committed_offset);
             if !aggregate {
                 rows.push((group_id, row, row.partition.to_string()));
             }

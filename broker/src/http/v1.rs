@@ -833,7 +833,7 @@ pub async fn list_groups(
                 summary
                     .topic_lag
                     .retain(|topic, _| http.broker.authorized(Operation::Describe, ResourceType::Topic, topic));
-                summary.total_lag = summary.topic_lag.values().sum();
+                summary.total_lag = admin::sum_saturating(summary.topic_lag.values().copied());
                 groups.insert(summary.group_id.clone(), summary);
             }
         }
@@ -850,10 +850,11 @@ pub async fn list_groups(
     for g in views {
         let mut topic_lag = BTreeMap::new();
         for row in &g.offsets {
-            *topic_lag.entry(row.topic.clone()).or_insert(0) += row.lag.unwrap_or(0);
+            let topic = topic_lag.entry(row.topic.clone()).or_insert(0i64);
+            *topic = topic.saturating_add(row.lag.unwrap_or(0));
         }
         let summary = GroupSummary {
-            total_lag: topic_lag.values().sum(),
+            total_lag: admin::sum_saturating(topic_lag.values().copied()),
             topic_lag,
             group_id: g.group_id.clone(),
             state: g.state.to_string(),
@@ -1064,7 +1065,7 @@ pub async fn describe_group(
 fn describable_offsets(http: &super::Http, mut detail: GroupDetail) -> GroupDetail {
     let mut describable = admin::describable_topics(&http.broker);
     detail.offsets.retain(|o| describable(&o.topic));
-    detail.total_lag = detail.offsets.iter().map(|o| o.lag.unwrap_or(0)).sum();
+    detail.total_lag = admin::sum_saturating(detail.offsets.iter().map(|o| o.lag.unwrap_or(0)));
     detail
 }
 

@@ -575,17 +575,13 @@ fn parse_rfc3339_ms(text: &str) -> Option<i64> {
         let (c, off) = time.split_at(split);
         let sign = if off.starts_with('-') { -1 } else { 1 };
         let (oh, om) = off[1..].split_once(':')?;
-        (c, sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?))
+        let (oh, om) = (hour(oh)?, minute(om)?);
+        (c, sign * (oh * 60 + om))
     };
     let mut t = clock.splitn(3, ':');
-    let (hh, mm): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let (hh, mm) = (hour(t.next()?)?, minute(t.next()?)?);
     let seconds: f64 = t.next()?.parse().ok()?;
-    if !(0..=9999).contains(&y)
-        || !(1..=12).contains(&m)
-        || !(1..=31).contains(&day)
-        || hh > 23
-        || mm > 59
-        || !(0.0..61.0).contains(&seconds)
+    if !(0..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(0.0..61.0).contains(&seconds)
     {
         return None;
     }
@@ -598,6 +594,16 @@ fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     let days = era * 146_097 + doe - 719_468;
     let ms = ((days * 86_400 + hh * 3600 + mm * 60) as f64 + seconds) * 1000.0;
     Some(ms.round() as i64 - offset_minutes * 60_000)
+}
+
+/// An hour of a time or of an offset from UTC, 0 to 23.
+fn hour(text: &str) -> Option<i64> {
+    text.parse::<i64>().ok().filter(|h| (0..=23).contains(h))
+}
+
+/// A minute, 0 to 59.
+fn minute(text: &str) -> Option<i64> {
+    text.parse::<i64>().ok().filter(|m| (0..=59).contains(m))
 }
 
 /// RFC 3339 UTC text of milliseconds since the epoch.
@@ -929,6 +935,24 @@ mod tests {
         assert_eq!(format_rfc3339_ms(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
         assert_eq!(parse_rfc3339_ms("yesterday"), None);
         assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn out_of_range_clock_fields_are_refused_not_overflowed() {
+        // Regression: hours, minutes and UTC offsets were bounded above only, so a negative or
+        // huge one overflowed the arithmetic (a panic in a debug build) instead of a 400.
+        for text in [
+            "2024-01-01T00:00:00+99999999999999:00",
+            "2024-01-01T00:00:00+00:9223372036854775807",
+            "2024-01-01T-9223372036854775808:00:00Z",
+            "2024-01-01T00:-1:00Z",
+            "2024-01-01T24:00:00Z",
+            "2024-01-01T00:00:00+24:00",
+        ] {
+            assert_eq!(parse_rfc3339_ms(text), None, "{text}");
+        }
+        // 23:59 at UTC-23:59 is 23:58 the next day in UTC.
+        assert_eq!(parse_rfc3339_ms("2024-01-01T23:59:00-23:59"), Some(1_704_239_880_000));
     }
 }
 

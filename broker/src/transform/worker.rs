@@ -599,7 +599,7 @@ pub(super) async fn run(mut w: Worker) {
             }
         };
         w.update(|s| s.high_watermark = read.high_watermark);
-        metrics.transform_lag.with_label_values(&labels).set((read.high_watermark - position).max(0));
+        metrics.transform_lag.with_label_values(&labels).set(read.high_watermark.saturating_sub(position).max(0));
         if read.records.is_empty() {
             if committed != position || delivery.is_open() {
                 let outcome = w.checkpoint_at(&mut delivery, &input, position).await;
