@@ -14,16 +14,18 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::alter_configs_request::{
     AlterConfigsResource as LegacyAlterConfigsResource, AlterableConfig as LegacyAlterableConfig,
 };
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeConfigsRequest,
-    DescribeConfigsResponse, IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreateTopicsRequest,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use runnel::log::records::BatchBuilder;
@@ -764,4 +766,54 @@ fn topic_configs_are_validated_with_kafka_4_ranges() {
         1,
         &[("segment.bytes", "1048576"), ("segment.index.bytes", "4"), ("segment.ms", "1"), ("cleanup.policy", "")],
     );
+}
+
+#[test]
+fn manual_replica_assignments_are_checked_as_kafka_checks_them() {
+    // Proves CreateTopics refuses a manual assignment naming a broker twice, a negative broker
+    // id, a partition twice or partitions not numbered 0..n, with INVALID_REPLICA_ASSIGNMENT and
+    // Kafka's words, and creates nothing. Before, a duplicate broker entered the image (to
+    // fail the partition's invariants in the controller's apply at its next change) and -1
+    // became broker 0.
+    const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    let node_id = 1;
+    let assign = |partition: i32, brokers: &[i32]| {
+        CreatableReplicaAssignment::default()
+            .with_partition_index(partition)
+            .with_broker_ids(brokers.iter().map(|b| BrokerId(*b)).collect())
+    };
+    for (assignments, message) in [
+        (vec![assign(0, &[node_id, node_id])], "The manual partition assignment includes the broker 1 more than once."),
+        (
+            vec![assign(0, &[-1])],
+            "The manual partition assignment includes broker -1, but no such broker is registered.",
+        ),
+        (
+            vec![assign(0, &[node_id]), assign(0, &[node_id])],
+            "Found multiple manual partition assignments for partition 0",
+        ),
+        (
+            vec![assign(0, &[node_id]), assign(2, &[node_id])],
+            "partitions should be a consecutive 0-based integer sequence",
+        ),
+    ] {
+        let request =
+            CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+                .with_name(topic_name("manual"))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(assignments)]);
+        let result = &conn.call(CREATE_TOPICS_V, &request).topics[0];
+        assert_eq!(result.error_code, INVALID_REPLICA_ASSIGNMENT, "{message}");
+        assert_eq!(result.error_message.as_deref(), Some(message));
+    }
+    let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![CreatableTopic::default()
+        .with_name(topic_name("manual"))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_assignments(vec![assign(1, &[node_id]), assign(0, &[node_id])])]);
+    let result = &conn.call(CREATE_TOPICS_V, &request).topics[0];
+    assert_eq!((result.error_code, result.num_partitions), (NONE, 2), "{:?}", result.error_message);
 }

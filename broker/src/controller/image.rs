@@ -317,6 +317,9 @@ impl MetadataImage {
                 if partitions.is_empty() {
                     return ApplyOutcome::InvalidPartitionCount { current: 0 };
                 }
+                if !valid_replica_lists(partitions) {
+                    return ApplyOutcome::InvalidReplicaAssignment;
+                }
                 let Some(partitions) = number_partitions(0, partitions) else {
                     return ApplyOutcome::InvalidPartitionCount { current: 0 };
                 };
@@ -336,6 +339,9 @@ impl MetadataImage {
                 let current = u32::try_from(image.partitions.len()).unwrap_or(u32::MAX);
                 if new_partitions.is_empty() {
                     return ApplyOutcome::InvalidPartitionCount { current };
+                }
+                if !valid_replica_lists(new_partitions) {
+                    return ApplyOutcome::InvalidReplicaAssignment;
                 }
                 let Some(added) = number_partitions(current, new_partitions) else {
                     return ApplyOutcome::InvalidPartitionCount { current };
@@ -678,6 +684,15 @@ impl PartitionImage {
 }
 
 /// Numbers `assignments` as partitions `first..`; `None` if the count would overflow `u32`.
+/// Whether every replica list is non-empty and names each broker once: a partition's
+/// invariants (`assert_invariants`) hold from its creation. The handlers refuse such requests
+/// first; this keeps a record that slipped past them out of the image.
+fn valid_replica_lists(assignments: &[Vec<NodeId>]) -> bool {
+    assignments
+        .iter()
+        .all(|replicas| !replicas.is_empty() && replicas.iter().enumerate().all(|(i, r)| !replicas[..i].contains(r)))
+}
+
 fn number_partitions(first: u32, assignments: &[Vec<NodeId>]) -> Option<Vec<PartitionImage>> {
     let count = u32::try_from(assignments.len()).ok()?;
     first.checked_add(count)?;
@@ -782,6 +797,24 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["applied", "exists", "applied", "limit", "applied", "applied", "applied"]);
         assert_eq!(image.topic("d").map(|t| t.partitions.len()), Some(3));
+    }
+
+    // Proves a replica list that is empty or names a broker twice never enters the image (its
+    // partition invariants would fail at the next change of the partition, inside the apply).
+    #[test]
+    fn replica_lists_with_a_broker_twice_or_none_are_rejected() {
+        let mut image = MetadataImage::default();
+        assert_eq!(image.apply(&create("a", 1, vec![vec![1, 2, 2]])), ApplyOutcome::InvalidReplicaAssignment);
+        assert_eq!(image.apply(&create("a", 1, vec![vec![1], vec![]])), ApplyOutcome::InvalidReplicaAssignment);
+        assert!(image.topic("a").is_none());
+        assert_eq!(image.apply(&create("a", 1, vec![vec![1, 2]])), ApplyOutcome::Applied);
+        let grow = MetadataRecord::CreatePartitions {
+            topic: "a".into(),
+            new_partitions: vec![vec![2, 2]],
+            max_broker_partitions: None,
+        };
+        assert_eq!(image.apply(&grow), ApplyOutcome::InvalidReplicaAssignment);
+        assert_eq!(image.topic("a").map(|t| t.partitions.len()), Some(1));
     }
 
     // Proves a duplicate name or topic id is rejected with TopicAlreadyExists and changes nothing.

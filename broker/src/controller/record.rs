@@ -492,6 +492,9 @@ pub enum ApplyOutcome {
     UnknownTopic,
     /// `CreatePartitions` that would not increase the partition count; the image is unchanged.
     InvalidPartitionCount { current: u32 },
+    /// `CreateTopic` / `CreatePartitions` with an empty replica list or a broker twice in one
+    /// (Kafka's INVALID_REPLICA_ASSIGNMENT); the image is unchanged.
+    InvalidReplicaAssignment,
     /// `CreateTopic` / `CreatePartitions` that would put a broker past the
     /// `max.broker.partitions` the record carries (the message names it: Kafka's
     /// POLICY_VIOLATION); the image is unchanged.

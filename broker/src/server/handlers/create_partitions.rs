@@ -139,6 +139,9 @@ async fn grow(
         )),
         // Another creation committed first took the room this one was checked against.
         Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
+        Ok(ApplyOutcome::InvalidReplicaAssignment) => {
+            Err((ResponseError::InvalidReplicaAssignment, "a replica list is empty or names a broker twice".into()))
+        }
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
@@ -165,7 +168,7 @@ fn check_count(current: usize, requested: i32) -> Result<u32, (ResponseError, St
 
 /// Kafka's checks of manual assignments: one per new partition, no empty list, no broker twice,
 /// only registered brokers, and the replication factor of the existing partitions.
-fn check_assignments(
+pub(super) fn check_assignments(
     assignments: &[Vec<i32>],
     additional: u32,
     replication_factor: usize,

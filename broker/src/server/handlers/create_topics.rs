@@ -48,8 +48,11 @@ pub async fn handle(
         } else if !create_any && !broker.authorized(Operation::Create, ResourceType::Topic, &name) {
             Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
         } else if !topic.assignments.is_empty() {
-            let assignments: Vec<Vec<u64>> =
-                topic.assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0.max(0) as u64).collect()).collect();
+            let assignments = topic
+                .assignments
+                .iter()
+                .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                .collect();
             validate(broker, &image, &mut budget, &name, Assignment::Manual(assignments), configs.clone())
         } else {
             let assignment =
@@ -142,6 +145,9 @@ fn created_or_error(
         }
         // Another creation committed first took the room this one was checked against.
         Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
+        Ok(ApplyOutcome::InvalidReplicaAssignment) => {
+            Err((ResponseError::InvalidReplicaAssignment, "a replica list is empty or names a broker twice".into()))
+        }
         Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
@@ -163,8 +169,12 @@ fn config_entries(config: &LogConfig, overrides: &BTreeMap<String, String>) -> V
 }
 
 pub(crate) enum Assignment {
-    Auto { partitions: i32, replication_factor: i16 },
-    Manual(Vec<Vec<u64>>),
+    Auto {
+        partitions: i32,
+        replication_factor: i16,
+    },
+    /// The request's replica assignment: (partition index, broker ids) as the client sent them.
+    Manual(Vec<(i32, Vec<i32>)>),
 }
 
 pub(crate) struct Created {
@@ -226,17 +236,28 @@ fn validate(
         }
     }
     let replicas = match assignment {
-        Assignment::Manual(assignments) => {
-            if assignments.iter().any(|r| r.is_empty() || r.iter().any(|b| !image.brokers.contains_key(b))) {
-                return Err((
-                    ResponseError::InvalidReplicaAssignment,
-                    "assignment names an unknown broker".to_string(),
-                ));
-            }
+        Assignment::Manual(mut assignments) => {
             if assignments.len() as u64 > MAX_PARTITIONS_PER_REQUEST {
                 return Err((ResponseError::PolicyViolation, EXCESSIVE_PARTITIONS.to_string()));
             }
-            assignments
+            // Kafka's ReplicationControlManager: each partition once, numbered 0..n, each with
+            // distinct registered brokers and the same replication factor.
+            assignments.sort_by_key(|(partition, _)| *partition);
+            let invalid = |message: String| Err((ResponseError::InvalidReplicaAssignment, message));
+            for (expected, (partition, _)) in assignments.iter().enumerate() {
+                if *partition != expected as i32 {
+                    return if assignments.iter().filter(|(p, _)| p == partition).count() > 1 {
+                        invalid(format!("Found multiple manual partition assignments for partition {partition}"))
+                    } else {
+                        invalid("partitions should be a consecutive 0-based integer sequence".to_string())
+                    };
+                }
+            }
+            let replicas: Vec<Vec<i32>> = assignments.into_iter().map(|(_, replicas)| replicas).collect();
+            let replication_factor = replicas.first().map_or(0, Vec::len);
+            super::create_partitions::check_assignments(&replicas, replicas.len() as u32, replication_factor, |id| {
+                image.brokers.contains_key(&id)
+            })?
         }
         Assignment::Auto { partitions, replication_factor } => {
             // Kafka's checks and words (ReplicationControlManager.createTopic).
