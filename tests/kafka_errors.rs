@@ -817,3 +817,34 @@ fn manual_replica_assignments_are_checked_as_kafka_checks_them() {
     let result = &conn.call(CREATE_TOPICS_V, &request).topics[0];
     assert_eq!((result.error_code, result.num_partitions), (NONE, 2), "{:?}", result.error_message);
 }
+
+#[test]
+fn clients_cannot_append_to_the_coordinators_topics() {
+    // Proves Produce to __consumer_offsets or __transaction_state is refused with
+    // INVALID_TOPIC_EXCEPTION and appends nothing (their loaders trust every record: a forged
+    // commit or transaction state), while the same request's other partitions are written.
+    const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "__consumer_offsets", 1, &[]);
+    create_topic(&mut conn, "plain", 1, &[]);
+    let request = produce_request(
+        -1,
+        vec![
+            ("__consumer_offsets", 0, batch(1, 10)),
+            ("__transaction_state", 0, batch(1, 10)),
+            ("plain", 0, batch(1, 10)),
+        ],
+    );
+    let mut results = produce_results(&conn.call(PRODUCE_V, &request));
+    results.sort();
+    assert_eq!(
+        results,
+        vec![
+            ("__consumer_offsets".into(), 0, INVALID_TOPIC_EXCEPTION, -1),
+            ("__transaction_state".into(), 0, INVALID_TOPIC_EXCEPTION, -1),
+            ("plain".into(), 0, NONE, 0),
+        ]
+    );
+    assert_eq!(log_end_offset(&mut conn, "__consumer_offsets", 0), 0);
+}

@@ -37,6 +37,17 @@ const IMPLICIT_ADD_VERSION: i16 = 12;
 /// How long a produce waits for its transaction's coordinator to verify it.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Clients do not append to the coordinators' own topics (Kafka's "Cannot append to internal
+/// topic"): their loaders trust every record, so a forged one would be a commit for any group
+/// or a transaction state that writes markers for any producer. Kafka lets a client whose id is
+/// `__admin_client` through; Runnel lets no client through.
+fn refuse_internal(topic: &str) -> Result<(), (ResponseError, String)> {
+    if topic == crate::group::OFFSETS_TOPIC || topic == crate::txn::coordinator::TRANSACTION_STATE_TOPIC {
+        return Err((ResponseError::InvalidTopicException, format!("Cannot append to internal topic {topic}")));
+    }
+    Ok(())
+}
+
 /// Authorizes (Kafka's rules: WRITE on the transactional id of a transactional request, WRITE
 /// on each topic), then produces to the topics the client may write.
 pub async fn handle(broker: &Broker, header: &RequestHeader, mut request: ProduceRequest) -> Option<ProduceResponse> {
@@ -99,7 +110,8 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
             };
             let records = data.records.clone().unwrap_or_else(Bytes::new);
             let validated = verdicts.next().unwrap_or(crate::validator::Verdict::Accept);
-            let result = verification
+            let result = refuse_internal(name)
+                .and(verification)
                 .map_err(|(code, message)| (code, Some(message), vec![]))
                 .and_then(|verification| match validated {
                     crate::validator::Verdict::Accept => Ok(verification),
