@@ -210,7 +210,9 @@ const SCAN_ACLS_MAX: usize = 32;
 /// The ACLs of `kind` whose pattern covers resource `name`. A large set is not scanned: it is
 /// ordered by type and then name, so the candidates are found by name, as Kafka's authorizer
 /// finds them: `name` itself (either pattern), each shorter prefix of it (prefixed patterns)
-/// and `*` (literal). That is O(len(name) · log #ACLs) plus the matches.
+/// and `*` (literal). One probe key is cut shorter prefix by prefix (no string per prefix: a
+/// client's resource name may be megabytes long), so that is O(len(name) · log #ACLs) string
+/// comparisons, each bounded by the ACL's name, plus the matches.
 fn covering<'a>(
     acls: &'a BTreeSet<AclBinding>,
     kind: ResourceType,
@@ -219,26 +221,36 @@ fn covering<'a>(
     if acls.len() <= SCAN_ACLS_MAX {
         return Box::new(acls.iter().filter(move |a| a.resource_type == kind && a.covers(name)));
     }
-    let named = move |resource: &'a str| {
-        let first = AclBinding {
-            resource_type: kind,
-            resource_name: resource.to_string(),
-            // The smallest of every remaining field: the range starts at the name's first ACL.
-            pattern: PatternType::Literal,
-            principal: String::new(),
-            host: String::new(),
-            operation: Operation::All,
-            permission: Permission::Deny,
-        };
-        acls.range(first..).take_while(move |a| a.resource_type == kind && a.resource_name == resource)
+    let mut probe = AclBinding {
+        resource_type: kind,
+        resource_name: name.to_string(),
+        // The smallest of every remaining field: the range starts at the name's first ACL.
+        pattern: PatternType::Literal,
+        principal: String::new(),
+        host: String::new(),
+        operation: Operation::All,
+        permission: Permission::Deny,
     };
-    let shorter_prefixes = name.char_indices().skip(1).map(move |(end, _)| &name[..end]);
-    let wildcard = (name != "*").then_some("*");
-    Box::new(
-        named(name)
-            .chain(shorter_prefixes.flat_map(move |p| named(p).filter(|a| a.pattern == PatternType::Prefixed)))
-            .chain(wildcard.into_iter().flat_map(move |w| named(w).filter(|a| a.pattern == PatternType::Literal))),
-    )
+    let mut found = Vec::new();
+    let mut take = |probe: &AclBinding, pattern: Option<PatternType>| {
+        let named = acls
+            .range(probe..)
+            .take_while(|a| a.resource_type == kind && a.resource_name == probe.resource_name)
+            .filter(|a| pattern.is_none_or(|p| a.pattern == p));
+        found.extend(named);
+    };
+    take(&probe, None);
+    let shorter: Vec<usize> = name.char_indices().skip(1).map(|(end, _)| end).collect();
+    for end in shorter.into_iter().rev() {
+        probe.resource_name.truncate(end);
+        take(&probe, Some(PatternType::Prefixed));
+    }
+    if name != "*" {
+        probe.resource_name.clear();
+        probe.resource_name.push('*');
+        take(&probe, Some(PatternType::Literal));
+    }
+    Box::new(found.into_iter())
 }
 
 /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
@@ -426,8 +438,10 @@ mod tests {
                     permission: [Permission::Allow, Permission::Deny][next(2)],
                 });
             }
+            // A long name (a client may send megabytes) is looked up prefix by prefix too.
+            let long = format!("abc{}", "é".repeat(2_500));
             for kind in [ResourceType::Topic, ResourceType::Group] {
-                for name in names.iter().chain(&["abcd", "c", "**", "éab"]) {
+                for name in names.iter().chain(&["abcd", "c", "**", "éab", long.as_str()]) {
                     let mut found: Vec<&AclBinding> = covering(&acls, kind, name).collect();
                     let mut scanned: Vec<&AclBinding> =
                         acls.iter().filter(|a| a.resource_type == kind && a.covers(name)).collect();
