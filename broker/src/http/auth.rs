@@ -37,7 +37,7 @@ use sha2::Digest;
 use super::error::ApiError;
 use crate::controller::{HttpToken, HttpTokenKind, MetadataImage, MetadataRecord};
 use crate::security::rate::TokenBucket;
-use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::security::scram::ScramCredential;
 use crate::security::{constant_time_eq, HttpSecurity, Principal};
 use crate::server::ClientContext;
 
@@ -182,9 +182,7 @@ impl HttpAuth {
         let password = password.to_string();
         let matched = tokio::task::spawn_blocking(move || {
             if credentials.is_empty() {
-                // The work a wrong password costs, for an unknown user.
-                let decoy = ScramCredential::from_salted_password(ScramMechanism::Sha256, vec![0; 16], &[0; 32], 4096);
-                let _ = decoy.matches_password(&password);
+                ScramCredential::decoy_check(&password);
                 return None;
             }
             credentials.into_iter().find(|c| c.matches_password(&password)).map(|c| c.stored_key)

@@ -358,7 +358,12 @@ fn plain(token: &[u8], credentials: Credentials<'_>) -> Outcome {
             Outcome::Done { user: user.to_string(), response: Vec::new() }
         }
         Some(_) => Outcome::Failed("wrong password".into()),
-        None => Outcome::Failed("unknown user".into()),
+        None => {
+            // As long as a wrong password takes: the refusal's timing does not tell whether the
+            // user exists.
+            ScramCredential::decoy_check(password);
+            Outcome::Failed("unknown user".into())
+        }
     }
 }
 

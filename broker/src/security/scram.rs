@@ -119,6 +119,13 @@ impl ScramCredential {
         ScramCredential::from_salted_password(mechanism, salt, &salted, iterations)
     }
 
+    /// The work [`ScramCredential::matches_password`] costs, spent for a user that does not
+    /// exist, so that how long a refusal takes does not tell whether the user exists.
+    pub fn decoy_check(password: &str) {
+        let decoy = ScramCredential::from_salted_password(ScramMechanism::Sha256, vec![0; 16], &[0; 32], 4096);
+        let _ = decoy.matches_password(password);
+    }
+
     /// Whether `password` is the one this credential was made from (SASL/PLAIN checks the
     /// same credentials as SCRAM: one user store).
     pub fn matches_password(&self, password: &str) -> bool {

@@ -569,7 +569,14 @@ async fn handle_frame(
         }
         ApiKey::SaslAuthenticate => {
             let request = Decodable::decode(&mut frame, version).map_err(decode_error)?;
-            let response = session.authenticate(broker, &request);
+            // PLAIN derives a key from the password (thousands of HMACs, milliseconds): the
+            // worker hands its other connections to another thread meanwhile.
+            let response = match tokio::runtime::Handle::current().runtime_flavor() {
+                tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(|| session.authenticate(broker, &request))
+                }
+                _ => session.authenticate(broker, &request),
+            };
             return Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?));
         }
         ApiKey::Envelope => {
