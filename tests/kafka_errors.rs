@@ -848,3 +848,45 @@ fn clients_cannot_append_to_the_coordinators_topics() {
     );
     assert_eq!(log_end_offset(&mut conn, "__consumer_offsets", 0), 0);
 }
+
+/// Rewrites a v2 batch's CRC-32C (over the bytes from its attributes on) after an edit.
+fn reseal(batch: &mut BytesMut) {
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+#[test]
+fn a_batch_whose_crc_holds_but_whose_records_do_not_decode_is_refused() {
+    // Proves every client batch is decoded before it is stored, as Kafka's LogValidator does:
+    // a valid CRC over records that do not decode is refused and appends nothing (a record
+    // count below the records sent: INVALID_RECORD, Kafka's InvalidRecordException; a
+    // compressed stream that is not one: CORRUPT_MESSAGE); a good batch in the same request is
+    // written. Before, both were stored for every consumer to trip on.
+    const INVALID_RECORD: i16 = 87;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "sealed", 3, &[]);
+
+    let mut short_count = BytesMut::from(&batch(3, 50)[..]);
+    short_count[57..61].copy_from_slice(&2i32.to_be_bytes()); // 3 records follow
+    reseal(&mut short_count);
+    let mut not_zstd = BytesMut::from(&batch(3, 50)[..]);
+    not_zstd[22] = (not_zstd[22] & !0x07) | 4; // attributes: zstd, over uncompressed records
+    reseal(&mut not_zstd);
+    let request = produce_request(
+        -1,
+        vec![("sealed", 0, short_count.freeze()), ("sealed", 1, not_zstd.freeze()), ("sealed", 2, batch(3, 50))],
+    );
+    let results = produce_results(&conn.call(PRODUCE_V, &request));
+    assert_eq!(
+        results,
+        vec![
+            ("sealed".into(), 0, INVALID_RECORD, -1),
+            ("sealed".into(), 1, CORRUPT_MESSAGE, -1),
+            ("sealed".into(), 2, NONE, 0)
+        ]
+    );
+    assert_eq!(log_end_offset(&mut conn, "sealed", 0), 0);
+    assert_eq!(log_end_offset(&mut conn, "sealed", 1), 0);
+    conn.assert_usable();
+}

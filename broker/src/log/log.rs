@@ -648,9 +648,13 @@ impl Log {
 
     /// Kafka's per-record rules (`LogValidator.validateRecord`): compacted topics need a key on
     /// every client record; with CreateTime, timestamps must lie within
-    /// `message.timestamp.before.max.ms` / `after.max.ms` of the broker's clock. Records are
-    /// decoded only when a rule applies (a compacted topic, or a bound other than the default
-    /// `i64::MAX`, which is no bound), so the default append path stays decode-free.
+    /// `message.timestamp.before.max.ms` / `after.max.ms` of the broker's clock. Every client
+    /// batch is decoded whole (decompressed if it is compressed), as Kafka's `LogValidator`
+    /// does: a batch whose CRC holds but whose records do not decode (a wrong record count,
+    /// a length past the end, trailing bytes, a stream that does not decompress) is refused
+    /// with CORRUPT_MESSAGE instead of stored for every consumer to trip on. The other origins
+    /// are decoded only when a timestamp bound applies: their batches were checked where they
+    /// came from.
     fn check_records(
         &self,
         batch_bytes: &Bytes,
@@ -664,7 +668,7 @@ impl Log {
         let before_max = self.config.message_timestamp_before_max_ms;
         let after_max = self.config.message_timestamp_after_max_ms;
         let bounded = create_time && (before_max != i64::MAX || after_max != i64::MAX);
-        if !need_key && !bounded {
+        if origin != AppendOrigin::Client && !bounded {
             return Ok(());
         }
         let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
