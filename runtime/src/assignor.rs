@@ -186,7 +186,7 @@ impl AssignorInstance {
         let assign = self.assign;
         let (result,) =
             self.guest.call(|store| assign.typed::<GroupParams<'_>, GroupResults>(&*store)?.call(store, (&spec,)))?;
-        let mut result = result.map_err(GuestError::Failed)?;
+        let mut result = result.map_err(GuestError::failed)?;
         check_compact(&spec, &result).map_err(GuestError::InvalidOutput)?;
         let mut listed = vec![false; members.len()];
         let mut assignment = Vec::with_capacity(members.len());
@@ -237,7 +237,7 @@ impl AssignorInstance {
         let (result,) = self.guest.call(|store| {
             assign.typed::<AssignParams<'_>, AssignResults>(&*store)?.call(store, (&wit_members, &wit_topics))
         })?;
-        let result = result.map_err(GuestError::Failed)?;
+        let result = result.map_err(GuestError::failed)?;
         Ok(result
             .into_iter()
             .map(|a| MemberAssignment {

@@ -385,9 +385,32 @@ fn slice(data: &[u8], span: Span) -> Result<Option<&[u8]>, String> {
         .ok_or_else(|| format!("span {}..{end} is outside the {} data bytes", span.offset, data.len()))
 }
 
+/// What one output record counts against the output limit besides the bytes its spans name
+/// (about a record's framing in a batch): a list of empty records is not free either.
+pub(crate) const RECORD_OVERHEAD_BYTES: usize = 16;
+
 /// Checks a guest's output against the contract (see the module invariant); the message names
-/// the offending record so a user can find the bug in their transform.
-pub(crate) fn validate_output(batch: &OutputBatch, output_topics: usize) -> Result<(), String> {
+/// the offending record so a user can find the bug in their transform. `bytes_max` bounds the
+/// bytes the records name, counted per record (spans may overlap: one value sent to several
+/// topics is fine), plus [`RECORD_OVERHEAD_BYTES`] each: the host copies each record's bytes,
+/// so `data` alone does not bound its work.
+pub(crate) fn validate_output(batch: &OutputBatch, output_topics: usize, bytes_max: usize) -> Result<(), String> {
+    let mut named = 0usize;
+    for record in &batch.records {
+        let len = |span: Span| usize::try_from(span.len).unwrap_or(0);
+        named = named
+            .saturating_add(RECORD_OVERHEAD_BYTES)
+            .saturating_add(len(record.key))
+            .saturating_add(len(record.value))
+            .saturating_add(len(record.headers));
+    }
+    if named > bytes_max {
+        return Err(format!(
+            "{} output records name {named} bytes (keys, values and headers, {RECORD_OVERHEAD_BYTES} more per \
+             record), above the output limit of {bytes_max}",
+            batch.records.len()
+        ));
+    }
     for (index, record) in batch.records.iter().enumerate() {
         let context = |what: &str, message: String| format!("output record {index}: {what}: {message}");
         if record.topic as usize >= output_topics {
@@ -465,7 +488,7 @@ mod tests {
                 })
                 .collect(),
         };
-        validate_output(&out, 1).unwrap();
+        validate_output(&out, 1, usize::MAX).unwrap();
         let (a, b) = (&out.records[0], &out.records[1]);
         assert_eq!(out.key(a), Some(&b"k"[..]));
         assert_eq!(out.value(a), None);
@@ -475,6 +498,20 @@ mod tests {
         assert_eq!(out.headers(b).count(), 0);
         batch.clear();
         assert!(batch.is_empty() && batch.data.is_empty());
+    }
+
+    /// The bytes records name are bounded, overlaps counted per record: a few bytes of data
+    /// named by a million records cannot make the host copy a million times that.
+    #[test]
+    fn records_naming_the_same_bytes_count_them_each_time() {
+        let all = Span { offset: 0, len: 1000 };
+        let many = OutputBatch { data: vec![0; 1000], records: vec![record(Span::NULL, all, Span::NULL); 100] };
+        let limit = 100 * (1000 + RECORD_OVERHEAD_BYTES);
+        validate_output(&many, 1, limit).expect("exactly at the limit");
+        let err = validate_output(&many, 1, limit - 1).unwrap_err();
+        assert!(err.contains("100 output records name 101600 bytes"), "{err}");
+        let empty = OutputBatch { data: Vec::new(), records: vec![record(Span::NULL, Span::NULL, Span::NULL); 10] };
+        assert!(validate_output(&empty, 1, 10 * RECORD_OVERHEAD_BYTES - 1).is_err(), "empty records are not free");
     }
 
     /// Output validation rejects every kind of malformed record with a message naming it.
@@ -493,14 +530,15 @@ mod tests {
             (output(vec![0; 2], OutputRecord { timestamp: -5, ..record(ok, ok, Span::NULL) }), "timestamp -5"),
         ];
         for (batch, expected) in cases {
-            let err = validate_output(&batch, 1).unwrap_err();
+            let err = validate_output(&batch, 1, usize::MAX).unwrap_err();
             assert!(err.contains(expected), "{err:?} should contain {expected:?}");
         }
         let mut headers = Vec::new();
         encode_headers(&mut headers, &[("\u{e9}", Some(b"v"))]);
         headers[8] = 0xff; // invalid UTF-8 key
         let len = headers.len() as i32;
-        let err = validate_output(&output(headers, record(Span::NULL, Span::NULL, Span { offset: 0, len })), 1);
+        let err =
+            validate_output(&output(headers, record(Span::NULL, Span::NULL, Span { offset: 0, len })), 1, usize::MAX);
         assert!(err.unwrap_err().contains("not UTF-8"));
     }
 }

@@ -42,3 +42,51 @@ pub enum GuestError {
     #[error("guest initialization failed: {0}")]
     Init(String),
 }
+
+/// Longest guest-written message kept (an error a guest returns, its init failure): longer ones
+/// are cut, so a guest cannot make the host log, store or copy into every dead letter a
+/// message as large as its memory.
+pub const GUEST_MESSAGE_BYTES_MAX: usize = 1024;
+
+impl GuestError {
+    /// [`GuestError::Failed`] with the guest's message cut to [`GUEST_MESSAGE_BYTES_MAX`].
+    pub fn failed(message: String) -> GuestError {
+        GuestError::Failed(bounded(message))
+    }
+
+    /// [`GuestError::Init`] with the guest's message cut to [`GUEST_MESSAGE_BYTES_MAX`].
+    pub fn init(message: String) -> GuestError {
+        GuestError::Init(bounded(message))
+    }
+}
+
+/// `message` cut at a character boundary to [`GUEST_MESSAGE_BYTES_MAX`] bytes, saying how long
+/// it was.
+pub fn bounded(mut message: String) -> String {
+    if message.len() <= GUEST_MESSAGE_BYTES_MAX {
+        return message;
+    }
+    let total = message.len();
+    let mut end = GUEST_MESSAGE_BYTES_MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(&format!("… ({total} bytes, cut)"));
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_message_is_cut_at_a_character_boundary() {
+        assert_eq!(bounded("short".into()), "short");
+        let long = "é".repeat(GUEST_MESSAGE_BYTES_MAX);
+        let cut = bounded(long);
+        assert!(cut.starts_with(&"é".repeat(GUEST_MESSAGE_BYTES_MAX / 2)), "{cut}");
+        assert!(cut.ends_with(&format!("… ({} bytes, cut)", 2 * GUEST_MESSAGE_BYTES_MAX)), "{cut}");
+        assert!(cut.len() < GUEST_MESSAGE_BYTES_MAX + 40);
+    }
+}

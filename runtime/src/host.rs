@@ -153,12 +153,45 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        // Tables hold function references (8+ bytes each host-side): the same order of
-        // magnitude as memory, so they share nothing with it but get a fixed generous cap.
-        Ok(desired <= 1_000_000)
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables hold function references (8 bytes or more each host-side): their growth is
+        // charged to the same budget as memory, so many tables cannot add up past it.
+        let grow = desired.saturating_sub(current).saturating_mul(TABLE_ELEMENT_BYTES);
+        if desired > TABLE_ELEMENTS_MAX || self.used.saturating_add(grow) > self.limit {
+            self.refused = true;
+            return Ok(false);
+        }
+        self.used += grow;
+        Ok(true)
+    }
+
+    // wasmtime's defaults are 10,000 of each per store; every memory reserves its address
+    // space (gigabytes with guard regions), so a guest declaring thousands would exhaust the
+    // broker's address space whatever the byte budget. A component of a transform, validator
+    // or assignor needs a handful.
+    fn instances(&self) -> usize {
+        INSTANCES_MAX
+    }
+
+    fn memories(&self) -> usize {
+        MEMORIES_MAX
+    }
+
+    fn tables(&self) -> usize {
+        TABLES_MAX
     }
 }
+
+/// Core instances one store may hold (a component's modules and its adapters).
+const INSTANCES_MAX: usize = 64;
+/// Linear memories one store may hold.
+const MEMORIES_MAX: usize = 16;
+/// Tables one store may hold.
+const TABLES_MAX: usize = 64;
+/// Elements of one table.
+const TABLE_ELEMENTS_MAX: usize = 1_000_000;
+/// What one table element counts against the memory budget.
+const TABLE_ELEMENT_BYTES: usize = 8;
 
 /// Log plumbing shared by an instance's stdout, stderr and `log` import.
 struct LogShared {

@@ -128,7 +128,7 @@ impl TransformModule {
             let init: InitFunc<'_> = init.typed(&*store)?;
             init.call(store, (parameters, output_topics))
         })?;
-        result.map_err(GuestError::Init)?;
+        result.map_err(GuestError::init)?;
         Ok(TransformInstance { guest, process, output_topics: setup.output_topics.len() })
     }
 }
@@ -157,12 +157,12 @@ impl TransformInstance {
         // and result types (`Func::typed`); the function and its type never change afterwards.
         let process: ProcessFunc<'_> = unsafe { TypedFunc::new_unchecked(self.process) };
         let (result,) = self.guest.call(|store| process.call(store, (batch,)))?;
-        let output = result.map_err(GuestError::Failed)?;
+        let output = result.map_err(GuestError::failed)?;
         let limit = self.guest.limits.output_bytes;
         if output.data.len() > limit {
             return Err(GuestError::OutputTooLarge { size: output.data.len(), limit });
         }
-        validate_output(&output, self.output_topics).map_err(GuestError::InvalidOutput)?;
+        validate_output(&output, self.output_topics, limit).map_err(GuestError::InvalidOutput)?;
         Ok(output)
     }
 

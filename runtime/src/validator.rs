@@ -113,7 +113,7 @@ impl ValidatorModule {
             let init = init.typed::<(&[(String, String)],), (Result<(), String>,)>(&*store)?;
             init.call(store, (parameters,))
         })?;
-        result.map_err(GuestError::Init)?;
+        result.map_err(GuestError::init)?;
         Ok(ValidatorInstance { guest, validate })
     }
 }
