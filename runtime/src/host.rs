@@ -14,6 +14,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -56,7 +57,7 @@ impl HostState {
         log: LogSink,
         state: Option<StateHandle>,
     ) -> Self {
-        let log = Arc::new(LogShared { sink: log, diagnostic: Mutex::new(String::new()) });
+        let log = Arc::new(LogShared::new(log));
         let mut wasi = WasiCtxBuilder::new();
         // The builder's defaults already deny files, sockets, name lookup and arguments; these
         // make the intent explicit should a default ever change.
@@ -86,6 +87,9 @@ impl HostState {
     pub(crate) fn log(&self, level: Level, message: &str) {
         for line in message.lines() {
             for chunk in split_at_char_boundaries(line, MAX_LINE_BYTES) {
+                if self.log.exhausted() {
+                    return;
+                }
                 self.log.emit(level, chunk);
             }
         }
@@ -106,6 +110,7 @@ pub(crate) fn begin_call(store: &mut Store<HostState>, timeout: Duration) {
     // +1: the current tick may be about to end, which would cut the first tick short.
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX / 2).saturating_add(1));
     store.data_mut().limiter.refused = false;
+    store.data().log.lines_left.store(LOG_LINES_PER_CALL, Ordering::Relaxed);
     if let Ok(mut diagnostic) = store.data().log.diagnostic.lock() {
         diagnostic.clear();
     }
@@ -193,15 +198,40 @@ const TABLE_ELEMENTS_MAX: usize = 1_000_000;
 /// What one table element counts against the memory budget.
 const TABLE_ELEMENT_BYTES: usize = 8;
 
+/// Lines one guest call may log (stdout, stderr and the `log` import together). The sink's
+/// work per line is host code, which the call's deadline does not interrupt: a message of a
+/// million newlines would otherwise hold the call's thread long past it.
+pub(crate) const LOG_LINES_PER_CALL: usize = 1_000;
+
 /// Log plumbing shared by an instance's stdout, stderr and `log` import.
 struct LogShared {
     sink: LogSink,
     /// stderr and error-level lines of the current call, quoted in trap messages.
     diagnostic: Mutex<String>,
+    /// Lines the current call may still log ([`LOG_LINES_PER_CALL`] at its start).
+    lines_left: AtomicUsize,
 }
 
 impl LogShared {
+    fn new(sink: LogSink) -> LogShared {
+        LogShared { sink, diagnostic: Mutex::new(String::new()), lines_left: AtomicUsize::new(LOG_LINES_PER_CALL) }
+    }
+
+    /// Whether the current call has used its lines up.
+    fn exhausted(&self) -> bool {
+        self.lines_left.load(Ordering::Relaxed) == 0
+    }
+
     fn emit(&self, level: Level, line: &str) {
+        match self.lines_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)) {
+            Err(_) => return,
+            Ok(1) => {
+                let notice = format!("the guest logged {LOG_LINES_PER_CALL} lines in one call: the rest is dropped");
+                (self.sink)(Level::Warn, &notice);
+                return;
+            }
+            Ok(_) => {}
+        }
         // Rust's hint about RUST_BACKTRACE follows every panic message and means nothing here.
         if matches!(level, Level::Warn | Level::Error) && !line.starts_with("note: run with `RUST_BACKTRACE") {
             if let Ok(mut diagnostic) = self.diagnostic.lock() {
@@ -256,6 +286,10 @@ impl LineStream {
 
     fn write_bytes(&self, bytes: &[u8]) {
         let Ok(mut buffer) = self.inner.lock() else { return };
+        if buffer.log.exhausted() {
+            buffer.pending.clear();
+            return;
+        }
         buffer.pending.extend_from_slice(bytes);
         let mut start = 0;
         while let Some(newline) = buffer.pending[start..].iter().position(|&b| b == b'\n') {
@@ -359,7 +393,7 @@ mod tests {
     #[test]
     fn line_stream_emits_whole_lines() {
         let (sink, lines) = capture();
-        let shared = Arc::new(LogShared { sink, diagnostic: Mutex::new(String::new()) });
+        let shared = Arc::new(LogShared::new(sink));
         let stream = LineStream::new(Level::Info, shared.clone());
         stream.write_bytes(b"hel");
         stream.write_bytes(b"lo\r\nwor");
@@ -371,6 +405,24 @@ mod tests {
         let lines = lines.lock().unwrap();
         assert_eq!(lines.len(), 4, "the unterminated tail is flushed on drop");
         assert_eq!(lines[3].1.len(), 10);
+    }
+
+    /// A call logs at most LOG_LINES_PER_CALL lines, then one notice; the budget is per call.
+    #[test]
+    fn a_call_logs_a_bounded_number_of_lines() {
+        let (sink, lines) = capture();
+        let shared = Arc::new(LogShared::new(sink));
+        let stream = LineStream::new(Level::Info, shared.clone());
+        stream.write_bytes(&b"x\n".repeat(LOG_LINES_PER_CALL * 3));
+        stream.write_bytes(b"more\n");
+        {
+            let lines = lines.lock().unwrap();
+            assert_eq!(lines.len(), LOG_LINES_PER_CALL);
+            assert!(lines.last().unwrap().1.contains("the rest is dropped"), "{:?}", lines.last());
+        }
+        shared.lines_left.store(LOG_LINES_PER_CALL, Ordering::Relaxed); // as begin_call does
+        stream.write_bytes(b"next call\n");
+        assert_eq!(lines.lock().unwrap().last().unwrap().1, "next call");
     }
 
     /// Splitting never cuts a multi-byte character.
