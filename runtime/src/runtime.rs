@@ -139,6 +139,36 @@ pub(crate) struct RuntimeInner {
     max_module_bytes: usize,
     /// Hex digest of `Engine::precompile_compatibility_hash`: part of every cache file name.
     compatibility: String,
+    /// Compilations running now, at most [`COMPILES_AT_ONCE`] (each uses every core).
+    compiling: (std::sync::Mutex<usize>, std::sync::Condvar),
+}
+
+/// Modules compiled at once by one runtime. A compilation uses every core (wasmtime's parallel
+/// compilation) and memory in proportion to the module; uploads beyond this wait their turn
+/// instead of piling up on the machine.
+const COMPILES_AT_ONCE: usize = 1;
+
+/// A compilation's turn, given back when dropped.
+struct CompileTurn<'a>(&'a (std::sync::Mutex<usize>, std::sync::Condvar));
+
+impl<'a> CompileTurn<'a> {
+    fn take(slots: &'a (std::sync::Mutex<usize>, std::sync::Condvar)) -> CompileTurn<'a> {
+        let (running, freed) = slots;
+        let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
+        while *running >= COMPILES_AT_ONCE {
+            running = freed.wait(running).unwrap_or_else(|p| p.into_inner());
+        }
+        *running += 1;
+        CompileTurn(slots)
+    }
+}
+
+impl Drop for CompileTurn<'_> {
+    fn drop(&mut self) {
+        let (running, freed) = self.0;
+        *running.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        freed.notify_one();
+    }
 }
 
 /// A compiled (or deserialized) component and what it is.
@@ -228,6 +258,7 @@ impl Runtime {
                 cache_dir: config.cache_dir,
                 max_module_bytes: config.max_module_bytes,
                 compatibility,
+                compiling: Default::default(),
             }),
         })
     }
@@ -262,13 +293,21 @@ impl Runtime {
     }
 
     pub(crate) fn load(&self, bytes: &[u8]) -> Result<Loaded, RuntimeError> {
-        let (component, sha256, from_cache) = self.compile_or_load(bytes)?;
+        // Only a component of one of the three worlds is cached: the cache holds what can be
+        // deployed, not every upload that was refused.
+        let of_a_world = |component: &Component| classify_world(&self.inner.engine, component).map(|_| ());
+        let (component, sha256, from_cache) = self.compile_or_load(bytes, of_a_world)?;
         let (kind, export) = classify_world(&self.inner.engine, &component)?;
         Ok(Loaded { component, kind, export, sha256, from_cache })
     }
 
-    /// The component for `bytes` and its hex SHA-256, from the cache when possible (`true`).
-    fn compile_or_load(&self, bytes: &[u8]) -> Result<(Component, String, bool), RuntimeError> {
+    /// The component for `bytes` and its hex SHA-256, from the cache when possible (`true`). A
+    /// compiled component is cached only if `cacheable` accepts it.
+    fn compile_or_load(
+        &self,
+        bytes: &[u8],
+        cacheable: impl FnOnce(&Component) -> Result<(), RuntimeError>,
+    ) -> Result<(Component, String, bool), RuntimeError> {
         let max = self.inner.max_module_bytes;
         if bytes.len() > max {
             return Err(RuntimeError::TooLarge { size: bytes.len(), max });
@@ -279,8 +318,15 @@ impl Runtime {
         if let Some(component) = self.load_cached(&path) {
             return Ok((component, sha256, true));
         }
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        let component = {
+            let _turn = CompileTurn::take(&self.inner.compiling);
+            // Another upload of the same bytes may have compiled it while this one waited.
+            if let Some(component) = self.load_cached(&path) {
+                return Ok((component, sha256, true));
+            }
+            Component::new(&self.inner.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?
+        };
+        cacheable(&component)?;
         let artifact = component.serialize().map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
         write_atomically(&path, &artifact).map_err(|e| cache_error(&path, e))?;
         Ok((component, sha256, false))
@@ -523,13 +569,27 @@ mod tests {
         assert!(matches!(runtime.assignor(EMPTY_COMPONENT), Err(RuntimeError::WrongWorld(_))));
     }
 
+    /// Caches any component (the cache tests use one of no world).
+    fn any(_: &Component) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// An upload of no known world is refused and leaves nothing in the cache.
+    #[test]
+    fn a_refused_component_is_not_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime(dir.path());
+        assert!(matches!(runtime.inspect(EMPTY_COMPONENT), Err(RuntimeError::WrongWorld(_))));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
     /// The cache key is the module hash plus the engine's compatibility hash; a second load is a
     /// cache hit, also from a second runtime; a corrupt artifact is recompiled and replaced.
     #[test]
     fn cache_hits_and_recovers_from_corrupt_artifacts() {
         let dir = tempfile::tempdir().unwrap();
         let runtime = runtime(dir.path());
-        assert!(!runtime.compile_or_load(EMPTY_COMPONENT).unwrap().2);
+        assert!(!runtime.compile_or_load(EMPTY_COMPONENT, any).unwrap().2);
 
         let files: Vec<PathBuf> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(files.len(), 1, "one artifact, no temporary files left: {files:?}");
@@ -538,15 +598,15 @@ mod tests {
         assert_eq!(name, format!("{sha256}-{}.cwasm", runtime.inner.compatibility));
         assert_eq!(runtime.inner.compatibility.len(), 16);
 
-        assert!(runtime.compile_or_load(EMPTY_COMPONENT).unwrap().2);
+        assert!(runtime.compile_or_load(EMPTY_COMPONENT, any).unwrap().2);
         let second = self::runtime(dir.path());
         assert_eq!(second.inner.compatibility, runtime.inner.compatibility, "the key is stable across runtimes");
-        assert!(second.compile_or_load(EMPTY_COMPONENT).unwrap().2);
+        assert!(second.compile_or_load(EMPTY_COMPONENT, any).unwrap().2);
 
         for corrupt in [&b""[..], b"garbage", b"\x7fELF\x02\x01\x01\0truncated"] {
             fs::write(&files[0], corrupt).unwrap();
-            assert!(!second.compile_or_load(EMPTY_COMPONENT).unwrap().2, "{corrupt:?}");
-            assert!(second.compile_or_load(EMPTY_COMPONENT).unwrap().2, "rewritten after {corrupt:?}");
+            assert!(!second.compile_or_load(EMPTY_COMPONENT, any).unwrap().2, "{corrupt:?}");
+            assert!(second.compile_or_load(EMPTY_COMPONENT, any).unwrap().2, "rewritten after {corrupt:?}");
         }
     }
 
@@ -557,8 +617,8 @@ mod tests {
         let runtime = runtime(dir.path());
         // A component with one custom section: different bytes, same (empty) meaning.
         let other = [EMPTY_COMPONENT, b"\x00\x02\x01x"].concat();
-        assert!(!runtime.compile_or_load(EMPTY_COMPONENT).unwrap().2);
-        assert!(!runtime.compile_or_load(&other).unwrap().2);
+        assert!(!runtime.compile_or_load(EMPTY_COMPONENT, any).unwrap().2);
+        assert!(!runtime.compile_or_load(&other, any).unwrap().2);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }
