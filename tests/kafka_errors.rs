@@ -890,3 +890,31 @@ fn a_batch_whose_crc_holds_but_whose_records_do_not_decode_is_refused() {
     assert_eq!(log_end_offset(&mut conn, "sealed", 1), 0);
     conn.assert_usable();
 }
+
+#[test]
+fn a_batch_header_claiming_another_max_timestamp_is_stored_with_its_records_max() {
+    // Proves a CreateTime batch's max timestamp is taken from its records, as Kafka's
+    // LogValidator does, not from the client's header: a header claiming i64::MAX (which would
+    // keep its segment past retention.ms and segment.ms) is stored with the records' max, and
+    // ListOffsets MAX_TIMESTAMP (v7) answers the record that has it.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "stamped", 1, &[]);
+    let mut claimed = BytesMut::from(&batch(3, 10)[..]);
+    claimed[35..43].copy_from_slice(&i64::MAX.to_be_bytes()); // max timestamp
+    reseal(&mut claimed);
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("stamped", 0, claimed.freeze())])));
+    assert_eq!(results, vec![("stamped".into(), 0, NONE, 0)]);
+    let request =
+        ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default().with_name(topic_name("stamped")).with_partitions(vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-3),
+            ]),
+        ]);
+    let response = conn.call(LIST_OFFSETS_V, &request);
+    let p = &response.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.offset, p.timestamp), (NONE, 2, 1_700_000_000_002));
+}

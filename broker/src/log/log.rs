@@ -480,12 +480,16 @@ impl Log {
         };
         let mut rest = &records[..];
         let mut batch_index = 0;
+        // Per batch: the max timestamp its records have, where its header says another.
+        let mut max_timestamps: Vec<Option<i64>> = Vec::new();
         while !rest.is_empty() {
             let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
             self.check_batch(&header, origin)?;
             let start = records.len() - rest.len();
             let batch_bytes = records.slice(start..start + header.size());
-            self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
+            let records_max =
+                self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
+            max_timestamps.push(records_max.filter(|max| *max != header.max_timestamp));
             if header.producer_id >= 0 {
                 if origin == AppendOrigin::Client {
                     if let Some(original) = self.producers.find_duplicate(&header) {
@@ -553,11 +557,16 @@ impl Log {
             bytes: records.len() as u64,
             duplicate: false,
         };
+        let mut stamped = 0;
         self.write_validated(records, now, &mut info, &producer_updates, |header, body, base_offset| {
             batch::patch_header(header, base_offset, partition_leader_epoch);
             if log_append {
                 stamp_log_append_time(header, body, now);
+            } else if let Some(Some(max)) = max_timestamps.get(stamped) {
+                // Kafka's LogValidator: a CreateTime batch's max timestamp is its records'.
+                stamp_max_timestamp(header, body, *max);
             }
+            stamped += 1;
         })?;
         Ok(info)
     }
@@ -662,18 +671,20 @@ impl Log {
         now: i64,
         errors: &mut Vec<RecordError>,
         invalid_timestamp: &mut bool,
-    ) -> Result<(), LogError> {
+    ) -> Result<Option<i64>, LogError> {
         let need_key = self.config.cleanup_policy.compact && origin == AppendOrigin::Client;
         let create_time = self.config.message_timestamp_type == TimestampType::CreateTime;
         let before_max = self.config.message_timestamp_before_max_ms;
         let after_max = self.config.message_timestamp_after_max_ms;
         let bounded = create_time && (before_max != i64::MAX || after_max != i64::MAX);
         if origin != AppendOrigin::Client && !bounded {
-            return Ok(());
+            return Ok(None);
         }
         let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
+        let mut max_timestamp = batch::NO_TIMESTAMP;
         for (index, record) in batch.record_iter().map_err(LogError::CorruptBatch)?.enumerate() {
             let record = record.map_err(LogError::CorruptBatch)?;
+            max_timestamp = max_timestamp.max(record.timestamp);
             let batch_index = index as i32;
             // One error per record, the key first, as Kafka's `validateRecord` returns.
             if need_key && record.key.is_none() {
@@ -704,7 +715,11 @@ impl Log {
                 });
             }
         }
-        Ok(())
+        // The records' max timestamp, for a client's CreateTime batch (its header's is checked
+        // against it); control batches and LogAppendTime ones keep theirs.
+        let create_time_batch = batch.header().attributes.timestamp_type() == TimestampType::CreateTime;
+        let judged = origin == AppendOrigin::Client && create_time_batch && !batch.header().attributes.is_control();
+        Ok(judged.then_some(max_timestamp))
     }
 
     /// `<topic>-<partition>`, the directory's name, for Kafka's messages.
@@ -1388,6 +1403,15 @@ fn largest_time(segment: &Segment) -> i64 {
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(i64::MAX, |d| d.as_millis() as i64)
+}
+
+/// CreateTime: the max timestamp the batch's records have replaces the one its header claimed
+/// (a client's header is not trusted: retention, rolling and the time index go by it); the CRC
+/// covers it.
+fn stamp_max_timestamp(header: &mut [u8; HEADER_SIZE], body: &[u8], max: i64) {
+    header[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max.to_be_bytes());
+    let crc = batch::crc32c(&[&header[CRC_START..], body]);
+    header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// LogAppendTime: the broker's clock becomes the batch's max timestamp; the CRC covers it.
