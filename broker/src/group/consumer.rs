@@ -1693,11 +1693,14 @@ fn check_request(request: &HeartbeatRequest) -> Result<(), (ResponseError, Optio
 
 /// A subscription pattern, matched against whole topic names (Kafka uses RE2/J, whose syntax
 /// the `regex` crate shares; both run in linear time).
+/// A subscription's regular expression, matching whole topic names (Kafka's `matches()`). The
+/// pattern must compile on its own before it is anchored: `a)|(b` would otherwise close the
+/// anchoring group and match any name starting with `a`.
 fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
-    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}"))
+    let build = |pattern: &str| regex::RegexBuilder::new(pattern).size_limit(1 << 20).build();
+    let invalid = |e: regex::Error| format!("SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}");
+    build(pattern).map_err(invalid)?;
+    build(&format!("^(?:{pattern})$")).map_err(invalid)
 }
 
 fn to_stored(assignment: &Assignment) -> StoredPartitions {

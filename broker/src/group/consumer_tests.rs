@@ -308,6 +308,10 @@ fn regex_subscriptions_follow_topic_creation() {
 
     request.member_id = "b".into();
     request.subscribed_topic_regex = Some("orders-(".into());
+    assert_eq!(heartbeat(&g, request.clone(), &image, now).error.unwrap().0, ResponseError::InvalidRegularExpression);
+    // A pattern that would close the anchoring group is refused, not widened to every name
+    // starting with "x" or ending with "s".
+    request.subscribed_topic_regex = Some("x)|(s".into());
     assert_eq!(heartbeat(&g, request, &image, now).error.unwrap().0, ResponseError::InvalidRegularExpression);
 }
 
