@@ -682,39 +682,45 @@ impl Log {
         }
         let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
         let mut max_timestamp = batch::NO_TIMESTAMP;
-        for (index, record) in batch.record_iter().map_err(LogError::CorruptBatch)?.enumerate() {
-            let record = record.map_err(LogError::CorruptBatch)?;
-            max_timestamp = max_timestamp.max(record.timestamp);
-            let batch_index = index as i32;
-            // One error per record, the key first, as Kafka's `validateRecord` returns.
-            if need_key && record.key.is_none() {
-                errors.push(RecordError {
-                    batch_index,
-                    message: format!(
-                        "Compacted topic cannot accept message without key in topic partition {}.",
-                        self.topic_partition()
-                    ),
-                });
-                continue;
-            }
-            // i128: a client timestamp and the bounds are arbitrary i64s.
-            let (ts, now_wide) = (record.timestamp as i128, now as i128);
-            let too_old = before_max != i64::MAX && now_wide - ts > before_max as i128;
-            let too_new = after_max != i64::MAX && ts - now_wide > after_max as i128;
-            if bounded && record.timestamp != batch::NO_TIMESTAMP && (too_old || too_new) {
-                *invalid_timestamp = true;
-                errors.push(RecordError {
-                    batch_index,
-                    message: format!(
-                        "Timestamp {} of message with offset {} is out of range. The timestamp should be within [{}, {}]",
-                        record.timestamp,
-                        record.offset,
-                        now.saturating_sub(before_max),
-                        now.saturating_add(after_max)
-                    ),
-                });
-            }
-        }
+        let mut batch_index = 0i32;
+        let topic_partition = || self.topic_partition();
+        // Borrowed records: nothing is allocated per record on the append path.
+        let records = batch.record_iter().map_err(LogError::CorruptBatch)?;
+        records
+            .try_for_each_borrowed(|record| {
+                max_timestamp = max_timestamp.max(record.timestamp);
+                // One error per record, the key first, as Kafka's `validateRecord` returns.
+                if need_key && record.key.is_none() {
+                    errors.push(RecordError {
+                        batch_index,
+                        message: format!(
+                            "Compacted topic cannot accept message without key in topic partition {}.",
+                            topic_partition()
+                        ),
+                    });
+                } else {
+                    // i128: a client timestamp and the bounds are arbitrary i64s.
+                    let (ts, now_wide) = (record.timestamp as i128, now as i128);
+                    let too_old = before_max != i64::MAX && now_wide - ts > before_max as i128;
+                    let too_new = after_max != i64::MAX && ts - now_wide > after_max as i128;
+                    if bounded && record.timestamp != batch::NO_TIMESTAMP && (too_old || too_new) {
+                        *invalid_timestamp = true;
+                        errors.push(RecordError {
+                            batch_index,
+                            message: format!(
+                                "Timestamp {} of message with offset {} is out of range. The timestamp should be \
+                                 within [{}, {}]",
+                                record.timestamp,
+                                record.offset,
+                                now.saturating_sub(before_max),
+                                now.saturating_add(after_max)
+                            ),
+                        });
+                    }
+                }
+                batch_index += 1;
+            })
+            .map_err(LogError::CorruptBatch)?;
         // The records' max timestamp, for a client's CreateTime batch (its header's is checked
         // against it); control batches and LogAppendTime ones keep theirs.
         let create_time_batch = batch.header().attributes.timestamp_type() == TimestampType::CreateTime;
