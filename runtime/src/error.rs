@@ -63,17 +63,24 @@ impl GuestError {
 /// `message` cut at a character boundary to [`GUEST_MESSAGE_BYTES_MAX`] bytes, saying how long
 /// it was.
 pub fn bounded(mut message: String) -> String {
-    if message.len() <= GUEST_MESSAGE_BYTES_MAX {
-        return message;
-    }
     let total = message.len();
-    let mut end = GUEST_MESSAGE_BYTES_MAX;
+    if cut_at_char_boundary(&mut message, GUEST_MESSAGE_BYTES_MAX) {
+        message.push_str(&format!("… ({total} bytes, cut)"));
+    }
+    message
+}
+
+/// Cuts `message` to at most `max` bytes without splitting a character; whether it was cut.
+pub(crate) fn cut_at_char_boundary(message: &mut String, max: usize) -> bool {
+    if message.len() <= max {
+        return false;
+    }
+    let mut end = max;
     while !message.is_char_boundary(end) {
         end -= 1;
     }
     message.truncate(end);
-    message.push_str(&format!("… ({total} bytes, cut)"));
-    message
+    true
 }
 
 #[cfg(test)]

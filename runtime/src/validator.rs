@@ -178,13 +178,7 @@ fn bounded(mut rejection: Rejection, records: usize) -> Rejection {
 }
 
 fn truncate(message: &mut String) {
-    if message.len() > MESSAGE_BYTES_MAX {
-        let mut end = MESSAGE_BYTES_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
+    crate::error::cut_at_char_boundary(message, MESSAGE_BYTES_MAX);
 }
 
 #[cfg(test)]

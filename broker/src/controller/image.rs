@@ -688,9 +688,7 @@ impl PartitionImage {
 /// invariants (`assert_invariants`) hold from its creation. The handlers refuse such requests
 /// first; this keeps a record that slipped past them out of the image.
 fn valid_replica_lists(assignments: &[Vec<NodeId>]) -> bool {
-    assignments
-        .iter()
-        .all(|replicas| !replicas.is_empty() && replicas.iter().enumerate().all(|(i, r)| !replicas[..i].contains(r)))
+    assignments.iter().all(|replicas| !replicas.is_empty() && !has_duplicate(replicas))
 }
 
 fn number_partitions(first: u32, assignments: &[Vec<NodeId>]) -> Option<Vec<PartitionImage>> {

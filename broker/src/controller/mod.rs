@@ -44,6 +44,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use self::error::{ControllerError, RaftFailure};
+
+/// The internal topic holding committed offsets and group metadata (the group coordinator's).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The internal topic of transaction states (the transaction coordinator's).
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// Whether `topic` is a coordinator's own topic (Kafka's internal topics): created by the
+/// broker, written only by its coordinator, exempt from the per-broker partition bound.
+pub fn is_coordinator_topic(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC || topic == TRANSACTION_STATE_TOPIC
+}
 pub use self::image::{BrokerInfo, MetadataImage, PartitionImage, TopicImage};
 pub use self::network::RpcError;
 pub use self::record::{

@@ -29,7 +29,7 @@ pub const EXCESSIVE_PARTITIONS: &str = "Excessively large number of partitions p
 
 /// Whether a topic is exempt from the per-broker bound (see the module docs).
 pub fn exempt(topic: &str) -> bool {
-    topic == crate::group::OFFSETS_TOPIC || topic == crate::txn::coordinator::TRANSACTION_STATE_TOPIC
+    super::is_coordinator_topic(topic)
 }
 
 /// Partition replicas per broker, as the image holds them, that new assignments are checked

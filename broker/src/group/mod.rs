@@ -28,8 +28,7 @@ use std::time::Duration;
 
 use crate::partition::ReplicaManager;
 
-/// The internal topic holding committed offsets and group metadata.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::controller::OFFSETS_TOPIC;
 
 /// Kafka's `offsets.topic.num.partitions` default: the partition count `__consumer_offsets`
 /// is created with. Once the topic exists its actual count is what groups are mapped over.

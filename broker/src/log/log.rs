@@ -480,8 +480,9 @@ impl Log {
         };
         let mut rest = &records[..];
         let mut batch_index = 0;
-        // Per batch: the max timestamp its records have, where its header says another.
-        let mut max_timestamps: Vec<Option<i64>> = Vec::new();
+        // (batch index, the max timestamp its records have) where its header says another:
+        // empty, so never allocated, for clients that set it right.
+        let mut max_timestamps: Vec<(usize, i64)> = Vec::new();
         while !rest.is_empty() {
             let header = batch::validate_first(rest).map_err(LogError::CorruptBatch)?;
             self.check_batch(&header, origin)?;
@@ -489,7 +490,9 @@ impl Log {
             let batch_bytes = records.slice(start..start + header.size());
             let records_max =
                 self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
-            max_timestamps.push(records_max.filter(|max| *max != header.max_timestamp));
+            if let Some(max) = records_max.filter(|max| *max != header.max_timestamp) {
+                max_timestamps.push((batch_index, max));
+            }
             if header.producer_id >= 0 {
                 if origin == AppendOrigin::Client {
                     if let Some(original) = self.producers.find_duplicate(&header) {
@@ -562,7 +565,7 @@ impl Log {
             batch::patch_header(header, base_offset, partition_leader_epoch);
             if log_append {
                 stamp_log_append_time(header, body, now);
-            } else if let Some(Some(max)) = max_timestamps.get(stamped) {
+            } else if let Some((_, max)) = max_timestamps.iter().find(|(index, _)| *index == stamped) {
                 // Kafka's LogValidator: a CreateTime batch's max timestamp is its records'.
                 stamp_max_timestamp(header, body, *max);
             }
@@ -683,7 +686,6 @@ impl Log {
         let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
         let mut max_timestamp = batch::NO_TIMESTAMP;
         let mut batch_index = 0i32;
-        let topic_partition = || self.topic_partition();
         // Borrowed records: nothing is allocated per record on the append path.
         let records = batch.record_iter().map_err(LogError::CorruptBatch)?;
         records
@@ -695,7 +697,7 @@ impl Log {
                         batch_index,
                         message: format!(
                             "Compacted topic cannot accept message without key in topic partition {}.",
-                            topic_partition()
+                            self.topic_partition()
                         ),
                     });
                 } else {

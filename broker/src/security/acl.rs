@@ -240,8 +240,7 @@ fn covering<'a>(
         found.extend(named);
     };
     take(&probe, None);
-    let shorter: Vec<usize> = name.char_indices().skip(1).map(|(end, _)| end).collect();
-    for end in shorter.into_iter().rev() {
+    for (end, _) in name.char_indices().rev().filter(|(end, _)| *end > 0) {
         probe.resource_name.truncate(end);
         take(&probe, Some(PatternType::Prefixed));
     }

@@ -34,8 +34,7 @@ use crate::log::records::BatchBuilder;
 use crate::log::{AppendOrigin, Compression};
 use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
 
-/// The internal topic of transaction states.
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+pub use crate::controller::TRANSACTION_STATE_TOPIC;
 
 /// How long a write to `__transaction_state` may wait for the ISR.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(30);

@@ -137,12 +137,7 @@ async fn grow(
             ResponseError::InvalidPartitions,
             format!("Topic currently has {current} partitions, which is higher than the requested {}.", topic.count),
         )),
-        // Another creation committed first took the room this one was checked against.
-        Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
-        Ok(ApplyOutcome::InvalidReplicaAssignment) => {
-            Err((ResponseError::InvalidReplicaAssignment, "a replica list is empty or names a broker twice".into()))
-        }
-        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Ok(other) => Err(refused_creation(other)),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
 }
@@ -164,6 +159,19 @@ fn check_count(current: usize, requested: i32) -> Result<u32, (ResponseError, St
         return Err((ResponseError::PolicyViolation, EXCESSIVE_PARTITIONS.to_string()));
     }
     Ok(additional as u32)
+}
+
+/// The answer to a creation (CreateTopics or CreatePartitions) the image refused where it
+/// applied, for the outcomes both share.
+pub(super) fn refused_creation(outcome: ApplyOutcome) -> (ResponseError, String) {
+    match outcome {
+        // Another creation committed first took the room this one was checked against.
+        ApplyOutcome::ReplicaLimit { message } => (ResponseError::PolicyViolation, message),
+        ApplyOutcome::InvalidReplicaAssignment => {
+            (ResponseError::InvalidReplicaAssignment, "a replica list is empty or names a broker twice".into())
+        }
+        other => (ResponseError::UnknownServerError, format!("unexpected outcome {other:?}")),
+    }
 }
 
 /// Kafka's checks of manual assignments: one per new partition, no empty list, no broker twice,

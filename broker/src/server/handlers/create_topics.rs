@@ -143,12 +143,7 @@ fn created_or_error(
         Ok(ApplyOutcome::TopicAlreadyExists) => {
             Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")))
         }
-        // Another creation committed first took the room this one was checked against.
-        Ok(ApplyOutcome::ReplicaLimit { message }) => Err((ResponseError::PolicyViolation, message)),
-        Ok(ApplyOutcome::InvalidReplicaAssignment) => {
-            Err((ResponseError::InvalidReplicaAssignment, "a replica list is empty or names a broker twice".into()))
-        }
-        Ok(other) => Err((ResponseError::UnknownServerError, format!("unexpected outcome {other:?}"))),
+        Ok(other) => Err(super::create_partitions::refused_creation(other)),
         Err(e) => Err((controller_error_code(&e), e.to_string())),
     }
 }

@@ -42,7 +42,7 @@ const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 /// or a transaction state that writes markers for any producer. Kafka lets a client whose id is
 /// `__admin_client` through; Runnel lets no client through.
 fn refuse_internal(topic: &str) -> Result<(), (ResponseError, String)> {
-    if topic == crate::group::OFFSETS_TOPIC || topic == crate::txn::coordinator::TRANSACTION_STATE_TOPIC {
+    if crate::controller::is_coordinator_topic(topic) {
         return Err((ResponseError::InvalidTopicException, format!("Cannot append to internal topic {topic}")));
     }
     Ok(())
