@@ -686,6 +686,29 @@ fn segment_index_bytes_of_four_does_not_kill_produce_connections() {
 }
 
 #[test]
+fn two_batches_for_one_partition_in_a_produce_are_invalid_record_and_the_other_partitions_append() {
+    // Proves Kafka's rule from Produce v3 on: exactly one record batch per partition (the
+    // transaction checks read a partition's first batch only). Two batches for one partition
+    // are refused with INVALID_RECORD and Kafka's message, neither appended; the request's
+    // other partition appends; one batch to the refused partition appends afterwards.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "one-batch", 2, &[]);
+    let two = Bytes::from([batch(2, 10), batch(3, 10)].concat());
+    let request = produce_request(-1, vec![("one-batch", 0, two), ("one-batch", 1, batch(1, 10))]);
+    let response = conn.call(PRODUCE_V, &request);
+    let results = produce_results(&response);
+    assert_eq!(results.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(), [(0, INVALID_RECORD), (1, NONE)]);
+    let message = response.responses[0].partition_responses[0].error_message.as_deref().unwrap_or_default();
+    assert!(message.contains("exactly one record batch per partition"), "{message}");
+    assert_eq!(log_end_offset(&mut conn, "one-batch", 0), 0, "neither batch appended");
+    assert_eq!(log_end_offset(&mut conn, "one-batch", 1), 1);
+    let results = produce_results(&conn.call(PRODUCE_V, &produce_request(-1, vec![("one-batch", 0, batch(2, 10))])));
+    assert_eq!((results[0].2, results[0].3), (NONE, 0));
+    conn.assert_usable();
+}
+
+#[test]
 fn keyless_records_on_a_compacted_topic_are_named_in_record_errors() {
     // Proves KIP-467 record_errors: a batch with keyless records on a compacted topic gets
     // INVALID_RECORD with one entry per keyless record (its index in the batch), Kafka's

@@ -48,6 +48,21 @@ fn refuse_internal(topic: &str) -> Result<(), (ResponseError, String)> {
     Ok(())
 }
 
+/// Kafka's rule from Produce v3 on: exactly one record batch per partition, which is what every
+/// client sends. The transaction checks (a transactional batch needs the request's
+/// transactional id; the verification of a transaction's first batch) read a partition's first
+/// batch only. Records that are empty or whose first batch does not parse are left to the log's
+/// checks, which answer them.
+fn one_batch(version: i16, records: &Bytes) -> Result<(), (ResponseError, String)> {
+    match crate::log::BatchHeader::read(records) {
+        Ok(header) if version >= 3 && header.size() < records.len() => Err((
+            ResponseError::InvalidRecord,
+            format!("Produce requests with version {version} are only allowed to contain exactly one record batch per partition"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Authorizes (Kafka's rules: WRITE on the transactional id of a transactional request, WRITE
 /// on each topic), then produces to the topics the client may write.
 pub async fn handle(broker: &Broker, header: &RequestHeader, mut request: ProduceRequest) -> Option<ProduceResponse> {
@@ -75,7 +90,7 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
         _ => return Some(reject_all(&request, ResponseError::InvalidRequiredAcks)),
     };
     // Kafka's rule: transactional records need the request's transactional id (checked on
-    // each partition's first batch).
+    // each partition's first batch, its only one: `one_batch`).
     if request.transactional_id.is_none() && has_transactional_records(&request) {
         return Some(reject_all(&request, ResponseError::TransactionalIdAuthorizationFailed));
     }
@@ -111,6 +126,7 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
             let records = data.records.clone().unwrap_or_else(Bytes::new);
             let validated = verdicts.next().unwrap_or(crate::validator::Verdict::Accept);
             let result = refuse_internal(name)
+                .and(one_batch(version, &records))
                 .and(verification)
                 .map_err(|(code, message)| (code, Some(message), vec![]))
                 .and_then(|verification| match validated {
