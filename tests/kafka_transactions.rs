@@ -404,9 +404,35 @@ mod raw {
         (response.error_code, (response.producer_id.0, response.producer_epoch))
     }
 
-    /// TxnOffsetCommit v5 of `offset` for `topic`-0 in `group` (no member checks): its code.
-    pub fn txn_offset_commit_v5(
+    /// AddOffsetsToTxn v3 of `group`: its code.
+    pub fn add_offsets(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), group: &str) -> i16 {
+        let request = kafka_protocol::messages::AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(name(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_group_id(kafka_protocol::messages::GroupId(name(group)));
+        conn.call(3, &request).error_code
+    }
+
+    /// OffsetFetch v7 with `require_stable` of `topic`-0 in `group`: its code and offset.
+    pub fn stable_offset(conn: &mut RawConn, group: &str, topic: &str) -> (i16, i64) {
+        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+        let request = kafka_protocol::messages::OffsetFetchRequest::default()
+            .with_group_id(kafka_protocol::messages::GroupId(name(group)))
+            .with_require_stable(true)
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(name(topic)))
+                .with_partition_indexes(vec![0])]));
+        let response = conn.call(7, &request);
+        let partition = &response.topics[0].partitions[0];
+        (partition.error_code, partition.committed_offset)
+    }
+
+    /// TxnOffsetCommit `version` of `offset` for `topic`-0 in `group` (no member checks): its
+    /// code.
+    pub fn txn_offset_commit(
         conn: &mut RawConn,
+        version: i16,
         id: &str,
         (pid, epoch): (i64, i16),
         group: &str,
@@ -427,7 +453,7 @@ mod raw {
                 .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
                     .with_partition_index(0)
                     .with_committed_offset(offset)])]);
-        conn.call(5, &request).topics[0].partitions[0].error_code
+        conn.call(version, &request).topics[0].partitions[0].error_code
     }
 
     pub fn end(conn: &mut RawConn, id: &str, (pid, epoch): (i64, i16), commit: bool) -> i16 {
@@ -539,6 +565,55 @@ fn a_late_batch_of_an_ended_transaction_is_refused_instead_of_hanging_the_partit
     assert_eq!((lso, hw), (2, 3), "and holds the LSO back: a hanging transaction");
 }
 
+/// One transaction of `id` that commits offset 1 of `topic`-0 in `group` (AddOffsetsToTxn, then
+/// TxnOffsetCommit v3) and is aborted, then a late commit of offset 2 in it without adding the
+/// offsets again: the late commit's error code, and `group`'s stable offset after (OffsetFetch
+/// `require_stable`).
+fn late_offset_commit_after_an_abort(node: &Runnel, id: &str, group: &str, topic: &str) -> (i16, (i16, i64)) {
+    let mut conn = support::RawConn::open(node, "late-offsets");
+    let producer = raw::init(&mut conn, id);
+    assert!(support::wait_until(TIMEOUT, || raw::add_offsets(&mut conn, id, producer, group) == 0), "added");
+    let committed =
+        support::wait_until(TIMEOUT, || raw::txn_offset_commit(&mut conn, 3, id, producer, group, topic, 1) == 0);
+    assert!(committed, "the transaction's offset commit");
+    assert_eq!(raw::end(&mut conn, id, producer, false), 0, "abort");
+    let api = support::HttpApi::new(node);
+    let aborted = support::wait_until(TIMEOUT, || {
+        api.get(&format!("/v1/transactions/{id}")).json["state"].as_str() == Some("CompleteAbort")
+    });
+    assert!(aborted, "the abort's markers are written");
+    let code = raw::txn_offset_commit(&mut conn, 3, id, producer, group, topic, 2);
+    (code, raw::stable_offset(&mut conn, group, topic))
+}
+
+#[test]
+fn a_late_transactional_offset_commit_is_refused_instead_of_hanging_the_group() {
+    // Proves KIP-890 part 1 for TxnOffsetCommit before v5: with verification on, a commit of a
+    // transaction already aborted is refused with INVALID_TXN_STATE and the group's offset stays
+    // stable (none committed); so is one whose transaction never had the offsets added. With
+    // `--transaction-partition-verification-enable false` the late commit is written and opens a
+    // transaction no coordinator knows: the group's offset is UNSTABLE_OFFSET_COMMIT for good.
+    const INVALID_TXN_STATE: i16 = 48;
+    const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "late-offsets", 1);
+    let (code, stable) = late_offset_commit_after_an_abort(&node, "late-o", "late-group", "late-offsets");
+    assert_eq!(code, INVALID_TXN_STATE, "the late commit");
+    assert_eq!(stable, (0, -1), "nothing committed, nothing pending");
+    let mut conn = support::RawConn::open(&node, "never-added");
+    let producer = raw::init(&mut conn, "never-added");
+    let code = raw::txn_offset_commit(&mut conn, 3, "never-added", producer, "late-group-2", "late-offsets", 5);
+    assert_eq!(code, INVALID_TXN_STATE, "a commit without AddOffsetsToTxn");
+    assert_eq!(raw::stable_offset(&mut conn, "late-group-2", "late-offsets"), (0, -1));
+    drop(node);
+
+    let node = Runnel::start(&["--transaction-partition-verification-enable", "false"]);
+    support::create_topic(&node, "late-offsets", 1);
+    let (code, (stable_code, _)) = late_offset_commit_after_an_abort(&node, "late-u", "late-group", "late-offsets");
+    assert_eq!(code, 0, "unverified, the late commit is written");
+    assert_eq!(stable_code, UNSTABLE_OFFSET_COMMIT, "and stays pending: a hanging transaction");
+}
+
 #[test]
 fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_every_end() {
     // Proves KIP-890 part 2 on the wire: ApiVersions finalizes transaction.version at 2; a
@@ -566,7 +641,7 @@ fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_eve
     let (pid, e0) = raw::init(&mut conn, id);
 
     assert_eq!(raw::produce(&mut conn, 12, id, (pid, e0), 0, "tv2", &["a", "b"]), 0, "implicit add");
-    assert_eq!(raw::txn_offset_commit_v5(&mut conn, id, (pid, e0), "tv2-group", "tv2", 2), 0);
+    assert_eq!(raw::txn_offset_commit(&mut conn, 5, id, (pid, e0), "tv2-group", "tv2", 2), 0);
     let txn = state(id);
     assert_eq!(txn["state"], "Ongoing", "{txn}");
     let partitions = txn["partitions"].to_string();

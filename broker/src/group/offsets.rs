@@ -29,8 +29,9 @@ use super::schema::{
 use super::{partition_for, OFFSETS_TOPIC};
 use crate::log::batch::BatchIter;
 use crate::log::now_ms;
+use crate::log::producer_state::VerificationGuard;
 use crate::log::records::BatchBuilder;
-use crate::log::{AppendOrigin, BatchError, Compression};
+use crate::log::{AppendOrigin, BatchError, Compression, TxnVerification};
 use crate::partition::{Acks, Partition, PartitionError, ReplicaManager};
 
 /// Kafka's `offsets.retention.minutes` default: 7 days.
@@ -521,19 +522,42 @@ impl OffsetStore {
         group: &str,
         offsets: Vec<(String, i32, CommittedOffset)>,
     ) -> Result<Option<Replicated>, OffsetError> {
-        self.commit_as(group, offsets, None)
+        self.commit_as(group, offsets, None, TxnVerification::NotRequired)
     }
 
     /// TxnOffsetCommit: the offsets go into the log as a transactional batch of the producer
     /// `(id, epoch)`; they become visible only when the transaction's commit marker reaches this
-    /// partition ([`OffsetStore::complete_txn`]) and vanish on an abort.
+    /// partition ([`OffsetStore::complete_txn`]) and vanish on an abort. A batch that opens the
+    /// producer's transaction here is refused (INVALID_TXN_STATE) unless `verification` holds
+    /// the guard of [`OffsetStore::start_txn_verification`] still in place (KIP-890 part 1).
     pub fn commit_transactional(
         &self,
         group: &str,
         producer: (i64, i16),
         offsets: Vec<(String, i32, CommittedOffset)>,
+        verification: TxnVerification,
     ) -> Result<Option<Replicated>, OffsetError> {
-        self.commit_as(group, offsets, Some(producer))
+        self.commit_as(group, offsets, Some(producer), verification)
+    }
+
+    /// Starts verifying, on `group`'s partition, that `producer` has it in an ongoing
+    /// transaction ([`Partition::start_txn_verification`]): `None` when a transaction of that
+    /// epoch is open there already.
+    pub fn start_txn_verification(
+        &self,
+        group: &str,
+        (producer_id, epoch): (i64, i16),
+    ) -> Result<Option<VerificationGuard>, OffsetError> {
+        self.with_shard(self.partition_of(group), Cold::Start, |_, hosted| {
+            Ok(hosted.start_txn_verification(producer_id, epoch)?)
+        })
+    }
+
+    /// Drops a verification the transaction's coordinator refused.
+    pub fn end_txn_verification(&self, group: &str, producer_id: i64, guard: VerificationGuard) {
+        if let Ok((_, hosted)) = self.led_slot(self.partition_of(group)) {
+            hosted.end_txn_verification(producer_id, guard);
+        }
     }
 
     fn commit_as(
@@ -541,6 +565,7 @@ impl OffsetStore {
         group: &str,
         offsets: Vec<(String, i32, CommittedOffset)>,
         producer: Option<(i64, i16)>,
+        verification: TxnVerification,
     ) -> Result<Option<Replicated>, OffsetError> {
         if offsets.is_empty() {
             return Ok(None);
@@ -548,7 +573,7 @@ impl OffsetStore {
         let partition = self.partition_of(group);
         let records = commit_records(group, offsets);
         self.with_shard(partition, Cold::Start, |shard, hosted| {
-            let replicated = append(hosted, partition, &records, producer)?;
+            let replicated = append_verified(hosted, partition, &records, producer, verification)?;
             shard.appended(hosted, replicated.required_offset, records, producer.map(|(id, _)| id));
             Ok(Some(replicated))
         })
@@ -889,6 +914,16 @@ fn append(
     records: &[OffsetsRecord],
     producer: Option<(i64, i16)>,
 ) -> Result<Replicated, OffsetError> {
+    append_verified(hosted, partition, records, producer, TxnVerification::NotRequired)
+}
+
+fn append_verified(
+    hosted: &Arc<Partition>,
+    partition: u32,
+    records: &[OffsetsRecord],
+    producer: Option<(i64, i16)>,
+    verification: TxnVerification,
+) -> Result<Replicated, OffsetError> {
     let timestamp = now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
     if let Some((producer_id, producer_epoch)) = producer {
@@ -900,7 +935,7 @@ fn append(
     }
     let batch = builder.build().map_err(|source| OffsetError::Batch { partition, source })?;
     let bytes: Bytes = batch.into_bytes();
-    let (info, _, leader_epoch) = hosted.append_in_epoch(&bytes, Acks::All, AppendOrigin::Coordinator)?;
+    let (info, _, leader_epoch) = hosted.append_verified(&bytes, Acks::All, AppendOrigin::Coordinator, verification)?;
     Ok(Replicated { partition: hosted.clone(), required_offset: info.last_offset + 1, leader_epoch })
 }
 
@@ -1108,7 +1143,9 @@ mod tests {
         let (_replicas, store) = open(dir.path());
         let wanted = [("t".to_string(), 0)];
         store.commit("g", vec![("t".into(), 0, committed(10, 1))]).unwrap();
-        store.commit_transactional("g", (7, 0), vec![("t".into(), 0, committed(20, 2))]).unwrap();
+        store
+            .commit_transactional("g", (7, 0), vec![("t".into(), 0, committed(20, 2))], TxnVerification::NotRequired)
+            .unwrap();
         let (offsets, unstable) = store.fetch_stable("g", Some(&wanted)).unwrap();
         assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 10)]));
         assert!(unstable.contains(&wanted[0]), "the commit of producer 7 is undecided");

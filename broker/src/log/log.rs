@@ -113,8 +113,9 @@ pub enum AppendOrigin {
     Coordinator,
 }
 
-/// Whether a client's transactional batch that opens a transaction must show a verification
-/// (KIP-890 part 1, `transaction.partition.verification.enable`): `Required(guard)` carries the
+/// Whether a transactional batch that opens a transaction (a client's Produce, a group
+/// coordinator's TxnOffsetCommit) must show a verification (KIP-890 part 1,
+/// `transaction.partition.verification.enable`): `Required(guard)` carries the
 /// guard the partition handed out for it ([`ProducerState::start_verification`]), `None` when
 /// it asked for none (a transaction of its epoch was open already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -510,9 +511,10 @@ impl Log {
                         });
                     }
                 }
+                // Clients' batches, and the group coordinator's TxnOffsetCommit batches (the
+                // only transactional data a coordinator appends).
                 if let TxnVerification::Required(guard) = verification {
-                    if origin == AppendOrigin::Client
-                        && header.attributes.is_transactional()
+                    if header.attributes.is_transactional()
                         && !header.attributes.is_control()
                         && producer_updates.opens_transaction(&self.producers, &header)
                         && (guard.is_none() || self.producers.verification(header.producer_id) != guard)

@@ -4,9 +4,14 @@
 //! transaction's commit marker arrives there. KIP-447: a member id, generation or instance id
 //! the client sends is checked against the group like an OffsetCommit (a zombie of an older
 //! generation is refused); without them (generation -1) the commit is not checked.
-//! Version 5+ (KIP-890 part 2, a client on transaction version 2, which sends no
-//! AddOffsetsToTxn) first adds the group's `__consumer_offsets` partition to the transaction
-//! on its coordinator, as a partition leader adds a partition for Produce v12.
+//! KIP-890: before the commit opens the producer's transaction on the group's
+//! `__consumer_offsets` partition, the transaction's coordinator is asked about that partition,
+//! as a partition leader asks for a Produce. Version 5+ (part 2, a client on transaction
+//! version 2, which sends no AddOffsetsToTxn) asks it to add the partition; older versions (part
+//! 1, with `transaction.partition.verification.enable`) ask whether AddOffsetsToTxn added it, so
+//! a commit of a transaction already ended (a retry after a timeout abort, a zombie) is refused
+//! instead of opening a transaction no coordinator will end, which would hold the partition's
+//! last stable offset back and the commit pending forever.
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -18,6 +23,7 @@ use super::find_coordinator::ensure_offsets_topic;
 use super::offset_commit::{check_commits, CommitAsked};
 use super::produce::{ask_coordinator, TxnAsk};
 use crate::group::{Replicated, OFFSETS_TOPIC};
+use crate::log::TxnVerification;
 use crate::security::acl::{Operation, ResourceType};
 use crate::server::{offset_error_code, Broker};
 
@@ -49,9 +55,12 @@ pub async fn handle(
         }
     };
     let image = broker.controller.image();
-    let group_error = match group_error {
-        Ok(()) if version >= IMPLICIT_ADD_VERSION => add_offsets_partition(broker, &image, &request).await,
-        other => other,
+    let (group_error, verification) = match group_error {
+        Ok(()) => match verify_offsets_partition(broker, &image, &request, version).await {
+            Ok(verification) => (Ok(()), verification),
+            Err(code) => (Err(code), TxnVerification::NotRequired),
+        },
+        Err(code) => (Err(code), TxnVerification::NotRequired),
     };
     let asked = request.topics.iter().map(|topic| {
         let partitions = topic.partitions.iter().map(|p| CommitAsked {
@@ -68,6 +77,7 @@ pub async fn handle(
         group,
         (request.producer_id.0, request.producer_epoch),
         commits,
+        verification,
     ) {
         Ok(None) => Ok(()),
         Ok(Some(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
@@ -91,27 +101,47 @@ pub async fn handle(
 /// The first TxnOffsetCommit version that adds the offsets partition itself.
 const IMPLICIT_ADD_VERSION: i16 = 5;
 
-/// Adds the group's offsets partition to the producer's transaction (what AddOffsetsToTxn does
-/// for older clients). A coordinator this node cannot reach is COORDINATOR_NOT_AVAILABLE, which
-/// the client retries.
-async fn add_offsets_partition(
+/// Asks the transaction's coordinator about the group's offsets partition (to add it from
+/// version 5, to confirm AddOffsetsToTxn added it before) with a verification guard of the
+/// partition in place: the verification the commit's append presents. Nothing is asked when a
+/// transaction of the producer's epoch is open on the partition already, nor before version 5
+/// with verification off. A coordinator this node cannot reach is COORDINATOR_NOT_AVAILABLE,
+/// which the client retries.
+async fn verify_offsets_partition(
     broker: &Broker,
     image: &crate::controller::MetadataImage,
     request: &TxnOffsetCommitRequest,
-) -> Result<(), ResponseError> {
-    let partition = (OFFSETS_TOPIC.to_string(), broker.groups.offsets.partition_of(&request.group_id.0) as i32);
+    version: i16,
+) -> Result<TxnVerification, ResponseError> {
+    let adding = version >= IMPLICIT_ADD_VERSION;
+    if !adding && !broker.txn.settings.partition_verification {
+        return Ok(TxnVerification::NotRequired);
+    }
+    let group: &str = &request.group_id.0;
     let producer = (request.producer_id.0, request.producer_epoch);
-    let answer =
-        ask_coordinator(broker, image, &request.transactional_id.0, producer, &[partition.clone()], TxnAsk::Add)
-            .await
-            .and_then(|codes| match codes.get(&partition).copied().unwrap_or(0) {
-                0 => Ok(()),
-                code => Err(ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)),
-            });
-    answer.map_err(|code| match code {
-        ResponseError::NetworkException | ResponseError::NotCoordinator | ResponseError::CoordinatorLoadInProgress => {
-            ResponseError::CoordinatorNotAvailable
-        }
+    let guard = match broker.groups.offsets.start_txn_verification(group, producer) {
+        Ok(None) => return Ok(TxnVerification::Required(None)),
+        Ok(Some(guard)) => guard,
+        Err(e) => return Err(offset_error_code(&e)),
+    };
+    let partition = (OFFSETS_TOPIC.to_string(), broker.groups.offsets.partition_of(group) as i32);
+    let mode = if adding { TxnAsk::Add } else { TxnAsk::Verify };
+    let answer = ask_coordinator(broker, image, &request.transactional_id.0, producer, &[partition.clone()], mode)
+        .await
+        .and_then(|codes| match codes.get(&partition).copied().unwrap_or(0) {
+            0 => Ok(()),
+            code => Err(ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)),
+        });
+    let Err(code) = answer else { return Ok(TxnVerification::Required(Some(guard))) };
+    broker.groups.offsets.end_txn_verification(group, producer.0, guard);
+    Err(match code {
+        ResponseError::NetworkException
+        | ResponseError::NotCoordinator
+        | ResponseError::CoordinatorLoadInProgress
+        | ResponseError::ConcurrentTransactions
+        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+        // TRANSACTION_ABORTABLE exists from version 5 on.
+        ResponseError::TransactionAbortable if !adding => ResponseError::InvalidTxnState,
         other => other,
     })
 }
