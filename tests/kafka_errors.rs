@@ -940,4 +940,10 @@ fn a_batch_header_claiming_another_max_timestamp_is_stored_with_its_records_max(
     let response = conn.call(LIST_OFFSETS_V, &request);
     let p = &response.topics[0].partitions[0];
     assert_eq!((p.error_code, p.offset, p.timestamp), (NONE, 2, 1_700_000_000_002));
+    // A negative timestamp that is no sentinel is UNSUPPORTED_VERSION, as Kafka answers it.
+    let mut unknown = request.clone();
+    unknown.topics[0].partitions[0].timestamp = -7;
+    let response = conn.call(LIST_OFFSETS_V, &unknown);
+    assert_eq!(response.topics[0].partitions[0].error_code, UNSUPPORTED_VERSION);
+    conn.assert_usable();
 }

@@ -32,25 +32,18 @@ pub async fn handle(
                 .with_partition_index(p.partition_index)
                 .with_timestamp(-1)
                 .with_offset(-1);
-            let spec = match p.timestamp {
-                -2 | -4 => Some(OffsetSpec::Earliest),
-                -1 => Some(OffsetSpec::Latest),
-                -3 => Some(OffsetSpec::MaxTimestamp),
-                -5 => None,
-                ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
-                _ => None,
-            };
+            let spec = offset_spec(p.timestamp, header.request_api_version);
             let hosted = if denied {
                 Err(ResponseError::TopicAuthorizationFailed)
             } else {
-                hosted_partition(broker, &image, name, p.partition_index)
+                spec.and_then(|_| hosted_partition(broker, &image, name, p.partition_index))
             };
             let result = hosted.and_then(|partition| {
                 partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .and_then(|()| match spec {
-                        Some(spec) => partition.list_offset(spec, isolation),
-                        None => Ok(None),
+                        Ok(Some(spec)) => partition.list_offset(spec, isolation),
+                        _ => Ok(None),
                     })
                     .map(|found| (found, partition.leader_epoch()))
                     .map_err(|e| partition_error_code(&e))
@@ -68,4 +61,46 @@ pub async fn handle(
         topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
     }
     Some(ListOffsetsResponse::default().with_topics(topics))
+}
+
+/// What a partition's `timestamp` asks for: a sentinel (at the versions that have it), or the
+/// first offset at or after a timestamp; `None` for the latest tiered offset, which without
+/// tiered storage is none. A negative timestamp that is no sentinel of the request's version
+/// is UNSUPPORTED_VERSION (Kafka's `isListOffsetsTimestampUnsupported`); -6 (the earliest
+/// offset pending upload, KIP-1023) needs v11, which is not served.
+fn offset_spec(timestamp: i64, version: i16) -> Result<Option<OffsetSpec>, ResponseError> {
+    let (spec, since) = match timestamp {
+        ts if ts >= 0 => return Ok(Some(OffsetSpec::Timestamp(ts))),
+        -1 => (Some(OffsetSpec::Latest), 0),
+        -2 => (Some(OffsetSpec::Earliest), 0),
+        -3 => (Some(OffsetSpec::MaxTimestamp), 7),
+        -4 => (Some(OffsetSpec::Earliest), 8),
+        -5 => (None, 9),
+        _ => return Err(ResponseError::UnsupportedVersion),
+    };
+    if version < since {
+        return Err(ResponseError::UnsupportedVersion);
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_timestamps_are_sentinels_of_their_versions_or_unsupported() {
+        assert_eq!(offset_spec(0, 0), Ok(Some(OffsetSpec::Timestamp(0))));
+        assert_eq!(offset_spec(-1, 0), Ok(Some(OffsetSpec::Latest)));
+        assert_eq!(offset_spec(-2, 1), Ok(Some(OffsetSpec::Earliest)));
+        assert_eq!(offset_spec(-3, 6), Err(ResponseError::UnsupportedVersion));
+        assert_eq!(offset_spec(-3, 7), Ok(Some(OffsetSpec::MaxTimestamp)));
+        assert_eq!(offset_spec(-4, 7), Err(ResponseError::UnsupportedVersion));
+        assert_eq!(offset_spec(-4, 8), Ok(Some(OffsetSpec::Earliest)));
+        assert_eq!(offset_spec(-5, 8), Err(ResponseError::UnsupportedVersion));
+        assert_eq!(offset_spec(-5, 9), Ok(None));
+        for unknown in [-6, -7, -100, i64::MIN] {
+            assert_eq!(offset_spec(unknown, 10), Err(ResponseError::UnsupportedVersion), "{unknown}");
+        }
+    }
 }
