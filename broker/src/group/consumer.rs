@@ -400,11 +400,19 @@ impl Member {
 
     /// Topics this member subscribes to that exist, by name (names and regex matches).
     fn resolved(&self, image: &MetadataImage) -> BTreeSet<String> {
-        let mut topics: BTreeSet<String> =
-            self.subscribed_names.iter().filter(|name| image.topics.contains_key(*name)).cloned().collect();
+        self.resolved_among(image.topics.keys(), |name| image.topics.contains_key(name))
+    }
+
+    /// Topics this member subscribes to among the topics `names` (which `exists` tells).
+    fn resolved_among<'a>(
+        &self,
+        names: impl Iterator<Item = &'a String>,
+        exists: impl Fn(&str) -> bool,
+    ) -> BTreeSet<String> {
+        let mut topics: BTreeSet<String> = self.subscribed_names.iter().filter(|name| exists(name)).cloned().collect();
         if let Some((_, regex)) = &self.regex {
             // Internal topics are never matched by a pattern, as in Kafka.
-            topics.extend(image.topics.keys().filter(|name| !name.starts_with("__") && regex.is_match(name)).cloned());
+            topics.extend(names.filter(|name| !name.starts_with("__") && regex.is_match(name)).cloned());
         }
         topics
     }
@@ -425,6 +433,9 @@ struct ConsumerGroup {
     /// and the metadata index it was computed at.
     subscription_signature: u64,
     metadata_index: Option<u64>,
+    /// The topics the members resolved at that look, with their ids and partition counts:
+    /// enough to recompute the signature and hash when a member leaves, without an image.
+    looked_at: BTreeMap<String, (TopicId, usize)>,
     /// [`topics_hash`] of the subscribed topics at the last look: stored with every group
     /// epoch (ConsumerGroupMetadata's MetadataHash), so a coordinator that restores the group
     /// sees whether they changed meanwhile.
@@ -460,6 +471,7 @@ impl ConsumerGroup {
             owners: HashMap::new(),
             subscription_signature: 0,
             metadata_index: None,
+            looked_at: BTreeMap::new(),
             topics_hash: 0,
             restored_topics_hash: None,
             assignor: default_assignor.to_string(),
@@ -637,6 +649,13 @@ impl ConsumerGroup {
         }
         self.target.remove(member_id);
         self.forget_member(member_id);
+        // The epoch record's MetadataHash and the signature follow the members that are left
+        // (else a coordinator that restores the group, or the next look, would see the topics
+        // as changed and bump once for nothing). Before any look (restored) nothing is known
+        // to recompute them from: the first look compares.
+        if self.metadata_index.is_some() {
+            (self.subscription_signature, self.topics_hash) = self.summarize_subscriptions();
+        }
         self.group_epoch += 1;
         self.save_epoch();
     }
@@ -749,19 +768,16 @@ impl ConsumerGroup {
             return false;
         }
         self.metadata_index = Some(image.applied_index);
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        let mut subscribed = BTreeMap::new();
+        self.looked_at.clear();
         for member in self.members.values() {
-            member.member_id.hash(&mut hasher);
             for name in member.resolved(image) {
                 if let Some(topic) = image.topic(&name) {
-                    (&name, topic.topic_id, topic.partitions.len()).hash(&mut hasher);
-                    subscribed.insert(name, (topic.topic_id, topic.partitions.len()));
+                    self.looked_at.insert(name, (topic.topic_id, topic.partitions.len()));
                 }
             }
         }
-        let signature = hasher.finish();
-        self.topics_hash = topics_hash(&subscribed);
+        let signature;
+        (signature, self.topics_hash) = self.summarize_subscriptions();
         let changed = match self.restored_topics_hash.take() {
             None => signature != self.subscription_signature,
             // Restored: the topics changed while no coordinator looked if the stored hash says
@@ -770,6 +786,23 @@ impl ConsumerGroup {
         };
         self.subscription_signature = signature;
         changed
+    }
+
+    /// The subscription signature (every member's id and resolved topics with their ids and
+    /// partition counts) and the [`topics_hash`] of the subscribed topics, from the last look's
+    /// topics.
+    fn summarize_subscriptions(&self) -> (u64, i64) {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut subscribed = BTreeMap::new();
+        for member in self.members.values() {
+            member.member_id.hash(&mut hasher);
+            for name in member.resolved_among(self.looked_at.keys(), |name| self.looked_at.contains_key(name)) {
+                let (topic_id, partitions) = self.looked_at[&name];
+                (&name, topic_id, partitions).hash(&mut hasher);
+                subscribed.insert(name, (topic_id, partitions));
+            }
+        }
+        (hasher.finish(), topics_hash(&subscribed))
     }
 
     /// The assignor most members prefer, else the default (Kafka's `computePreferredServerAssignor`).

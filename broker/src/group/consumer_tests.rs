@@ -519,6 +519,54 @@ fn partitions_added_while_no_coordinator_looked_are_assigned_after_a_restore() {
     assert_eq!(restore(unhashed, &grown), (epoch, 4), "without a hash the change goes unseen");
 }
 
+#[test]
+fn a_member_leaving_stores_the_hash_of_the_topics_left_so_neither_a_restore_nor_the_next_look_bumps() {
+    // Proves the epoch bump of a removal stores the MetadataHash and keeps the signature of the
+    // members left: before, both still covered the leaver's topic, so a coordinator restoring
+    // the group right after, and this one at its next look at new metadata, each bumped the
+    // epoch once with nothing changed.
+    let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
+    let g = groups();
+    let sink = written.clone();
+    g.set_store(Box::new(move |_, records| {
+        sink.lock().unwrap().extend(records);
+        Err(OffsetError::NotCoordinator { partition: 0 })
+    }));
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 2);
+    topic(&mut image, "u", 2, 2);
+    let now = Instant::now();
+    let (mut a, mut b) = (Client::new("a", &["t"]), Client::new("b", &["u"]));
+    for _ in 0..3 {
+        a.beat(&g, &image, now);
+        b.beat(&g, &image, now);
+    }
+    assert_eq!((a.count(), b.count()), (2, 2));
+    let mut leave = b.request();
+    leave.member_epoch = LEAVE_EPOCH;
+    heartbeat(&g, leave, &image, now);
+    a.beat(&g, &image, now);
+    let epoch = g.describe("g").unwrap().group_epoch;
+
+    let mut stored = None;
+    for record in written.lock().unwrap().drain(..) {
+        StoredConsumerGroup::apply(&mut stored, record);
+    }
+    let restored = groups();
+    restored.restore(&|_| true, vec![("g".to_string(), stored.expect("records written"))], now);
+    let mut a2 = a.clone();
+    for _ in 0..3 {
+        assert_eq!(a2.beat(&restored, &image, now).error, None);
+    }
+    assert_eq!(restored.describe("g").unwrap().group_epoch, epoch, "the restore sees nothing changed");
+
+    let mut newer = image.clone();
+    topic(&mut newer, "other", 3, 1);
+    a.beat(&g, &newer, now);
+    assert_eq!(g.describe("g").unwrap().group_epoch, epoch, "metadata that touches no subscription: no bump");
+    assert_eq!(a.count(), 2);
+}
+
 /// A classic member (JoinGroup/SyncGroup/Heartbeat) as librdkafka's cooperative-sticky runs it.
 struct ClassicClient {
     id: String,
