@@ -358,8 +358,10 @@ pub struct Loaded<'a> {
     pub consumer_groups: Vec<(String, StoredConsumerGroup)>,
 }
 
-/// Called once per finished load, under the shard's mutex (nothing else runs on the shard
-/// meanwhile, so the listener sees exactly the loaded state).
+/// Called once per finished load, with the shard's mutex released but the load still claimed:
+/// nothing else runs on the shard meanwhile (requests wait for the load or are answered
+/// COORDINATOR_LOAD_IN_PROGRESS), so the listener sees exactly the loaded state, and it may take
+/// groups' locks (see [`load_into`]).
 pub type LoadListener = Box<dyn Fn(Loaded<'_>) + Send + Sync>;
 
 impl OffsetStore {
@@ -1430,6 +1432,55 @@ mod tests {
         drop(held);
         assert_eq!(wrote, Ok(true), "a write under a group's lock waited for the expiry sweep: lock order inverted");
         assert_eq!(expired.recv_timeout(Duration::from_secs(30)), Ok(1));
+    }
+
+    #[test]
+    fn a_load_listener_waiting_for_a_group_lock_does_not_hold_the_shard() {
+        // Proves the load half of the lock order (a group's lock, then a shard's mutex, never
+        // the reverse): the load listener, which restores groups and takes their locks, runs
+        // with the shard's mutex released, and a heartbeat storing its records under its
+        // group's lock meanwhile is told COORDINATOR_LOAD_IN_PROGRESS at once. A listener
+        // called under the mutex (as it once was) deadlocks here: the store never returns.
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = {
+            let (replicas, store) = open(dir.path());
+            store.commit("g", vec![("t".into(), 0, committed(1, 100))]).unwrap();
+            replicas
+        };
+        let store = Arc::new(OffsetStore::new(replicas, 4));
+        let group_lock = Arc::new(Mutex::new(()));
+        let held = group_lock.lock().unwrap();
+        let (entered_tx, entered) = mpsc::channel();
+        let (listener_lock, entered_tx) = (group_lock.clone(), Mutex::new(entered_tx));
+        store.set_load_listener(Box::new(move |_| {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _restoring = listener_lock.lock().unwrap();
+        }));
+        let partition = store.partition_of("g");
+        let (loaded_tx, loaded) = mpsc::channel();
+        let loading = store.clone();
+        std::thread::spawn(move || {
+            let _ = loaded_tx.send(loading.ensure_loaded(partition).is_ok());
+        });
+        entered.recv_timeout(Duration::from_secs(30)).expect("the load reached its listener");
+        // The "heartbeat": holding the group's lock, it stores the group's records.
+        let (stored_tx, stored) = mpsc::channel();
+        let storing = store.clone();
+        std::thread::spawn(move || {
+            let epoch =
+                ConsumerRecord::GroupEpoch(Some(crate::group::schema::GroupEpochValue { epoch: 1, metadata_hash: 0 }));
+            let _ = stored_tx.send(storing.store_consumer_records("g", vec![epoch]).map(|_| ()));
+        });
+        let answer = stored.recv_timeout(Duration::from_secs(30));
+        drop(held);
+        assert!(
+            matches!(answer, Ok(Err(OffsetError::LoadInProgress { .. }))),
+            "a store under a group's lock waited for the load listener: lock order inverted ({answer:?})"
+        );
+        assert_eq!(loaded.recv_timeout(Duration::from_secs(30)), Ok(true));
+        assert_eq!(store.fetch("g", None).unwrap().len(), 1, "the load finished");
     }
 
     fn membership_without_members() -> crate::group::membership::Membership {
