@@ -965,3 +965,54 @@ fn keyless_records_to_a_compacted_topic_fail_alone_with_librdkafka() {
     let invalid = Some(RDKafkaErrorCode::InvalidRecord);
     assert_eq!(errors, vec![different, invalid, different, different, invalid, different]);
 }
+
+#[test]
+fn a_compacted_topic_with_max_compaction_lag_rolls_and_drops_superseded_values() {
+    // Proves the cleaner settings a Kafka user sets end to end with librdkafka's AdminClient
+    // and producer: `min.cleanable.dirty.ratio` and `max.compaction.lag.ms` are accepted at
+    // creation and described; with the lag at 500 ms the active segment (1 GiB, 7 days by
+    // default: it would never close here) rolls on an append once older than that, and the
+    // housekeeping then cleans it, so the superseded values of a key go and its last one stays.
+    let node = Runnel::start(&["--housekeeping-interval-ms", "100"]);
+    let configs =
+        [("cleanup.policy", "compact"), ("min.cleanable.dirty.ratio", "0.25"), ("max.compaction.lag.ms", "500")];
+    create_topic(&node, "lagged", 1, &configs);
+    let described = describe_topic(&new_admin(&node), "lagged");
+    assert_eq!(config_value(&described, "min.cleanable.dirty.ratio"), "0.25");
+    assert_eq!(config_value(&described, "max.compaction.lag.ms"), "500");
+
+    let producer = new_producer(&node, &[("acks", "all")]);
+    let values: Vec<TestRecord> =
+        (0..10).map(|i| TestRecord::new(Some(b"k"), Some(format!("v{i}").as_bytes()))).collect();
+    produce_all(&producer, "lagged", Some(0), &values);
+    let consumer = new_consumer(&node);
+    // Every record from the log start, however sparse the offsets are after compaction.
+    let read = |consumer: &BaseConsumer| -> Vec<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+        let (low, high) = watermarks(consumer, "lagged", 0);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("lagged", 0, Offset::Offset(low)).unwrap();
+        consumer.assign(&tpl).expect("assign");
+        let mut records = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        while records.last().map(|(offset, _, _)| offset + 1) != Some(high) {
+            assert!(Instant::now() < deadline, "never read up to {high}");
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => records.push((m.offset(), m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec))),
+                Some(Err(e)) => panic!("{e}"),
+                None => {}
+            }
+        }
+        records.into_iter().map(|(_, k, v)| (k, v)).collect()
+    };
+    // Each look appends one more record: the append that finds the active segment past the lag
+    // rolls it, and the next housekeeping cleans the closed one.
+    let compacted = wait_until(DEADLINE, || {
+        produce_all(&producer, "lagged", Some(0), &[TestRecord::new(Some(b"pad"), Some(b"p"))]);
+        let values_of_k = read(&consumer).into_iter().filter(|(k, _)| k.as_deref() == Some(b"k")).count();
+        values_of_k == 1
+    });
+    let records = read(&consumer);
+    assert!(compacted, "the superseded values of k never went: {records:?}");
+    let last_of_k = records.iter().find(|(k, _)| k.as_deref() == Some(b"k")).map(|(_, v)| v.clone());
+    assert_eq!(last_of_k, Some(Some(b"v9".to_vec())), "the last value stays");
+}

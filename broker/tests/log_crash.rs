@@ -19,7 +19,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use runnel::log::batch::{BatchIter, RecordBatch};
 use runnel::log::records::BatchBuilder;
-use runnel::log::{AppendOrigin, CleanupPolicy, Compression, Log, LogConfig, LogContext, LogError, ManualClock};
+use runnel::log::{
+    AppendOrigin, CleanupPolicy, Compression, DirtyRatio, Log, LogConfig, LogContext, LogError, ManualClock,
+};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -764,6 +766,8 @@ fn compaction_scenario(seed: u64) {
     let config = LogConfig {
         cleanup_policy: CleanupPolicy::COMPACT,
         delete_retention_ms: i64::MAX / 2,
+        // Any dirty byte makes a cleaning due: the scenario wants a job whenever there is one.
+        min_cleanable_dirty_ratio: DirtyRatio(0.0),
         ..small_config(&mut rng)
     };
     let keys = rng.range(2, 10) as u64;
@@ -771,7 +775,8 @@ fn compaction_scenario(seed: u64) {
     for _ in 0..rng.range(30, 80) {
         append_random(&mut log, &mut rng, Some(keys));
     }
-    if rng.chance(0.5) {
+    let compacted_before = rng.chance(0.5);
+    if compacted_before {
         // An earlier compaction leaves offset gaps for this one to work over.
         clock.advance(10_000);
         log.compact().unwrap();
@@ -788,7 +793,8 @@ fn compaction_scenario(seed: u64) {
     let old: Vec<Expected> =
         read_everything(&log, 1 << 20).into_iter().map(|b| expected_from_bytes(b.into_bytes())).collect();
     let Some(job) = log.compaction_job() else {
-        assert_eq!(bases.len(), 1, "seed {seed}: closed segments are cleanable once old enough");
+        // After an earlier compaction, only segments closed since are dirty (there may be none).
+        assert!(bases.len() == 1 || compacted_before, "seed {seed}: closed segments are cleanable once old enough");
         return;
     };
     let result = job.run().unwrap();

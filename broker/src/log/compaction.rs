@@ -26,6 +26,14 @@
 //! base timestamp = now + `delete.retention.ms`); a later cleaning past the horizon drops them.
 //! The records' own timestamps play no part, so a backfill with old CreateTimes keeps its
 //! tombstones as long as fresh ones.
+//!
+//! When (Kafka's `LogCleanerManager.grabFilthiestCompactedLog`): the log keeps a cleaner
+//! checkpoint, `cleaned_to` (where the last cleaned range ended). Cleanable segments below it
+//! are clean, the rest dirty. A job is planned when the dirty bytes are at least
+//! `min.cleanable.dirty.ratio` of the cleanable bytes, or the oldest dirty batch is older than
+//! `max.compaction.lag.ms`, or, with nothing dirty, when the latest delete horizon the last
+//! cleaning wrote has passed (its tombstones and markers can go). A job still reads and rewrites
+//! every cleanable segment.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -89,6 +97,8 @@ impl CompactionJob {
 pub struct CompactionResult {
     dir: PathBuf,
     cleaned: Vec<(i64, u64)>,
+    /// The latest delete horizon written on a kept tombstone or marker.
+    latest_delete_horizon: Option<i64>,
     pub stats: CompactionStats,
 }
 
@@ -116,7 +126,7 @@ impl Log {
             .take_while(|s| s.max_timestamp() <= now_ms - config.min_compaction_lag_ms)
             .map(|s| Cleanable { base_offset: s.base_offset(), file: s.file().clone(), size: s.size() })
             .collect();
-        if cleanable.is_empty() {
+        if cleanable.is_empty() || !self.worth_cleaning(&cleanable, now_ms) {
             return None;
         }
         Some(CompactionJob {
@@ -128,6 +138,31 @@ impl Log {
             now_ms,
             aborted: self.txn_index().entries_by_segment().map(|(base, t)| (base, *t)).collect(),
         })
+    }
+
+    /// Whether cleaning `cleanable` (the log's cleanable segments, oldest first) is due now:
+    /// see the module's "When".
+    fn worth_cleaning(&self, cleanable: &[Cleanable], now_ms: i64) -> bool {
+        let config = self.config();
+        let segments = self.segments();
+        // A segment is clean when it ends at or below the checkpoint.
+        let ends_by = |base: i64| segments.range(base + 1..).next().map_or(i64::MAX, |(next, _)| *next);
+        let split = cleanable.iter().position(|c| ends_by(c.base_offset) > self.cleaned_to).unwrap_or(cleanable.len());
+        let (clean, dirty) = cleanable.split_at(split);
+        let clean_bytes: u64 = clean.iter().map(|c| c.size).sum();
+        let dirty_bytes: u64 = dirty.iter().map(|c| c.size).sum();
+        if dirty_bytes > 0 {
+            let ratio = dirty_bytes as f64 / (clean_bytes + dirty_bytes) as f64;
+            if ratio >= config.min_cleanable_dirty_ratio.0 {
+                return true;
+            }
+            // Kafka's `needCompactionNow`: the first dirty batch is older than the bound.
+            let first_dirty = segments.get(&dirty[0].base_offset).and_then(|s| s.first_batch_timestamp());
+            if first_dirty.is_some_and(|t| t <= now_ms.saturating_sub(config.max_compaction_lag_ms)) {
+                return true;
+            }
+        }
+        self.latest_delete_horizon.is_some_and(|horizon| horizon <= now_ms)
     }
 
     /// Swaps cleaned segments in. Returns `false` (and discards the files) if any segment
@@ -155,6 +190,12 @@ impl Log {
             let dir = self.dir().to_path_buf();
             self.txn_index_mut().reload_segment(&dir, *base).map_err(io)?;
         }
+        // The cleaned range ends where the segment after the last cleaned one starts.
+        if let Some((last, _)) = result.cleaned.last() {
+            let end = self.segments().range(last + 1..).next().map_or(self.log_end_offset(), |(next, _)| *next);
+            self.cleaned_to = self.cleaned_to.max(end);
+        }
+        self.latest_delete_horizon = result.latest_delete_horizon;
         Ok(true)
     }
 
@@ -195,6 +236,9 @@ impl CompactionJob {
         std::fs::create_dir_all(&out_dir).map_err(io)?;
         let mut stats = CompactionStats { segments: self.segments.len(), ..CompactionStats::default() };
         let mut cleaned = Vec::new();
+        // The latest horizon still ahead on anything kept (one already passed on a kept batch
+        // would make the log look worth cleaning at every look).
+        let mut latest_delete_horizon: Option<i64> = None;
         // Producer id → whether its transaction since its last marker kept any record. The job
         // starts at the log's first segment, so it sees every batch before each marker.
         let mut transaction_kept: HashMap<i64, bool> = HashMap::new();
@@ -211,6 +255,7 @@ impl CompactionJob {
                     let kept_data = transaction_kept.remove(&header.producer_id).unwrap_or(false);
                     let marker = EndTxnMarker::of_batch(batch.bytes());
                     if marker.is_none() || kept_data || horizon.is_some() && !horizon_passed {
+                        latest_delete_horizon = latest_delete_horizon.max(horizon.filter(|_| !horizon_passed));
                         return write_batch(&mut out, batch.bytes()).map_err(io);
                     }
                     if horizon_passed {
@@ -227,6 +272,7 @@ impl CompactionJob {
                         batch.records().map_err(LogError::CorruptBatch)?.iter(),
                         Some(horizon_from_now),
                     )?;
+                    latest_delete_horizon = latest_delete_horizon.max(Some(horizon_from_now));
                     return write_batch(&mut out, rebuilt.bytes()).map_err(io);
                 }
                 let transactional = header.attributes.is_transactional();
@@ -250,6 +296,9 @@ impl CompactionJob {
                 // kept ones keep theirs.
                 let tombstones = kept.iter().any(|r| r.value.is_none());
                 let wanted_horizon = if tombstones { horizon.or(Some(horizon_from_now)) } else { None };
+                if !kept.is_empty() {
+                    latest_delete_horizon = latest_delete_horizon.max(wanted_horizon.filter(|h| *h > self.now_ms));
+                }
                 if kept.len() == records.len() && wanted_horizon == horizon {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }
@@ -271,7 +320,7 @@ impl CompactionJob {
             out.close_active().map_err(io)?;
             cleaned.push((segment.base_offset, segment.size));
         }
-        Ok(CompactionResult { dir: self.dir, cleaned, stats })
+        Ok(CompactionResult { dir: self.dir, cleaned, latest_delete_horizon, stats })
     }
 }
 

@@ -62,6 +62,9 @@ pub enum ConfigError {
     Unknown { name: String },
     #[error("Invalid value {value} for configuration {name}: {reason}")]
     Invalid { name: String, value: String, reason: InvalidReason },
+    /// Two values that are each valid but contradict each other (Kafka's `LogConfig.validate`).
+    #[error("conflict topic config setting min.compaction.lag.ms ({min}) > max.compaction.lag.ms ({max})")]
+    CompactionLagConflict { min: i64, max: i64 },
 }
 
 /// Why a value was refused, in the words of Kafka's `ConfigDef` validators.
@@ -71,12 +74,20 @@ pub enum InvalidReason {
     NotANumber { kind: &'static str },
     #[error("Value must be at least {min}")]
     AtLeast { min: i64 },
+    #[error("Value must be no more than {max}")]
+    NoMoreThan { max: i64 },
     #[error("String must be one of: {allowed}")]
     NotOneOf { allowed: &'static str },
     /// Kafka's BOOLEAN type: `true` or `false`, any case, surrounding spaces ignored.
     #[error("Expected value to be either true or false")]
     NotABoolean,
 }
+
+/// `min.cleanable.dirty.ratio`, a fraction in [0, 1] (Kafka's DOUBLE), compared by value.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct DirtyRatio(pub f64);
+
+impl Eq for DirtyRatio {}
 
 /// Settings of one partition log. Field names are Kafka's config names with `.` → `_`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +109,13 @@ pub struct LogConfig {
     pub delete_retention_ms: i64,
     /// `min.compaction.lag.ms`: records younger than this are never compacted away.
     pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record stays uncompacted at most about this long (the log is
+    /// cleaned whatever its dirty ratio once its oldest dirty record is older, and a compacted
+    /// log's active segment rolls at this age).
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`: a compacted log is cleaned once the bytes written since its
+    /// last cleaning are at least this fraction of its cleanable bytes.
+    pub min_cleanable_dirty_ratio: DirtyRatio,
     /// `max.message.bytes`: the largest batch a producer may append.
     pub max_message_bytes: u32,
     /// `flush.messages`: fsync after this many appended records.
@@ -132,6 +150,8 @@ impl Default for LogConfig {
             cleanup_policy: CleanupPolicy::DELETE,
             delete_retention_ms: 24 * 60 * 60 * 1000,
             min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: DirtyRatio(0.5),
             max_message_bytes: 1_048_588,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
@@ -148,17 +168,19 @@ impl Default for LogConfig {
 
 impl LogConfig {
     /// Names of every config this struct understands, in Kafka's spelling.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 20] = [
         "cleanup.policy",
         "compression.type",
         "delete.retention.ms",
         "flush.messages",
         "flush.ms",
         "index.interval.bytes",
+        "max.compaction.lag.ms",
         "max.message.bytes",
         "message.timestamp.after.max.ms",
         "message.timestamp.before.max.ms",
         "message.timestamp.type",
+        "min.cleanable.dirty.ratio",
         "min.compaction.lag.ms",
         "min.insync.replicas",
         "retention.bytes",
@@ -213,6 +235,21 @@ impl LogConfig {
             }
             "delete.retention.ms" => self.delete_retention_ms = long(Some(0))?,
             "min.compaction.lag.ms" => self.min_compaction_lag_ms = long(Some(0))?,
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms = long(Some(1))?,
+            "min.cleanable.dirty.ratio" => {
+                // Kafka's DOUBLE with `between(0, 1)`.
+                let v: f64 = value.trim().parse().map_err(|_| invalid(InvalidReason::NotANumber { kind: "DOUBLE" }))?;
+                if v.is_nan() {
+                    return Err(invalid(InvalidReason::NotANumber { kind: "DOUBLE" }));
+                }
+                if v < 0.0 {
+                    return Err(invalid(InvalidReason::AtLeast { min: 0 }));
+                }
+                if v > 1.0 {
+                    return Err(invalid(InvalidReason::NoMoreThan { max: 1 }));
+                }
+                self.min_cleanable_dirty_ratio = DirtyRatio(v);
+            }
             "max.message.bytes" => self.max_message_bytes = int(0)?,
             "flush.messages" => self.flush_messages = long(Some(1))?,
             "flush.ms" => self.flush_ms = long(Some(0))?,
@@ -256,6 +293,12 @@ impl LogConfig {
         for (name, value) in overrides {
             self.set(name, value)?;
         }
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms {
+            return Err(ConfigError::CompactionLagConflict {
+                min: self.min_compaction_lag_ms,
+                max: self.max_compaction_lag_ms,
+            });
+        }
         Ok(self)
     }
 
@@ -271,6 +314,8 @@ impl LogConfig {
             "cleanup.policy" => self.cleanup_policy.name().to_string(),
             "delete.retention.ms" => self.delete_retention_ms.to_string(),
             "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self.max_compaction_lag_ms.to_string(),
+            "min.cleanable.dirty.ratio" => format_double(self.min_cleanable_dirty_ratio.0),
             "max.message.bytes" => self.max_message_bytes.to_string(),
             "flush.messages" => self.flush_messages.to_string(),
             "flush.ms" => self.flush_ms.to_string(),
@@ -294,6 +339,16 @@ impl LogConfig {
     /// Every config and its value, sorted by name.
     pub fn entries(&self) -> BTreeMap<&'static str, String> {
         Self::NAMES.iter().map(|n| (*n, self.get(n).expect("every listed name has a value"))).collect()
+    }
+}
+
+/// A DOUBLE as Java's `Double.toString` prints the usual values: always with a fraction ("0.5",
+/// "1.0", "0.01").
+fn format_double(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.1}")
+    } else {
+        v.to_string()
     }
 }
 
@@ -345,6 +400,10 @@ mod tests {
             ("retention.bytes", "-5"),
             ("delete.retention.ms", "0"),
             ("min.compaction.lag.ms", "0"),
+            ("max.compaction.lag.ms", "1"),
+            ("min.cleanable.dirty.ratio", "0"),
+            ("min.cleanable.dirty.ratio", "1"),
+            ("min.cleanable.dirty.ratio", "0.01"),
             ("max.message.bytes", "0"),
             ("flush.messages", "1"),
             ("flush.ms", "0"),
@@ -372,6 +431,11 @@ mod tests {
             ("retention.ms", "-2", "Value must be at least -1"),
             ("retention.bytes", "1.5", "Not a number of type LONG"),
             ("flush.messages", "0", "Value must be at least 1"),
+            ("max.compaction.lag.ms", "0", "Value must be at least 1"),
+            ("min.cleanable.dirty.ratio", "-0.1", "Value must be at least 0"),
+            ("min.cleanable.dirty.ratio", "1.5", "Value must be no more than 1"),
+            ("min.cleanable.dirty.ratio", "half", "Not a number of type DOUBLE"),
+            ("min.cleanable.dirty.ratio", "NaN", "Not a number of type DOUBLE"),
             ("message.timestamp.before.max.ms", "-1", "Value must be at least 0"),
             ("message.timestamp.after.max.ms", "-1", "Value must be at least 0"),
             ("compression.type", "none", "String must be one of"),
@@ -392,5 +456,14 @@ mod tests {
         );
         config.set("cleanup.policy", "").unwrap();
         assert_eq!(config.get("cleanup.policy").as_deref(), Some(""));
+        assert_eq!(config.get("min.cleanable.dirty.ratio").as_deref(), Some("0.01"));
+        assert_eq!(LogConfig::default().get("min.cleanable.dirty.ratio").as_deref(), Some("0.5"));
+        let conflict = LogConfig::default()
+            .with_overrides([("min.compaction.lag.ms", "10"), ("max.compaction.lag.ms", "5")])
+            .unwrap_err();
+        assert_eq!(
+            conflict.to_string(),
+            "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"
+        );
     }
 }

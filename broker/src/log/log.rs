@@ -228,6 +228,11 @@ struct Checkpoint {
     log_start_offset: i64,
     recovery_point: i64,
     clean_shutdown: bool,
+    /// Where the last compaction's cleaned range ended (the first dirty offset), and the
+    /// latest delete horizon it wrote; absent in files written before they were recorded, and
+    /// ignored by readers that predate them.
+    cleaned_to: Option<i64>,
+    delete_horizon: Option<i64>,
 }
 
 impl Checkpoint {
@@ -238,19 +243,26 @@ impl Checkpoint {
             return None;
         }
         let mut field = |name: &str| -> Option<i64> { lines.next()?.strip_prefix(name)?.trim().parse().ok() };
-        Some(Checkpoint {
-            log_start_offset: field("log_start_offset")?,
-            recovery_point: field("recovery_point")?,
-            clean_shutdown: field("clean_shutdown")? == 1,
-        })
+        let log_start_offset = field("log_start_offset")?;
+        let recovery_point = field("recovery_point")?;
+        let clean_shutdown = field("clean_shutdown")? == 1;
+        let cleaned_to = field("cleaned_to");
+        let delete_horizon = field("delete_horizon");
+        Some(Checkpoint { log_start_offset, recovery_point, clean_shutdown, cleaned_to, delete_horizon })
     }
 
     /// Writes atomically (see [`durable::write_atomically`]).
     fn write(&self, dir: &Path) -> io::Result<()> {
-        let text = format!(
+        let mut text = format!(
             "runnel-log-checkpoint 1\nlog_start_offset {}\nrecovery_point {}\nclean_shutdown {}\n",
             self.log_start_offset, self.recovery_point, self.clean_shutdown as u8
         );
+        if let Some(cleaned_to) = self.cleaned_to {
+            text.push_str(&format!("cleaned_to {cleaned_to}\n"));
+            if let Some(horizon) = self.delete_horizon {
+                text.push_str(&format!("delete_horizon {horizon}\n"));
+            }
+        }
         durable::write_atomically(&dir.join(CHECKPOINT_FILE), text.as_bytes())
     }
 }
@@ -318,6 +330,14 @@ pub struct Log {
     producers: ProducerState,
     /// The aborted transactions, per segment (`.txnindex`).
     txn_index: TxnIndex,
+    /// Compaction's cleaner checkpoint (Kafka's first dirty offset): the segments below it were
+    /// cleaned and nothing was appended to them since. A scheduling hint only (every compaction
+    /// reads and rewrites all cleanable segments), so a stale value costs work, never data.
+    pub(super) cleaned_to: i64,
+    /// The latest delete horizon the last compaction gave a tombstone or marker it kept, if
+    /// any: once it has passed, the log is worth cleaning again even with nothing dirty (Kafka's
+    /// `latestDeleteHorizon`; kept in the checkpoint, so across clean shutdowns too).
+    pub(super) latest_delete_horizon: Option<i64>,
 }
 
 impl Log {
@@ -399,6 +419,11 @@ impl Log {
             open_report: report,
             producers: ProducerState::with_max_producers(max_producers),
             txn_index: TxnIndex::default(),
+            cleaned_to: checkpoint
+                .and_then(|c| c.cleaned_to)
+                .unwrap_or(log_start_offset)
+                .clamp(log_start_offset, log_end_offset),
+            latest_delete_horizon: checkpoint.and_then(|c| c.delete_horizon),
         };
         log.txn_index = TxnIndex::load(dir, log.segments.keys().copied()).map_err(io_err("read txn index in", dir))?;
         log.producers.scan_snapshots(dir).map_err(io_err("list producer snapshots in", dir))?;
@@ -414,6 +439,7 @@ impl Log {
     fn check_invariants(&self) {
         assert!(self.log_start_offset <= self.log_end_offset, "log start offset <= log end offset");
         assert!(self.recovery_point <= self.log_end_offset, "recovery point <= log end offset");
+        assert!(self.cleaned_to <= self.log_end_offset, "cleaned range <= log end offset");
         let active = self.active();
         assert!(active.next_offset() <= self.log_end_offset, "active segment ends at the log end offset");
     }
@@ -439,9 +465,15 @@ impl Log {
     }
 
     fn write_checkpoint(&self, clean_shutdown: bool) -> Result<(), LogError> {
-        Checkpoint { log_start_offset: self.log_start_offset, recovery_point: self.recovery_point, clean_shutdown }
-            .write(&self.dir)
-            .map_err(io_err("write checkpoint in", &self.dir))
+        Checkpoint {
+            log_start_offset: self.log_start_offset,
+            recovery_point: self.recovery_point,
+            clean_shutdown,
+            cleaned_to: Some(self.cleaned_to),
+            delete_horizon: self.latest_delete_horizon,
+        }
+        .write(&self.dir)
+        .map_err(io_err("write checkpoint in", &self.dir))
     }
 
     /// Appends batches from a producer (or a coordinator) as the leader: validates every batch
@@ -907,9 +939,16 @@ impl Log {
         if active.is_empty() {
             return false;
         }
+        // A compacted log's active segment is never cleaned: it rolls by max.compaction.lag.ms
+        // too, as in Kafka, so no record waits longer than that to become cleanable.
+        let segment_ms = if self.config.cleanup_policy.compact {
+            self.config.segment_ms.min(self.config.max_compaction_lag_ms)
+        } else {
+            self.config.segment_ms
+        };
         active.size() + header.size() as u64 > self.config.segment_bytes as u64
             // Strictly more than segment.ms, as Kafka's `LogSegment.shouldRoll` (no jitter).
-            || active.time_waited_for_roll(now, header.max_timestamp) > self.config.segment_ms
+            || active.time_waited_for_roll(now, header.max_timestamp) > segment_ms
             || active.indexes_full()
     }
 
@@ -1020,6 +1059,7 @@ impl Log {
         self.log_end_offset = new_end;
         self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.cleaned_to = self.cleaned_to.clamp(self.log_start_offset, self.log_end_offset);
         self.check_invariants();
         // The log start offset may have moved down (the cut batch held it); a crash must not
         // bring back the old one, which would hide the offsets appended after it.
@@ -1044,6 +1084,7 @@ impl Log {
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.recovery_point = offset;
+        self.cleaned_to = offset;
         let snapshots: Vec<i64> = self.producers.snapshot_offsets().collect();
         for snapshot in snapshots {
             self.producers.delete_snapshot(&dir, snapshot).map_err(io_err("delete producer snapshot in", &dir))?;

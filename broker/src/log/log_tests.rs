@@ -1211,9 +1211,10 @@ fn a_tombstone_lives_delete_retention_ms_after_the_cleaning_that_first_kept_it()
     // Proves KIP-534's delete horizon: a tombstone whose CreateTime is a day old (a backfill)
     // survives the first cleaning, which rewrites its batch with a horizon of now +
     // delete.retention.ms (attribute bit 6, base timestamp = the horizon; the records'
-    // timestamps read back unchanged), also across a reopen; a cleaning before the horizon
-    // keeps it, one after drops it. Under the old rule (segment timestamps) the first cleaning
-    // dropped it.
+    // timestamps read back unchanged), also across a reopen; before the horizon nothing is
+    // cleaned (nothing is dirty), and once it passes the log is cleaned again (the horizon is
+    // in the checkpoint) and the tombstone goes. Under the old rule (segment timestamps) the
+    // first cleaning dropped it.
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let config = LogConfig {
@@ -1247,14 +1248,59 @@ fn a_tombstone_lives_delete_retention_ms_after_the_cleaning_that_first_kept_it()
     log.close().unwrap();
     let mut log = open(dir.path(), config, &clock);
     clock.advance(999);
-    log.compact().unwrap().expect("cleanable");
+    assert!(log.compact().unwrap().is_none(), "nothing dirty and the horizon ahead: no cleaning");
     assert!(tombstone_batch(&log).is_some(), "before the horizon it stays");
     assert_eq!(tombstone_batch(&log).unwrap().header().base_timestamp, T0 + 1_000, "the horizon is kept");
     clock.advance(1);
-    log.compact().unwrap().expect("cleanable");
+    log.compact().unwrap().expect("the horizon passed (known across the reopen): a cleaning");
     assert!(tombstone_batch(&log).is_none(), "past the horizon it goes");
     let left: Vec<i64> = read_all(&log, 0).into_iter().map(|r| r.0).collect();
     assert_eq!(left, vec![2, 3]);
+}
+
+#[test]
+fn a_compacted_log_is_cleaned_when_its_dirty_ratio_or_max_compaction_lag_says_so() {
+    // Proves Kafka's cleaner scheduling: the first look cleans (everything is dirty), the next
+    // finds nothing to do (it used to rewrite every closed segment at every look); a little new
+    // data (dirty ratio under min.cleanable.dirty.ratio) waits, also across a reopen (the
+    // cleaner checkpoint is kept), until the ratio is reached, or until its first batch is
+    // older than max.compaction.lag.ms.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, segment_bytes: 4096, ..LogConfig::default() };
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let fill = |log: &mut Log, keys: std::ops::Range<u32>, at: i64| {
+        for k in keys {
+            let key = format!("key-{k:04}");
+            log.append_as_leader(&batch(Compression::None, &[(Some(&key), Some("v"))], at), 0, AppendOrigin::Client)
+                .unwrap();
+        }
+        log.roll().unwrap();
+    };
+    fill(&mut log, 0..200, T0);
+    let first = log.compact().unwrap().expect("everything is dirty");
+    assert_eq!((first.records_read, first.records_kept), (200, 200));
+    assert!(log.compact().unwrap().is_none(), "nothing written since: nothing to clean");
+
+    fill(&mut log, 0..20, T0); // about a tenth of the log
+    assert!(log.compact().unwrap().is_none(), "dirty ratio ~0.1 < 0.5");
+    log.close().unwrap();
+    let mut log = open(dir.path(), config.clone(), &clock);
+    assert!(log.compact().unwrap().is_none(), "the cleaner checkpoint survives a reopen");
+
+    let lagging = LogConfig { max_compaction_lag_ms: 60_000, ..config.clone() };
+    log.set_config(lagging.clone());
+    assert!(log.compact().unwrap().is_none(), "the dirty batches are younger than max.compaction.lag.ms");
+    clock.advance(60_000);
+    let lagged = log.compact().unwrap().expect("the oldest dirty batch is past max.compaction.lag.ms");
+    assert_eq!(lagged.records_kept, 200, "the 20 rewritten keys' old values are gone");
+
+    log.set_config(config);
+    fill(&mut log, 0..100, T0 + 60_000); // as much dirty as a third of the log: not yet
+    assert!(log.compact().unwrap().is_none());
+    fill(&mut log, 100..200, T0 + 60_000); // now half of it
+    let ratio = log.compact().unwrap().expect("dirty ratio reached 0.5");
+    assert_eq!((ratio.records_read, ratio.records_kept), (400, 200));
 }
 
 #[test]

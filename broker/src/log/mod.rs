@@ -21,7 +21,7 @@ pub mod segment;
 pub mod txn_index;
 
 pub use self::batch::{BatchError, BatchHeader, Compression, RecordBatch, TimestampType};
-pub use self::config::{CleanupPolicy, ConfigError, LogConfig};
+pub use self::config::{CleanupPolicy, ConfigError, DirtyRatio, LogConfig};
 pub use self::files::{OpenFiles, OpenFilesStats};
 pub use self::log::now_ms;
 pub use self::log::{

@@ -506,6 +506,10 @@ impl Segment {
     pub fn offset_of_max_timestamp(&self) -> i64 {
         self.offset_of_max_timestamp
     }
+    /// The first batch's max timestamp (Kafka's `firstBatchTimestamp`), if known.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp
+    }
     /// How long this segment has been collecting, for `segment.ms`: Kafka's rule compares the
     /// incoming batch's timestamp with the first batch's (so old timestamps do not roll every
     /// append), and falls back to wall-clock age when batches carry no timestamps.

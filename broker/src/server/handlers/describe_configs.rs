@@ -33,6 +33,7 @@ pub(crate) enum ConfigType {
     Int = 3,
     Short = 4,
     Long = 5,
+    Double = 6,
     List = 7,
     Class = 8,
 }
@@ -56,7 +57,7 @@ const fn info(
 }
 
 /// Every topic config of [`LogConfig::NAMES`], in the same order.
-pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 18] = [
+pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 20] = [
     info(
         "cleanup.policy",
         "log.cleanup.policy",
@@ -88,6 +89,12 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 18] = [
         ConfigType::Int,
         "Log bytes between two offset index entries.",
     ),
+    info(
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        ConfigType::Long,
+        "Longest time a record stays uncompacted: a compacted log is cleaned once its oldest dirty record is older.",
+    ),
     info("max.message.bytes", "message.max.bytes", ConfigType::Int, "Largest record batch size the topic accepts."),
     info(
         "message.timestamp.after.max.ms",
@@ -106,6 +113,12 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 18] = [
         "log.message.timestamp.type",
         ConfigType::String,
         "Whether record timestamps are CreateTime or LogAppendTime.",
+    ),
+    info(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        ConfigType::Double,
+        "Fraction of a compacted log written since its last cleaning at which it is cleaned again.",
     ),
     info(
         "min.compaction.lag.ms",
