@@ -666,3 +666,35 @@ fn https_serves_the_api_and_the_cli_authenticates_with_a_user_or_a_token() {
     // The certificate reloader stops with the node: SIGTERM ends it cleanly.
     assert!(cluster.terminate(2), "a node with TLS settings did not exit cleanly on SIGTERM");
 }
+
+#[test]
+fn consumer_instances_are_bounded_per_principal_and_per_node() {
+    // Proves both bounds on REST Proxy consumer instances are settings a client can push past:
+    // with --http-consumer-instances-max-per-principal 2, alice's third instance is 503 (she
+    // cannot take the node's slots from others); with --http-consumer-instances-max 3, bob's
+    // second is 503 once the node holds three; a deleted instance frees its slot.
+    let node = Runnel::start(&users(&[
+        "--http-consumer-instances-max",
+        "3",
+        "--http-consumer-instances-max-per-principal",
+        "2",
+    ]));
+    let (alice, bob) = (as_user(&node, "alice"), as_user(&node, "bob"));
+    let v2 = Some("application/vnd.kafka.v2+json");
+    let create = |api: &HttpApi, group: &str, name: &str| {
+        let body = json!({"name": name, "format": "json"});
+        api.send_json("POST", &format!("/consumers/{group}"), v2, &body)
+    };
+    assert_eq!(create(&alice, "g", "a1").status, 200);
+    assert_eq!(create(&alice, "g", "a2").status, 200);
+    let third = create(&alice, "g", "a3");
+    assert_eq!((third.status, third.json["error_code"].as_i64()), (503, Some(50302)), "{}", third.text);
+    assert!(third.text.contains("of User:alice") && third.text.contains("per-principal"), "{}", third.text);
+    assert_eq!(create(&bob, "g", "b1").status, 200, "bob has slots of his own");
+    let full = create(&bob, "g", "b2");
+    assert_eq!(full.status, 503, "{}", full.text);
+    assert!(full.text.contains("on this node (at most 3"), "{}", full.text);
+    let deleted = alice.delete("/consumers/g/instances/a1");
+    assert_eq!(deleted.status, 204, "{}", deleted.text);
+    assert_eq!(create(&bob, "g", "b2").status, 200, "the freed slot is taken");
+}

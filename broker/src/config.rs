@@ -18,6 +18,8 @@ use crate::server::ConnectionLimits;
 /// `max.broker.partitions` when unset: five times Kafka's old guidance of 4,000 per broker. At
 /// 20,000, issue 16's scale bench restarted a node in 1.4 s (tmpfs) with 212 MB resident.
 pub const DEFAULT_MAX_BROKER_PARTITIONS: u64 = 20_000;
+/// REST Proxy consumer instances on a node, and per principal, unless set.
+const DEFAULT_HTTP_CONSUMER_INSTANCES: usize = 1_000;
 
 /// Flags and environment variables of `runnel serve`. Every field is optional so that the
 /// file and the defaults can fill what is not given.
@@ -151,6 +153,14 @@ pub struct ServeArgs {
     /// Retry-After [default: 30].
     #[arg(long, env = "RUNNEL_HTTP_TOKEN_ISSUES_PER_MINUTE")]
     pub http_token_issues_per_minute: Option<u32>,
+    /// REST Proxy consumer instances (`POST /consumers/{group}`) this node holds at once, each
+    /// a group membership and a task; beyond it 503 [default: 1000].
+    #[arg(long, env = "RUNNEL_HTTP_CONSUMER_INSTANCES_MAX")]
+    pub http_consumer_instances_max: Option<usize>,
+    /// Of those, how many one principal may hold (so one user cannot take them all when HTTP
+    /// authenticates); beyond it 503 [default: 1000].
+    #[arg(long, env = "RUNNEL_HTTP_CONSUMER_INSTANCES_MAX_PER_PRINCIPAL")]
+    pub http_consumer_instances_max_per_principal: Option<usize>,
     /// HTTP listener: REST API, dashboard, /metrics [default: 127.0.0.1:8080].
     #[arg(long, env = "RUNNEL_HTTP_LISTEN")]
     pub http_listen: Option<SocketAddr>,
@@ -411,6 +421,8 @@ struct FileConfig {
     http_token_max_lifetime_ms: Option<u64>,
     http_tokens_max_per_principal: Option<usize>,
     http_token_issues_per_minute: Option<u32>,
+    http_consumer_instances_max: Option<usize>,
+    http_consumer_instances_max_per_principal: Option<usize>,
     authorizer_class_name: Option<String>,
     sasl_mechanism_inter_broker_protocol: Option<String>,
     inter_broker_sasl_username: Option<String>,
@@ -864,6 +876,9 @@ pub struct NodeConfig {
     pub metrics_aggregate: bool,
     /// `max.broker.partitions`.
     pub max_broker_partitions: u64,
+    /// REST Proxy consumer instances on this node, and per principal.
+    pub http_consumer_instances_max: usize,
+    pub http_consumer_instances_max_per_principal: usize,
     /// `max.producers.per.partition`.
     pub max_producers_per_partition: usize,
     /// `--broker-address-override`: broker id → `host:port` this node reaches it at instead of
@@ -1066,6 +1081,16 @@ impl NodeConfig {
                 .max_broker_partitions
                 .or(file.max_broker_partitions)
                 .unwrap_or(DEFAULT_MAX_BROKER_PARTITIONS),
+            http_consumer_instances_max: args
+                .http_consumer_instances_max
+                .or(file.http_consumer_instances_max)
+                .unwrap_or(DEFAULT_HTTP_CONSUMER_INSTANCES)
+                .max(1),
+            http_consumer_instances_max_per_principal: args
+                .http_consumer_instances_max_per_principal
+                .or(file.http_consumer_instances_max_per_principal)
+                .unwrap_or(DEFAULT_HTTP_CONSUMER_INSTANCES)
+                .max(1),
             max_producers_per_partition: args
                 .max_producers_per_partition
                 .or(file.max_producers_per_partition)

@@ -216,6 +216,8 @@ impl Node {
                 replica_selector: config.replica_selector,
                 metrics_aggregate: config.metrics_aggregate,
                 max_broker_partitions: config.max_broker_partitions,
+                http_consumer_instances_max: config.http_consumer_instances_max,
+                http_consumer_instances_max_per_principal: config.http_consumer_instances_max_per_principal,
                 authorizer: config.security.authorizer.clone(),
                 security: security_report,
                 inter_broker_listener: std::sync::Arc::from(config.security.listeners.inter_broker.as_str()),

@@ -41,8 +41,6 @@ use crate::group::embedded;
 use crate::security::acl::{Operation, ResourceType};
 use crate::server::handlers::{self, str_bytes, topic_name};
 
-/// At most this many instances on a node (each holds a group membership and a task).
-const MAX_INSTANCES: usize = 1_000;
 const SESSION_TIMEOUT_MS: i32 = 30_000;
 const REBALANCE_TIMEOUT_MS: i32 = 30_000;
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
@@ -70,7 +68,7 @@ macro_rules! on_coordinator {
 /// Confluent's `consumer.instance.timeout.ms` default.
 pub const INSTANCE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// The longest `consumer.instance.timeout.ms` a client may ask for: a forgotten instance holds
-/// one of the node's [`MAX_INSTANCES`] for at most this long.
+/// one of the node's instance slots (`--http-consumer-instances-max`) for at most this long.
 pub const INSTANCE_TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// Confluent's `consumer.request.timeout.ms` default: how long a poll waits for records.
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
@@ -209,11 +207,26 @@ pub fn create(http: &Http, group: &str, name: &str, settings: Settings) -> ApiRe
             format!("consumer instance '{name}' already exists in group '{group}'"),
         ));
     }
-    if instances.len() >= MAX_INSTANCES {
+    // Each instance holds a group membership and a task: bounded per node and per principal.
+    let settings_of_node = &http.broker.settings;
+    let node_max = settings_of_node.http_consumer_instances_max;
+    if instances.len() >= node_max {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             50302,
-            format!("too many consumer instances on this node (at most {MAX_INSTANCES})"),
+            format!("too many consumer instances on this node (at most {node_max}: --http-consumer-instances-max)"),
+        ));
+    }
+    let principal_max = settings_of_node.http_consumer_instances_max_per_principal;
+    let principal = &settings.client.principal;
+    if instances.values().filter(|i| i.settings.client.principal == *principal).count() >= principal_max {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            50302,
+            format!(
+                "too many consumer instances of {principal} on this node (at most {principal_max}: \
+                 --http-consumer-instances-max-per-principal)"
+            ),
         ));
     }
     let (stop, _) = watch::channel(false);

@@ -189,7 +189,8 @@ fn boolean(field: &str, value: Option<Value>, default: bool) -> ApiResult<bool> 
 /// Creates a consumer instance in a group.
 #[utoipa::path(post, path = "/consumers/{group}", tag = "v2", params(("group" = String, Path)),
     request_body(content = CreateConsumer, content_type = "application/vnd.kafka.v2+json"),
-    responses((status = 200, body = CreatedConsumer), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = CreatedConsumer), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, description = "The node's or the principal's consumer instances are at their bound", body = ErrorBody)))]
 pub async fn create_consumer(
     State(http): State<super::State>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,

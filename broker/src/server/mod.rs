@@ -78,6 +78,9 @@ pub struct ServerSettings {
     /// `inter.broker.listener.name`: the only listener an Envelope (a request another broker
     /// forwards for its client) is accepted on.
     pub inter_broker_listener: std::sync::Arc<str>,
+    /// REST Proxy consumer instances this node holds at once, and per principal.
+    pub http_consumer_instances_max: usize,
+    pub http_consumer_instances_max_per_principal: usize,
 }
 
 /// Kafka's bounds on what clients can make a broker hold. Where Kafka's default is unbounded,

@@ -570,6 +570,8 @@ mod tests {
             authorizer: Default::default(),
             security: Default::default(),
             inter_broker_listener: std::sync::Arc::from("PLAINTEXT"),
+            http_consumer_instances_max: 1_000,
+            http_consumer_instances_max_per_principal: 1_000,
         };
         let extra = BrokerProperties { offsets_topic_replication_factor: 3, rack: Some("r1".to_string()) };
         let described = describe_broker(&settings, &extra);
