@@ -522,7 +522,7 @@ impl Log {
             let start = records.len() - rest.len();
             let batch_bytes = records.slice(start..start + header.size());
             let records_max =
-                self.check_records(&batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
+                self.check_records(&header, &batch_bytes, origin, now, &mut record_errors, &mut invalid_timestamp)?;
             if let Some(max) = records_max.filter(|max| *max != header.max_timestamp) {
                 max_timestamps.push((batch_index, max));
             }
@@ -703,6 +703,7 @@ impl Log {
     /// came from.
     fn check_records(
         &self,
+        header: &BatchHeader,
         batch_bytes: &Bytes,
         origin: AppendOrigin,
         now: i64,
@@ -717,7 +718,7 @@ impl Log {
         if origin != AppendOrigin::Client && !bounded {
             return Ok(None);
         }
-        let batch = RecordBatch::parse(batch_bytes.clone()).map_err(LogError::CorruptBatch)?;
+        let batch = RecordBatch::validated(batch_bytes.clone(), *header);
         let mut max_timestamp = batch::NO_TIMESTAMP;
         let mut batch_index = 0i32;
         // Borrowed records: nothing is allocated per record on the append path.
