@@ -18,7 +18,15 @@ pub(crate) struct Guest {
 }
 
 impl Guest {
-    pub(crate) fn new(store: Store<HostState>, limits: Limits) -> Self {
+    pub(crate) fn new(mut store: Store<HostState>, limits: Limits) -> Self {
+        // What wasmtime copies out of the guest in one lift (a call's results, an import's
+        // arguments) is charged to the store's hostcall fuel. Bytes the guest really holds
+        // never pass its memory cap; more can only be entries naming the same memory (a list
+        // of record errors sharing one large string, an assignment list sharing one member
+        // id), which lifting copies once per entry. So the fuel is the memory cap: a lift past
+        // it fails the call instead of allocating without bound (wasmtime's default is 128 MiB
+        // whatever the cap).
+        store.set_hostcall_fuel(limits.memory_bytes);
         Guest { store, limits, poisoned: None }
     }
 
@@ -46,5 +54,18 @@ impl Guest {
 
     pub(crate) fn memory_bytes(&self) -> usize {
         self.store.data().limiter.used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_call_may_copy_out_of_the_guest_is_bounded_by_its_memory_cap() {
+        let limits = Limits { memory_bytes: 3 << 20, ..Limits::default() };
+        let state = HostState::new(&limits, &[], std::sync::Arc::new(|_, _| {}), None);
+        let guest = Guest::new(host::new_store(&wasmtime::Engine::default(), state), limits);
+        assert_eq!(guest.store.hostcall_fuel(), 3 << 20, "wasmtime's default is 128 MiB");
     }
 }

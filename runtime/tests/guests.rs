@@ -534,7 +534,8 @@ fn schema_validator_accepts_and_rejects_batches() {
 }
 
 /// A validator that traps, spins or bombs memory fails with that error and is poisoned; a
-/// failing init is an Init error; the guest's log calls reach the sink.
+/// failing init is an Init error; the guest's log calls reach the sink; a rejection whose
+/// entries share memory is lifted no further than the guest's memory cap.
 #[test]
 fn hostile_validators_are_contained() {
     let Some(bytes) = guest("runnel-guest-badvalidator") else { return };
@@ -566,6 +567,19 @@ fn hostile_validators_are_contained() {
         Err(GuestError::Init(message)) => assert!(message.contains("init refused"), "{message}"),
         other => panic!("expected an Init error, got {other:?}"),
     }
+    // 20 record errors sharing one 4 MiB string: lifted, 80 MiB, five times the guest's 16 MiB
+    // memory (and under wasmtime's default bound of 128 MiB). The lift stops at the memory cap
+    // and the call fails, poisoned, instead of the host copying the string 20 times.
+    let mut instance = module.instantiate(validator_setup(&[], limits, discard())).unwrap();
+    match instance.validate(&values_batch(&["ok", "alias"])) {
+        Err(GuestError::Trap(message)) => assert!(message.contains("too much data"), "{message}"),
+        // (Record errors counted, not printed: each message is 4 MiB.)
+        other => panic!(
+            "expected the lift to stop at the memory cap, got {:?}",
+            other.map(|r| r.map_err(|e| e.records.len()))
+        ),
+    }
+    assert!(instance.is_poisoned());
 }
 
 fn discard() -> LogSink {

@@ -1,9 +1,11 @@
 //! Hostile test validator: misbehaves on a batch that holds a record whose value is a command.
 //! `trap` executes `unreachable`, `spin` loops past its deadline, `membomb` allocates until the
-//! memory cap, `reject` refuses the batch naming that record; other records pass. With the
-//! parameter `fail_init` = `true` its `init` fails instead.
+//! memory cap, `reject` refuses the batch naming that record, `alias` refuses it with 20 record
+//! errors whose messages are one 4 MiB string (the host's lifting would copy it 20 times); other
+//! records pass. With the parameter `fail_init` = `true` its `init` fails instead.
 
-use runnel_sdk::{log, Config, Error, Record, Validator};
+use runnel_sdk::validate::{RecordError, RECORD_ERRORS_MAX};
+use runnel_sdk::{log, Batch, Config, Error, Record, Rejection, Validator};
 
 pub struct BadValidator;
 
@@ -13,6 +15,30 @@ impl Validator for BadValidator {
             return Err(Error::new("init refused by request"));
         }
         Ok(BadValidator)
+    }
+
+    /// The SDK's default (every record through `validate`, each fault named), except for an
+    /// `alias` record.
+    fn validate_batch(&mut self, batch: &Batch<'_>) -> Result<(), Rejection> {
+        if batch.records().any(|r| r.value() == Some(&b"alias"[..])) {
+            return Err(aliased_rejection());
+        }
+        let mut rejection = Rejection::default();
+        let mut failed = 0usize;
+        for (index, record) in batch.records().enumerate() {
+            if let Err(e) = self.validate(&record) {
+                failed += 1;
+                if rejection.records.len() < RECORD_ERRORS_MAX {
+                    rejection.records.push(RecordError { index: index as u32, message: e.into_message() });
+                }
+            }
+        }
+        let Some(first) = rejection.records.first() else { return Ok(()) };
+        rejection.message = match failed {
+            1 => format!("record {}: {}", first.index, first.message),
+            n => format!("record {}: {} (and {} more records refused)", first.index, first.message, n - 1),
+        };
+        Err(rejection)
     }
 
     fn validate(&mut self, record: &Record<'_>) -> Result<(), Error> {
@@ -41,6 +67,22 @@ impl Validator for BadValidator {
             _ => Ok(()),
         }
     }
+}
+
+/// 20 record errors whose messages all name one 4 MiB buffer. The strings alias (never dropped
+/// here: they go straight to the canonical ABI, which hands the host their pointers).
+fn aliased_rejection() -> Rejection {
+    let shared: &'static mut str = Box::leak("x".repeat(4 << 20).into_boxed_str());
+    let (ptr, len) = (shared.as_mut_ptr(), shared.len());
+    let records = (0..20)
+        .map(|_| RecordError {
+            index: 0,
+            // SAFETY: not sound as Rust (20 owners of one buffer); this guest exists to hand the
+            // host exactly that. Nothing in the guest reads or frees them before the host does.
+            message: unsafe { String::from_raw_parts(ptr, len, len) },
+        })
+        .collect();
+    Rejection { message: "aliased record errors".to_string(), records }
 }
 
 fn trap() -> ! {
