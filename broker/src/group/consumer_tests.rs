@@ -418,11 +418,9 @@ fn many_members_joining_and_leaving_never_share_a_partition() {
     assert!(max - min <= 1, "unbalanced: {min}..{max}");
 }
 
-#[test]
-fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
-    // Proves the records written for every change rebuild the group on a new coordinator:
-    // members keep their ids, epochs and partitions and go on heartbeating; a member that
-    // left is gone; the next join reconciles as before.
+/// Groups whose records (of group "g") are kept in the returned list instead of written
+/// (the store answers NOT_COORDINATOR, so nothing else happens to them).
+fn recording_groups() -> (ConsumerGroups, Arc<Mutex<Vec<ConsumerRecord>>>) {
     let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
     let g = groups();
     let sink = written.clone();
@@ -431,6 +429,24 @@ fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
         sink.lock().unwrap().extend(records);
         Err(OffsetError::NotCoordinator { partition: 0 })
     }));
+    (g, written)
+}
+
+/// The group the recorded records rebuild (taking them).
+fn stored_from(written: &Mutex<Vec<ConsumerRecord>>) -> Option<StoredConsumerGroup> {
+    let mut stored = None;
+    for record in written.lock().unwrap().drain(..) {
+        StoredConsumerGroup::apply(&mut stored, record);
+    }
+    stored
+}
+
+#[test]
+fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
+    // Proves the records written for every change rebuild the group on a new coordinator:
+    // members keep their ids, epochs and partitions and go on heartbeating; a member that
+    // left is gone; the next join reconciles as before.
+    let (g, written) = recording_groups();
     let mut image = MetadataImage::default();
     topic(&mut image, "t", 1, 6);
     let now = Instant::now();
@@ -450,10 +466,7 @@ fn a_group_restored_from_its_records_goes_on_without_a_rejoin() {
     assert_eq!(a.count() + b.count(), 6);
     let before = g.describe("g").unwrap();
 
-    let mut stored = None;
-    for record in written.lock().unwrap().drain(..) {
-        StoredConsumerGroup::apply(&mut stored, record);
-    }
+    let stored = stored_from(&written);
     let restored = groups();
     restored.restore(&|_| true, vec![("g".to_string(), stored.expect("records written"))], now);
     let after = restored.describe("g").unwrap();
@@ -478,13 +491,7 @@ fn partitions_added_while_no_coordinator_looked_are_assigned_after_a_restore() {
     // coordinator that restores the group and finds the topics changed (partitions added
     // between the old coordinator's last look and its own first) bumps the epoch and assigns
     // them; unchanged topics bump nothing; records without a hash (older ones) cannot tell.
-    let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
-    let g = groups();
-    let sink = written.clone();
-    g.set_store(Box::new(move |_, records| {
-        sink.lock().unwrap().extend(records);
-        Err(OffsetError::NotCoordinator { partition: 0 })
-    }));
+    let (g, written) = recording_groups();
     let mut image = MetadataImage::default();
     topic(&mut image, "t", 1, 4);
     let now = Instant::now();
@@ -494,11 +501,7 @@ fn partitions_added_while_no_coordinator_looked_are_assigned_after_a_restore() {
         b.beat(&g, &image, now);
     }
     assert_eq!(a.count() + b.count(), 4);
-    let mut stored = None;
-    for record in written.lock().unwrap().drain(..) {
-        StoredConsumerGroup::apply(&mut stored, record);
-    }
-    let stored = stored.expect("records written");
+    let stored = stored_from(&written).expect("records written");
     assert_ne!(stored.metadata_hash, 0, "the epoch record carries the hash");
     let epoch = stored.group_epoch;
     let restore = |stored: StoredConsumerGroup, image: &MetadataImage| {
@@ -525,13 +528,7 @@ fn a_member_leaving_stores_the_hash_of_the_topics_left_so_neither_a_restore_nor_
     // members left: before, both still covered the leaver's topic, so a coordinator restoring
     // the group right after, and this one at its next look at new metadata, each bumped the
     // epoch once with nothing changed.
-    let written: Arc<Mutex<Vec<ConsumerRecord>>> = Arc::default();
-    let g = groups();
-    let sink = written.clone();
-    g.set_store(Box::new(move |_, records| {
-        sink.lock().unwrap().extend(records);
-        Err(OffsetError::NotCoordinator { partition: 0 })
-    }));
+    let (g, written) = recording_groups();
     let mut image = MetadataImage::default();
     topic(&mut image, "t", 1, 2);
     topic(&mut image, "u", 2, 2);
@@ -548,10 +545,7 @@ fn a_member_leaving_stores_the_hash_of_the_topics_left_so_neither_a_restore_nor_
     a.beat(&g, &image, now);
     let epoch = g.describe("g").unwrap().group_epoch;
 
-    let mut stored = None;
-    for record in written.lock().unwrap().drain(..) {
-        StoredConsumerGroup::apply(&mut stored, record);
-    }
+    let stored = stored_from(&written);
     let restored = groups();
     restored.restore(&|_| true, vec![("g".to_string(), stored.expect("records written"))], now);
     let mut a2 = a.clone();
