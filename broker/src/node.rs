@@ -200,7 +200,7 @@ impl Node {
         let metrics = crate::metrics::Metrics::new();
         let validators = crate::validator::Validators::new(runtime.clone(), metrics.clone());
         let assignors = crate::group::wasm_assignor::WasmAssignors::new(runtime.clone(), metrics.clone());
-        let transforms = crate::transform::TransformManager::new(runtime);
+        let transforms = crate::transform::TransformManager::new(runtime.clone());
         let broker = Arc::new(Broker {
             settings: ServerSettings {
                 node_id: config.node_id,
@@ -334,10 +334,25 @@ impl Node {
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
         let producer_id_expiration_ms = i64::try_from(config.producer_id_expiration_ms).unwrap_or(i64::MAX);
+        let modules = runtime.clone();
         tasks.push(every(interval, shutdown_rx.clone(), move || {
             let (replicas, groups, deployments) = (housekeeping.clone(), groups.clone(), deployments.clone());
+            let modules = modules.clone();
             async move {
                 let _ = tokio::task::spawn_blocking(move || {
+                    // The compiled artifacts of modules no deployment uses any more (an upload
+                    // compiled less than ARTIFACT_GRACE ago may be about to be deployed).
+                    let image = deployments.image();
+                    let in_use = |sha256: &str| {
+                        image.transforms.values().any(|t| t.sha256 == sha256)
+                            || image.validators.values().any(|v| v.sha256 == sha256)
+                            || image.assignors.values().any(|a| a.sha256 == sha256)
+                    };
+                    match modules.retain_cached(in_use, ARTIFACT_GRACE) {
+                        Ok(0) => {}
+                        Ok(deleted) => tracing::info!(deleted, "deleted the compiled artifacts of undeployed modules"),
+                        Err(error) => tracing::warn!(%error, "could not clean the compiled-module cache"),
+                    }
                     replicas.maintain(producer_id_expiration_ms);
                     // Offsets of groups without members expire after offsets.retention.minutes,
                     // except the positions of deployed transforms.
@@ -495,6 +510,9 @@ impl Node {
 /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; a shorter check costs
 /// a scan of the coordinated ids, which is small, and aborts closer to the timeout).
 const TXN_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a compiled module artifact no deployment uses stays cached: an upload is compiled
+/// (and cached) when the HTTP API checks it, before its deployment record is applied.
+const ARTIFACT_GRACE: Duration = Duration::from_secs(600);
 
 fn every<F, Fut>(interval: Duration, mut stop: watch::Receiver<bool>, mut tick: F) -> JoinHandle<()>
 where

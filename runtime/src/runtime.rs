@@ -332,6 +332,40 @@ impl Runtime {
         Ok((component, sha256, false))
     }
 
+    /// Deletes the cached artifacts `keep` does not want (it is given each one's module hex
+    /// SHA-256), those of another engine configuration, and temporary files a crash left,
+    /// unless written less than `grace` ago (an upload checked before its deployment lands).
+    /// Without it the cache grows by one artifact per module version ever deployed. A module
+    /// already loaded keeps working: its artifact is only read when a module is loaded.
+    /// Returns how many files were deleted.
+    pub fn retain_cached(&self, keep: impl Fn(&str) -> bool, grace: std::time::Duration) -> io::Result<usize> {
+        let now = std::time::SystemTime::now();
+        let mut deleted = 0;
+        for entry in fs::read_dir(&self.inner.cache_dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let wanted = match name.strip_suffix(".cwasm").and_then(|stem| stem.split_once('-')) {
+                Some((sha256, compatibility)) if !name.starts_with('.') => {
+                    compatibility == self.inner.compatibility && keep(sha256)
+                }
+                // A temporary file of `write_atomically` (`.<name>.<pid>.<n>.tmp`).
+                _ if name.starts_with('.') && name.ends_with(".tmp") => false,
+                _ => continue,
+            };
+            let age = entry.metadata()?.modified().ok().and_then(|modified| now.duration_since(modified).ok());
+            if wanted || age.is_none_or(|age| age < grace) {
+                continue;
+            }
+            match fs::remove_file(entry.path()) {
+                Ok(()) => deleted += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
     fn load_cached(&self, path: &Path) -> Option<Component> {
         if !path.exists() {
             return None;
@@ -539,6 +573,34 @@ mod tests {
         assert!(not_a_component(runtime.inspect(b"\0asm\x0e\x00\x01\x00")).contains("version"));
         // Nothing was compiled, so nothing was cached.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Artifacts of modules no longer wanted, of another engine and stale temporary files
+    /// are deleted once past the grace period; wanted and recent ones stay, and a deleted
+    /// artifact is compiled again on the next load.
+    #[test]
+    fn retain_cached_deletes_what_is_no_longer_wanted() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime(dir.path());
+        runtime.compile_or_load(EMPTY_COMPONENT, any).unwrap();
+        let sha256 = hex(&Sha256::digest(EMPTY_COMPONENT));
+        for stray in ["ab12-0123456789abcdef.cwasm", ".x.cwasm.1.2.tmp", "README"] {
+            fs::write(dir.path().join(stray), b"x").unwrap();
+        }
+        let count = || fs::read_dir(dir.path()).unwrap().count();
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(runtime.retain_cached(|_| false, hour).unwrap(), 0, "everything is younger than the grace");
+        assert_eq!(count(), 4);
+        let zero = std::time::Duration::ZERO;
+        assert_eq!(
+            runtime.retain_cached(|s| s == sha256, zero).unwrap(),
+            2,
+            "another engine's artifact, the temp file"
+        );
+        assert_eq!(count(), 2, "the wanted artifact and an unrelated file stay");
+        assert_eq!(runtime.retain_cached(|_| false, zero).unwrap(), 1);
+        assert_eq!(count(), 1, "only the unrelated file");
+        assert!(!runtime.compile_or_load(EMPTY_COMPONENT, any).unwrap().2, "compiled again");
     }
 
     /// Uploads above the configured maximum are refused by size alone.
