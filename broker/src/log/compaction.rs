@@ -296,8 +296,10 @@ impl CompactionJob {
                 // kept ones keep theirs.
                 let tombstones = kept.iter().any(|r| r.value.is_none());
                 let wanted_horizon = if tombstones { horizon.or(Some(horizon_from_now)) } else { None };
+                // (A kept tombstone's horizon is never behind now: past it, it is dropped. It is
+                // now itself with delete.retention.ms = 0, so the next look cleans it.)
                 if !kept.is_empty() {
-                    latest_delete_horizon = latest_delete_horizon.max(wanted_horizon.filter(|h| *h > self.now_ms));
+                    latest_delete_horizon = latest_delete_horizon.max(wanted_horizon);
                 }
                 if kept.len() == records.len() && wanted_horizon == horizon {
                     return write_batch(&mut out, batch.bytes()).map_err(io);

@@ -1304,6 +1304,31 @@ fn a_compacted_log_is_cleaned_when_its_dirty_ratio_or_max_compaction_lag_says_so
 }
 
 #[test]
+fn with_delete_retention_0_a_tombstone_goes_at_the_next_look_with_nothing_dirty() {
+    // Proves the delete horizon of a tombstone kept with delete.retention.ms = 0 (the horizon
+    // is the cleaning's own time) makes the log worth cleaning at the next look: it used to be
+    // left out, so the tombstone stayed until something else made the log dirty.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, delete_retention_ms: 0, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    for (key, value) in [("k", Some("v")), ("k", None), ("other", Some("x"))] {
+        log.append_as_leader(&batch(Compression::None, &[(Some(key), value)], T0), 0, AppendOrigin::Client).unwrap();
+    }
+    log.roll().unwrap();
+    log.compact().unwrap().expect("everything is dirty");
+    assert_eq!(
+        read_all(&log, 0).iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 2],
+        "the tombstone's first cleaning keeps it"
+    );
+    clock.advance(1);
+    log.compact().unwrap().expect("its horizon passed: a cleaning with nothing dirty");
+    assert_eq!(read_all(&log, 0).iter().map(|r| r.0).collect::<Vec<_>>(), [2]);
+    assert!(log.compact().unwrap().is_none(), "then nothing is left to do");
+}
+
+#[test]
 fn compaction_removes_markers_of_emptied_transactions_once_delete_retention_passed() {
     // Proves the cleaner's marker rule: the commit marker of a transaction whose only value was
     // superseded, and an abort marker (its data always goes), go once their segment is older
