@@ -54,24 +54,31 @@ pub trait Validator: Sized + 'static {
     /// rejects the batch naming each record at fault (at most [`RECORD_ERRORS_MAX`]). Override
     /// it for checks across records (no duplicate keys within a batch, a total).
     fn validate_batch(&mut self, batch: &Batch<'_>) -> Result<(), Rejection> {
-        let mut rejection = Rejection::default();
-        let mut failed = 0usize;
-        for (index, record) in batch.records().enumerate() {
-            if let Err(e) = self.validate(&record) {
-                failed += 1;
-                if rejection.records.len() < RECORD_ERRORS_MAX {
-                    rejection.records.push(RecordError { index: index as u32, message: e.into_message() });
-                }
+        each_record(self, batch)
+    }
+}
+
+/// The default [`Validator::validate_batch`]: every record through [`Validator::validate`], the
+/// batch rejected naming each record at fault (at most [`RECORD_ERRORS_MAX`]). For a validator
+/// that overrides `validate_batch` to treat some batches apart and the rest record by record.
+pub fn each_record<V: Validator>(validator: &mut V, batch: &Batch<'_>) -> Result<(), Rejection> {
+    let mut rejection = Rejection::default();
+    let mut failed = 0usize;
+    for (index, record) in batch.records().enumerate() {
+        if let Err(e) = validator.validate(&record) {
+            failed += 1;
+            if rejection.records.len() < RECORD_ERRORS_MAX {
+                rejection.records.push(RecordError { index: index as u32, message: e.into_message() });
             }
         }
-        let Some(first) = rejection.records.first() else { return Ok(()) };
-        rejection.message = if failed == 1 {
-            format!("record {}: {}", first.index, first.message)
-        } else {
-            format!("record {}: {} (and {} more records refused)", first.index, first.message, failed - 1)
-        };
-        Err(rejection)
     }
+    let Some(first) = rejection.records.first() else { return Ok(()) };
+    rejection.message = if failed == 1 {
+        format!("record {}: {}", first.index, first.message)
+    } else {
+        format!("record {}: {} (and {} more records refused)", first.index, first.message, failed - 1)
+    };
+    Err(rejection)
 }
 
 /// Why a batch is refused: the producer's error message, and the records at fault.

@@ -797,7 +797,7 @@ impl ConsumerGroup {
         for member in self.members.values() {
             member.member_id.hash(&mut hasher);
             for name in member.resolved_among(self.looked_at.keys(), |name| self.looked_at.contains_key(name)) {
-                let (topic_id, partitions) = self.looked_at[&name];
+                let Some(&(topic_id, partitions)) = self.looked_at.get(&name) else { continue };
                 (&name, topic_id, partitions).hash(&mut hasher);
                 subscribed.insert(name, (topic_id, partitions));
             }

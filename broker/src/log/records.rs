@@ -245,16 +245,11 @@ impl RecordIter {
         remaining.min((self.data.len() - self.pos) / MIN_RECORD_SIZE)
     }
 
-    /// [`RecordIter::decode_parts`] out of line: it runs only for a record the fast decoder
-    /// refused, so it should not weigh on the inlined loop.
+    /// Decodes the record at `pos` into ranges of `data`, its header (key, value) ranges into
+    /// `headers` (cleared first), and moves past it. Out of line and cold: on the append path it
+    /// runs only for a record [`RecordIter::decode_fast`] refused, to name what is wrong.
     #[inline(never)]
     #[cold]
-    fn decode_checked(&mut self, headers: &mut Vec<HeaderRanges>) -> Result<Parts, BatchError> {
-        self.decode_parts(headers)
-    }
-
-    /// Decodes the record at `pos` into ranges of `data`, its header (key, value) ranges into
-    /// `headers` (cleared first), and moves past it.
     fn decode_parts(&mut self, headers: &mut Vec<HeaderRanges>) -> Result<Parts, BatchError> {
         headers.clear();
         let buf: &[u8] = &self.data;
@@ -377,7 +372,7 @@ impl RecordIter {
         // accepts, only says whether anything is, and runs first.
         let parts = match self.decode_fast(headers) {
             Some(parts) => Ok(parts),
-            None => self.decode_checked(headers),
+            None => self.decode_parts(headers),
         };
         match parts {
             Ok(_) => self.remaining -= 1,

@@ -351,12 +351,7 @@ async fn verify_transaction(
             let mapped = match code {
                 ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
                 ResponseError::TransactionAbortable if version < 11 => ResponseError::InvalidTxnState,
-                ResponseError::NetworkException
-                | ResponseError::CoordinatorNotAvailable
-                | ResponseError::NotCoordinator
-                | ResponseError::CoordinatorLoadInProgress
-                | ResponseError::ConcurrentTransactions
-                | ResponseError::RequestTimedOut => ResponseError::NotEnoughReplicas,
+                code if coordinator_busy(code) => ResponseError::NotEnoughReplicas,
                 other => other,
             };
             let result = format!("{mapped:?}");
@@ -379,6 +374,21 @@ pub(crate) enum TxnAsk {
     Verify,
     /// Add them to it, starting one if none is open (part 2's implicit add).
     Add,
+}
+
+/// Whether the transaction's coordinator answered (or failed to answer) something that passes
+/// with a retry: unreachable, moving, loading, or still ending the previous transaction. Each
+/// caller maps it to the retriable code of its own API.
+pub(crate) fn coordinator_busy(code: ResponseError) -> bool {
+    matches!(
+        code,
+        ResponseError::NetworkException
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::ConcurrentTransactions
+            | ResponseError::RequestTimedOut
+    )
 }
 
 /// AddPartitionsToTxn v4 (`verify_only` for [`TxnAsk::Verify`]) to the coordinator of

@@ -21,7 +21,7 @@ use kafka_protocol::ResponseError;
 
 use super::find_coordinator::ensure_offsets_topic;
 use super::offset_commit::{check_commits, CommitAsked};
-use super::produce::{ask_coordinator, TxnAsk};
+use super::produce::{ask_coordinator, coordinator_busy, TxnAsk};
 use crate::group::{Replicated, OFFSETS_TOPIC};
 use crate::log::TxnVerification;
 use crate::security::acl::{Operation, ResourceType};
@@ -135,11 +135,7 @@ async fn verify_offsets_partition(
     let Err(code) = answer else { return Ok(TxnVerification::Required(Some(guard))) };
     broker.groups.offsets.end_txn_verification(group, producer.0, guard);
     Err(match code {
-        ResponseError::NetworkException
-        | ResponseError::NotCoordinator
-        | ResponseError::CoordinatorLoadInProgress
-        | ResponseError::ConcurrentTransactions
-        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+        code if coordinator_busy(code) => ResponseError::CoordinatorNotAvailable,
         // TRANSACTION_ABORTABLE exists from version 5 on.
         ResponseError::TransactionAbortable if !adding => ResponseError::InvalidTxnState,
         other => other,

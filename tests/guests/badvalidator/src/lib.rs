@@ -4,7 +4,7 @@
 //! errors whose messages are one 4 MiB string (the host's lifting would copy it 20 times); other
 //! records pass. With the parameter `fail_init` = `true` its `init` fails instead.
 
-use runnel_sdk::validate::{RecordError, RECORD_ERRORS_MAX};
+use runnel_sdk::validate::RecordError;
 use runnel_sdk::{log, Batch, Config, Error, Record, Rejection, Validator};
 
 pub struct BadValidator;
@@ -23,22 +23,7 @@ impl Validator for BadValidator {
         if batch.records().any(|r| r.value() == Some(&b"alias"[..])) {
             return Err(aliased_rejection());
         }
-        let mut rejection = Rejection::default();
-        let mut failed = 0usize;
-        for (index, record) in batch.records().enumerate() {
-            if let Err(e) = self.validate(&record) {
-                failed += 1;
-                if rejection.records.len() < RECORD_ERRORS_MAX {
-                    rejection.records.push(RecordError { index: index as u32, message: e.into_message() });
-                }
-            }
-        }
-        let Some(first) = rejection.records.first() else { return Ok(()) };
-        rejection.message = match failed {
-            1 => format!("record {}: {}", first.index, first.message),
-            n => format!("record {}: {} (and {} more records refused)", first.index, first.message, n - 1),
-        };
-        Err(rejection)
+        runnel_sdk::validate::each_record(self, batch)
     }
 
     fn validate(&mut self, record: &Record<'_>) -> Result<(), Error> {
