@@ -858,8 +858,8 @@ impl TxnCoordinator {
     }
 
     /// Writes the markers of a prepared transaction to every partition in it (retrying each
-    /// failed one until it succeeds or this node stops coordinating), then CompleteCommit /
-    /// CompleteAbort.
+    /// failed one until it succeeds or this node stops coordinating; giving up when a partition
+    /// answers that this coordinator is fenced), then CompleteCommit / CompleteAbort.
     async fn complete(self: &Arc<Self>, transactional_id: &str) {
         let Some(sink) = self.markers.read().unwrap_or_else(|p| p.into_inner()).clone() else { return };
         let Ok((_, shard, hosted, leadership)) = self.coordinating(transactional_id) else { return };
@@ -901,12 +901,24 @@ impl TxnCoordinator {
             });
             for results in futures_util::future::join_all(rounds).await {
                 for (partition, result) in results {
-                    match result {
-                        Ok(()) => {
+                    match marker_outcome(result) {
+                        MarkerOutcome::Written => {
                             remaining.remove(&partition);
                         }
-                        Err(code) => {
+                        MarkerOutcome::Retry(code) => {
                             tracing::debug!(transactional_id, ?partition, ?code, "transaction marker not written yet")
+                        }
+                        MarkerOutcome::Fenced(code) => {
+                            // A newer coordinator or producer epoch owns this transaction now;
+                            // it completes it (Kafka's `TransactionMarkerRequestCompletionHandler`
+                            // stops sending on these too).
+                            tracing::warn!(
+                                transactional_id,
+                                ?partition,
+                                ?code,
+                                "transaction markers abandoned: this coordinator is fenced"
+                            );
+                            return;
                         }
                     }
                 }
@@ -964,6 +976,27 @@ impl TxnCoordinator {
             tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
             self.spawn_completion(transactional_id.to_string());
         }
+    }
+}
+
+/// What the coordinator does with one partition's answer to a marker.
+#[derive(Debug, PartialEq, Eq)]
+enum MarkerOutcome {
+    Written,
+    /// Not written yet (a leader moving, an ISR short, a broker down): the next round retries.
+    Retry(ResponseError),
+    /// The partition has seen a newer producer epoch or a newer coordinator epoch: whoever
+    /// holds it completes the transaction, and this coordinator's markers could never land.
+    Fenced(ResponseError),
+}
+
+fn marker_outcome(result: Result<(), ResponseError>) -> MarkerOutcome {
+    match result {
+        Ok(()) => MarkerOutcome::Written,
+        Err(code @ (ResponseError::InvalidProducerEpoch | ResponseError::TransactionCoordinatorFenced)) => {
+            MarkerOutcome::Fenced(code)
+        }
+        Err(code) => MarkerOutcome::Retry(code),
     }
 }
 
@@ -1029,4 +1062,27 @@ pub fn marker_batch(producer_id: i64, producer_epoch: i16, commit: bool, coordin
         .control(true);
     builder.push(now_ms(), Some(&key), Some(&value), &[]);
     builder.build().expect("a one-record control batch always builds").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_marker_stops_the_completion_and_a_moving_leader_is_retried() {
+        assert_eq!(marker_outcome(Ok(())), MarkerOutcome::Written);
+        for code in [ResponseError::InvalidProducerEpoch, ResponseError::TransactionCoordinatorFenced] {
+            assert_eq!(marker_outcome(Err(code)), MarkerOutcome::Fenced(code));
+        }
+        for code in [
+            ResponseError::NotLeaderOrFollower,
+            ResponseError::UnknownTopicOrPartition,
+            ResponseError::NotEnoughReplicas,
+            ResponseError::NotEnoughReplicasAfterAppend,
+            ResponseError::RequestTimedOut,
+            ResponseError::KafkaStorageError,
+        ] {
+            assert_eq!(marker_outcome(Err(code)), MarkerOutcome::Retry(code));
+        }
+    }
 }
