@@ -385,6 +385,55 @@ fn a_transform_checkpoints_on_a_coordinator_elsewhere_and_resumes_from_it_after_
 }
 
 #[test]
+fn a_transform_stuck_in_a_guest_call_holds_back_nothing_else_on_its_node() {
+    // Proves a node goes on following the metadata image while one of its transform workers
+    // is inside a guest call that lasts until its 60 s deadline and has been told to stop (the
+    // transform is paused; the worker can end only when the call does): a transform deployed
+    // next on that node delivers its outputs, and a topic created next and led by that node is
+    // served, each within 30 s. Before, the node's image follower waited for the stopping
+    // worker, so the second transform started only after the call's deadline (and partitions
+    // waited for the node's 5 s reconcile tick).
+    let cluster = Cluster::start(3, &[]);
+    create_placed(&cluster, "spin-in", &[2]);
+    create_placed(&cluster, "spin-out", &[2]);
+    let api = HttpApi::new(cluster.node(1));
+    let deploy = |name: &str, package: &str, mut body: Value| {
+        body["module_base64"] = json!(B64.encode(component(package)));
+        let deployed = api.send_json("PUT", &format!("/v1/transforms/{name}"), None, &body);
+        assert_eq!(deployed.status, 201, "{}", deployed.text);
+        let running = wait_until(TIMEOUT, || {
+            api.get(&format!("/v1/transforms/{name}")).json["partitions"][0]["state"] == "running"
+        });
+        assert!(running, "{}", api.get(&format!("/v1/transforms/{name}")).text);
+    };
+    let spin = json!({
+        "input_topic": "spin-in",
+        "output_topics": ["spin-out"],
+        "start": "earliest",
+        "call_timeout_ms": 60_000,
+    });
+    deploy("spin", "runnel-guest-spin", spin);
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        support::workload::producer_config(&cluster.bootstrap(), &[]).create().expect("producer");
+    producer.send(BaseRecord::to("spin-in").key("k").payload("spin")).map_err(|(e, _)| e).expect("send");
+    producer.flush(TIMEOUT).expect("flush");
+    // The worker, woken by the append, is in the guest's endless loop: it stops in ~60 s.
+    assert_eq!(api.call("POST", "/v1/transforms/spin/pause", None, None).status, 204);
+    let started = std::time::Instant::now();
+
+    create_placed(&cluster, "copy-in", &[2]);
+    create_placed(&cluster, "copy-out", &[2]);
+    deploy("copy", "runnel-example-identity", json!({"input_topic": "copy-in", "output_topics": ["copy-out"]}));
+    producer.send(BaseRecord::to("copy-in").key("k").payload("copied")).map_err(|(e, _)| e).expect("send");
+    producer.flush(TIMEOUT).expect("flush to the new topic's leader, node 2");
+    let read = read_back(&cluster, "copy-out", 1, 1);
+    assert_eq!(read[&0], [b"copied".to_vec()]);
+    println!("node 2 ran a new transform {:?} after pausing its stuck one", started.elapsed());
+    let spin = api.get("/v1/transforms/spin");
+    assert_eq!(spin.json["partitions"][0]["state"], "running", "still in its call: {}", spin.text);
+}
+
+#[test]
 fn transforms_are_listed_cluster_wide_with_the_node_of_each_worker() {
     // Proves /v1/transforms/{name} and /v1/transforms on one node list the workers of every node
     // (a 3-partition input led by nodes 1, 2 and 3: three workers on three nodes), and that a

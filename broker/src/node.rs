@@ -302,22 +302,30 @@ impl Node {
         )));
 
         // Follow the metadata image: open, reconfigure and delete partitions as it changes.
-        let follower = broker.clone();
-        let mut images = controller.subscribe();
-        let mut stop = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
-                    changed = images.changed() => if changed.is_err() { return },
-                }
-                let image = images.borrow_and_update().clone();
-                let (reconcile, reconciled) = (follower.reconcile.clone(), image.clone());
+        // WASM deployments follow the partitions in tasks of their own, one per kind, from the
+        // last image whose partitions are reconciled (a transform worker starts only on a
+        // partition this node has opened): a module compiling or a transform worker finishing
+        // a guest call (up to its call deadline) never holds back a leadership change.
+        let (reconciled_tx, reconciled_rx) = watch::channel(controller.image());
+        let (follower, reconciled_tx) = (broker.clone(), Arc::new(reconciled_tx));
+        tasks.push(on_each_image(controller.subscribe(), shutdown_rx.clone(), move |image| {
+            let (reconcile, reconciled_tx) = (follower.reconcile.clone(), reconciled_tx.clone());
+            async move {
+                let reconciled = image.clone();
                 let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
-                follower.transforms.reconcile(&image).await;
-                follower.validators.reconcile(&image).await;
-                follower.assignors.reconcile(&image).await;
+                reconciled_tx.send_replace(image);
             }
+        }));
+        tasks.push(tokio::spawn(broker.transforms.clone().follow(reconciled_rx.clone(), shutdown_rx.clone())));
+        let validators = broker.validators.clone();
+        tasks.push(on_each_image(reconciled_rx.clone(), shutdown_rx.clone(), move |image| {
+            let validators = validators.clone();
+            async move { validators.reconcile(&image).await }
+        }));
+        let assignors = broker.assignors.clone();
+        tasks.push(on_each_image(reconciled_rx, shutdown_rx.clone(), move |image| {
+            let assignors = assignors.clone();
+            async move { assignors.reconcile(&image).await }
         }));
 
         // Transactions past their timeout abort; idle transactional ids expire.
@@ -503,6 +511,29 @@ impl Node {
         controller.shutdown().await?;
         Ok(())
     }
+}
+
+/// Runs `apply` on the latest image each time `images` changes (images published meanwhile are
+/// skipped: each apply reconciles to the whole image) until `stop` turns true.
+fn on_each_image<F, Fut>(
+    mut images: watch::Receiver<Arc<MetadataImage>>,
+    mut stop: watch::Receiver<bool>,
+    mut apply: F,
+) -> JoinHandle<()>
+where
+    F: FnMut(Arc<MetadataImage>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                changed = images.changed() => if changed.is_err() { return },
+            }
+            let image = images.borrow_and_update().clone();
+            apply(image).await;
+        }
+    })
 }
 
 /// Runs `tick` every `interval` (a late tick is delayed, not bunched) until `stop` turns true.

@@ -217,6 +217,11 @@ pub struct TransformManager {
     workers: Mutex<HashMap<(String, i32), Worker>>,
     status: Mutex<BTreeMap<(String, i32), Arc<Mutex<PartitionStatus>>>>,
     logs: Mutex<HashMap<String, Arc<LogBuffer>>>,
+    /// Workers told to stop whose task has not ended yet (a guest call runs to its end, up to
+    /// its deadline): no new worker of the same (transform, partition) starts before it ends.
+    stopping: Mutex<HashMap<(String, i32), tokio::task::JoinHandle<()>>>,
+    /// Woken when a stopping worker ended, so what waited for it starts (see [`Self::follow`]).
+    stopped: tokio::sync::Notify,
     /// Serializes reconciles (the image follower and HTTP handlers both call it).
     reconciling: tokio::sync::Mutex<()>,
 }
@@ -230,6 +235,8 @@ impl TransformManager {
             workers: Mutex::new(HashMap::new()),
             status: Mutex::new(BTreeMap::new()),
             logs: Mutex::new(HashMap::new()),
+            stopping: Mutex::new(HashMap::new()),
+            stopped: tokio::sync::Notify::new(),
             reconciling: tokio::sync::Mutex::new(()),
         })
     }
@@ -308,15 +315,32 @@ impl TransformManager {
                 .collect();
             keys.into_iter().filter_map(|k| workers.remove(&k).map(|w| (k, w))).collect()
         };
+        // Stopping never waits here: a worker in a guest call ends when the call does (up to
+        // its deadline), and nothing else this node runs waits for it. Its replacement (a new
+        // version, a resumed deployment) starts once it has ended.
         for ((name, partition), worker) in stale {
             let _ = worker.stop.send(true);
-            let _ = worker.task.await;
-            let slot = self.status_slot(&name, partition);
-            let mut status = slot.lock().unwrap_or_else(|p| p.into_inner());
-            status.state = match image.transforms.get(&name) {
+            let manager = self.clone();
+            let state = match image.transforms.get(&name) {
                 Some(t) if t.paused => "paused",
                 _ => "stopped",
             };
+            let key = (name, partition);
+            let mut stopping = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+            let waiter = tokio::spawn({
+                let key = key.clone();
+                async move {
+                    let _ = worker.task.await;
+                    // Only a slot still there (a deleted transform's status is forgotten).
+                    let slot = manager.status.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+                    if let Some(slot) = slot {
+                        slot.lock().unwrap_or_else(|p| p.into_inner()).state = state;
+                    }
+                    manager.stopping.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                    manager.stopped.notify_one();
+                }
+            });
+            stopping.insert(key, waiter);
         }
         // Forget the status and logs of deleted transforms.
         {
@@ -325,11 +349,16 @@ impl TransformManager {
             self.logs.lock().unwrap_or_else(|p| p.into_inner()).retain(|name, _| image.transforms.contains_key(name));
         }
         for ((name, partition), transform) in wanted {
+            let key = (name.clone(), partition);
+            // A worker still stopping keeps its state until it has ended (its waiter sets it).
+            if self.stopping.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
+                continue;
+            }
             if transform.paused {
                 self.status_slot(&name, partition).lock().unwrap_or_else(|p| p.into_inner()).state = "paused";
                 continue;
             }
-            if self.workers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&(name.clone(), partition)) {
+            if self.workers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
                 continue;
             }
             let logs = self.logs(&name);
@@ -368,7 +397,25 @@ impl TransformManager {
         }
     }
 
-    /// Stops every worker (node shutdown).
+    /// Reconciles to the latest of `images` whenever it changes or a stopping worker has ended,
+    /// until `stop` turns true (the node's transform follower).
+    pub async fn follow(
+        self: Arc<Self>,
+        mut images: watch::Receiver<Arc<MetadataImage>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                changed = images.changed() => if changed.is_err() { return },
+                _ = self.stopped.notified() => {}
+            }
+            let image = images.borrow_and_update().clone();
+            self.reconcile(&image).await;
+        }
+    }
+
+    /// Stops every worker (node shutdown), and waits for those already stopping.
     pub async fn shutdown(&self) {
         let workers: Vec<Worker> =
             self.workers.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, w)| w).collect();
@@ -377,6 +424,11 @@ impl TransformManager {
         }
         for worker in workers {
             let _ = worker.task.await;
+        }
+        let stopping: Vec<_> =
+            self.stopping.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, w)| w).collect();
+        for waiter in stopping {
+            let _ = waiter.await;
         }
     }
 }
