@@ -287,6 +287,9 @@ impl Node {
         if unfenced.is_err() {
             tracing::warn!(broker_epoch, "not unfenced by the controller within 30 s; serving anyway");
         }
+        // Subscribed before the first reconciles: an image applied while they run (a module
+        // compiling can take seconds) is one the follower below still sees as changed.
+        let followed = controller.subscribe();
         broker.reconcile_now().await;
         transforms.reconcile(&controller.image()).await;
         validators.reconcile(&controller.image()).await;
@@ -308,7 +311,7 @@ impl Node {
         // a guest call (up to its call deadline) never holds back a leadership change.
         let (reconciled_tx, reconciled_rx) = watch::channel(controller.image());
         let (follower, reconciled_tx) = (broker.clone(), Arc::new(reconciled_tx));
-        tasks.push(on_each_image(controller.subscribe(), shutdown_rx.clone(), move |image| {
+        tasks.push(on_each_image(followed, shutdown_rx.clone(), move |image| {
             let (reconcile, reconciled_tx) = (follower.reconcile.clone(), reconciled_tx.clone());
             async move {
                 let reconciled = image.clone();

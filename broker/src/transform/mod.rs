@@ -222,6 +222,10 @@ pub struct TransformManager {
     stopping: Mutex<HashMap<(String, i32), tokio::task::JoinHandle<()>>>,
     /// Woken when a stopping worker ended, so what waited for it starts (see [`Self::follow`]).
     stopped: tokio::sync::Notify,
+    /// The `applied_index` of the image last reconciled: an older one is never reconciled over
+    /// it (the follower can wake on a stopped worker while it still holds an image older than
+    /// the one an HTTP handler reconciled; it would start what that image stopped).
+    reconciled_index: std::sync::atomic::AtomicU64,
     /// Serializes reconciles (the image follower and HTTP handlers both call it).
     reconciling: tokio::sync::Mutex<()>,
 }
@@ -237,6 +241,7 @@ impl TransformManager {
             logs: Mutex::new(HashMap::new()),
             stopping: Mutex::new(HashMap::new()),
             stopped: tokio::sync::Notify::new(),
+            reconciled_index: std::sync::atomic::AtomicU64::new(0),
             reconciling: tokio::sync::Mutex::new(()),
         })
     }
@@ -293,6 +298,11 @@ impl TransformManager {
     pub async fn reconcile(self: &Arc<Self>, image: &MetadataImage) {
         let Some(host) = self.host.get().cloned() else { return };
         let _serial = self.reconciling.lock().await;
+        let index = image.applied_index;
+        if index < self.reconciled_index.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        self.reconciled_index.store(index, std::sync::atomic::Ordering::Release);
         let mut wanted: HashMap<(String, i32), &TransformImage> = HashMap::new();
         for transform in image.transforms.values() {
             let Some(topic) = image.topics.get(&transform.spec.input_topic) else { continue };
