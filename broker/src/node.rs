@@ -310,13 +310,14 @@ impl Node {
         // partition this node has opened): a module compiling or a transform worker finishing
         // a guest call (up to its call deadline) never holds back a leadership change.
         let (reconciled_tx, reconciled_rx) = watch::channel(controller.image());
-        let (follower, reconciled_tx) = (broker.clone(), Arc::new(reconciled_tx));
+        let reconciled_tx = Arc::new(reconciled_tx);
+        let (follower, publish) = (broker.clone(), reconciled_tx.clone());
         tasks.push(on_each_image(followed, shutdown_rx.clone(), move |image| {
-            let (reconcile, reconciled_tx) = (follower.reconcile.clone(), reconciled_tx.clone());
+            let (reconcile, publish) = (follower.reconcile.clone(), publish.clone());
             async move {
                 let reconciled = image.clone();
                 let _ = tokio::task::spawn_blocking(move || reconcile(&reconciled)).await;
-                reconciled_tx.send_replace(image);
+                publish_reconciled(&publish, image);
             }
         }));
         tasks.push(tokio::spawn(broker.transforms.clone().follow(reconciled_rx.clone(), shutdown_rx.clone())));
@@ -401,6 +402,8 @@ impl Node {
                     // tried again, without waiting for the next metadata change. The same image
                     // again costs nothing but those retries: reconcile works by difference.
                     reopened.reconcile_now().await;
+                    // What it opened may be an input partition a transform waits for.
+                    publish_reconciled(&reconciled_tx, imaged.image());
                     let replicas = checkpointed.clone();
                     let written = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
                     // A full disk fails it every 5 s: logged once per episode. The high
@@ -514,6 +517,19 @@ impl Node {
         controller.shutdown().await?;
         Ok(())
     }
+}
+
+/// Publishes `image` as reconciled unless a newer one already is (a handler's or the tick's
+/// reconcile can finish after the follower's of a newer image). The same image again is
+/// published too: the partitions it reconciled may differ (a failed open retried).
+fn publish_reconciled(reconciled: &watch::Sender<Arc<MetadataImage>>, image: Arc<MetadataImage>) {
+    reconciled.send_if_modified(|current| {
+        let newer_or_same = image.applied_index >= current.applied_index;
+        if newer_or_same {
+            *current = image;
+        }
+        newer_or_same
+    });
 }
 
 /// Runs `apply` on the latest image each time `images` changes (images published meanwhile are
