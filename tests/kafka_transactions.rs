@@ -615,6 +615,34 @@ fn a_late_transactional_offset_commit_is_refused_instead_of_hanging_the_group() 
 }
 
 #[test]
+fn a_kip_360_init_producer_id_repeated_after_a_lost_answer_gets_the_same_answer() {
+    // Proves the retry of InitProducerId with an expected (producer id, epoch) (KIP-360: a
+    // producer bumping its own epoch) is answered the same epoch again, as Kafka's
+    // lastProducerEpoch check does, not PRODUCER_FENCED (fatal for the client); an older epoch
+    // is still fenced.
+    use kafka_protocol::messages::{InitProducerIdRequest, ProducerId, TransactionalId};
+    const PRODUCER_FENCED: i16 = 90;
+    let node = Runnel::start(&[]);
+    let mut conn = support::RawConn::open(&node, "kip-360");
+    let (pid, epoch) = raw::init(&mut conn, "kip-360");
+    let bump = |conn: &mut support::RawConn, expected: (i64, i16)| {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(kafka_protocol::protocol::StrBytes::from_static_str(
+                "kip-360",
+            ))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(expected.0))
+            .with_producer_epoch(expected.1);
+        let response = conn.call(4, &request);
+        (response.error_code, response.producer_id.0, response.producer_epoch)
+    };
+    assert_eq!(bump(&mut conn, (pid, epoch)), (0, pid, epoch + 1));
+    assert_eq!(bump(&mut conn, (pid, epoch)), (0, pid, epoch + 1), "the same request again: the same answer");
+    assert_eq!(bump(&mut conn, (pid, epoch + 1)), (0, pid, epoch + 2), "the next bump");
+    assert_eq!(bump(&mut conn, (pid, epoch)).0, PRODUCER_FENCED, "an older session is fenced");
+}
+
+#[test]
 fn transaction_version_2_adds_partitions_by_producing_and_bumps_the_epoch_on_every_end() {
     // Proves KIP-890 part 2 on the wire: ApiVersions finalizes transaction.version at 2; a
     // Produce v12 batch adds its partition and TxnOffsetCommit v5 the group's offsets partition

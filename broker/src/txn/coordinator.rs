@@ -94,6 +94,10 @@ pub struct TxnMetadata {
     /// 2 when the producer ends its transactions with EndTxn v5+ (transaction version 2: an
     /// epoch bump on every commit and abort), else 0.
     pub client_version: i16,
+    /// The (producer id, epoch) a KIP-360 InitProducerId named when it gave this id its
+    /// current epoch: the same request again (its answer lost) is answered the same instead of
+    /// PRODUCER_FENCED (Kafka's `lastProducerEpoch`; in memory only, as Kafka's).
+    bumped_from: Option<(i64, i16)>,
     /// A transition is being written.
     pending: bool,
 }
@@ -127,6 +131,7 @@ impl TxnMetadata {
             previous_producer_id: v.previous_producer_id,
             next_producer_id: v.next_producer_id,
             client_version: v.client_version,
+            bumped_from: None,
             pending: false,
         }
     }
@@ -281,9 +286,11 @@ impl TxnCoordinator {
             let shard = coordinator.shard(partition);
             let resume: Vec<String> = {
                 let mut guard = lock(&shard);
-                if guard.loading == Some(leadership) {
-                    guard.loading = None;
+                if guard.loading != Some(leadership) {
+                    // Superseded: a load of a newer leadership runs, or the partition moved.
+                    return;
                 }
+                guard.loading = None;
                 match loaded {
                     Ok(Ok(txns)) => {
                         guard.txns = txns;
@@ -352,6 +359,7 @@ impl TxnCoordinator {
     async fn persist(
         &self,
         hosted: &Arc<Partition>,
+        leadership: Leadership,
         transactional_id: &str,
         value: Option<&TxnLogValue>,
     ) -> Result<(), ResponseError> {
@@ -362,6 +370,11 @@ impl TxnCoordinator {
         let batch = builder.build().map_err(|_| ResponseError::UnknownServerError)?.into_bytes();
         let (info, _, leader_epoch) =
             hosted.append_in_epoch(&batch, Acks::All, AppendOrigin::Coordinator).map_err(|e| append_error_code(&e))?;
+        if leader_epoch != leadership.1 {
+            // Written under a newer leadership than the state it was decided on: that
+            // leadership's load reads it from the log; this one's answer is no longer good.
+            return Err(ResponseError::NotCoordinator);
+        }
         hosted
             .wait_replicated(info.last_offset + 1, leader_epoch, APPEND_TIMEOUT)
             .await
@@ -380,6 +393,9 @@ impl TxnCoordinator {
         let (_, shard, hosted, leadership) = self.coordinating(transactional_id)?;
         let (target, was_new) = {
             let mut guard = lock(&shard);
+            if guard.loaded_from != Some(leadership) {
+                return Err(ResponseError::NotCoordinator);
+            }
             let current = guard.txns.get(transactional_id);
             let was_new = current.is_none();
             if current.is_some_and(|t| t.pending) {
@@ -393,7 +409,7 @@ impl TxnCoordinator {
             guard.txns.insert(transactional_id.to_string(), TxnMetadata { pending: true, ..placeholder });
             (target, was_new)
         };
-        let written = self.persist(&hosted, transactional_id, Some(&target.value())).await;
+        let written = self.persist(&hosted, leadership, transactional_id, Some(&target.value())).await;
         let mut guard = lock(&shard);
         let still_leading = guard.loaded_from == Some(leadership);
         match (&written, still_leading) {
@@ -401,13 +417,15 @@ impl TxnCoordinator {
                 guard.txns.insert(transactional_id.to_string(), target.clone());
                 Ok(target)
             }
-            _ => {
+            // The map of another leadership's load is not this transition's to undo.
+            (_, false) => Err(written.err().unwrap_or(ResponseError::NotCoordinator)),
+            (Err(code), true) => {
                 if was_new {
                     guard.txns.remove(transactional_id);
                 } else if let Some(t) = guard.txns.get_mut(transactional_id) {
                     t.pending = false;
                 }
-                Err(written.err().unwrap_or(ResponseError::NotCoordinator))
+                Err(*code)
             }
         }
     }
@@ -450,10 +468,14 @@ impl TxnCoordinator {
                         previous_producer_id: -1,
                         next_producer_id: -1,
                         client_version: 0,
+                        bumped_from: None,
                         pending: false,
                     });
                 };
                 if let Some((pid, epoch)) = expected {
+                    if current.state == TxnState::Empty && current.bumped_from == expected {
+                        return Ok(current.clone());
+                    }
                     if pid != current.producer_id || epoch != current.producer_epoch {
                         return Err(ResponseError::ProducerFenced);
                     }
@@ -489,6 +511,7 @@ impl TxnCoordinator {
                             previous_producer_id: -1,
                             next_producer_id: -1,
                             client_version: 0,
+                            bumped_from: expected,
                             ..current.clone()
                         })
                     }
@@ -794,7 +817,7 @@ impl TxnCoordinator {
             for t in guard.txns.values().filter(|t| !t.pending) {
                 match t.state {
                     TxnState::Ongoing if t.start_ms.saturating_add(t.timeout_ms as i64) < now => {
-                        timed_out.push((t.transactional_id.clone(), t.producer_id, t.producer_epoch))
+                        timed_out.push((t.transactional_id.clone(), t.producer_id, t.producer_epoch, t.start_ms))
                     }
                     TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
                         if t.last_update_ms.saturating_add(self.settings.id_expiration_ms) < now =>
@@ -805,14 +828,16 @@ impl TxnCoordinator {
                 }
             }
         }
-        for (id, producer_id, epoch) in timed_out {
-            tracing::info!(transactional_id = %id, producer_id, "aborting a transaction past its timeout");
+        for (id, producer_id, epoch, start_ms) in timed_out {
             let aborted = self
                 .transition(&id, |current| {
                     let current = Self::check_producer(current, producer_id, epoch)?;
-                    if current.state != TxnState::Ongoing {
+                    // The same transaction as listed: the aborts before this one took time, in
+                    // which it may have ended and a new one (same epoch before KIP-890) begun.
+                    if current.state != TxnState::Ongoing || current.start_ms != start_ms {
                         return Err(ResponseError::InvalidTxnState);
                     }
+                    tracing::info!(transactional_id = %id, producer_id, "aborting a transaction past its timeout");
                     Ok(TxnMetadata {
                         producer_epoch: bump(current.producer_epoch),
                         state: TxnState::PrepareAbort,
@@ -829,6 +854,9 @@ impl TxnCoordinator {
             let Ok((_, shard, hosted, leadership)) = self.coordinating(&id) else { continue };
             let still_idle = {
                 let mut guard = lock(&shard);
+                if guard.loaded_from != Some(leadership) {
+                    continue;
+                }
                 match guard.txns.get_mut(&id) {
                     Some(t) if !t.pending && t.last_update_ms.saturating_add(self.settings.id_expiration_ms) < now => {
                         t.pending = true;
@@ -840,9 +868,12 @@ impl TxnCoordinator {
             if !still_idle {
                 continue;
             }
-            let written = self.persist(&hosted, &id, None).await;
+            let written = self.persist(&hosted, leadership, &id, None).await;
             let mut guard = lock(&shard);
-            if written.is_ok() && guard.loaded_from == Some(leadership) {
+            if guard.loaded_from != Some(leadership) {
+                continue;
+            }
+            if written.is_ok() {
                 guard.txns.remove(&id);
             } else if let Some(t) = guard.txns.get_mut(&id) {
                 t.pending = false;
@@ -861,7 +892,17 @@ impl TxnCoordinator {
     /// failed one until it succeeds or this node stops coordinating; giving up when a partition
     /// answers that this coordinator is fenced), then CompleteCommit / CompleteAbort.
     async fn complete(self: &Arc<Self>, transactional_id: &str) {
-        let Some(sink) = self.markers.read().unwrap_or_else(|p| p.into_inner()).clone() else { return };
+        let sink = loop {
+            // A load can resume a transaction before the node has set the sink (its first
+            // reconcile runs before the server exists).
+            if let Some(sink) = self.markers.read().unwrap_or_else(|p| p.into_inner()).clone() {
+                break sink;
+            }
+            if self.coordinating(transactional_id).is_err() {
+                return;
+            }
+            tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+        };
         let Ok((_, shard, hosted, leadership)) = self.coordinating(transactional_id) else { return };
         let Some(txn) = lock(&shard).txns.get(transactional_id).cloned() else { return };
         let commit = match txn.state {
@@ -946,12 +987,17 @@ impl TxnCoordinator {
         };
         {
             let mut guard = lock(&shard);
+            // A completion of an earlier leadership must not take over an equal entry a newer
+            // load installed (that load resumes it itself).
+            if guard.loaded_from != Some(leadership) {
+                return;
+            }
             match guard.txns.get_mut(transactional_id) {
                 Some(t) if *t == txn => t.pending = true,
                 _ => return,
             }
         }
-        let written = self.persist(&hosted, transactional_id, Some(&done.value())).await;
+        let written = self.persist(&hosted, leadership, transactional_id, Some(&done.value())).await;
         let retry = {
             let mut guard = lock(&shard);
             if guard.loaded_from != Some(leadership) {
@@ -1006,7 +1052,7 @@ fn bump(epoch: i16) -> i16 {
 
 /// Reads a `__transaction_state` partition to its log end offset (not its high watermark: see
 /// [`Partition::read_to_log_end`]): the last record of each id wins, a tombstone forgets it.
-fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionError> {
+fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, String> {
     let mut txns = HashMap::new();
     let mut next = hosted.log_start_offset();
     let end = hosted.log_end_offset();
@@ -1014,23 +1060,30 @@ fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionErr
         if next >= end {
             break;
         }
-        let records = hosted.read_to_log_end(next, 1 << 20)?;
+        let records = hosted.read_to_log_end(next, 1 << 20).map_err(|e| e.to_string())?;
         if records.is_empty() {
             break;
         }
         let before = next;
+        // What cannot be read fails the load (as Kafka's does), never a partial one: an id
+        // whose latest state were skipped would be handed a fresh producer id (its zombie
+        // unfenced), and a prepared transaction left unresumed would hold its partitions' last
+        // stable offsets forever.
         for batch in BatchIter::new(records) {
-            let Ok(batch) = batch else { break };
+            let batch = batch.map_err(|e| unreadable(format!("a batch at offset {next}: {e}")))?;
             if batch.last_offset() < next {
                 continue;
             }
+            let at = batch.base_offset();
             next = batch.last_offset() + 1;
             if batch.header().attributes.is_control() {
                 continue;
             }
-            let Ok(records) = batch.record_iter() else { continue };
-            for record in records.flatten() {
+            let records = batch.record_iter().map_err(|e| unreadable(format!("the batch at {at}: {e}")))?;
+            for record in records {
+                let record = record.map_err(|e| unreadable(format!("a record of the batch at {at}: {e}")))?;
                 let Some(key) = record.key.as_deref() else { continue };
+                // Another key version than a transaction's (Kafka's loader skips those too).
                 let Ok(id) = schema::decode_key(key) else { continue };
                 match record.value.as_deref().map(schema::decode_value) {
                     None => {
@@ -1039,7 +1092,9 @@ fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionErr
                     Some(Ok(value)) => {
                         txns.insert(id.clone(), TxnMetadata::from_value(id, value));
                     }
-                    Some(Err(e)) => tracing::warn!(transactional_id = %id, error = %e, "skipping a transaction record"),
+                    Some(Err(e)) => {
+                        return Err(unreadable(format!("the state of {id:?} in the batch at {at}: {e}")));
+                    }
                 }
             }
         }
@@ -1048,6 +1103,10 @@ fn load(hosted: &Partition) -> Result<HashMap<String, TxnMetadata>, PartitionErr
         }
     }
     Ok(txns)
+}
+
+fn unreadable(what: String) -> String {
+    format!("cannot read {what}")
 }
 
 /// The marker batch of a transaction for one partition: a control batch of the producer with
