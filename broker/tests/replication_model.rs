@@ -422,9 +422,8 @@ impl Sim {
                 let node = &mut self.nodes[idx(proposer)];
                 if node.alive {
                     if let Role::Leader { state, .. } = &mut node.role {
-                        if state.leader_epoch() == proposal.leader_epoch {
-                            state.on_proposal_rejected();
-                        }
+                        // An answer to another proposal than the outstanding one changes nothing.
+                        state.on_proposal_rejected(&proposal);
                     }
                 }
             }

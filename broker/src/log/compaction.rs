@@ -104,7 +104,10 @@ pub struct CompactionResult {
 
 impl Log {
     /// Plans a compaction, or `None` when the policy has no `compact` or nothing is cleanable.
-    pub fn compaction_job(&self) -> Option<CompactionJob> {
+    /// Only what is below the last stable offset at `high_watermark` is cleanable (Kafka's
+    /// cleaner stops there too): a record above the high watermark may still be truncated away
+    /// by a leader change, and the older record of its key it superseded must still be here.
+    pub fn compaction_job(&self, high_watermark: i64) -> Option<CompactionJob> {
         let config = self.config();
         if !config.cleanup_policy.compact {
             return None;
@@ -112,9 +115,9 @@ impl Log {
         let now_ms = self.clock().now_ms();
         let segments = self.segments();
         let active = *segments.keys().next_back()?;
-        // An open (or not yet replicated) transaction may still abort: nothing at or above its
-        // first offset is cleaned.
-        let first_unstable = self.producer_state().first_unstable_offset(0).unwrap_or(i64::MAX);
+        // Nor what an open (or not yet replicated) transaction may still abort: nothing at or
+        // above its first offset is cleaned.
+        let first_unstable = self.last_stable_offset(high_watermark);
         let bases: Vec<i64> = segments.keys().copied().collect();
         let cleanable: Vec<Cleanable> = segments
             .range(..active)
@@ -200,9 +203,14 @@ impl Log {
     }
 
     /// Plans, runs and installs a compaction in one call (tests, or callers without
-    /// concurrency needs).
+    /// concurrency needs), the whole log taken as replicated.
     pub fn compact(&mut self) -> Result<Option<CompactionStats>, LogError> {
-        let Some(job) = self.compaction_job() else { return Ok(None) };
+        self.compact_below(self.log_end_offset())
+    }
+
+    /// [`Log::compact`] with the partition's high watermark.
+    pub fn compact_below(&mut self, high_watermark: i64) -> Result<Option<CompactionStats>, LogError> {
+        let Some(job) = self.compaction_job(high_watermark) else { return Ok(None) };
         let result = job.run()?;
         let stats = result.stats;
         Ok(self.install_compaction(result)?.then_some(stats))

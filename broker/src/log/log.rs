@@ -659,7 +659,7 @@ impl Log {
                 self.append_batch(&header, body, &parsed, now)?;
                 let aborted_before = undo_producers.aborted().len();
                 while let Some(update) = updates.next_if(|u| u.batch_index() == batch_index) {
-                    self.producers.apply(update, &mut undo_producers);
+                    self.producers.apply(&update.written_at(parsed.max_timestamp), &mut undo_producers);
                 }
                 for &txn in &undo_producers.aborted()[aborted_before..] {
                     let base = self.active().base_offset();
@@ -1288,6 +1288,10 @@ impl Log {
     /// down cleanly without one: then it never had producers since snapshots existed).
     fn rebuild_producer_state(&mut self, clean_shutdown: bool) -> Result<(), LogError> {
         let dir = self.dir.clone();
+        // Decided from the files there before loading (Kafka's rule): when every snapshot is
+        // corrupt or past the end, the log did have producers, and a clean shutdown does not
+        // spare the replay.
+        let had_snapshots = self.producers.snapshot_offsets().next().is_some();
         let loaded = self
             .producers
             .load_latest_snapshot(&dir, self.log_end_offset)
@@ -1295,7 +1299,7 @@ impl Log {
         let first_base = *self.segments.keys().next().expect("at least one segment");
         let from = match loaded {
             Some(offset) => offset,
-            None if clean_shutdown => self.log_end_offset,
+            None if clean_shutdown && !had_snapshots => self.log_end_offset,
             None => first_base,
         };
         let from = from.max(first_base);
@@ -1332,7 +1336,10 @@ impl Log {
     /// The last stable offset for a high watermark: no transaction open (or completed above the
     /// high watermark) starts below it, and it is never above the high watermark (KIP-98).
     pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
-        self.producers.first_unstable_offset(high_watermark).map_or(high_watermark, |o| o.min(high_watermark))
+        // Never below the log start either: retention or DeleteRecords can remove the start of
+        // an open transaction (Kafka's `maybeIncrementFirstUnstableOffset`).
+        let first_unstable = self.producers.first_unstable_offset(high_watermark).map(|o| o.max(self.log_start_offset));
+        first_unstable.map_or(high_watermark, |o| o.min(high_watermark))
     }
 
     /// Forgets the completed transactions whose markers are below the high watermark.

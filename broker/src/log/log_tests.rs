@@ -286,6 +286,26 @@ fn log_append_time_overwrites_the_batch_timestamp_and_keeps_the_crc_valid() {
 }
 
 #[test]
+fn producer_expiry_measures_from_the_timestamp_the_batch_was_written_with() {
+    // Proves the leader's producer entry takes the stamped time (LogAppendTime: the broker's
+    // clock), as followers and a replay read it: a producer whose records carry a day-old
+    // CreateTime is not expired at once on a LogAppendTime topic (so its retry is still
+    // recognised as a duplicate).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { message_timestamp_type: TimestampType::LogAppendTime, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    let mut builder = BatchBuilder::new(Compression::None).producer(9, 0, 0);
+    builder.push(T0 - 86_400_000, None, Some(b"v"), &[]);
+    let idempotent = builder.build().unwrap().into_bytes();
+    log.append_as_leader(&idempotent, 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.expire_producers(3_600_000), 0, "written now: not idle for an hour");
+    assert!(log.append_as_leader(&idempotent, 0, AppendOrigin::Client).unwrap().duplicate);
+    clock.advance(3_600_001);
+    assert_eq!(log.expire_producers(3_600_000), 1);
+}
+
+#[test]
 fn truncate_removes_the_suffix_and_appends_continue_from_there() {
     // Proves truncate_to cuts whole batches, across segments, and the log continues after it.
     let dir = tempfile::tempdir().unwrap();
@@ -1204,6 +1224,75 @@ fn compaction_never_lets_an_aborted_or_open_transaction_replace_a_committed_valu
     let after = read_all(&log, 0);
     assert!(after.iter().any(|r| r.0 == 0), "the committed value survives while a later transaction is open");
     assert_eq!(before.iter().filter(|r| r.0 >= 4).count(), after.iter().filter(|r| r.0 >= 4).count());
+}
+
+#[test]
+fn a_clean_shutdown_whose_snapshots_are_all_corrupt_still_replays_open_transactions() {
+    // Proves the replay after a clean shutdown is skipped only when the log had no producer
+    // snapshot at all: with every snapshot corrupt, the open transaction at offset 1 is found
+    // again by the replay and holds the last stable offset (it was forgotten: LSO = end).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    log.append_as_leader(&batch(Compression::None, &[(Some("a"), Some("plain"))], T0), 0, AppendOrigin::Client)
+        .unwrap(); // 0
+    log.append_as_leader(&keyed_txn_batch(7, 0, "k", "open"), 0, AppendOrigin::Client).unwrap(); // 1
+    assert_eq!(log.last_stable_offset(log.log_end_offset()), 1);
+    log.close().unwrap();
+    let mut corrupted = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::write(&path, b"\x00\x01garbage").unwrap();
+            corrupted += 1;
+        }
+    }
+    assert!(corrupted > 0, "a clean close writes a producer snapshot");
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.last_stable_offset(log.log_end_offset()), 1, "the open transaction is still open");
+}
+
+#[test]
+fn the_last_stable_offset_is_never_below_the_log_start() {
+    // Proves an open transaction whose start was deleted (DeleteRecords past it) holds the
+    // last stable offset at the log start, not below it (Kafka's maybeIncrementFirstUnstableOffset).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    log.append_as_leader(&keyed_txn_batch(7, 0, "k", "open"), 0, AppendOrigin::Client).unwrap(); // 0
+    log.append_as_leader(&batch(Compression::None, &[(Some("a"), Some("plain"))], T0), 0, AppendOrigin::Client)
+        .unwrap(); // 1
+    log.append_as_leader(&batch(Compression::None, &[(Some("b"), Some("plain"))], T0), 0, AppendOrigin::Client)
+        .unwrap(); // 2
+    log.delete_records_before(2).unwrap();
+    assert_eq!(log.log_start_offset(), 2);
+    assert_eq!(log.last_stable_offset(3), 2);
+}
+
+#[test]
+fn compaction_cleans_nothing_above_the_high_watermark() {
+    // Proves the cleaner stops at the high watermark, as Kafka's stops at the last stable
+    // offset: key k at 0 (replicated) and again at 1 (a closed segment, not replicated yet). A
+    // leader change may truncate offset 1 away, so cleaning with the high watermark at 1 keeps
+    // k@0; once the high watermark passes 1, k@0 goes.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, min_compaction_lag_ms: 0, ..LogConfig::default() };
+    let mut log = open(dir.path(), config, &clock);
+    let append = |log: &mut Log, key: &str, value: &str| {
+        log.append_as_leader(&batch(Compression::None, &[(Some(key), Some(value))], T0), 0, AppendOrigin::Client)
+            .unwrap();
+        log.roll().unwrap();
+    };
+    append(&mut log, "k", "old"); // 0
+    append(&mut log, "k", "new"); // 1
+    append(&mut log, "pad", "pad"); // 2, then the active segment
+    let _ = log.compact_below(1).unwrap();
+    let offsets: Vec<i64> = read_all(&log, 0).into_iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![0, 1, 2], "nothing above the high watermark replaced k@0");
+    log.compact_below(3).unwrap().expect("all replicated: cleanable");
+    let offsets: Vec<i64> = read_all(&log, 0).into_iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![1, 2]);
 }
 
 #[test]

@@ -244,6 +244,17 @@ impl BatchUpdate {
     pub fn batch_index(&self) -> usize {
         self.batch_index
     }
+
+    /// The update with the max timestamp the batch was written with (the leader stamps it after
+    /// the check: LogAppendTime, or the records' max under CreateTime), which is what followers
+    /// and a replay read: producer expiry measures from the same time on every replica.
+    pub fn written_at(mut self, max_timestamp: i64) -> BatchUpdate {
+        self.entry.last_timestamp = max_timestamp;
+        if !self.marker && self.entry.batch_count > 0 {
+            self.entry.batches[self.entry.batch_count as usize - 1].timestamp = max_timestamp;
+        }
+        self
+    }
 }
 
 impl PendingUpdates {
@@ -609,12 +620,15 @@ impl ProducerState {
 
     /// Puts back what the applied updates replaced (a failed append was cut back).
     pub fn undo(&mut self, undo: UndoUpdates) {
-        for first in undo.started {
-            self.ongoing.remove(&first);
-        }
+        // Completions first, then starts: a transaction the append both started and ended is
+        // put back as open by the first loop and gone after the second (the other order left
+        // it open, holding the last stable offset until a restart).
         for txn in undo.completed {
             self.unreplicated.remove(&txn.first_offset);
             self.ongoing.insert(txn.first_offset, txn.producer_id);
+        }
+        for first in undo.started {
+            self.ongoing.remove(&first);
         }
         for (pid, previous) in undo.replaced.into_iter().rev() {
             match previous {
@@ -1009,6 +1023,29 @@ mod tests {
         assert_eq!(*s.entry(1).unwrap(), before);
         assert!(s.entry(2).is_none());
         assert_eq!(s.first_unstable_offset(0), None);
+    }
+
+    #[test]
+    fn undo_of_an_append_that_started_and_ended_a_transaction_leaves_none_open() {
+        // Proves a failed follower append of [transactional data at 7, its commit marker at 8]
+        // puts nothing back as open (the undo re-opened offset 7 after removing it).
+        let mut s = ProducerState::default();
+        let mut data = header(3, 0, 0, 1);
+        data.attributes = data.attributes.with_transactional(true);
+        let mut marker = header(3, 0, -1, 1);
+        marker.attributes = marker.attributes.with_transactional(true);
+        let commit = EndTxnMarker { control: ControlType::Commit, coordinator_epoch: 0 };
+        let mut pending = PendingUpdates::default();
+        pending.data_batch(&s, &data, 7, 0, Validation::None).unwrap();
+        pending.marker(&s, &marker, commit, 8, 1, Validation::None).unwrap();
+        let mut undo = s.begin();
+        for u in &pending.updates {
+            s.apply(u, &mut undo);
+        }
+        assert_eq!(s.first_unstable_offset(i64::MAX), None, "committed: nothing open");
+        s.undo(undo);
+        assert_eq!(s.first_unstable_offset(0), None, "the undone append left no transaction open");
+        assert!(s.entry(3).is_none());
     }
 
     #[test]

@@ -64,6 +64,17 @@ impl LeaderEpochCache {
         Ok(())
     }
 
+    /// Forgets every epoch (the log was emptied: Kafka's `clearAndFlush`). Kept entries below
+    /// an emptied log's new start would make the follower ask the leader about an epoch whose
+    /// end is below the leader's log start, and cut back there, again and again.
+    pub fn clear(&mut self) -> io::Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.entries.clear();
+        self.persist()
+    }
+
     /// Kafka's `endOffsetFor` (`replication::truncation::kafka_end_offset_for`), with the
     /// current leader epoch counted as known from the log end offset when no record carries it
     /// yet (Kafka writes it into the cache on becoming leader): for the requested epoch, the

@@ -316,4 +316,59 @@ mod tests {
         assert_eq!(new.topic_id(), [2; 16]);
         assert_eq!(new.log_end_offset(), 0, "the new incarnation starts empty");
     }
+
+    fn follower_of_1(dir: &std::path::Path) -> (ReplicaManager, Arc<crate::partition::Partition>) {
+        let replicas = ReplicaManager::new(2, dir, Arc::new(SystemClock));
+        let state = LeaderAndIsr {
+            leader: Some(1),
+            leader_epoch: 3,
+            partition_epoch: 0,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            fenced: vec![],
+        };
+        let hosted = replicas.ensure("t", 0, [1; 16], LogConfig::default(), state).unwrap();
+        (replicas, hosted)
+    }
+
+    /// Three records at `base` written by the leader in epoch 3.
+    fn leader_batch(base: i64) -> bytes::Bytes {
+        let mut builder = BatchBuilder::new(Compression::None).base_offset(base).partition_leader_epoch(3);
+        for value in [b"a", b"b", b"c"] {
+            builder.push(1_700_000_000_000, None, Some(value), &[]);
+        }
+        builder.build().unwrap().into_bytes()
+    }
+
+    #[test]
+    fn an_empty_follower_takes_a_batch_across_the_leaders_log_start() {
+        // Proves a follower restarted at the leader's log start 1, which DeleteRecords put
+        // inside the leader's batch [0, 2], takes that batch when the leader serves it whole
+        // (it refused it, NonMonotonicOffsets, and fetched it again forever), and keeps the
+        // leader's log start.
+        let dir = tempfile::tempdir().unwrap();
+        let (replicas, follower) = follower_of_1(dir.path());
+        follower.reset_out_of_range(1, 3).unwrap();
+        assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (1, 1));
+        follower.append_as_follower(&leader_batch(0), 3, 1).unwrap();
+        assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (1, 3));
+        assert_eq!(follower.high_watermark(), 3);
+        replicas.shutdown();
+    }
+
+    #[test]
+    fn a_follower_emptied_at_the_leaders_log_start_forgets_its_epochs() {
+        // Proves the epoch cache is cleared when the log is emptied: an epoch kept below the new
+        // start would be sent as the last fetched epoch, the leader would answer with that
+        // epoch's end (below its log start), and the follower would cut back there and start
+        // over again, forever.
+        let dir = tempfile::tempdir().unwrap();
+        let (replicas, follower) = follower_of_1(dir.path());
+        follower.append_as_follower(&leader_batch(0), 3, 0).unwrap();
+        assert_eq!(follower.epochs.lock().unwrap().latest_epoch(), Some(3));
+        follower.reset_out_of_range(10, 12).unwrap();
+        assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (10, 10));
+        assert_eq!(follower.epochs.lock().unwrap().latest_epoch(), None, "an emptied log keeps no epoch");
+        replicas.shutdown();
+    }
 }

@@ -537,10 +537,20 @@ impl Partition {
         Ok(())
     }
 
-    /// The leader refused (or lost) the ISR change this replica proposed: it may propose again.
-    pub fn on_isr_change_failed(&self) {
+    /// The controller refused the ISR change `proposal`: if it is still the outstanding one, this
+    /// leader may propose again (an answer to an older proposal changes nothing).
+    pub fn on_isr_change_failed(&self, proposal: &IsrProposal) {
         if let Role::Leader(ls) = &mut self.state().role {
-            ls.on_proposal_rejected();
+            ls.on_proposal_rejected(proposal);
+        }
+    }
+
+    /// Whether `proposal` is still this leader's outstanding ISR change (sent again after a
+    /// timeout while it is).
+    pub fn isr_change_outstanding(&self, proposal: &IsrProposal) -> bool {
+        match &self.state().role {
+            Role::Leader(ls) => ls.is_outstanding(proposal),
+            Role::Follower { .. } => false,
         }
     }
 
@@ -798,9 +808,10 @@ impl Partition {
             }
         }
         if !records.is_empty() {
+            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            self.restart_at_a_batch_across_the_start(log, &mut epochs, records)?;
             let info = log.append_as_follower(records).inspect_err(|e| self.storage_failed(e, "replicated appends"))?;
             self.storage_ok();
-            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
             let mut rest = &records[..];
             while rest.len() >= crate::log::batch::HEADER_SIZE {
                 let Ok(header) = crate::log::batch::BatchHeader::read(rest) else { break };
@@ -844,6 +855,29 @@ impl Partition {
         Ok(truncation)
     }
 
+    /// An empty follower log starts at the leader's log start S; DeleteRecords can put S inside
+    /// a batch [B, L], which the leader serves whole from B. The log then restarts at B and
+    /// takes the batch (the leader's log start applies after it), as Kafka's `Partition` does
+    /// on `UnexpectedAppendOffsetException`; refused, the follower would fetch it forever.
+    fn restart_at_a_batch_across_the_start(
+        &self,
+        log: &mut Log,
+        epochs: &mut LeaderEpochCache,
+        records: &Bytes,
+    ) -> Result<(), PartitionError> {
+        let end = log.log_end_offset();
+        if log.log_start_offset() != end {
+            return Ok(());
+        }
+        let Ok(first) = crate::log::batch::BatchHeader::read(records) else { return Ok(()) };
+        if first.base_offset < end && first.last_offset() >= end {
+            tracing::info!(topic = %self.topic, partition = self.index, from = end, to = first.base_offset, "the leader's log start is inside a batch: restarting the empty log at the batch");
+            log.truncate_fully_and_start_at(first.base_offset)?;
+            self.after_truncation(log, epochs)?;
+        }
+        Ok(())
+    }
+
     /// A follower whose fetch offset fell out of the leader's log: below its start (the leader
     /// deleted what we lack: start over there) or past its end (keep only what is committed).
     pub fn reset_out_of_range(
@@ -868,7 +902,9 @@ impl Partition {
     /// end, and the published offsets follow the log, the high watermark clamped into it.
     fn after_truncation(&self, log: &Log, epochs: &mut LeaderEpochCache) -> Result<(), PartitionError> {
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
-        epochs.truncate_from_end(end).map_err(|source| LogError::Io {
+        // An emptied log keeps no epoch (Kafka's `truncateFullyAndStartAt` clears the cache).
+        let cut = if start == end { epochs.clear() } else { epochs.truncate_from_end(end) };
+        cut.map_err(|source| LogError::Io {
             op: "truncate leader-epoch-checkpoint in",
             path: log.dir().to_path_buf(),
             source,
@@ -1046,7 +1082,7 @@ impl Partition {
             log.maybe_flush()?;
             self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
             self.assert_offsets();
-            log.compaction_job()
+            log.compaction_job(self.high_watermark())
         };
         if let Some(job) = job {
             // The heavy part runs without the lock; appends go on meanwhile.

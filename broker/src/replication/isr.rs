@@ -13,8 +13,15 @@ use crate::controller::{ApplyOutcome, Controller, MetadataRecord};
 use crate::metrics::Metrics;
 use crate::partition::{Partition, ReplicaManager};
 
-/// Proposes `proposal` for `partition` in the background. On refusal or failure the partition
-/// may propose again; on success the image reconciliation hands it the committed ISR.
+/// Pause before an ISR change whose proposal timed out or could not be forwarded is sent again.
+const RESEND_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Proposes `proposal` for `partition` in the background. Refused, the partition may propose
+/// again; not answered (a timeout, a forwarding failure: it may still commit), it is sent again
+/// while it is still the partition's outstanding change, as Kafka's AlterPartitionManager
+/// retries: dropping it would let the leader propose another change while this one can still
+/// commit (e.g. a follower added to the ISR after it fell behind again). On success the image
+/// reconciliation hands the partition the committed ISR.
 pub fn propose(controller: &Controller, metrics: &Arc<Metrics>, partition: Arc<Partition>, proposal: IsrProposal) {
     let controller = controller.clone();
     let metrics = metrics.clone();
@@ -29,23 +36,29 @@ pub fn propose(controller: &Controller, metrics: &Arc<Metrics>, partition: Arc<P
             new_isr: proposal.new_isr.clone(),
             broker_epochs: proposal.broker_epochs.clone(),
         };
-        match controller.propose(record).await {
-            Ok(ApplyOutcome::Applied) => {
-                if shrinks {
-                    metrics.isr_shrinks.inc();
-                } else {
-                    metrics.isr_expands.inc();
+        loop {
+            match controller.propose(record.clone()).await {
+                Ok(ApplyOutcome::Applied) => {
+                    if shrinks {
+                        metrics.isr_shrinks.inc();
+                    } else {
+                        metrics.isr_expands.inc();
+                    }
+                    tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "ISR change committed");
                 }
-                tracing::info!(topic = %partition.topic(), partition = partition.index(), isr = ?proposal.new_isr, "ISR change committed");
+                Ok(outcome) => {
+                    tracing::info!(topic = %partition.topic(), partition = partition.index(), ?outcome, isr = ?proposal.new_isr, "ISR change refused");
+                    partition.on_isr_change_failed(&proposal);
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "ISR change not answered; sending it again");
+                    tokio::time::sleep(RESEND_BACKOFF).await;
+                    if partition.isr_change_outstanding(&proposal) {
+                        continue;
+                    }
+                }
             }
-            Ok(outcome) => {
-                tracing::info!(topic = %partition.topic(), partition = partition.index(), ?outcome, isr = ?proposal.new_isr, "ISR change refused");
-                partition.on_isr_change_failed();
-            }
-            Err(e) => {
-                tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "ISR change not committed");
-                partition.on_isr_change_failed();
-            }
+            return;
         }
     });
 }

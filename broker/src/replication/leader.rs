@@ -419,9 +419,31 @@ impl LeaderState {
         self.ineligible = ineligible;
     }
 
-    pub fn on_proposal_rejected(&mut self) {
-        let isr = self.isr.isr().to_vec();
-        self.isr = IsrState::Committed { isr };
+    pub fn on_proposal_rejected(&mut self, proposal: &IsrProposal) {
+        if self.is_outstanding(proposal) {
+            let isr = self.isr.isr().to_vec();
+            self.isr = IsrState::Committed { isr };
+        }
+    }
+
+    /// Whether `proposal` is the change this leader still waits for: same leader epoch, same
+    /// partition epoch (nothing committed since) and the pending ISR it would make. An answer to
+    /// any other (late, or one a commit has already overtaken) must not touch the state.
+    pub fn is_outstanding(&self, proposal: &IsrProposal) -> bool {
+        if proposal.leader_epoch != self.leader_epoch || proposal.partition_epoch != self.partition_epoch {
+            return false;
+        }
+        let pending: Vec<ReplicaId> = match &self.isr {
+            IsrState::Committed { .. } => return false,
+            IsrState::PendingExpand { isr, adding } => isr.iter().copied().chain([*adding]).collect(),
+            IsrState::PendingShrink { isr, removing } => {
+                isr.iter().copied().filter(|r| !removing.contains(r)).collect()
+            }
+        };
+        let (mut a, mut b) = (pending, proposal.new_isr.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        a == b
     }
 
     /// Kafka's `checkEnoughReplicasReachOffset` for an acks=all produce.
@@ -585,12 +607,33 @@ mod tests {
         assert_eq!(state.on_leader_append(20, 0), Some(20));
         assert_eq!(state.on_follower_fetch(fetch(2, 15, 20, 1)).unwrap().propose, None, "below the epoch start");
         let decision = state.on_follower_fetch(fetch(2, 20, 20, 2)).unwrap();
-        assert_eq!(decision.propose.map(|p| p.new_isr), Some(vec![1, 2]));
+        let proposal = decision.propose.expect("2 joins");
+        assert_eq!(proposal.new_isr, vec![1, 2]);
         assert_eq!(state.on_follower_fetch(fetch(3, 20, 20, 3)).unwrap().propose, None, "one change at a time");
         // The replica being added holds the high watermark back already.
         assert_eq!(state.on_leader_append(25, 4), None);
-        state.on_proposal_rejected();
+        state.on_proposal_rejected(&proposal);
         assert_eq!(state.on_follower_fetch(fetch(3, 20, 25, 5)).unwrap().propose.map(|p| p.new_isr), Some(vec![1, 3]));
+    }
+
+    #[test]
+    fn a_late_refusal_of_an_older_proposal_leaves_the_outstanding_one_pending() {
+        // Proves an answer is tied to its proposal: P1 (add 2) is overtaken by a commit of the
+        // controller's own (partition epoch 8), P2 (add 3) is proposed, and then P1's refusal
+        // arrives: P2 stays pending (reverting it would let a third change be proposed while P2
+        // may still commit). P2's own refusal reverts it.
+        let mut state = leader(vec![1], 0, 0);
+        state.on_leader_append(10, 0);
+        let p1 = state.on_follower_fetch(fetch(2, 10, 10, 1)).unwrap().propose.expect("P1");
+        state.on_partition_committed(5, 8, &[1, 2, 3], vec![1]);
+        let p2 = state.on_follower_fetch(fetch(3, 10, 10, 2)).unwrap().propose.expect("P2");
+        assert!(!state.is_outstanding(&p1) && state.is_outstanding(&p2));
+        state.on_proposal_rejected(&p1);
+        assert!(state.is_outstanding(&p2), "a late answer to P1 changed nothing");
+        assert_eq!(state.on_follower_fetch(fetch(2, 10, 10, 3)).unwrap().propose, None, "one change at a time");
+        state.on_proposal_rejected(&p2);
+        assert!(!state.is_outstanding(&p2));
+        assert!(state.on_follower_fetch(fetch(2, 10, 10, 4)).unwrap().propose.is_some(), "free to propose again");
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
                 receiver.borrow_and_update();
             }
         }
-        let (response, bytes, has_error) = read_once(broker, &request, version);
-        if bytes >= request.min_bytes.max(0) as usize || has_error || tokio::time::Instant::now() >= deadline {
+        let (response, bytes, answer_now) = read_once(broker, &request, version);
+        if bytes >= request.min_bytes.max(0) as usize || answer_now || tokio::time::Instant::now() >= deadline {
             return Some(count_out(broker, response));
         }
         // Park on the partitions this request reads, subscribed before the re-read below so no
@@ -197,7 +197,8 @@ fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
 }
 
 /// One pass over the requested partitions: the response, its record bytes, and whether any
-/// partition answered with an error (which ends a long poll at once, as in Kafka).
+/// partition answered with an error or a diverging epoch (either ends a long poll at once, as
+/// in Kafka).
 ///
 /// Sizes follow Kafka's `ReplicaManager.readFromLog`: a running limit starts at the request's
 /// `max_bytes` capped by the broker's `fetch.max.bytes`; each partition reads at most
@@ -209,7 +210,8 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
     let mut limit_bytes = (request.max_bytes.max(0) as usize).min(broker.settings.fetch_max_bytes);
     let mut first_batch = FirstBatch::Whole;
     let mut total = 0usize;
-    let mut has_error = false;
+    // An error or a diverging epoch: the response is answered without waiting for bytes.
+    let mut answer_now = false;
     let read_committed = request.isolation_level == 1;
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
@@ -268,6 +270,9 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                             }
                             if let Some(diverging) = diverging {
                                 data = data.with_diverging_epoch(diverging);
+                                // The follower must truncate before anything can arrive for it:
+                                // answered at once, as Kafka does, not after max.wait.ms.
+                                answer_now = true;
                             }
                             if !read.records.is_empty() {
                                 first_batch = FirstBatch::WithinLimit;
@@ -300,7 +305,7 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                 }
             };
             if let Some(code) = code {
-                has_error = true;
+                answer_now = true;
                 data = data.with_error_code(code.code());
                 if version >= 12
                     && matches!(code, ResponseError::NotLeaderOrFollower | ResponseError::FencedLeaderEpoch)
@@ -316,5 +321,5 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
         }
         topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
     }
-    (FetchResponse::default().with_responses(topics).with_session_id(0), total, has_error)
+    (FetchResponse::default().with_responses(topics).with_session_id(0), total, answer_now)
 }
