@@ -78,9 +78,19 @@ pub struct CompactionJob {
     /// The aborted transactions of the log, from its `.txnindex`, each with the base offset of
     /// the segment holding its marker.
     aborted: Vec<(i64, AbortedTxn)>,
+    /// Each producer's last data batch (producer id, its last offset): a batch the cleaning
+    /// empties is kept as an empty header (Kafka's `RETAIN_EMPTY`), so a replica that rebuilds
+    /// the producer state from this log (a new replica, a replay) still has its sequence and
+    /// epoch, and a retry of it is still recognised.
+    last_batches: HashMap<i64, i64>,
 }
 
 impl CompactionJob {
+    /// Whether `header` is its producer's last data batch (kept, emptied, when nothing in it is).
+    fn is_last_of_producer(&self, header: &BatchHeader) -> bool {
+        header.producer_id >= 0 && self.last_batches.get(&header.producer_id) == Some(&header.last_offset())
+    }
+
     /// A data batch of an aborted transaction.
     fn is_aborted(&self, header: &BatchHeader) -> bool {
         header.attributes.is_transactional()
@@ -140,6 +150,11 @@ impl Log {
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
             aborted: self.txn_index().entries_by_segment().map(|(base, t)| (base, *t)).collect(),
+            last_batches: self
+                .producer_state()
+                .producers()
+                .filter_map(|e| e.last_batch().map(|b| (e.producer_id, b.last_offset)))
+                .collect(),
         })
     }
 
@@ -287,7 +302,7 @@ impl CompactionJob {
                 if self.is_aborted(header) {
                     stats.records_read += header.record_count.max(0) as u64;
                     transaction_kept.entry(header.producer_id).or_insert(false);
-                    return Ok(());
+                    return self.keep_empty_if_last(&mut out, header, batch);
                 }
                 let records = batch.records().map_err(LogError::CorruptBatch)?;
                 stats.records_read += records.len() as u64;
@@ -313,7 +328,7 @@ impl CompactionJob {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }
                 if kept.is_empty() {
-                    return Ok(());
+                    return self.keep_empty_if_last(&mut out, header, batch);
                 }
                 let rebuilt = rebuild(header, batch, kept.into_iter(), wanted_horizon)?;
                 write_batch(&mut out, rebuilt.bytes()).map_err(io)
@@ -334,6 +349,23 @@ impl CompactionJob {
     }
 }
 
+impl CompactionJob {
+    /// A batch whose records all go: nothing is written, unless it is its producer's last batch,
+    /// which stays as an empty header (same offsets, producer id, epoch, sequences and max
+    /// timestamp).
+    fn keep_empty_if_last(&self, out: &mut Segment, header: &BatchHeader, batch: &RecordBatch) -> Result<(), LogError> {
+        if !self.is_last_of_producer(header) {
+            return Ok(());
+        }
+        let empty = rebuild(header, batch, std::iter::empty(), None)?;
+        write_batch(out, empty.bytes()).map_err(|source| LogError::Io {
+            op: "write a compacted segment in",
+            path: self.dir.clone(),
+            source,
+        })
+    }
+}
+
 /// `batch` with only `records` (at their offsets and timestamps), and a delete horizon if given.
 fn rebuild<'a>(
     header: &BatchHeader,
@@ -348,7 +380,8 @@ fn rebuild<'a>(
         .control(header.attributes.is_control())
         .timestamp_type(header.attributes.timestamp_type())
         .partition_leader_epoch(header.partition_leader_epoch)
-        .last_offset_delta(header.last_offset_delta);
+        .last_offset_delta(header.last_offset_delta)
+        .empty_timestamp(header.max_timestamp);
     if let Some(horizon) = delete_horizon {
         builder = builder.delete_horizon(horizon);
     }

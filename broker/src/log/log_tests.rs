@@ -1270,6 +1270,44 @@ fn the_last_stable_offset_is_never_below_the_log_start() {
 }
 
 #[test]
+fn compaction_keeps_a_producers_emptied_last_batch_as_an_empty_header() {
+    // Proves Kafka's RETAIN_EMPTY: producer 9's only batch (key k, offset 0) is superseded by a
+    // later plain write of k; the cleaning removes its record but keeps the batch as an empty
+    // header (offset 0, producer 9, sequence 0, its max timestamp), so a replica that builds
+    // its producer state from the compacted log still knows producer 9 and answers its retry
+    // as a duplicate. A superseded batch that is not a producer's last goes entirely.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, min_compaction_lag_ms: 0, ..LogConfig::default() };
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let idempotent = |seq: i32, value: &str| {
+        let mut builder = BatchBuilder::new(Compression::None).producer(9, 0, seq);
+        builder.push(T0, Some(b"k"), Some(value.as_bytes()), &[]);
+        builder.build().unwrap().into_bytes()
+    };
+    let plain = |key: &str| batch(Compression::None, &[(Some(key), Some("plain"))], T0);
+    log.append_as_leader(&idempotent(0, "first"), 0, AppendOrigin::Client).unwrap(); // 0
+    log.append_as_leader(&plain("j"), 0, AppendOrigin::Client).unwrap(); // 1
+    log.append_as_leader(&idempotent(1, "second"), 0, AppendOrigin::Client).unwrap(); // 2
+    log.append_as_leader(&plain("k"), 0, AppendOrigin::Client).unwrap(); // 3: supersedes 0 and 2
+    log.roll().unwrap();
+    log.append_as_leader(&plain("pad"), 0, AppendOrigin::Client).unwrap(); // 4
+    log.compact().unwrap().expect("cleanable");
+    let fetched = log.read(0, 1 << 20, i64::MAX).unwrap();
+    let headers: Vec<_> = BatchIter::new(fetched).map(|b| *b.unwrap().header()).collect();
+    let shape: Vec<(i64, i32, i64)> = headers.iter().map(|h| (h.base_offset, h.record_count, h.producer_id)).collect();
+    assert_eq!(shape, vec![(1, 1, -1), (2, 0, 9), (3, 1, -1)], "the cleaned segment: 0 gone, 2 kept empty");
+    assert_eq!((headers[1].base_sequence, headers[1].max_timestamp), (1, T0));
+
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut replica = open(replica_dir.path(), config, &clock);
+    replica.truncate_fully_and_start_at(1).unwrap();
+    replica.append_as_follower(&log.read(1, 1 << 20, i64::MAX).unwrap()).unwrap();
+    assert_eq!(replica.producer_state().entry(9).map(|e| e.last_seq()), Some(1), "the replica knows producer 9");
+    assert!(replica.append_as_leader(&idempotent(1, "second"), 0, AppendOrigin::Client).unwrap().duplicate);
+}
+
+#[test]
 fn compaction_cleans_nothing_above_the_high_watermark() {
     // Proves the cleaner stops at the high watermark, as Kafka's stops at the last stable
     // offset: key k at 0 (replicated) and again at 1 (a closed segment, not replicated yet). A

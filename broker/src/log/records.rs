@@ -785,6 +785,7 @@ pub struct BatchBuilder {
     /// The first record's timestamp; record timestamps are encoded as deltas from it.
     base_timestamp: Option<i64>,
     max_timestamp: i64,
+    empty_timestamp: Option<i64>,
     /// The first push that could not be encoded; reported by `build`.
     error: Option<&'static str>,
 }
@@ -807,6 +808,7 @@ impl BatchBuilder {
             last_pushed_delta: None,
             base_timestamp: None,
             max_timestamp: NO_TIMESTAMP,
+            empty_timestamp: None,
             error: None,
         }
     }
@@ -849,6 +851,14 @@ impl BatchBuilder {
     pub fn delete_horizon(mut self, horizon_ms: i64) -> Self {
         self.attributes = self.attributes.with_delete_horizon(true);
         self.base_timestamp = Some(horizon_ms);
+        self
+    }
+
+    /// The timestamps an empty batch carries (base and max), as Kafka's cleaner writes the empty
+    /// header it keeps for a producer's last batch: its original max timestamp, which producer
+    /// expiry measures from. Ignored when the batch has records.
+    pub fn empty_timestamp(mut self, timestamp: i64) -> Self {
+        self.empty_timestamp = Some(timestamp);
         self
     }
 
@@ -928,7 +938,7 @@ impl BatchBuilder {
             Some(base_timestamp) if record_count > 0 => (base_timestamp, self.max_timestamp),
             // A delete horizon stands in the base timestamp even of an empty batch.
             Some(horizon) if self.attributes.has_delete_horizon() => (horizon, NO_TIMESTAMP),
-            _ => (NO_TIMESTAMP, NO_TIMESTAMP),
+            _ => self.empty_timestamp.map_or((NO_TIMESTAMP, NO_TIMESTAMP), |t| (t, t)),
         };
 
         let mut buf = self.buf;
