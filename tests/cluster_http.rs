@@ -186,6 +186,52 @@ fn group_coordinated_away_from(cluster: &Cluster, avoid: u64) -> String {
 }
 
 #[test]
+fn a_member_commit_sent_to_a_node_that_does_not_coordinate_the_group_is_not_coordinator() {
+    // Proves OffsetCommit and TxnOffsetCommit check that this node coordinates the group before
+    // they check the member: a group-managed commit reaching another node (a coordinator
+    // failover, a stale client cache) gets the retriable NOT_COORDINATOR, not
+    // ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID (the Java client's CommitFailedException, a lost
+    // commit and a rebalance).
+    use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        GroupId, OffsetCommitRequest, OffsetCommitResponse, ProducerId, TopicName, TransactionalId,
+        TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    };
+    const NOT_COORDINATOR: i16 = 16;
+    let cluster = Cluster::start(2, &[]);
+    create_placed(&cluster, "commits", &[1]);
+    let group = group_coordinated_away_from(&cluster, 2);
+    let name = |s: &str| StrBytes::from_string(s.to_string());
+    let mut conn = RawConn::open(cluster.node(2), "cluster-http-test");
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(name(&group)))
+        .with_generation_id_or_member_epoch(3)
+        .with_member_id(name("member-1"))
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(TopicName(name("commits"))).with_partitions(
+            vec![OffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(1)],
+        )]);
+    let answer: OffsetCommitResponse = conn.call(8, &commit);
+    assert_eq!(answer.topics[0].partitions[0].error_code, NOT_COORDINATOR, "{answer:?}");
+    let txn_commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(name("t")))
+        .with_group_id(GroupId(name(&group)))
+        .with_producer_id(ProducerId(1))
+        .with_producer_epoch(0)
+        .with_generation_id(3)
+        .with_member_id(name("member-1"))
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(name("commits")))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(1)])]);
+    let answer: TxnOffsetCommitResponse = conn.call(3, &txn_commit);
+    assert_eq!(answer.topics[0].partitions[0].error_code, NOT_COORDINATOR, "{answer:?}");
+}
+
+#[test]
 fn http_consumer_instance_consumes_and_commits_through_other_nodes() {
     // Proves a v2 consumer instance on node 1, whose group coordinator and every partition are
     // on the other nodes, joins, is assigned every partition, consumes everything produced,

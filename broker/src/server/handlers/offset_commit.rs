@@ -79,7 +79,10 @@ pub async fn handle(
     } else if !broker.authorized(Operation::Read, ResourceType::Group, group) {
         Err(ResponseError::GroupAuthorizationFailed)
     } else {
-        match ensure_offsets_topic(broker).await {
+        // The coordinator first: during a failover the group is not here (yet), and a member
+        // check would answer ILLEGAL_GENERATION (a lost commit and a rebalance) where Kafka's
+        // retriable NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS is due.
+        match ensure_offsets_topic(broker).await.and_then(|()| super::join_group::check_coordinator(broker, group)) {
             Ok(()) => broker.groups.validate_commit(
                 group,
                 &request.member_id,

@@ -43,7 +43,8 @@ pub async fn handle(
     } else if !broker.authorized(Operation::Read, ResourceType::Group, group) {
         Err(ResponseError::GroupAuthorizationFailed)
     } else {
-        match ensure_offsets_topic(broker).await {
+        // The coordinator first (see OffsetCommit).
+        match ensure_offsets_topic(broker).await.and_then(|()| super::join_group::check_coordinator(broker, group)) {
             Ok(()) if checked => broker.groups.validate_commit(
                 group,
                 &request.member_id,
