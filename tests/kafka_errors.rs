@@ -947,3 +947,33 @@ fn a_batch_header_claiming_another_max_timestamp_is_stored_with_its_records_max(
     assert_eq!(response.topics[0].partitions[0].error_code, UNSUPPORTED_VERSION);
     conn.assert_usable();
 }
+
+#[test]
+fn delete_records_refuses_coordinator_topics_and_topics_without_the_delete_policy() {
+    // Proves Kafka's DeleteRecords rules: the coordinators' internal topics answer
+    // INVALID_TOPIC_EXCEPTION ("Cannot delete records of internal topic": a cut would lose the
+    // groups' offsets or open transactions at the next load) and a topic whose cleanup.policy
+    // lacks delete POLICY_VIOLATION; a delete-policy topic is cut as asked.
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::{DeleteRecordsRequest, FindCoordinatorRequest};
+    const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    const POLICY_VIOLATION: i16 = 44;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    // FindCoordinator creates __consumer_offsets.
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("g"));
+    let created = support::wait_until(IO_TIMEOUT, || conn.call(3, &find).error_code == NONE);
+    assert!(created, "__consumer_offsets exists");
+    create_topic(&mut conn, "compacted", 1, &[("cleanup.policy", "compact")]);
+    create_topic(&mut conn, "plain", 1, &[]);
+    let delete = |conn: &mut Conn, topic: &str| {
+        let request =
+            DeleteRecordsRequest::default().with_timeout_ms(10_000).with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(-1)])]);
+        conn.call(2, &request).topics[0].partitions[0].error_code
+    };
+    assert_eq!(delete(&mut conn, "__consumer_offsets"), INVALID_TOPIC_EXCEPTION);
+    assert_eq!(delete(&mut conn, "compacted"), POLICY_VIOLATION);
+    assert_eq!(delete(&mut conn, "plain"), NONE);
+}

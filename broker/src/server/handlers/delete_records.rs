@@ -30,10 +30,21 @@ pub async fn handle(
         for p in &topic.partitions {
             let hosted = if denied {
                 Err(kafka_protocol::ResponseError::TopicAuthorizationFailed)
+            } else if crate::controller::is_coordinator_topic(&topic.name.0) {
+                // Kafka's "Cannot delete records of internal topic": the coordinators' loaders
+                // would lose every group's offsets or open transaction below the cut.
+                Err(kafka_protocol::ResponseError::InvalidTopicException)
             } else {
                 hosted_partition(broker, &image, &topic.name.0, p.partition_index)
             };
             let cut = hosted.and_then(|partition| {
+                // Kafka's Partition.deleteRecordsOnLeader: only a topic whose cleanup.policy
+                // includes delete may lose records this way (a compacted topic keeps every key's
+                // latest value).
+                let deletable = partition.config().map_err(|e| partition_error_code(&e))?.cleanup_policy.delete;
+                if !deletable {
+                    return Err(kafka_protocol::ResponseError::PolicyViolation);
+                }
                 let start = partition.delete_records_before(p.offset).map_err(|e| partition_error_code(&e))?;
                 Ok((partition, start))
             });
