@@ -5,6 +5,8 @@
 //! checkpoints on a coordinator elsewhere, resuming from it after its leader is killed; killed
 //! mid-transaction, an exactly-once transform's outputs are read once each (at-least-once:
 //! some twice).
+//! Also two request-path rules only a second node shows: a member commit sent to a node that
+//! does not coordinate the group, and a follower fetch past its byte limit (KIP-74).
 //! Most topics have replication factor 1 with explicit assignments, so the node serving HTTP (or
 //! running the transform) hosts no replica of what it reaches: every such call is forwarded.
 
@@ -229,6 +231,47 @@ fn a_member_commit_sent_to_a_node_that_does_not_coordinate_the_group_is_not_coor
                 .with_committed_offset(1)])]);
     let answer: TxnOffsetCommitResponse = conn.call(3, &txn_commit);
     assert_eq!(answer.topics[0].partitions[0].error_code, NOT_COORDINATOR, "{answer:?}");
+}
+
+#[test]
+fn a_follower_fetch_past_its_byte_limit_returns_no_more_batches() {
+    // Proves KIP-74 on the replica path: a whole first batch larger than the response's limit
+    // is returned only until some partition has returned data. A follower fetch (replica 2) of
+    // 8 partitions with max_bytes 1 gets one batch, not one per partition (a follower catching
+    // up 1,000 partitions got ~1,000 batches in one response, buffered on both ends).
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+    let cluster = Cluster::start(2, &[]);
+    create_assigned(&cluster, "wide", &vec![vec![1, 2]; 8]);
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        support::workload::producer_config(&cluster.bootstrap(), &[]).create().expect("producer");
+    let value = vec![b'x'; 10_000];
+    for partition in 0..8 {
+        producer
+            .send(BaseRecord::<(), [u8]>::to("wide").partition(partition).payload(&value[..]))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(TIMEOUT).expect("flush");
+    let partitions = (0..8)
+        .map(|p| FetchPartition::default().with_partition(p).with_fetch_offset(0).with_partition_max_bytes(1 << 20));
+    let request = FetchRequest::default()
+        .with_replica_id(2.into())
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("wide")))
+            .with_partitions(partitions.collect())]);
+    let mut conn = RawConn::open(cluster.node(1), "cluster-http-test");
+    let response: FetchResponse = conn.call(12, &request);
+    let with_records: Vec<i32> = response.responses[0]
+        .partitions
+        .iter()
+        .filter(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+        .map(|p| p.partition_index)
+        .collect();
+    assert_eq!(with_records, vec![0], "only the first partition's batch, past the 1-byte limit");
 }
 
 #[test]

@@ -137,6 +137,10 @@ pub struct ReplicaFetch {
     /// The follower's log start offset (the low watermark DeleteRecords waits for).
     pub log_start_offset: i64,
     pub max_bytes: usize,
+    /// Whether a first batch larger than `max_bytes` is returned whole: only until some
+    /// partition of the response has returned data (KIP-74), so a follower catching up on many
+    /// partitions gets about the response's limit, not one batch per partition beyond it.
+    pub first_batch: FirstBatch,
 }
 
 /// The leader's answer to a follower fetch.
@@ -778,7 +782,7 @@ impl Partition {
         }
         let records = match slice {
             Some(slice) => {
-                slice.read_batches_limited(fetch.max_bytes, data.log_end_offset, FirstBatch::Whole).map_err(
+                slice.read_batches_limited(fetch.max_bytes, data.log_end_offset, fetch.first_batch).map_err(
                     |source| LogError::Io { op: "read", path: format!("{}-{}", self.topic, self.index).into(), source },
                 )?
             }

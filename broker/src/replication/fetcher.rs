@@ -166,6 +166,10 @@ impl Fetcher {
         let mut delayed: HashMap<PartitionKey, Instant> = HashMap::new();
         // Whether the leader's refusal of this broker was logged (once per episode).
         let mut refused = false;
+        // Where each round's request starts: the leader fills the response's byte limit in
+        // request order and gives the partitions after that nothing (KIP-74), so the order
+        // rotates (Kafka's fetcher moves fetched partitions to the end) and none starves.
+        let mut rotation = 0usize;
         loop {
             let now = Instant::now();
             delayed.retain(|_, until| *until > now);
@@ -177,6 +181,10 @@ impl Fetcher {
                 tokio::time::sleep(BACKOFF).await;
                 continue;
             }
+            let mut set = set;
+            let start = rotation % set.len();
+            set.rotate_left(start);
+            rotation = rotation.wrapping_add(1);
             match self.round(&mut conn, &set, &mut delayed).await {
                 Ok(()) => refused = false,
                 // A misconfiguration the operator must see (once per episode, not per retry).
@@ -213,9 +221,15 @@ impl Fetcher {
             *conn = Some(Connection::connect(&addr, client_id, CONNECT_TIMEOUT, tls, sasl).await?);
         }
         let conn = conn.as_mut().expect("connected above");
-        let mut topics: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+        // Topics in the order their first partition comes in `set` (rotated by the caller).
+        let mut topics: Vec<(Arc<str>, Vec<FetchPartition>)> = Vec::new();
+        let mut topic_at: HashMap<Arc<str>, usize> = HashMap::new();
         for p in set {
-            topics.entry(p.topic().clone()).or_default().push(
+            let at = *topic_at.entry(p.topic().clone()).or_insert_with(|| {
+                topics.push((p.topic().clone(), Vec::new()));
+                topics.len() - 1
+            });
+            topics[at].1.push(
                 FetchPartition::default()
                     .with_partition(p.index() as i32)
                     .with_current_leader_epoch(p.leader_epoch())

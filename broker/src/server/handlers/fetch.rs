@@ -100,6 +100,7 @@ fn read_as_leader_for(
     fetch: &kafka_protocol::messages::fetch_request::FetchPartition,
     replica: u64,
     max_bytes: usize,
+    first_batch: FirstBatch,
 ) -> Result<(crate::partition::FetchedData, Option<EpochEndOffset>), crate::partition::PartitionError> {
     let read = partition.read_for_follower(ReplicaFetch {
         replica,
@@ -109,6 +110,7 @@ fn read_as_leader_for(
         last_fetched_epoch: fetch.last_fetched_epoch,
         log_start_offset: fetch.log_start_offset,
         max_bytes,
+        first_batch,
     })?;
     if let Some(proposal) = read.proposal {
         crate::replication::isr::propose(&broker.controller, &broker.metrics, partition.clone(), proposal);
@@ -232,7 +234,9 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                 (false, Ok(partition)) => {
                     let max_bytes = (fetch.partition_max_bytes.max(0) as usize).min(limit_bytes);
                     let read = match u64::try_from(request.replica_id.0) {
-                        Ok(replica) => read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes),
+                        Ok(replica) => {
+                            read_as_leader_for(broker, &image, &partition, fetch, replica, max_bytes, first_batch)
+                        }
                         Err(_) => read_for_consumer(
                             broker,
                             &image,
