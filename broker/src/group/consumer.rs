@@ -761,6 +761,15 @@ impl ConsumerGroup {
         self.save_current(new_id);
     }
 
+    /// A static member that left temporarily (epoch -2) rejoins under the same member id: it is
+    /// active again with its epoch, partitions and target. No group epoch bump.
+    fn rejoin_static(&mut self, member_id: &str) {
+        let Some(member) = self.members.get_mut(member_id) else { return };
+        member.left_static = false;
+        self.save_member(member_id);
+        self.save_current(member_id);
+    }
+
     /// Whether the members' resolved subscriptions or the subscribed topics' metadata changed
     /// since last looked at (the caller bumps the group epoch).
     fn refresh_subscription(&mut self, image: &MetadataImage, force: bool) -> bool {
@@ -1372,6 +1381,13 @@ impl ConsumerGroups {
         };
         if let Some(instance) = &request.instance_id {
             if let Some(existing) = g.instances.get(instance).cloned() {
+                if existing == member_id && g.members.get(&existing).is_some_and(|m| m.left_static) {
+                    // The same process back after its static leave (Kafka 4 clients keep their
+                    // member id for life): it replaces itself, keeping its partitions, as a new
+                    // member id would (Kafka replaces any member at epoch -2).
+                    g.rejoin_static(&member_id);
+                    return Ok((member_id, false));
+                }
                 if existing != member_id {
                     if g.members.get(&existing).is_some_and(|m| m.left_static) {
                         g.replace_static(&existing, &member_id);

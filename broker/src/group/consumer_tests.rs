@@ -285,6 +285,37 @@ fn a_static_member_gets_its_partitions_back_under_a_new_member_id() {
 }
 
 #[test]
+fn a_static_member_back_under_its_own_member_id_gets_its_partitions_back() {
+    // Proves a static member that left with epoch -2 and rejoins with the same member id (a
+    // Kafka 4 client keeps its id for life) is active again with its partitions, as a new id
+    // would be; it was answered UNKNOWN_MEMBER_ID at every rejoin, for good.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 2);
+    let now = Instant::now();
+    let mut a = Client::new("a", &["t"]);
+    a.instance = Some("i-1".into());
+    a.beat(&g, &image, now);
+    let mut b = Client::new("b", &["t"]);
+    b.beat(&g, &image, now);
+    a.beat(&g, &image, now);
+    a.beat(&g, &image, now);
+    b.beat(&g, &image, now);
+    let a_owned = a.owned.clone();
+    assert_eq!(a.count(), 1);
+    let mut leave = a.request();
+    leave.member_epoch = STATIC_LEAVE_EPOCH;
+    assert_eq!(heartbeat(&g, leave, &image, now).member_epoch, STATIC_LEAVE_EPOCH);
+    a.epoch = 0;
+    a.owned = Assignment::new();
+    let answer = a.beat(&g, &image, now);
+    assert_eq!(answer.error, None, "the rejoin is accepted");
+    assert!(answer.member_epoch > 0);
+    assert_eq!(a.owned, a_owned, "with the partitions it had");
+    assert_eq!(a.beat(&g, &image, now).error, None, "and it heartbeats on");
+}
+
+#[test]
 fn regex_subscriptions_follow_topic_creation() {
     let g = groups();
     let mut image = MetadataImage::default();
