@@ -249,6 +249,9 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                         )
                         .map(|(read, preferred)| {
                             if let Some(replica) = preferred {
+                                // The client moves to that replica: told at once, not after
+                                // max.wait.ms (Kafka answers a redirect immediately).
+                                answer_now = true;
                                 data = std::mem::take(&mut data).with_preferred_read_replica(BrokerId(replica as i32));
                             }
                             (read, None)

@@ -980,14 +980,20 @@ impl<T, E: for<'a> Encoder<&'a T>> Encoder<&Vec<T>> for Array<E> {
     }
 }
 
+/// Runnel patch: the most elements an array decoder reserves up front (see below).
+const RESERVE_MAX: usize = 1024;
+
 impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
     fn decode<B: ByteBuf>(&self, buf: &mut B) -> Result<Option<Vec<T>>> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
                 // Runnel patch: the count comes off the wire; every element takes at least one
-                // byte, so never reserve more than the bytes left (a 2^31 count aborted the process).
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                // byte, so never reserve more than the bytes left (a 2^31 count aborted the
+                // process), and never more than RESERVE_MAX elements (each may be ~100 bytes in
+                // memory: a 100 MB frame declaring 100M elements reserved ~10 GB); past that the
+                // vector grows as elements actually decode.
+                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()).min(RESERVE_MAX));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1095,8 +1101,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                // Runnel patch: bound the reservation by the bytes left, as above.
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
+                // Runnel patch: bound the reservation by the bytes left and RESERVE_MAX, as above.
+                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()).min(RESERVE_MAX));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
