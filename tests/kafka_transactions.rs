@@ -467,6 +467,32 @@ mod raw {
 
     /// A transactional batch of `values` from sequence `seq`, produced (acks=all) to
     /// `topic`-0 with Produce `version`: its error code.
+    /// One Produce (v9) with a transactional batch of `producers[i]` for partition `i` of
+    /// `topic`: each partition's error code.
+    pub fn produce_each(conn: &mut RawConn, id: &str, topic: &str, producers: &[(i64, i16)]) -> Vec<i16> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+        let partitions = producers
+            .iter()
+            .enumerate()
+            .map(|(i, &(pid, epoch))| {
+                let mut builder = BatchBuilder::new(Compression::None).producer(pid, epoch, 0).transactional(true);
+                builder.push(now, None, Some(b"v"), &[]);
+                PartitionProduceData::default()
+                    .with_index(i as i32)
+                    .with_records(Some(builder.build().expect("batch").into_bytes()))
+            })
+            .collect();
+        let request = ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(name(id))))
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(name(topic)))
+                .with_partition_data(partitions)]);
+        let response: ProduceResponse = conn.call(9, &request);
+        response.responses[0].partition_responses.iter().map(|p| p.error_code).collect()
+    }
+
     pub fn produce(
         conn: &mut RawConn,
         version: i16,
@@ -612,6 +638,23 @@ fn a_late_transactional_offset_commit_is_refused_instead_of_hanging_the_group() 
     let (code, (stable_code, _)) = late_offset_commit_after_an_abort(&node, "late-u", "late-group", "late-offsets");
     assert_eq!(code, 0, "unverified, the late commit is written");
     assert_eq!(stable_code, UNSTABLE_OFFSET_COMMIT, "and stays pending: a hanging transaction");
+}
+
+#[test]
+fn a_transactional_produce_with_two_producer_ids_is_refused_whole() {
+    // Proves Kafka's one-producer rule: a Produce whose transactional batches carry two
+    // producer ids answers INVALID_PRODUCER_ID_MAPPING for every partition and appends
+    // nothing (the coordinator was asked about the last id only, and a batch of the other
+    // opened a transaction nobody would end, holding that partition's last stable offset).
+    const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    let node = Runnel::start(&[]);
+    support::create_topic(&node, "mixed", 2);
+    let mut conn = support::RawConn::open(&node, "mixed");
+    let producer = raw::init(&mut conn, "mixed");
+    assert_eq!(raw::add_partition(&mut conn, "mixed", producer, "mixed"), 0);
+    let codes = raw::produce_each(&mut conn, "mixed", "mixed", &[(producer.0 + 1000, 0), producer]);
+    assert_eq!(codes, vec![INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_ID_MAPPING]);
+    assert_eq!(read_all(&node, "mixed", 2, "read_uncommitted"), Vec::<String>::new(), "nothing appended");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! judges each partition's batches on the leader first; a refusal is INVALID_RECORD with the
 //! validator's message and the records at fault, nothing appended.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -304,6 +304,28 @@ async fn verify_transaction(
     request: &ProduceRequest,
 ) -> HashMap<(String, i32), Verdict> {
     let mut verdicts = HashMap::new();
+    // One transactional producer per request (Kafka's ReplicaManager): the coordinator is asked
+    // about one producer id, and a batch of another would open a transaction nobody ends.
+    let producers: HashSet<(i64, i16)> = request
+        .topic_data
+        .iter()
+        .flat_map(|topic| &topic.partition_data)
+        .filter_map(|data| data.records.as_ref().and_then(|r| crate::log::BatchHeader::read(r).ok()))
+        .filter(|h| h.attributes.is_transactional() && !h.attributes.is_control())
+        .map(|h| (h.producer_id, h.producer_epoch))
+        .collect();
+    if producers.len() > 1 {
+        let refusal = (
+            ResponseError::InvalidProducerIdMapping,
+            "Transactional records contained more than one producer ID".to_string(),
+        );
+        for topic in &request.topic_data {
+            for data in &topic.partition_data {
+                verdicts.insert((topic.name.0.to_string(), data.index), Err(refusal.clone()));
+            }
+        }
+        return verdicts;
+    }
     let mut asking = Vec::new();
     let mut producer = (-1i64, -1i16);
     for topic in &request.topic_data {
