@@ -977,3 +977,34 @@ fn delete_records_refuses_coordinator_topics_and_topics_without_the_delete_polic
     assert_eq!(delete(&mut conn, "compacted"), POLICY_VIOLATION);
     assert_eq!(delete(&mut conn, "plain"), NONE);
 }
+
+#[test]
+fn an_acks_0_produce_gets_no_response_and_a_failed_one_closes_the_connection() {
+    // Proves Kafka's acks=0 rules: a produce that appends is not answered (the next request's
+    // response is the next frame, in order); one that fails on any partition (a partition the
+    // topic lacks, a transactional batch without a transactional id) closes the connection, so
+    // the producer notices and refreshes its metadata, and is never answered with a response it
+    // did not ask for.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "fire-and-forget", 1, &[]);
+    conn.send(PRODUCE_V, &produce_request(0, vec![("fire-and-forget", 0, batch(3, 10))]));
+    conn.assert_usable();
+    let ends = conn.call(
+        LIST_OFFSETS_V,
+        &ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name("fire-and-forget"))
+            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]),
+    );
+    assert_eq!(ends.topics[0].partitions[0].offset, 3, "the unanswered produce appended");
+
+    conn.send(PRODUCE_V, &produce_request(0, vec![("fire-and-forget", 7, batch(1, 10))]));
+    conn.assert_closed_by_broker("an acks=0 produce to a partition the topic lacks");
+
+    let mut conn = Conn::open(&node);
+    let mut builder = BatchBuilder::new(Compression::None).producer(5, 0, 0).transactional(true);
+    builder.push(1_700_000_000_000, None, Some(b"t"), &[]);
+    let transactional = builder.build().unwrap().into_bytes();
+    conn.send(PRODUCE_V, &produce_request(0, vec![("fire-and-forget", 0, transactional)]));
+    conn.assert_closed_by_broker("an acks=0 transactional produce without a transactional id");
+}

@@ -69,6 +69,10 @@ enum ConnectionError {
     Sasl(&'static str),
     #[error("SASL authentication failed")]
     AuthenticationFailed,
+    /// An acks=0 produce failed on some partition: the client expects no response, so the
+    /// connection is closed instead, which makes it refresh its metadata (Kafka's rule).
+    #[error("acks=0 produce failed: {0}")]
+    UnacknowledgedProduceFailed(String),
 }
 
 impl ConnectionError {
@@ -84,6 +88,7 @@ impl ConnectionError {
             ConnectionError::Tls(_) => "tls",
             ConnectionError::Sasl(_) => "sasl_state",
             ConnectionError::AuthenticationFailed => "authentication",
+            ConnectionError::UnacknowledgedProduceFailed(_) => "acks0_produce_failed",
         }
     }
 }
@@ -656,6 +661,23 @@ async fn serve_request(
     let (version, correlation_id) = (header.request_api_version, header.correlation_id);
     let response_header_version = api.response_header_version(version);
     let decode_error = |e: anyhow::Error| ConnectionError::Malformed(format!("{api:?} v{version} body: {e}"));
+    if api == ApiKey::Produce {
+        let request: kafka_protocol::messages::ProduceRequest =
+            Decodable::decode(&mut frame, version).map_err(decode_error)?;
+        let unacknowledged = request.acks == 0;
+        let response = as_client(client, handlers::produce::handle(broker, header, request)).await;
+        return match response {
+            // acks=0: no response, or, when a partition failed, a closed connection (Kafka's
+            // KafkaApis: the producer notices and refreshes its metadata; a response it did not
+            // ask for would desynchronize its correlation ids).
+            Some(response) if unacknowledged => match handlers::produce::first_error(&response) {
+                Some(error) => Err(ConnectionError::UnacknowledgedProduceFailed(error)),
+                None => Ok(None),
+            },
+            Some(response) => Ok(Some(frame_response(correlation_id, response_header_version, &response, version)?)),
+            None => Ok(None),
+        };
+    }
     macro_rules! dispatch {
         ($( $key:ident => $module:ident ),* $(,)?) => {
             match api {
@@ -677,7 +699,6 @@ async fn serve_request(
     let response = dispatch! {
         ApiVersions => api_versions,
         Metadata => metadata,
-        Produce => produce,
         Fetch => fetch,
         ListOffsets => list_offsets,
         CreateTopics => create_topics,

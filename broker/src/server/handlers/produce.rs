@@ -227,10 +227,20 @@ async fn produce(broker: &Broker, header: &RequestHeader, request: ProduceReques
     } else {
         Vec::new()
     };
-    match acks {
-        Acks::None => None,
-        _ => Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints)),
-    }
+    // Answered whatever acks says: for acks=0 the connection layer sends nothing, or closes the
+    // connection when a partition failed (`first_error`).
+    Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints))
+}
+
+/// The first partition error of a produce response, named for the log (`None`: all appended).
+pub fn first_error(response: &ProduceResponse) -> Option<String> {
+    response.responses.iter().find_map(|topic| {
+        topic.partition_responses.iter().find(|p| p.error_code != 0).map(|p| {
+            let code =
+                ResponseError::try_from_code(p.error_code).map_or(p.error_code.to_string(), |e| format!("{e:?}"));
+            format!("{}-{}: {code}", topic.name.0, p.index)
+        })
+    })
 }
 
 /// The verdict of each partition's batches, in the request's order (topic by topic): of the
