@@ -612,12 +612,13 @@ impl OffsetStore {
         })
     }
 
-    /// Deletes the committed offsets of the given partitions (tombstones).
-    pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(), OffsetError> {
+    /// Deletes the committed offsets of the given partitions (tombstones); the returned
+    /// [`Replicated`] (if anything was written) resolves once the ISR has them.
+    pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<Option<Replicated>, OffsetError> {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Start, |shard, hosted| {
             let Some(g) = shard.groups.get(group) else {
-                return Ok(());
+                return Ok(None);
             };
             let records: Vec<OffsetsRecord> = partitions
                 .iter()
@@ -634,15 +635,16 @@ impl OffsetStore {
     }
 
     /// Deletes a group: tombstones for all its offsets and its metadata. Returns whether the
-    /// store knew anything of it. Blocks while the shard loads: call it off the async workers.
-    pub fn delete_group(&self, group: &str) -> Result<bool, OffsetError> {
+    /// store knew anything of it, and what to wait on for the ISR to have the tombstones.
+    /// Blocks while the shard loads: call it off the async workers.
+    pub fn delete_group(&self, group: &str) -> Result<(bool, Option<Replicated>), OffsetError> {
         let partition = self.partition_of(group);
         self.with_shard(partition, Cold::Wait, |shard, hosted| {
             let Some(records) = group_tombstones(shard, group) else {
-                return Ok(false);
+                return Ok((false, None));
             };
-            write_all(shard, hosted, partition, records)?;
-            Ok(true)
+            let replicated = write_all(shard, hosted, partition, records)?;
+            Ok((true, replicated))
         })
     }
 
@@ -874,20 +876,23 @@ fn expiry_tombstones(
 }
 
 /// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], each applied to memory
-/// once replicated.
+/// once replicated. Returns the last batch's [`Replicated`] (`None` when nothing was written):
+/// a caller that answers a client waits on it, as Kafka answers deletes once the ISR has them.
 fn write_all(
     shard: &mut Shard,
     hosted: &Arc<Partition>,
     partition: u32,
     mut records: Vec<OffsetsRecord>,
-) -> Result<(), OffsetError> {
+) -> Result<Option<Replicated>, OffsetError> {
+    let mut last = None;
     while !records.is_empty() {
         let rest = records.split_off(records.len().min(TOMBSTONES_PER_BATCH));
         let replicated = append(hosted, partition, &records, None)?;
         shard.appended(hosted, replicated.required_offset, records, None);
+        last = Some(replicated);
         records = rest;
     }
-    Ok(())
+    Ok(last)
 }
 
 /// An append to `__consumer_offsets` waiting to be replicated to the ISR.
@@ -1185,8 +1190,8 @@ mod tests {
             store.store_group_metadata("b", metadata.clone()).unwrap();
             store.store_group_metadata("c", metadata.clone()).unwrap();
             store.delete_offsets("a", &[("t".into(), 1)]).unwrap();
-            assert!(store.delete_group("b").unwrap());
-            assert!(!store.delete_group("nobody").unwrap());
+            assert!(store.delete_group("b").unwrap().0);
+            assert!(!store.delete_group("nobody").unwrap().0);
             replicas.shutdown();
         }
         let (_replicas, store) = open(dir.path());

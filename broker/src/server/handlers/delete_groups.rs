@@ -47,9 +47,14 @@ async fn delete(broker: &Broker, group: String) -> Result<(), ResponseError> {
     let stored = tokio::task::spawn_blocking(move || groups.offsets.delete_group(&group))
         .await
         .map_err(|_| ResponseError::UnknownServerError)?;
-    match stored {
-        Ok(known_in_store) if known_in_memory || known_in_store => Ok(()),
-        Ok(_) => Err(ResponseError::GroupIdNotFound),
-        Err(e) => Err(offset_error_code(&e)),
+    let (known_in_store, replicated) = stored.map_err(|e| offset_error_code(&e))?;
+    if !known_in_memory && !known_in_store {
+        return Err(ResponseError::GroupIdNotFound);
     }
+    // Answered once the ISR has the tombstones (a leader lost before would bring the offsets
+    // back), as Kafka answers DeleteGroups.
+    if let Some(replicated) = replicated {
+        replicated.wait(crate::group::Replicated::TIMEOUT).await.map_err(|e| offset_error_code(&e))?;
+    }
+    Ok(())
 }

@@ -131,8 +131,15 @@ pub async fn handle(
         }
         topics.push(OffsetDeleteResponseTopic::default().with_name(topic.name.clone()).with_partitions(partitions));
     }
-    if let Err(e) = offsets.delete_offsets(group, &to_delete) {
-        return error(offset_error_code(&e));
+    // Answered once the ISR has the tombstones, as Kafka answers OffsetDelete.
+    let written = match offsets.delete_offsets(group, &to_delete) {
+        Ok(written) => written,
+        Err(e) => return error(offset_error_code(&e)),
+    };
+    if let Some(replicated) = written {
+        if let Err(e) = replicated.wait(crate::group::offsets::Replicated::TIMEOUT).await {
+            return error(offset_error_code(&e));
+        }
     }
     Some(OffsetDeleteResponse::default().with_topics(topics))
 }
