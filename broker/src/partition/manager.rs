@@ -317,6 +317,30 @@ mod tests {
         assert_eq!(new.log_end_offset(), 0, "the new incarnation starts empty");
     }
 
+    #[test]
+    fn a_read_committed_fetch_lists_only_the_aborted_transactions_its_records_overlap() {
+        // Proves the aborted list is bounded by the returned data, as Kafka's: two aborted
+        // transactions (at 0 and 2), a read from 0 that returns only the first batch names only
+        // the first; it named both (every abort up to the last stable offset, each response).
+        use crate::partition::{FirstBatch, Isolation};
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
+        let hosted = replicas.ensure("t", 0, [1; 16], LogConfig::default(), LeaderAndIsr::sole(1, 0)).unwrap();
+        for producer in [1, 2] {
+            let mut builder = BatchBuilder::new(Compression::None).producer(producer, 0, 0).transactional(true);
+            // Now, as the markers are: one segment (an old timestamp would roll by segment.ms).
+            builder.push(crate::log::now_ms(), None, Some(b"aborted"), &[]);
+            hosted.append_as_leader(&builder.build().unwrap().into_bytes(), Acks::All, AppendOrigin::Client).unwrap();
+            let abort = crate::txn::coordinator::marker_batch(producer, 0, false, 0);
+            hosted.append_as_leader(&abort, Acks::All, AppendOrigin::Coordinator).unwrap();
+        }
+        let all = hosted.read(0, 1 << 20, FirstBatch::Whole, Isolation::ReadCommitted).unwrap();
+        assert_eq!(all.aborted.iter().map(|t| t.first_offset).collect::<Vec<_>>(), vec![0, 2]);
+        let first = hosted.read(0, 1, FirstBatch::Whole, Isolation::ReadCommitted).unwrap();
+        assert_eq!(first.aborted.iter().map(|t| t.first_offset).collect::<Vec<_>>(), vec![0], "only what it returned");
+        replicas.shutdown();
+    }
+
     fn follower_of_1(dir: &std::path::Path) -> (ReplicaManager, Arc<crate::partition::Partition>) {
         let replicas = ReplicaManager::new(2, dir, Arc::new(SystemClock));
         let state = LeaderAndIsr {

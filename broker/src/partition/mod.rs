@@ -954,6 +954,23 @@ impl Partition {
             })?,
             None => Bytes::new(),
         };
+        // Only the aborted transactions the returned records overlap (Kafka bounds the list by
+        // the fetched data's end): a consumer far behind on a partition with many aborts got
+        // every one up to the last stable offset in each response.
+        let mut aborted = aborted;
+        if !aborted.is_empty() {
+            // The headers only: the batches' bytes are the log's, checked when written.
+            let (mut rest, mut data_end) = (&records[..], fetch_offset);
+            while let Some((_, size)) =
+                crate::log::batch::BatchHeader::peek_size(rest).filter(|(_, n)| *n <= rest.len())
+            {
+                if let Ok(header) = crate::log::batch::BatchHeader::read(rest) {
+                    data_end = header.last_offset() + 1;
+                }
+                rest = &rest[size..];
+            }
+            aborted.retain(|t| t.first_offset < data_end);
+        }
         Ok(FetchedData { high_watermark, last_stable_offset, log_start_offset, log_end_offset, records, aborted })
     }
 
