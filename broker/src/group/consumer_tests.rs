@@ -250,8 +250,9 @@ fn epochs_are_fenced_as_kafka_does() {
     assert_eq!(heartbeat(&g, unknown, &image, now).error.unwrap().0, ResponseError::UnknownMemberId);
 }
 
-#[test]
-fn a_static_member_gets_its_partitions_back_under_a_new_member_id() {
+/// A group of static member `a` (instance `i-1`) and `b` sharing topic `t`'s two partitions,
+/// after `a` left with epoch -2; `a`'s partitions as it held them.
+fn after_a_static_leave() -> (ConsumerGroups, MetadataImage, Instant, Client, Client, Assignment) {
     let g = groups();
     let mut image = MetadataImage::default();
     topic(&mut image, "t", 1, 2);
@@ -269,6 +270,12 @@ fn a_static_member_gets_its_partitions_back_under_a_new_member_id() {
     let mut leave = a.request();
     leave.member_epoch = STATIC_LEAVE_EPOCH;
     assert_eq!(heartbeat(&g, leave, &image, now).member_epoch, STATIC_LEAVE_EPOCH);
+    (g, image, now, a, b, a_owned)
+}
+
+#[test]
+fn a_static_member_gets_its_partitions_back_under_a_new_member_id() {
+    let (g, image, now, _, mut b, a_owned) = after_a_static_leave();
     // b does not get a's partition while a is away.
     b.beat(&g, &image, now);
     assert_eq!(b.count(), 1);
@@ -289,23 +296,7 @@ fn a_static_member_back_under_its_own_member_id_gets_its_partitions_back() {
     // Proves a static member that left with epoch -2 and rejoins with the same member id (a
     // Kafka 4 client keeps its id for life) is active again with its partitions, as a new id
     // would be; it was answered UNKNOWN_MEMBER_ID at every rejoin, for good.
-    let g = groups();
-    let mut image = MetadataImage::default();
-    topic(&mut image, "t", 1, 2);
-    let now = Instant::now();
-    let mut a = Client::new("a", &["t"]);
-    a.instance = Some("i-1".into());
-    a.beat(&g, &image, now);
-    let mut b = Client::new("b", &["t"]);
-    b.beat(&g, &image, now);
-    a.beat(&g, &image, now);
-    a.beat(&g, &image, now);
-    b.beat(&g, &image, now);
-    let a_owned = a.owned.clone();
-    assert_eq!(a.count(), 1);
-    let mut leave = a.request();
-    leave.member_epoch = STATIC_LEAVE_EPOCH;
-    assert_eq!(heartbeat(&g, leave, &image, now).member_epoch, STATIC_LEAVE_EPOCH);
+    let (g, image, now, mut a, _, a_owned) = after_a_static_leave();
     a.epoch = 0;
     a.owned = Assignment::new();
     let answer = a.beat(&g, &image, now);
