@@ -1008,3 +1008,18 @@ fn an_acks_0_produce_gets_no_response_and_a_failed_one_closes_the_connection() {
     conn.send(PRODUCE_V, &produce_request(0, vec![("fire-and-forget", 0, transactional)]));
     conn.assert_closed_by_broker("an acks=0 transactional produce without a transactional id");
 }
+
+#[test]
+fn a_batch_of_another_magic_than_2_is_an_invalid_record() {
+    // Proves Kafka's answer to a Produce v3+ batch whose magic is not 2 (an old-format message
+    // set sent at a new version): INVALID_RECORD ("only allowed to contain record batches with
+    // magic version 2"), for that partition only.
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "magic", 2, &[]);
+    let mut old_format = BytesMut::from(&batch(1, 10)[..]);
+    old_format[16] = 1; // the magic byte (not covered by the CRC)
+    let request = produce_request(-1, vec![("magic", 0, old_format.freeze()), ("magic", 1, batch(1, 10))]);
+    let results = produce_results(&conn.call(PRODUCE_V, &request));
+    assert_eq!(results, vec![("magic".into(), 0, INVALID_RECORD, -1), ("magic".into(), 1, NONE, 0)]);
+}

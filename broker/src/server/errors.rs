@@ -15,9 +15,11 @@ pub fn log_error_code(error: &LogError) -> ResponseError {
             BatchError::UnknownCompression { .. } => ResponseError::UnsupportedCompressionType,
             BatchError::InvalidRecordCount { .. } | BatchError::MalformedRecords { .. } => ResponseError::InvalidRecord,
             BatchError::Compression { .. } => ResponseError::UnknownServerError,
+            // Kafka's ProduceRequest.validateRecords: from Produce v3 only magic 2 batches
+            // ("are only allowed to contain record batches with magic version 2").
+            BatchError::BadMagic { .. } => ResponseError::InvalidRecord,
             BatchError::Truncated { .. }
             | BatchError::LengthTooSmall { .. }
-            | BatchError::BadMagic { .. }
             | BatchError::CrcMismatch { .. }
             | BatchError::Decompression { .. } => ResponseError::CorruptMessage,
         },
