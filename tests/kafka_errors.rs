@@ -1023,3 +1023,20 @@ fn a_batch_of_another_magic_than_2_is_an_invalid_record() {
     let results = produce_results(&conn.call(PRODUCE_V, &request));
     assert_eq!(results, vec![("magic".into(), 0, INVALID_RECORD, -1), ("magic".into(), 1, NONE, 0)]);
 }
+
+#[test]
+fn zstd_before_produce_v7_is_an_unsupported_compression_type() {
+    // Proves Kafka's KIP-110 rule: a zstd batch in a Produce below v7 answers
+    // UNSUPPORTED_COMPRESSION_TYPE for its partition (a client that old cannot read it back);
+    // the same batch at v7+ is appended.
+    const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    create_topic(&mut conn, "zstd", 1, &[]);
+    let mut builder = BatchBuilder::new(Compression::Zstd);
+    builder.push(1_700_000_000_000, None, Some(b"compressed"), &[]);
+    let zstd = builder.build().unwrap().into_bytes();
+    let request = produce_request(-1, vec![("zstd", 0, zstd)]);
+    assert_eq!(produce_results(&conn.call(6, &request)), vec![("zstd".into(), 0, UNSUPPORTED_COMPRESSION_TYPE, -1)]);
+    assert_eq!(produce_results(&conn.call(7, &request)), vec![("zstd".into(), 0, NONE, 0)]);
+}

@@ -53,11 +53,16 @@ fn refuse_internal(topic: &str) -> Result<(), (ResponseError, String)> {
 /// transactional id; the verification of a transaction's first batch) read a partition's first
 /// batch only. Records that are empty or whose first batch does not parse are left to the log's
 /// checks, which answer them.
+/// Also Kafka's: zstd only from Produce v7 (KIP-110), UNSUPPORTED_COMPRESSION_TYPE before.
 fn one_batch(version: i16, records: &Bytes) -> Result<(), (ResponseError, String)> {
     match crate::log::BatchHeader::read(records) {
         Ok(header) if version >= 3 && header.size() < records.len() => Err((
             ResponseError::InvalidRecord,
             format!("Produce requests with version {version} are only allowed to contain exactly one record batch per partition"),
+        )),
+        Ok(header) if version < 7 && header.attributes.compression() == Some(crate::log::Compression::Zstd) => Err((
+            ResponseError::UnsupportedCompressionType,
+            format!("Produce requests with version {version} are not allowed to use ZStandard compression"),
         )),
         _ => Ok(()),
     }
