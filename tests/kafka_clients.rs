@@ -306,6 +306,33 @@ fn round_trip_with_every_codec_keeps_records_byte_identical() {
 }
 
 #[test]
+fn a_topic_compression_type_is_what_the_broker_stores() {
+    // Proves a topic's compression.type applies, as in Kafka: librdkafka sends snappy to a
+    // topic configured lz4 and the segment holds lz4 batches, records unchanged (it was stored
+    // and described, but every batch kept the producer's codec).
+    let node = Runnel::start(&[]);
+    let topic = "recompressed";
+    create_topic(&node, topic, 1, &[("compression.type", "lz4")]);
+    let records = sample_records();
+    let producer = new_producer(&node, &[("compression.type", "snappy"), ("linger.ms", "10000"), ("acks", "all")]);
+    let futures: Vec<DeliveryFuture> = records.iter().map(|r| send(&producer, topic, Some(0), r)).collect();
+    producer.flush(DEADLINE).expect("flush");
+    await_deliveries(futures);
+    let consumer = new_consumer(&node);
+    let messages = consume(&consumer, &[(topic, 0, 0)], records.len());
+    for (i, (message, expected)) in messages.iter().zip(&records).enumerate() {
+        assert_eq!(&TestRecord::of(message), expected, "record {i} differs");
+    }
+    let segment = node.data_dir.join(format!("{topic}-0")).join("00000000000000000000.log");
+    let bytes = std::fs::read(&segment).unwrap_or_else(|e| panic!("{}: {e}", segment.display()));
+    let batches: Vec<RecordBatch> = BatchIter::new(bytes.into()).collect::<Result<_, _>>().expect("valid batches");
+    assert!(!batches.is_empty());
+    for batch in &batches {
+        assert_eq!(batch.compression(), Compression::Lz4, "batch at offset {}", batch.base_offset());
+    }
+}
+
+#[test]
 fn acks_0_1_and_all_each_store_every_record() {
     // Proves acks=0 (no response), acks=1 and acks=all all append every record, the latter two
     // reporting dense offsets.

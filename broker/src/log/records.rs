@@ -16,10 +16,11 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use super::batch::{
-    Attributes, BatchError, Compression, RecordBatch, TimestampType, ATTRIBUTES_AT, BASE_OFFSET_AT, BASE_SEQUENCE_AT,
-    BASE_TIMESTAMP_AT, BATCH_LENGTH_AT, CRC_AT, CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA_AT, LOG_OVERHEAD, MAGIC_AT,
-    MAX_TIMESTAMP_AT, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
-    PARTITION_LEADER_EPOCH_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT, RECORD_COUNT_AT,
+    Attributes, BatchError, BatchHeader, BatchIter, Compression, RecordBatch, TimestampType, ATTRIBUTES_AT,
+    BASE_OFFSET_AT, BASE_SEQUENCE_AT, BASE_TIMESTAMP_AT, BATCH_LENGTH_AT, CRC_AT, CRC_START, HEADER_SIZE,
+    LAST_OFFSET_DELTA_AT, LOG_OVERHEAD, MAGIC_AT, MAX_TIMESTAMP_AT, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, PARTITION_LEADER_EPOCH_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT,
+    RECORD_COUNT_AT,
 };
 
 /// Default bound on one batch's decompressed records region, used by [`RecordBatch::records`]
@@ -756,6 +757,64 @@ fn xerial_compress(data: &[u8]) -> Result<Vec<u8>, BatchError> {
         out[length_at..block_at].copy_from_slice(&written.to_be_bytes());
     }
     Ok(out)
+}
+
+/// Rewrites the data batches of a producer's request whose codec is not `target` into `target`
+/// (a topic's `compression.type` other than `producer`, as Kafka's `LogValidator` recompresses
+/// before it appends). Everything but the codec and the records' framing is kept: base offset,
+/// offset deltas, timestamps, producer id, epoch and sequence, transactional and timestamp-type
+/// bits, the partition leader epoch. `None` when every batch already has the codec (nothing is
+/// copied: the common case stays zero-copy). Batches that do not parse are left as they are,
+/// for the log's validation to refuse with its own error; a batch whose records do not decode
+/// fails here with that error.
+pub fn recompress(records: &Bytes, target: Compression) -> Result<Option<Bytes>, BatchError> {
+    let needs = |batch: &RecordBatch| {
+        !batch.header().attributes.is_control() && batch.header().record_count > 0 && batch.compression() != target
+    };
+    if !BatchIter::new(records.clone()).filter_map(Result::ok).any(|batch| needs(&batch)) {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(records.len());
+    let mut rest = records.clone();
+    while !rest.is_empty() {
+        let size = match BatchHeader::peek_size(&rest) {
+            Some((_, size)) if size <= rest.len() => size,
+            // Malformed from here on: kept for the log to refuse.
+            _ => {
+                out.extend_from_slice(&rest);
+                break;
+            }
+        };
+        let bytes = rest.split_to(size);
+        match RecordBatch::parse(bytes.clone()) {
+            Ok(batch) if needs(&batch) => out.extend_from_slice(rebuilt(&batch, target)?.bytes()),
+            _ => out.extend_from_slice(&bytes),
+        }
+    }
+    Ok(Some(Bytes::from(out)))
+}
+
+/// `batch` with its records encoded again under `target`; see [`recompress`].
+fn rebuilt(batch: &RecordBatch, target: Compression) -> Result<RecordBatch, BatchError> {
+    let header = batch.header();
+    let mut builder = BatchBuilder::new(target)
+        .base_offset(header.base_offset)
+        .partition_leader_epoch(header.partition_leader_epoch)
+        .producer(header.producer_id, header.producer_epoch, header.base_sequence)
+        .transactional(header.attributes.is_transactional())
+        .timestamp_type(header.attributes.timestamp_type())
+        .last_offset_delta(header.last_offset_delta);
+    // A LogAppendTime batch's records read back with its max timestamp: pushed with it, they
+    // read back the same from the rebuilt batch.
+    for record in batch.record_iter()? {
+        let record = record?;
+        let delta = i32::try_from(record.offset - header.base_offset)
+            .map_err(|_| malformed("a record's offset delta overflows i32"))?;
+        let headers: Vec<(&str, Option<&[u8]>)> =
+            record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        builder.push_at(delta, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+    }
+    builder.build()
 }
 
 /// Builds one valid v2 batch, CRC included, from records.

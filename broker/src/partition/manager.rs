@@ -341,6 +341,68 @@ mod tests {
         replicas.shutdown();
     }
 
+    #[test]
+    fn a_topic_compression_type_recompresses_what_producers_send() {
+        // Proves `compression.type` applies to appends, as Kafka's LogValidator does: it was
+        // stored and described but every batch kept the producer's codec. An uncompressed
+        // idempotent batch lands as zstd with the same records, producer fields and offsets, and
+        // its exact retry is still a duplicate; back at `producer` a gzip batch stays gzip.
+        use crate::log::batch::BatchIter;
+        use crate::log::config::TopicCompression;
+        use crate::partition::{FirstBatch, Isolation};
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = ReplicaManager::new(1, dir.path(), Arc::new(SystemClock));
+        let zstd = LogConfig { compression_type: TopicCompression::Codec(Compression::Zstd), ..LogConfig::default() };
+        let hosted = replicas.ensure("t", 0, [1; 16], zstd, LeaderAndIsr::sole(1, 0)).unwrap();
+        let batch = |codec: Compression, sequence: i32| {
+            let mut builder = BatchBuilder::new(codec).producer(7, 0, sequence);
+            builder.push(crate::log::now_ms(), Some(b"k1"), Some(b"v1"), &[("h", Some(b"x"))]);
+            builder.push(crate::log::now_ms(), None, None, &[]);
+            builder.build().unwrap()
+        };
+        let sent = batch(Compression::None, 0);
+        hosted.append_as_leader(sent.bytes(), Acks::All, AppendOrigin::Client).unwrap();
+        let (retry, ..) = hosted.append_as_leader(sent.bytes(), Acks::All, AppendOrigin::Client).unwrap();
+        assert!(retry.duplicate, "the retry of a recompressed batch is still recognised");
+        let mut read = hosted.read(0, 1 << 20, FirstBatch::Whole, Isolation::ReadUncommitted).unwrap();
+        let stored: Vec<_> = BatchIter::new(read.records.clone()).map(Result::unwrap).collect();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].compression(), Compression::Zstd);
+        let (header, original) = (stored[0].header(), sent.header());
+        assert_eq!(
+            (
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.record_count,
+                header.last_offset_delta
+            ),
+            (
+                original.producer_id,
+                original.producer_epoch,
+                original.base_sequence,
+                original.record_count,
+                original.last_offset_delta
+            )
+        );
+        let values = |batch: &crate::log::RecordBatch| {
+            batch
+                .records()
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.offset, r.timestamp, r.key, r.value, r.headers))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(&stored[0]), values(&sent));
+
+        hosted.set_config(LogConfig::default()).unwrap();
+        hosted.append_as_leader(batch(Compression::Gzip, 2).bytes(), Acks::All, AppendOrigin::Client).unwrap();
+        read = hosted.read(2, 1 << 20, FirstBatch::Whole, Isolation::ReadUncommitted).unwrap();
+        let kept = BatchIter::new(read.records).next().unwrap().unwrap();
+        assert_eq!(kept.compression(), Compression::Gzip, "compression.type=producer keeps the producer's codec");
+        replicas.shutdown();
+    }
+
     fn follower_of_1(dir: &std::path::Path) -> (ReplicaManager, Arc<crate::partition::Partition>) {
         let replicas = ReplicaManager::new(2, dir, Arc::new(SystemClock));
         let state = LeaderAndIsr {

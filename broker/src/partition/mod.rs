@@ -23,7 +23,7 @@ pub mod parallel;
 pub mod partitioner;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,8 +32,9 @@ use tokio::sync::watch;
 
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
+use crate::log::config::TopicCompression;
 pub use crate::log::segment::FirstBatch;
-use crate::log::{AppendInfo, AppendOrigin, Log, LogConfig, LogContext, LogError, TxnVerification};
+use crate::log::{AppendInfo, AppendOrigin, Compression, Log, LogConfig, LogContext, LogError, TxnVerification};
 use crate::replication::leader::{AckStatus, FollowerFetch, IsrProposal, LeaderStart, LeaderState};
 use crate::replication::truncation::{truncation_for, LeaderEpochEnd, Truncation};
 
@@ -216,6 +217,20 @@ pub struct Partition {
     /// Set while appends fail with a storage error: the episode is logged once, at its start
     /// and at its end.
     storage_failing: AtomicBool,
+    /// The topic's `compression.type` as a codec id, or [`KEEP_PRODUCER_CODEC`]: read by
+    /// producers' appends outside the log lock, where they recompress.
+    recompress_to: AtomicU8,
+}
+
+/// `recompress_to` for `compression.type=producer`.
+const KEEP_PRODUCER_CODEC: u8 = u8::MAX;
+
+fn codec_of(compression: TopicCompression) -> u8 {
+    match compression {
+        TopicCompression::Producer => KEEP_PRODUCER_CODEC,
+        TopicCompression::Uncompressed => Compression::None.id(),
+        TopicCompression::Codec(codec) => codec.id(),
+    }
 }
 
 impl Partition {
@@ -235,6 +250,7 @@ impl Partition {
         replica_lag_time_max_ms: i64,
     ) -> Result<Partition, PartitionError> {
         check_partition_metadata(dir, topic_id)?;
+        let recompress_to = AtomicU8::new(codec_of(config.compression_type));
         let log = Log::open(dir, config, context)?;
         write_partition_metadata(dir, topic_id)?;
         let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
@@ -270,6 +286,7 @@ impl Partition {
             changed: watch::channel(0).0,
             progress: watch::channel(0).0,
             storage_failing: AtomicBool::new(false),
+            recompress_to,
         })
     }
 
@@ -574,6 +591,7 @@ impl Partition {
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
         if log.config() != &config {
+            self.recompress_to.store(codec_of(config.compression_type), Ordering::Relaxed);
             log.set_config(config);
         }
         Ok(())
@@ -626,6 +644,9 @@ impl Partition {
         origin: AppendOrigin,
         verification: TxnVerification,
     ) -> Result<(AppendInfo, i64, i32), PartitionError> {
+        // Outside the log lock: recompressing a batch is the costliest thing an append can do.
+        let recompressed = self.recompressed(records, origin)?;
+        let records = recompressed.as_ref().unwrap_or(records);
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
         let now_ms = self.now_ms(log);
@@ -660,6 +681,17 @@ impl Partition {
         }
         self.storage_ok();
         Ok((info, log_start_offset, leader_epoch))
+    }
+
+    /// A client's batches in the topic's `compression.type` when it names a codec and a batch
+    /// has another (Kafka's `LogValidator` recompresses the same way); `None` when they are
+    /// kept as sent. Coordinators write their own topics, whose codec is the producer's.
+    fn recompressed(&self, records: &Bytes, origin: AppendOrigin) -> Result<Option<Bytes>, PartitionError> {
+        let id = self.recompress_to.load(Ordering::Relaxed);
+        let Some(target) = Compression::from_id(id).filter(|_| origin == AppendOrigin::Client) else {
+            return Ok(None);
+        };
+        crate::log::records::recompress(records, target).map_err(|e| PartitionError::Log(LogError::CorruptBatch(e)))
     }
 
     /// acks=all: waits until the high watermark reaches `required_offset` (one past the

@@ -13,8 +13,12 @@ use crate::controller::{ApplyOutcome, Controller, MetadataRecord};
 use crate::metrics::Metrics;
 use crate::partition::{Partition, ReplicaManager};
 
-/// Pause before an ISR change whose proposal timed out or could not be forwarded is sent again.
+/// First pause before an ISR change whose proposal timed out or could not be forwarded is sent
+/// again; each further failure doubles it up to [`MAX_RESEND_BACKOFF`] (Kafka's
+/// AlterPartitionManager backs off exponentially too), so a metadata quorum without a leader
+/// is not asked five times a second per partition.
 const RESEND_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_RESEND_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Proposes `proposal` for `partition` in the background. Refused, the partition may propose
 /// again; not answered (a timeout, a forwarding failure: it may still commit), it is sent again
@@ -36,6 +40,8 @@ pub fn propose(controller: &Controller, metrics: &Arc<Metrics>, partition: Arc<P
             new_isr: proposal.new_isr.clone(),
             broker_epochs: proposal.broker_epochs.clone(),
         };
+        let mut backoff = RESEND_BACKOFF;
+        let mut failures = 0u32;
         loop {
             match controller.propose(record.clone()).await {
                 Ok(ApplyOutcome::Applied) => {
@@ -51,8 +57,15 @@ pub fn propose(controller: &Controller, metrics: &Arc<Metrics>, partition: Arc<P
                     partition.on_isr_change_failed(&proposal);
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "ISR change not answered; sending it again");
-                    tokio::time::sleep(RESEND_BACKOFF).await;
+                    // One warning per episode; the retries after it are debug lines.
+                    if failures == 0 {
+                        tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "ISR change not answered; sending it again with backoff");
+                    } else {
+                        tracing::debug!(topic = %partition.topic(), partition = partition.index(), error = %e, failures, "ISR change still not answered");
+                    }
+                    failures = failures.saturating_add(1);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RESEND_BACKOFF);
                     if partition.isr_change_outstanding(&proposal) {
                         continue;
                     }
