@@ -308,6 +308,9 @@ struct Group {
     initial_join: Option<InitialJoin>,
     /// A task waits for `initial_join`'s deadline (see `Membership::end_initial_join_on_time`).
     initial_join_timer: bool,
+    /// The generation whose leader's assignment is being stored: the members are answered (and
+    /// the group is Stable) only once `__consumer_offsets` has it ([`Membership::complete_sync`]).
+    storing: Option<i32>,
 }
 
 /// Kafka's `InitialDelayedJoin`: the join phase of a rebalance that started from Empty ends at
@@ -336,6 +339,7 @@ impl Group {
             initial_rebalance_delay: Duration::ZERO,
             initial_join: None,
             initial_join_timer: false,
+            storing: None,
         }
     }
 
@@ -521,6 +525,7 @@ impl Group {
 
     /// Starts (or keeps) a rebalance: parked syncs learn of it, the deadline is set.
     fn prepare_rebalance(&mut self, now: Instant) {
+        self.storing = None;
         if self.state == GroupState::CompletingRebalance {
             for member in self.members.values_mut() {
                 member.assignment = Bytes::new();
@@ -901,28 +906,73 @@ impl Membership {
                     member.session_deadline = now + member.session_timeout;
                     member.sync_waiter = Some(tx);
                 }
-                if group.leader_id.as_deref() == Some(request.member_id.as_str()) {
+                // The leader's assignment is taken, but nobody learns it (and the group stays
+                // CompletingRebalance) until it is stored: the caller stores
+                // `assignment_to_store` and calls `complete_sync`, as Kafka answers SyncGroup
+                // once the group's record is written.
+                if group.leader_id.as_deref() == Some(request.member_id.as_str()) && group.storing.is_none() {
                     let assignments: HashMap<&str, &Bytes> =
                         request.assignments.iter().map(|(id, a)| (id.as_str(), a)).collect();
                     for member in group.members.values_mut() {
                         member.assignment =
                             assignments.get(member.member_id.as_str()).map(|a| (*a).clone()).unwrap_or_default();
                     }
-                    group.state = GroupState::Stable;
-                    let protocol_type = group.protocol_type.clone();
-                    let protocol_name = group.protocol_name.clone();
-                    for member in group.members.values_mut() {
-                        if let Some(tx) = member.sync_waiter.take() {
-                            let _ = tx.send(SyncResult {
-                                error: None,
-                                protocol_type: protocol_type.clone(),
-                                protocol_name: protocol_name.clone(),
-                                assignment: member.assignment.clone(),
-                            });
-                        }
-                    }
+                    group.storing = Some(group.generation_id);
                 }
                 Reply::Parked(rx)
+            }
+        }
+    }
+
+    /// The group's metadata with the leader's assignment of `generation`, while it waits to be
+    /// stored (see [`Membership::sync`]); `None` once it is answered or a rebalance replaced it.
+    /// Only the leader's sync gets it (the one that handed the assignment in).
+    pub fn assignment_to_store(&self, group_id: &str, leader: &str, generation: i32) -> Option<GroupMetadataValue> {
+        let groups = self.lock();
+        let group = groups.groups.get(group_id)?;
+        let waiting = group.state == GroupState::CompletingRebalance
+            && group.storing == Some(generation)
+            && group.leader_id.as_deref() == Some(leader);
+        waiting.then(|| group.stored_value(crate::log::now_ms()))
+    }
+
+    /// Ends the sync of `generation` once its assignment's store is done (Kafka's
+    /// `classicGroupSyncGroup` completion): stored, the group is Stable and every parked member
+    /// gets its assignment; not stored, every parked member gets `error` and the group
+    /// rebalances (Kafka's `resetAndPropagateAssignmentWithError`). Nothing happens if a rebalance
+    /// or a later generation came first.
+    pub fn complete_sync(&self, group_id: &str, generation: i32, stored: Result<(), ResponseError>, now: Instant) {
+        let mut groups = self.lock();
+        let Some(group) = groups.groups.get_mut(group_id) else { return };
+        if group.state != GroupState::CompletingRebalance || group.storing != Some(generation) {
+            return;
+        }
+        group.storing = None;
+        match stored {
+            Ok(()) => {
+                group.state = GroupState::Stable;
+                let protocol_type = group.protocol_type.clone();
+                let protocol_name = group.protocol_name.clone();
+                for member in group.members.values_mut() {
+                    if let Some(tx) = member.sync_waiter.take() {
+                        let _ = tx.send(SyncResult {
+                            error: None,
+                            protocol_type: protocol_type.clone(),
+                            protocol_name: protocol_name.clone(),
+                            assignment: member.assignment.clone(),
+                        });
+                    }
+                }
+            }
+            Err(error) => {
+                for member in group.members.values_mut() {
+                    member.assignment = Bytes::new();
+                    if let Some(tx) = member.sync_waiter.take() {
+                        let _ = tx.send(SyncResult::error(error));
+                    }
+                }
+                group.prepare_rebalance(now);
+                group.maybe_complete_join(now);
             }
         }
     }

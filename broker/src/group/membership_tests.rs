@@ -74,14 +74,27 @@ fn sync_request(
     }
 }
 
+/// `Membership::sync` as the SyncGroup handler drives it: a leader's assignment is stored (here:
+/// at once, successfully) before anyone is answered.
+fn stored_sync(m: &Membership, request: SyncRequest, t: Instant) -> Reply<SyncResult> {
+    let (group, member, generation) = (request.group_id.clone(), request.member_id.clone(), request.generation_id);
+    let reply = m.sync(request, t);
+    if m.assignment_to_store(&group, &member, generation).is_some() {
+        m.complete_sync(&group, generation, Ok(()), t);
+    }
+    reply
+}
+
 /// One member joins and syncs: returns its member id and the generation.
 fn single_member_stable(m: &Membership, group: &str, t: Instant) -> (String, i32) {
     let result = answered(&mut parked(m.join(range(group, ""), t)));
     assert_eq!(result.error, None);
     assert_eq!(result.leader, result.member_id);
-    let sync = answered(&mut parked(
-        m.sync(sync_request(group, &result.member_id, result.generation_id, &[(&result.member_id, b"a1")]), t),
-    ));
+    let sync = answered(&mut parked(stored_sync(
+        &m,
+        sync_request(group, &result.member_id, result.generation_id, &[(&result.member_id, b"a1")]),
+        t,
+    )));
     assert_eq!(sync.assignment, Bytes::from_static(b"a1"));
     assert_eq!(m.state(group), Some(GroupState::Stable));
     (result.member_id, result.generation_id)
@@ -100,7 +113,11 @@ fn first_member_becomes_leader_and_gets_its_assignment() {
     assert!(result.member_id.starts_with("client-"));
     assert_eq!(result.members.len(), 1);
     assert_eq!(m.state("g"), Some(GroupState::CompletingRebalance));
-    let sync = answered(&mut parked(m.sync(sync_request("g", &result.member_id, 1, &[(&result.member_id, b"x")]), t)));
+    let sync = answered(&mut parked(stored_sync(
+        &m,
+        sync_request("g", &result.member_id, 1, &[(&result.member_id, b"x")]),
+        t,
+    )));
     assert_eq!(sync.assignment, Bytes::from_static(b"x"));
     assert_eq!(m.state("g"), Some(GroupState::Stable));
 }
@@ -146,16 +163,19 @@ fn followers_wait_for_the_leader_sync() {
     assert_eq!(ja.generation_id, 2);
     assert_eq!(ja.leader, a);
     let b = jb.member_id.clone();
-    let mut sync_b = parked(m.sync(sync_request("g", &b, 2, &[]), t));
+    let mut sync_b = parked(stored_sync(&m, sync_request("g", &b, 2, &[]), t));
     still_parked(&mut sync_b);
-    let sync_a = answered(&mut parked(m.sync(sync_request("g", &a, 2, &[(&a, b"A"), (&b, b"B")]), t)));
+    let sync_a = answered(&mut parked(stored_sync(&m, sync_request("g", &a, 2, &[(&a, b"A"), (&b, b"B")]), t)));
     assert_eq!(sync_a.assignment, Bytes::from_static(b"A"));
     assert_eq!(answered(&mut sync_b).assignment, Bytes::from_static(b"B"));
-    assert_eq!(now_result(m.sync(sync_request("g", &b, 2, &[]), t)).assignment, Bytes::from_static(b"B"));
+    assert_eq!(now_result(stored_sync(&m, sync_request("g", &b, 2, &[]), t)).assignment, Bytes::from_static(b"B"));
     assert_eq!(m.heartbeat("g", &b, None, 2, t), Ok(()));
     assert_eq!(m.heartbeat("g", &b, None, 1, t), Err(ResponseError::IllegalGeneration));
     assert_eq!(m.heartbeat("g", "nobody", None, 2, t), Err(ResponseError::UnknownMemberId));
-    assert_eq!(now_result(m.sync(sync_request("g", &b, 1, &[]), t)).error, Some(ResponseError::IllegalGeneration));
+    assert_eq!(
+        now_result(stored_sync(&m, sync_request("g", &b, 1, &[]), t)).error,
+        Some(ResponseError::IllegalGeneration)
+    );
 }
 
 #[test]
@@ -224,7 +244,7 @@ fn leave_group_rebalances_and_reports_each_member() {
     let mut rx_b = parked(m.join(range("g", ""), t));
     let ja = answered(&mut parked(m.join(range("g", &a), t)));
     let b = answered(&mut rx_b).member_id;
-    let mut sync_b = parked(m.sync(sync_request("g", &b, ja.generation_id, &[]), t));
+    let mut sync_b = parked(stored_sync(&m, sync_request("g", &b, ja.generation_id, &[]), t));
     let results = m.leave(
         "g",
         &[
@@ -278,7 +298,7 @@ fn static_member_rejoin_keeps_its_assignment_and_fences_the_old_id() {
     first.group_instance_id = Some("instance-1".into());
     let j1 = answered(&mut parked(m.join(first.clone(), t)));
     let old = j1.member_id.clone();
-    answered(&mut parked(m.sync(sync_request("g", &old, 1, &[(&old, b"P")]), t)));
+    answered(&mut parked(stored_sync(&m, sync_request("g", &old, 1, &[(&old, b"P")]), t)));
     let j2 = now_result(m.join(first.clone(), t));
     assert_eq!(j2.error, None);
     assert_ne!(j2.member_id, old);
@@ -286,7 +306,7 @@ fn static_member_rejoin_keeps_its_assignment_and_fences_the_old_id() {
     assert_eq!(m.state("g"), Some(GroupState::Stable));
     let mut sync = sync_request("g", &j2.member_id, 1, &[]);
     sync.group_instance_id = Some("instance-1".into());
-    assert_eq!(now_result(m.sync(sync, t)).assignment, Bytes::from_static(b"P"));
+    assert_eq!(now_result(stored_sync(&m, sync, t)).assignment, Bytes::from_static(b"P"));
     assert_eq!(m.heartbeat("g", &old, Some("instance-1"), 1, t), Err(ResponseError::FencedInstanceId));
     assert_eq!(m.validate_commit("g", &old, 1, Some("instance-1")), Err(ResponseError::FencedInstanceId));
     assert_eq!(m.validate_commit("g", &j2.member_id, 1, Some("instance-1")), Ok(()));
@@ -304,7 +324,7 @@ fn validate_commit_follows_kafka() {
     assert_eq!(m.validate_commit("simple", "", 3, None), Err(ResponseError::IllegalGeneration));
     let j = answered(&mut parked(m.join(range("g", ""), t)));
     assert_eq!(m.validate_commit("g", &j.member_id, 1, None), Err(ResponseError::RebalanceInProgress));
-    answered(&mut parked(m.sync(sync_request("g", &j.member_id, 1, &[]), t)));
+    answered(&mut parked(stored_sync(&m, sync_request("g", &j.member_id, 1, &[]), t)));
     assert_eq!(m.validate_commit("g", &j.member_id, 1, None), Ok(()));
     assert_eq!(m.validate_commit("g", &j.member_id, 0, None), Err(ResponseError::IllegalGeneration));
     assert_eq!(m.validate_commit("g", "nobody", 1, None), Err(ResponseError::UnknownMemberId));
@@ -366,7 +386,7 @@ fn initial_rebalance_delay_puts_members_starting_together_in_one_generation() {
     assert_eq!((ra.generation_id, rb.generation_id), (1, 1), "one generation for both");
     assert_eq!(ra.leader, ra.member_id);
     assert_eq!(ra.members.len(), 2);
-    m.sync(sync_request("g", &ra.member_id, 1, &[(&ra.member_id, b"A"), (&rb.member_id, b"B")]), ms(6_000));
+    stored_sync(&m, sync_request("g", &ra.member_id, 1, &[(&ra.member_id, b"A"), (&rb.member_id, b"B")]), ms(6_000));
     assert_eq!(m.state("g"), Some(GroupState::Stable));
 
     // A third member joining the Stable group: completes as soon as everyone rejoined.
@@ -435,7 +455,7 @@ fn static_pair(m: &Membership, t: Instant) -> (String, String) {
     m.sweep(t + Duration::from_millis(6_000));
     let (rl, rf) = (answered(&mut jl), answered(&mut jf));
     assert_eq!(rl.leader, rl.member_id);
-    m.sync(sync_request("s", &rl.member_id, 1, &[(&rl.member_id, b"L"), (&rf.member_id, b"F")]), t);
+    stored_sync(&m, sync_request("s", &rl.member_id, 1, &[(&rl.member_id, b"L"), (&rf.member_id, b"F")]), t);
     assert_eq!(m.state("s"), Some(GroupState::Stable));
     (rl.member_id, rf.member_id)
 }
@@ -460,7 +480,7 @@ fn restarted_static_leader_is_answered_as_kafka_does() {
     assert_eq!((old_client.generation_id, m.state("s")), (1, Some(GroupState::Stable)));
     let mut sync = sync_request("s", &old_client.member_id, 1, &[]);
     sync.group_instance_id = Some("l".into());
-    assert_eq!(now_result(m.sync(sync, t)).assignment, Bytes::from_static(b"L"));
+    assert_eq!(now_result(stored_sync(&m, sync, t)).assignment, Bytes::from_static(b"L"));
 
     again.supports_skip_assignment = true;
     let v9 = now_result(m.join(again, t));
@@ -585,7 +605,7 @@ fn a_restored_group_keeps_its_members_generation_and_assignment() {
     new.restore(&|group| group == "g", vec![("g".to_string(), stored)], t);
     assert_eq!(new.state("g"), Some(GroupState::Stable));
     assert_eq!(new.heartbeat("g", &member, None, generation, t), Ok(()));
-    let sync = now_result(new.sync(sync_request("g", &member, generation, &[]), t));
+    let sync = now_result(stored_sync(&new, sync_request("g", &member, generation, &[]), t));
     assert_eq!(sync.error, None);
     assert_eq!(&sync.assignment[..], b"a1");
     let description = new.describe("g").expect("described");
@@ -620,4 +640,30 @@ fn restoring_a_partition_replaces_groups_of_an_earlier_leadership() {
     let restored = no_delay();
     restored.restore(&|group| group == "e", vec![("e".to_string(), stored)], t);
     assert_eq!(restored.state("e"), Some(GroupState::Empty));
+}
+
+#[test]
+fn a_leader_sync_is_answered_only_once_stored_and_a_failed_store_rebalances() {
+    // Proves Kafka's order: the leader's assignment reaches no member (and the group is not
+    // Stable) until it is stored; a failed store answers every parked member with the error and
+    // starts a rebalance, where it answered the followers first and only logged the failure.
+    let m = no_delay();
+    let t = Instant::now();
+    let (a, _) = single_member_stable(&m, "g", t);
+    let mut join_b = parked(m.join(range("g", ""), t));
+    let ja = answered(&mut parked(m.join(range("g", &a), t)));
+    let b = answered(&mut join_b).member_id;
+    let generation = ja.generation_id;
+    let mut sync_b = parked(m.sync(sync_request("g", &b, generation, &[]), t));
+    let mut sync_a = parked(m.sync(sync_request("g", &a, generation, &[(&a, b"A"), (&b, b"B")]), t));
+    still_parked(&mut sync_b);
+    still_parked(&mut sync_a);
+    assert_eq!(m.state("g"), Some(GroupState::CompletingRebalance), "not Stable before it is stored");
+    assert!(m.assignment_to_store("g", &b, generation).is_none(), "a follower does not store");
+    let value = m.assignment_to_store("g", &a, generation).expect("the leader's assignment waits to be stored");
+    assert_eq!(value.generation, generation);
+    m.complete_sync("g", generation, Err(ResponseError::CoordinatorNotAvailable), t);
+    assert_eq!(answered(&mut sync_a).error, Some(ResponseError::CoordinatorNotAvailable));
+    assert_eq!(answered(&mut sync_b).error, Some(ResponseError::CoordinatorNotAvailable));
+    assert_eq!(m.state("g"), Some(GroupState::PreparingRebalance));
 }

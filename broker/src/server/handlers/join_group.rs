@@ -102,7 +102,18 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: JoinGroupR
     if !broker.groups.consumers.remove_if_empty(group) {
         return Some(response(JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id), version));
     }
+    let is_static = join.group_instance_id.is_some();
     let result = match broker.groups.membership.join(join, membership::now()) {
+        // A static member that replaced its old id in a Stable group (no rebalance) is answered
+        // once the group with its new id is stored, as Kafka's
+        // `updateStaticMemberThenRebalanceOrCompleteJoin` does: else a new coordinator would
+        // restore the old id, unfencing the instance it replaced.
+        Reply::Now(result) if is_static && result.error.is_none() => {
+            match super::sync_group::persist_group(broker, group).await {
+                Ok(()) => result,
+                Err(code) => JoinResult::error(code, &result.member_id),
+            }
+        }
         Reply::Now(result) => result,
         Reply::Parked(rx) => {
             let wait = Duration::from_millis(rebalance_timeout_ms.max(0) as u64) + PARKED_SLACK;

@@ -1,6 +1,6 @@
 //! SyncGroup (v0-5): the leader hands in the assignments, every member gets its own. A
-//! follower's request is parked until the leader's arrives (or the rebalance restarts). Once a
-//! generation is complete the group's metadata is written to `__consumer_offsets`.
+//! follower's request is parked until the leader's arrives (or the rebalance restarts), and
+//! every member is answered once the generation's metadata is stored in `__consumer_offsets`.
 
 use std::time::Duration;
 
@@ -11,8 +11,10 @@ use super::join_group::authorize_and_check_coordinator;
 use super::str_bytes;
 use crate::group::membership::{self, Reply, SyncRequest, SyncResult};
 use crate::group::offsets::Replicated;
+use crate::group::schema::GroupMetadataValue;
 use crate::log::now_ms;
 use crate::security::acl::Operation;
+use crate::server::errors::offset_error_code;
 use crate::server::Broker;
 
 /// How long a follower waits for the leader's assignments. Kafka bounds it by the rebalance
@@ -49,7 +51,6 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupR
         };
         return Some(response(result, version));
     }
-    let is_leader_sync = !request.assignments.is_empty();
     let sync = SyncRequest {
         group_id: group.clone(),
         generation_id: request.generation_id,
@@ -59,36 +60,52 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: SyncGroupR
         protocol_name: request.protocol_name.as_ref().map(|s| s.to_string()),
         assignments: request.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
     };
-    let result = match broker.groups.membership.sync(sync, membership::now()) {
+    let membership = &broker.groups.membership;
+    let reply = membership.sync(sync, membership::now());
+    // The leader's assignment is stored (and the ISR has it) before any member learns it, as
+    // Kafka's SyncGroup does: a coordinator that fails over afterwards restores exactly this
+    // generation. Not stored, the members get the error and rejoin.
+    if let Some(value) = membership.assignment_to_store(&group, &request.member_id, request.generation_id) {
+        let stored = store_group(broker, &group, value).await;
+        membership.complete_sync(&group, request.generation_id, stored, membership::now());
+    }
+    let result = match reply {
         Reply::Now(result) => result,
         Reply::Parked(rx) => match tokio::time::timeout(PARKED_MAX, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) | Err(_) => SyncResult::error(ResponseError::RebalanceInProgress),
         },
     };
-    if result.error.is_none() && is_leader_sync {
-        persist_group(broker, &group).await;
-    }
     Some(response(result, version))
 }
 
-/// Writes the group's current generation (or that it is Empty now) to `__consumer_offsets`
-/// (the append off the async workers) and waits until the ISR has it, as Kafka's SyncGroup
-/// does: a coordinator that fails over afterwards restores exactly this generation. A failure
-/// is logged: the group works on from memory, and after a failover its members rejoin.
-pub(crate) async fn persist_group(broker: &Broker, group: &str) {
-    let Some(value) = broker.groups.membership.metadata_value(group, now_ms()) else { return };
+/// Writes the group's current generation (or that it is Empty now) to `__consumer_offsets` and
+/// waits until the ISR has it. A failure is logged: the group works on from memory, and after a
+/// failover its members rejoin.
+pub(crate) async fn persist_group(broker: &Broker, group: &str) -> Result<(), ResponseError> {
+    let Some(value) = broker.groups.membership.metadata_value(group, now_ms()) else { return Ok(()) };
+    store_group(broker, group, value).await
+}
+
+/// Stores `value` as the group's metadata (the append off the async workers) and waits until
+/// the ISR has it; a failure is Kafka's error for a failed group store (`GroupMetadataManager`:
+/// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, or UNKNOWN_SERVER_ERROR for a record too large).
+async fn store_group(broker: &Broker, group: &str, value: GroupMetadataValue) -> Result<(), ResponseError> {
     let groups = broker.groups.clone();
-    let group = group.to_string();
-    let stored = tokio::task::spawn_blocking(move || groups.offsets.store_group_metadata(&group, value)).await;
+    let name = group.to_string();
+    let stored = tokio::task::spawn_blocking(move || groups.offsets.store_group_metadata(&name, value)).await;
     let replicated = match stored {
         Ok(Ok(replicated)) => replicated.wait(Replicated::TIMEOUT).await,
         Ok(Err(e)) => Err(e),
-        Err(_) => return,
+        Err(_) => return Err(ResponseError::CoordinatorNotAvailable),
     };
-    if let Err(e) = replicated {
-        tracing::debug!(error = %e, "could not store group metadata");
-    }
+    replicated.map_err(|e| {
+        tracing::debug!(group, error = %e, "could not store group metadata");
+        match offset_error_code(&e) {
+            ResponseError::InvalidCommitOffsetSize => ResponseError::UnknownServerError,
+            code => code,
+        }
+    })
 }
 
 fn response(result: SyncResult, version: i16) -> SyncGroupResponse {
