@@ -773,7 +773,9 @@ impl ConsumerGroup {
     /// Whether the members' resolved subscriptions or the subscribed topics' metadata changed
     /// since last looked at (the caller bumps the group epoch).
     fn refresh_subscription(&mut self, image: &MetadataImage, force: bool) -> bool {
-        if !force && self.metadata_index == Some(image.applied_index) {
+        // An older image than the one last looked at (a heartbeat that took it before another
+        // heartbeat's newer one got here) would move the group back, then forward again.
+        if !force && self.metadata_index.is_some_and(|seen| seen >= image.applied_index) {
             return false;
         }
         self.metadata_index = Some(image.applied_index);
@@ -882,23 +884,24 @@ impl ConsumerGroup {
         if job.group_epoch != self.group_epoch || job.group_epoch <= self.target_epoch {
             return false;
         }
-        let mut target = HashMap::new();
+        // Every member has a target, empty where the plan names it not (Kafka's
+        // TargetAssignmentBuilder): a member the plan leaves out must lose its old target in the
+        // log too, or a coordinator that loads the group would bring it back.
+        let mut target: HashMap<String, Assignment> =
+            self.members.keys().map(|member_id| (member_id.clone(), Assignment::new())).collect();
         for (member_id, topics) in &outcome.plan {
-            if !self.members.contains_key(member_id) {
-                continue;
-            }
-            let mut assignment = Assignment::new();
+            let Some(assignment) = target.get_mut(member_id) else { continue };
             for (name, partitions) in topics {
                 if let Some(id) = job.topic_ids.get(name) {
                     assignment.insert(*id, partitions.clone());
                 }
             }
-            target.insert(member_id.clone(), assignment);
         }
         // Kafka's TargetAssignmentBuilder: a record per member whose target changed, then the
         // assignment epoch.
         for (member_id, assignment) in &target {
-            if self.target.get(member_id) != Some(assignment) {
+            let before = self.target.get(member_id);
+            if before != Some(assignment) && !(before.is_none() && assignment.is_empty()) {
                 let value = Some(to_stored(assignment));
                 self.unsaved.push(ConsumerRecord::TargetMember { member_id: member_id.clone(), value });
             }
@@ -1250,9 +1253,30 @@ impl ConsumerGroups {
                     ));
                 };
                 if request.member_epoch == STATIC_LEAVE_EPOCH && member.instance_id.is_some() {
+                    if member.instance_id != request.instance_id {
+                        return Begin::Answer(HeartbeatAnswer::error(
+                            ResponseError::FencedInstanceId,
+                            format!(
+                                "Static member {} does not have instance id {:?}.",
+                                request.member_id, request.instance_id
+                            ),
+                        ));
+                    }
                     member.left_static = true;
                     member.session_deadline = now + session;
                     member.revocation_deadline = None;
+                    // What it was giving up is released now (Kafka clears the partitions
+                    // pending revocation on a static leave): no one waits for the static
+                    // session to end for them. It keeps what it is assigned.
+                    let released = std::mem::take(&mut member.revoking);
+                    if member.state == MemberState::UnrevokedPartitions {
+                        member.state = MemberState::Stable;
+                    }
+                    for tp in flatten(&released) {
+                        if g.owners.get(&tp).is_some_and(|owner| *owner == request.member_id) {
+                            g.owners.remove(&tp);
+                        }
+                    }
                     g.save_current(&request.member_id);
                     tracing::debug!(group = %request.group_id, member = %request.member_id, "static member left for now");
                     let write = g.flush(self.store.get());
@@ -1355,9 +1379,11 @@ impl ConsumerGroups {
             g.save_epoch();
         }
         let job = (g.target_epoch < g.group_epoch).then(|| g.assign_job(image, self.config.default_assignor()));
+        // Kafka's `isFullRequest`: a member that resends everything (after a lost answer, say)
+        // gets its assignment back, whether it subscribes by names or by a regex (KIP-848).
         let full_request = request.member_epoch == JOIN_EPOCH
             || (request.rebalance_timeout_ms != -1
-                && request.subscribed_topic_names.is_some()
+                && (request.subscribed_topic_names.is_some() || request.subscribed_topic_regex.is_some())
                 && request.owned.is_some());
         drop(g);
         let joined = request.member_epoch == JOIN_EPOCH;
@@ -1389,6 +1415,13 @@ impl ConsumerGroups {
                     return Ok((member_id, false));
                 }
                 if existing != member_id {
+                    if g.members.contains_key(&member_id) {
+                        // Replacing would overwrite another live member (and strand what it owns).
+                        return Err((
+                            ResponseError::InvalidRequest,
+                            Some(format!("Member id {member_id} belongs to another member of the group.")),
+                        ));
+                    }
                     if g.members.get(&existing).is_some_and(|m| m.left_static) {
                         g.replace_static(&existing, &member_id);
                         return Ok((member_id, false));
@@ -1433,6 +1466,9 @@ impl ConsumerGroups {
     pub fn finish(&self, pending: Pending, outcome: Option<AssignOutcome>, now: Instant) -> (HeartbeatAnswer, Write) {
         let (mut g, present) = self.settle(&pending, outcome.as_ref(), now);
         let write = g.flush(self.store.get());
+        if g.gone {
+            return (HeartbeatAnswer::error(ResponseError::CoordinatorLoadInProgress, None), write);
+        }
         if !present {
             let answer = HeartbeatAnswer::error(
                 ResponseError::UnknownMemberId,
@@ -1477,6 +1513,12 @@ impl ConsumerGroups {
         now: Instant,
     ) -> (MutexGuard<'a, ConsumerGroup>, bool) {
         let mut g = lock(&pending.group);
+        if g.gone {
+            // Dropped while the assignor ran (a reload, a resignation, a deletion): the group
+            // that replaced it (if any) is another object; nothing of this one may reach the log.
+            g.unsaved.clear();
+            return (g, false);
+        }
         if let (Some(job), Some(outcome)) = (&pending.job, outcome) {
             if g.install(job, outcome) {
                 g.target_installed_at = Some(now);
@@ -1634,6 +1676,10 @@ fn sweep(
         groups.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
     for group in all {
         let mut g = lock(&group);
+        if g.gone {
+            // Dropped since the snapshot above: its members are another object's now.
+            continue;
+        }
         let (expired, downgrade) = g.expire(now, config, downgrader.is_some());
         if expired > 0 {
             if let Some(Err(error)) = g.flush(store) {

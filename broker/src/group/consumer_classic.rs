@@ -212,7 +212,8 @@ impl ConsumerGroups {
             })
         });
         let write = g.flush(self.store.get());
-        (joined.ok_or(ResponseError::UnknownMemberId), write)
+        let missing = if g.gone { ResponseError::CoordinatorLoadInProgress } else { ResponseError::UnknownMemberId };
+        (joined.ok_or(missing), write)
     }
 
     /// SyncGroup of a classic member in a consumer group; `None` when `group_id` is not a

@@ -876,3 +876,103 @@ fn joining_and_reconciling_members_get_the_shorter_interval() {
     let g = ConsumerGroups::new(ConsumerGroupConfig { heartbeat_interval_ms: 100, ..Default::default() });
     assert_eq!(Client::new("c", &["t"]).beat(&g, &image, now).heartbeat_interval_ms, 100);
 }
+
+#[test]
+fn a_full_request_by_regex_gets_its_assignment_back() {
+    // Proves Kafka's `isFullRequest` counts a regex subscription as a subscription: a member
+    // subscribed by regex that resends everything (its answer was lost) gets its assignment;
+    // it got none, kept what it had and never consumed the partition it was given.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "orders-1", 1, 2);
+    let now = Instant::now();
+    let mut join = Client::new("a", &[]).request();
+    join.subscribed_topic_names = None;
+    join.subscribed_topic_regex = Some("orders-.*".into());
+    let answer = heartbeat(&g, join, &image, now);
+    assert_eq!(answer.error, None);
+    let epoch = answer.member_epoch;
+    let mut full = Client::new("a", &[]).request();
+    full.member_epoch = epoch;
+    full.rebalance_timeout_ms = 60_000;
+    full.subscribed_topic_names = None;
+    full.subscribed_topic_regex = Some("orders-.*".into());
+    full.owned = Some(Assignment::new());
+    let answer = heartbeat(&g, full, &image, now);
+    assert_eq!(answer.error, None);
+    let assigned = answer.assignment.expect("a full request is told its assignment");
+    assert_eq!(flatten(&assigned).count(), 2);
+}
+
+#[test]
+fn a_static_leave_releases_what_the_member_was_revoking() {
+    // Proves a static member that leaves (epoch -2) while it owes a revocation releases those
+    // partitions at once, as Kafka clears its partitions pending revocation: the member they
+    // go to got them only after the static member's session expired.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 2);
+    let now = Instant::now();
+    let mut a = Client::new("a", &["t"]);
+    a.instance = Some("i-1".into());
+    a.beat(&g, &image, now);
+    assert_eq!(a.count(), 2);
+    let mut b = Client::new("b", &["t"]);
+    b.beat(&g, &image, now);
+    assert_eq!(b.count(), 0, "b waits for a's revocation");
+    // a learns of the revocation but leaves before acknowledging it.
+    let revoking = a.request();
+    assert_eq!(heartbeat(&g, revoking, &image, now).error, None);
+    let mut leave = a.request();
+    leave.member_epoch = STATIC_LEAVE_EPOCH;
+    assert_eq!(heartbeat(&g, leave, &image, now).member_epoch, STATIC_LEAVE_EPOCH);
+    b.beat(&g, &image, now);
+    assert_eq!(b.count(), 1, "the partition a was giving up goes to b at once");
+}
+
+#[test]
+fn a_static_join_may_not_take_another_members_id() {
+    // Proves a static member replacing its departed instance under the member id of another
+    // live member is refused; it overwrote that member and stranded its partitions.
+    let (g, image, now, _, b, _) = after_a_static_leave();
+    let mut thief = Client::new(&b.id, &["t"]);
+    thief.instance = Some("i-1".into());
+    assert_eq!(thief.beat(&g, &image, now).error.unwrap().0, ResponseError::InvalidRequest);
+    assert_eq!(g.describe("g").unwrap().members.len(), 2);
+}
+
+#[test]
+fn a_member_the_plan_leaves_out_loses_its_target_in_the_log_too() {
+    // Proves a target assignment writes an (empty) target record for a member its plan names
+    // not (Kafka's TargetAssignmentBuilder): the range assignor leaves out a member whose
+    // topics do not exist; its old target stayed in the log, and a coordinator that loaded the
+    // group gave it back.
+    let (g, written) = recording_groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 2);
+    let now = Instant::now();
+    let range = |client: &Client| {
+        let mut request = client.request();
+        request.server_assignor = Some("range".into());
+        request
+    };
+    let (mut a, mut b) = (Client::new("a", &["t"]), Client::new("b", &["t"]));
+    for _ in 0..3 {
+        for client in [&mut a, &mut b] {
+            let answer = heartbeat(&g, range(client), &image, now);
+            client.epoch = answer.member_epoch;
+            if let Some(assignment) = answer.assignment {
+                client.owned = assignment;
+            }
+        }
+    }
+    assert_eq!(b.count(), 1);
+    let mut away = range(&b);
+    away.subscribed_topic_names = Some(vec!["missing".into()]);
+    assert_eq!(heartbeat(&g, away, &image, now).error, None);
+    assert!(g.describe("g").unwrap().members.iter().all(|m| m.member_id != "b" || m.target_assignment.is_empty()));
+    let restored = groups();
+    restored.restore(&|_| true, vec![("g".to_string(), stored_from(&written).expect("records written"))], now);
+    let b_after = restored.describe("g").unwrap().members.into_iter().find(|m| m.member_id == "b").unwrap();
+    assert!(b_after.target_assignment.is_empty(), "restored target {:?}", b_after.target_assignment);
+}

@@ -210,6 +210,12 @@ impl Reloads {
         if !self.scheduled.lock().unwrap_or_else(|p| p.into_inner()).insert(partition) {
             return;
         }
+        // Held off from now, not from when the reload's thread gets to run: a later write of
+        // another group of the partition that succeeded meanwhile could build on the change
+        // that failed (e.g. take a partition whose revocation never reached the log).
+        if let Some(offsets) = self.offsets.upgrade() {
+            offsets.hold_off_until_reloaded(partition);
+        }
         tracing::warn!(
             partition,
             %error,

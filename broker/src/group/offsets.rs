@@ -464,6 +464,16 @@ impl OffsetStore {
         load_into(&slot, &hosted, &self.loads, self.on_load.get(), self.partition_count())
     }
 
+    /// Marks `partition` `reload_pending` at once, ahead of a [`OffsetStore::reload`] scheduled
+    /// on another thread: consumer groups' writes to it are answered
+    /// COORDINATOR_LOAD_IN_PROGRESS until the reload has run. Never waits for a load (the
+    /// caller holds a group's lock, which a load may need).
+    pub fn hold_off_until_reloaded(&self, partition: u32) {
+        if let Some(slot) = self.slot(partition) {
+            slot.lock().reload_pending = true;
+        }
+    }
+
     /// Runs `f` on the shard of `partition` under its mutex, once the shard is in memory for
     /// the partition's current incarnation; `cold` says what to do if it is not.
     /// Only the partition's leader coordinates its groups: a follower answers NOT_COORDINATOR,
