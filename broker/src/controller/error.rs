@@ -67,6 +67,9 @@ pub enum ControllerError {
     /// The controller is shut down.
     #[error("metadata controller is shut down")]
     Shutdown,
+    /// A record larger than one metadata log entry may be; nothing was proposed.
+    #[error("metadata record of {size} bytes exceeds the limit of {max} bytes")]
+    RecordTooLarge { size: usize, max: usize },
 }
 
 /// The text of an openraft error (openraft types stay inside `controller/`).

@@ -320,9 +320,10 @@ impl MetadataImage {
                 if !valid_replica_lists(partitions) {
                     return ApplyOutcome::InvalidReplicaAssignment;
                 }
-                let Some(partitions) = number_partitions(0, partitions) else {
+                let Some(mut partitions) = number_partitions(0, partitions) else {
                     return ApplyOutcome::InvalidPartitionCount { current: 0 };
                 };
+                self.lead_with_live_replicas(&mut partitions);
                 let topic =
                     TopicImage { name: name.clone(), topic_id: *topic_id, partitions, configs: configs.clone() };
                 self.insert_topic(topic);
@@ -343,9 +344,10 @@ impl MetadataImage {
                 if !valid_replica_lists(new_partitions) {
                     return ApplyOutcome::InvalidReplicaAssignment;
                 }
-                let Some(added) = number_partitions(current, new_partitions) else {
+                let Some(mut added) = number_partitions(current, new_partitions) else {
                     return ApplyOutcome::InvalidPartitionCount { current };
                 };
+                self.lead_with_live_replicas(&mut added);
                 self.topic_mut(topic).expect("looked up above").partitions.extend(added);
                 ApplyOutcome::Applied
             }
@@ -499,6 +501,12 @@ impl MetadataImage {
                         current: p.partition_epoch,
                     };
                 }
+                // A new leader must be live when the change commits, whatever the proposer's
+                // image said: a fenced leader is never moved away by anything (fencing and
+                // offline elections only look at live leaders and leaderless partitions).
+                if leader.is_some_and(|l| Some(l) != p.leader && !self.is_live(l)) {
+                    return ApplyOutcome::InvalidPartitionChange;
+                }
                 let replicas = assignment.as_ref().map_or(&p.replicas, |a| &a.replicas);
                 let valid = !isr.is_empty()
                     && !has_duplicate(isr)
@@ -525,6 +533,23 @@ impl MetadataImage {
 }
 
 impl MetadataImage {
+    /// New partitions are led by their first live replica with the live replicas as the ISR
+    /// (Kafka's `createTopic`: the ISR is the active replicas, the leader its first). With no
+    /// replica live the partition starts leaderless with every replica in the ISR (all are
+    /// empty, so any may lead), and the first to be unfenced is elected; a fenced leader would
+    /// never be moved away (fencing and offline elections leave a partition with a leader alone).
+    fn lead_with_live_replicas(&self, partitions: &mut [PartitionImage]) {
+        for p in partitions {
+            let live: Vec<NodeId> = p.replicas.iter().copied().filter(|&r| self.is_live(r)).collect();
+            if live.is_empty() {
+                p.leader = None;
+            } else {
+                p.leader = live.first().copied();
+                p.isr = live;
+            }
+        }
+    }
+
     fn partition_mut(&mut self, topic: &str, partition: u32) -> Option<&mut PartitionImage> {
         let index = usize::try_from(partition).ok()?;
         self.topic_mut(topic)?.partitions.get_mut(index)
@@ -717,10 +742,56 @@ mod tests {
         }
     }
 
+    /// An image where brokers 1 to 5 are registered and unfenced (broker epoch = node id).
+    fn with_live_brokers() -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for node_id in 1..=5 {
+            let info = BrokerInfo {
+                node_id,
+                host: "h".into(),
+                port: node_id as u16,
+                rack: None,
+                broker_epoch: node_id as i64,
+                fenced: false,
+                listeners: vec![],
+            };
+            image.brokers.insert(node_id, info);
+        }
+        image
+    }
+
+    #[test]
+    fn new_partitions_are_led_by_live_replicas_and_changes_never_name_a_fenced_leader() {
+        // Proves a fenced broker never becomes a leader, as in Kafka's createTopic and
+        // PartitionChange handling: a new partition whose first replica is fenced was led by it
+        // (offline for good: nothing moves a fenced leader), and a PartitionChange computed on a
+        // stale image could name a fenced leader.
+        let mut image = with_live_brokers();
+        image.brokers.get_mut(&3).unwrap().fenced = true;
+        image.brokers.get_mut(&4).unwrap().fenced = true;
+        assert_eq!(image.apply(&create("a", 1, vec![vec![3, 1], vec![3, 4]])), ApplyOutcome::Applied);
+        let p0 = image.partition("a", 0).unwrap().clone();
+        assert_eq!((p0.leader, p0.isr.clone()), (Some(1), vec![1]), "the live replica leads");
+        let p1 = image.partition("a", 1).unwrap().clone();
+        assert_eq!((p1.leader, p1.isr.clone()), (None, vec![3, 4]), "no live replica: leaderless");
+        let to_fenced = MetadataRecord::PartitionChange {
+            topic: "a".into(),
+            partition: 0,
+            expected_partition_epoch: p0.partition_epoch,
+            leader: Some(3),
+            isr: vec![3],
+            assignment: None,
+        };
+        assert_eq!(image.apply(&to_fenced), ApplyOutcome::InvalidPartitionChange);
+        // The first of them unfenced is elected.
+        assert_eq!(image.apply(&MetadataRecord::UnfenceBroker { node_id: 4, broker_epoch: 4 }), ApplyOutcome::Applied);
+        assert_eq!(image.partition("a", 1).unwrap().leader, Some(4));
+    }
+
     // Proves CreateTopic builds partitions with leader = first replica, epoch 0, isr = replicas.
     #[test]
     fn create_topic_initialises_partitions() {
-        let mut image = MetadataImage::default();
+        let mut image = with_live_brokers();
         assert_eq!(image.apply(&create("a", 1, vec![vec![2, 1], vec![1, 2]])), ApplyOutcome::Applied);
         let p1 = image.partition("a", 1).expect("partition 1");
         assert_eq!(
@@ -850,7 +921,7 @@ mod tests {
     // Proves CreatePartitions appends numbered partitions and rejects a non-increase or unknown topic.
     #[test]
     fn create_partitions_outcomes() {
-        let mut image = MetadataImage::default();
+        let mut image = with_live_brokers();
         image.apply(&create("a", 1, vec![vec![1], vec![2]]));
         let grow = |new_partitions| MetadataRecord::CreatePartitions {
             topic: "a".into(),
@@ -889,7 +960,7 @@ mod tests {
     // applies only against the current partition epoch, and refuses malformed ISRs.
     #[test]
     fn partition_change_epochs() {
-        let mut image = MetadataImage::default();
+        let mut image = with_live_brokers();
         image.apply(&create("a", 1, vec![vec![1, 2, 3]]));
         let change = |expected_partition_epoch, leader, isr| MetadataRecord::PartitionChange {
             topic: "a".into(),
@@ -934,7 +1005,7 @@ mod tests {
     // it was applied to (what keeps applying O(what changed) and lets the node diff images).
     #[test]
     fn a_record_copies_only_the_topics_it_changes() {
-        let mut image = MetadataImage::default();
+        let mut image = with_live_brokers();
         for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
             image.apply(&create(name, i as u8 + 1, vec![vec![1, 2], vec![2, 1]]));
         }
@@ -1070,7 +1141,7 @@ mod tests {
     // reorder), survives a snapshot-shaped round trip of fields, and refuses malformed ones.
     #[test]
     fn partition_change_with_an_assignment() {
-        let mut image = MetadataImage::default();
+        let mut image = with_live_brokers();
         image.apply(&create("a", 1, vec![vec![1, 2]]));
         let change = |expected_partition_epoch, leader, isr: Vec<NodeId>, replicas: Vec<NodeId>, adding, removing| {
             MetadataRecord::PartitionChange {

@@ -492,6 +492,7 @@ impl Controller {
     }
 
     async fn propose_until(&self, record: MetadataRecord, deadline: Instant) -> Result<ApplyOutcome, ControllerError> {
+        check_record_size(&record)?;
         let mut metrics = self.inner.raft.metrics();
         loop {
             match self.inner.raft.client_write(record.clone()).await {
@@ -856,5 +857,38 @@ mod tests {
         let batches: Vec<Vec<String>> = batches(records).iter().map(names).collect();
         assert_eq!(batches, vec![vec!["a", "b", "c"], vec!["d"], vec!["e"], vec!["f"]]);
         assert!(super::batches(Vec::new()).is_empty());
+    }
+}
+
+/// The largest encoded metadata record: one log entry must fit in one raft frame
+/// (`network::MAX_FRAME_BYTES`) with room for the envelope. A bigger one would be appended by
+/// the leader and then never replicate (a frame of one entry cannot be split), stopping every
+/// later commit.
+pub(crate) const MAX_RECORD_BYTES: usize = network::MAX_FRAME_BYTES / 2;
+
+/// Refuses a record over [`MAX_RECORD_BYTES`] before it reaches the log.
+pub(crate) fn check_record_size(record: &MetadataRecord) -> Result<(), ControllerError> {
+    let size = serde_json::to_vec(record).map(|encoded| encoded.len()).unwrap_or(usize::MAX);
+    if size > MAX_RECORD_BYTES {
+        return Err(ControllerError::RecordTooLarge { size, max: MAX_RECORD_BYTES });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod record_size_tests {
+    use super::*;
+
+    #[test]
+    fn a_record_too_big_for_one_log_entry_is_refused_before_the_log() {
+        // Proves a record that could never replicate (one entry larger than a raft frame) is
+        // refused up front: it was appended by the leader and stopped every later commit.
+        let configs = |value: String| MetadataRecord::SetTopicConfigs {
+            topic: "t".into(),
+            configs: std::collections::BTreeMap::from([("k".to_string(), value)]),
+        };
+        assert!(check_record_size(&configs("v".into())).is_ok());
+        let huge = configs("x".repeat(MAX_RECORD_BYTES));
+        assert!(matches!(check_record_size(&huge), Err(ControllerError::RecordTooLarge { .. })));
     }
 }

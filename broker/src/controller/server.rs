@@ -190,6 +190,9 @@ pub(crate) async fn propose_as_leader(
     record: MetadataRecord,
     timeout: Duration,
 ) -> Result<Proposed, ForwardError> {
+    if let Err(e) = super::check_record_size(&record) {
+        return Err(ForwardError::Failed { message: e.to_string() });
+    }
     match tokio::time::timeout(timeout, raft.client_write(record)).await {
         Err(_) => Err(ForwardError::Timeout),
         Ok(Ok(resp)) => Ok(Proposed { outcome: resp.data, log_index: resp.log_id.index }),

@@ -74,6 +74,9 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
     match error {
         ControllerError::NotLeader { .. } | ControllerError::Shutdown => ResponseError::NotController,
         ControllerError::Timeout | ControllerError::Forward { .. } => ResponseError::RequestTimedOut,
+        // Too big for one metadata log entry (e.g. a CreateAcls of very many ACLs): the
+        // request as sent can never be applied.
+        ControllerError::RecordTooLarge { .. } => ResponseError::PolicyViolation,
         ControllerError::Io { .. }
         | ControllerError::Bind { .. }
         | ControllerError::DataDirLocked { .. }

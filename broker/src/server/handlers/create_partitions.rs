@@ -98,7 +98,10 @@ async fn grow(
         Some(assignments) => {
             let assignments: Vec<Vec<i32>> =
                 assignments.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect();
-            check_assignments(&assignments, additional, replication_factor, |id| image.brokers.contains_key(&id))?
+            let checked =
+                check_assignments(&assignments, additional, replication_factor, |id| image.brokers.contains_key(&id))?;
+            check_some_live(&checked, first_new, |id| image.is_live(id))?;
+            checked
         }
         None => {
             let replication_factor = if replication_factor == 0 {
@@ -221,6 +224,27 @@ pub(super) fn check_assignments(
         result.push(ids);
     }
     Ok(result)
+}
+
+/// Kafka's `createTopic` / `createPartitions` check: a manual assignment of a partition whose
+/// brokers are all fenced is refused (it could have no leader); `first` numbers the first one.
+pub(super) fn check_some_live(
+    assignments: &[Vec<u64>],
+    first: u32,
+    live: impl Fn(u64) -> bool,
+) -> Result<(), (ResponseError, String)> {
+    for (replicas, partition) in assignments.iter().zip(first..) {
+        if !replicas.iter().any(|&id| live(id)) {
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "All brokers specified in the manual partition assignment for partition {partition} are fenced \
+                     or in controlled shutdown."
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -250,9 +250,14 @@ fn validate(
             }
             let replicas: Vec<Vec<i32>> = assignments.into_iter().map(|(_, replicas)| replicas).collect();
             let replication_factor = replicas.first().map_or(0, Vec::len);
-            super::create_partitions::check_assignments(&replicas, replicas.len() as u32, replication_factor, |id| {
-                image.brokers.contains_key(&id)
-            })?
+            let checked = super::create_partitions::check_assignments(
+                &replicas,
+                replicas.len() as u32,
+                replication_factor,
+                |id| image.brokers.contains_key(&id),
+            )?;
+            super::create_partitions::check_some_live(&checked, 0, |id| image.is_live(id))?;
+            checked
         }
         Assignment::Auto { partitions, replication_factor } => {
             // Kafka's checks and words (ReplicationControlManager.createTopic).
