@@ -314,3 +314,58 @@ fn http_instances_on_the_consumer_protocol_share_a_group_with_librdkafka_and_cho
     let invalid = api.send_json("POST", "/consumers/x", V2, &json!({"group.remote.assignor": "range"}));
     assert_eq!(invalid.status, 422, "{}", invalid.text);
 }
+
+#[test]
+fn a_second_subscription_joins_and_a_duplicated_assignment_reads_once() {
+    // Proves an instance subscribed twice consumes its new subscription (the membership of the
+    // second subscribe stopped at once: every poll answered [] for good), and a partition named
+    // twice in an assignment is read once (every record came back twice).
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "first", 1);
+    support::create_topic(&node, "second", 1);
+    produce(&api, "second", 1, 3);
+    let base = create_instance(&api, "resubscribers", "web", json!({}));
+    assert_eq!(api.post(&format!("{base}/subscription"), &json!({"topics": ["first"]})).status, 204);
+    assert_eq!(api.post(&format!("{base}/subscription"), &json!({"topics": ["second"]})).status, 204);
+    let mut values = Vec::new();
+    assert!(
+        wait_until(TIMEOUT, || {
+            let polled = api.get(&format!("{base}/records?timeout=200"));
+            values.extend(polled.json.as_array().into_iter().flatten().map(|r| r["value"]["i"].as_i64().unwrap()));
+            values.len() >= 3
+        }),
+        "the second subscription never consumed"
+    );
+    assert_eq!(values, vec![0, 1, 2]);
+
+    let manual = create_instance(&api, "assigners", "twice", json!({}));
+    let partition = json!({"topic": "second", "partition": 0});
+    let assign = api.post(&format!("{manual}/assignments"), &json!({"partitions": [partition, partition]}));
+    assert_eq!(assign.status, 204, "{}", assign.text);
+    let polled = api.get(&format!("{manual}/records?timeout=2000"));
+    let offsets: Vec<i64> = polled.json.as_array().unwrap().iter().map(|r| r["offset"].as_i64().unwrap()).collect();
+    assert_eq!(offsets, vec![0, 1, 2], "{}", polled.text);
+}
+
+#[test]
+fn a_produce_request_larger_than_one_batch_is_written_whole_and_record_counts_are_bounded() {
+    // Proves an HTTP produce whose records for one partition exceed max.message.bytes is split
+    // into several batches (it was one batch, refused 413 for every record), in order; and a
+    // request of more records than a request may carry is refused before it is decoded.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "big", 1);
+    let value = "x".repeat(1000);
+    let records: Vec<Value> = (0..2000).map(|i| json!({"value": {"i": i, "v": value}})).collect();
+    let answer = api.send_json("POST", "/topics/big", None, &json!({"records": records}));
+    assert_eq!(answer.status, 200, "{}", &answer.text[..answer.text.len().min(500)]);
+    let offsets: Vec<i64> =
+        answer.json["offsets"].as_array().unwrap().iter().map(|o| o["offset"].as_i64().unwrap()).collect();
+    assert_eq!(offsets, (0..2000).collect::<Vec<_>>());
+
+    let too_many: Vec<Value> = (0..100_001).map(|_| json!({})).collect();
+    let refused = api.send_json("POST", "/topics/big", None, &json!({"records": too_many}));
+    assert!(refused.status == 422 || refused.status == 400, "{} {}", refused.status, refused.text);
+    assert!(refused.text.contains("more than 100000 records"), "{}", refused.text);
+}

@@ -74,6 +74,13 @@ pub const INSTANCE_TIMEOUT_MS_MAX: u64 = 3_600_000;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 /// Default and ceiling of `max_bytes` of one poll.
 pub const POLL_MAX_BYTES: usize = 64 << 20;
+/// Records one poll decodes at most (a fetch of tiny or empty records is not bounded by its
+/// bytes' budget, which counts keys and values).
+const POLL_MAX_RECORDS: usize = 10_000;
+/// Pause before a poll fetches again after partition errors (a leader moving, a topic being
+/// deleted): the Java client's `retry.backoff.ms`. Without it the loop spun for the whole
+/// timeout.
+const POLL_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -319,7 +326,8 @@ pub async fn close_all(http: &Arc<Http>) {
 }
 
 async fn stop_membership(instance: &Instance) {
-    let _ = instance.stop.send(true);
+    // `send_replace`, not `send`: `send` stores nothing while no task listens.
+    instance.stop.send_replace(true);
     let task = instance.member_task.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(task) = task {
         let _ = task.await;
@@ -345,7 +353,9 @@ pub async fn subscribe(http: &Arc<Http>, instance: &Arc<Instance>, topics: Vec<S
         state.subscription = topics;
         state.manual = false;
     }
-    let _ = instance.stop.send(false);
+    // `send_replace`: with the previous task gone nobody listens, and `send` would leave the
+    // flag set, so the new membership would stop at once (a second subscribe never joined).
+    instance.stop.send_replace(false);
     // The membership acts as the instance's creator, on every broker it reaches.
     let (client, stop) = (instance.settings.client.clone(), instance.stop.subscribe());
     let task = match instance.settings.protocol {
@@ -397,6 +407,11 @@ pub async fn assign(http: &Arc<Http>, instance: &Arc<Instance>, partitions: Vec<
             return Err(ApiError::unknown_partition(topic, *partition as i64));
         }
     }
+    // A partition named twice is assigned once (Kafka's assign takes a set): else every poll
+    // fetched it twice and returned each record twice.
+    let mut partitions = partitions;
+    partitions.sort();
+    partitions.dedup();
     unsubscribe(http, instance).await;
     let positions = initial_positions(http, instance, &partitions).await?;
     let mut state = instance.lock();
@@ -508,6 +523,10 @@ pub fn seek(instance: &Instance, offsets: Vec<(TopicPartition, i64)>) -> ApiResu
         }
     }
     for (tp, offset) in offsets {
+        // The next commit of consumed offsets commits the new position, as Kafka's auto commit
+        // commits positions: else it committed where the consumer had been, skipping what the
+        // seek asked to read again should the instance die.
+        state.consumed.insert(tp.clone(), offset.max(0));
         state.positions.insert(tp, offset.max(0));
     }
     state.epoch += 1;
@@ -561,8 +580,12 @@ pub async fn poll(
         }
     }
     if instance.settings.auto_commit {
-        // Commit what earlier polls returned (the Java client's auto commit on poll).
-        commit_consumed(http, instance).await?;
+        // Commit what earlier polls returned (the Java client's auto commit on poll). A failed
+        // auto commit is logged, not the poll's answer (the Java client's is asynchronous):
+        // a rebalance or a moving coordinator must not fail reads.
+        if let Err(e) = commit_consumed(http, instance).await {
+            tracing::debug!(group = %instance.group, instance = %instance.name, error = ?e, "auto commit failed");
+        }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms.min(LONG_POLL_MAX_MS));
     position_unpositioned(http, instance).await;
@@ -601,6 +624,7 @@ pub async fn poll(
         let mut advanced: Vec<(TopicPartition, i64)> = Vec::new();
         let mut out_of_range: Vec<TopicPartition> = Vec::new();
         let mut budget = max_bytes;
+        let mut partition_errors = false;
         for topic in responses {
             let name = topic.topic.0.to_string();
             for data in topic.partitions {
@@ -610,12 +634,18 @@ pub async fn poll(
                     out_of_range.push(tp);
                     continue;
                 }
+                if data.error_code == ResponseError::TopicAuthorizationFailed.code() {
+                    // Not retriable: the Java client throws TopicAuthorizationException.
+                    return Err(ApiError::kafka_code(data.error_code, Some(&format!("reading topic {name}"))));
+                }
+                partition_errors |= data.error_code != 0;
                 let bytes = data.records.unwrap_or_default();
-                if data.error_code != 0 || bytes.is_empty() || budget == 0 {
+                let records_left = POLL_MAX_RECORDS.saturating_sub(polled.len());
+                if data.error_code != 0 || bytes.is_empty() || budget == 0 || records_left == 0 {
                     continue;
                 }
                 let mut read = Vec::new();
-                let next = records::decode(data.partition_index, bytes, position, usize::MAX, None, &mut read);
+                let next = records::decode(data.partition_index, bytes, position, records_left, None, &mut read);
                 let mut taken = 0;
                 let mut next_position = position;
                 for record in read {
@@ -667,6 +697,14 @@ pub async fn poll(
         // Nothing yet (only control batches, or positions were reset): wait on until the deadline.
         if !polled.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(polled);
+        }
+        if partition_errors {
+            // The fetch answered at once with errors: back off before asking again.
+            let until = deadline.min(tokio::time::Instant::now() + POLL_RETRY_BACKOFF);
+            tokio::select! {
+                _ = instance.changed.notified() => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
         }
     }
 }

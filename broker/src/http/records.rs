@@ -58,6 +58,40 @@ pub struct ReadRecord {
 
 pub use crate::partition::partitioner::{murmur2, partition_for_key};
 
+/// Records one HTTP produce request may carry: each costs a few hundred bytes of memory
+/// decoded, whatever its size in the body (`{}` is a record), so the body limit alone would let
+/// one request of `{},{},…` take gigabytes.
+pub const MAX_RECORDS_PER_REQUEST: usize = 100_000;
+
+/// Deserializes a JSON array of at most [`MAX_RECORDS_PER_REQUEST`] elements, failing at the
+/// first one past it (before it is decoded).
+pub fn bounded_records<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Bounded<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Bounded<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "an array of at most {MAX_RECORDS_PER_REQUEST} records")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+            while let Some(element) = seq.next_element()? {
+                if out.len() == MAX_RECORDS_PER_REQUEST {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_RECORDS_PER_REQUEST} records in one request"
+                    )));
+                }
+                out.push(element);
+            }
+            Ok(out)
+        }
+    }
+    deserializer.deserialize_seq(Bounded(std::marker::PhantomData))
+}
+
 /// Appends `records` to `topic` with acks=all; one result per record, in order. Records of one
 /// partition keep their order and get consecutive offsets. Refused (403) unless the client may
 /// WRITE the topic, before the image says whether it exists (Produce's rule; the Produce
@@ -70,11 +104,17 @@ pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiRes
         topic,
     )?;
     let image = http.broker.controller.image();
-    let partitions = image.topics.get(topic).ok_or_else(|| ApiError::unknown_topic(topic))?.partitions.len() as u32;
+    let known = image.topics.get(topic).ok_or_else(|| ApiError::unknown_topic(topic))?;
+    let partitions = known.partitions.len() as u32;
+    // A partition's records go in as many batches as `max.message.bytes` needs (the leader
+    // refuses a bigger one, MESSAGE_TOO_LARGE), sent one round after another so that each
+    // Produce holds one batch per partition and a partition's records keep their order.
+    let max_batch_bytes =
+        crate::server::topic_log_config(&http.broker.settings.log_defaults, &known.configs).max_message_bytes as usize;
     let sticky = http.next_sticky_partition(partitions);
     let now = now_ms();
-    // partition → (indices of its records, builder)
-    let mut batches: BTreeMap<i32, (Vec<usize>, BatchBuilder)> = BTreeMap::new();
+    // partition → its batches: (indices of their records, builder)
+    let mut batches: BTreeMap<i32, Vec<(Vec<usize>, BatchBuilder)>> = BTreeMap::new();
     let mut results: Vec<Option<ApiResult<Appended>>> = vec![None; records.len()];
     for (i, record) in records.iter().enumerate() {
         let partition = match (record.partition, &record.key) {
@@ -88,29 +128,64 @@ pub async fn append(http: &Http, topic: &str, records: Vec<NewRecord>) -> ApiRes
         };
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
-        let (indices, builder) =
-            batches.entry(partition).or_insert_with(|| (Vec::new(), BatchBuilder::new(Compression::None)));
-        indices.push(i);
-        builder.push(record.timestamp.unwrap_or(now), record.key.as_deref(), record.value.as_deref(), &headers);
+        let (key, value) = (record.key.as_deref(), record.value.as_deref());
+        let bound = crate::log::records::record_size_bound(key, value, &headers);
+        let partition_batches = batches.entry(partition).or_default();
+        let full =
+            partition_batches.last().is_none_or(|(_, b)| !b.is_empty() && b.size_bytes() + bound > max_batch_bytes);
+        if full {
+            partition_batches.push((Vec::new(), BatchBuilder::new(Compression::None)));
+        }
+        if let Some((indices, builder)) = partition_batches.last_mut() {
+            indices.push(i);
+            builder.push(record.timestamp.unwrap_or(now), key, value, &headers);
+        }
     }
-    let mut partition_data = Vec::with_capacity(batches.len());
-    let mut layout = Vec::with_capacity(batches.len());
-    for (partition, (indices, builder)) in batches {
-        let batch = builder.build().map_err(|e| ApiError::invalid(format!("cannot encode the records: {e}")))?;
-        partition_data
-            .push(PartitionProduceData::default().with_index(partition).with_records(Some(batch.into_bytes())));
-        layout.push((partition, indices));
+    let mut rounds: Vec<Vec<(i32, Vec<usize>, BatchBuilder)>> = Vec::new();
+    for (partition, partition_batches) in batches {
+        for (round, (indices, builder)) in partition_batches.into_iter().enumerate() {
+            if rounds.len() <= round {
+                rounds.push(Vec::new());
+            }
+            rounds[round].push((partition, indices, builder));
+        }
     }
-    if !partition_data.is_empty() {
+    // A partition whose batch failed sends none of its later ones: they answer the same error
+    // (the records after a failed one are not written ahead of it).
+    let mut failed: BTreeMap<i32, ApiError> = BTreeMap::new();
+    for round in rounds {
+        let mut partition_data = Vec::with_capacity(round.len());
+        let mut layout = Vec::with_capacity(round.len());
+        for (partition, indices, builder) in round {
+            if let Some(error) = failed.get(&partition) {
+                for &i in &indices {
+                    results[i] = Some(Err(error.clone()));
+                }
+                continue;
+            }
+            let batch = builder.build().map_err(|e| ApiError::invalid(format!("cannot encode the records: {e}")))?;
+            partition_data
+                .push(PartitionProduceData::default().with_index(partition).with_records(Some(batch.into_bytes())));
+            layout.push((partition, indices));
+        }
+        if partition_data.is_empty() {
+            continue;
+        }
         let mut answers = produce_on_leaders(http, topic, partition_data).await.into_iter();
         for (partition, indices) in layout {
             let answer = answers.next().unwrap_or_else(|| Err(ApiError::internal("partition was not answered")));
+            let answer = match answer {
+                Ok(answer) if answer.error_code != 0 => {
+                    Err(ApiError::kafka_code(answer.error_code, answer.error_message.as_deref()))
+                }
+                other => other,
+            };
+            if let Err(error) = &answer {
+                failed.insert(partition, error.clone());
+            }
             for (n, &i) in indices.iter().enumerate() {
                 results[i] = Some(match &answer {
                     Err(e) => Err(e.clone()),
-                    Ok(answer) if answer.error_code != 0 => {
-                        Err(ApiError::kafka_code(answer.error_code, answer.error_message.as_deref()))
-                    }
                     Ok(answer) => Ok(Appended {
                         partition,
                         offset: answer.base_offset + n as i64,

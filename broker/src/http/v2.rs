@@ -55,6 +55,7 @@ pub struct V2Record {
 
 #[derive(Deserialize, ToSchema)]
 pub struct V2ProduceRequest {
+    #[serde(deserialize_with = "super::records::bounded_records")]
     pub records: Vec<V2Record>,
 }
 
@@ -267,7 +268,13 @@ pub async fn create_consumer(
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     Ok(v2(
         StatusCode::OK,
-        &CreatedConsumer { base_uri: format!("http://{host}/consumers/{group}/instances/{name}"), instance_id: name },
+        &CreatedConsumer {
+            base_uri: format!(
+                "{}://{host}/consumers/{group}/instances/{name}",
+                if http.tls { "https" } else { "http" }
+            ),
+            instance_id: name,
+        },
     ))
 }
 

@@ -37,9 +37,10 @@ pub struct Related {
     pub related: String,
 }
 
-fn base_url(headers: &HeaderMap) -> String {
+/// The scheme and host links are built on: the node's own scheme (HTTPS with `--http-tls`).
+fn base_url(http: &super::Http, headers: &HeaderMap) -> String {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    format!("http://{host}")
+    format!("{}://{host}", if http.tls { "https" } else { "http" })
 }
 
 fn check_cluster(http: &super::Http, cluster_id: &str) -> ApiResult<()> {
@@ -89,7 +90,7 @@ fn cluster_of(http: &super::Http, base: &str) -> KafkaCluster {
 /// The cluster this node belongs to (a list of one).
 #[utoipa::path(get, path = "/v3/clusters", tag = "v3", responses((status = 200, body = KafkaClusterList)))]
 pub async fn list_clusters(State(http): State<super::State>, headers: HeaderMap) -> Json<KafkaClusterList> {
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     Json(KafkaClusterList {
         kind: "KafkaClusterList".into(),
         metadata: ListMetadata { self_: format!("{base}/v3/clusters"), next: None },
@@ -105,7 +106,7 @@ pub async fn get_cluster(
     Path(cluster_id): Path<String>,
 ) -> ApiResult<Json<KafkaCluster>> {
     check_cluster(&http, &cluster_id)?;
-    Ok(Json(cluster_of(&http, &base_url(&headers))))
+    Ok(Json(cluster_of(&http, &base_url(&http, &headers))))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -158,7 +159,7 @@ pub async fn list_topics(
     Path(cluster_id): Path<String>,
 ) -> ApiResult<Json<KafkaTopicList>> {
     check_cluster(&http, &cluster_id)?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     let image = http.broker.controller.image();
     Ok(Json(KafkaTopicList {
         kind: "KafkaTopicList".into(),
@@ -214,12 +215,12 @@ pub async fn create_topic(
             partitions: Vec::new(),
             configs: BTreeMap::new(),
         };
-        return Ok((StatusCode::OK, Json(topic_of(&http, &base_url(&headers), &placeholder))));
+        return Ok((StatusCode::OK, Json(topic_of(&http, &base_url(&http, &headers), &placeholder))));
     }
     admin::create_topic(&http, &request.topic_name, partitions, replication_factor, configs, false).await?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(&request.topic_name).ok_or_else(|| ApiError::unknown_topic(&request.topic_name))?;
-    Ok((StatusCode::CREATED, Json(topic_of(&http, &base_url(&headers), topic))))
+    Ok((StatusCode::CREATED, Json(topic_of(&http, &base_url(&http, &headers), topic))))
 }
 
 #[utoipa::path(get, path = "/v3/clusters/{cluster_id}/topics/{topic_name}", tag = "v3",
@@ -235,7 +236,7 @@ pub async fn get_topic(
     require(&http.broker, Operation::Describe, ResourceType::Topic, &topic_name)?;
     let image = http.broker.controller.image();
     let topic = image.topics.get(&topic_name).ok_or_else(|| ApiError::unknown_topic(&topic_name))?;
-    Ok(Json(topic_of(&http, &base_url(&headers), topic)))
+    Ok(Json(topic_of(&http, &base_url(&http, &headers), topic)))
 }
 
 #[utoipa::path(delete, path = "/v3/clusters/{cluster_id}/topics/{topic_name}", tag = "v3",
@@ -297,7 +298,7 @@ pub async fn list_partitions(
 ) -> ApiResult<Json<KafkaPartitionList>> {
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Topic, &topic_name)?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     let image = http.broker.controller.image();
     let topic = image.topics.get(&topic_name).ok_or_else(|| ApiError::unknown_topic(&topic_name))?;
     Ok(Json(KafkaPartitionList {
@@ -326,7 +327,7 @@ pub async fn get_partition(
         .ok()
         .and_then(|p| topic.partitions.get(p))
         .ok_or_else(|| ApiError::unknown_partition(&topic_name, partition_id as i64))?;
-    Ok(Json(partition_of(&http, &base_url(&headers), &topic_name, partition)))
+    Ok(Json(partition_of(&http, &base_url(&http, &headers), &topic_name, partition)))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -388,7 +389,7 @@ pub async fn list_topic_configs(
     Path((cluster_id, topic_name)): Path<(String, String)>,
 ) -> ApiResult<Json<KafkaTopicConfigList>> {
     check_cluster(&http, &cluster_id)?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     Ok(Json(KafkaTopicConfigList {
         kind: "KafkaTopicConfigList".into(),
         metadata: ListMetadata {
@@ -446,7 +447,7 @@ pub async fn get_topic_config(
     Path((cluster_id, topic_name, name)): Path<(String, String, String)>,
 ) -> ApiResult<Json<KafkaTopicConfig>> {
     check_cluster(&http, &cluster_id)?;
-    configs_of(&http, &base_url(&headers), &topic_name)?
+    configs_of(&http, &base_url(&http, &headers), &topic_name)?
         .into_iter()
         .find(|c| c.name == name)
         .map(Json)
@@ -645,6 +646,13 @@ pub async fn produce_records(
     let body = read_body(request, &()).await?;
     let mut parsed: Vec<ProduceRecord> = Vec::new();
     for value in serde_json::Deserializer::from_slice(&body).into_iter::<Value>() {
+        if parsed.len() == records::MAX_RECORDS_PER_REQUEST {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                41301,
+                format!("more than {} records in one request", records::MAX_RECORDS_PER_REQUEST),
+            ));
+        }
         let value = value.map_err(super::error::json_error)?;
         parsed.push(serde_json::from_value(value).map_err(super::error::json_error)?);
     }
@@ -791,7 +799,7 @@ pub async fn list_groups(
     Path(cluster_id): Path<String>,
 ) -> ApiResult<Json<KafkaConsumerGroupList>> {
     check_cluster(&http, &cluster_id)?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     let describable = admin::describable_groups(&http.broker);
     let mut views = std::collections::BTreeMap::new();
     for id in admin::group_ids(&http).await {
@@ -827,7 +835,7 @@ pub async fn get_group(
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
-    Ok(Json(group_of(&http, &base_url(&headers), &g)))
+    Ok(Json(group_of(&http, &base_url(&http, &headers), &g)))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -866,7 +874,7 @@ pub async fn group_lags(
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags");
     let data = g.offsets.iter().map(|o| lag_of(&g, o, &url, &cluster_id, &group_id)).collect();
     Ok(Json(KafkaConsumerLagList {
@@ -907,7 +915,10 @@ pub async fn group_lag_summary(
     Ok(Json(KafkaConsumerGroupLagSummary {
         kind: "KafkaConsumerGroupLagSummary".into(),
         metadata: Metadata {
-            self_: format!("{}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lag-summary", base_url(&headers)),
+            self_: format!(
+                "{}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lag-summary",
+                base_url(&http, &headers)
+            ),
             resource_name: None,
         },
         cluster_id: cluster_id.clone(),
@@ -1027,7 +1038,7 @@ pub async fn list_consumers(
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     Ok(Json(KafkaConsumerList {
         kind: "KafkaConsumerList".into(),
         metadata: ListMetadata {
@@ -1051,7 +1062,7 @@ pub async fn get_consumer(
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
     let member = g.members.iter().find(|m| m.member_id == consumer_id).ok_or_else(|| unknown_consumer(&consumer_id))?;
-    Ok(Json(consumer_of(&base_url(&headers), &cluster_id, &group_id, member)))
+    Ok(Json(consumer_of(&base_url(&http, &headers), &cluster_id, &group_id, member)))
 }
 
 /// The partitions assigned to one member (of the topics the client may describe), or 404.
@@ -1067,7 +1078,7 @@ pub async fn list_consumer_assignments(
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
     let member = g.members.iter().find(|m| m.member_id == consumer_id).ok_or_else(|| unknown_consumer(&consumer_id))?;
-    let base = base_url(&headers);
+    let base = base_url(&http, &headers);
     let url = format!("{base}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/consumers/{consumer_id}/assignments");
     let mut describable = admin::describable_topics(&http.broker);
     let data = member
@@ -1131,7 +1142,7 @@ pub async fn get_group_lag(
     check_cluster(&http, &cluster_id)?;
     require(&http.broker, Operation::Describe, ResourceType::Group, &group_id)?;
     let g = admin::group_anywhere(&http, &group_id).await?;
-    let url = format!("{}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags", base_url(&headers));
+    let url = format!("{}/v3/clusters/{cluster_id}/consumer-groups/{group_id}/lags", base_url(&http, &headers));
     let row = g
         .offsets
         .iter()

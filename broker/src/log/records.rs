@@ -817,6 +817,14 @@ fn rebuilt(batch: &RecordBatch, target: Compression) -> Result<RecordBatch, Batc
     builder.build()
 }
 
+/// An upper bound of one record's encoded size in a v2 batch: every varint at its widest.
+pub fn record_size_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) -> usize {
+    // Length, attributes, timestamp delta, offset delta, key length, value length, header count.
+    const FIXED: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
+    let headers: usize = headers.iter().map(|(k, v)| 5 + k.len() + 5 + v.map_or(0, <[u8]>::len)).sum();
+    FIXED + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + headers
+}
+
 /// Builds one valid v2 batch, CRC included, from records.
 ///
 /// Records are encoded as they are pushed, into the buffer that becomes the batch, so an

@@ -991,14 +991,6 @@ fn topic_shape(w: &Worker, topic: &str) -> Result<(usize, usize), BatchFailure> 
     Ok((t.partitions.len(), config.max_message_bytes as usize))
 }
 
-/// An upper bound of one record's encoded size in a v2 batch: every varint at its widest.
-fn record_size_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) -> usize {
-    // Length, attributes, timestamp delta, offset delta, key length, value length, header count.
-    const FIXED: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
-    let headers: usize = headers.iter().map(|(k, v)| 5 + k.len() + 5 + v.map_or(0, <[u8]>::len)).sum();
-    FIXED + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + headers
-}
-
 /// The record batches of one output partition: the next record starts a new batch whenever
 /// it could take the current one past the topic's `max.message.bytes`, which the leader
 /// would refuse with MESSAGE_TOO_LARGE (and a retry would meet again).
@@ -1013,7 +1005,7 @@ impl PartitionBatches {
     }
 
     fn push(&mut self, timestamp: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) {
-        let bound = record_size_bound(key, value, headers);
+        let bound = crate::log::records::record_size_bound(key, value, headers);
         let full = self.builders.last().is_none_or(|b| !b.is_empty() && b.size_bytes() + bound > self.max_bytes);
         if full {
             self.builders.push(BatchBuilder::new(Compression::None));
@@ -1219,7 +1211,7 @@ mod tests {
         assert_eq!(batches.build("t", 0, None, &mut outputs).expect("built"), 100);
         assert!(outputs.len() > 1);
         assert!(outputs.iter().all(|o| o.bytes.len() <= 4096));
-        let bound = record_size_bound(Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
+        let bound = crate::log::records::record_size_bound(Some(b"key"), Some(&value), &[("h", Some(b"x"))]);
         assert!(
             outputs[..outputs.len() - 1].iter().all(|o| o.bytes.len() + bound > 4096),
             "each batch as full as allowed"
