@@ -244,12 +244,23 @@ impl Validator {
             None => (None, InputBatch::new(partition)),
         };
         // Bytes that do not decode are accepted here: the log refuses them with the proper
-        // error, whatever the validator's state.
-        if !decode_into(&mut batch, partition, &records) || batch.is_empty() {
+        // error, whatever the validator's state. Records that would not fit the guest's memory
+        // are refused: judged, they would fail the guest, and a failure the validator accepts
+        // (`on_failure: accept`) would let any producer pass it at will.
+        let limit = usize::try_from(self.image.spec.memory_bytes).unwrap_or(usize::MAX);
+        let decoded = decode_into(&mut batch, partition, &records, limit);
+        if decoded != Decoded::Records || batch.is_empty() {
             if let Some(instance) = instance {
                 self.keep(instance, batch);
             }
-            return Outcome::Accepted;
+            return match decoded {
+                Decoded::TooLarge => Outcome::Rejected {
+                    message: format!("the records decode to more than the validator's memory_bytes ({limit})"),
+                    records: Vec::new(),
+                    record_count: 0,
+                },
+                _ => Outcome::Accepted,
+            };
         }
         let mut instance = match instance {
             Some(instance) => instance,
@@ -320,26 +331,43 @@ enum Outcome {
     Failed(String),
 }
 
+/// What [`decode_into`] made of a partition's produced bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoded {
+    Records,
+    /// The bytes do not decode (the log then refuses them with the proper error).
+    Undecodable,
+    /// The records pass `limit` bytes (checked after each produced batch, each at most
+    /// `MAX_DECOMPRESSED_BYTES`: the guest batch stays far below `InputBatch`'s i32 spans).
+    TooLarge,
+}
+
 /// Fills `batch` (emptied first) with the records of a partition's produced batches, as one
-/// guest batch (offsets as the producer numbered them); false when the bytes do not decode (the
-/// log then refuses them with the proper error).
-fn decode_into(batch: &mut InputBatch, partition: i32, records: &Bytes) -> bool {
+/// guest batch (offsets as the producer numbered them), up to `limit` bytes of record data.
+fn decode_into(batch: &mut InputBatch, partition: i32, records: &Bytes, limit: usize) -> Decoded {
     batch.clear();
     batch.partition = partition;
+    let limit = limit.min(i32::MAX as usize / 2);
     for parsed in BatchIter::new(records.clone()) {
-        let Ok(parsed) = parsed else { return false };
+        if batch.data.len() > limit {
+            return Decoded::TooLarge;
+        }
+        let Ok(parsed) = parsed else { return Decoded::Undecodable };
         if parsed.header().attributes.is_control() {
             continue;
         }
-        let Ok(iter) = parsed.record_iter() else { return false };
+        let Ok(iter) = parsed.record_iter() else { return Decoded::Undecodable };
         let pushed = iter.try_for_each_borrowed(|record| {
             batch.push(record.offset, record.timestamp, record.key, record.value, record.headers)
         });
         if pushed.is_err() {
-            return false;
+            return Decoded::Undecodable;
         }
     }
-    true
+    if batch.data.len() > limit {
+        return Decoded::TooLarge;
+    }
+    Decoded::Records
 }
 
 fn describe(error: &GuestError) -> String {
@@ -368,7 +396,7 @@ mod tests {
         bytes.extend_from_slice(second.build().unwrap().bytes());
         let mut batch = InputBatch::new(0);
         batch.push(99, 0, None, Some(b"left from the last call"), &[]);
-        assert!(decode_into(&mut batch, 7, &Bytes::from(bytes.clone())));
+        assert_eq!(decode_into(&mut batch, 7, &Bytes::from(bytes.clone()), 1 << 20), Decoded::Records);
         assert_eq!(batch.partition, 7);
         let offsets: Vec<i64> = batch.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [0, 1, 2]);
@@ -378,7 +406,8 @@ mod tests {
         assert_eq!(batch.value(&batch.records[1]), Some(&b"v2"[..]));
         let headers: Vec<_> = batch.headers(&batch.records[0]).collect();
         assert_eq!(headers, [("h", Some(&b"x"[..]))]);
+        assert_eq!(decode_into(&mut batch, 7, &Bytes::from(bytes.clone()), 4), Decoded::TooLarge, "past the limit");
         bytes.truncate(bytes.len() - 3);
-        assert!(!decode_into(&mut batch, 7, &Bytes::from(bytes)));
+        assert_eq!(decode_into(&mut batch, 7, &Bytes::from(bytes), 1 << 20), Decoded::Undecodable);
     }
 }

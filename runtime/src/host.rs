@@ -50,6 +50,9 @@ impl WasiView for HostState {
     }
 }
 
+/// The most bytes one WASI random call returns (the guest asks again for more).
+const RANDOM_BYTES_MAX: u64 = 64 << 10;
+
 impl HostState {
     pub(crate) fn new(
         limits: &Limits,
@@ -64,6 +67,9 @@ impl HostState {
         wasi.allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            // `get-random-bytes` fills host memory before the guest sees it: 64 KiB a call,
+            // not wasmtime's 64 MiB default, whatever the guest's own memory limit.
+            .max_random_size(RANDOM_BYTES_MAX)
             .envs(parameters)
             .stdout(LineStream::new(Level::Info, log.clone()))
             .stderr(LineStream::new(Level::Warn, log.clone()));

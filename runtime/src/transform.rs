@@ -112,6 +112,12 @@ impl TransformModule {
         let state = HostState::new(&setup.limits, &setup.parameters, setup.log, setup.state);
         let store = host::new_store(&self.inner.runtime.engine, state);
         let mut guest = Guest::new(store, setup.limits);
+        // A transform's results pass `output_bytes` of data at most, and its records (40
+        // bytes each) are bounded by its memory: what one call may copy out is the output limit
+        // with room for records and messages, not the whole memory cap (up to 1 GiB), which
+        // the host would copy before refusing the output as too large.
+        let fuel = setup.limits.output_bytes.saturating_mul(4).saturating_add(1 << 20);
+        guest.store.set_hostcall_fuel(fuel.min(setup.limits.memory_bytes));
         let inner = &self.inner;
         let (init, process) = guest.call(|store| {
             let instance = inner.pre.instantiate(&mut *store)?;

@@ -318,7 +318,8 @@ pub fn decode(
             key: record.key,
             value: record.value,
             headers: record.headers.into_iter().map(|h| (h.key, h.value)).collect(),
-        })
+        });
+        std::ops::ControlFlow::Continue(())
     })
 }
 

@@ -11,7 +11,7 @@
 //! of compressed batches, compaction, transforms, control records, tools).
 
 use std::io::{Read, Write};
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 
 use bytes::Bytes;
 
@@ -119,21 +119,26 @@ impl RecordBatch {
 
 /// Visits the data records of back-to-back batches (a fetched slice) at or after `from_offset`,
 /// at most `limit` of them; control batches are skipped and decoding stops at the first
-/// malformed batch. Returns the offset after the last record visited, or after the batches
+/// malformed batch. Returns the offset after the last record taken, or after the batches
 /// seen when none of their records were wanted (so a reader never re-reads a range of control
 /// records or records below `from_offset`).
-pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, visit: impl FnMut(Record)) -> i64 {
-    for_each_committed_record(bytes, from_offset, limit, None, visit)
+pub fn for_each_record(bytes: Bytes, from_offset: i64, limit: usize, mut visit: impl FnMut(Record)) -> i64 {
+    for_each_committed_record(bytes, from_offset, limit, None, |record| {
+        visit(record);
+        ControlFlow::Continue(())
+    })
 }
 
 /// [`for_each_record`] that, given the Fetch's aborted transactions (`read_committed`), also
-/// skips the records of aborted transactions as a Kafka consumer does.
+/// skips the records of aborted transactions as a Kafka consumer does, and stops when `visit`
+/// breaks (refusing the record it was given: a reader whose own budget is spent; the offset
+/// returned is then that record's).
 pub fn for_each_committed_record(
     bytes: Bytes,
     from_offset: i64,
     limit: usize,
     mut aborted: Option<&mut AbortedFilter>,
-    mut visit: impl FnMut(Record),
+    mut visit: impl FnMut(Record) -> ControlFlow<()>,
 ) -> i64 {
     let mut next = from_offset;
     let mut visited = 0;
@@ -156,9 +161,12 @@ pub fn for_each_committed_record(
             if visited >= limit {
                 return next;
             }
-            next = record.offset + 1;
+            let offset = record.offset;
+            if visit(record).is_break() {
+                return next;
+            }
+            next = offset + 1;
             visited += 1;
-            visit(record);
         }
         if visited < limit {
             next = next.max(batch.last_offset() + 1);

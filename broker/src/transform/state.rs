@@ -119,6 +119,7 @@ impl Changelog<'_> {
                     guard.restore(key.to_vec(), record.value.map(|v| v.to_vec()));
                     records += 1;
                 }
+                std::ops::ControlFlow::Continue(())
             });
             drop(guard);
             if next <= offset {

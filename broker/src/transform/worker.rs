@@ -40,6 +40,7 @@ use crate::log::Compression;
 use crate::partition::partitioner::partition_for_key;
 use crate::partition::{FirstBatch, Partition, PartitionError};
 use crate::peer::PeerError;
+use std::ops::ControlFlow;
 
 /// Bytes read from the input per guest batch: sized from the records seen so far so that one
 /// read holds about `batch_records_max` records (a fixed large read would be re-read and mostly
@@ -524,7 +525,12 @@ pub(super) async fn run(mut w: Worker) {
         if instance.is_none() {
             let module = w.module.clone();
             let setup = w.instantiate_setup();
-            match tokio::task::spawn_blocking(move || module.instantiate(setup)).await {
+            let instantiated = tokio::task::spawn_blocking(move || module.instantiate(setup)).await;
+            // State changes a guest makes while it starts (its start function, `init`) belong to
+            // no batch: they are dropped, never committed with the next batch's (nor left under
+            // a restore, whose sizes they would corrupt), whether or not it started.
+            w.with_state(KeyedState::discard_batch);
+            match instantiated {
                 Ok(Ok(created)) => {
                     instance = Some(created);
                     w.update(|s| s.state = "running");
@@ -618,7 +624,9 @@ pub(super) async fn run(mut w: Worker) {
             }
             continue;
         }
-        let (batch, next) = decode(w.partition, read.records, &read.aborted, position, spec.batch_records_max as usize);
+        let data_max = usize::try_from(spec.memory_bytes / 2).unwrap_or(usize::MAX);
+        let (batch, next) =
+            decode(w.partition, read.records, &read.aborted, position, spec.batch_records_max as usize, data_max);
         if batch.records.is_empty() {
             position = next.max(position);
             continue;
@@ -825,21 +833,31 @@ fn fail(w: &Worker, failure: &BatchFailure) {
 }
 
 /// Decodes fetched batches from `position` into one guest batch of at most `max_records`
-/// records, leaving out the records of the `aborted` transactions (read_committed); returns it
-/// with the offset to read next (see [`for_each_committed_record`]).
+/// records and about `data_max` bytes of record data (the first record always goes in; the
+/// guest's copy of the batch must fit its memory, and a batch of decompressed records could
+/// otherwise pass `InputBatch`'s i32 spans), leaving out the records of the `aborted`
+/// transactions (read_committed); returns it with the offset to read next (see
+/// [`for_each_committed_record`]).
 fn decode(
     partition: i32,
     bytes: Bytes,
     aborted: &[crate::log::txn_index::AbortedTxn],
     position: i64,
     max_records: usize,
+    data_max: usize,
 ) -> (InputBatch, i64) {
+    let data_max = data_max.min(i32::MAX as usize / 2);
     let mut batch = InputBatch::new(partition);
     let mut filter = AbortedFilter::new(aborted.iter().map(|a| (a.producer_id, a.first_offset)));
     let next = for_each_committed_record(bytes, position, max_records.max(1), Some(&mut filter), |record| {
         let headers: Vec<(&str, Option<&[u8]>)> =
             record.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref())).collect();
+        let size = crate::log::records::record_size_bound(record.key.as_deref(), record.value.as_deref(), &headers);
+        if !batch.is_empty() && batch.data.len() + size > data_max {
+            return ControlFlow::Break(());
+        }
         batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+        ControlFlow::Continue(())
     });
     (batch, next)
 }
@@ -1197,6 +1215,26 @@ async fn dead_letter(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_batch_stops_at_its_data_bound_and_reads_on_from_the_first_record_left_out() {
+        // Proves decoding is bounded by bytes, not only by records: fetched batches of large
+        // (decompressed) records filled one guest batch without bound, past the guest's memory
+        // and up to InputBatch's i32 spans (a panic of the worker). The first record always
+        // goes in; the next read starts at the first left out.
+        let mut builder = BatchBuilder::new(crate::log::Compression::Zstd);
+        let value = vec![b'v'; 100];
+        for _ in 0..3 {
+            builder.push(1, None, Some(&value), &[]);
+        }
+        let bytes = builder.build().unwrap().into_bytes();
+        let (batch, next) = decode(0, bytes.clone(), &[], 0, 1000, 250);
+        assert_eq!((batch.len(), next), (2, 2));
+        let (batch, next) = decode(0, bytes.clone(), &[], 2, 1000, 250);
+        assert_eq!((batch.len(), next), (1, 3));
+        let (batch, next) = decode(0, bytes, &[], 0, 1000, 1);
+        assert_eq!((batch.len(), next), (1, 1), "one record even past the bound");
+    }
 
     #[test]
     fn partition_batches_fill_up_to_max_message_bytes_and_name_a_record_that_cannot_fit() {
