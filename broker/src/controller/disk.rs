@@ -207,23 +207,51 @@ pub(crate) fn decode_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<DecodedFra
         }
         let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let crc = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        if len == 0 && rest.len() > FRAME_HEADER_BYTES && rest.iter().all(|&b| b == 0) {
+            // A zero header's CRC checks out (the CRC of nothing is 0), so zeros to the end
+            // would read as empty frames: they are a tail the file system extended without the
+            // data (a crash), not entries.
+            break Some("zeroed tail");
+        }
         let Some(payload) = rest.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+            // A torn write leaves nothing whole after it; a valid frame further on means the
+            // length itself is damaged, and truncating here would drop acknowledged entries.
+            if has_frame_after(rest) {
+                return Err(corrupt(path, pos, "a frame runs past the end of the file, but whole frames follow it"));
+            }
             break Some("frame cut by the end of the file");
         };
         if crc32c::crc32c(payload) != crc {
             if FRAME_HEADER_BYTES + len == rest.len() {
                 break Some("CRC mismatch in the last frame");
             }
-            return Err(StoreError::Corrupt {
-                path: path.to_path_buf(),
-                position: pos as u64,
-                reason: "CRC mismatch in a frame followed by more data".to_string(),
-            });
+            return Err(corrupt(path, pos, "CRC mismatch in a frame followed by more data"));
         }
         frames.push((pos as u64, payload));
         pos += FRAME_HEADER_BYTES + len;
     };
     Ok(DecodedFrames { frames, valid_len: pos as u64, torn_tail })
+}
+
+fn corrupt(path: &Path, position: usize, reason: &str) -> StoreError {
+    StoreError::Corrupt { path: path.to_path_buf(), position: position as u64, reason: reason.to_string() }
+}
+
+/// Whether a whole, non-empty frame with a matching CRC starts anywhere in `rest` after its
+/// first byte (a recovery-time scan of a damaged tail, never on the write path).
+fn has_frame_after(rest: &[u8]) -> bool {
+    (1..rest.len()).any(|at| {
+        let candidate = &rest[at..];
+        if candidate.len() <= FRAME_HEADER_BYTES {
+            return false;
+        }
+        let len = u32::from_be_bytes([candidate[0], candidate[1], candidate[2], candidate[3]]) as usize;
+        let crc = u32::from_be_bytes([candidate[4], candidate[5], candidate[6], candidate[7]]);
+        len > 0
+            && candidate
+                .get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len)
+                .is_some_and(|payload| crc32c::crc32c(payload) == crc)
+    })
 }
 
 /// Whether `write_atomically` makes the new content durable before returning.
@@ -365,6 +393,23 @@ mod tests {
         let d = decode_frames(Path::new("x"), &flipped).expect("decode");
         assert_eq!(d.frames.len(), 1);
         assert_eq!(d.torn_tail, Some("CRC mismatch in the last frame"));
+    }
+
+    // Proves a tail of zeros (a file extended without its data by a crash) is a torn tail, not
+    // empty frames (whose payload no reader could decode: the store refused to start), and a
+    // length damaged in a middle frame is corruption: it was read as a frame cut by the end of
+    // the file, and every acknowledged entry after it was truncated away.
+    #[test]
+    fn a_zeroed_tail_is_torn_and_a_damaged_length_is_corruption() {
+        let mut buf = frames(&[b"first", b"second"]);
+        let whole = buf.len() as u64;
+        buf.extend_from_slice(&[0; 64]);
+        let d = decode_frames(Path::new("x"), &buf).expect("decode");
+        assert_eq!((d.frames.len(), d.valid_len, d.torn_tail), (2, whole, Some("zeroed tail")));
+
+        let mut buf = frames(&[b"first", b"second", b"third"]);
+        buf[0] = 0x7f;
+        assert!(matches!(decode_frames(Path::new("x"), &buf), Err(StoreError::Corrupt { position: 0, .. })));
     }
 
     // Proves a bad frame followed by more data is corruption, not a torn tail.
