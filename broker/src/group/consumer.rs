@@ -44,7 +44,7 @@ pub type Store = Box<dyn Fn(&str, Vec<ConsumerRecord>) -> Result<Replicated, Off
 
 /// Takes over the classic members of a downgraded group (the coordinator hands them to the
 /// classic membership and stores the classic group).
-pub type Downgrader = Box<dyn Fn(&str, ClassicMembers) + Send + Sync>;
+pub type Downgrader = Box<dyn Fn(&str, ClassicMembers) -> Write + Send + Sync>;
 
 /// The write a heartbeat made, to wait for before answering (none when nothing changed).
 pub type Write = Option<Result<Replicated, OffsetError>>;
@@ -1289,8 +1289,11 @@ impl ConsumerGroups {
                 }
                 let write = g.flush(self.store.get());
                 drop(g);
-                hand_over(&self.groups, &request.group_id, &group, downgrade, self.downgrader.get());
-                return Begin::Left(HeartbeatAnswer::left(&request, interval), write);
+                // A downgrade's classic record (it tombstones the consumer-group records, the
+                // leaver's included) is what the leave waits for: the later write of the
+                // partition, so the flush before it is replicated too once it is.
+                let downgraded = hand_over(&self.groups, &request.group_id, &group, downgrade, self.downgrader.get());
+                return Begin::Left(HeartbeatAnswer::left(&request, interval), downgraded.or(write));
             }
             JOIN_EPOCH => match self.join(&mut g, &request, now) {
                 Ok((id, new)) => {
@@ -1687,7 +1690,9 @@ fn sweep(
             }
             let group_id = g.group_id.clone();
             drop(g);
-            hand_over(groups, &group_id, &group, downgrade, downgrader);
+            if let Some(Err(error)) = hand_over(groups, &group_id, &group, downgrade, downgrader) {
+                tracing::warn!(group = %group_id, %error, "could not store the downgraded group");
+            }
         }
     }
 }
@@ -1725,8 +1730,8 @@ fn hand_over(
     group: &Arc<Mutex<ConsumerGroup>>,
     downgrade: Option<ClassicMembers>,
     downgrader: Option<&Downgrader>,
-) {
-    let (Some(members), Some(downgrader)) = (downgrade, downgrader) else { return };
+) -> Write {
+    let (Some(members), Some(downgrader)) = (downgrade, downgrader) else { return None };
     {
         let mut map = groups.write().unwrap_or_else(|p| p.into_inner());
         if map.get(group_id).is_some_and(|g| Arc::ptr_eq(g, group)) {
@@ -1738,7 +1743,7 @@ fn hand_over(
         members = members.members.len(),
         "downgraded a consumer group to the classic protocol: only classic members remain"
     );
-    downgrader(group_id, members);
+    downgrader(group_id, members)
 }
 
 /// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.

@@ -108,7 +108,12 @@ impl ConsumerGroups {
                     let can_hand_over = self.downgrader.get().is_some();
                     if let Some(downgrade) = g.take_downgrade(&leaving, &self.config, can_hand_over, true) {
                         drop(g);
-                        hand_over(&self.groups, &request.group_id, &group, Some(downgrade), self.downgrader.get());
+                        // The classic join that follows stores the group again (and waits).
+                        let stored =
+                            hand_over(&self.groups, &request.group_id, &group, Some(downgrade), self.downgrader.get());
+                        if let Some(Err(error)) = stored {
+                            tracing::warn!(group = %request.group_id, %error, "could not store the downgraded group");
+                        }
                         return ClassicBegin::NotHere;
                     }
                     g.replace_static(&existing, &member_id);

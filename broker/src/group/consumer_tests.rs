@@ -734,7 +734,10 @@ fn the_last_consumer_member_leaving_downgrades_and_a_classic_group_upgrades() {
     let g = groups();
     let handed: Arc<Mutex<Vec<(String, ClassicMembers)>>> = Arc::default();
     let sink = handed.clone();
-    g.set_downgrader(Box::new(move |group, members| sink.lock().unwrap().push((group.to_string(), members))));
+    g.set_downgrader(Box::new(move |group, members| {
+        sink.lock().unwrap().push((group.to_string(), members));
+        None
+    }));
     let mut image = MetadataImage::default();
     topic(&mut image, "t", 1, 4);
     let now = Instant::now();
@@ -798,7 +801,10 @@ fn a_classic_static_member_replacing_the_last_consumer_member_downgrades_the_gro
         let g = ConsumerGroups::new(ConsumerGroupConfig { migration_policy: policy, ..Default::default() });
         let handed: Arc<Mutex<Vec<(String, ClassicMembers)>>> = Arc::default();
         let sink = handed.clone();
-        g.set_downgrader(Box::new(move |group, members| sink.lock().unwrap().push((group.to_string(), members))));
+        g.set_downgrader(Box::new(move |group, members| {
+            sink.lock().unwrap().push((group.to_string(), members));
+            None
+        }));
         let mut a = Client::new("a", &["t"]);
         a.instance = Some("i-1".into());
         a.beat(&g, &image, now);

@@ -120,6 +120,7 @@ impl GroupCoordinator {
             consumers: Arc::downgrade(&consumers),
             scheduled: Arc::default(),
         };
+        let downgrade_reloads = reloads.clone();
         consumers.set_store(Box::new(move |group, records| {
             let Some(offsets) = reloads.offsets.upgrade() else {
                 return Err(offsets::OffsetError::NotCoordinator { partition: 0 });
@@ -135,12 +136,15 @@ impl GroupCoordinator {
         let (weak_membership, weak_offsets) = (Arc::downgrade(&membership), Arc::downgrade(&offsets));
         consumers.set_downgrader(Box::new(move |group, members| {
             let (Some(membership), Some(offsets)) = (weak_membership.upgrade(), weak_offsets.upgrade()) else {
-                return;
+                return None;
             };
             let value = membership.adopt(group, members, membership::now());
-            if let Err(error) = offsets.store_group_metadata(group, value) {
-                tracing::warn!(group, %error, "could not store the downgraded group");
+            let stored = offsets.store_group_metadata(group, value);
+            if let Err(error) = &stored {
+                // The classic group lives in memory only: read the partition's groups again.
+                downgrade_reloads.reload_after_failed_write(offsets.partition_of(group), error);
             }
+            Some(stored)
         }));
         // A loaded partition brings its groups' members back (the store knows nothing of
         // membership; it only reports what it read).
