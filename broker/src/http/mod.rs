@@ -68,6 +68,10 @@ pub struct Http {
     tls: bool,
     /// How this node calls the other nodes' HTTP APIs (`transforms::ask_others`).
     peer_client: reqwest::Client,
+    /// Uploaded modules being checked (compiled) now, at most [`transforms::UPLOADS_AT_ONCE`]:
+    /// each waiting upload would hold a blocking-pool thread (the runtime compiles one module
+    /// at a time), and the pool also runs every guest call.
+    uploads: tokio::sync::Semaphore,
 }
 
 impl Http {
@@ -344,6 +348,7 @@ pub async fn serve(
         auth: auth::HttpAuth::new(security),
         tls: tls.is_some(),
         peer_client: transforms::peer_client(tls.as_deref()),
+        uploads: tokio::sync::Semaphore::new(transforms::UPLOADS_AT_ONCE),
     });
     if state.auth.settings.authentication || state.broker.settings.authorizer.enabled {
         // Issued now, so the other nodes know it before this node first asks them anything.

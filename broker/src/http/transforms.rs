@@ -350,6 +350,15 @@ pub(super) async fn check_module(
     module: Vec<u8>,
     load: impl FnOnce(&runnel_runtime::Runtime, &[u8]) -> Result<(), runnel_runtime::RuntimeError> + Send + 'static,
 ) -> ApiResult<std::sync::Arc<Vec<u8>>> {
+    // Busy: answered at once (503, retry later) rather than queued on the blocking pool.
+    let _turn = http.uploads.try_acquire().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            50301,
+            format!("{UPLOADS_AT_ONCE} uploaded modules are being compiled; try again shortly"),
+        )
+        .with_retry_after(1)
+    })?;
     let runtime = http.broker.transforms.runtime().clone();
     let module = std::sync::Arc::new(module);
     let checked = module.clone();
@@ -364,6 +373,9 @@ pub(super) async fn check_module(
         })?;
     Ok(module)
 }
+
+/// Uploads checked at once on a node (one compiles, the other waits its turn in the runtime).
+pub(super) const UPLOADS_AT_ONCE: usize = 2;
 
 /// How long a deployment's answer waits for the other nodes to load it.
 const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
