@@ -231,7 +231,7 @@ impl Shard {
             match self.pending.pop_front() {
                 Some((_, records, None)) => {
                     for record in records {
-                        self.apply(record);
+                        self.apply_plain(record);
                     }
                 }
                 Some((_, records, Some(producer_id))) => self.open_txns.entry(producer_id).or_default().extend(records),
@@ -286,6 +286,23 @@ impl Shard {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Applies a record written outside any transaction. A commit or deletion of a group's
+    /// offset is newer than every transactional commit of that partition still undecided (they
+    /// were all written before it): those are dropped, so their markers cannot bring an older
+    /// offset back over it. Kafka keeps the commit with the later record offset
+    /// (`OffsetMetadataManager.replayEndTransactionMarker`).
+    fn apply_plain(&mut self, record: OffsetsRecord) {
+        if let OffsetsRecord::Commit { group, topic, partition, .. } = &record {
+            for records in self.open_txns.values_mut() {
+                records.retain(|open| {
+                    !matches!(open, OffsetsRecord::Commit { group: g, topic: t, partition: p, .. }
+                        if g == group && t == topic && p == partition)
+                });
+            }
+        }
+        self.apply(record);
     }
 
     fn apply(&mut self, record: OffsetsRecord) {
@@ -1065,7 +1082,7 @@ fn load(hosted: &Partition) -> Result<LoadedShard, OffsetError> {
                         Ok(decoded) if transactional => {
                             shard.open_txns.entry(header.producer_id).or_default().push(decoded)
                         }
-                        Ok(decoded) => shard.apply(decoded),
+                        Ok(decoded) => shard.apply_plain(decoded),
                         Err(_) => skipped += 1,
                     }
                 }
@@ -1169,6 +1186,43 @@ mod tests {
         store.complete_txn(store.partition_of("g"), 7, true).unwrap();
         let (offsets, unstable) = store.fetch_stable("g", Some(&wanted)).unwrap();
         assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 20)]));
+        assert!(unstable.is_empty());
+    }
+
+    #[test]
+    fn a_plain_commit_after_an_undecided_transactional_one_wins_at_its_marker_and_after_a_load() {
+        // Proves the later write wins, as Kafka keeps the commit with the later record offset:
+        // a transactional commit (20) still undecided when a plain commit (30) of the same
+        // partition is written must not replace it when its commit marker arrives (it did: the
+        // group went back to 20), neither in memory nor when the partition is loaded again.
+        let dir = tempfile::tempdir().unwrap();
+        let wanted = [("t".to_string(), 0)];
+        {
+            let (replicas, store) = open(dir.path());
+            store
+                .commit_transactional(
+                    "g",
+                    (7, 0),
+                    vec![("t".into(), 0, committed(20, 2))],
+                    TxnVerification::NotRequired,
+                )
+                .unwrap();
+            store.commit("g", vec![("t".into(), 0, committed(30, 3))]).unwrap();
+            let partition = store.partition_of("g");
+            let marker = crate::txn::coordinator::marker_batch(7, 0, true, 0);
+            replicas
+                .get(OFFSETS_TOPIC, partition)
+                .unwrap()
+                .append_as_leader(&marker, crate::partition::Acks::All, crate::log::AppendOrigin::Coordinator)
+                .unwrap();
+            store.complete_txn(partition, 7, true).unwrap();
+            let (offsets, _) = store.fetch_stable("g", Some(&wanted)).unwrap();
+            assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 30)]), "the later plain commit stays");
+            replicas.shutdown();
+        }
+        let (_replicas, reopened) = open(dir.path());
+        let (offsets, unstable) = reopened.fetch_stable("g", Some(&wanted)).unwrap();
+        assert_eq!(as_map(offsets), BTreeMap::from([(("t".into(), 0), 30)]), "and after a load");
         assert!(unstable.is_empty());
     }
 
