@@ -1040,3 +1040,71 @@ fn zstd_before_produce_v7_is_an_unsupported_compression_type() {
     assert_eq!(produce_results(&conn.call(6, &request)), vec![("zstd".into(), 0, UNSUPPORTED_COMPRESSION_TYPE, -1)]);
     assert_eq!(produce_results(&conn.call(7, &request)), vec![("zstd".into(), 0, NONE, 0)]);
 }
+
+#[test]
+fn admin_requests_are_answered_as_kafka_answers_them() {
+    // Proves, each against the binary before: Metadata auto-creates __transaction_state as the
+    // transaction coordinator creates it (compacted; it was an ordinary topic with delete
+    // retention, losing transaction states), marks only the coordinators' topics internal (a
+    // user's __orders was hidden from Java clients), and answers an unknown topic id with
+    // UNKNOWN_TOPIC_ID (it was dropped); CreateTopics refuses a name colliding with an existing
+    // one by '.' against '_', a null config value, and a manual assignment with counts; and
+    // ListOffsets refuses a partition named twice.
+    const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    const INVALID_REQUEST: i16 = 42;
+    const INVALID_CONFIG: i16 = 40;
+    const UNKNOWN_TOPIC_ID: i16 = 100;
+    let node = Runnel::start(&[]);
+    let mut conn = Conn::open(&node);
+    let metadata = |conn: &mut Conn, topics: Vec<MetadataRequestTopic>| {
+        conn.call(
+            METADATA_V,
+            &MetadataRequest::default().with_topics(Some(topics)).with_allow_auto_topic_creation(true),
+        )
+    };
+    let by_name = |name: &str| MetadataRequestTopic::default().with_name(Some(topic_name(name)));
+    let created = metadata(&mut conn, vec![by_name("__transaction_state"), by_name("__orders")]);
+    assert!(created.topics.iter().all(|t| t.error_code == NONE), "{:?}", created.topics);
+    let configs = describe_topic_configs(&mut conn, "__transaction_state");
+    assert_eq!(config_of(&configs, "cleanup.policy").0, "compact", "created as its coordinator creates it");
+    let described = metadata(&mut conn, vec![by_name("__transaction_state"), by_name("__orders")]);
+    let internal: Vec<(String, bool)> =
+        described.topics.iter().map(|t| (t.name.as_ref().unwrap().to_string(), t.is_internal)).collect();
+    assert_eq!(internal, vec![("__transaction_state".to_string(), true), ("__orders".to_string(), false)]);
+    let unknown_id = uuid::Uuid::from_u128(42);
+    let by_id = metadata(&mut conn, vec![MetadataRequestTopic::default().with_name(None).with_topic_id(unknown_id)]);
+    assert_eq!(by_id.topics.len(), 1, "an unknown id is answered, not dropped");
+    assert_eq!((by_id.topics[0].error_code, by_id.topics[0].name.is_none()), (UNKNOWN_TOPIC_ID, true));
+
+    create_topic(&mut conn, "orders_eu", 1, &[]);
+    let create = |conn: &mut Conn, topic: CreatableTopic| {
+        let request = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![topic]);
+        let result = conn.call(CREATE_TOPICS_V, &request).topics[0].clone();
+        (result.error_code, result.error_message.map(|m| m.to_string()).unwrap_or_default())
+    };
+    let plain = |name: &str| {
+        CreatableTopic::default().with_name(topic_name(name)).with_num_partitions(1).with_replication_factor(1)
+    };
+    let (code, message) = create(&mut conn, plain("orders.eu"));
+    assert_eq!(
+        (code, message.as_str()),
+        (INVALID_TOPIC_EXCEPTION, "Topic 'orders.eu' collides with existing topic: orders_eu")
+    );
+    let null_config = plain("nulls").with_configs(vec![CreatableTopicConfig::default()
+        .with_name(StrBytes::from_static_str("retention.ms"))
+        .with_value(None)]);
+    assert_eq!(create(&mut conn, null_config).0, INVALID_CONFIG);
+    let manual_with_counts = plain("manual").with_assignments(vec![CreatableReplicaAssignment::default()
+        .with_partition_index(0)
+        .with_broker_ids(vec![BrokerId(1)])]);
+    assert_eq!(create(&mut conn, manual_with_counts).0, INVALID_REQUEST);
+
+    let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1);
+    let request =
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name("orders_eu"))
+            .with_partitions(vec![partition.clone(), partition])]);
+    let response = conn.call(LIST_OFFSETS_V, &request);
+    let codes: Vec<i16> = response.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, vec![INVALID_REQUEST, INVALID_REQUEST]);
+}

@@ -344,7 +344,7 @@ pub fn audited(
     let entry = AuditEntry {
         at_ms: now_ms(),
         principal: client.as_ref().map_or_else(|| "User:ANONYMOUS".to_string(), |c| c.principal.to_string()),
-        client_host: client.as_ref().map_or_else(String::new, |c| c.peer.ip().to_string()),
+        client_host: client.as_ref().map_or_else(String::new, |c| c.peer.ip().to_canonical().to_string()),
         action: action.to_string(),
         kind: audit_kind(kind).to_string(),
         name: name.to_string(),

@@ -39,6 +39,12 @@ impl LeaderEpochCache {
         Ok(LeaderEpochCache { path, entries, behind: false })
     }
 
+    /// The epoch `offset` was written in: the latest one starting at or before it (Kafka's
+    /// `epochForOffset`); `None` below every known epoch.
+    pub fn epoch_at(&self, offset: i64) -> Option<i32> {
+        self.entries.iter().rev().find(|&&(_, start)| start <= offset).map(|&(epoch, _)| epoch)
+    }
+
     pub fn latest_epoch(&self) -> Option<i32> {
         self.entries.last().map(|&(e, _)| e)
     }

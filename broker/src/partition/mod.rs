@@ -1042,7 +1042,16 @@ impl Partition {
     }
 
     /// ListOffsets: `(offset, timestamp)`; timestamp -1 where Kafka answers none.
-    pub fn list_offset(&self, spec: OffsetSpec, isolation: Isolation) -> Result<Option<(i64, i64)>, PartitionError> {
+    /// ListOffsets: (offset, timestamp, leader epoch). The epoch is the one the offset was
+    /// written in (Kafka's `fetchOffsetByTimestamp`: the epoch cache's for the log start, the
+    /// found batch's for a timestamp), the current one for the latest offset; -1 when unknown.
+    /// A client validates its position with it (KIP-320), so the current epoch for an old
+    /// offset would hide a truncation.
+    pub fn list_offset(
+        &self,
+        spec: OffsetSpec,
+        isolation: Isolation,
+    ) -> Result<Option<(i64, i64, i32)>, PartitionError> {
         self.check_leader()?;
         let guard = self.log()?;
         let log = guard.as_ref().expect("checked by log()");
@@ -1051,12 +1060,15 @@ impl Partition {
             Isolation::ReadUncommitted => self.high_watermark(),
             Isolation::ReadCommitted => log.last_stable_offset(self.high_watermark()),
         };
-        Ok(match spec {
+        let found = match spec {
             OffsetSpec::Earliest => Some((log.log_start_offset(), -1)),
-            OffsetSpec::Latest => Some((high_watermark, -1)),
+            OffsetSpec::Latest => return Ok(Some((high_watermark, -1, self.leader_epoch()))),
             OffsetSpec::MaxTimestamp => log.max_timestamp_offset()?.filter(|(o, _)| *o < high_watermark),
             OffsetSpec::Timestamp(ts) => log.offset_for_timestamp(ts)?.filter(|(o, _)| *o < high_watermark),
-        })
+        };
+        drop(guard);
+        let epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(found.map(|(offset, timestamp)| (offset, timestamp, epochs.epoch_at(offset).unwrap_or(-1))))
     }
 
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` as this replica knows it, and the

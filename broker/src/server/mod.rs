@@ -154,7 +154,9 @@ impl Broker {
             return true;
         }
         let Some(client) = current_client() else { return true };
-        let host = client.peer.ip().to_string();
+        // Canonical: a dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d, which an ACL
+        // naming a.b.c.d (as Java's getHostAddress gives it) would never match.
+        let host = client.peer.ip().to_canonical().to_string();
         let allowed =
             settings.authorize(&self.controller.image().acls, &client.principal, &host, operation, kind, name);
         if !allowed {
@@ -176,7 +178,9 @@ impl Broker {
             return true;
         }
         let Some(client) = current_client() else { return true };
-        let host = client.peer.ip().to_string();
+        // Canonical: a dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d, which an ACL
+        // naming a.b.c.d (as Java's getHostAddress gives it) would never match.
+        let host = client.peer.ip().to_canonical().to_string();
         settings.authorize_any(&self.controller.image().acls, &client.principal, &host, operation, kind)
     }
 

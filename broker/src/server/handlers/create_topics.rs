@@ -31,33 +31,55 @@ pub async fn handle(
         return Some(refused);
     }
     let mut budget = ReplicaBudget::of(&image, broker.settings.max_broker_partitions);
+    let colliding = colliding_names(&image);
     // Kafka: CREATE on the cluster, or on each topic.
     let create_any = broker.authorized_cluster(Operation::Create);
     let mut checked = Vec::with_capacity(request.topics.len());
+    // Counted once (a count per topic was quadratic in the request, before authorization).
+    let mut occurrences: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for topic in &request.topics {
+        *occurrences.entry(&topic.name.0).or_default() += 1;
+    }
     for topic in &request.topics {
         let name = topic.name.0.to_string();
         let mut configs = BTreeMap::new();
+        let mut null_config = None;
         for config in &topic.configs {
-            if let Some(value) = &config.value {
-                configs.insert(config.name.to_string(), value.to_string());
+            match &config.value {
+                Some(value) => {
+                    configs.insert(config.name.to_string(), value.to_string());
+                }
+                None => null_config = Some(config.name.to_string()),
             }
         }
-        let duplicate = request.topics.iter().filter(|t| t.name == topic.name).count() > 1;
+        let duplicate = occurrences.get(name.as_str()).is_some_and(|&n| n > 1);
+        let manual_with_counts =
+            !topic.assignments.is_empty() && (topic.num_partitions != -1 || topic.replication_factor != -1);
         let outcome = if duplicate {
             Err((ResponseError::InvalidRequest, "topic appears more than once in the request".to_string()))
         } else if !create_any && !broker.authorized(Operation::Create, ResourceType::Topic, &name) {
             Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
+        } else if let Some(config) = null_config {
+            // Kafka's words (ReplicationControlManager.createTopic).
+            Err((ResponseError::InvalidConfig, format!("Null value not supported for topic configs: {config}")))
+        } else if manual_with_counts {
+            Err((
+                ResponseError::InvalidRequest,
+                "A manual partition assignment was specified, but numPartitions or replicationFactor was not set \
+                 to -1."
+                    .to_string(),
+            ))
         } else if !topic.assignments.is_empty() {
             let assignments = topic
                 .assignments
                 .iter()
                 .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
                 .collect();
-            validate(broker, &image, &mut budget, &name, Assignment::Manual(assignments), configs.clone())
+            validate(broker, &image, &mut budget, &colliding, &name, Assignment::Manual(assignments), configs.clone())
         } else {
             let assignment =
                 Assignment::Auto { partitions: topic.num_partitions, replication_factor: topic.replication_factor };
-            validate(broker, &image, &mut budget, &name, assignment, configs.clone())
+            validate(broker, &image, &mut budget, &colliding, &name, assignment, configs.clone())
         };
         checked.push((topic.name.clone(), configs, outcome));
     }
@@ -194,11 +216,19 @@ pub(crate) async fn validate_and_create(
 ) -> Result<Created, (ResponseError, String)> {
     let image = broker.controller.image();
     let mut budget = ReplicaBudget::of(&image, broker.settings.max_broker_partitions);
-    let (created, record) = validate(broker, &image, &mut budget, name, assignment, configs)?;
+    let (created, record) = validate(broker, &image, &mut budget, &colliding_names(&image), name, assignment, configs)?;
     if validate_only {
         return Ok(created);
     }
     created_or_error(name, created, broker.controller.propose(record).await.map_err(std::sync::Arc::new))
+}
+
+/// Existing topics with '.' or '_' in their names, by their name with '.' as '_' (built once per
+/// request: a look-up per created topic).
+type Colliding = std::collections::HashMap<String, String>;
+
+fn colliding_names(image: &crate::controller::MetadataImage) -> Colliding {
+    image.topics.keys().filter(|t| t.contains(['.', '_'])).map(|t| (t.replace('.', "_"), t.clone())).collect()
 }
 
 /// Checks a topic creation against `image` (Kafka's checks and words) and places its replicas:
@@ -207,6 +237,7 @@ fn validate(
     broker: &Broker,
     image: &crate::controller::MetadataImage,
     budget: &mut ReplicaBudget,
+    colliding: &Colliding,
     name: &str,
     assignment: Assignment,
     configs: BTreeMap<String, String>,
@@ -214,6 +245,14 @@ fn validate(
     validate_topic_name(name).map_err(|m| (ResponseError::InvalidTopicException, m.to_string()))?;
     if image.topics.contains_key(name) {
         return Err((ResponseError::TopicAlreadyExists, format!("topic '{name}' already exists")));
+    }
+    // Kafka refuses names that differ from an existing one only by '.' against '_': metric
+    // names replace '.' with '_', so both topics would report as one.
+    if let Some(existing) = colliding.get(&name.replace('.', "_")) {
+        return Err((
+            ResponseError::InvalidTopicException,
+            format!("Topic '{name}' collides with existing topic: {existing}"),
+        ));
     }
     let mut configs = configs;
     if name == crate::group::OFFSETS_TOPIC {

@@ -23,6 +23,39 @@ pub async fn handle(
 ) -> Option<ElectLeadersResponse> {
     let election_type = if header.request_api_version == 0 { PREFERRED } else { request.election_type };
     let image = broker.controller.image();
+    // Kafka: ALTER on the cluster, checked first: refused, the answer names only the partitions
+    // asked for (none for "all"), never the cluster's topics.
+    if !broker.authorized_cluster(Operation::Alter) {
+        let denied = |partitions: &Vec<i32>| {
+            let error = ResponseError::ClusterAuthorizationFailed;
+            partitions
+                .iter()
+                .map(|&p| {
+                    PartitionResult::default()
+                        .with_partition_id(p)
+                        .with_error_code(error.code())
+                        .with_error_message(Some(str_bytes("Cluster authorization failed.")))
+                })
+                .collect()
+        };
+        let results = request
+            .topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| {
+                ReplicaElectionResult::default()
+                    .with_topic(t.topic.clone())
+                    .with_partition_result(denied(&t.partitions))
+            })
+            .collect();
+        let response = ElectLeadersResponse::default().with_replica_election_results(results);
+        return Some(if header.request_api_version >= 1 {
+            response.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+        } else {
+            response
+        });
+    }
+    let all = request.topic_partitions.is_none();
     let wanted: Vec<(String, Vec<i32>)> = match &request.topic_partitions {
         Some(topics) => topics.iter().map(|t| (t.topic.0.to_string(), t.partitions.clone())).collect(),
         // Null: every partition of every topic (Kafka's "all topic partitions").
@@ -32,18 +65,17 @@ pub async fn handle(
             .map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.partition as i32).collect()))
             .collect(),
     };
-    // Kafka: ALTER on the cluster; refused, every partition says so.
-    let cluster_denied = !broker.authorized_cluster(Operation::Alter);
     let mut results = Vec::with_capacity(wanted.len());
     let mut changed = false;
     for (topic, partitions) in wanted {
         let mut partition_results = Vec::with_capacity(partitions.len());
         for partition in partitions {
-            let outcome = if cluster_denied {
-                Err((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.".to_string()))
-            } else {
-                elect(broker, &image, election_type, &topic, partition).await
-            };
+            let outcome = elect(broker, &image, election_type, &topic, partition).await;
+            // Kafka: "When electing leaders for all partitions, we do not return partitions
+            // which already have the desired leader."
+            if all && matches!(&outcome, Err((ResponseError::ElectionNotNeeded, _))) {
+                continue;
+            }
             changed |= outcome.is_ok();
             let result = PartitionResult::default().with_partition_id(partition);
             partition_results.push(match outcome {
@@ -52,6 +84,9 @@ pub async fn handle(
                     result.with_error_code(code.code()).with_error_message(Some(str_bytes(&message)))
                 }
             });
+        }
+        if all && partition_results.is_empty() {
+            continue;
         }
         results.push(
             ReplicaElectionResult::default()

@@ -23,6 +23,12 @@ pub async fn handle(
     // KIP-98: read_committed (v2+) lists the last stable offset as the latest.
     let isolation = if request.isolation_level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted };
     let mut topics = Vec::with_capacity(request.topics.len());
+    let mut occurrences: std::collections::HashMap<(&str, i32), usize> = std::collections::HashMap::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            *occurrences.entry((&topic.name.0, p.partition_index)).or_default() += 1;
+        }
+    }
     for topic in &request.topics {
         let name: &str = &topic.name.0;
         let denied = !broker.authorized(Operation::Describe, ResourceType::Topic, name);
@@ -38,22 +44,27 @@ pub async fn handle(
             } else {
                 spec.and_then(|_| hosted_partition(broker, &image, name, p.partition_index))
             };
+            let duplicate = occurrences.get(&(name, p.partition_index)).is_some_and(|&n| n > 1);
             let result = hosted.and_then(|partition| {
+                if duplicate {
+                    // Kafka's ReplicaManager.fetchOffset: a partition named twice is refused.
+                    return Err(ResponseError::InvalidRequest);
+                }
                 partition
                     .check_leader_epoch(p.current_leader_epoch)
                     .and_then(|()| match spec {
                         Ok(Some(spec)) => partition.list_offset(spec, isolation),
                         _ => Ok(None),
                     })
-                    .map(|found| (found, partition.leader_epoch()))
                     .map_err(|e| partition_error_code(&e))
             });
             response = match result {
-                Ok((Some((offset, timestamp)), leader_epoch)) => response
+                Ok(Some((offset, timestamp, leader_epoch))) => response
                     .with_offset(offset)
                     .with_timestamp(timestamp)
                     .with_leader_epoch(if with_epoch { leader_epoch } else { -1 }),
-                Ok((None, leader_epoch)) => response.with_leader_epoch(if with_epoch { leader_epoch } else { -1 }),
+                // No such offset (the latest tiered one): Kafka answers epoch -1 too.
+                Ok(None) => response.with_leader_epoch(-1),
                 Err(code) => response.with_error_code(code.code()),
             };
             partitions.push(response);

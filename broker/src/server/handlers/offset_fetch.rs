@@ -129,7 +129,11 @@ pub async fn handle(
             let response = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
             // v9: a consumer-protocol member names itself and its epoch (Kafka's
             // `validateOffsetFetch`); classic groups and admin fetches are not checked.
+            // The group's permission first: the member check would otherwise tell anyone which
+            // groups, members and epochs exist.
+            let group_denied = !broker.authorized(Operation::Describe, ResourceType::Group, &g.group_id.0);
             let member_checked = match g.member_id.as_deref() {
+                _ if group_denied => Err(ResponseError::GroupAuthorizationFailed),
                 Some(member) if version >= 9 => broker
                     .groups
                     .consumers
