@@ -875,6 +875,15 @@ fn a_cluster_replicates_over_tls_between_brokers_that_authenticate_by_certificat
     // ClientHello as an oversized frame and close).
     let (cert, key) = pki.issue_client(&ca, "raft-probe");
     assert!(tls_handshake(cluster.controller_addr(1), &truststore, &cert, &key), "the raft listener speaks TLS");
+    // Every raft request can change the cluster's metadata: a certificate from the same CA
+    // whose principal lacks CLUSTER_ACTION is not served (it was: any record could be
+    // proposed through it, ACLs and credentials included), while the nodes' own is.
+    assert!(!raft_answers(cluster.controller_addr(1), &truststore, &cert, &key), "a client certificate is served");
+    let node = (pki.text("server.pem"), pki.text("server.pem"));
+    assert!(
+        raft_answers(cluster.controller_addr(1), &truststore, &node.0, &node.1),
+        "the node's certificate is refused"
+    );
 }
 
 #[test]
@@ -966,7 +975,31 @@ fn a_listener_with_its_own_certificate_serves_it_while_the_others_keep_the_nodes
 }
 
 /// Whether a TLS handshake with a client certificate completes at `addr` (rustls, blocking).
+/// Whether the raft listener at `addr` answers a request (a read-index probe addressed to
+/// another node, which any admitted peer gets an answer to) from a TLS client with `cert`.
+fn raft_answers(addr: std::net::SocketAddr, ca: &str, cert: &str, key: &str) -> bool {
+    let Some((mut connection, mut tcp)) = tls_connect(addr, ca, cert, key) else { return false };
+    let body = br#"{"from":99,"to":98,"body":{"ReadIndex":{"timeout_ms":100}}}"#;
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    let mut stream = rustls::Stream::new(&mut connection, &mut tcp);
+    if stream.write_all(&frame).is_err() {
+        return false;
+    }
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).is_ok()
+}
+
 fn tls_handshake(addr: std::net::SocketAddr, ca: &str, cert: &str, key: &str) -> bool {
+    tls_connect(addr, ca, cert, key).is_some()
+}
+
+fn tls_connect(
+    addr: std::net::SocketAddr,
+    ca: &str,
+    cert: &str,
+    key: &str,
+) -> Option<(rustls::ClientConnection, TcpStream)> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let mut roots = rustls::RootCertStore::empty();
@@ -990,10 +1023,10 @@ fn tls_handshake(addr: std::net::SocketAddr, ca: &str, cert: &str, key: &str) ->
     tcp.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     while connection.is_handshaking() {
         if connection.complete_io(&mut tcp).is_err() {
-            return false;
+            return None;
         }
     }
-    true
+    Some((connection, tcp))
 }
 
 /// librdkafka's ACL admin calls, which rust-rdkafka does not wrap, through its C API

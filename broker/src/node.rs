@@ -85,6 +85,7 @@ impl Node {
             .map_err(crate::server::listeners::ListenerBindError::from)?;
         let controller = Controller::start(ControllerConfig {
             tls: tls.of("CONTROLLER").filter(|_| config.security.controller_protocol.uses_tls()),
+            authorizer: Some(config.security.authorizer.clone()),
             node_id: config.node_id,
             role: match config.process_roles {
                 crate::config::ProcessRoles::BrokerController => QuorumRole::Voter,
@@ -115,6 +116,7 @@ impl Node {
             &listeners.addresses,
             http_addr,
             config.security.http.tls,
+            Some(config.controller_listen),
         );
         for warning in &security_report.warnings {
             tracing::warn!("{warning}");

@@ -209,6 +209,10 @@ pub struct ControllerConfig {
     /// TLS on the raft listener and on this node's connections to the other voters (the
     /// `CONTROLLER` listener mapped to SSL); `None`: plain TCP.
     pub tls: Option<Arc<crate::security::tls::TlsContext>>,
+    /// With the authorizer on, who may talk to the raft listener over TLS: the client
+    /// certificate's principal needs CLUSTER_ACTION on the cluster (a super user, or an ACL),
+    /// as Kafka's controller RPCs do. Without TLS the listener cannot tell peers apart.
+    pub authorizer: Option<crate::security::acl::AuthorizerSettings>,
 }
 
 impl ControllerConfig {
@@ -234,6 +238,7 @@ impl ControllerConfig {
             log_entries_kept_after_snapshot: 1000,
             broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
             tls: None,
+            authorizer: None,
             leader_imbalance_check_interval_ms: Some(300_000),
         }
     }
@@ -394,7 +399,12 @@ impl Controller {
             .await
             .map_err(fatal_error)?;
         let leases = Arc::new(Leases::new(Duration::from_millis(config.broker_session_timeout_ms.max(1))));
-        let server = server::spawn(listener, raft.clone(), node_id, leases.clone(), config.tls.clone());
+        let gate = config
+            .authorizer
+            .clone()
+            .filter(|a| a.enabled)
+            .map(|settings| server::PeerGate { settings, image: image_rx.clone() });
+        let server = server::spawn(listener, raft.clone(), node_id, leases.clone(), config.tls.clone(), gate);
         let controller = Controller {
             inner: Arc::new(Inner {
                 node_id,

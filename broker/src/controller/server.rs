@@ -31,6 +31,32 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Who may use the raft listener when the authorizer is on: a TLS peer whose certificate's
+/// principal has CLUSTER_ACTION on the cluster (a super user, or an ACL in the image), as
+/// every controller RPC needs in Kafka. Every request on the listener can change the cluster's
+/// metadata (a forwarded proposal may carry any record: ACLs, credentials, code to run), so a
+/// client certificate from the same CA is not enough.
+#[derive(Clone)]
+pub(crate) struct PeerGate {
+    pub(crate) settings: crate::security::acl::AuthorizerSettings,
+    pub(crate) image: tokio::sync::watch::Receiver<Arc<super::MetadataImage>>,
+}
+
+impl PeerGate {
+    fn admits(&self, principal: &crate::security::Principal, peer: SocketAddr) -> bool {
+        let image = self.image.borrow().clone();
+        let host = peer.ip().to_canonical().to_string();
+        self.settings.authorize(
+            &image.acls,
+            principal,
+            &host,
+            crate::security::acl::Operation::ClusterAction,
+            crate::security::acl::ResourceType::Cluster,
+            crate::security::acl::CLUSTER_NAME,
+        )
+    }
+}
+
 /// Starts serving `listener`. Aborting the returned task closes the listener and every connection.
 pub(crate) fn spawn(
     listener: TcpListener,
@@ -38,8 +64,9 @@ pub(crate) fn spawn(
     node_id: NodeId,
     leases: Arc<Leases>,
     tls: Option<Arc<TlsContext>>,
+    gate: Option<PeerGate>,
 ) -> JoinHandle<()> {
-    tokio::spawn(accept_loop(listener, raft, node_id, leases, tls))
+    tokio::spawn(accept_loop(listener, raft, node_id, leases, tls, gate))
 }
 
 async fn accept_loop(
@@ -48,6 +75,7 @@ async fn accept_loop(
     node_id: NodeId,
     leases: Arc<Leases>,
     tls: Option<Arc<TlsContext>>,
+    gate: Option<PeerGate>,
 ) {
     // Owned here so that aborting this task aborts every connection task too.
     let mut connections = JoinSet::new();
@@ -57,7 +85,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match limit.clone().try_acquire_owned() {
                     Ok(permit) => {
-                        let (raft, leases, tls) = (raft.clone(), leases.clone(), tls.clone());
+                        let (raft, leases, tls, gate) = (raft.clone(), leases.clone(), tls.clone(), gate.clone());
                         connections.spawn(async move {
                             let _ = stream.set_nodelay(true);
                             match tls {
@@ -66,6 +94,11 @@ async fn accept_loop(
                                 // the handshake when ssl.client.auth is required.
                                 Some(tls) => match tokio::time::timeout(IDLE_TIMEOUT, tls.acceptor().accept(stream)).await {
                                     Ok(Ok(stream)) => {
+                                        let principal = crate::security::tls::principal_of(stream.get_ref().1);
+                                        if gate.as_ref().is_some_and(|gate| !gate.admits(&principal, peer)) {
+                                            tracing::warn!(%peer, %principal, "raft connection refused: the principal lacks CLUSTER_ACTION");
+                                            return;
+                                        }
                                         serve_connection(BufReader::new(stream), peer, raft, node_id, leases, permit).await
                                     }
                                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "raft TLS handshake failed"),

@@ -123,6 +123,7 @@ impl SecurityReport {
         listeners: &[(String, std::net::SocketAddr)],
         http: std::net::SocketAddr,
         http_tls: bool,
+        controller: Option<std::net::SocketAddr>,
     ) -> SecurityReport {
         let mut report =
             SecurityReport { authorizer: config.authorizer.enabled, http_tls, ..SecurityReport::default() };
@@ -148,6 +149,17 @@ impl SecurityReport {
             });
         }
         report.http_authenticated = config.http.authentication;
+        if let Some(controller) = controller.filter(|a| !a.ip().is_loopback()) {
+            let certificates = config.controller_protocol == SecurityProtocol::Ssl
+                && config.tls_of("CONTROLLER").is_some_and(|t| t.client_auth == tls::ClientAuth::Required);
+            if !certificates {
+                report.warnings.push(format!(
+                    "the metadata quorum's listener at {controller} is reachable beyond loopback without client \
+                     certificates: anyone who can reach it can change the cluster's metadata (CONTROLLER:SSL with \
+                     ssl.client.auth=required and the authorizer, or a private network)"
+                ));
+            }
+        }
         if !http.ip().is_loopback() && !config.http.authentication {
             report.warnings.push(format!(
                 "the HTTP API at {http} is reachable beyond loopback and does not authenticate requests: \
@@ -313,11 +325,11 @@ mod tests {
                 .into_iter()
                 .map(|(n, a)| (n.to_string(), a.parse().unwrap()))
                 .collect();
-        let report = SecurityReport::new(&config, &bound, "127.0.0.1:8080".parse().unwrap(), false);
+        let report = SecurityReport::new(&config, &bound, "127.0.0.1:8080".parse().unwrap(), false, None);
         assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
         assert!(report.warnings[0].contains("OPEN"));
         assert_eq!(report.listeners.iter().filter(|l| l.authenticated).count(), 1);
-        let exposed_http = SecurityReport::new(&config, &bound, "0.0.0.0:8080".parse().unwrap(), false);
+        let exposed_http = SecurityReport::new(&config, &bound, "0.0.0.0:8080".parse().unwrap(), false, None);
         assert_eq!(exposed_http.warnings.len(), 2);
     }
 
