@@ -413,7 +413,11 @@ pub async fn authenticate(
             }
             if token.kind == HttpTokenKind::Node {
                 // A node token authenticates the other nodes' `scope=node` views only.
+                // Only the routes that have such a view: elsewhere `scope=node` is an unknown
+                // parameter, and the token would read anything (it runs outside any client scope).
+                let path = request.uri().path();
                 let view = request.method() == Method::GET
+                    && NODE_VIEWS.iter().any(|prefix| is_view_of(path, prefix))
                     && request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "scope=node"));
                 if !view {
                     return unauthorized(from_ui, "a node token serves only scope=node views");
@@ -462,6 +466,20 @@ pub async fn authenticate(
     run_as(peer, authenticated, request, next).await
 }
 
+/// The routes with a `scope=node` view (what one node asks the others): a collection and its
+/// items (`/v1/groups`, `/v1/groups/{group}`). Nothing deeper: `/v1/groups/{group}/offsets` is
+/// not a view.
+const NODE_VIEWS: [&str; 4] = ["/v1/groups", "/v1/transforms", "/v1/assignors", "/v1/validators"];
+
+/// Whether `path` is `prefix` or one item under it (`prefix/{name}`).
+fn is_view_of(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix('/').is_some_and(|item| !item.is_empty() && !item.contains('/')),
+        None => false,
+    }
+}
+
 async fn run_as(peer: SocketAddr, authenticated: Authenticated, mut request: Request, next: Next) -> Response {
     let client = ClientContext { peer, listener: None, principal: authenticated.principal.clone() };
     request.extensions_mut().insert(authenticated);
@@ -480,4 +498,21 @@ pub fn require(
         return Ok(());
     }
     Err(ApiError::forbidden(format!("{} is not allowed {operation} on {kind} '{name}'", crate::server::principal())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_token_reaches_only_the_scope_node_views() {
+        // Proves the node token's routes are the views nodes ask each other for: any GET with
+        // `scope=node` in its query ran as the node, outside any client scope (e.g. reading any
+        // topic's records).
+        let allowed = |path: &str| NODE_VIEWS.iter().any(|prefix| is_view_of(path, prefix));
+        assert!(allowed("/v1/groups") && allowed("/v1/groups/g") && allowed("/v1/transforms/t"));
+        assert!(!allowed("/v1/groups/g/offsets"));
+        assert!(!allowed("/v1/topics/secret/records"));
+        assert!(!allowed("/v1/groupsx") && !allowed("/v1/groups/"));
+    }
 }
