@@ -1049,7 +1049,7 @@ fn admin_requests_are_answered_as_kafka_answers_them() {
     // user's __orders was hidden from Java clients), and answers an unknown topic id with
     // UNKNOWN_TOPIC_ID (it was dropped); CreateTopics refuses a name colliding with an existing
     // one by '.' against '_', a null config value, and a manual assignment with counts; and
-    // ListOffsets refuses a partition named twice.
+    // ListOffsets refuses a partition named twice; DeleteTopics a name given twice.
     const INVALID_TOPIC_EXCEPTION: i16 = 17;
     const INVALID_REQUEST: i16 = 42;
     const INVALID_CONFIG: i16 = 40;
@@ -1106,5 +1106,15 @@ fn admin_requests_are_answered_as_kafka_answers_them() {
             .with_partitions(vec![partition.clone(), partition])]);
     let response = conn.call(LIST_OFFSETS_V, &request);
     let codes: Vec<i16> = response.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, vec![INVALID_REQUEST, INVALID_REQUEST]);
+
+    // A name given twice is refused whether or not the topic exists (Kafka checks the raw
+    // request first; an unknown one answered UNKNOWN_TOPIC_OR_PARTITION).
+    let ghost = topic_name("ghost");
+    let request = kafka_protocol::messages::DeleteTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topic_names(vec![ghost.clone(), ghost]);
+    let response = conn.call(5, &request);
+    let codes: Vec<i16> = response.responses.iter().map(|r| r.error_code).collect();
     assert_eq!(codes, vec![INVALID_REQUEST, INVALID_REQUEST]);
 }

@@ -99,15 +99,20 @@ pub async fn handle(
             },
             Err(e) => Err(e),
         };
-        let mut result = CreatableTopicResult::default().with_name(name);
+        let mut result = CreatableTopicResult::default().with_name(name.clone());
         match outcome {
             Ok(created) => {
-                let log_config = broker.topic_log_config(&configs);
                 result = result
                     .with_topic_id(uuid_of(created.topic_id))
                     .with_num_partitions(created.partitions as i32)
-                    .with_replication_factor(created.replication_factor as i16)
-                    .with_configs(Some(config_entries(&log_config, &configs)));
+                    .with_replication_factor(created.replication_factor as i16);
+                // Kafka returns the configs only to a client that may DESCRIBE_CONFIGS them.
+                if broker.authorized(Operation::DescribeConfigs, ResourceType::Topic, &name.0) {
+                    let log_config = broker.topic_log_config(&configs);
+                    result = result.with_configs(Some(config_entries(&log_config, &configs)));
+                } else {
+                    result = result.with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code());
+                }
             }
             Err((code, message)) => {
                 result = result

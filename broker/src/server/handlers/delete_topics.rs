@@ -3,7 +3,7 @@
 //! `__consumer_offsets` may not be deleted (POLICY_VIOLATION): Kafka 4.x brokers accept it and
 //! its groups break; Kafka's `kafka-topics.sh` refuses it, and so does Runnel, on the broker.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName};
@@ -29,8 +29,39 @@ pub async fn handle(
         .chain(request.topics.iter().map(|t| (t.name.clone(), t.topic_id)))
         .collect();
     let image = broker.controller.image();
-    let resolved: Vec<Resolved> =
-        targets.iter().map(|(name, id)| resolve(&image, name.as_ref().map(|n| &*n.0), *id)).collect();
+    // Kafka's order (ControllerApis.deleteTopics): a name or id given twice is refused whether or
+    // not it exists; then a topic the client may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED
+    // before its existence is told (an id's name is not told either); then DELETE, on the topic
+    // or the cluster.
+    let mut raw_names: HashMap<&str, usize> = HashMap::new();
+    let mut raw_ids: HashMap<Uuid, usize> = HashMap::new();
+    for (name, id) in &targets {
+        match name {
+            Some(name) => *raw_names.entry(&name.0).or_default() += 1,
+            None => *raw_ids.entry(*id).or_default() += 1,
+        }
+    }
+    let describable = |name: &str| broker.authorized(Operation::Describe, ResourceType::Topic, name);
+    let delete_any = broker.authorized_cluster(Operation::Delete);
+    let denied = || (ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string());
+    let resolved: Vec<Resolved> = targets
+        .iter()
+        .map(|(name, id)| {
+            let repeated = match name {
+                Some(name) => raw_names.get(&*name.0).is_some_and(|&n| n > 1),
+                None => raw_ids.get(id).is_some_and(|&n| n > 1),
+            };
+            if repeated {
+                let what = if name.is_some() { "name" } else { "id" };
+                return Err((ResponseError::InvalidRequest, format!("Duplicate topic {what}.")));
+            }
+            if let Some(name) = name.as_ref().filter(|n| id.is_nil() && !describable(&n.0)) {
+                tracing::debug!(topic = %name.0, "delete of a topic the client may not describe");
+                return Err(denied());
+            }
+            resolve(&image, name.as_ref().map(|n| &*n.0), *id)
+        })
+        .collect();
     let duplicated = duplicates(&resolved);
     let checked: Vec<Resolved> = resolved
         .into_iter()
@@ -39,8 +70,10 @@ pub async fn handle(
                 ResponseError::InvalidRequest,
                 format!("topic '{}' appears more than once in the request", topic.0),
             )),
-            Ok(topic) if !broker.authorized(Operation::Delete, ResourceType::Topic, &topic.0) => {
-                Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
+            // By id: the name stays untold (the response's name is the request's, null).
+            Ok(topic) if !describable(&topic.0) => Err(denied()),
+            Ok(topic) if !delete_any && !broker.authorized(Operation::Delete, ResourceType::Topic, &topic.0) => {
+                Err(denied())
             }
             Ok(topic) if topic.0 == crate::group::OFFSETS_TOPIC => {
                 Err((ResponseError::PolicyViolation, crate::group::OFFSETS_TOPIC_DELETE_REFUSED.to_string()))
