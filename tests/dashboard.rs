@@ -958,17 +958,17 @@ fn dashboard_shows_a_stateful_transforms_state_and_changelog() {
     });
     assert!(counted, "the API never showed 3 keys of state: {transform}");
     let bytes = transform["partitions"][0]["state_bytes"].as_u64().unwrap();
-    assert_eq!(bytes, 3 * (2 + 16), "three keys of 2 bytes with 16-byte totals");
+    assert_eq!(bytes, 3 * (2 + 16 + 64), "three keys of 2 bytes with 16-byte totals, 64 bytes each beside");
     assert_eq!(transform["partitions"][0]["records_out"], 9, "changelog records are not outputs: {transform}");
 
     browser.navigate(&format!("{base}/"));
     browser.click(r#"a[data-nav="transforms"]"#);
     browser.click(r#"[data-testid="transform-row"][data-transform="rev"] [data-field="name"] a"#);
-    browser.wait_for_text(r#"[data-testid="transform-state-size"]"#, "54 B · 3 keys");
+    browser.wait_for_text(r#"[data-testid="transform-state-size"]"#, "246 B · 3 keys");
     browser.wait_for_text(r#"#transform-config [data-field="state_topic"]"#, "__runnel_transform_rev_state");
     browser.wait_for_text(r#"#transform-config [data-field="state_bytes_max"]"#, "· at most 1.00 MiB per partition");
     let row = r#"[data-testid="transform-partition-row"][data-partition="0"]"#;
-    browser.wait_for_text(&format!(r#"{row} [data-field="state_bytes"]"#), "54 B · 3 keys");
+    browser.wait_for_text(&format!(r#"{row} [data-field="state_bytes"]"#), "246 B · 3 keys");
     browser.screenshot("dashboard-stateful-transform.png");
 }
 

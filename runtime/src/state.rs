@@ -8,13 +8,23 @@
 //! batch drops its own ([`KeyedState::discard_batch`]), an aborted transaction all since the
 //! last commit ([`KeyedState::abort`]).
 //!
-//! Invariant: the state's size (keys plus values of what `get` sees, in bytes) never passes
+//! Invariant: the state's size (keys plus values of what `get` sees, plus
+//! [`ENTRY_OVERHEAD_BYTES`] per entry, in bytes) never passes
 //! its limit through a `put`; `size_bytes` is that sum, kept per layer so that dropping a layer
 //! restores the size below it. (A restore may load more than the limit, e.g. after the limit
 //! was lowered: then only changes that do not grow it are accepted.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+
+/// What one entry costs beyond its key and value: the maps' nodes and allocations that hold it
+/// (and its changelog record's framing). Counted against the limit, so a guest writing many
+/// tiny entries cannot hold many times its limit in host memory.
+pub const ENTRY_OVERHEAD_BYTES: usize = 64;
+
+fn entry_size(key: &[u8], value: &[u8]) -> usize {
+    key.len() + value.len() + ENTRY_OVERHEAD_BYTES
+}
 
 /// A partition's state shared by the broker's worker and the guest instance processing for it
 /// (the instance is replaced after a trap; the state is not).
@@ -52,7 +62,7 @@ impl KeyedState {
     }
 
     fn entry_bytes(&self, key: &[u8]) -> usize {
-        self.get(key).map_or(0, |v| key.len() + v.len())
+        self.get(key).map_or(0, |v| entry_size(key, v))
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), String> {
@@ -60,7 +70,7 @@ impl KeyedState {
             return Err("a state key cannot be empty".to_string());
         }
         let old = self.entry_bytes(&key);
-        let new = key.len() + value.len();
+        let new = entry_size(&key, &value);
         let size = self.batch_bytes - old + new;
         if size > self.limit_bytes && new > old {
             return Err(format!(
@@ -133,10 +143,10 @@ impl KeyedState {
     /// Only between transactions (nothing open).
     pub fn restore(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
         debug_assert!(self.txn.is_empty() && self.batch.is_empty(), "restore with changes open");
-        let old = self.committed.get(&key).map_or(0, |v| key.len() + v.len());
+        let old = self.committed.get(&key).map_or(0, |v| entry_size(&key, v));
         self.committed_bytes -= old;
         if let Some(value) = value {
-            self.committed_bytes += key.len() + value.len();
+            self.committed_bytes += entry_size(&key, &value);
             self.committed.insert(key, value);
         } else {
             self.committed.remove(&key);
@@ -150,7 +160,8 @@ impl KeyedState {
         *self = KeyedState::new(self.limit_bytes);
     }
 
-    /// Size in bytes (keys plus values) of the state as the current batch sees it.
+    /// Size in bytes (keys, values and [`ENTRY_OVERHEAD_BYTES`] per entry) of the state as the
+    /// current batch sees it.
     pub fn size_bytes(&self) -> usize {
         self.batch_bytes
     }
@@ -169,13 +180,14 @@ mod tests {
     fn layers_commit_and_roll_back_with_their_sizes() {
         // Proves a batch sees its own changes, a failed batch leaves nothing, an aborted
         // transaction leaves the committed state, and sizes follow each layer.
-        let mut s = KeyedState::new(100);
+        const O: usize = ENTRY_OVERHEAD_BYTES;
+        let mut s = KeyedState::new(1000);
         s.put(b"a".to_vec(), b"1".to_vec()).unwrap();
         assert_eq!(s.get(b"a"), Some(&b"1"[..]));
         assert_eq!(s.batch_changes().collect::<Vec<_>>(), vec![(&b"a"[..], Some(&b"1"[..]))]);
         s.keep_batch();
         s.commit();
-        assert_eq!(s.size_bytes(), 2);
+        assert_eq!(s.size_bytes(), 2 + O);
 
         s.put(b"a".to_vec(), b"22".to_vec()).unwrap();
         s.delete(b"a");
@@ -183,15 +195,15 @@ mod tests {
         assert_eq!(s.get(b"a"), None);
         s.discard_batch();
         assert_eq!(s.get(b"a"), Some(&b"1"[..]));
-        assert_eq!(s.size_bytes(), 2);
+        assert_eq!(s.size_bytes(), 2 + O);
 
         s.put(b"a".to_vec(), b"333".to_vec()).unwrap();
         assert_eq!(s.batch_changes().count(), 1);
         s.keep_batch();
         s.put(b"c".to_vec(), b"4".to_vec()).unwrap();
-        assert_eq!(s.size_bytes(), 6);
+        assert_eq!(s.size_bytes(), 6 + 2 * O);
         s.abort();
-        assert_eq!((s.get(b"a"), s.get(b"c"), s.size_bytes()), (Some(&b"1"[..]), None, 2));
+        assert_eq!((s.get(b"a"), s.get(b"c"), s.size_bytes()), (Some(&b"1"[..]), None, 2 + O));
 
         s.delete(b"a");
         assert_eq!(s.batch_changes().collect::<Vec<_>>(), vec![(&b"a"[..], None)]);
@@ -204,26 +216,38 @@ mod tests {
 
     #[test]
     fn a_put_past_the_limit_fails_and_changes_nothing() {
-        let mut s = KeyedState::new(10);
+        const O: usize = ENTRY_OVERHEAD_BYTES;
+        let mut s = KeyedState::new(10 + O);
         s.put(b"key".to_vec(), b"1234".to_vec()).unwrap();
         let error = s.put(b"other".to_vec(), b"123".to_vec()).unwrap_err();
-        assert!(error.contains("state_bytes_max of 10"), "{error}");
-        assert_eq!((s.get(b"other"), s.size_bytes()), (None, 7));
+        assert!(error.contains(&format!("state_bytes_max of {}", 10 + O)), "{error}");
+        assert_eq!((s.get(b"other"), s.size_bytes()), (None, 7 + O));
         // Replacing a value with a same-size or smaller one is fine at the limit.
         s.put(b"key".to_vec(), b"12".to_vec()).unwrap();
-        assert_eq!(s.size_bytes(), 5);
+        assert_eq!(s.size_bytes(), 5 + O);
         assert!(s.put(Vec::new(), b"x".to_vec()).is_err(), "empty keys are refused");
     }
 
     #[test]
     fn restore_applies_changes_and_tombstones() {
+        const O: usize = ENTRY_OVERHEAD_BYTES;
         let mut s = KeyedState::new(4);
         s.restore(b"a".to_vec(), Some(b"12345".to_vec()));
         s.restore(b"b".to_vec(), Some(b"1".to_vec()));
         s.restore(b"b".to_vec(), None);
-        assert_eq!((s.size_bytes(), s.committed_keys()), (6, 1));
+        assert_eq!((s.size_bytes(), s.committed_keys()), (6 + O, 1));
         assert!(s.put(b"c".to_vec(), b"1".to_vec()).is_err(), "over the limit after restore: no growth");
         s.put(b"a".to_vec(), b"1".to_vec()).unwrap();
-        assert_eq!(s.size_bytes(), 2);
+        assert_eq!(s.size_bytes(), 2 + O);
+    }
+
+    #[test]
+    fn every_entry_costs_its_overhead() {
+        // Proves tiny entries are charged what they cost the host: 3-byte keys with empty values
+        // were charged 3 bytes each, so a limit held ~30 times its size in maps.
+        let mut s = KeyedState::new(10 * (3 + ENTRY_OVERHEAD_BYTES));
+        let fitted =
+            (0..100u8).take_while(|i| s.put(vec![b'k', b'0' + i / 10, b'0' + i % 10], Vec::new()).is_ok()).count();
+        assert_eq!(fitted, 10);
     }
 }

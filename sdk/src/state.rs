@@ -8,7 +8,8 @@
 //! aborts. After a restart, crash or leader move the state is restored from the changelog
 //! before the first batch, so it always matches the input position.
 //!
-//! The state is bounded by the deployment's `state_bytes_max` (keys plus values): a [`put`]
+//! The state is bounded by the deployment's `state_bytes_max` (keys plus values plus 64 bytes
+//! per entry, what the host's maps cost): a [`put`]
 //! past it fails and changes nothing. Natively (`cargo test`) the same functions work on an
 //! in-memory state that [`crate::testing::Harness`] commits per batch.
 //!
@@ -135,8 +136,11 @@ pub(crate) mod imp {
         batch_bytes: usize,
     }
 
+    /// What the broker charges an entry: key, value and 64 bytes (its `ENTRY_OVERHEAD_BYTES`).
+    const ENTRY_OVERHEAD_BYTES: usize = 64;
+
     fn entry(key: &[u8], value: Option<&[u8]>) -> usize {
-        value.map_or(0, |v| key.len() + v.len())
+        value.map_or(0, |v| key.len() + v.len() + ENTRY_OVERHEAD_BYTES)
     }
 
     impl NativeState {
@@ -214,7 +218,7 @@ pub(crate) mod imp {
                 return Err("a state key cannot be empty".to_string());
             }
             let old = entry(key, s.view(key));
-            let new = key.len() + value.len();
+            let new = entry(key, Some(value));
             let size = s.batch_bytes - old + new;
             if size > s.limit_bytes && new > old {
                 return Err(format!(

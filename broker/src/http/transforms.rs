@@ -82,8 +82,8 @@ pub struct DeployConfig {
     /// How often positions are committed while input keeps coming, ms (default 100, 1 to
     /// 30000); exactly-once, the length of one transaction.
     pub commit_interval_ms: Option<u64>,
-    /// Bound of a stateful transform's keyed state per input partition, keys plus values in
-    /// bytes (default 64 MiB, 1 KiB to 1 GiB): a put past it fails the guest's batch.
+    /// Bound of a stateful transform's keyed state per input partition, keys plus values plus
+    /// 64 bytes per entry (default 64 MiB, 1 KiB to 1 GiB): a put past it fails the guest's batch.
     pub state_bytes_max: Option<u64>,
 }
 

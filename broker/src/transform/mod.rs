@@ -153,7 +153,8 @@ pub struct PartitionStatus {
     pub module_from_cache: bool,
     /// Whether the module keeps keyed state.
     pub stateful: bool,
-    /// Size of the partition's state (keys plus values, committed and pending), bytes.
+    /// Size of the partition's state (keys plus values plus 64 bytes per entry, committed and
+    /// pending), bytes.
     pub state_bytes: u64,
     /// Keys of the partition's committed state.
     pub state_keys: u64,

@@ -111,7 +111,7 @@ mod tests {
     #[test]
     fn key_and_amount_fields_are_parameters_and_the_state_is_bounded() {
         let params = [("key_field", "region"), ("amount_field", "total")];
-        let mut harness = Harness::<Revenue>::new(&params, &["out"]).unwrap().state_bytes_max(40);
+        let mut harness = Harness::<Revenue>::new(&params, &["out"]).unwrap().state_bytes_max(104);
         let written = harness.process(&[TestRecord::new().value(r#"{"region":7,"total":3}"#)]).unwrap();
         assert_eq!(totals(&written[0].value)["key"], "7");
         let long = TestRecord::new().value(r#"{"region":"a-region-name-too-long-to-fit","total":1}"#);
