@@ -146,6 +146,10 @@ async fn single_node_restart_keeps_topics() {
     assert_eq!(controller.leader_id(), Some(1));
 
     assert_eq!(controller.propose(register_broker(1)).await.expect("register"), ApplyOutcome::Applied);
+    // Live (unfenced), so it leads the partitions it is the replica of.
+    let broker_epoch = controller.image().brokers[&1].broker_epoch;
+    let unfence = MetadataRecord::UnfenceBroker { node_id: 1, broker_epoch };
+    assert_eq!(controller.propose(unfence).await.expect("unfence"), ApplyOutcome::Applied);
     let create = create_topic("orders", 1, vec![vec![1], vec![1], vec![1]]);
     assert_eq!(controller.propose(create.clone()).await.expect("create"), ApplyOutcome::Applied);
     assert_eq!(controller.propose(create).await.expect("create again"), ApplyOutcome::TopicAlreadyExists);
