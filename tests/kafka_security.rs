@@ -1418,3 +1418,32 @@ fn large_fetch_responses_over_tls_arrive_whole() {
     });
     assert!(done, "read {read} of {RECORDS} records over TLS");
 }
+
+#[test]
+fn an_anonymous_sender_cannot_envelope_unless_anonymous_is_a_super_user() {
+    // Proves KIP-590 envelopes need an authenticated sender (or User:ANONYMOUS as a super user):
+    // on a PLAINTEXT inter-broker listener where ANONYMOUS may CLUSTER_ACTION (here: no cluster
+    // ACL with allow.everyone.if.no.acl.found, as admins grant it for plain replication), any
+    // anonymous client enveloped a request as User:admin and was served as admin.
+    use kafka_protocol::messages::{EnvelopeRequest, MetadataRequest, RequestHeader};
+    use kafka_protocol::protocol::{Encodable, HeaderVersion};
+    let node = Runnel::start(&[
+        "--authorizer-class-name",
+        "standard",
+        "--super-users",
+        "User:admin",
+        "--allow-everyone-if-no-acl-found",
+        "true",
+    ]);
+    let mut inner = bytes::BytesMut::new();
+    let header = RequestHeader::default().with_request_api_key(3).with_request_api_version(12).with_correlation_id(7);
+    header.encode(&mut inner, MetadataRequest::header_version(12)).expect("header");
+    MetadataRequest::default().with_topics(None).encode(&mut inner, 12).expect("body");
+    let envelope = EnvelopeRequest::default()
+        .with_request_data(inner.freeze())
+        .with_request_principal(Some(Bytes::from_static(b"User:admin")))
+        .with_client_host_address(Bytes::from_static(&[127, 0, 0, 1]));
+    let response = RawConn::open(&node, "anonymous").call(0, &envelope);
+    const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    assert_eq!(response.error_code, CLUSTER_AUTHORIZATION_FAILED, "served as admin: {response:?}");
+}

@@ -268,7 +268,7 @@ impl AuthorizerSettings {
         text.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
     }
 
-    fn is_super_user(&self, principal: &Principal) -> bool {
+    pub fn is_super_user(&self, principal: &Principal) -> bool {
         self.super_users.iter().any(|s| principal.is(s))
     }
 

@@ -597,13 +597,23 @@ async fn handle_frame(
 /// KIP-590's Envelope: a request another broker forwards on behalf of its own client (the HTTP
 /// API's calls for an authenticated user), run with that client's principal and address. Only
 /// a sender on the inter-broker listener allowed CLUSTER_ACTION on the cluster (a broker, as
-/// Kafka accepts envelopes only from its privileged listener) may act for someone else; the
+/// Kafka accepts envelopes only from its privileged listener), and authenticated unless
+/// User:ANONYMOUS is a super user, may act for someone else; the
 /// inner request is authorized as its client, exactly as if it had come on its own.
 /// Principals travel as `User:<name>` text, the client address as its 4 or 16 address bytes.
 async fn envelope(broker: &Broker, request: EnvelopeRequest, sender: ClientContext) -> EnvelopeResponse {
     let refused = |error: ResponseError| EnvelopeResponse::default().with_error_code(error.code());
     let on_inter_broker_listener = sender.listener.as_deref() == Some(&*broker.settings.inter_broker_listener);
     let sender_may = as_client(sender.clone(), async { broker.authorized_cluster(Operation::ClusterAction) }).await;
+    // An unauthenticated sender (a PLAINTEXT inter-broker listener) cannot be told from any
+    // client there: granting User:ANONYMOUS CLUSTER_ACTION for replication must not let every
+    // anonymous client act as any principal. Unless ANONYMOUS is a super user (it can do
+    // anything anyway), it may not envelope.
+    let settings = &broker.settings.authorizer;
+    let anonymous_sender = settings.enabled && sender.principal.is_anonymous();
+    if anonymous_sender && !settings.is_super_user(&sender.principal) {
+        return refused(ResponseError::ClusterAuthorizationFailed);
+    }
     if !on_inter_broker_listener || !sender_may {
         return refused(ResponseError::ClusterAuthorizationFailed);
     }
