@@ -621,6 +621,24 @@ fn bad_input_gets_the_documented_errors() {
     assert_eq!(api.post("/consumers/g", &json!({"name": "i"})).status, 200);
     expect(api.post("/consumers/g", &json!({"name": "i"})), 409, 40902);
     expect(api.get("/consumers/g/instances/i/records"), 409, 40904);
+    // A poll accepting only another embedded format than the instance's (avro here; it was
+    // served JSON) is not acceptable, as Confluent answers; one that also accepts json is.
+    for (accept, status) in [
+        ("application/vnd.kafka.avro.v2+json", "406"),
+        ("application/vnd.kafka.avro.v2+json, application/vnd.kafka.json.v2+json", "409"),
+    ] {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(node.http_addr).expect("connect");
+        write!(
+            stream,
+            "GET /consumers/g/instances/i/records HTTP/1.1\r\nhost: x\r\naccept: {accept}\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        assert!(response.starts_with(&format!("HTTP/1.1 {status}")), "{accept}: {response}");
+    }
     expect(api.post("/consumers/g/instances/i/subscription", &json!({"topics": ["missing"]})), 404, 40401);
     // Still serving.
     assert_eq!(api.get("/v1/cluster").status, 200);

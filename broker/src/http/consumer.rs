@@ -542,10 +542,24 @@ pub async fn seek_to(
     reset: OffsetReset,
 ) -> ApiResult<()> {
     let mut found = reset_positions(http, &partitions, reset).await;
+    let image = http.broker.controller.image();
     let offsets = partitions
         .into_iter()
         .map(|tp| {
-            let offset = found.remove(&tp).ok_or_else(|| ApiError::unknown_partition(&tp.0, tp.1 as i64))?;
+            let offset = found.remove(&tp).ok_or_else(|| {
+                // A partition that exists but whose leader did not answer is retriable (503),
+                // not missing (404).
+                let exists = u32::try_from(tp.1).ok().is_some_and(|p| image.partition(&tp.0, p).is_some());
+                if exists {
+                    ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        50301,
+                        format!("the leader of {}-{} did not answer; try again", tp.0, tp.1),
+                    )
+                } else {
+                    ApiError::unknown_partition(&tp.0, tp.1 as i64)
+                }
+            })?;
             Ok((tp, offset))
         })
         .collect::<ApiResult<Vec<_>>>()?;

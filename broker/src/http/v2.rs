@@ -418,10 +418,19 @@ pub async fn poll_records(
     let instance = consumer::get(&http, &group, &name)?;
     let format = instance.settings.format;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-    let wrong = match format {
-        Format::Json => accept.contains("vnd.kafka.binary.v2"),
-        Format::Binary => accept.contains("vnd.kafka.json.v2"),
+    // The embedded formats the Accept header names (`application/vnd.kafka.<format>.v2+json`):
+    // if it names any, one must be the instance's (Confluent: 406 for avro, protobuf,
+    // jsonschema or the other one of json/binary).
+    let named: Vec<&str> = accept
+        .split(',')
+        .filter_map(|part| part.split(';').next())
+        .filter_map(|media| media.trim().strip_prefix("application/vnd.kafka.")?.strip_suffix(".v2+json"))
+        .collect();
+    let own = match format {
+        Format::Json => "json",
+        Format::Binary => "binary",
     };
+    let wrong = !named.is_empty() && !named.contains(&own);
     if wrong {
         return Err(ApiError::new(
             StatusCode::NOT_ACCEPTABLE,
