@@ -16,11 +16,10 @@ use std::ops::{ControlFlow, Range};
 use bytes::Bytes;
 
 use super::batch::{
-    Attributes, BatchError, BatchHeader, BatchIter, Compression, RecordBatch, TimestampType, ATTRIBUTES_AT,
-    BASE_OFFSET_AT, BASE_SEQUENCE_AT, BASE_TIMESTAMP_AT, BATCH_LENGTH_AT, CRC_AT, CRC_START, HEADER_SIZE,
-    LAST_OFFSET_DELTA_AT, LOG_OVERHEAD, MAGIC_AT, MAX_TIMESTAMP_AT, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, PARTITION_LEADER_EPOCH_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT,
-    RECORD_COUNT_AT,
+    Attributes, BatchError, BatchHeader, Compression, RecordBatch, TimestampType, ATTRIBUTES_AT, BASE_OFFSET_AT,
+    BASE_SEQUENCE_AT, BASE_TIMESTAMP_AT, BATCH_LENGTH_AT, CRC_AT, CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA_AT,
+    LOG_OVERHEAD, MAGIC_AT, MAX_TIMESTAMP_AT, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE, NO_TIMESTAMP, PARTITION_LEADER_EPOCH_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT, RECORD_COUNT_AT,
 };
 
 /// Default bound on one batch's decompressed records region, used by [`RecordBatch::records`]
@@ -776,30 +775,41 @@ fn xerial_compress(data: &[u8]) -> Result<Vec<u8>, BatchError> {
 /// for the log's validation to refuse with its own error; a batch whose records do not decode
 /// fails here with that error.
 pub fn recompress(records: &Bytes, target: Compression) -> Result<Option<Bytes>, BatchError> {
-    let needs = |batch: &RecordBatch| {
-        !batch.header().attributes.is_control() && batch.header().record_count > 0 && batch.compression() != target
+    // Decided from the headers alone (no CRC pass: the log checks every batch's CRC anyway).
+    let needs = |bytes: &[u8]| {
+        BatchHeader::read(bytes).is_ok_and(|h| {
+            !h.attributes.is_control() && h.record_count > 0 && h.attributes.compression().is_some_and(|c| c != target)
+        })
     };
-    if !BatchIter::new(records.clone()).filter_map(Result::ok).any(|batch| needs(&batch)) {
+    if !raw_batches(records).any(|bytes| needs(&bytes)) {
         return Ok(None);
     }
     let mut out = Vec::with_capacity(records.len());
-    let mut rest = records.clone();
-    while !rest.is_empty() {
-        let size = match BatchHeader::peek_size(&rest) {
-            Some((_, size)) if size <= rest.len() => size,
-            // Malformed from here on: kept for the log to refuse.
-            _ => {
-                out.extend_from_slice(&rest);
-                break;
-            }
-        };
-        let bytes = rest.split_to(size);
-        match RecordBatch::parse(bytes.clone()) {
-            Ok(batch) if needs(&batch) => out.extend_from_slice(rebuilt(&batch, target)?.bytes()),
+    for bytes in raw_batches(records) {
+        // Only a batch to rebuild is checked here; one whose CRC fails is kept as it came, for
+        // the log to refuse.
+        match Some(&bytes).filter(|b| needs(b)).map(|b| RecordBatch::parse(b.clone())) {
+            Some(Ok(batch)) => out.extend_from_slice(rebuilt(&batch, target)?.bytes()),
             _ => out.extend_from_slice(&bytes),
         }
     }
     Ok(Some(Bytes::from(out)))
+}
+
+/// Back-to-back batches cut by their length fields, unchecked; a malformed rest comes last,
+/// whole.
+fn raw_batches(records: &Bytes) -> impl Iterator<Item = Bytes> {
+    let mut rest = records.clone();
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let size = match BatchHeader::peek_size(&rest) {
+            Some((_, size)) if size <= rest.len() => size,
+            _ => rest.len(),
+        };
+        Some(rest.split_to(size))
+    })
 }
 
 /// `batch` with its records encoded again under `target`; see [`recompress`].
