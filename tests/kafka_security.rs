@@ -1377,6 +1377,25 @@ fn consumer_group_heartbeat_needs_describe_on_every_subscribed_topic() {
     });
     assert!(served, "a describable subscription is served (last error {last:?})");
     assert_eq!(heartbeat(&mut conn, "secret").error_code, TOPIC_AUTHORIZATION_FAILED);
+
+    // A regex matching both resolves to the describable one only (Kafka 4, KAFKA-18813): the
+    // member is assigned "open"'s partition, never "secret"'s.
+    let regex = conn.call(
+        1,
+        &ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("by-regex")))
+            .with_member_id(StrBytes::from_static_str("regex-member-1"))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_regex(Some(StrBytes::from_static_str("open|secret"))),
+    );
+    assert_eq!(regex.error_code, 0, "{regex:?}");
+    let assigned = regex.assignment.expect("a joining member is told its assignment").topic_partitions;
+    let open = support::HttpApi::new(&node).get("/v1/topics/open");
+    let open_id = open.json["topic_id"].as_str().expect("topic id").to_string();
+    let ids: Vec<String> = assigned.iter().map(|t| t.topic_id.to_string()).collect();
+    assert_eq!(ids.len(), 1, "one topic assigned: {ids:?}");
+    assert_eq!(ids[0].to_lowercase().replace('-', ""), open_id.to_lowercase().replace('-', ""), "{ids:?}");
 }
 
 #[test]

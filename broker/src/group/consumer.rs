@@ -199,6 +199,19 @@ pub struct HeartbeatRequest {
     pub owned: Option<Assignment>,
     pub client_id: String,
     pub client_host: String,
+    /// Which topics the member's principal may describe (`None`: all, no authorizer). A regex
+    /// matches only those, as in Kafka 4 (KAFKA-18813).
+    pub topic_access: Option<TopicAccess>,
+}
+
+/// Whether a member's principal may DESCRIBE a topic, against the ACLs of the moment.
+#[derive(Clone)]
+pub struct TopicAccess(pub Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for TopicAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopicAccess")
+    }
 }
 
 /// What the coordinator answers.
@@ -321,6 +334,10 @@ struct Member {
     client_host: String,
     subscribed_names: BTreeSet<String>,
     regex: Option<(String, regex::Regex)>,
+    /// From the member's last heartbeat; `None` also for a member restored from the log
+    /// until it heartbeats here (its regex then matches every topic for at most one
+    /// heartbeat interval).
+    topic_access: Option<TopicAccess>,
     server_assignor: Option<String>,
     rebalance_timeout_ms: i32,
     state: MemberState,
@@ -380,6 +397,7 @@ impl Member {
             client_host: client_host.to_string(),
             subscribed_names: BTreeSet::new(),
             regex: None,
+            topic_access: None,
             server_assignor: None,
             rebalance_timeout_ms,
             state: MemberState::Stable,
@@ -411,8 +429,12 @@ impl Member {
     ) -> BTreeSet<String> {
         let mut topics: BTreeSet<String> = self.subscribed_names.iter().filter(|name| exists(name)).cloned().collect();
         if let Some((_, regex)) = &self.regex {
-            // Internal topics are never matched by a pattern, as in Kafka.
-            topics.extend(names.filter(|name| !name.starts_with("__") && regex.is_match(name)).cloned());
+            // Internal topics are never matched by a pattern, nor topics the member may not
+            // describe, as in Kafka.
+            let describable = |name: &str| self.topic_access.as_ref().is_none_or(|access| (access.0)(name));
+            topics.extend(
+                names.filter(|name| !name.starts_with("__") && regex.is_match(name) && describable(name)).cloned(),
+            );
         }
         topics
     }
@@ -526,6 +548,7 @@ impl ConsumerGroup {
                     client_host: value.client_host,
                     subscribed_names: value.subscribed_topic_names.into_iter().collect(),
                     regex,
+                    topic_access: None,
                     server_assignor: value.server_assignor,
                     rebalance_timeout_ms: value.rebalance_timeout_ms,
                     state,
@@ -1367,6 +1390,7 @@ impl ConsumerGroups {
             changed |= member.regex.as_ref().map(|(s, _)| s) != regex.as_ref().map(|(s, _)| s);
             member.regex = regex;
         }
+        member.topic_access = request.topic_access.clone();
         if let Some(name) = &request.server_assignor {
             let name = Some(name.clone()).filter(|n| !n.is_empty());
             changed |= member.server_assignor != name;

@@ -338,6 +338,32 @@ fn regex_subscriptions_follow_topic_creation() {
 }
 
 #[test]
+fn a_regex_matches_only_topics_the_member_may_describe() {
+    // Kafka 4 (KAFKA-18813): a regex subscription resolves to the topics the member's
+    // principal may DESCRIBE; a topic it may not is neither assigned nor revealed.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "orders-eu", 1, 2);
+    topic(&mut image, "orders-secret", 2, 3);
+    let now = Instant::now();
+    let mut request = Client::new("a", &[]).request();
+    request.subscribed_topic_names = None;
+    request.subscribed_topic_regex = Some("orders-.*".into());
+    request.topic_access = Some(TopicAccess(std::sync::Arc::new(|name: &str| name != "orders-secret")));
+    let answer = heartbeat(&g, request.clone(), &image, now);
+    let assigned = answer.assignment.expect("joined");
+    assert_eq!(assigned.keys().copied().collect::<Vec<_>>(), vec![[1; 16]], "only the describable topic");
+
+    // Without an authorizer (no access check) the same pattern takes both.
+    request.member_id = "b".into();
+    request.topic_access = None;
+    heartbeat(&g, request, &image, now);
+    let view = g.describe("g").expect("group");
+    let target: usize = view.members.iter().map(|m| m.target_assignment.values().map(|p| p.len()).sum::<usize>()).sum();
+    assert_eq!(target, 5, "b's regex also matches orders-secret");
+}
+
+#[test]
 fn an_unknown_assignor_is_refused_and_a_known_one_is_used() {
     let g = groups();
     let mut image = MetadataImage::default();

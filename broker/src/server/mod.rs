@@ -165,6 +165,22 @@ impl Broker {
         allowed
     }
 
+    /// Which topics the client of the request being handled may DESCRIBE, as a check that
+    /// reads the ACLs of the moment it is asked (a regex subscription re-resolved later, when
+    /// topics or ACLs change, asks again). `None`: every topic (no authorizer, a node's call).
+    pub fn topic_access(&self) -> Option<crate::group::consumer::TopicAccess> {
+        if !self.settings.authorizer.enabled {
+            return None;
+        }
+        let client = current_client()?;
+        let (controller, settings) = (self.controller.clone(), self.settings.authorizer.clone());
+        let host = client.peer.ip().to_canonical().to_string();
+        Some(crate::group::consumer::TopicAccess(std::sync::Arc::new(move |name: &str| {
+            let acls = controller.image().acls.clone();
+            settings.authorize(&acls, &client.principal, &host, Operation::Describe, ResourceType::Topic, name)
+        })))
+    }
+
     /// [`Broker::authorized`] on the cluster resource.
     pub fn authorized_cluster(&self, operation: Operation) -> bool {
         self.authorized(operation, ResourceType::Cluster, crate::security::acl::CLUSTER_NAME)

@@ -11,7 +11,7 @@ use super::join_group::authorize_and_check_coordinator;
 use super::{str_bytes, topic_name, uuid_of};
 use crate::controller::MetadataImage;
 use crate::group::consumer;
-use crate::security::acl::Operation;
+use crate::security::acl::{Operation, ResourceType};
 use crate::server::Broker;
 
 /// Bound on the groups one request may describe.
@@ -55,6 +55,20 @@ pub async fn handle(
                 };
                 return error(ResponseError::GroupIdNotFound, message);
             };
+            // Kafka 4 (KAFKA-18813): a group whose members subscribe to or hold a topic the
+            // client may not describe is not described, lest it leak the topic.
+            let topic_names = view.members.iter().flat_map(|m| {
+                let held = m.assignment.keys().chain(m.target_assignment.keys());
+                let held = held.filter_map(|id| image.topic_by_id(id).map(|t| t.name.as_str()));
+                m.subscribed_topic_names.iter().map(String::as_str).chain(held)
+            });
+            let mut topic_names = topic_names.collect::<Vec<_>>();
+            topic_names.sort_unstable();
+            topic_names.dedup();
+            if topic_names.iter().any(|t| !broker.authorized(Operation::Describe, ResourceType::Topic, t)) {
+                let message = "The group has described topic(s) that the client is not authorized to describe.";
+                return error(ResponseError::TopicAuthorizationFailed, message.to_string());
+            }
             let members = view
                 .members
                 .iter()

@@ -77,6 +77,7 @@ pub async fn handle(
         owned,
         client_id: header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default(),
         client_host: crate::server::client_host(),
+        topic_access: broker.topic_access(),
     };
     let consumers = &broker.groups.consumers;
     let (answer, write) = match consumers.begin(decoded, &image, membership::now()) {
