@@ -1466,3 +1466,46 @@ fn an_anonymous_sender_cannot_envelope_unless_anonymous_is_a_super_user() {
     const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     assert_eq!(response.error_code, CLUSTER_AUTHORIZATION_FAILED, "served as admin: {response:?}");
 }
+
+#[test]
+fn unauthenticated_requests_cannot_hold_the_request_pool() {
+    // Proves a client without credentials cannot stall the node by sending large request
+    // headers to a SASL listener and never the bodies: before authentication a request is
+    // bounded by sasl.server.max.receive.size (larger ones close the connection) and read
+    // outside the queued.max.request.bytes pool, as Kafka's SaslServerAuthenticator reads it.
+    // Before, three 8 MiB headers held the 16 MiB pool and everyone else's requests waited.
+    use kafka_protocol::messages::ApiVersionsRequest;
+    let node = Runnel::start(&[
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "--socket-request-max-bytes",
+        "8388608",
+        "--queued-max-request-bytes",
+        "16777216",
+        "--sasl-server-max-receive-size",
+        "65536",
+    ]);
+    let sasl = node.listener("SASL_PLAINTEXT");
+    let hogs: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut stream = TcpStream::connect(sasl).expect("connect");
+            stream.write_all(&(8i32 << 20).to_be_bytes()).expect("header");
+            stream.write_all(&[0; 10]).expect("some body");
+            stream
+        })
+        .collect();
+    for mut hog in hogs {
+        hog.set_read_timeout(Some(START_TIMEOUT)).expect("timeout");
+        let mut byte = [0u8; 1];
+        match hog.read(&mut byte) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("an 8 MiB request before authentication is not refused: {other:?}"),
+        }
+    }
+    for listener in ["SASL_PLAINTEXT", "PLAINTEXT"] {
+        let stream = TcpStream::connect(node.listener(listener)).expect("connect");
+        let answer = RawConn::from_stream(stream, "after-hogs").call(3, &ApiVersionsRequest::default());
+        assert_eq!(answer.error_code, 0, "{listener} still serves");
+    }
+}

@@ -98,6 +98,12 @@ pub struct ServeArgs {
     /// `connections.max.idle.ms` [default: 100].
     #[arg(long, env = "RUNNEL_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS")]
     pub connection_failed_authentication_delay_ms: Option<u64>,
+    /// `sasl.server.max.receive.size`: the largest request a SASL connection may send before
+    /// it has authenticated; a larger one closes it. Such requests are read outside the
+    /// `queued.max.request.bytes` pool, so clients without credentials cannot fill it
+    /// [default: 524288].
+    #[arg(long, env = "RUNNEL_SASL_SERVER_MAX_RECEIVE_SIZE")]
+    pub sasl_server_max_receive_size: Option<usize>,
     /// `authorizer.class.name`: `org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or
     /// `standard`) authorizes every request with the ACLs of the metadata quorum; empty: no
     /// authorization [default: empty].
@@ -415,6 +421,7 @@ struct FileConfig {
     sasl_enabled_mechanisms: Option<String>,
     connections_max_reauth_ms: Option<u64>,
     connection_failed_authentication_delay_ms: Option<u64>,
+    sasl_server_max_receive_size: Option<usize>,
     http_authentication: Option<String>,
     http_tls: Option<bool>,
     http_session_ms: Option<u64>,
@@ -696,6 +703,13 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         .connections_max_idle_ms
         .or(file.connections_max_idle_ms)
         .unwrap_or(crate::server::ConnectionLimits::default().connections_max_idle_ms);
+    let max_receive_bytes = args
+        .sasl_server_max_receive_size
+        .or(file.sasl_server_max_receive_size)
+        .unwrap_or(crate::security::sasl::MAX_RECEIVE_BYTES_DEFAULT);
+    if max_receive_bytes == 0 {
+        return Err(ConfigFileError::Security("sasl.server.max.receive.size must be at least 1".to_string()));
+    }
     if failed_authentication_delay_ms >= idle_ms {
         return Err(ConfigFileError::Security(format!(
             "connection.failed.authentication.delay.ms ({failed_authentication_delay_ms}) must be below \
@@ -816,7 +830,7 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
         listener_tls,
         listener_creation_rates,
         inter_broker_sasl,
-        sasl: SaslSettings { mechanisms, max_reauth_ms, failed_authentication_delay_ms },
+        sasl: SaslSettings { mechanisms, max_reauth_ms, failed_authentication_delay_ms, max_receive_bytes },
         authorizer,
         bootstrap_users,
         controller_protocol,

@@ -67,7 +67,12 @@ pub struct SaslSettings {
     /// How long a failed authentication waits for its answer and its connection's close
     /// (KIP-306), so that guessing passwords costs time.
     pub failed_authentication_delay_ms: u64,
+    /// `sasl.server.max.receive.size`: bound on a request before authentication.
+    pub max_receive_bytes: usize,
 }
+
+/// Kafka's `sasl.server.max.receive.size` default.
+pub const MAX_RECEIVE_BYTES_DEFAULT: usize = 524_288;
 
 impl Default for SaslSettings {
     fn default() -> SaslSettings {
@@ -75,6 +80,7 @@ impl Default for SaslSettings {
             mechanisms: Mechanism::ALL.to_vec(),
             max_reauth_ms: 0,
             failed_authentication_delay_ms: FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+            max_receive_bytes: MAX_RECEIVE_BYTES_DEFAULT,
         }
     }
 }

@@ -441,15 +441,21 @@ where
                 Err(e) => return Err(e.into()),
             },
         };
+        let unauthenticated_max = session.unauthenticated_max();
+        let max = unauthenticated_max.map_or(max, |bound| bound.min(max));
         if size < 0 || size as usize > max {
             return Err(ConnectionError::TooLarge { size: size as i64, max });
         }
         let size = size as usize;
         // Waiting for the pool is the broker's doing, not the client's: it does not count as
-        // idle time.
-        let grant = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-            grant = listener.pool.acquire(size) => grant,
+        // idle time. A request before authentication takes nothing from it (its size is
+        // bounded above).
+        let grant = match unauthenticated_max {
+            Some(_) => None,
+            None => tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+                grant = listener.pool.acquire(size) => Some(grant),
+            },
         };
         last_traffic = Instant::now();
         let frame = tokio::select! {

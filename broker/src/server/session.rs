@@ -110,6 +110,15 @@ impl Session {
         Duration::from_millis(self.sasl.as_ref().map_or(0, |sasl| sasl.settings().failed_authentication_delay_ms))
     }
 
+    /// The bound on the next request before authentication (`sasl.server.max.receive.size`);
+    /// `None` once authenticated, or on a listener without SASL. Such requests are read
+    /// outside the `queued.max.request.bytes` pool, as Kafka's SaslServerAuthenticator reads
+    /// them, so clients without credentials cannot hold its bytes.
+    pub fn unauthenticated_max(&self) -> Option<usize> {
+        let sasl = self.sasl.as_ref()?;
+        sasl.principal().is_none().then(|| sasl.settings().max_receive_bytes)
+    }
+
     pub fn principal(&self) -> Principal {
         match &self.sasl {
             Some(sasl) => sasl.principal().cloned().unwrap_or_else(Principal::anonymous),
