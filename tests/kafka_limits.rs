@@ -236,6 +236,39 @@ fn max_connections_blocks_accepting_until_a_connection_closes() {
 }
 
 #[test]
+fn max_connections_never_blocks_the_inter_broker_listener() {
+    // Proves clients filling max.connections on one listener do not stop the node accepting
+    // on its inter-broker listener (Kafka's ConnectionQuotas exempts it when there are
+    // several), so replication reconnects while clients wait.
+    let node = Runnel::start(&[
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0,CLIENT://127.0.0.1:0",
+        "--listener-security-protocol-map",
+        "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+        "--inter-broker-listener-name",
+        "PLAINTEXT",
+        "--max-connections",
+        "3",
+    ]);
+    let client = node.listener("CLIENT");
+    let mut open: Vec<RawConn> =
+        (0..3).map(|_| RawConn::from_stream(TcpStream::connect(client).expect("connect"), "holder")).collect();
+    for conn in &mut open {
+        assert_eq!(conn.call(3, &ApiVersionsRequest::default()).error_code, 0);
+    }
+    let mut fourth = TcpStream::connect(client).expect("the kernel's backlog takes the connection");
+    assert_eq!(api_versions(&mut fourth, 4, SILENCE), Answer::Silent, "a fourth client waits");
+    for _ in 0..2 {
+        let mut replica = TcpStream::connect(node.listener("PLAINTEXT")).expect("connect");
+        assert_eq!(
+            api_versions(&mut replica, 5, START_TIMEOUT),
+            Answer::Answered(5),
+            "the inter-broker listener serves"
+        );
+    }
+}
+
+#[test]
 fn max_connections_per_ip_closes_the_extra_connection_at_once() {
     // Proves a third connection from 127.0.0.2 with max.connections.per.ip=2 is closed at once
     // and counted, while 127.0.0.3 is served, and 127.0.0.2 is served again once one closes.

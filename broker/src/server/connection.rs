@@ -266,10 +266,16 @@ pub async fn serve(
         creation: limits.max_connection_creation_rate.map(|rate| Mutex::new(creation_rate(rate))),
         limits,
     });
+    // Kafka's ConnectionQuotas: with more than one listener, the inter-broker one is exempt
+    // from max.connections (its connections take no slot), so clients filling the node's
+    // slots never cut replication off.
+    let protected = (listeners.len() > 1).then(|| broker.settings.inter_broker_listener.clone());
     let acceptors: Vec<_> = listeners
         .into_iter()
         .map(|(listener, security)| {
-            tokio::spawn(accept_loop(listener, Arc::new(security), shared.clone(), broker.clone(), shutdown.clone()))
+            let exempt = protected.as_deref().is_some_and(|name| *name == *security.name);
+            let security = Arc::new(security);
+            tokio::spawn(accept_loop(listener, security, exempt, shared.clone(), broker.clone(), shutdown.clone()))
         })
         .collect();
     for acceptor in acceptors {
@@ -280,6 +286,7 @@ pub async fn serve(
 async fn accept_loop(
     listener: TcpListener,
     security: Arc<ListenerSecurity>,
+    exempt_from_max_connections: bool,
     shared: Arc<Listener>,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
@@ -299,7 +306,8 @@ async fn accept_loop(
         // max.connections: like Kafka's acceptor, wait for a free slot before accepting; the
         // clients that arrive meanwhile wait in the listen backlog.
         let slot = match shared.slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
+            _ if exempt_from_max_connections => None, // (the permit, if any, goes back at once)
+            Ok(slot) => Some(slot),
             Err(_) => {
                 tracing::debug!(max_connections = shared.limits.max_connections, "at max.connections: not accepting");
                 let blocked = std::time::Instant::now();
@@ -309,7 +317,7 @@ async fn accept_loop(
                 };
                 broker.metrics.acceptor_blocked_seconds.inc_by(blocked.elapsed().as_secs_f64());
                 match slot {
-                    Ok(slot) => slot,
+                    Ok(slot) => Some(slot),
                     // Never closed; without slots there is nothing left to accept.
                     Err(_) => return,
                 }
@@ -335,7 +343,7 @@ async fn accept_loop(
                 };
                 let own = listener_rate.as_mut().map_or(Duration::ZERO, |rate| rate.charge(now));
                 throttle = broker_wide.max(own);
-                let Some(ip_slot) = shared.take_ip_slot(peer.ip()) else {
+                let Some(ip_slot) = shared.take_ip_slot(peer.ip().to_canonical()) else {
                     // Kafka closes it at once (TooManyConnectionsException).
                     broker.metrics.connections_rejected.with_label_values(&["max_connections_per_ip"]).inc();
                     tracing::info!(
