@@ -698,3 +698,39 @@ fn consumer_instances_are_bounded_per_principal_and_per_node() {
     assert_eq!(deleted.status, 204, "{}", deleted.text);
     assert_eq!(create(&bob, "g", "b2").status, 200, "the freed slot is taken");
 }
+
+#[test]
+fn without_authentication_only_this_nodes_host_names_are_served() {
+    // Proves the DNS-rebinding guard: with HTTP authentication off, a request whose Host names
+    // another site (a page whose name was rebound to 127.0.0.1, so its requests look
+    // same-origin) is refused 403 40303 and changes nothing, while IP literals, localhost
+    // and --http-allowed-hosts are served (the advertised hosts too: config's unit test).
+    let node = Runnel::start(&["--http-allowed-hosts", "runnel.internal"]);
+    support::create_topic(&node, "kept", 1);
+    let ask = |method: &str, path: &str, host: &str| {
+        let stream = std::net::TcpStream::connect(node.http_addr).expect("connect");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nSec-Fetch-Site: same-origin\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        exchange(&stream, &head, 0)
+    };
+    let port = node.http_addr.port();
+    let (status, body) = ask("DELETE", "/v1/topics/kept", &format!("evil.test:{port}"));
+    assert!(status.starts_with("http/1.1 403"), "{status}");
+    assert!(body.contains("40303") && body.contains("--http-allowed-hosts"), "{body}");
+    assert!(ask("GET", "/v1/topics", "evil.test").0.starts_with("http/1.1 403"), "the dashboard's reads too");
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("localhost:{port}"),
+        format!("RUNNEL.internal:{port}"),
+    ] {
+        let (status, body) = ask("GET", "/v1/topics/kept", &host);
+        assert!(status.starts_with("http/1.1 200"), "{host}: {status} {body}");
+    }
+    // The dashboard may not be framed by another site.
+    let (headers, _) = ask("GET", "/", &format!("127.0.0.1:{port}"));
+    assert!(headers.contains("x-frame-options: deny"), "{headers}");
+    assert!(headers.contains("content-security-policy: frame-ancestors 'none'"), "{headers}");
+}

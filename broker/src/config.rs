@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// then call each other over HTTPS, trusting `--ssl-truststore-location` [default: false].
     #[arg(long, env = "RUNNEL_HTTP_TLS")]
     pub http_tls: Option<bool>,
+    /// Host names the HTTP API answers to without authentication, comma-separated, `*` for
+    /// any: a request whose `Host` header names another (a web page rebinding its DNS name
+    /// to this node) is refused 403. IP literals, `localhost` and the listeners' advertised
+    /// hosts are always allowed [default: empty].
+    #[arg(long, env = "RUNNEL_HTTP_ALLOWED_HOSTS")]
+    pub http_allowed_hosts: Option<String>,
     /// How long a dashboard login lasts [default: 28800000, 8 hours].
     #[arg(long, env = "RUNNEL_HTTP_SESSION_MS")]
     pub http_session_ms: Option<u64>,
@@ -425,6 +431,7 @@ struct FileConfig {
     http_authentication: Option<String>,
     http_tls: Option<bool>,
     http_session_ms: Option<u64>,
+    http_allowed_hosts: Option<String>,
     http_token_max_lifetime_ms: Option<u64>,
     http_tokens_max_per_principal: Option<usize>,
     http_token_issues_per_minute: Option<u32>,
@@ -817,6 +824,18 @@ fn security_config(args: &ServeArgs, file: &FileConfig) -> Result<SecurityConfig
             .or(file.http_token_issues_per_minute)
             .unwrap_or(HttpSecurity::default().token_issues_per_minute)
             .max(1),
+        allowed_hosts: args
+            .http_allowed_hosts
+            .as_deref()
+            .or(file.http_allowed_hosts.as_deref())
+            .unwrap_or_default()
+            .split(',')
+            .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .chain(
+                listeners.listeners.iter().filter_map(|l| l.advertised_host.as_ref().map(|h| h.to_ascii_lowercase())),
+            )
+            .collect(),
     };
     if http.tls && tls.is_none() {
         return Err(ConfigFileError::Security(
@@ -1368,6 +1387,20 @@ mod tests {
         let config = NodeConfig::resolve(&args).expect("valid");
         assert_eq!(config.security.listener_creation_rates.get("INTERNAL"), Some(&50));
         assert!(config.security.listener_tls.is_empty());
+    }
+
+    #[test]
+    fn http_allowed_hosts_add_to_the_advertised_ones() {
+        let args = ServeArgs {
+            advertised_host: Some("Broker-1.example".into()),
+            http_allowed_hosts: Some(" runnel.internal., ,lb.example ".into()),
+            ..ServeArgs::default()
+        };
+        let http = NodeConfig::resolve(&args).expect("valid").security.http;
+        assert_eq!(http.allowed_hosts, ["runnel.internal", "lb.example", "broker-1.example"]);
+        assert!(http.allows_host("broker-1.example:8080") && http.allows_host("LB.example"));
+        assert!(http.allows_host("10.1.2.3:80") && http.allows_host("[fe80::1]:80") && http.allows_host("a.localhost"));
+        assert!(!http.allows_host("evil.test:8080") && !http.allows_host("[evil]:80"));
     }
 
     #[test]

@@ -388,6 +388,16 @@ pub async fn authenticate(
     let headers = request.headers();
     let (from_ui, found) = (headers.contains_key(UI_HEADER), credentials(headers));
     let open = is_open(request.method(), request.uri().path());
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).or(request.uri().host());
+    // (A request without any names no site: browsers always send one.)
+    if !http.auth.settings.authentication && host.is_some_and(|host| !http.auth.settings.allows_host(host)) {
+        let message = format!(
+            "the Host header {:?} does not name this node (a page rebinding its name to this address?); \
+             allow it with --http-allowed-hosts",
+            host.unwrap_or_default()
+        );
+        return ApiError::new(StatusCode::FORBIDDEN, 40303, &message).into_response();
+    }
     if cross_site(headers) && !(open && request.method() == Method::GET) {
         return ApiError::new(StatusCode::FORBIDDEN, 40303, "a request from another site (Origin, Sec-Fetch-Site)")
             .into_response();

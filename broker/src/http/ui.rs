@@ -18,5 +18,14 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body)
+    // Never framed by another site (clickjacking the dashboard's buttons).
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+        ],
+        body,
+    )
 }

@@ -71,6 +71,29 @@ pub struct HttpSecurity {
     /// How long a wrong password waits for its 401 (`connection.failed.authentication.delay.ms`,
     /// as on the Kafka listeners).
     pub failed_authentication_delay_ms: u64,
+    /// Host names (besides IP literals, `localhost` and `*.localhost`) a request's `Host`
+    /// header may name when HTTP authentication is off: `--http-allowed-hosts` and the
+    /// listeners' advertised hosts. `*` allows any.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl HttpSecurity {
+    /// Whether the `Host` header `host` (`name[:port]`) names this node. Without HTTP
+    /// authentication anyone who reaches the port may do anything, so a page on another site
+    /// must not reach it through DNS rebinding (its name resolving to this node's address,
+    /// which makes its requests same-origin): such a request names the attacker's host. An IP
+    /// literal cannot be rebound; a name must be one this node is known by.
+    pub fn allows_host(&self, host: &str) -> bool {
+        let name = match host.strip_prefix('[') {
+            Some(v6) => return v6.split_once(']').is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || name.ends_with(".localhost")
+            || self.allowed_hosts.iter().any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(&name))
+    }
 }
 
 impl Default for HttpSecurity {
@@ -83,6 +106,7 @@ impl Default for HttpSecurity {
             tokens_max_per_principal: 100,
             token_issues_per_minute: 30,
             failed_authentication_delay_ms: sasl::FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
+            allowed_hosts: Vec::new(),
         }
     }
 }
