@@ -299,10 +299,15 @@ impl CompactionJob {
                     return write_batch(&mut out, rebuilt.bytes()).map_err(io);
                 }
                 let transactional = header.attributes.is_transactional();
+                // A transactional batch written out, even emptied (a producer's last, kept for
+                // its sequence), keeps its transaction's marker: replayed without it, that
+                // batch would open a transaction nothing ends (Kafka's cleaner keeps the
+                // marker while any batch of the transaction is kept).
                 if self.is_aborted(header) {
                     stats.records_read += header.record_count.max(0) as u64;
-                    transaction_kept.entry(header.producer_id).or_insert(false);
-                    return self.keep_empty_if_last(&mut out, header, batch);
+                    let written = self.keep_empty_if_last(&mut out, header, batch)?;
+                    *transaction_kept.entry(header.producer_id).or_insert(false) |= written;
+                    return Ok(());
                 }
                 let records = batch.records().map_err(LogError::CorruptBatch)?;
                 stats.records_read += records.len() as u64;
@@ -328,7 +333,11 @@ impl CompactionJob {
                     return write_batch(&mut out, batch.bytes()).map_err(io);
                 }
                 if kept.is_empty() {
-                    return self.keep_empty_if_last(&mut out, header, batch);
+                    let written = self.keep_empty_if_last(&mut out, header, batch)?;
+                    if transactional {
+                        *transaction_kept.entry(header.producer_id).or_insert(false) |= written;
+                    }
+                    return Ok(());
                 }
                 let rebuilt = rebuild(header, batch, kept.into_iter(), wanted_horizon)?;
                 write_batch(&mut out, rebuilt.bytes()).map_err(io)
@@ -353,16 +362,22 @@ impl CompactionJob {
     /// A batch whose records all go: nothing is written, unless it is its producer's last batch,
     /// which stays as an empty header (same offsets, producer id, epoch, sequences and max
     /// timestamp).
-    fn keep_empty_if_last(&self, out: &mut Segment, header: &BatchHeader, batch: &RecordBatch) -> Result<(), LogError> {
+    fn keep_empty_if_last(
+        &self,
+        out: &mut Segment,
+        header: &BatchHeader,
+        batch: &RecordBatch,
+    ) -> Result<bool, LogError> {
         if !self.is_last_of_producer(header) {
-            return Ok(());
+            return Ok(false);
         }
         let empty = rebuild(header, batch, std::iter::empty(), None)?;
         write_batch(out, empty.bytes()).map_err(|source| LogError::Io {
             op: "write a compacted segment in",
             path: self.dir.clone(),
             source,
-        })
+        })?;
+        Ok(true)
     }
 }
 

@@ -1478,22 +1478,70 @@ fn compaction_removes_markers_of_emptied_transactions_once_delete_retention_pass
     append(&mut log, &keyed_txn_batch(3, 0, "k", "aborted"), AppendOrigin::Client); // 4
     append(&mut log, &marker(3, ControlType::Abort, 0), AppendOrigin::Coordinator); // 5: goes
     append(&mut log, &batch(Compression::None, &[(Some("k"), Some("newest"))], T0), AppendOrigin::Client); // 6
+                                                                                                           // Producers 1 and 3 write on, so their emptied batches above are not their last (a
+                                                                                                           // producer's last batch is kept, and with it its transaction's marker).
+    append(&mut log, &keyed_txn_batch(1, 1, "k1", "later"), AppendOrigin::Client); // 7
+    append(&mut log, &marker(1, ControlType::Commit, 0), AppendOrigin::Coordinator); // 8
+    append(&mut log, &keyed_txn_batch(3, 1, "k3", "later"), AppendOrigin::Client); // 9
+    append(&mut log, &marker(3, ControlType::Commit, 0), AppendOrigin::Coordinator); // 10
     log.roll().unwrap();
-    append(&mut log, &batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), AppendOrigin::Client); // 7
+    append(&mut log, &batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), AppendOrigin::Client); // 11
     log.on_high_watermark(log.log_end_offset());
     let offsets = |log: &Log| read_all(log, 0).into_iter().map(|r| r.0).collect::<Vec<i64>>();
 
     log.compact().unwrap().expect("cleanable");
-    assert_eq!(offsets(&log), vec![1, 2, 3, 5, 6, 7], "within delete.retention.ms every marker stays");
-    assert_eq!(log.aborted_transactions(0, 8).len(), 1);
+    assert_eq!(offsets(&log), vec![1, 2, 3, 5, 6, 7, 8, 9, 10, 11], "within delete.retention.ms every marker stays");
+    assert_eq!(log.aborted_transactions(0, 12).len(), 1);
     clock.advance(2000);
     log.compact().unwrap().expect("cleanable");
-    assert_eq!(offsets(&log), vec![2, 3, 6, 7], "the emptied transactions' markers are gone");
-    assert!(log.aborted_transactions(0, 8).is_empty(), "the abort's index entry went with its marker");
+    assert_eq!(offsets(&log), vec![2, 3, 6, 7, 8, 9, 10, 11], "the emptied transactions' markers are gone");
+    assert!(log.aborted_transactions(0, 12).is_empty(), "the abort's index entry went with its marker");
     log.close().unwrap();
     let log = open(dir.path(), LogConfig::default(), &clock);
-    assert!(log.aborted_transactions(0, 8).is_empty(), "and stays gone after a reopen");
-    assert_eq!(log.last_stable_offset(8), 8, "nothing is open after the markers are gone");
+    assert!(log.aborted_transactions(0, 12).is_empty(), "and stays gone after a reopen");
+    assert_eq!(log.last_stable_offset(12), 12, "nothing is open after the markers are gone");
+}
+
+#[test]
+fn a_producers_last_emptied_transactional_batch_keeps_its_marker() {
+    // Proves the cleaner keeps the marker of a transaction whose batch it keeps emptied (a
+    // producer's last batch stays for its sequence): dropping the marker past the delete
+    // horizon left a replica rebuilding from the log with a transaction nothing ends, its last
+    // stable offset stuck at that batch for good (found by review).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        delete_retention_ms: 0,
+        min_compaction_lag_ms: 0,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config.clone(), &clock);
+    let append = |log: &mut Log, bytes: &Bytes, origin| log.append_as_leader(bytes, 0, origin).unwrap();
+    append(&mut log, &keyed_txn_batch(1, 0, "k", "aborted"), AppendOrigin::Client); // 0
+    append(&mut log, &marker(1, ControlType::Abort, 0), AppendOrigin::Coordinator); // 1
+    append(&mut log, &keyed_txn_batch(2, 0, "k", "superseded"), AppendOrigin::Client); // 2
+    append(&mut log, &marker(2, ControlType::Commit, 0), AppendOrigin::Coordinator); // 3
+    append(&mut log, &batch(Compression::None, &[(Some("k"), Some("newest"))], T0), AppendOrigin::Client); // 4
+    log.roll().unwrap();
+    append(&mut log, &batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), AppendOrigin::Client); // 5
+    log.on_high_watermark(log.log_end_offset());
+    for _ in 0..3 {
+        clock.advance(1000);
+        log.compact().unwrap();
+    }
+    let end = log.log_end_offset();
+    assert_eq!(log.last_stable_offset(end), end);
+
+    let replica_dir = tempfile::tempdir().unwrap();
+    let mut replica = open(replica_dir.path(), config, &clock);
+    let mut next = 0;
+    while next < end {
+        let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+        assert!(!bytes.is_empty(), "the leader serves from {next}");
+        next = replica.append_as_follower(&bytes).unwrap().last_offset + 1;
+    }
+    assert_eq!(replica.last_stable_offset(end), end, "the replica has no transaction left open");
 }
 
 #[test]
