@@ -344,7 +344,8 @@ impl Log {
     /// Opens (or creates) the log in `dir`, recovering after a crash: segments that may hold
     /// offsets at or after the recovery point are validated batch by batch and cut at the first
     /// damage; segments after a damaged one are deleted; indexes that fail their sanity check
-    /// are rebuilt. After a clean shutdown nothing is scanned.
+    /// are rebuilt (a damaged batch found then cuts only that segment). After a clean shutdown
+    /// nothing is scanned.
     pub fn open(dir: &Path, config: LogConfig, context: LogContext) -> Result<Log, LogError> {
         let LogContext { clock, open_files, max_producers } = context;
         fs::create_dir_all(dir).map_err(io_err("create", dir))?;
@@ -375,10 +376,22 @@ impl Log {
             let previous_next = segments.values().next_back().map_or(i64::MIN, |s: &Segment| s.next_offset());
             if let ScanEnd::Truncated { position, .. } = end {
                 report.bytes_truncated += size_before.saturating_sub(position);
-                damaged = !last;
-                // Before the cut: a crash in between must not leave a valid-looking shorter
-                // segment followed by batches from after the damage.
-                report.bytes_truncated += delete_segment_files(dir, &bases[i + 1..])?;
+                // Damage at or after the recovery point is a torn write: what follows it was
+                // never flushed, and goes. Below it (a segment rebuilt because its index was
+                // damaged) the data was flushed, and the segments after it are kept, as in
+                // Kafka's LogLoader: only that segment is cut.
+                if recover {
+                    damaged = !last;
+                    // Before the cut: a crash in between must not leave a valid-looking shorter
+                    // segment followed by batches from after the damage.
+                    report.bytes_truncated += delete_segment_files(dir, &bases[i + 1..])?;
+                } else {
+                    tracing::warn!(
+                        segment = %dir.join(segment::file_name(base, LOG_SUFFIX)).display(),
+                        position,
+                        "damaged batch below the recovery point: the segment is cut there, later segments are kept"
+                    );
+                }
             }
             if base < previous_next {
                 // Overlapping segments: only possible from damage; keep what came first.

@@ -420,6 +420,35 @@ fn closed_segment_with_timestamps(
 }
 
 #[test]
+fn damage_found_rebuilding_a_flushed_segments_index_keeps_the_later_segments() {
+    // Proves a damaged batch found while rebuilding the index of a segment below the recovery
+    // point (its .index deleted, a byte of its data flipped) cuts that segment only, as Kafka's
+    // LogLoader does: the later, flushed segments stay. They were deleted, losing acknowledged
+    // data for one bad byte (found by review).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig::default(), &clock);
+    for _ in 0..3 {
+        for _ in 0..4 {
+            log.append_as_leader(&value_batch(1, 200, T0), 0, AppendOrigin::Client).unwrap();
+        }
+        log.roll().unwrap();
+    }
+    let end = log.log_end_offset();
+    log.close().unwrap();
+    let first = dir.path().join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&first).unwrap();
+    let last = bytes.len() - 10;
+    bytes[last] ^= 0xff; // inside the last batch of the first segment
+    std::fs::write(&first, &bytes).unwrap();
+    std::fs::remove_file(dir.path().join("00000000000000000000.index")).unwrap();
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    assert_eq!(log.log_end_offset(), end, "the later segments are kept");
+    assert_eq!(read_all(&log, 4).len(), 8, "and read");
+    assert_eq!(read_all(&log, 0).first().map(|r| r.0), Some(0), "the first segment's good batches too");
+}
+
+#[test]
 fn missing_time_index_of_a_closed_segment_is_rebuilt() {
     // Regression: a deleted .timeindex reopened empty and passed the sanity check, so the segment's
     // largest timestamp (here offset 5, before the last offset index entry) was lost.
