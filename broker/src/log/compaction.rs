@@ -352,6 +352,16 @@ impl CompactionJob {
             stats.bytes_before += segment.size;
             stats.bytes_after += out.size();
             out.close_active().map_err(io)?;
+            // The cleaned file keeps its source's age: time retention dates a segment without
+            // timestamps (one the cleaning emptied) by its mtime, which would otherwise be this
+            // cleaning's, and on a compact,delete topic cleaned more often than retention.ms
+            // nothing would ever expire (Kafka's cleaner sets lastModified the same way).
+            if let Ok(modified) = std::fs::metadata(segment.file.path()).and_then(|m| m.modified()) {
+                let cleaned = std::fs::File::options().write(true).open(out.log_path());
+                if let Err(e) = cleaned.and_then(|file| file.set_modified(modified)) {
+                    tracing::warn!(error = %e, path = %out.log_path().display(), "could not date a cleaned segment");
+                }
+            }
             cleaned.push((segment.base_offset, segment.size));
         }
         Ok(CompactionResult { dir: self.dir, cleaned, latest_delete_horizon, stats })

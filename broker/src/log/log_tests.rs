@@ -1532,6 +1532,41 @@ fn compaction_removes_markers_of_emptied_transactions_once_delete_retention_pass
 }
 
 #[test]
+fn a_segment_emptied_by_compaction_keeps_its_age_for_time_retention() {
+    // Proves a compact,delete segment the cleaning emptied (no timestamp left: retention dates
+    // it by its file's mtime) keeps its source's age: it took the cleaning's, so a topic
+    // cleaned more often than retention.ms never expired anything behind it (found by review).
+    const DAY: i64 = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let clock = ManualClock::new(now);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy { delete: true, compact: true },
+        retention_ms: 7 * DAY,
+        min_compaction_lag_ms: 0,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config, &clock);
+    let old = now - 10 * DAY;
+    log.append_as_leader(&batch(Compression::None, &[(Some("a"), Some("old"))], old), 0, AppendOrigin::Client).unwrap();
+    log.roll().unwrap();
+    log.append_as_leader(&batch(Compression::None, &[(Some("a"), Some("new"))], old), 0, AppendOrigin::Client).unwrap();
+    log.roll().unwrap();
+    log.append_as_leader(&batch(Compression::None, &[(Some("pad"), Some("pad"))], now), 0, AppendOrigin::Client)
+        .unwrap();
+    let end = log.log_end_offset();
+    log.on_high_watermark(end);
+    // The first segment was written ten days ago.
+    let ten_days_ago = std::time::UNIX_EPOCH + std::time::Duration::from_millis(old as u64);
+    let first = std::fs::File::options().write(true).open(dir.path().join("00000000000000000000.log")).unwrap();
+    first.set_modified(ten_days_ago).unwrap();
+    log.compact_below(end).unwrap().expect("cleanable");
+    assert_eq!(read_all(&log, 0).first().map(|r| r.0), Some(1), "the first segment was emptied");
+    let outcome = log.enforce_retention(end).unwrap();
+    assert_eq!(outcome.segments_deleted, 2, "both ten-day-old segments expire");
+}
+
+#[test]
 fn a_producers_last_emptied_transactional_batch_keeps_its_marker() {
     // Proves the cleaner keeps the marker of a transaction whose batch it keeps emptied (a
     // producer's last batch stays for its sequence): dropping the marker past the delete
