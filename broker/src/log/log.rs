@@ -1127,8 +1127,9 @@ impl Log {
     }
 
     /// Applies `retention.ms` and `retention.bytes` (with `cleanup.policy` delete) and the log
-    /// start offset, deleting whole closed segments from the oldest, never past
-    /// `high_watermark`. The active segment is never deleted.
+    /// start offset, deleting whole segments from the oldest, never past `high_watermark`.
+    /// The active segment goes too when it is due and wholly below the high watermark (it is
+    /// rolled first, so an idle partition's old data expires, as in Kafka's UnifiedLog).
     pub fn enforce_retention(&mut self, high_watermark: i64) -> Result<RetentionOutcome, LogError> {
         let mut outcome = self.delete_segments_below_start()?;
         if !self.config.cleanup_policy.delete {
@@ -1137,19 +1138,26 @@ impl Log {
         let now = self.clock.now_ms();
         let mut excess =
             if self.config.retention_bytes >= 0 { self.size_bytes() as i64 - self.config.retention_bytes } else { 0 };
+        let due = |segment: &Segment, excess: i64| {
+            let expired = self.config.retention_ms >= 0 && largest_time(segment) < now - self.config.retention_ms;
+            expired || excess > 0 && excess - segment.size() as i64 >= 0
+        };
         let mut doomed = Vec::new();
         let closed: Vec<(i64, i64)> = self.closed_segments_with_next().collect();
+        let mut every_closed_due = true;
         for (base, next_base) in closed {
-            if next_base > high_watermark {
-                break;
-            }
             let segment = &self.segments[&base];
-            let expired = self.config.retention_ms >= 0 && largest_time(segment) < now - self.config.retention_ms;
-            let oversize = excess > 0 && excess - segment.size() as i64 >= 0;
-            if !expired && !oversize {
+            if next_base > high_watermark || !due(segment, excess) {
+                every_closed_due = false;
                 break;
             }
             excess -= segment.size() as i64;
+            doomed.push(base);
+        }
+        let active = self.active();
+        if every_closed_due && !active.is_empty() && high_watermark >= self.log_end_offset && due(active, excess) {
+            let base = active.base_offset();
+            self.roll()?;
             doomed.push(base);
         }
         if let Some(&last) = doomed.last() {

@@ -360,6 +360,24 @@ fn retention_by_time_and_size_deletes_whole_closed_segments() {
 }
 
 #[test]
+fn an_idle_partitions_expired_active_segment_is_rolled_and_deleted() {
+    // Proves retention.ms reaches the active segment (Kafka's UnifiedLog): an idle partition's
+    // data older than retention goes once it is all below the high watermark (rolled, then
+    // deleted), not before; it stayed readable forever (found by review).
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let mut log = open(dir.path(), LogConfig { retention_ms: 1000, ..LogConfig::default() }, &clock);
+    log.append_as_leader(&value_batch(3, 100, T0), 0, AppendOrigin::Client).unwrap();
+    clock.advance(2000);
+    assert_eq!(log.enforce_retention(2).unwrap().segments_deleted, 0, "not while above the high watermark");
+    assert_eq!(log.enforce_retention(3).unwrap().segments_deleted, 1);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (3, 3));
+    assert_eq!(log.segment_base_offsets(), vec![3], "a new, empty active segment");
+    log.append_as_leader(&value_batch(1, 100, T0 + 2000), 0, AppendOrigin::Client).unwrap();
+    assert_eq!(log.enforce_retention(4).unwrap().segments_deleted, 0, "fresh data stays");
+}
+
+#[test]
 fn delete_records_moves_the_log_start_offset_durably() {
     // Proves DeleteRecords semantics: the start offset moves, old segments go, it survives a reopen.
     let dir = tempfile::tempdir().unwrap();
