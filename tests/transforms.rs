@@ -336,6 +336,48 @@ fn outputs_are_split_to_fit_max_message_bytes_and_a_record_too_large_is_named() 
 }
 
 #[test]
+fn an_output_its_topic_would_refuse_goes_through_the_error_policy() {
+    // Proves an exactly-once output its leader would refuse (a keyless record for a compacted
+    // topic: INVALID_RECORD) fails its batch through the error policy (skip here), with the
+    // reason, and the transform goes on; it aborted the transaction and reprocessed the same
+    // batch forever, skipping nothing (found by review). A dead letter of a keyless record for
+    // a compacted dead-letter topic is keyed by its source coordinates.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "mixed-in", 1);
+    for name in ["compacted-out", "compacted-dead"] {
+        let created =
+            api.post("/v1/topics", &json!({"name": name, "partitions": 1, "configs": {"cleanup.policy": "compact"}}));
+        assert_eq!(created.status, 201, "{}", created.text);
+    }
+    let module = component("runnel-example-identity");
+    let config = json!({"input_topic": "mixed-in", "output_topics": ["compacted-out"], "error_policy": "skip"});
+    assert_eq!(deploy(&api, "keyed-only", &module, config).status, 201);
+    produce(&node, "mixed-in", &[(None, "keyless".into())]);
+    let skipped = wait_until(TIMEOUT, || transform(&api, "keyed-only")["partitions"][0]["skipped"] == 1);
+    let status = transform(&api, "keyed-only");
+    assert!(skipped, "the keyless output is skipped: {status}");
+    let error = status["partitions"][0]["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("'compacted-out'") && error.contains("compacted"), "{status}");
+    produce(&node, "mixed-in", &[(Some("k".into()), "keyed".into())]);
+    let mut reader = Reader::new(&node, "compacted-out", 1);
+    assert!(reader.until(1), "the keyed record arrives: {}", transform(&api, "keyed-only"));
+    assert_eq!(reader.values(), ["keyed"]);
+
+    let config = json!({
+        "input_topic": "mixed-in",
+        "output_topics": ["compacted-out"],
+        "error_policy": "dead_letter",
+        "dead_letter_topic": "compacted-dead",
+        "start": "earliest",
+    });
+    assert_eq!(deploy(&api, "to-dead-letters", &module, config).status, 201);
+    let mut dead = Reader::new(&node, "compacted-dead", 1);
+    assert!(dead.until(1), "the keyless record is dead-lettered: {}", transform(&api, "to-dead-letters"));
+    assert_eq!(dead.records[0].2.as_deref(), Some(&b"mixed-in/0/0"[..]), "keyed by its source");
+}
+
+#[test]
 fn a_position_past_a_recreated_inputs_end_is_shown_and_kept_not_reset() {
     // Proves the input position never silently moves: after the input topic is deleted and
     // created again (log end 0, the committed position 50), the partition shows the error and

@@ -128,6 +128,8 @@ enum BatchFailure {
          max.message.bytes of {max}"
     )]
     RecordTooLarge { topic: String, partition: i32, size: usize, max: usize },
+    #[error("an output record for '{topic}' would be refused by its leader: {reason}")]
+    Unacceptable { topic: String, reason: String },
     #[error(
         "the position {position} is past the end {end} of input '{topic}' partition {partition} (truncated or \
          recreated?): waiting for the input to reach it; delete the transform to start over"
@@ -149,7 +151,8 @@ impl BatchFailure {
             BatchFailure::Guest(_)
             | BatchFailure::BadPartition { .. }
             | BatchFailure::MissingOutput(_)
-            | BatchFailure::RecordTooLarge { .. } => "invalid_output",
+            | BatchFailure::RecordTooLarge { .. }
+            | BatchFailure::Unacceptable { .. } => "invalid_output",
             BatchFailure::Stopping
             | BatchFailure::Rejected { .. }
             | BatchFailure::Peer(_)
@@ -868,14 +871,14 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
     let spec = &w.transform.spec;
     let now = now_ms();
     let mut targets: BTreeMap<(u32, i32), PartitionBatches> = BTreeMap::new();
-    // Per output topic: its partition count and max.message.bytes, looked up once.
-    let mut shapes: Vec<Option<(usize, usize)>> = vec![None; spec.output_topics.len()];
+    // Per output topic: what it takes, looked up once.
+    let mut shapes: Vec<Option<OutputShape>> = vec![None; spec.output_topics.len()];
     for record in &output.records {
         // The runtime checked the index against the output topics it was given.
         let Some(topic) = spec.output_topics.get(record.topic as usize) else {
             return Err(BatchFailure::Guest(GuestError::InvalidOutput(format!("output topic index {}", record.topic))));
         };
-        let (count, max_bytes) = match shapes[record.topic as usize] {
+        let shape = match shapes[record.topic as usize] {
             Some(shape) => shape,
             None => {
                 let shape = topic_shape(w, topic)?;
@@ -883,6 +886,7 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
                 shape
             }
         };
+        let (count, max_bytes) = (shape.partitions, shape.max_bytes);
         let key = output.key(record);
         let partition = match (record.partition, key) {
             (p, _) if p >= 0 => {
@@ -896,6 +900,12 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
         };
         let borrowed: Vec<(&str, Option<&[u8]>)> = output.headers(record).collect();
         let timestamp = if record.timestamp >= 0 { record.timestamp } else { now };
+        // A record its leader would refuse (INVALID_RECORD, INVALID_TIMESTAMP) fails here, so
+        // the error policy decides: produced, the refusal would abort the transaction and the
+        // same output would meet it again at every retry.
+        if let Some(reason) = shape.refusal(key, timestamp, now) {
+            return Err(BatchFailure::Unacceptable { topic: topic.clone(), reason });
+        }
         targets.entry((record.topic, partition)).or_insert_with(|| PartitionBatches::new(max_bytes)).push(
             timestamp,
             key,
@@ -925,7 +935,7 @@ fn state_changes(w: &Worker, now: i64) -> Result<Option<(String, PartitionBatche
         return Ok(None);
     }
     let topic = super::state_topic_of(w.name());
-    let (_, max_bytes) = topic_shape(w, &topic)?;
+    let max_bytes = topic_shape(w, &topic)?.max_bytes;
     let mut builders = PartitionBatches::new(max_bytes);
     let headers = [(DEPLOYMENT_HEADER, Some(w.transform.deployment.as_bytes()))];
     let mut changes = 0;
@@ -1001,12 +1011,49 @@ async fn refused_by_validators(w: &Worker, batches: &[Output]) -> Option<BatchFa
     None
 }
 
-/// An output topic's partition count and effective `max.message.bytes`, from the image.
-fn topic_shape(w: &Worker, topic: &str) -> Result<(usize, usize), BatchFailure> {
+/// What an output topic takes, from its effective config in the image.
+#[derive(Debug, Clone, Copy)]
+struct OutputShape {
+    partitions: usize,
+    /// `max.message.bytes`.
+    max_bytes: usize,
+    /// Compacted: every record needs a key.
+    needs_key: bool,
+    /// With CreateTime, `message.timestamp.before.max.ms` and `.after.max.ms`.
+    timestamp_bounds: Option<(i64, i64)>,
+}
+
+impl OutputShape {
+    /// Why the topic's leader would refuse a record with `key` and `timestamp` (as
+    /// `Log::check_records` does), if it would.
+    fn refusal(&self, key: Option<&[u8]>, timestamp: i64, now: i64) -> Option<String> {
+        if self.needs_key && key.is_none() {
+            return Some("the topic is compacted and the record has no key".to_string());
+        }
+        let (before, after) = self.timestamp_bounds?;
+        let (timestamp_, now_) = (i128::from(timestamp), i128::from(now));
+        if now_ - timestamp_ > i128::from(before) || timestamp_ - now_ > i128::from(after) {
+            return Some(format!(
+                "timestamp {timestamp} is outside the topic's message.timestamp.before.max.ms ({before}) / \
+                 after.max.ms ({after}) of now ({now})"
+            ));
+        }
+        None
+    }
+}
+
+fn topic_shape(w: &Worker, topic: &str) -> Result<OutputShape, BatchFailure> {
     let image = w.host.controller.image();
     let t = image.topics.get(topic).ok_or_else(|| BatchFailure::MissingOutput(topic.to_string()))?;
     let config = crate::server::topic_log_config(&w.host.log_defaults, &t.configs);
-    Ok((t.partitions.len(), config.max_message_bytes as usize))
+    let create_time = config.message_timestamp_type == crate::log::TimestampType::CreateTime;
+    Ok(OutputShape {
+        partitions: t.partitions.len(),
+        max_bytes: config.max_message_bytes as usize,
+        needs_key: config.cleanup_policy.compact,
+        timestamp_bounds: create_time
+            .then_some((config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)),
+    })
 }
 
 /// The record batches of one output partition: the next record starts a new batch whenever
@@ -1171,7 +1218,9 @@ pub(super) fn error_name(code: i16) -> String {
 
 /// Sends the failed batch's input records to the dead-letter topic with the error in headers
 /// (`runnel.error`, `runnel.transform`, `runnel.source.topic`, `runnel.source.partition`,
-/// `runnel.source.offset`), keyed and timestamped as they came.
+/// `runnel.source.offset`), keyed and timestamped as they came, save what the topic would
+/// refuse: a keyless record for a compacted topic is keyed `<topic>/<partition>/<offset>`, a
+/// timestamp outside its bounds becomes now.
 async fn dead_letter(
     w: &Worker,
     delivery: &mut Delivery,
@@ -1179,12 +1228,22 @@ async fn dead_letter(
     batch: &InputBatch,
     failure: &BatchFailure,
 ) -> Result<(), BatchFailure> {
-    let (count, max_bytes) = topic_shape(w, topic)?;
+    let shape = topic_shape(w, topic)?;
+    let (count, max_bytes) = (shape.partitions, shape.max_bytes);
     let error = failure.to_string();
     let source_partition = w.partition.to_string();
+    let now = now_ms();
     let mut builders: BTreeMap<i32, PartitionBatches> = BTreeMap::new();
     for record in &batch.records {
-        let key = batch.key(record);
+        let coordinates;
+        let key = match batch.key(record) {
+            None if shape.needs_key => {
+                coordinates = format!("{}/{}/{}", w.transform.spec.input_topic, w.partition, record.offset);
+                Some(coordinates.as_bytes())
+            }
+            key => key,
+        };
+        let timestamp = if shape.refusal(key, record.timestamp, now).is_some() { now } else { record.timestamp };
         let partition = match key {
             Some(key) => partition_for_key(key, count as u32),
             None => w.partition.rem_euclid(count as i32),
@@ -1197,7 +1256,7 @@ async fn dead_letter(
         headers.push(("runnel.source.partition", Some(source_partition.as_bytes())));
         headers.push(("runnel.source.offset", Some(offset.as_bytes())));
         builders.entry(partition).or_insert_with(|| PartitionBatches::new(max_bytes)).push(
-            record.timestamp,
+            timestamp,
             key,
             batch.value(record),
             &headers,
