@@ -204,6 +204,9 @@ impl LogBuffer {
     }
 }
 
+/// How often the follower looks for workers that ended on their own (and restarts them).
+const WORKER_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
 struct Worker {
     version: u64,
     stop: watch::Sender<bool>,
@@ -319,7 +322,9 @@ impl TransformManager {
             let keys: Vec<(String, i32)> = workers
                 .iter()
                 .filter(|(key, worker)| match wanted.get(*key) {
-                    Some(t) => t.paused || t.version != worker.version,
+                    // A worker that ended on its own (its input replica gone as it started, a
+                    // panic) is replaced, as one of an older version is.
+                    Some(t) => t.paused || t.version != worker.version || worker.task.is_finished(),
                     None => true,
                 })
                 .map(|(key, _)| key.clone())
@@ -415,11 +420,15 @@ impl TransformManager {
         mut images: watch::Receiver<Arc<MetadataImage>>,
         mut stop: watch::Receiver<bool>,
     ) {
+        // Also every few seconds, to replace workers that ended on their own.
+        let mut sweep = tokio::time::interval(WORKER_SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 changed = images.changed() => if changed.is_err() { return },
                 _ = self.stopped.notified() => {}
+                _ = sweep.tick() => {}
             }
             let image = images.borrow_and_update().clone();
             self.reconcile(&image).await;

@@ -387,9 +387,9 @@ impl Worker {
 
     /// Exactly-once, after a failure that may have left part of a batch in the open
     /// transaction: aborts it. When the abort cannot be had (fenced, or the coordinator does
-    /// not answer) a new InitProducerId aborts it instead: at once when the coordinator failed,
-    /// and when fenced only while the input is still led here (a worker left on a deposed
-    /// leader waits to be stopped rather than fence the new leader's). After a new
+    /// not answer) a new InitProducerId aborts it instead, only while the input is still led
+    /// here (a worker left on a deposed leader waits to be stopped rather than fence the new
+    /// leader's). After a new
     /// InitProducerId the committed position is read again and returned: the worker that had
     /// fenced this one may have committed past it, and going on from this worker's own last
     /// commit would write that worker's outputs a second time.
@@ -408,12 +408,18 @@ impl Worker {
                         Some(self.partition),
                         format!("aborting the transaction: {e}; re-initialising"),
                     );
-                    return self.reinit(producer, input).await;
+                    // Only while the input is led here: a worker left on a deposed leader
+                    // (its coordinator unreachable across a partition) must not fence the
+                    // new leader's worker.
+                    if input.is_leader() {
+                        return self.reinit(producer, input).await;
+                    }
                 }
             }
+        } else {
+            self.logs.push("warn", Some(self.partition), "fenced by a newer worker of this partition".to_string());
         }
         producer.discard();
-        self.logs.push("warn", Some(self.partition), "fenced by a newer worker of this partition".to_string());
         let mut progress = input.subscribe_progress();
         loop {
             if !self.pause(BACKOFF_MIN).await {
