@@ -73,7 +73,11 @@
   }
 
   /** ISO time in UTC, millisecond precision, as the broker stores it. */
-  const fmtIso = (ms) => new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC");
+  // A timestamp past what a Date holds (a producer may write any i64) shows as the number.
+  const fmtIso = (ms) => {
+    const date = new Date(ms);
+    return Number.isFinite(date.getTime()) ? date.toISOString().replace("T", " ").replace("Z", " UTC") : String(ms);
+  };
 
   /** A right-aligned number cell; zeros are muted so the figures that matter stand out. */
   const num = (value, field, text) =>
@@ -1543,6 +1547,8 @@
   async function tick() {
     clearTimeout(timer);
     timer = null;
+    // Signed out (the login form is up): nothing to poll.
+    if (!current) return;
     if (document.visibilityState === "hidden") {
       setLive("paused", "Paused", "Polling stops while the tab is hidden");
       return;
@@ -1663,11 +1669,15 @@
   }
 
   document.getElementById("logout").addEventListener("click", async () => {
+    // The node clears the cookie either way; a failed revocation is said, not hidden.
+    let message = "Logged out";
     try {
       await api("/v1/logout", { method: "POST" });
-    } finally {
-      showLogin("Logged out");
+    } catch (e) {
+      message = "Logged out of this browser, but the node could not revoke the session (" + e.message +
+        "): it stays valid until it expires";
     }
+    showLogin(message);
   });
 
   document.addEventListener("visibilitychange", () => {

@@ -103,10 +103,16 @@ pub async fn login(State(http): State<super::State>, JsonBody(login): JsonBody<L
 /// clears the cookie.
 #[utoipa::path(post, path = "/v1/logout", tag = "v1", responses((status = 204), (status = 401, body = ErrorBody)))]
 pub async fn logout(State(http): State<super::State>, Extension(who): Extension<Authenticated>) -> ApiResult<Response> {
-    if let (AuthMethod::Session, Some(id)) = (who.method, who.token_id) {
-        propose(&http, MetadataRecord::RevokeHttpTokens { ids: vec![id] }).await?;
-    }
+    // The cookie is cleared whatever happens to the revocation: a browser on a shared machine
+    // must not keep a login its user asked to end (the error says the token may outlive it).
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let (AuthMethod::Session, Some(id)) = (who.method, who.token_id) {
+        if let Err(e) = propose(&http, MetadataRecord::RevokeHttpTokens { ids: vec![id] }).await {
+            let mut answer = e.into_response();
+            answer.headers_mut().insert(header::SET_COOKIE, header::HeaderValue::from_str(&cookie).expect("ASCII"));
+            return Ok(answer);
+        }
+    }
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response())
 }
 
