@@ -651,8 +651,9 @@ fn admin_deletes_records_and_the_log_start_moves() {
 
 #[test]
 fn admin_deletes_topics_and_a_recreated_topic_starts_empty() {
-    // Proves DeleteTopics removes the topic from metadata, a second delete is
-    // UNKNOWN_TOPIC_OR_PARTITION, and a topic re-created with the same name has none of the old data.
+    // Proves DeleteTopics removes the topic from metadata and its metric series, a second delete
+    // is UNKNOWN_TOPIC_OR_PARTITION, and a topic re-created with the same name has none of the
+    // old data.
     let node = Runnel::start(&[]);
     let admin = new_admin(&node);
     create_topic(&node, "doomed", 1, &[]);
@@ -661,6 +662,9 @@ fn admin_deletes_topics_and_a_recreated_topic_starts_empty() {
     produce_all(&producer, "doomed", Some(0), &[TestRecord::new(None, Some(b"old"))]);
     drop(producer);
 
+    let http = support::HttpApi::new(&node);
+    let series = || http.get("/metrics").text.lines().filter(|l| l.contains("topic=\"doomed\"")).count();
+    assert!(series() > 0, "the topic has metric series");
     let results = block_on(admin.delete_topics(&["doomed"], &admin_options())).expect("DeleteTopics");
     assert_eq!(results, vec![Ok("doomed".to_string())]);
     let listed = |name: &str| {
@@ -668,6 +672,8 @@ fn admin_deletes_topics_and_a_recreated_topic_starts_empty() {
         metadata.topics().iter().any(|t| t.name() == name)
     };
     assert!(wait_until(DEADLINE, || !listed("doomed")), "deleted topic still in metadata");
+    // A Kafka DeleteTopics (not only the HTTP delete) drops the topic's series.
+    assert!(wait_until(DEADLINE, || series() == 0), "{}", http.get("/metrics").text);
     assert!(listed("kept"));
     let results = block_on(admin.delete_topics(&["doomed"], &admin_options())).unwrap();
     assert_eq!(results, vec![Err(("doomed".to_string(), RDKafkaErrorCode::UnknownTopicOrPartition))]);

@@ -110,6 +110,44 @@ fn returned(response: &FetchResponse) -> Vec<(usize, usize)> {
 }
 
 #[test]
+fn full_fetches_are_served_whatever_session_they_name_and_incremental_ones_are_refused() {
+    // Proves KIP-227's request kinds as Kafka's FetchManager sees them (Runnel keeps no
+    // sessions): epoch 0 or -1 is a full fetch, served even naming a session id (Kafka drops
+    // that session and serves it); epoch > 0 is incremental, FETCH_SESSION_ID_NOT_FOUND.
+    // A non-zero id was refused whatever its epoch.
+    const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    let node = Runnel::start(&["--auto-create-topics-enable", "false"]);
+    let mut conn = RawConn::open(&node, "sessions");
+    fill_topic(&mut conn, "sessions");
+    let request = |session_id: i32, session_epoch: i32| {
+        FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_id(session_id)
+            .with_session_epoch(session_epoch)
+            .with_topics(vec![FetchTopic::default().with_topic(name("sessions")).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(-1)
+                    .with_partition_max_bytes(1 << 20),
+            ])])
+    };
+    for (id, epoch) in [(0, -1), (0, 0), (7, -1), (7, 0)] {
+        let response = conn.call(FETCH_V, &request(id, epoch));
+        assert_eq!(response.error_code, 0, "session {id} epoch {epoch}");
+        assert_eq!(response.session_id, 0, "no session is created");
+        assert!(response.responses[0].partitions[0].records.as_ref().is_some_and(|r| !r.is_empty()));
+    }
+    for (id, epoch) in [(7, 1), (0, 3)] {
+        let response = conn.call(FETCH_V, &request(id, epoch));
+        assert_eq!(response.error_code, FETCH_SESSION_ID_NOT_FOUND, "session {id} epoch {epoch}");
+    }
+}
+
+#[test]
 fn fetch_total_respects_max_bytes_and_partition_max_bytes_as_kip_74() {
     // Proves Kafka's readFromLog rules: a running limit over partitions, partition_max_bytes per
     // partition, and only the first batch of the first non-empty partition may exceed either.

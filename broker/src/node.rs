@@ -152,16 +152,23 @@ impl Node {
             config.security.inter_broker_sasl.clone(),
         );
         let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
+        let metrics = crate::metrics::Metrics::new();
         let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {
             let partitions = Reconciler::new(replicas.clone(), config.node_id, config.log_defaults.clone());
+            let metrics = metrics.clone();
             let groups = groups.clone();
             let txn = txn.clone();
             let fetchers = fetchers.clone();
             // Groups map over the actual partition count of `__consumer_offsets` once it exists.
             Arc::new(move |image: &crate::controller::MetadataImage| {
                 // The fetchers follow the partitions' roles, which only a touched partition changes.
-                if partitions.reconcile(image).touched() {
+                let done = partitions.reconcile(image);
+                if done.touched() {
                     fetchers.update();
+                }
+                // Every node forgets a deleted topic's series (whoever served the delete).
+                for topic in &done.removed_topics {
+                    metrics.forget_topic(topic);
                 }
                 if let Some(topic) = image.topics.get(crate::group::OFFSETS_TOPIC) {
                     groups.offsets.set_partition_count(topic.partitions.len() as u32);
@@ -199,7 +206,6 @@ impl Node {
 
         let runtime =
             runnel_runtime::Runtime::new(runnel_runtime::RuntimeConfig::new(data_dir.join("transforms-cache")))?;
-        let metrics = crate::metrics::Metrics::new();
         let validators = crate::validator::Validators::new(runtime.clone(), metrics.clone());
         let assignors = crate::group::wasm_assignor::WasmAssignors::new(runtime.clone(), metrics.clone());
         let transforms = crate::transform::TransformManager::new(runtime.clone());

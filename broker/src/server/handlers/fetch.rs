@@ -30,12 +30,12 @@ const MAX_WAIT_MS: i32 = 30_000;
 
 pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchRequest) -> Option<FetchResponse> {
     let version = header.request_api_version;
-    if request.session_id != 0 {
+    // KIP-227 fetch sessions are not kept (every answer says session 0, so clients send full
+    // fetches): a full fetch (epoch 0 or -1, whatever its id) is served, as Kafka's
+    // FetchManager serves one after dropping the session it names; an incremental one names a
+    // session there is none of.
+    if request.session_epoch != 0 && request.session_epoch != -1 {
         return Some(FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code()));
-    }
-    // A follower's fetch is the cluster's own traffic (Kafka: CLUSTER_ACTION on the cluster).
-    if request.replica_id.0 >= 0 && !broker.authorized_cluster(Operation::ClusterAction) {
-        return Some(FetchResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(request.max_wait_ms.clamp(0, MAX_WAIT_MS) as u64);
@@ -48,7 +48,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
         }
         let (response, bytes, answer_now) = read_once(broker, &request, version);
         if bytes >= request.min_bytes.max(0) as usize || answer_now || tokio::time::Instant::now() >= deadline {
-            return Some(count_out(broker, response));
+            return Some(count_out(broker, response, request.replica_id.0));
         }
         // Park on the partitions this request reads, subscribed before the re-read below so no
         // change between the read and the wait is missed.
@@ -59,7 +59,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
                 if subscribed.is_empty() {
                     // Nothing hosted to wait on: nothing can arrive before the deadline.
                     tokio::time::sleep_until(deadline).await;
-                    return Some(count_out(broker, read_once(broker, &request, version).0));
+                    return Some(count_out(broker, read_once(broker, &request, version).0, request.replica_id.0));
                 }
                 // Read once more: an append may have landed between the first read and the
                 // subscription.
@@ -70,7 +70,7 @@ pub async fn handle(broker: &Broker, header: &RequestHeader, request: FetchReque
         match tokio::time::timeout_at(deadline, changed).await {
             Ok((Ok(()), _, _)) => continue,
             // Deadline passed, or a partition was closed: answer with what we have.
-            _ => return Some(count_out(broker, read_once(broker, &request, version).0)),
+            _ => return Some(count_out(broker, read_once(broker, &request, version).0, request.replica_id.0)),
         }
     }
 }
@@ -189,8 +189,12 @@ fn preferred_read_replica(
         .map(|(replica, _)| replica)
 }
 
-/// Bytes out per topic, for the response that is actually sent.
-fn count_out(broker: &Broker, response: FetchResponse) -> FetchResponse {
+/// Bytes out per topic, for the response that is actually sent to a consumer (a follower's
+/// fetch is replication, not bytes out: Kafka counts it apart).
+fn count_out(broker: &Broker, response: FetchResponse, replica_id: i32) -> FetchResponse {
+    if replica_id >= 0 {
+        return response;
+    }
     for topic in &response.responses {
         let bytes: usize = topic.partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
         broker.metrics.record_out(&topic.topic.0, bytes as u64);
@@ -218,8 +222,12 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let name: &str = &topic.topic.0;
-        // Consumers need READ on the topic (followers were authorized as CLUSTER_ACTION).
-        let denied = request.replica_id.0 < 0 && !broker.authorized(Operation::Read, ResourceType::Topic, name);
+        // Consumers need READ on the topic; a follower's fetch is the cluster's own traffic,
+        // CLUSTER_ACTION on the cluster (refused per partition, as Kafka's KafkaApis does).
+        let denied = match request.replica_id.0 {
+            0.. => !broker.authorized_cluster(Operation::ClusterAction),
+            _ => !broker.authorized(Operation::Read, ResourceType::Topic, name),
+        };
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for fetch in &topic.partitions {
             let mut data = PartitionData::default().with_partition_index(fetch.partition).with_high_watermark(-1);
