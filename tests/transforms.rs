@@ -688,6 +688,32 @@ fn read_to_end(node: &Runnel, topic: &str, partitions: i32) -> Vec<Vec<u8>> {
 }
 
 #[test]
+fn a_start_from_latest_is_committed_before_any_input_is_processed() {
+    // Proves a fresh deployment commits its start position at once: from `latest`, nothing was
+    // committed until some input had been processed and committed, so a record arriving in
+    // between, then a crash, restarted from a later `latest` and was never processed (found
+    // by review). Both delivery modes.
+    let node = Runnel::start(&[]);
+    let api = HttpApi::new(&node);
+    support::create_topic(&node, "late-in", 1);
+    support::create_topic(&node, "late-out", 1);
+    produce(&node, "late-in", &[(None, "before-1".into()), (None, "before-2".into()), (None, "before-3".into())]);
+    for (name, delivery) in [("late-eo", "exactly_once"), ("late-alo", "at_least_once")] {
+        let config = json!({
+            "input_topic": "late-in",
+            "output_topics": ["late-out"],
+            "start": "latest",
+            "delivery": delivery,
+            "commit_interval_ms": 30_000,
+        });
+        assert_eq!(deploy(&api, name, &component("runnel-example-identity"), config).status, 201);
+        let group = format!("__runnel_transform_{name}");
+        let committed = wait_until(TIMEOUT, || committed_offset(&node, &group, "late-in") == 3);
+        assert!(committed, "{name}: the start position 3 is committed: {}", transform(&api, name));
+    }
+}
+
+#[test]
 fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
     // Proves the fencing of exactly-once workers: a second producer of a worker's transactional
     // id (as a second worker would start) aborts the worker's open transaction, whose outputs
@@ -724,7 +750,8 @@ fn a_fenced_exactly_once_worker_commits_nothing_and_a_zombie_cannot_commit() {
     assert_eq!(deploy(&api, "fence", &component("runnel-example-identity"), config).status, 201);
     let position = || transform(&api, "fence")["partitions"][0]["position"].as_i64().unwrap_or(-1);
     assert!(wait_until(TIMEOUT, || position() >= 100), "never processed 100 records: {}", transform(&api, "fence"));
-    assert!(committed_offset(&node, "__runnel_transform_fence", "fin") < 0, "committed mid-backlog: cannot tell");
+    // Only the start position (committed before any input is processed) is committed.
+    assert!(committed_offset(&node, "__runnel_transform_fence", "fin") <= 0, "committed mid-backlog: cannot tell");
 
     // The second producer: its InitProducerId fences the worker and aborts its transaction.
     let id = "__runnel_transform_fence-0";

@@ -292,6 +292,12 @@ impl Worker {
     /// earlier deployment of this name (another deployment id) is ignored unless the
     /// deployment asked to `resume`.
     async fn start_position(&mut self, input: &Partition) -> Option<i64> {
+        self.start_position_and_origin(input).await.map(|(position, _)| position)
+    }
+
+    /// [`Worker::start_position`], and whether it is a position this deployment (or the one
+    /// it resumes) committed, rather than its `start` setting.
+    async fn start_position_and_origin(&mut self, input: &Partition) -> Option<(i64, bool)> {
         let committed = loop {
             match self.checkpoint().fetch(Instant::now() + CHECKPOINT_RETRY).await {
                 Ok(committed) => break committed,
@@ -319,10 +325,10 @@ impl Worker {
             other => other.map(|(offset, _)| offset),
         };
         Some(match committed {
-            Some(offset) => offset.max(input.log_start_offset()),
+            Some(offset) => (offset.max(input.log_start_offset()), true),
             None => match self.transform.spec.start {
-                StartPosition::Earliest => input.log_start_offset(),
-                StartPosition::Latest => input.high_watermark(),
+                StartPosition::Earliest => (input.log_start_offset(), false),
+                StartPosition::Latest => (input.high_watermark(), false),
             },
         })
     }
@@ -494,10 +500,28 @@ pub(super) async fn run(mut w: Worker) {
             return;
         }
     }
-    let Some(mut position) = w.start_position(&input).await else {
+    let Some((mut position, from_checkpoint)) = w.start_position_and_origin(&input).await else {
         w.update(|s| s.state = "stopped");
         return;
     };
+    if !from_checkpoint {
+        // A start from the `start` setting is committed before any input is processed: else
+        // records arriving before the first commit, then a crash, would restart from a later
+        // `latest` and never be processed.
+        let mut committed = position;
+        loop {
+            match w.checkpoint_at(&mut delivery, &input, position).await {
+                Checkpointed::Done => break,
+                outcome => {
+                    settle(outcome, &mut position, &mut committed);
+                    if !w.pause(BACKOFF_MIN).await {
+                        w.update(|s| s.state = "stopped");
+                        return;
+                    }
+                }
+            }
+        }
+    }
     let delivery_labels = [labels[0].as_str(), labels[1].as_str(), spec.delivery.name()];
     metrics.transform_delivery.with_label_values(&delivery_labels).set(1);
     w.update(|s| {
@@ -520,7 +544,14 @@ pub(super) async fn run(mut w: Worker) {
     let mut backoff = BACKOFF_MIN;
     let mut committed = position;
     let mut last_commit = Instant::now();
-    let commit_interval = Duration::from_millis(spec.commit_interval_ms);
+    let commit_interval = match spec.delivery {
+        DeliveryMode::AtLeastOnce => Duration::from_millis(spec.commit_interval_ms),
+        DeliveryMode::ExactlyOnce => commit_interval_within_timeout(
+            Duration::from_millis(spec.commit_interval_ms),
+            Duration::from_millis(spec.call_timeout_ms),
+            w.host.transaction_timeout_ms,
+        ),
+    };
     // Woken when the input's log end, log start or high watermark moves, or its role changes.
     let mut progress = input.subscribe_progress();
     let mut window = (Instant::now(), 0u64, 0u64);
@@ -870,6 +901,20 @@ fn decode(
     });
     (batch, next)
 }
+
+/// The commit interval an exactly-once worker keeps to: a transaction opens with a batch's
+/// first output and is committed once the interval has passed after a batch, so it may stay
+/// open for the interval, then one more guest call and its produce. Past the transaction
+/// timeout the coordinator aborts it, the commit is fenced, and the same batches are processed
+/// again, forever: the interval shrinks (to committing every batch) to keep inside it.
+fn commit_interval_within_timeout(interval: Duration, call_timeout: Duration, transaction_timeout_ms: i32) -> Duration {
+    let timeout = Duration::from_millis(transaction_timeout_ms.max(0) as u64);
+    let one_batch = call_timeout + Duration::from_millis(super::txn::PRODUCE_TIMEOUT_MS as u64) + TXN_MARGIN;
+    interval.min(timeout.saturating_sub(one_batch))
+}
+
+/// Slack kept below the transaction timeout for the commit itself.
+const TXN_MARGIN: Duration = Duration::from_secs(5);
 
 /// Appends the guest's output records, one batch per (topic, partition), and the batch's state
 /// changes to the changelog; returns the number of output records written.
@@ -1280,6 +1325,17 @@ async fn dead_letter(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_commit_interval_keeps_a_transaction_inside_its_timeout() {
+        let ms = Duration::from_millis;
+        // Defaults (60 s timeout, 2 s calls): the deployment's interval stands.
+        assert_eq!(commit_interval_within_timeout(ms(1_000), ms(2_000), 60_000), ms(1_000));
+        // A 30 s interval with 60 s calls would outlive a 60 s transaction: every batch commits.
+        assert_eq!(commit_interval_within_timeout(ms(30_000), ms(60_000), 60_000), ms(0));
+        // transaction.max.timeout.ms 50 s, 10 s calls: 50 - 10 - 30 - 5 s.
+        assert_eq!(commit_interval_within_timeout(ms(20_000), ms(10_000), 50_000), ms(5_000));
+    }
 
     #[test]
     fn a_guest_batch_stops_at_its_data_bound_and_reads_on_from_the_first_record_left_out() {
