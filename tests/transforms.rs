@@ -938,7 +938,7 @@ fn produce_at(node: &Runnel, topic: &str, records: &[(String, String, i64)]) {
 fn the_dedup_example_drops_repeats_across_a_kill_and_forgets_keys_a_window_later() {
     // Proves the windowed de-duplicator end to end (exactly-once, one node): repeats within the
     // window are dropped, also after kill -9 (the keys come back from the changelog), and keys
-    // are forgotten once time (record timestamps) is two windows on: the state shrinks to the
+    // are forgotten once time (record timestamps) is three windows on: the state shrinks to the
     // newest bucket's instead of growing with every key ever seen.
     let mut node = Runnel::start(&[]);
     let api = HttpApi::new(&node);
@@ -978,15 +978,15 @@ fn the_dedup_example_drops_repeats_across_a_kill_and_forgets_keys_a_window_later
     assert!(processed(&node, 260), "260 events never processed after the restart: {}", transform(&api, "dedup"));
     assert_eq!(state_keys(&api), Some(114), "{}", transform(&api, "dedup"));
 
-    // Two windows on: the first bucket's keys are forgotten; k0 is new again.
-    produce_at(&node, "events", &[at("tick", t0 + 2_000), at("k0", t0 + 2_100)]);
+    // Three windows on: the first bucket's keys are forgotten; k0 is new again.
+    produce_at(&node, "events", &[at("tick", t0 + 3_000), at("k0", t0 + 3_100)]);
     assert!(processed(&node, 262), "262 events never processed: {}", transform(&api, "dedup"));
     assert_eq!(state_keys(&api), Some(5), "tick and k0, their bucket's chunk and count, the list");
 
     let expected: Vec<String> = first
         .iter()
         .chain(&more[50..])
-        .chain(&[at("tick", t0 + 2_000), at("k0", t0 + 2_100)])
+        .chain(&[at("tick", t0 + 3_000), at("k0", t0 + 3_100)])
         .map(|(_, value, _)| value.clone())
         .collect();
     let read: Vec<String> =

@@ -299,7 +299,8 @@ pub struct MemberAssignment {
 /// # Ok::<(), Error>(())
 /// ```
 pub trait Assignor {
-    /// The name clients select it by (`group.remote.assignor`).
+    /// A display name (shown beside the deployment); clients select the assignor by its
+    /// deployment name (`group.remote.assignor`).
     fn name() -> &'static str;
 
     /// The assignment of every member.

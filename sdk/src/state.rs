@@ -158,7 +158,7 @@ pub(crate) mod imp {
 
         /// Sets a committed value directly (a state as a restore would find it).
         pub(crate) fn set_committed(&mut self, key: Vec<u8>, value: Vec<u8>) {
-            let (old, new) = (entry(&key, self.committed.get(&key).map(Vec::as_slice)), key.len() + value.len());
+            let (old, new) = (entry(&key, self.committed.get(&key).map(Vec::as_slice)), entry(&key, Some(&value)));
             self.committed_bytes = self.committed_bytes - old + new;
             self.batch_bytes = self.batch_bytes - old + new;
             self.committed.insert(key, value);

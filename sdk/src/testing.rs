@@ -54,6 +54,9 @@ impl<T: Transform> Harness<T> {
         // A fresh harness starts from an empty, unbounded state (one per thread).
         crate::state::imp::with(|s| s.reset());
         let instance = Instance::new(params, outputs.clone())?;
+        // As on the broker, state changes made while starting (in `init`) belong to no batch
+        // and are dropped.
+        crate::state::imp::end_batch(false);
         Ok(Harness { instance, output_topics: outputs, partition: 0, next_offset: 0 })
     }
 

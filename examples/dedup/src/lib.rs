@@ -7,12 +7,13 @@
 //!
 //! The keyed state holds, per key, the time it was last forwarded, so duplicates stay dropped
 //! across crashes and leader moves. Keys are also forgotten, so the state stays the size of
-//! one to two windows of distinct keys instead of growing with every key ever seen: time is cut
-//! into buckets of `window_ms`, each bucket keeps an index of the keys forwarded in it, and
-//! once a record's bucket is two past a bucket, that bucket's keys (those not forwarded again
-//! since) are deleted: every one of them was last forwarded more than a window before that
-//! record. A record that arrives later than that (its timestamp more than a window behind a
-//! newer record's) may find its key forgotten and be forwarded again.
+//! two to three windows of distinct keys instead of growing with every key ever seen: time is
+//! cut into buckets of `window_ms`, each bucket keeps an index of the keys forwarded in it, and
+//! once a record's bucket is three past a bucket, that bucket's keys (those not forwarded again
+//! since) are deleted: every one of them was last forwarded more than a window before any
+//! record within a window of that one. A record that arrives later than that (its timestamp
+//! more than a window behind a newer record's) may find its key forgotten and be forwarded
+//! again.
 //!
 //! State layout (the first byte tells the kind of entry):
 //! - `k` + key: the time the key was last forwarded (i64, little-endian);
@@ -47,7 +48,9 @@ impl Transform for Dedup {
         };
         let now = record.timestamp();
         let bucket = now.div_euclid(self.window_ms);
-        self.forget_before(bucket - 1)?;
+        // Buckets up to three back: a key forwarded in bucket - 2 may still be within a window
+        // of a late record that is within a window of this one.
+        self.forget_before(bucket - 2)?;
         let last_key = entry(b'k', key);
         if let Some(seen) = state::get_i64(&last_key)? {
             if now.saturating_sub(seen) <= self.window_ms {
@@ -190,35 +193,46 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_forgotten_two_buckets_later_unless_forwarded_again() {
+    fn keys_are_forgotten_three_buckets_later_unless_forwarded_again() {
         let mut harness = Harness::<Dedup>::new(&[("window_ms", "100")], &["out"]).unwrap();
         // Bucket 10 (1000..1100): a and b. a again at 1150 (bucket 11, more than a window on).
         harness.process(&[at("a", 1_010), at("b", 1_020)]).unwrap();
         assert_eq!(values(&harness.process(&[at("a", 1_150)]).unwrap()), [b"a@1150".to_vec()]);
-        assert!(harness.state_get(entry(b'k', b"b")).is_some(), "bucket 11 does not forget bucket 10");
-        // Bucket 12 forgets bucket 10: b (last forwarded 1020), not a (1150, indexed in 11).
         harness.process(&[at("c", 1_200)]).unwrap();
+        assert!(harness.state_get(entry(b'k', b"b")).is_some(), "bucket 12 does not forget bucket 10");
+        // Bucket 13 forgets bucket 10: b (last forwarded 1020), not a (1150, indexed in 11).
+        harness.process(&[at("d", 1_300)]).unwrap();
         assert_eq!(harness.state_get(entry(b'k', b"b")), None);
         assert_eq!(harness.state_get(entry(b'k', b"a")), Some(1_150i64.to_le_bytes().to_vec()));
         assert_eq!(harness.state_get(chunk_entry(10, 0)), None, "bucket 10's index is gone");
         assert_eq!(harness.state_get(entry(b'n', &10i64.to_be_bytes())), None);
-        let listed: Vec<u8> = [11i64, 12].iter().flat_map(|b| b.to_le_bytes()).collect();
+        let listed: Vec<u8> = [11i64, 12, 13].iter().flat_map(|b| b.to_le_bytes()).collect();
         assert_eq!(harness.state_get(b"b"), Some(listed));
         // a is still remembered: 1240 is within 100 ms of 1150.
         assert_eq!(values(&harness.process(&[at("a", 1_240), at("b", 1_240)]).unwrap()), [b"b@1240".to_vec()]);
     }
 
     #[test]
+    fn a_late_record_within_a_window_of_the_newest_is_still_dropped() {
+        // a@1099 forwarded; c@1200 two buckets on; a@1199 is 100 ms after a@1099 (within the
+        // window) and 1 ms behind the newest record: dropped, not forwarded again because its
+        // key was forgotten too early.
+        let mut harness = Harness::<Dedup>::new(&[("window_ms", "100")], &["out"]).unwrap();
+        let written = harness.process(&[at("a", 1_099), at("c", 1_200), at("a", 1_199)]).unwrap();
+        assert_eq!(values(&written), [b"a@1099".to_vec(), b"c@1200".to_vec()]);
+    }
+
+    #[test]
     fn the_state_stays_bounded_over_many_windows_of_new_keys() {
         // 100 windows of 1,000 new keys each (more than one chunk per bucket): the state
-        // holds at most about three buckets' worth of keys, not 100,000.
+        // holds at most about four buckets' worth of keys, not 100,000.
         let mut harness = Harness::<Dedup>::new(&[("window_ms", "1000")], &["out"]).unwrap().state_bytes_max(1 << 20);
         for window in 0..100i64 {
             let batch: Vec<TestRecord> = (0..1_000).map(|i| at(&format!("{window}-{i}"), window * 1_000 + i)).collect();
             let written = harness.process(&batch).unwrap();
             assert_eq!(written.len(), 1_000, "new keys are all forwarded");
             let keys = harness.state().iter().filter(|(k, _)| k[0] == b'k').count();
-            assert!(keys <= 3_000, "window {window}: {keys} keys remembered");
+            assert!(keys <= 4_000, "window {window}: {keys} keys remembered");
         }
         // Repeats of the last window are still dropped.
         let repeats: Vec<TestRecord> = (0..10).map(|i| at(&format!("99-{i}"), 99_500)).collect();

@@ -8,6 +8,11 @@
 //! `{"key":"c-17","count":3,"sum":129.5}`. Records that are not JSON objects, or lack either
 //! field, fail the batch with the reason (the deployment's error policy decides what then).
 //!
+//! State is scoped to the input partition, so the totals of a key are whole only when all its
+//! records reach one partition: key the input by the customer (the default partitioner then
+//! sends each customer's orders to one partition); orders keyed otherwise get partial totals
+//! per partition under the same output key.
+//!
 //! The totals live in the transform's keyed state (16 bytes per key: the count as a u64 and the
 //! sum as an f64), which the broker commits with the outputs: after a crash or a leader move
 //! the totals continue exactly where the committed outputs left them.
