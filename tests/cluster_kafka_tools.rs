@@ -5,7 +5,7 @@
 //! kill -9 of its coordinator, and the group goes on committing on the new one.
 //!
 //! Kafka's tools are the jars `scripts/kafka-jars.sh` fetched (see `support/kafka_tools.rs`):
-//! where they were never fetched each test prints SKIP and passes; once they are there a missing
+//! where they were never fetched each test is skipped (scripts/test.sh counts it so); once they are there a missing
 //! `java` fails. Every wait is on a condition with a deadline: librdkafka's metadata (cheap) says
 //! when the cluster has moved, then the Kafka tool (one JVM per run) must show it too.
 
@@ -42,7 +42,7 @@ fn kafka_cli() -> Option<KafkaTools> {
     match kafka_tools::kafka_tools() {
         Ok(tools) => Some(tools),
         Err(reason) => {
-            eprintln!("SKIP: {reason}");
+            kafka_tools::skip(reason);
             None
         }
     }

@@ -380,7 +380,7 @@ impl JavaDriver {
         let tools = match kafka_tools::kafka_tools() {
             Ok(tools) => tools,
             Err(reason) => {
-                eprintln!("SKIP: {reason}");
+                kafka_tools::skip(reason);
                 return None;
             }
         };

@@ -4,7 +4,7 @@
 //! produced and with the HTTP API's own answers; a WASM transform (the identity example, built
 //! by the test) deployed over HTTP is shown and paused from its page.
 //!
-//! Without /usr/bin/chromium and /usr/bin/chromedriver the test prints SKIP and passes, unless
+//! Without /usr/bin/chromium and /usr/bin/chromedriver the test is skipped (scripts/test.sh counts it so), unless
 //! RUNNEL_REQUIRE_BROWSER=1 (scripts/test.sh sets it after installing them), where it fails.
 //! Waits are on conditions with deadlines (`support::wait_until`), never fixed sleeps.
 //! A three-node cluster case kills a node with SIGKILL and watches the pages follow the fencing,
@@ -603,7 +603,7 @@ fn browser_available() -> bool {
             missing.join(" and ")
         );
     }
-    println!("SKIP: chromium/chromedriver not installed");
+    support::skip("chromium/chromedriver not installed");
     false
 }
 

@@ -31,7 +31,7 @@ fn schemathesis_finds_no_server_errors() {
             std::env::var("RUNNEL_REQUIRE_TOOLS").is_err(),
             "schemathesis is required (RUNNEL_REQUIRE_TOOLS is set) but not installed"
         );
-        println!("SKIP: schemathesis not installed (pip install schemathesis)");
+        support::skip("schemathesis not installed (pip install schemathesis)");
         return;
     };
     // Generated partition counts go up to i32::MAX: bounded here so that a valid creation of

@@ -1,6 +1,6 @@
 //! Kafka's own CLI tools (Java; the jars `scripts/kafka-jars.sh` fetches from Maven Central, run
 //! through `scripts/kafka-tool.sh`) and kcat against the real `runnel` binary. Where the jars were
-//! never fetched each Kafka tool test prints SKIP and passes; once they are there (always under
+//! never fetched each Kafka tool test is skipped (scripts/test.sh counts it so); once they are there (always under
 //! `scripts/test.sh`) the tests are required.
 
 #[path = "support/kafka_tools.rs"]
@@ -17,7 +17,7 @@ fn kafka_cli() -> Option<KafkaTools> {
     match kafka_tools::kafka_tools() {
         Ok(tools) => Some(tools),
         Err(reason) => {
-            eprintln!("SKIP: {reason}");
+            kafka_tools::skip(reason);
             None
         }
     }
@@ -124,7 +124,7 @@ fn kcat_with_an_old_librdkafka_negotiates_and_round_trips() {
     // Proves Debian's kcat (librdkafka 2.0) negotiates versions and produces/consumes every codec.
     let kcat_ok = Command::new("kcat").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status();
     if !kcat_ok.is_ok_and(|s| s.success()) {
-        eprintln!("SKIP: kcat is not installed");
+        support::skip("kcat is not installed");
         return;
     }
     let node = Runnel::start(&[]);

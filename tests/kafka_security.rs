@@ -463,7 +463,7 @@ fn kafka_security_tools_manage_scram_users_and_the_console_clients_use_sasl_ssl(
     let Some(tools) = (match kafka_tools::kafka_tools() {
         Ok(tools) => Some(tools),
         Err(reason) => {
-            eprintln!("SKIP: {reason}");
+            kafka_tools::skip(reason);
             None
         }
     }) else {
@@ -758,7 +758,7 @@ fn kafka_acls_tool_adds_lists_and_removes_acls_with_filters() {
     let Some(tools) = (match kafka_tools::kafka_tools() {
         Ok(tools) => Some(tools),
         Err(reason) => {
-            eprintln!("SKIP: {reason}");
+            kafka_tools::skip(reason);
             None
         }
     }) else {

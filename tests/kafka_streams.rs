@@ -3,7 +3,7 @@
 //! Kafka 4.4 jars of `scripts/kafka-jars.sh` (kafka-streams included), sums values per key
 //! from `streams-in` to `streams-out`. It is killed with kill -9 half way and started again;
 //! the sums a `read_committed` reader sees must never count an input twice and must end exact.
-//! Where the jars were never fetched the test prints SKIP and passes (under `scripts/test.sh`
+//! Where the jars were never fetched the test is skipped (scripts/test.sh counts it so) (under `scripts/test.sh`
 //! they always are, and the test is required).
 
 #[path = "support/kafka_tools.rs"]
@@ -119,7 +119,7 @@ fn kafka_streams_exactly_once_v2_sums_every_input_once_across_a_kill_9() {
     let tools = match kafka_tools::kafka_tools() {
         Ok(tools) => tools,
         Err(reason) => {
-            eprintln!("SKIP: {reason}");
+            kafka_tools::skip(reason);
             return;
         }
     };

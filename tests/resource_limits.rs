@@ -6,7 +6,7 @@
 //!
 //! The disk-full test mounts a 16 MiB tmpfs as the data dir (root only; the metadata quorum's
 //! directory, `--metadata-log-dir`, stays on the temp disk). Where mounting is not permitted it
-//! prints SKIP and passes, unless RUNNEL_REQUIRE_MOUNT=1 (scripts/test.sh sets it when run as
+//! is skipped (scripts/test.sh counts it so), unless RUNNEL_REQUIRE_MOUNT=1 (scripts/test.sh sets it when run as
 //! root) makes it fail instead. The descriptor tests start the broker under RLIMIT_NOFILE=256.
 
 mod support;
@@ -234,7 +234,7 @@ fn a_full_data_disk_refuses_appends_with_kafka_storage_error_and_resumes_when_sp
             panic!("RUNNEL_REQUIRE_MOUNT is set but a tmpfs cannot be mounted: {reason}")
         }
         Err(reason) => {
-            println!("SKIP: the disk-full test needs to mount a tmpfs (root): {reason}");
+            support::skip(format!("the disk-full test needs to mount a tmpfs (root): {reason}"));
             return;
         }
     };

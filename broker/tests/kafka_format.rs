@@ -942,7 +942,7 @@ fn kafka_dump_log_segments_accepts_segments_runnel_wrote() {
     let tools = match kafka_tools::kafka_tools() {
         Ok(tools) => tools,
         Err(reason) => {
-            println!("SKIP: kafka_dump_log_segments_accepts_segments_runnel_wrote: {reason}");
+            kafka_tools::skip(reason);
             return;
         }
     };

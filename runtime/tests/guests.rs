@@ -5,8 +5,7 @@
 //! precompiled cache and log capture.
 //!
 //! The guests are built once per test run by one `cargo build` into `target/wasm`. A guest
-//! crate that does not exist yet (or is still the `//! stub` placeholder) makes its tests print
-//! SKIP instead of failing; a guest that exists but does not build fails them.
+//! that is missing, or does not build, fails its tests.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -84,12 +83,11 @@ fn guest_bytes() -> &'static HashMap<&'static str, Vec<u8>> {
     })
 }
 
-/// The guest's bytes, or None (after printing SKIP) when its crate is not written yet.
+/// The guest's bytes (`Some` always: a guest crate that is missing fails the test, it is not
+/// skipped).
 fn guest(name: &str) -> Option<Vec<u8>> {
     let bytes = guest_bytes().get(name).cloned();
-    if bytes.is_none() {
-        eprintln!("SKIP: guest crate `{name}` does not exist yet (or is a stub)");
-    }
+    assert!(bytes.is_some(), "guest crate `{name}` is missing from tests/guests");
     bytes
 }
 

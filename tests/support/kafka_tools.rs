@@ -5,7 +5,7 @@
 //! Where the jars are: `RUNNEL_KAFKA_LIB` (set by `scripts/test.sh`), else
 //! `target/kafka/<version>/lib` of this repository. Once they are there the tests that need them
 //! are required: a missing `java` or a broken jar directory fails the test instead of skipping it.
-//! Only where the jars were never fetched do those tests print SKIP and pass.
+//! Only where the jars were never fetched do those tests are skipped (scripts/test.sh counts them so).
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -137,5 +137,20 @@ impl KafkaTools {
             stderr.push_str("\n(killed: still running after 90 s)");
         }
         ToolOutput { success: status.is_some_and(|s| s.success()), stdout, stderr }
+    }
+}
+
+/// Reports the running test as skipped (what it needs cannot be had here): prints SKIP and
+/// appends it to `$RUNNEL_SKIP_LOG`, which `scripts/test.sh` counts apart from the passes (a
+/// test that cannot run is skipped, never passed). The caller returns at once.
+pub fn skip(reason: impl std::fmt::Display) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    eprintln!("SKIP: {test}: {reason}");
+    if let Some(path) = std::env::var_os("RUNNEL_SKIP_LOG") {
+        use std::io::Write;
+        let log = std::fs::OpenOptions::new().append(true).create(true).open(path);
+        if let Err(e) = log.and_then(|mut log| writeln!(log, "{test}: {reason}")) {
+            eprintln!("could not record the skip in RUNNEL_SKIP_LOG: {e}");
+        }
     }
 }
