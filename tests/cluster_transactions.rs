@@ -286,17 +286,23 @@ fn kill_rounds(cluster: &mut Cluster, rng: &mut FaultRng, ids: &[&str], history:
     let bootstrap = cluster.bootstrap();
     for round in 0..rounds {
         std::thread::sleep(rng.millis(300, 1500));
-        let victim = if rng.below(2) == 0 {
+        let (topic, partition, what) = if rng.below(2) == 0 {
             let id = rng.pick(ids);
-            let partition = partition_for(id, 50) as usize;
-            let states = workload::partition_states(&bootstrap, "__transaction_state").unwrap_or_default();
-            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("coordinator of {id}")))
+            ("__transaction_state", partition_for(id, 50) as usize, format!("coordinator of {id}"))
         } else {
             let partition = rng.below(PARTITIONS as u64) as usize;
-            let states = workload::partition_states(&bootstrap, TOPIC).unwrap_or_default();
-            states.get(partition).and_then(|s| s.leader).map(|l| (l, format!("leader of {TOPIC}-{partition}")))
+            (TOPIC, partition, format!("leader of {TOPIC}-{partition}"))
         };
-        let Some((node, what)) = victim else { continue };
+        // A round without a victim would pass without any fault: the leader is waited for (an
+        // election after the last round's restart may still be on).
+        let mut victim = None;
+        let found = support::wait_until(DEADLINE, || {
+            let states = workload::partition_states(&bootstrap, topic).unwrap_or_default();
+            victim = states.get(partition).and_then(|s| s.leader);
+            victim.is_some()
+        });
+        assert!(found, "round {round}: no leader of {topic}-{partition} to kill (seed {})", rng.seed());
+        let node = victim.expect("found");
         eprintln!("round {round}: kill -9 node {node}, the {what}");
         cluster.kill9(node);
         std::thread::sleep(rng.millis(500, 3000));

@@ -292,6 +292,11 @@ impl Cluster {
                     "--kafka-listen".to_string(),
                     format!("127.0.0.1:{}", kafka_ports[&id]),
                 ];
+                // A restart binds the HTTP port again: one below the ephemeral range, unless
+                // the test gives its own.
+                if !extra_args.contains(&"--http-listen") {
+                    args.extend(["--http-listen".to_string(), format!("127.0.0.1:{}", free_port())]);
+                }
                 for &peer in ids.iter().filter(|&&peer| peer != id) {
                     args.push("--broker-address-override".to_string());
                     args.push(format!("{peer}={}", data_links[&(id, peer)].addr));
@@ -414,6 +419,12 @@ impl Cluster {
             "--voters".to_string(),
             voters.join(","),
         ];
+        // Ports a restart binds again: below the ephemeral range.
+        for flag in ["--kafka-listen", "--http-listen"] {
+            if !extra_args.contains(&flag) {
+                args.extend([flag.to_string(), format!("127.0.0.1:{}", free_port())]);
+            }
+        }
         args.extend(extra_args.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let node = Runnel::start_in(&self._temp.path().join(format!("node-{id}")), &args);
