@@ -600,6 +600,22 @@ fn the_record_browser_on_one_node_reads_a_partition_led_by_another() {
     let last = api.get("/v1/topics/browsed/records?partition=0&offset=-2");
     assert_eq!(values(&last.json), expected[10..], "{}", last.text);
     assert_eq!(last.json["records"][0]["offset"], 10, "{}", last.text);
+
+    // `runnel consume` against node 1 starts a partition it does not host at its leader's
+    // high watermark (it failed: "not hosted by the node at --url"), and reads it from the start.
+    let consume = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .arg("consume")
+            .args(args)
+            .env("RUNNEL_URL", cluster.node(1).http_url())
+            .output()
+            .expect("run runnel consume");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "runnel consume {args:?}: {stderr}");
+        String::from_utf8_lossy(&output.stdout).lines().count()
+    };
+    assert_eq!(consume(&["browsed"]), 0, "latest: nothing new");
+    assert_eq!(consume(&["browsed", "--from-beginning"]), 12);
 }
 
 /// Runs an identity transform with `delivery` whose worker is kill -9'd mid-backlog (one record

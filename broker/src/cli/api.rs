@@ -97,6 +97,8 @@ pub struct TopicConfig {
 /// One page of `GET /v1/topics/{topic}/records`.
 #[derive(Deserialize)]
 pub struct RecordsPage {
+    #[serde(default)]
+    pub log_start_offset: i64,
     pub high_watermark: i64,
     pub next_offset: i64,
     pub records: Vec<Record>,

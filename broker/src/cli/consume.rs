@@ -141,9 +141,10 @@ async fn consume_partitions(client: &Client, args: &ConsumeArgs, out: &mut Print
             Start::Offset(offset)
         } else {
             // Latest: the high watermark now (the records endpoint has no "end" offset).
-            let high_watermark = partition.high_watermark.ok_or_else(|| {
-                anyhow::anyhow!("partition {} is not hosted by the node at --url", partition.partition)
-            })?;
+            let high_watermark = match partition.high_watermark {
+                Some(high_watermark) => high_watermark,
+                None => partition_ends(&client, &args.topic, partition.partition).await?.1,
+            };
             Start::Offset(high_watermark)
         };
         let reader = PartitionReader {
@@ -195,6 +196,18 @@ enum Start {
     Beginning,
     /// An offset; negative counts back from the high watermark.
     Offset(i64),
+}
+
+/// A partition's log start offset and high watermark as its leader has them (the node at
+/// --url forwards the records call; its topic view has them only for partitions it hosts).
+async fn partition_ends(client: &Client, topic: &str, partition: i32) -> anyhow::Result<(i64, i64)> {
+    let mut url = client.url(&["v1", "topics", topic, "records"]);
+    url.query_pairs_mut()
+        .append_pair("partition", &partition.to_string())
+        .append_pair("offset", "-1")
+        .append_pair("limit", "1");
+    let page: RecordsPage = client.get(url).await.with_context(|| format!("reading partition {partition}'s end"))?;
+    Ok((page.log_start_offset, page.high_watermark))
 }
 
 struct PartitionReader {
@@ -378,8 +391,10 @@ impl GroupMember {
         };
         for assigned in assigned.partitions.iter().filter(|a| a.topic == args.topic) {
             let Some(state) = topic.partitions.iter().find(|p| p.partition == assigned.partition) else { continue };
-            let (Some(log_start_offset), Some(high_watermark)) = (state.log_start_offset, state.high_watermark) else {
-                continue;
+            let (log_start_offset, high_watermark) = match (state.log_start_offset, state.high_watermark) {
+                (Some(start), Some(end)) => (start, end),
+                // Not hosted by the node at --url: asked of its leader (not taken as read).
+                _ => partition_ends(&self.client, &args.topic, assigned.partition).await?,
             };
             let committed = committed
                 .iter()

@@ -494,8 +494,23 @@ pub fn group_loaded(broker: &Broker, group_id: &str) -> Option<GroupView> {
     let mut offsets: Vec<LagRow> = committed
         .into_iter()
         .map(|(topic, partition, c)| {
-            let high_watermark =
-                u32::try_from(partition).ok().and_then(|p| broker.replicas.get(&topic, p)).map(|p| p.high_watermark());
+            // A leader's high watermark, or an in-sync follower's (a fetch behind at most); an
+            // out-of-sync follower's is min(the leader's, its own log end), far behind, and
+            // would under-report the lag: those partitions are asked of their leaders like the
+            // ones not hosted here (`fill_remote_lag`).
+            let in_sync_here = |p: &crate::partition::Partition| {
+                p.is_leader()
+                    || image
+                        .topics
+                        .get(&topic)
+                        .and_then(|t| t.partitions.get(partition as usize))
+                        .is_some_and(|state| state.isr.contains(&broker.settings.node_id))
+            };
+            let high_watermark = u32::try_from(partition)
+                .ok()
+                .and_then(|p| broker.replicas.get(&topic, p))
+                .filter(|p| in_sync_here(p))
+                .map(|p| p.high_watermark());
             LagRow {
                 member: owner(&topic, partition),
                 lag: high_watermark.and_then(|hw| lag(hw, c.offset)),
