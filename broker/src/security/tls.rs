@@ -375,15 +375,70 @@ pub fn principal_of(connection: &rustls::ServerConnection) -> Principal {
     };
     use x509_cert::der::Decode;
     match x509_cert::Certificate::from_der(leaf.as_ref()) {
-        Ok(cert) => Principal::user(&cert.tbs_certificate.subject.to_string()),
+        Ok(cert) => Principal::user(&rfc2253(&cert.tbs_certificate.subject)),
         // The verifier accepted it, so it parses; should it not, it names no one.
         Err(_) => Principal::anonymous(),
     }
 }
 
+/// A distinguished name as Java's `X500Principal.getName()` (RFC 2253) writes it, which is the
+/// principal Kafka's default builder gives: most specific RDN first, `+` inside an RDN, and
+/// only RFC 2253's keywords (CN, C, L, ST, STREET, O, OU, DC, UID) by name; any other
+/// attribute (emailAddress, serialNumber, ...) as `<oid>=#<hex of its DER value>`, so ACLs and
+/// `super.users` copied from a Kafka cluster name the same principals.
+fn rfc2253(name: &x509_cert::name::Name) -> String {
+    use x509_cert::der::Encode;
+    const KEYWORDS: [&str; 9] = [
+        "2.5.4.3",                    // CN
+        "2.5.4.6",                    // C
+        "2.5.4.7",                    // L
+        "2.5.4.8",                    // ST
+        "2.5.4.9",                    // STREET
+        "2.5.4.10",                   // O
+        "2.5.4.11",                   // OU
+        "0.9.2342.19200300.100.1.25", // DC
+        "0.9.2342.19200300.100.1.1",  // UID
+    ];
+    let attribute = |atv: &x509_cert::attr::AttributeTypeAndValue| {
+        let oid = atv.oid.to_string();
+        if KEYWORDS.contains(&oid.as_str()) {
+            // x509-cert names these by their keyword, escaped as RFC 4514/2253 say.
+            return atv.to_string();
+        }
+        let hex: String = atv.value.to_der().unwrap_or_default().iter().map(|b| format!("{b:02x}")).collect();
+        format!("{oid}=#{hex}")
+    };
+    name.0
+        .iter()
+        .rev()
+        .map(|rdn| rdn.0.iter().map(attribute).collect::<Vec<_>>().join("+"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn principals_are_written_as_javas_rfc_2253_names() {
+        use x509_cert::attr::AttributeTypeAndValue;
+        use x509_cert::der::asn1::{Any, ObjectIdentifier, SetOfVec};
+        use x509_cert::der::Tag;
+        use x509_cert::name::{RdnSequence, RelativeDistinguishedName};
+        let atv = |oid: &str, tag: Tag, value: &str| AttributeTypeAndValue {
+            oid: ObjectIdentifier::new_unwrap(oid),
+            value: Any::new(tag, value.as_bytes()).unwrap(),
+        };
+        let rdn = |atvs: Vec<AttributeTypeAndValue>| RelativeDistinguishedName(SetOfVec::try_from(atvs).unwrap());
+        // In DER order (least specific first): O, then CN with an emailAddress, then a UID.
+        let name = RdnSequence(vec![
+            rdn(vec![atv("2.5.4.10", Tag::Utf8String, "Example, Inc")]),
+            rdn(vec![atv("2.5.4.3", Tag::Utf8String, "alice"), atv("1.2.840.113549.1.9.1", Tag::Ia5String, "a@x")]),
+            rdn(vec![atv("0.9.2342.19200300.100.1.1", Tag::Utf8String, "7")]),
+        ]);
+        assert_eq!(rfc2253(&name), "UID=7,CN=alice+1.2.840.113549.1.9.1=#1603614078,O=Example\\, Inc");
+    }
 
     /// A CA, and a server certificate for 127.0.0.1/localhost signed by it, written as PEM files.
     pub(crate) struct TestPki {
