@@ -230,6 +230,12 @@ impl SaslSession {
         if !matches!(self.state, State::Start | State::Authenticated) {
             return HandshakeAnswer { error_code: ILLEGAL_SASL_STATE, mechanisms: enabled };
         }
+        // KIP-368: re-authentication only where sessions expire (Kafka's
+        // maybeBeginServerReauthentication); otherwise a handshake after authentication is
+        // out of place.
+        if matches!(self.state, State::Authenticated) && self.settings.max_reauth_ms == 0 {
+            return HandshakeAnswer { error_code: ILLEGAL_SASL_STATE, mechanisms: enabled };
+        }
         let Some(chosen) = Mechanism::parse(mechanism).filter(|m| self.settings.mechanisms.contains(m)) else {
             return HandshakeAnswer { error_code: UNSUPPORTED_SASL_MECHANISM, mechanisms: enabled };
         };
@@ -259,9 +265,10 @@ impl SaslSession {
             }
             State::Start | State::Authenticated => {
                 self.state = state;
+                // Answered, then closed, as Kafka closes on a request out of the SASL order
+                // ("Unexpected Kafka request ... during SASL handshake").
                 return AuthenticateAnswer {
                     progress: Progress::Continue,
-                    close: false,
                     ..AuthenticateAnswer::failed(
                         ILLEGAL_SASL_STATE,
                         "SaslAuthenticate without a SaslHandshake before it".into(),
@@ -437,6 +444,25 @@ mod tests {
         assert_eq!(session.handshake("PLAIN").error_code, 0);
         assert_eq!(session.authenticate(b"\0alice\0alice-secret", &store(), now).error_code, 0);
         assert_eq!(session.principal(), Some(&Principal::user("alice")));
+    }
+
+    #[test]
+    fn out_of_order_requests_follow_kafka() {
+        // SaslAuthenticate before any handshake: answered ILLEGAL_SASL_STATE and closed. A
+        // handshake after authentication where sessions never expire (no re-authentication):
+        // ILLEGAL_SASL_STATE, the session kept.
+        let now = Instant::now();
+        let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
+        let early = session.authenticate(b"\0alice\0alice-secret", &store(), now);
+        assert_eq!((early.error_code, early.close), (ILLEGAL_SASL_STATE, true));
+        let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
+        assert_eq!(scram(&mut session, "alice", "alice-secret", now).error_code, 0);
+        assert_eq!(session.handshake("SCRAM-SHA-512").error_code, ILLEGAL_SASL_STATE);
+        assert_eq!(session.admits(now), Admission::Serve);
+        let reauth = SaslSettings { max_reauth_ms: 60_000, ..SaslSettings::default() };
+        let mut session = SaslSession::new(Arc::new(reauth));
+        assert_eq!(scram(&mut session, "alice", "alice-secret", now).error_code, 0);
+        assert_eq!(scram(&mut session, "alice", "alice-secret", now).error_code, 0, "re-authenticates");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::Broker;
-use crate::security::sasl::{Admission, SaslSession, SaslSettings, ILLEGAL_SASL_STATE};
+use crate::security::sasl::{Admission, SaslSession, SaslSettings, ILLEGAL_SASL_STATE, UNSUPPORTED_SASL_MECHANISM};
 use crate::security::tls::TlsContext;
 use crate::security::{Principal, SecurityProtocol};
 
@@ -147,6 +147,9 @@ impl Session {
             return SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE);
         };
         let answer = sasl.handshake(request.mechanism.as_str());
+        // Kafka answers an unsupported mechanism, then closes the connection (after the
+        // failed-authentication delay).
+        self.close_after_response |= answer.error_code == UNSUPPORTED_SASL_MECHANISM;
         SaslHandshakeResponse::default()
             .with_error_code(answer.error_code)
             .with_mechanisms(answer.mechanisms.into_iter().map(StrBytes::from_static_str).collect())
