@@ -114,6 +114,15 @@ fn http_authenticates_with_basic_tokens_and_the_dashboard_login() {
     assert_eq!(me.status, 200, "{}", me.text);
     assert_eq!((me.json["principal"].as_str(), me.json["method"].as_str()), (Some("User:admin"), Some("basic")));
     assert_eq!(admin.get("/v1/cluster").json["security"]["http_authenticated"], true);
+    // Authentications over HTTP are counted by outcome, as the Kafka listeners' are.
+    let metrics = admin.get("/metrics").text;
+    let count = |result: &str| {
+        let series =
+            format!("kafka_server_socketserver_authentications_total{{listener=\"http\",result=\"{result}\"}}");
+        metrics.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    assert!(count("failure") >= 2.0, "the wrong and garbled passwords: {metrics}");
+    assert!(count("success") >= 1.0);
 
     // Tokens.
     assert_eq!(admin.post("/v1/tokens", &json!({"lifetime_ms": 0})).status, 422);

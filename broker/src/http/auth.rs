@@ -378,8 +378,26 @@ fn unauthorized(from_ui: bool, message: &str) -> Response {
 }
 
 /// The auth layer: establishes the request's principal and runs the rest of the request as
-/// that client.
+/// that client. Requests that present credentials are counted by outcome
+/// (`kafka_server_socketserver_authentications_total{listener="http"}`: success, or failure
+/// for a 401), so password guessing over HTTP shows as it does on the Kafka listeners.
 pub async fn authenticate(
+    State(http): State<super::State>,
+    connect: ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = !matches!(credentials(request.headers()), Credentials::None);
+    let metrics = http.broker.metrics.clone();
+    let response = authenticate_request(State(http), connect, request, next).await;
+    if presented {
+        let result = if response.status() == StatusCode::UNAUTHORIZED { "failure" } else { "success" };
+        metrics.authentications.with_label_values(&["http", result]).inc();
+    }
+    response
+}
+
+async fn authenticate_request(
     State(http): State<super::State>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,

@@ -60,6 +60,9 @@ pub async fn metrics(State(http): State<super::State>) -> Result<Response, ApiEr
     .map_err(|e| ApiError::internal(format!("asking for high watermarks: {e}")))?;
     let broker = http.broker.clone();
     let text = tokio::task::spawn_blocking(move || {
+        // Refreshed and rendered as one step: a concurrent scrape's reset of a family between
+        // this one's refresh and render would leave it out of this one's text.
+        let _serial = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
         let state = refresh_gauges(&broker, &views);
         let text = broker.metrics.render(&state);
         broker.metrics.scrape_seconds.observe(start.elapsed().as_secs_f64());
@@ -94,14 +97,14 @@ fn partition_labels<'a>(topic: &'a str, partition: Option<&'a str>) -> Vec<(&'st
     }
 }
 
-/// Scrapes are serialized: a gauge family is reset and refilled as one step.
+/// Scrapes are serialized: a gauge family is reset, refilled and rendered as one step.
 static REFRESH: Mutex<()> = Mutex::new(());
 
 /// Sets the node-wide state gauges and writes the per-partition families: per partition, or
 /// summed per topic under `metrics.aggregate` (Redpanda's `aggregate_metrics`), which keeps a
 /// scrape of 50,000 partitions to a series per topic.
+/// The caller holds `REFRESH` until it has rendered.
 fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeries {
-    let _serial = REFRESH.lock().unwrap_or_else(|p| p.into_inner());
     let metrics = &broker.metrics;
     let aggregate = broker.settings.metrics_aggregate;
     let image = broker.controller.image();
