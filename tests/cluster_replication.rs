@@ -516,6 +516,21 @@ mod checker_rules {
     }
 
     #[test]
+    fn a_value_a_consumer_read_then_the_final_read_misses_is_a_read_lost() {
+        // Proves a read of a write whose outcome the producer never learned (so it cannot be a
+        // lost write), then missing from the final read, is counted: a consumer reads only
+        // committed records, so the log lost it.
+        let checker = clean(2);
+        let unknown = checker.next_value();
+        checker.fail(&unknown, "Local: Message timed out");
+        checker.poll("c", T, 0, 2, &unknown);
+        let report = checker.report();
+        assert!(report.lost.is_empty(), "{report}");
+        assert_eq!(report.read_then_lost, [(unknown.clone(), super::support::checker::Position::new(T, 0, 2))]);
+        assert!(!report.is_clean());
+    }
+
+    #[test]
     fn an_acknowledged_write_the_final_read_misses_is_lost() {
         // Proves an ack whose value the final read never saw counts as one lost write, with the partition's bounds.
         let checker = Checker::new(7, Duplicates::Forbidden);

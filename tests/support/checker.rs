@@ -6,6 +6,8 @@
 //! a non-idempotent producer's retry can fail after an earlier attempt was appended), and every
 //! record read, by which consumer. From it [`Checker::report`] counts, in Jepsen's terms:
 //! - **lost writes**: acknowledged, never read by the final full read;
+//! - **reads lost**: a value a consumer read (committed: below the high watermark), not in the
+//!   final full read, acknowledged or not;
 //! - **duplicates**: one value read at two offsets (expected from a non-idempotent producer's
 //!   retries, so they fail [`Report::assert_clean`] only under [`Duplicates::Forbidden`]);
 //! - **inconsistent offsets**: two different values seen at one offset (across reads, or a read
@@ -305,6 +307,18 @@ impl Checker {
             }
         }
         report.lost.sort_by(|a, b| a.acked.cmp(&b.acked));
+        // A consumer reads only committed records (below the high watermark): every value read
+        // must still be there at the end, acknowledged or not (a final read that never saw the
+        // partition is reported as incomplete, not here).
+        let finally_read: BTreeSet<(String, i32)> = history.final_bounds.keys().cloned().collect();
+        let mut read_then_lost: BTreeMap<&str, &Position> = BTreeMap::new();
+        for read in history.reads.iter().filter(|r| !r.is_final) {
+            let partition = (read.position.topic.clone(), read.position.partition);
+            if !final_values.contains(read.value.as_str()) && finally_read.contains(&partition) {
+                read_then_lost.entry(read.value.as_str()).or_insert(&read.position);
+            }
+        }
+        report.read_then_lost = read_then_lost.into_iter().map(|(v, p)| (v.to_string(), p.clone())).collect();
         report.misplaced.sort_by(|a, b| a.acked.cmp(&b.acked));
         report.non_monotonic = history.non_monotonic.clone();
 
@@ -395,6 +409,8 @@ pub struct Report {
     /// The client's error → how many writes ended with it.
     pub failure_reasons: BTreeMap<String, usize>,
     pub lost: Vec<Lost>,
+    /// (value, where a consumer read it) of values read, then missing from the final read.
+    pub read_then_lost: Vec<(String, Position)>,
     pub duplicates: Vec<Duplicate>,
     pub inconsistent: Vec<Inconsistent>,
     pub misplaced: Vec<Misplaced>,
@@ -418,6 +434,7 @@ impl Default for Report {
             final_read_values: 0,
             failure_reasons: BTreeMap::new(),
             lost: Vec::new(),
+            read_then_lost: Vec::new(),
             duplicates: Vec::new(),
             inconsistent: Vec::new(),
             misplaced: Vec::new(),
@@ -437,6 +454,7 @@ impl Report {
 
     pub fn is_clean(&self) -> bool {
         self.lost.is_empty()
+            && self.read_then_lost.is_empty()
             && self.inconsistent_count() == 0
             && self.non_monotonic.is_empty()
             && self.unexpected.is_empty()
@@ -495,6 +513,8 @@ impl fmt::Display for Report {
             ),
             None => format!("{} acknowledged at {}, partition never read by the final read", l.value, l.acked),
         })?;
+        writeln!(f, "  reads lost (read by a consumer, missing from the final read): {}", self.read_then_lost.len())?;
+        examples(f, &self.read_then_lost, |(value, at)| format!("{value} read at {at}"))?;
         let policy = match self.duplicates_policy {
             Duplicates::Allowed => " (allowed: non-idempotent producer)",
             Duplicates::Forbidden => "",
