@@ -121,6 +121,16 @@ impl<T: Transform> Harness<T> {
             }
             Ok(raw::slice(data, span).map(<[u8]>::to_vec))
         };
+        // As the host's output check: -1 is the only negative partition or timestamp.
+        if d.partition < -1 {
+            return Err(Error::new(format_args!("invalid output: partition {}", d.partition)));
+        }
+        if d.timestamp < -1 {
+            return Err(Error::new(format_args!(
+                "invalid output: timestamp {} (use -1 for the append time)",
+                d.timestamp
+            )));
+        }
         let key = read(d.key, "key")?;
         let value = read(d.value, "value")?;
         let encoded = read(d.headers, "headers")?.unwrap_or_default();
@@ -157,7 +167,8 @@ fn input_batch(partition: i32, next_offset: &mut i64, records: &[TestRecord]) ->
             }
             raw::append(&mut batch.data, Some(&encoded))
         };
-        batch.records.push(InputRecord { offset, timestamp: r.timestamp, key, value, headers });
+        // As the broker hands them over: a stored timestamp below -1 arrives as -1.
+        batch.records.push(InputRecord { offset, timestamp: r.timestamp.max(-1), key, value, headers });
     }
     batch
 }

@@ -896,7 +896,11 @@ fn decode(
         if !batch.is_empty() && batch.data.len() + size > data_max {
             return ControlFlow::Break(());
         }
-        batch.push(record.offset, record.timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
+        // A stored timestamp below -1 (the log takes any CreateTime) reaches the guest as -1,
+        // "none": forwarded as it came it would be an invalid output (-1 is the only negative
+        // timestamp an output may have) and stop the partition at that record.
+        let timestamp = record.timestamp.max(-1);
+        batch.push(record.offset, timestamp, record.key.as_deref(), record.value.as_deref(), &headers);
         ControlFlow::Continue(())
     });
     (batch, next)
