@@ -198,15 +198,26 @@ impl Log {
             return Ok(false);
         }
         self.before_mutation()?;
-        commit_cleaned(&result.dir).map_err(io)?;
-        let settings = index_settings(self.config());
-        let now = self.clock().now_ms();
-        for (base, _) in &result.cleaned {
-            let (segment, _) =
-                Segment::open(&result.dir, *base, settings, false, false, now, self.open_files()).map_err(io)?;
-            self.segments_mut().insert(*base, segment);
-            let dir = self.dir().to_path_buf();
-            self.txn_index_mut().reload_segment(&dir, *base).map_err(io)?;
+        // From the first rename on, memory and disk disagree until every cleaned segment is
+        // open: a failure in between leaves segments whose sizes and indexes describe files
+        // that were replaced, so the log goes offline (reads and writes refused) until a
+        // reopen recovers it from disk, as Kafka takes the log dir offline.
+        let swapped = (|| -> Result<(), LogError> {
+            commit_cleaned(&result.dir).map_err(io)?;
+            let settings = index_settings(self.config());
+            let now = self.clock().now_ms();
+            for (base, _) in &result.cleaned {
+                let (segment, _) =
+                    Segment::open(&result.dir, *base, settings, false, false, now, self.open_files()).map_err(io)?;
+                self.segments_mut().insert(*base, segment);
+                let dir = self.dir().to_path_buf();
+                self.txn_index_mut().reload_segment(&dir, *base).map_err(io)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = swapped {
+            self.go_offline(&e);
+            return Err(e);
         }
         // The cleaned range ends where the segment after the last cleaned one starts.
         if let Some((last, _)) = result.cleaned.last() {

@@ -464,6 +464,13 @@ impl Log {
         self.segments.values_mut().next_back().expect("a log always has an active segment")
     }
 
+    /// Takes the log offline after a failure that left memory and disk apart: every read and
+    /// mutation is refused (KAFKA_STORAGE_ERROR) until the log is reopened from disk.
+    pub(super) fn go_offline(&mut self, cause: &LogError) {
+        tracing::error!(dir = %self.dir.display(), error = %cause, "the log is offline until reopened");
+        self.offline = true;
+    }
+
     /// Writes the checkpoint once with `clean_shutdown 0` before the first mutation, so a crash
     /// after it is never mistaken for a clean shutdown.
     fn mark_dirty(&mut self) -> Result<(), LogError> {
@@ -1018,6 +1025,9 @@ impl Log {
     /// Finds where a read at `from_offset` starts, without reading: the returned slice can be
     /// read after the caller releases its lock on the log.
     pub fn slice(&self, from_offset: i64, upper_bound_offset: i64) -> Result<Option<FileSlice>, LogError> {
+        if self.offline {
+            return Err(LogError::Offline { dir: self.dir.clone() });
+        }
         if from_offset < self.log_start_offset || from_offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
                 offset: from_offset,

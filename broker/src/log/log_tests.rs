@@ -1585,6 +1585,35 @@ fn a_segment_emptied_by_compaction_keeps_its_age_for_time_retention() {
 }
 
 #[test]
+fn a_compaction_that_fails_while_swapping_in_takes_the_log_offline() {
+    // Proves a failure after the cleaned files started replacing the old ones (here: opening a
+    // cleaned segment, EMFILE) takes the log offline: reads and appends are refused instead of
+    // using sizes and indexes of replaced files (found by review); a reopen recovers from disk.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig { cleanup_policy: CleanupPolicy::COMPACT, min_compaction_lag_ms: 0, ..LogConfig::default() };
+    let mut log = open(dir.path(), config.clone(), &clock);
+    for value in ["old", "new"] {
+        log.append_as_leader(&batch(Compression::None, &[(Some("k"), Some(value))], T0), 0, AppendOrigin::Client)
+            .unwrap();
+    }
+    log.roll().unwrap();
+    log.append_as_leader(&batch(Compression::None, &[(Some("pad"), Some("pad"))], T0), 0, AppendOrigin::Client)
+        .unwrap();
+    let end = log.log_end_offset();
+    log.on_high_watermark(end);
+    let result = log.compaction_job(end).expect("cleanable").run().unwrap();
+    log.open_files().fail_next_opens(1);
+    assert!(log.install_compaction(result).is_err());
+    assert!(matches!(log.read(0, 1 << 20, i64::MAX), Err(LogError::Offline { .. })));
+    let append = log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client);
+    assert!(append.is_err(), "appends refused too");
+    drop(log);
+    let log = open(dir.path(), config, &clock);
+    assert_eq!(read_all(&log, 0).into_iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2], "the cleaned log");
+}
+
+#[test]
 fn a_producers_last_emptied_transactional_batch_keeps_its_marker() {
     // Proves the cleaner keeps the marker of a transaction whose batch it keeps emptied (a
     // producer's last batch stays for its sequence): dropping the marker past the delete
