@@ -36,6 +36,9 @@ pub struct KeyedState {
     txn: HashMap<Vec<u8>, Option<Vec<u8>>>,
     batch: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     limit_bytes: usize,
+    /// The largest key plus value one entry may have (its changelog record must fit the
+    /// changelog topic's `max.message.bytes`); `None`: unbounded.
+    entry_max_bytes: Option<usize>,
     committed_bytes: usize,
     txn_bytes: usize,
     batch_bytes: usize,
@@ -48,6 +51,13 @@ impl KeyedState {
 
     pub fn shared(limit_bytes: usize) -> StateHandle {
         Arc::new(Mutex::new(KeyedState::new(limit_bytes)))
+    }
+
+    /// Bounds one entry's key plus value (what its changelog record may carry): a larger
+    /// `put` fails at once, where the guest sees it, instead of failing its batch's commit at
+    /// every retry.
+    pub fn set_entry_max_bytes(&mut self, max: usize) {
+        self.entry_max_bytes = Some(max);
     }
 
     /// The value under `key` as the current batch sees it.
@@ -68,6 +78,15 @@ impl KeyedState {
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), String> {
         if key.is_empty() {
             return Err("a state key cannot be empty".to_string());
+        }
+        if let Some(max) = self.entry_max_bytes.filter(|max| key.len() + value.len() > *max) {
+            return Err(format!(
+                "an entry of {} bytes (key of {}, value of {}) is larger than its changelog record may be ({max} bytes, \
+                 from the changelog topic's max.message.bytes)",
+                key.len() + value.len(),
+                key.len(),
+                value.len()
+            ));
         }
         let old = self.entry_bytes(&key);
         let new = entry_size(&key, &value);
@@ -175,6 +194,16 @@ impl KeyedState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_larger_than_its_changelog_record_may_be_is_refused_at_put() {
+        let mut state = KeyedState::new(1 << 20);
+        state.set_entry_max_bytes(100);
+        assert!(state.put(b"k".to_vec(), vec![0; 99]).is_ok());
+        let refused = state.put(b"k".to_vec(), vec![0; 100]).unwrap_err();
+        assert!(refused.contains("changelog") && refused.contains("101 bytes"), "{refused}");
+        assert_eq!(state.get(b"k").map(<[u8]>::len), Some(99), "the refused put changed nothing");
+    }
 
     #[test]
     fn layers_commit_and_roll_back_with_their_sizes() {

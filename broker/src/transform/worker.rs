@@ -493,7 +493,18 @@ pub(super) async fn run(mut w: Worker) {
         }
     };
     if w.module.is_stateful() {
-        w.state = Some(KeyedState::shared(spec.state_bytes_max as usize));
+        let state = KeyedState::shared(spec.state_bytes_max as usize);
+        // One entry's changelog record must fit the changelog topic's max.message.bytes: the
+        // batch header, the record's framing (at most 64 bytes of varints and attributes) and
+        // its deployment header come off it.
+        if let Ok(shape) = topic_shape(&w, &super::state_topic_of(w.name())) {
+            let framing = crate::log::batch::HEADER_SIZE + 64 + DEPLOYMENT_HEADER.len() + w.transform.deployment.len();
+            state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_entry_max_bytes(shape.max_bytes.saturating_sub(framing));
+        }
+        w.state = Some(state);
         w.update(|s| s.stateful = true);
         if !w.restore_state().await {
             w.update(|s| s.state = "stopped");
