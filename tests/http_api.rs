@@ -583,7 +583,7 @@ fn bad_input_gets_the_documented_errors() {
         let mut stream = std::net::TcpStream::connect(node.http_addr).expect("connect");
         write!(
             stream,
-            "POST /topics/small HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            "POST /topics/small HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             2 << 20
         )
         .unwrap();
@@ -631,7 +631,7 @@ fn bad_input_gets_the_documented_errors() {
         let mut stream = std::net::TcpStream::connect(node.http_addr).expect("connect");
         write!(
             stream,
-            "GET /consumers/g/instances/i/records HTTP/1.1\r\nhost: x\r\naccept: {accept}\r\nconnection: close\r\n\r\n"
+            "GET /consumers/g/instances/i/records HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: {accept}\r\nconnection: close\r\n\r\n"
         )
         .unwrap();
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
