@@ -234,7 +234,14 @@ fn lag_agrees_across_v1_v3_and_metrics() {
     for (p, o) in committed.iter().enumerate() {
         offsets.add_partition_offset("lagged", p as i32, Offset::Offset(*o)).unwrap();
     }
-    consumer.commit(&offsets, CommitMode::Sync).expect("commit");
+    // The group's coordinator may still be loading its new __consumer_offsets partition
+    // (COORDINATOR_LOAD_IN_PROGRESS, retriable): commit until it is taken.
+    let mut last = None;
+    let taken = wait_until(TIMEOUT, || {
+        last = consumer.commit(&offsets, CommitMode::Sync).err();
+        last.is_none()
+    });
+    assert!(taken, "commit: {last:?}");
     let expected_lag = [6i64, 0, 10];
 
     let group = api.get("/v1/groups/billing");
