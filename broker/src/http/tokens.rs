@@ -108,9 +108,7 @@ pub async fn logout(State(http): State<super::State>, Extension(who): Extension<
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     if let (AuthMethod::Session, Some(id)) = (who.method, who.token_id) {
         if let Err(e) = propose(&http, MetadataRecord::RevokeHttpTokens { ids: vec![id] }).await {
-            let mut answer = e.into_response();
-            answer.headers_mut().insert(header::SET_COOKIE, header::HeaderValue::from_str(&cookie).expect("ASCII"));
-            return Ok(answer);
+            return Ok(([(header::SET_COOKIE, cookie)], e).into_response());
         }
     }
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response())
