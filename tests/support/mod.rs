@@ -163,7 +163,14 @@ fn spawn(
     // RUNNEL_TEST_BINARY runs the suite against another build (e.g. the one before a change).
     let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
     let mut command = Command::new(binary);
-    if let Some(path) = &options.stderr_file {
+    // RUNNEL_TEST_LOG_DIR keeps each node's log in a file named after its data dir (for
+    // debugging a fault run; pair it with RUNNEL_LOG_LEVEL=info).
+    let kept_log = std::env::var_os("RUNNEL_TEST_LOG_DIR").map(|dir| {
+        let name: String =
+            data_dir.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        PathBuf::from(dir).join(format!("{name}.log"))
+    });
+    if let Some(path) = options.stderr_file.as_ref().or(kept_log.as_ref()) {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("node log file");
         command.stderr(file);
     } else {
