@@ -920,6 +920,56 @@ fn a_stateful_transform_keeps_exact_totals_across_a_kill_and_a_new_version() {
     let outputs = totals_by_customer(&node, "revenue-2", 1);
     let expected = revenue_model(1100);
     assert_eq!(outputs, expected, "a new deployment starts from an empty state");
+
+    // A fresh start at `latest` that sees only customers c0..c2, then a deployment resuming it:
+    // the resumed state is the one its position goes with (c3..c6 from nothing), not every
+    // earlier deployment's (c3 at 157 orders before). Fails when resume restores all changes.
+    let running = |api: &HttpApi| {
+        wait_until(TIMEOUT, || {
+            let detail = transform(api, "rev");
+            detail["partitions"]
+                .as_array()
+                .is_some_and(|ps| ps.len() == 2 && ps.iter().all(|p| p["state"] == "running"))
+        })
+    };
+    assert_eq!(api.send_json("DELETE", "/v1/transforms/rev", None, &json!({})).status, 204);
+    support::create_topic(&node, "revenue-3", 1);
+    let latest = json!({"input_topic": "sales", "output_topics": ["revenue-3"], "start": "latest"});
+    assert_eq!(deploy(&api, "rev", &module, latest).status, 201);
+    assert!(running(&api), "the third deployment starts: {}", transform(&api, "rev"));
+    let seen_by_third: Vec<usize> = (1100..1121).filter(|i| i % 7 < 3).collect();
+    let orders = |indices: &[usize]| -> Vec<(Option<String>, String)> {
+        indices
+            .iter()
+            .map(|&i| {
+                let (customer, amount) = order(i);
+                (Some(customer.clone()), json!({"customer": customer, "amount": amount, "id": i}).to_string())
+            })
+            .collect()
+    };
+    produce(&node, "sales", &orders(&seen_by_third));
+    assert!(caught_up(&node, 1109), "the third deployment's orders never processed: {}", transform(&api, "rev"));
+    assert_eq!(api.send_json("DELETE", "/v1/transforms/rev", None, &json!({})).status, 204);
+    support::create_topic(&node, "revenue-4", 1);
+    let resumed = json!({"input_topic": "sales", "output_topics": ["revenue-4"], "resume": true});
+    assert_eq!(deploy(&api, "rev", &module, resumed).status, 201);
+    let seen_by_fourth: Vec<usize> = (1121..1128).collect();
+    produce(&node, "sales", &orders(&seen_by_fourth));
+    assert!(caught_up(&node, 1116), "the fourth deployment's orders never processed: {}", transform(&api, "rev"));
+    let mut lineage: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
+    for &i in seen_by_third.iter().chain(&seen_by_fourth) {
+        let (customer, amount) = order(i);
+        let steps = lineage.entry(customer).or_default();
+        let (count, sum) = steps.last().copied().unwrap_or((0, 0.0));
+        steps.push((count + 1, sum + amount as f64));
+    }
+    let resumed_outputs: BTreeMap<String, (u64, f64)> = totals_by_customer(&node, "revenue-4", 1)
+        .into_iter()
+        .map(|(customer, steps)| (customer, *steps.last().expect("an output")))
+        .collect();
+    let expected: BTreeMap<String, (u64, f64)> =
+        lineage.into_iter().map(|(customer, steps)| (customer, *steps.last().expect("a step"))).collect();
+    assert_eq!(resumed_outputs, expected, "the resumed deployment continues the third one's state only");
 }
 
 /// `(key, value, timestamp)` records to `topic`, acks=all, with their own timestamps.

@@ -174,9 +174,13 @@ impl KeyedState {
         self.batch_bytes = self.committed_bytes;
     }
 
-    /// Empties the state (a restore starting over).
+    /// Empties the state (a restore starting over); its bounds stay.
     pub fn clear(&mut self) {
-        *self = KeyedState::new(self.limit_bytes);
+        *self = KeyedState {
+            limit_bytes: self.limit_bytes,
+            entry_max_bytes: self.entry_max_bytes,
+            ..KeyedState::default()
+        };
     }
 
     /// Size in bytes (keys, values and [`ENTRY_OVERHEAD_BYTES`] per entry) of the state as the
@@ -203,6 +207,9 @@ mod tests {
         let refused = state.put(b"k".to_vec(), vec![0; 100]).unwrap_err();
         assert!(refused.contains("changelog") && refused.contains("101 bytes"), "{refused}");
         assert_eq!(state.get(b"k").map(<[u8]>::len), Some(99), "the refused put changed nothing");
+        state.clear();
+        assert!(state.get(b"k").is_none(), "cleared");
+        assert!(state.put(b"k".to_vec(), vec![0; 100]).is_err(), "a restore's clear keeps the entry bound");
     }
 
     #[test]

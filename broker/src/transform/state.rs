@@ -16,8 +16,16 @@
 //!   the changelog leader's log end offset as it stood then, waiting for the last stable
 //!   offset to reach it: so the restored state is the state of the committed position read
 //!   after it.
-//! - Only changes written by this deployment count, unless it resumes an earlier one's
-//!   positions (then every change counts, in offset order).
+//! - A deployment that starts fresh (its position from its `start` setting, not from a
+//!   checkpoint) restores nothing and writes a **fresh-start marker** (empty key: state keys
+//!   are never empty; value and header: the deployment) in the transaction of its first
+//!   checkpoint. A restore applies only the changes after the last marker, whoever wrote them:
+//!   the marker's own deployment, then those that resumed it (`--resume` continues the state
+//!   of the position it continues, not that of every earlier deployment of the name). A
+//!   deployment that starts fresh again after another fresh one never sees the earlier one's
+//!   changes. Compaction keeps the last marker (the latest of its key).
+//! - A changelog without any marker (written before markers existed) counts only this
+//!   deployment's changes, or every change when it resumes.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +42,8 @@ use crate::partition::{FirstBatch, Isolation};
 
 /// The header naming the deployment that wrote a changelog record.
 pub(super) const DEPLOYMENT_HEADER: &str = "runnel.deployment";
+/// The key of a fresh-start marker (see the module invariants).
+pub(super) const FRESH_START_KEY: &[u8] = b"";
 /// Bytes read per step of a restore.
 const RESTORE_READ_BYTES: usize = 4 << 20;
 /// Fetch v12: topics by name (v13 on, by id).
@@ -91,7 +101,7 @@ impl Changelog<'_> {
         let (deployment, resume) = (self.deployment, self.resume);
         lock(state).clear();
         let target = log_end_offset(host, topic, partition).await?;
-        let (mut offset, mut records) = (0i64, 0u64);
+        let (mut offset, mut records, mut markers) = (0i64, 0u64, 0u64);
         while offset < target {
             let chunk = read(host, topic, partition, offset).await?;
             if offset < chunk.log_start_offset {
@@ -110,12 +120,21 @@ impl Changelog<'_> {
             let mut filter = AbortedFilter::new(chunk.aborted);
             let mut guard = lock(state);
             let next = for_each_committed_record(chunk.records, offset, usize::MAX, Some(&mut filter), |record| {
-                let ours = resume
+                let Some(key) = record.key else { return std::ops::ControlFlow::Continue(()) };
+                if key.as_ref() == FRESH_START_KEY {
+                    // A deployment started fresh here: nothing before counts.
+                    guard.clear();
+                    records = 0;
+                    markers += 1;
+                    return std::ops::ControlFlow::Continue(());
+                }
+                let counts = markers > 0
+                    || resume
                     || record
                         .headers
                         .iter()
                         .any(|h| h.key == DEPLOYMENT_HEADER && h.value.as_deref() == Some(deployment.as_bytes()));
-                if let (true, Some(key)) = (ours, record.key) {
+                if counts {
                     guard.restore(key.to_vec(), record.value.map(|v| v.to_vec()));
                     records += 1;
                 }

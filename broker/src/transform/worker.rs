@@ -137,6 +137,8 @@ enum BatchFailure {
     PositionPastEnd { topic: String, partition: i32, position: i64, end: i64 },
     #[error("transaction: {0}")]
     Txn(#[from] TxnError),
+    #[error("creating the state topic: {0}")]
+    StateTopic(String),
 }
 
 impl BatchFailure {
@@ -156,7 +158,8 @@ impl BatchFailure {
             BatchFailure::Stopping
             | BatchFailure::Rejected { .. }
             | BatchFailure::Peer(_)
-            | BatchFailure::Encode(_) => "append",
+            | BatchFailure::Encode(_)
+            | BatchFailure::StateTopic(_) => "append",
             BatchFailure::PositionPastEnd { .. } => "position",
             BatchFailure::Txn(_) => "transaction",
         }
@@ -205,6 +208,18 @@ impl Worker {
         }
     }
 
+    /// Creates the changelog topic if it does not exist yet (one partition per input partition).
+    async fn ensure_state_topic(&self) -> Result<(), String> {
+        let input_partitions = self
+            .host
+            .controller
+            .image()
+            .topics
+            .get(&self.transform.spec.input_topic)
+            .map_or(0, |t| t.partitions.len() as u32);
+        (self.host.ensure_state_topic)(super::state_topic_of(self.name()), input_partitions.max(1)).await
+    }
+
     /// Reports the state's size in the status and metrics; (bytes, committed keys).
     fn report_state(&self) -> (u64, u64) {
         let Some(state) = &self.state else { return (0, 0) };
@@ -227,17 +242,10 @@ impl Worker {
     async fn restore_state(&mut self) -> bool {
         let Some(state) = self.state.clone() else { return true };
         let topic = super::state_topic_of(self.name());
-        let input_partitions = self
-            .host
-            .controller
-            .image()
-            .topics
-            .get(&self.transform.spec.input_topic)
-            .map_or(0, |t| t.partitions.len() as u32);
         self.update(|s| s.state = "restoring");
         loop {
             let started = Instant::now();
-            let restored = match (self.host.ensure_state_topic)(topic.clone(), input_partitions.max(1)).await {
+            let restored = match self.ensure_state_topic().await {
                 Ok(()) => {
                     let deadline = Instant::now() + TXN_CALL_RETRY;
                     let changelog = keyed::Changelog {
@@ -506,30 +514,57 @@ pub(super) async fn run(mut w: Worker) {
         }
         w.state = Some(state);
         w.update(|s| s.stateful = true);
-        if !w.restore_state().await {
-            w.update(|s| s.state = "stopped");
-            return;
-        }
     }
     let Some((mut position, from_checkpoint)) = w.start_position_and_origin(&input).await else {
         w.update(|s| s.state = "stopped");
         return;
     };
+    // A fresh start has no state to restore (see `state.rs`); a continued one restores the
+    // state its position goes with.
+    if from_checkpoint && !w.restore_state().await {
+        w.update(|s| s.state = "stopped");
+        return;
+    }
     if !from_checkpoint {
         // A start from the `start` setting is committed before any input is processed: else
         // records arriving before the first commit, then a crash, would restart from a later
-        // `latest` and never be processed.
+        // `latest` and never be processed. A stateful transform's fresh-start marker goes in
+        // the same transaction.
         let mut committed = position;
         loop {
-            match w.checkpoint_at(&mut delivery, &input, position).await {
-                Checkpointed::Done => break,
-                outcome => {
-                    settle(outcome, &mut position, &mut committed);
-                    if !w.pause(BACKOFF_MIN).await {
+            let outcome = match write_fresh_start(&w, &mut delivery).await {
+                Ok(()) => w.checkpoint_at(&mut delivery, &input, position).await,
+                Err(e) => {
+                    fail(&w, &e);
+                    let fenced = matches!(&e, BatchFailure::Txn(t) if t.fenced());
+                    Checkpointed::RolledBack(w.abandon(&mut delivery, &input, fenced).await)
+                }
+            };
+            if let Checkpointed::Done = outcome {
+                break;
+            }
+            settle(outcome, &mut position, &mut committed);
+            if !w.pause(BACKOFF_MIN).await {
+                w.update(|s| s.state = "stopped");
+                return;
+            }
+            // A worker that fenced this one may have made the first checkpoint meanwhile:
+            // then this one continues from it, with the state it restored (a re-initialisation
+            // restores it); else it starts fresh still, with no state.
+            match w.start_position_and_origin(&input).await {
+                None => {
+                    w.update(|s| s.state = "stopped");
+                    return;
+                }
+                Some((continued, true)) => {
+                    if !w.restore_state().await {
                         w.update(|s| s.state = "stopped");
                         return;
                     }
+                    position = continued;
+                    break;
                 }
+                Some((_, false)) => w.with_state(KeyedState::clear),
             }
         }
     }
@@ -989,6 +1024,21 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
         .chain(changelog.map(|builders| (state_topic.as_str(), w.partition, builders)));
     // The changelog records are not outputs.
     deliver(w, delivery, targets).await.map(|written| written - changes)
+}
+
+/// A stateful transform's fresh-start marker (see `state.rs`), written to its changelog
+/// partition the delivery's way (exactly-once: in the open transaction the first checkpoint
+/// commits). Nothing for a stateless transform.
+async fn write_fresh_start(w: &Worker, delivery: &mut Delivery) -> Result<(), BatchFailure> {
+    if w.state.is_none() {
+        return Ok(());
+    }
+    w.ensure_state_topic().await.map_err(BatchFailure::StateTopic)?;
+    let topic = super::state_topic_of(w.name());
+    let mut builders = PartitionBatches::new(topic_shape(w, &topic)?.max_bytes);
+    let deployment = w.transform.deployment.as_bytes();
+    builders.push(now_ms(), Some(keyed::FRESH_START_KEY), Some(deployment), &[(DEPLOYMENT_HEADER, Some(deployment))]);
+    deliver(w, delivery, std::iter::once((topic.as_str(), w.partition, builders))).await.map(|_| ())
 }
 
 /// The changelog records of the current batch's state changes (key, value or null, the
