@@ -1,8 +1,8 @@
 //! The metadata quorum of a three-node cluster of real `runnel` processes (`support::cluster`):
 //! it survives kill -9 of the active controller and the isolation of a node (raft links cut by
 //! the fixture's proxies), an isolated node cannot change metadata, and every node converges on
-//! the same topics once healed and restarted. Partition replication is not tested here: it is
-//! not wired yet (the replication issue); topics use replication factor 1.
+//! the same topics once healed and restarted; a node's directories are its own (a second
+//! process on them refuses to start). Partition replication is tested in `cluster_replication`.
 
 mod support;
 
@@ -133,4 +133,70 @@ fn a_voter_whose_metadata_log_is_gone_refuses_to_start_and_keeps_its_partitions(
     assert!(!output.status.success(), "started without its metadata log: {stderr}");
     assert!(stderr.contains("metadata") && stderr.contains("meta.properties"), "a clear reason: {stderr}");
     assert!(partition_dir.is_dir(), "the partition was left alone");
+}
+
+#[test]
+fn a_second_process_on_a_running_nodes_data_dir_refuses_to_start_and_the_first_keeps_serving() {
+    // Proves the data directory's lock: a second `runnel serve` on the same directory (other
+    // ports) exits with a clear reason before it reads a log, and the first node's records are
+    // still all there and it still takes writes. Fails without the lock (the second one starts).
+    let _one_at_a_time = support::cluster::one_at_a_time();
+    let node = support::Runnel::start(&[]);
+    support::create_topic(&node, "locked", 1);
+    produce(&node, "locked", &["a", "b", "c"]);
+    let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
+    let mut second = std::process::Command::new(binary)
+        .args(["serve", "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--controller-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&node.data_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run runnel serve");
+    let mut exited = None;
+    support::wait_until(DEADLINE, || {
+        exited = second.try_wait().expect("wait");
+        exited.is_some()
+    });
+    let Some(status) = exited else {
+        let _ = second.kill();
+        let _ = second.wait();
+        panic!("a second process on a running node's data directory started");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("in use by another process"), "a clear reason: {stderr}");
+    produce(&node, "locked", &["d"]);
+    assert_eq!(read_partition_0(&node, "locked", 4), ["a", "b", "c", "d"], "the first node serves on");
+}
+
+fn produce(node: &support::Runnel, topic: &str, values: &[&str]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = support::client_config(node, &[("acks", "all")]).create().expect("producer");
+    for value in values {
+        producer.send(BaseRecord::<(), str>::to(topic).partition(0).payload(*value)).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(DEADLINE).expect("every record acknowledged");
+}
+
+/// The first `n` values of partition 0 of `topic` (fewer if they do not come in time).
+fn read_partition_0(node: &support::Runnel, topic: &str, n: usize) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer =
+        support::client_config(node, &[("group.id", "lock-reader"), ("enable.auto.commit", "false")])
+            .create()
+            .expect("consumer");
+    let mut list = rdkafka::TopicPartitionList::new();
+    list.add_partition_offset(topic, 0, rdkafka::Offset::Beginning).expect("partition");
+    consumer.assign(&list).expect("assign");
+    let mut values = Vec::new();
+    support::wait_until(DEADLINE, || {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
+        }
+        values.len() >= n
+    });
+    values
 }

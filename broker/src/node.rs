@@ -27,6 +27,11 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{dir} is in use by another process (its .lock is held): two nodes on one directory would \
+         corrupt its logs; stop the other process or give this one its own --data-dir"
+    )]
+    DirInUse { dir: std::path::PathBuf },
     #[error("data directory belongs to node {found}, not {configured}")]
     NodeIdMismatch { found: u64, configured: u64 },
     #[error(
@@ -63,6 +68,9 @@ pub struct Node {
     broker_epoch: i64,
     /// Set by a controlled shutdown: heartbeats then ask to be fenced.
     shutting_down: Arc<std::sync::atomic::AtomicBool>,
+    /// The exclusive lock on the data directory, held while the node runs (see [`lock_dir`]; the
+    /// metadata quorum locks its own directory).
+    _dir_lock: std::fs::File,
 }
 
 /// How long a controlled shutdown waits for this node's leaderships to move away.
@@ -76,6 +84,8 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir { path: data_dir.clone(), source })?;
+        // Before anything reads or recovers a log here.
+        let dir_lock = lock_dir(&data_dir)?;
         let metadata_dir = config.metadata_log_dir.clone();
         check_metadata_log(&data_dir, &metadata_dir, config.process_roles)?;
         let cluster_id = load_or_create_meta(&data_dir, &metadata_dir, config.node_id, config.cluster_id.as_deref())?;
@@ -453,6 +463,7 @@ impl Node {
             broker,
             broker_epoch,
             shutting_down,
+            _dir_lock: dir_lock,
         })
     }
 
@@ -846,6 +857,19 @@ fn check_metadata_log(
         return Err(NodeError::MetadataLogLost { dir });
     }
     Ok(())
+}
+
+/// Takes the exclusive lock on `dir/.lock` (Kafka's log dir `.lock`): a second process on the
+/// same directory (a second `runnel serve` with other ports, a copy of a service unit) would
+/// recover, truncate and append to the same segments as the first and corrupt them. The lock
+/// (`flock`) goes with the process, also on kill -9.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, NodeError> {
+    let path = dir.join(".lock");
+    match crate::log::durable::lock_exclusive(&path) {
+        Ok(Some(file)) => Ok(file),
+        Ok(None) => Err(NodeError::DirInUse { dir: dir.to_path_buf() }),
+        Err(source) => Err(NodeError::DataDir { path, source }),
+    }
 }
 
 /// `meta.properties` as Kafka keeps it: the cluster id and node id this directory belongs to.

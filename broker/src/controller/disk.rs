@@ -13,7 +13,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -333,22 +332,11 @@ pub(crate) struct DirLock {
 impl DirLock {
     pub(crate) fn acquire(dir: &Path) -> Result<DirLock, StoreError> {
         let path = dir.join("LOCK");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(StoreError::io("open", &path))?;
-        // SAFETY: flock on a file descriptor we own; no memory is passed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::WouldBlock {
-                return Err(StoreError::Locked { path: dir.to_path_buf() });
-            }
-            return Err(StoreError::Io { action: "lock", path, source: err });
+        match crate::log::durable::lock_exclusive(&path) {
+            Ok(Some(file)) => Ok(DirLock { _file: file }),
+            Ok(None) => Err(StoreError::Locked { path: dir.to_path_buf() }),
+            Err(source) => Err(StoreError::Io { action: "lock", path, source }),
         }
-        Ok(DirLock { _file: file })
     }
 }
 

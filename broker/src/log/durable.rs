@@ -9,6 +9,18 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
 
+/// Opens (creating it) `path` and takes an exclusive `flock` on it without waiting: `None`
+/// when another open file holds it (another process, or this one through another handle). The
+/// lock lasts as long as the returned file, and dies with the process (also on kill -9).
+pub fn lock_exclusive(path: &Path) -> io::Result<Option<File>> {
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Replaces `path` with `bytes`: write `<path>.tmp`, fsync it, rename it over `path`, fsync
 /// the directory. A failure removes the temp file (best effort) and leaves `path` as it was.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
