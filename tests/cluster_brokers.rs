@@ -223,3 +223,58 @@ fn a_broker_only_node_that_loses_its_whole_data_dir_rejoins() {
     assert!(problems.is_empty(), "{problems:?}");
     checker.assert_clean();
 }
+
+// Proves a second process started with a live broker's node id (its own data dir and ports) is
+// refused, as Kafka refuses it (DUPLICATE_BROKER_REGISTRATION): it exits with the reason, and the
+// first keeps its registration, its endpoint and its metadata stream (it still sees a topic
+// created afterwards). Before, the second took the id's membership address and registration.
+#[test]
+fn a_second_process_with_a_live_brokers_node_id_is_refused_and_the_first_serves_on() {
+    let mut cluster = Cluster::start(VOTERS, &[]);
+    let observer = cluster.add_broker_only(&[]);
+    let voter = cluster.node(1);
+    let live_entry = |view: &Value| node_entry(view, observer).filter(|n| n["state"] == "live").cloned();
+    let mut before = None;
+    assert!(
+        wait_until(DEADLINE, || {
+            before = live_entry(&cluster_view(voter));
+            before.is_some()
+        }),
+        "the broker-only node registers"
+    );
+    let temp = tempfile::tempdir().expect("temp dir");
+    let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
+    let mut duplicate = std::process::Command::new(binary)
+        .args(["serve", "--node-id", &observer.to_string(), "--process-roles", "broker"])
+        .args(["--voters", &cluster.voters_flag()])
+        .args(["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(temp.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run runnel serve");
+    let mut exited = None;
+    wait_until(Duration::from_secs(60), || {
+        exited = duplicate.try_wait().expect("wait");
+        exited.is_some()
+    });
+    let Some(status) = exited else {
+        let _ = duplicate.kill();
+        let _ = duplicate.wait();
+        panic!("a second process with node id {observer} kept running");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut duplicate.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("registered by another process"), "a clear reason: {stderr}");
+
+    let after = live_entry(&cluster_view(voter));
+    assert_eq!(after, before, "the first process keeps its registration and endpoint");
+    workload::create_topic(&cluster.node(1).bootstrap(), "after-duplicate", 1, 3, &[]).expect("create topic");
+    let observer_node = cluster.node(observer);
+    assert!(
+        wait_until(DEADLINE, || HttpApi::new(observer_node).get("/v1/topics/after-duplicate").status == 200),
+        "the first process still follows the metadata quorum"
+    );
+}

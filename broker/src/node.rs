@@ -203,15 +203,28 @@ impl Node {
         }
         // Every start is a new incarnation with a new broker epoch; it starts fenced and is
         // unfenced once the active controller hears its heartbeat.
-        controller
-            .propose(MetadataRecord::RegisterBroker {
-                node_id: config.node_id,
-                host: advertised_host.clone(),
-                port: listeners.inter_broker.port,
-                rack: config.rack.clone(),
-                listeners: listeners.endpoints.clone(),
-            })
-            .await?;
+        // A session of this id still live on the active controller is refused: the previous
+        // process's (killed: it ends within a moment; stalled: within a session) or another
+        // process's with this node.id, which would never end. Asked again until a session has
+        // surely ended, then the start fails.
+        let registration = MetadataRecord::RegisterBroker {
+            node_id: config.node_id,
+            host: advertised_host.clone(),
+            port: listeners.inter_broker.port,
+            rack: config.rack.clone(),
+            listeners: listeners.endpoints.clone(),
+        };
+        let give_up = std::time::Instant::now() + Duration::from_millis(config.broker_session_timeout_ms) * 2;
+        loop {
+            match controller.propose(registration.clone()).await {
+                Ok(_) => break,
+                Err(e @ ControllerError::DuplicateBrokerRegistration { .. }) if std::time::Instant::now() < give_up => {
+                    tracing::warn!(error = %e, "registration refused; asking again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         let broker_epoch = controller.image().brokers.get(&config.node_id).map_or(-1, |b| b.broker_epoch);
 
         let runtime =

@@ -407,8 +407,6 @@ impl Cluster {
     /// and `extra_args`; returns its id once it is ready (caught up with the quorum).
     pub fn add_broker_only(&mut self, extra_args: &[&str]) -> u64 {
         let id = self.nodes.len() as u64 + 1;
-        let voters: Vec<String> =
-            self.controller_ports.iter().map(|(voter, port)| format!("{voter}@127.0.0.1:{port}")).collect();
         let mut args = vec![
             "--node-id".to_string(),
             id.to_string(),
@@ -417,7 +415,7 @@ impl Cluster {
             "--controller-listen".to_string(),
             format!("127.0.0.1:{}", free_port()),
             "--voters".to_string(),
-            voters.join(","),
+            self.voters_flag(),
         ];
         // Ports a restart binds again: below the ephemeral range.
         for flag in ["--kafka-listen", "--http-listen"] {
@@ -430,6 +428,13 @@ impl Cluster {
         let node = Runnel::start_in(&self._temp.path().join(format!("node-{id}")), &args);
         self.nodes.push(node);
         id
+    }
+
+    /// The `--voters` value naming the voters' raft listeners (`id@host:port,...`).
+    pub fn voters_flag(&self) -> String {
+        let voters: Vec<String> =
+            self.controller_ports.iter().map(|(voter, port)| format!("{voter}@127.0.0.1:{port}")).collect();
+        voters.join(",")
     }
 
     /// The voters' node ids (the first nodes started; broker-only nodes come after them).

@@ -14,6 +14,14 @@ use super::record::NodeId;
 /// An error of the metadata quorum.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
+    /// Another process of this node id holds a live session with the active controller (Kafka's
+    /// DUPLICATE_BROKER_REGISTRATION): two processes of one id would fence each other and serve
+    /// the same replicas. Refused until that session ends.
+    #[error(
+        "node {node_id} is registered by another process whose session with the active controller is \
+         live (a second process with this node.id, or the previous one not dead yet)"
+    )]
+    DuplicateBrokerRegistration { node_id: NodeId },
     /// A metadata file could not be read or written.
     #[error("cannot {action} {path}")]
     Io {

@@ -80,6 +80,30 @@ impl Leases {
         }
     }
 
+    /// Whether `record` registers a broker whose node id has a live session here (a fresh
+    /// heartbeat not asking to shut down): a process registers once, when it starts, before it
+    /// can beat, so that session is another process's (Kafka's DUPLICATE_BROKER_REGISTRATION).
+    /// A killed process's session ends [`CONNECTION_LOSS_GRACE`] after its connection closes, so
+    /// a restart waits that long at most; a clean shutdown's ends at once. Only meaningful on
+    /// the leader (a new leader knows no session: it accepts).
+    pub(crate) fn duplicate_registration(&self, record: &MetadataRecord) -> Option<NodeId> {
+        let MetadataRecord::RegisterBroker { node_id, .. } = record else { return None };
+        self.has_live_session(*node_id).then_some(*node_id)
+    }
+
+    /// Whether `node_id` heartbeats here (this node leads) within its session and is not
+    /// shutting down.
+    pub(crate) fn has_live_session(&self, node_id: NodeId) -> bool {
+        let table = self.lock();
+        if table.leading_since.is_none() {
+            return false;
+        }
+        table
+            .beats
+            .get(&node_id)
+            .is_some_and(|b| Instant::now().saturating_duration_since(b.at) <= self.session && !b.want_shutdown)
+    }
+
     /// The decision loop itself was held up for `gap` (this process stalled: a SIGSTOP, a
     /// starved runtime): heartbeats could not have been received meanwhile, so every lease is
     /// extended by the stall instead of expiring because of it.

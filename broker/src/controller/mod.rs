@@ -505,6 +505,10 @@ impl Controller {
         check_record_size(&record)?;
         let mut metrics = self.inner.raft.metrics();
         loop {
+            // On the leader (elsewhere the leader checks the forwarded record).
+            if let Some(node_id) = self.inner.leases.duplicate_registration(&record) {
+                return Err(ControllerError::DuplicateBrokerRegistration { node_id });
+            }
             match self.inner.raft.client_write(record.clone()).await {
                 // The response is sent after the local state machine applied (and published) it.
                 Ok(resp) => return Ok(resp.data),
@@ -545,6 +549,9 @@ impl Controller {
             }
             Ok(RpcResponse::Propose(Err(ForwardError::NotLeader { .. }))) => Err(ForwardFailed::Retry),
             Ok(RpcResponse::Propose(Err(ForwardError::Timeout))) => Err(ForwardFailed::Fail(ControllerError::Timeout)),
+            Ok(RpcResponse::Propose(Err(ForwardError::DuplicateBrokerRegistration { node_id }))) => {
+                Err(ForwardFailed::Fail(ControllerError::DuplicateBrokerRegistration { node_id }))
+            }
             Ok(RpcResponse::Propose(Err(e))) => Err(fail(RpcError::Remote { message: e.to_string() })),
             Ok(_) => Err(fail(RpcError::UnexpectedResponse)),
             Err(e) if e.not_sent() => {
@@ -694,11 +701,20 @@ impl Controller {
         let voters = self.inner.pool.configured_ids();
         let mut next_voter = voters.iter().cycle();
         let mut hint = None;
+        let mut refused_since: Option<Instant> = None;
         loop {
             let Some(target) = hint.take().or_else(|| next_voter.next().copied()) else {
                 return Err(ControllerError::NotAVoter { node_id });
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
+            // A previous process of this id ends its session within one (a killed one sooner);
+            // refusals past two are another live process's. (Also reported before the caller's
+            // own timeout ends the wait.)
+            if let Some(since) = refused_since {
+                if since.elapsed() > self.inner.leases.session() * 2 || remaining <= RETRY_BACKOFF {
+                    return Err(ControllerError::DuplicateBrokerRegistration { node_id });
+                }
+            }
             if remaining.is_zero() {
                 return Err(ControllerError::Timeout);
             }
@@ -719,6 +735,11 @@ impl Controller {
                 }
                 Ok(RpcResponse::AddObserver(Err(ForwardError::IsAVoter { .. }))) => {
                     return Err(ControllerError::ObserverIsAVoter { node_id });
+                }
+                Ok(RpcResponse::AddObserver(Err(e @ ForwardError::DuplicateBrokerRegistration { .. }))) => {
+                    // The previous process of this id may be dying still; asked again.
+                    refused_since.get_or_insert_with(Instant::now);
+                    tracing::warn!(target, error = %e, "the active controller refused this observer's new address");
                 }
                 Ok(RpcResponse::AddObserver(Err(e))) => {
                     tracing::debug!(target, error = %e, "voter could not add this observer yet")

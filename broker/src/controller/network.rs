@@ -160,6 +160,9 @@ pub(crate) enum ForwardError {
     /// An observer asked to join with the id of a voter: the configuration is wrong.
     #[error("node {node_id} is a voter, it cannot join as an observer")]
     IsAVoter { node_id: NodeId },
+    /// A RegisterBroker refused: another process of `node_id` has a live session.
+    #[error("node {node_id} is registered by another live process")]
+    DuplicateBrokerRegistration { node_id: NodeId },
     #[error("{message}")]
     Failed { message: String },
 }

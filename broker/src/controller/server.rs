@@ -195,13 +195,13 @@ async fn dispatch(raft: &Raft, leases: &Leases, node_id: NodeId, body: RpcReques
         RpcRequest::Vote(rpc) => RpcResponse::Vote(raft.vote(rpc).await),
         RpcRequest::InstallSnapshot(rpc) => RpcResponse::InstallSnapshot(raft.install_snapshot(rpc).await),
         RpcRequest::Propose { record, timeout_ms } => {
-            RpcResponse::Propose(propose_as_leader(raft, record, forward_timeout(timeout_ms)).await)
+            RpcResponse::Propose(propose_as_leader(raft, leases, record, forward_timeout(timeout_ms)).await)
         }
         RpcRequest::ReadIndex { timeout_ms } => {
             RpcResponse::ReadIndex(read_index_as_leader(raft, forward_timeout(timeout_ms)).await)
         }
         RpcRequest::AddObserver { node_id: observer, addr, timeout_ms } => RpcResponse::AddObserver(
-            add_observer_as_leader(raft, node_id, observer, addr, forward_timeout(timeout_ms)).await,
+            add_observer_as_leader(raft, leases, node_id, observer, addr, forward_timeout(timeout_ms)).await,
         ),
     }
 }
@@ -220,11 +220,15 @@ fn fatal_to_forward(fatal: Fatal<NodeId>) -> ForwardError {
 /// Proposes a forwarded record if this node is the leader; never forwards again (no loops).
 pub(crate) async fn propose_as_leader(
     raft: &Raft,
+    leases: &Leases,
     record: MetadataRecord,
     timeout: Duration,
 ) -> Result<Proposed, ForwardError> {
     if let Err(e) = super::check_record_size(&record) {
         return Err(ForwardError::Failed { message: e.to_string() });
+    }
+    if let Some(node_id) = leases.duplicate_registration(&record) {
+        return Err(ForwardError::DuplicateBrokerRegistration { node_id });
     }
     match tokio::time::timeout(timeout, raft.client_write(record)).await {
         Err(_) => Err(ForwardError::Timeout),
@@ -255,10 +259,12 @@ pub(crate) async fn read_index_as_leader(raft: &Raft, timeout: Duration) -> Resu
 }
 
 /// Adds `observer` to the membership as a learner at `addr` if this node is the leader. Rejoining
-/// at the address already stored writes nothing; a new address replaces the stored one. The
+/// at the address already stored writes nothing; a new address replaces the stored one, unless
+/// the broker of that id has a live session (a duplicate process: refused). The
 /// voters are never touched: a learner is only a node of the membership, outside every voter set.
 async fn add_observer_as_leader(
     raft: &Raft,
+    leases: &Leases,
     my_id: NodeId,
     observer: NodeId,
     addr: String,
@@ -285,6 +291,11 @@ async fn add_observer_as_leader(
         Some(stored) if stored == addr && membership_applied => return Ok(()),
         Some(stored) if stored == addr => {
             return Err(ForwardError::Failed { message: "the membership holding it is not committed yet".into() });
+        }
+        // Another address while the broker of this id is alive: a second process with its id,
+        // which would take the metadata stream from the first.
+        Some(_) if leases.has_live_session(observer) => {
+            return Err(ForwardError::DuplicateBrokerRegistration { node_id: observer });
         }
         Some(_) => raft.change_membership(ChangeMembers::SetNodes([(observer, BasicNode::new(addr))].into()), true),
         None => {

@@ -77,6 +77,7 @@ pub fn controller_error_code(error: &ControllerError) -> ResponseError {
         // Too big for one metadata log entry (e.g. a CreateAcls of very many ACLs): the
         // request as sent can never be applied.
         ControllerError::RecordTooLarge { .. } => ResponseError::PolicyViolation,
+        ControllerError::DuplicateBrokerRegistration { .. } => ResponseError::DuplicateBrokerRegistration,
         ControllerError::Io { .. }
         | ControllerError::Bind { .. }
         | ControllerError::DataDirLocked { .. }
