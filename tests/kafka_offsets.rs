@@ -376,6 +376,33 @@ fn offsets_of_groups_without_members_expire_after_offsets_retention_minutes() {
     assert_eq!(committed(&consumer, "ephemeral", &[0]), vec![(0, Offset::Invalid)]);
 }
 
+#[test]
+fn an_empty_consumer_group_goes_with_its_last_expired_offsets() {
+    // Proves a classic group that emptied (its member left) is deleted once its offsets expire
+    // (Kafka's cleanupGroupMetadata: an Empty group without offsets is Dead): ListGroups no
+    // longer lists it. Before, its offsets went but the Empty group stayed listed forever.
+    let node = Runnel::start(&["--offsets-retention-minutes", "0", "--housekeeping-interval-ms", "50"]);
+    create_topic(&node, "left-behind", 1);
+    let consumer = group_consumer(&node, "leaving", "left-behind");
+    let assigned = support::wait_until(DEADLINE, || {
+        consumer.poll(Duration::from_millis(100));
+        consumer.assignment().is_ok_and(|a| a.count() == 1)
+    });
+    assert!(assigned, "the member joins and gets the partition");
+    consumer.commit(&offsets("left-behind", &[(0, 0)]), CommitMode::Sync).expect("commit");
+    drop(consumer); // LeaveGroup: the group is Empty, and stored so
+    let lister = new_consumer(&node, "lister");
+    let listed = |group: &str| {
+        lister
+            .fetch_group_list(None, DEADLINE)
+            .map(|list| list.groups().iter().any(|g| g.name() == group))
+            .unwrap_or(true)
+    };
+    assert!(support::wait_until(DEADLINE, || !listed("leaving")), "the emptied group is never deleted");
+    let asker = new_consumer(&node, "leaving");
+    assert_eq!(committed(&asker, "left-behind", &[0]), vec![(0, Offset::Invalid)], "its offsets went with it");
+}
+
 fn admin(node: &Runnel) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
     client_config(node, &[]).create().expect("admin client")
 }

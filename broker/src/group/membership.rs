@@ -1304,11 +1304,12 @@ impl Membership {
 /// Offsets expiry runs its tombstone write under the membership lock, after checking that the
 /// group still has no members: a join waits for the write instead of racing it.
 impl super::offsets::EmptyGroupGate for Membership {
-    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut()) -> bool {
-        let groups = self.lock();
+    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut() -> bool) -> bool {
+        let mut groups = self.lock();
         let empty = groups.groups.get(group_id).is_none_or(|g| g.members.is_empty() && g.pending.is_empty());
-        if empty {
-            write();
+        if empty && write() {
+            // Its metadata is tombstoned: the group is Dead (Kafka drops it from the cache).
+            groups.groups.remove(group_id);
         }
         drop(groups);
         empty

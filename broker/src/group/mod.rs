@@ -318,7 +318,7 @@ impl GroupCoordinator {
 /// its offsets; otherwise the classic membership decides (and holds its lock over the write).
 /// Lock order: a consumer group's lock, then the membership's.
 impl offsets::EmptyGroupGate for GroupCoordinator {
-    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut()) -> bool {
+    fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut() -> bool) -> bool {
         self.consumers.while_empty(group_id, &mut || self.membership.run_if_empty(group_id, write))
     }
 }

@@ -735,44 +735,49 @@ impl OffsetStore {
         groups
     }
 
-    /// Expires offsets older than `retention_ms` of groups that have no members, and the
-    /// metadata of such groups once no offset is left. Returns how many offsets expired.
+    /// Expires the offsets of groups that have no members, and the groups themselves once
+    /// nothing is left (Kafka's `cleanupGroupMetadata`, with KIP-211's rule). Returns how many
+    /// offsets expired.
     ///
-    /// A group's tombstones are written inside `gate.run_if_empty(group, ..)`, which runs the
+    /// - A classic group (stored metadata with a protocol type) that is Empty keeps every
+    ///   offset until `retention_ms` after it **became Empty** (the stored
+    ///   `current_state_timestamp`), however old its commits: a quiet group restarted after a
+    ///   week keeps its positions. One that emptied without storing it (its members' sessions
+    ///   expired) is stored as Empty first, stamped now; its offsets expire a retention later.
+    /// - Groups without classic metadata (standalone commits, transform checkpoints) and
+    ///   consumer-protocol groups expire each offset `retention_ms` after its commit.
+    /// - An Empty classic group without offsets left is deleted (its metadata tombstoned, its
+    ///   memory dropped by the gate).
+    ///
+    /// A group's records are written inside `gate.run_if_empty(group, ..)`, which runs the
     /// write only if the group still has no members and keeps members out until it is done
     /// (Kafka's `cleanupGroupMetadata` holds the group lock): a member that joins after the
     /// candidates were picked keeps its group's offsets.
     pub fn expire(&self, now_ms: i64, retention_ms: i64, gate: &dyn EmptyGroupGate) -> usize {
         let mut expired = 0;
-        let is_old = |c: &CommittedOffset| c.commit_timestamp.saturating_add(retention_ms) < now_ms;
         for partition in 0..self.partition_count() {
             if self.replicas.get(OFFSETS_TOPIC, partition).is_none_or(|p| !p.is_leader()) {
                 continue;
             }
             let candidates = self.with_shard(partition, Cold::Wait, |shard, _| {
-                Ok(shard
-                    .groups
-                    .iter()
-                    .filter(|(_, g)| g.offsets.values().any(is_old))
-                    .map(|(name, _)| name.clone())
-                    .collect::<Vec<String>>())
+                Ok(shard.groups.iter().filter(|(_, g)| !g.is_empty()).map(|(name, _)| name.clone()).collect::<Vec<_>>())
             });
-            // Each group's tombstones are computed and written inside its gate (the group's lock,
+            // Each group's records are computed and written inside its gate (the group's lock,
             // then the shard's: the lock order of every group write), without waiting for a
             // load (a load restores groups under their locks): a loading shard waits for the
             // next sweep.
             for group in candidates.unwrap_or_default() {
-                let mut written = Ok(0);
+                let mut written = Ok(Expiry::default());
                 let ran = gate.run_if_empty(&group, &mut || {
                     written = self.with_shard(partition, Cold::Start, |shard, hosted| {
-                        let Some(records) = expiry_tombstones(shard, &group, is_old) else { return Ok(0) };
-                        let offsets = records.iter().filter(|r| matches!(r, OffsetsRecord::Commit { .. })).count();
-                        write_all(shard, hosted, partition, records)?;
-                        Ok(offsets)
+                        let expiry = expiry_records(shard, &group, now_ms, retention_ms);
+                        write_all(shard, hosted, partition, expiry.records.clone())?;
+                        Ok(expiry)
                     });
+                    written.as_ref().is_ok_and(|e| e.group_deleted)
                 });
                 match (ran, written) {
-                    (true, Ok(offsets)) => expired += offsets,
+                    (true, Ok(expiry)) => expired += expiry.offsets,
                     (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
                     (false, _) => {}
                 }
@@ -786,8 +791,57 @@ impl OffsetStore {
 /// from joining until the write is done (the membership layer implements it).
 pub trait EmptyGroupGate {
     /// Runs `write` and answers true if `group` has no members now; false (without running it)
-    /// otherwise.
-    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool;
+    /// otherwise. `write` answers whether it deleted the group: the gate then forgets it too.
+    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut() -> bool) -> bool;
+}
+
+/// What one group's expiry writes.
+#[derive(Debug, Default, Clone)]
+struct Expiry {
+    records: Vec<OffsetsRecord>,
+    /// Offset tombstones among `records`.
+    offsets: usize,
+    /// The group's metadata is tombstoned: it is gone.
+    group_deleted: bool,
+}
+
+/// The expiry of one group without members (see [`OffsetStore::expire`]).
+fn expiry_records(shard: &Shard, group: &str, now_ms: i64, retention_ms: i64) -> Expiry {
+    let Some(g) = shard.groups.get(group) else { return Expiry::default() };
+    let expired_since = |base: i64| base.saturating_add(retention_ms) < now_ms;
+    let classic = g.metadata.as_ref().filter(|m| !m.protocol_type.is_empty() && g.consumer.is_none());
+    if let Some(meta) = classic.filter(|m| !m.members.is_empty()) {
+        // Empty now (the gate says so), stored with members: store the Empty state first.
+        let value = GroupMetadataValue {
+            protocol: None,
+            leader: None,
+            members: Vec::new(),
+            current_state_timestamp: now_ms,
+            ..meta.clone()
+        };
+        return Expiry {
+            records: vec![OffsetsRecord::Group { group: group.to_string(), value: Some(value) }],
+            ..Expiry::default()
+        };
+    }
+    let empty_since = classic.map(|m| m.current_state_timestamp).filter(|t| *t > 0);
+    let mut records: Vec<OffsetsRecord> = g
+        .offsets
+        .iter()
+        .filter(|(_, c)| expired_since(empty_since.unwrap_or(c.commit_timestamp)))
+        .map(|((t, p), _)| OffsetsRecord::Commit {
+            group: group.to_string(),
+            topic: t.clone(),
+            partition: *p,
+            value: None,
+        })
+        .collect();
+    let offsets = records.len();
+    let group_deleted = classic.is_some() && offsets == g.offsets.len();
+    if group_deleted {
+        records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+    }
+    Expiry { records, offsets, group_deleted }
 }
 
 fn commit_records(group: &str, offsets: Vec<(String, i32, CommittedOffset)>) -> Vec<OffsetsRecord> {
@@ -881,27 +935,6 @@ fn group_tombstones(shard: &Shard, group: &str) -> Option<Vec<OffsetsRecord>> {
 }
 
 /// Tombstones of the expired offsets of `group`, and of its metadata once none is left.
-fn expiry_tombstones(
-    shard: &Shard,
-    group: &str,
-    is_old: impl Fn(&CommittedOffset) -> bool,
-) -> Option<Vec<OffsetsRecord>> {
-    let g = shard.groups.get(group)?;
-    let old: Vec<&(String, i32)> = g.offsets.iter().filter(|(_, c)| is_old(c)).map(|(k, _)| k).collect();
-    if old.is_empty() {
-        return None;
-    }
-    let all_gone = old.len() == g.offsets.len();
-    let mut records: Vec<OffsetsRecord> = old
-        .into_iter()
-        .map(|(t, p)| OffsetsRecord::Commit { group: group.to_string(), topic: t.clone(), partition: *p, value: None })
-        .collect();
-    if all_gone && g.metadata.is_some() {
-        records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
-    }
-    Some(records)
-}
-
 /// Appends `records` in batches of at most [`TOMBSTONES_PER_BATCH`], each applied to memory
 /// once replicated. Returns the last batch's [`Replicated`] (`None` when nothing was written):
 /// a caller that answers a client waits on it, as Kafka answers deletes once the ISR has them.
@@ -1128,7 +1161,7 @@ mod tests {
     struct WithMembers<'a>(&'a [&'a str]);
 
     impl EmptyGroupGate for WithMembers<'_> {
-        fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+        fn run_if_empty(&self, group: &str, write: &mut dyn FnMut() -> bool) -> bool {
             if self.0.contains(&group) {
                 return false;
             }
@@ -1430,7 +1463,7 @@ mod tests {
 
         struct JoinFirst<'a>(&'a Membership);
         impl EmptyGroupGate for JoinFirst<'_> {
-            fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+            fn run_if_empty(&self, group: &str, write: &mut dyn FnMut() -> bool) -> bool {
                 let join = JoinRequest {
                     group_id: group.to_string(),
                     client_id: "late".into(),
@@ -1474,7 +1507,7 @@ mod tests {
             entered: Mutex<mpsc::Sender<()>>,
         }
         impl EmptyGroupGate for Locking {
-            fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut()) -> bool {
+            fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut() -> bool) -> bool {
                 let _ = self.entered.lock().unwrap().send(());
                 let _held = self.group_lock.lock().unwrap();
                 write();
@@ -1550,6 +1583,55 @@ mod tests {
         );
         assert_eq!(loaded.recv_timeout(Duration::from_secs(30)), Ok(true));
         assert_eq!(store.fetch("g", None).unwrap().len(), 1, "the load finished");
+    }
+
+    #[test]
+    fn an_empty_classic_groups_offsets_expire_a_retention_after_it_emptied_not_after_their_commits() {
+        // Proves KIP-211 as Kafka applies it to classic groups: offsets committed long ago (100)
+        // by a group that emptied at 900 live until 900 + retention, then go with the group's
+        // metadata (Dead); a group stored with members that emptied without storing it is
+        // stamped Empty at the sweep first. A standalone group's offsets go by commit time.
+        // Fails on per-commit expiry: both groups lost their offsets at the first sweep.
+        let dir = tempfile::tempdir().unwrap();
+        let (_replicas, store) = open(dir.path());
+        let member = MemberMetadata {
+            member_id: "m".into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout_ms: 1000,
+            session_timeout_ms: 1000,
+            subscription: vec![],
+            assignment: vec![],
+        };
+        let classic = |members: Vec<MemberMetadata>, since: i64| GroupMetadataValue {
+            protocol_type: "consumer".into(),
+            generation: 3,
+            protocol: members.first().map(|_| "range".to_string()),
+            leader: members.first().map(|m| m.member_id.clone()),
+            current_state_timestamp: since,
+            members,
+        };
+        store.store_group_metadata("emptied", classic(vec![], 900)).unwrap();
+        store.commit("emptied", vec![("t".into(), 0, committed(5, 100))]).unwrap();
+        store.store_group_metadata("stale", classic(vec![member], 50)).unwrap();
+        store.commit("stale", vec![("t".into(), 0, committed(6, 100))]).unwrap();
+        store.commit("standalone", vec![("t".into(), 0, committed(7, 100))]).unwrap();
+        let gate = membership_without_members();
+
+        assert_eq!(store.expire(1000, 500, &gate), 1, "only the standalone offset, 900 ms after its commit");
+        assert!(store.fetch("standalone", None).unwrap().is_empty());
+        assert_eq!(as_map(store.fetch("emptied", None).unwrap()).len(), 1, "emptied at 900: kept");
+        assert_eq!(as_map(store.fetch("stale", None).unwrap()).len(), 1, "stamped Empty now: kept");
+        let stamped = store.group_metadata("stale").expect("still stored");
+        assert_eq!((stamped.members.len(), stamped.current_state_timestamp), (0, 1000), "{stamped:?}");
+
+        assert_eq!(store.expire(1401, 500, &gate), 1, "900 + 500 passed: the emptied group's offset");
+        assert!(store.fetch("emptied", None).unwrap().is_empty());
+        assert_eq!(store.group_metadata("emptied"), None, "an Empty group without offsets is deleted");
+        assert_eq!(as_map(store.fetch("stale", None).unwrap()).len(), 1);
+        assert_eq!(store.expire(1501, 500, &gate), 1);
+        assert_eq!(store.group_metadata("stale"), None);
     }
 
     fn membership_without_members() -> crate::group::membership::Membership {

@@ -63,7 +63,7 @@ pub struct KeepTransformCheckpoints<'a> {
 }
 
 impl crate::group::offsets::EmptyGroupGate for KeepTransformCheckpoints<'_> {
-    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut()) -> bool {
+    fn run_if_empty(&self, group: &str, write: &mut dyn FnMut() -> bool) -> bool {
         if transform_of_group(group).is_some_and(|t| self.deployed.contains(t)) {
             return false;
         }
@@ -463,7 +463,7 @@ mod tests {
     struct NoMembers;
 
     impl EmptyGroupGate for NoMembers {
-        fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut()) -> bool {
+        fn run_if_empty(&self, _group: &str, write: &mut dyn FnMut() -> bool) -> bool {
             write();
             true
         }
@@ -478,7 +478,11 @@ mod tests {
         let mut expired = Vec::new();
         for group in [group_of("live"), group_of("deleted"), "app".to_string()] {
             let mut wrote = false;
-            if gate.run_if_empty(&group, &mut || wrote = true) && wrote {
+            if gate.run_if_empty(&group, &mut || {
+                wrote = true;
+                false
+            }) && wrote
+            {
                 expired.push(group);
             }
         }
