@@ -144,11 +144,17 @@ fn kafka_streams_exactly_once_v2_sums_every_input_once_across_a_kill_9() {
     // The second half arrives while the application runs; it is killed while it processes it
     // (a transaction open, outputs and offsets written but not committed).
     produce_half(&node);
-    std::thread::sleep(Duration::from_millis(300));
+    // Killed while a transaction of it is open (Streams commits every 100 ms while it has
+    // input), or at the latest when every output is in (then the run proves less).
+    let api = support::HttpApi::new(&node);
+    let expected = (2 * PER_KEY_EACH_HALF) as i64;
+    support::wait_until(DEADLINE, || {
+        let open = api.get("/v1/transactions?open=true").json["transactions"].as_array().is_some_and(|t| !t.is_empty());
+        open || outputs(&node).0.values().filter(|v| **v == expected).count() == KEYS
+    });
     app.kill().expect("kill -9 the application");
     let _ = app.wait();
     let mut app = start(&lib, &classes, &node.bootstrap(), &state);
-    let expected = (2 * PER_KEY_EACH_HALF) as i64;
     let mut seen = (BTreeMap::new(), BTreeMap::new());
     let done = support::wait_until(DEADLINE, || {
         seen = outputs(&node);
