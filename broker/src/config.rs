@@ -257,6 +257,11 @@ pub struct ServeArgs {
     /// housekeeping interval [default: 86400000].
     #[arg(long, env = "RUNNEL_PRODUCER_ID_EXPIRATION_MS")]
     pub producer_id_expiration_ms: Option<u64>,
+    /// `log.cleaner.dedupe.buffer.size`: the memory one compaction's key map may take (about
+    /// 56 bytes per distinct key); a compacted log with more dirty keys is cleaned in several
+    /// passes, each up to where its map filled [default: 134217728].
+    #[arg(long, env = "RUNNEL_LOG_CLEANER_DEDUPE_BUFFER_SIZE")]
+    pub log_cleaner_dedupe_buffer_size: Option<u64>,
     /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a transactional
     /// producer may ask for (InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it)
     /// [default: 900000].
@@ -465,6 +470,7 @@ struct FileConfig {
     fetch_max_bytes: Option<usize>,
     housekeeping_interval_ms: Option<u64>,
     producer_id_expiration_ms: Option<u64>,
+    log_cleaner_dedupe_buffer_size: Option<u64>,
     transaction_max_timeout_ms: Option<i32>,
     transaction_partition_verification_enable: Option<bool>,
     transaction_version: Option<i16>,
@@ -886,6 +892,8 @@ pub struct NodeConfig {
     pub housekeeping_interval_ms: u64,
     /// `producer.id.expiration.ms`.
     pub producer_id_expiration_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`.
+    pub log_cleaner_dedupe_buffer_size: u64,
     /// The transaction coordinator's settings (`transaction.max.timeout.ms`, ...).
     pub transactions: crate::txn::TxnSettings,
     /// `broker.session.timeout.ms`, `broker.heartbeat.interval.ms`, `replica.lag.time.max.ms`.
@@ -1019,6 +1027,10 @@ impl NodeConfig {
                 .producer_id_expiration_ms
                 .or(file.producer_id_expiration_ms)
                 .unwrap_or(86_400_000),
+            log_cleaner_dedupe_buffer_size: args
+                .log_cleaner_dedupe_buffer_size
+                .or(file.log_cleaner_dedupe_buffer_size)
+                .unwrap_or(134_217_728),
             transactions: crate::txn::TxnSettings {
                 max_timeout_ms: args
                     .transaction_max_timeout_ms

@@ -377,6 +377,7 @@ impl Node {
         let interval = Duration::from_millis(config.housekeeping_interval_ms.max(10));
         let offsets_retention_ms = (config.offsets_retention_minutes as i64).saturating_mul(60_000);
         let producer_id_expiration_ms = i64::try_from(config.producer_id_expiration_ms).unwrap_or(i64::MAX);
+        let dedupe_buffer_bytes = usize::try_from(config.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
         let modules = runtime.clone();
         tasks.push(every(interval, shutdown_rx.clone(), move || {
             let (replicas, groups, deployments) = (housekeeping.clone(), groups.clone(), deployments.clone());
@@ -396,7 +397,7 @@ impl Node {
                         Ok(deleted) => tracing::info!(deleted, "deleted the compiled artifacts of undeployed modules"),
                         Err(error) => tracing::warn!(%error, "could not clean the compiled-module cache"),
                     }
-                    replicas.maintain(producer_id_expiration_ms);
+                    replicas.maintain(producer_id_expiration_ms, dedupe_buffer_bytes);
                     // Offsets of groups without members expire after offsets.retention.minutes,
                     // except the positions of deployed transforms.
                     let deployed = deployments.image().transforms.keys().cloned().collect();

@@ -797,7 +797,7 @@ fn compaction_scenario(seed: u64) {
         assert!(bases.len() == 1 || compacted_before, "seed {seed}: closed segments are cleanable once old enough");
         return;
     };
-    let result = job.run().unwrap();
+    let result = job.run(usize::MAX).unwrap();
     let cleaned_dir = dir.join(CLEANED_DIR);
     let mut cleaned_files: Vec<PathBuf> =
         fs::read_dir(&cleaned_dir).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>();

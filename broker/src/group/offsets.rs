@@ -1401,7 +1401,7 @@ mod tests {
         }
         let hosted = replicas.get(OFFSETS_TOPIC, store.partition_of("g")).unwrap();
         let before = hosted.size_bytes();
-        replicas.maintain(i64::MAX);
+        replicas.maintain(i64::MAX, usize::MAX);
         let after = hosted.size_bytes();
         assert!(after * 4 < before, "compaction shrank {before} bytes only to {after}");
 

@@ -32,8 +32,15 @@
 //! are clean, the rest dirty. A job is planned when the dirty bytes are at least
 //! `min.cleanable.dirty.ratio` of the cleanable bytes, or the oldest dirty batch is older than
 //! `max.compaction.lag.ms`, or, with nothing dirty, when the latest delete horizon the last
-//! cleaning wrote has passed (its tombstones and markers can go). A job still reads and rewrites
-//! every cleanable segment.
+//! cleaning wrote has passed (its tombstones and markers can go).
+//!
+//! How much (Kafka's `log.cleaner.dedupe.buffer.size`): the key map holds 128-bit digests of
+//! the keys of the dirty part only, from `cleaned_to` on, batch by batch until the budget
+//! allows no more keys; the job rewrites the cleanable segments that start below where the map
+//! ended, dropping a record whose key the map holds at a later offset, and `cleaned_to` moves to
+//! the map's end. A log with more dirty keys than the budget is cleaned in several passes.
+//! Invariant: below `cleaned_to` each key has at most one record (each pass's map covers every
+//! key it leaves behind it).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -61,6 +68,8 @@ pub struct CompactionStats {
 
 struct Cleanable {
     base_offset: i64,
+    /// Where the next segment starts.
+    end_offset: i64,
     /// Opened (through the node's cache) only while this segment is scanned: a job over many
     /// segments holds one descriptor at a time.
     file: Arc<SegmentFile>,
@@ -75,6 +84,8 @@ pub struct CompactionJob {
     segments: Vec<Cleanable>,
     delete_retention_ms: i64,
     now_ms: i64,
+    /// The cleaner checkpoint when planned: the key map starts there.
+    cleaned_to: i64,
     /// The aborted transactions of the log, from its `.txnindex`, each with the base offset of
     /// the segment holding its marker.
     aborted: Vec<(i64, AbortedTxn)>,
@@ -107,6 +118,8 @@ impl CompactionJob {
 pub struct CompactionResult {
     dir: PathBuf,
     cleaned: Vec<(i64, u64)>,
+    /// Where the key map ended: the new cleaner checkpoint.
+    mapped_to: i64,
     /// The latest delete horizon written on a kept tombstone or marker.
     latest_delete_horizon: Option<i64>,
     pub stats: CompactionStats,
@@ -137,7 +150,12 @@ impl Log {
                 next <= first_unstable
             })
             .take_while(|s| s.max_timestamp() <= now_ms - config.min_compaction_lag_ms)
-            .map(|s| Cleanable { base_offset: s.base_offset(), file: s.file().clone(), size: s.size() })
+            .map(|s| Cleanable {
+                base_offset: s.base_offset(),
+                end_offset: bases.iter().copied().find(|b| *b > s.base_offset()).unwrap_or(active),
+                file: s.file().clone(),
+                size: s.size(),
+            })
             .collect();
         if cleanable.is_empty() || !self.worth_cleaning(&cleanable, now_ms) {
             return None;
@@ -149,6 +167,7 @@ impl Log {
             segments: cleanable,
             delete_retention_ms: config.delete_retention_ms,
             now_ms,
+            cleaned_to: self.cleaned_to,
             aborted: self.txn_index().entries_by_segment().map(|(base, t)| (base, *t)).collect(),
             last_batches: self
                 .producer_state()
@@ -219,11 +238,8 @@ impl Log {
             self.go_offline(&e);
             return Err(e);
         }
-        // The cleaned range ends where the segment after the last cleaned one starts.
-        if let Some((last, _)) = result.cleaned.last() {
-            let end = self.segments().range(last + 1..).next().map_or(self.log_end_offset(), |(next, _)| *next);
-            self.cleaned_to = self.cleaned_to.max(end);
-        }
+        // Clean up to where the key map ended (every key below it is deduplicated).
+        self.cleaned_to = self.cleaned_to.max(result.mapped_to);
         self.latest_delete_horizon = result.latest_delete_horizon;
         Ok(true)
     }
@@ -237,38 +253,59 @@ impl Log {
     /// [`Log::compact`] with the partition's high watermark.
     pub fn compact_below(&mut self, high_watermark: i64) -> Result<Option<CompactionStats>, LogError> {
         let Some(job) = self.compaction_job(high_watermark) else { return Ok(None) };
-        let result = job.run()?;
+        let result = job.run(usize::MAX)?;
         let stats = result.stats;
         Ok(self.install_compaction(result)?.then_some(stats))
     }
 }
 
 impl CompactionJob {
-    /// Builds the key map over the cleanable segments, then rewrites each of them keeping only
-    /// the latest record per key (and unexpired tombstones). Does not touch the live files.
-    pub fn run(self) -> Result<CompactionResult, LogError> {
+    /// Builds the key map over the dirty part (from the cleaner checkpoint on), as far as
+    /// `dedupe_buffer_bytes` allows (Kafka's `log.cleaner.dedupe.buffer.size`; at least one
+    /// batch), then rewrites every cleanable segment that starts below where the map ended,
+    /// keeping a keyed record unless the map holds a later offset for its key (and unexpired
+    /// tombstones). What the map did not reach stays dirty for the next pass. Does not touch
+    /// the live files.
+    pub fn run(self, dedupe_buffer_bytes: usize) -> Result<CompactionResult, LogError> {
         let io = |source| LogError::Io { op: "compact", path: self.dir.clone(), source };
-        let mut latest: HashMap<Bytes, i64> = HashMap::new();
-        for segment in &self.segments {
+        let max_keys = (dedupe_buffer_bytes / KEY_MAP_ENTRY_BYTES).max(1);
+        let mut latest: HashMap<u128, i64> = HashMap::new();
+        let mut mapped_to = self.cleaned_to;
+        'map: for segment in self.segments.iter().filter(|s| s.end_offset > self.cleaned_to) {
+            let mut full = false;
             for_each_batch(segment, |header, batch| {
-                if header.attributes.is_control() || self.is_aborted(header) {
+                if full || header.last_offset() < self.cleaned_to {
                     return Ok(());
                 }
-                for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
-                    let record = record.map_err(LogError::CorruptBatch)?;
-                    if let Some(key) = record.key {
-                        latest.insert(Bytes::copy_from_slice(&key), record.offset);
+                // A batch is mapped whole or not at all (the first one always).
+                if !latest.is_empty() && latest.len() + header.record_count.max(0) as usize > max_keys {
+                    full = true;
+                    mapped_to = mapped_to.max(header.base_offset);
+                    return Ok(());
+                }
+                if !header.attributes.is_control() && !self.is_aborted(header) {
+                    for record in batch.record_iter().map_err(LogError::CorruptBatch)? {
+                        let record = record.map_err(LogError::CorruptBatch)?;
+                        if let Some(key) = record.key {
+                            latest.insert(key_digest(&key), record.offset);
+                        }
                     }
                 }
+                mapped_to = header.last_offset() + 1;
                 Ok(())
             })?;
+            if full {
+                break 'map;
+            }
+            mapped_to = mapped_to.max(segment.end_offset);
         }
+        let segments: Vec<&Cleanable> = self.segments.iter().filter(|s| s.base_offset < mapped_to).collect();
         let out_dir = cleaned_dir(&self.dir);
         if out_dir.exists() {
             std::fs::remove_dir_all(&out_dir).map_err(io)?;
         }
         std::fs::create_dir_all(&out_dir).map_err(io)?;
-        let mut stats = CompactionStats { segments: self.segments.len(), ..CompactionStats::default() };
+        let mut stats = CompactionStats { segments: segments.len(), ..CompactionStats::default() };
         let mut cleaned = Vec::new();
         // The latest horizon still ahead on anything kept (one already passed on a kept batch
         // would make the log look worth cleaning at every look).
@@ -276,7 +313,7 @@ impl CompactionJob {
         // Producer id → whether its transaction since its last marker kept any record. The job
         // starts at the log's first segment, so it sees every batch before each marker.
         let mut transaction_kept: HashMap<i64, bool> = HashMap::new();
-        for segment in &self.segments {
+        for segment in segments {
             let horizon_from_now = self.now_ms.saturating_add(self.delete_retention_ms);
             let mut out = Segment::create(&out_dir, segment.base_offset, self.settings, self.now_ms, &self.open_files)
                 .map_err(io)?;
@@ -323,7 +360,8 @@ impl CompactionJob {
                 let records = batch.records().map_err(LogError::CorruptBatch)?;
                 stats.records_read += records.len() as u64;
                 let keep = |r: &super::records::Record| {
-                    let newest = r.key.as_ref().is_none_or(|k| latest.get(k) == Some(&r.offset));
+                    let newest =
+                        r.key.as_ref().is_none_or(|k| latest.get(&key_digest(k)).is_none_or(|at| *at <= r.offset));
                     newest && !(r.value.is_none() && horizon_passed)
                 };
                 let kept: Vec<_> = records.iter().filter(|r| keep(r)).collect();
@@ -375,7 +413,7 @@ impl CompactionJob {
             }
             cleaned.push((segment.base_offset, segment.size));
         }
-        Ok(CompactionResult { dir: self.dir, cleaned, latest_delete_horizon, stats })
+        Ok(CompactionResult { dir: self.dir, cleaned, mapped_to, latest_delete_horizon, stats })
     }
 }
 
@@ -460,6 +498,23 @@ fn for_each_batch(
         let batch = RecordBatch::parse(Bytes::copy_from_slice(bytes)).map_err(LogError::CorruptBatch)?;
         f(&header, &batch)?;
     }
+}
+
+/// What one key of the map costs at most: a 16-byte digest and an offset, with the hash
+/// table's control byte, load factor and doubling slack.
+const KEY_MAP_ENTRY_BYTES: usize = 56;
+
+/// A 128-bit digest of a key (two independent SipHash runs): the map holds digests, not keys,
+/// so its size does not grow with key length (Kafka's map holds MD5s). Two keys sharing a
+/// digest (odds about 2^-128 per pair) would lose the older one's value.
+fn key_digest(key: &[u8]) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let mut first = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut first);
+    let mut second = std::collections::hash_map::DefaultHasher::new();
+    0x9e37_79b9_7f4a_7c15u64.hash(&mut second);
+    key.hash(&mut second);
+    (u128::from(first.finish()) << 64) | u128::from(second.finish())
 }
 
 fn write_batch(out: &mut Segment, bytes: &Bytes) -> std::io::Result<()> {

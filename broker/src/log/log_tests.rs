@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::*;
 use crate::log::batch::{BatchIter, Compression};
 use crate::log::compaction::CompactionStats;
-use crate::log::config::CleanupPolicy;
+use crate::log::config::{CleanupPolicy, DirtyRatio};
 use crate::log::producer_state::{ControlType, EndTxnMarker, ProducerError};
 use crate::log::records::BatchBuilder;
 use crate::log::txn_index::AbortedTxn;
@@ -573,6 +573,50 @@ fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
     )
     .unwrap();
     assert_eq!(read_all(&log, 0).iter().map(|r| r.0).collect::<Vec<_>>(), vec![57, 58]);
+}
+
+#[test]
+fn compaction_within_a_small_key_map_cleans_in_passes_to_the_same_result() {
+    // Proves log.cleaner.dedupe.buffer.size: with room for 50 keys a pass maps at most 50 keys
+    // of the dirty part and cleans up to there only (the map never holds more), later passes
+    // go on from there, and the log ends exactly as one unbounded compaction leaves it: the
+    // last value of each of 200 keys at its offset. Fails if a pass maps past its budget.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::COMPACT,
+        segment_bytes: 4096,
+        min_cleanable_dirty_ratio: DirtyRatio(0.0),
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config, &clock);
+    for round in 0..3 {
+        for key in 0..200 {
+            let (key, value) = (format!("k{key}"), format!("v{round}-{key}"));
+            log.append_as_leader(&batch(Compression::None, &[(Some(&key), Some(&value))], T0), 0, AppendOrigin::Client)
+                .unwrap();
+        }
+    }
+    log.roll().unwrap();
+    let end = log.log_end_offset();
+    let mut passes = 0;
+    let mut first_pass_read = None;
+    while let Some(job) = log.compaction_job(end) {
+        let result = job.run(50 * 56).unwrap();
+        first_pass_read.get_or_insert(result.stats.records_read);
+        assert!(log.install_compaction(result).unwrap());
+        passes += 1;
+        assert!(passes < 100, "compaction never finished");
+        if read_all(&log, 0).len() == 200 && passes >= 12 {
+            break;
+        }
+    }
+    assert!(passes >= 12, "600 records of 200 keys need 12 passes of 50 keys, took {passes}");
+    assert!(first_pass_read.unwrap() < 600, "the first pass read only the segments below its map's end");
+    let all = read_all(&log, 0);
+    assert_eq!(all.iter().map(|r| r.0).collect::<Vec<_>>(), (400..600).collect::<Vec<i64>>());
+    assert_eq!(all[0].1.as_deref(), Some(&b"v2-0"[..]));
+    assert_eq!(all[199].1.as_deref(), Some(&b"v2-199"[..]));
 }
 
 #[test]
@@ -1602,7 +1646,7 @@ fn a_compaction_that_fails_while_swapping_in_takes_the_log_offline() {
         .unwrap();
     let end = log.log_end_offset();
     log.on_high_watermark(end);
-    let result = log.compaction_job(end).expect("cleanable").run().unwrap();
+    let result = log.compaction_job(end).expect("cleanable").run(usize::MAX).unwrap();
     log.open_files().fail_next_opens(1);
     assert!(log.install_compaction(result).is_err());
     assert!(matches!(log.read(0, 1 << 20, i64::MAX), Err(LogError::Offline { .. })));

@@ -222,9 +222,9 @@ impl ReplicaManager {
 
     /// Retention, compaction, flushing and producer expiry (`producer.id.expiration.ms`) for
     /// every partition.
-    pub fn maintain(&self, producer_id_expiration_ms: i64) {
+    pub fn maintain(&self, producer_id_expiration_ms: i64, dedupe_buffer_bytes: usize) {
         for partition in self.all() {
-            if let Err(e) = partition.maintain(producer_id_expiration_ms) {
+            if let Err(e) = partition.maintain(producer_id_expiration_ms, dedupe_buffer_bytes) {
                 tracing::warn!(topic = %partition.topic(), partition = partition.index(), error = %e, "housekeeping failed");
             }
         }

@@ -1135,8 +1135,9 @@ impl Partition {
         }
     }
 
-    /// Periodic housekeeping: retention, compaction, time-based flush, producer expiry.
-    pub fn maintain(&self, producer_id_expiration_ms: i64) -> Result<(), PartitionError> {
+    /// Periodic housekeeping: retention, compaction (its key map within `dedupe_buffer_bytes`),
+    /// time-based flush, producer expiry.
+    pub fn maintain(&self, producer_id_expiration_ms: i64, dedupe_buffer_bytes: usize) -> Result<(), PartitionError> {
         let job = {
             let mut guard = self.log()?;
             let log = guard.as_mut().expect("checked by log()");
@@ -1151,7 +1152,7 @@ impl Partition {
         };
         if let Some(job) = job {
             // The heavy part runs without the lock; appends go on meanwhile.
-            let result = job.run()?;
+            let result = job.run(dedupe_buffer_bytes)?;
             let mut guard = self.log()?;
             let log = guard.as_mut().expect("checked by log()");
             let stats = result.stats;
