@@ -1070,6 +1070,14 @@ fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_r
     assert!(refused, "NOT_ENOUGH_REPLICAS once the ISR shrank; last answer {last:?}");
     // The first write after the kills may have been answered before the leader saw them go.
     assert!(checker.acked_count() <= acked_before + 1, "writes acknowledged with one replica of three alive");
+    // The leader's /metrics says so, as Kafka's UnderMinIsrPartitionCount does.
+    let under_min_isr =
+        |cluster: &Cluster| node_metric(cluster.node(3), "kafka_server_replicamanager_underminisrpartitioncount");
+    assert!(
+        support::wait_until(DEADLINE, || under_min_isr(&cluster) >= 1.0),
+        "the leader reports its partition under min.insync.replicas: {}",
+        under_min_isr(&cluster)
+    );
 
     cluster.restart(4);
     cluster.restart(5);
@@ -1078,11 +1086,22 @@ fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_r
         last.0 == 0
     });
     assert!(resumed, "writes resume once the replicas are back: last answer {last:?}");
+    assert!(support::wait_until(DEADLINE, || under_min_isr(&cluster) == 0.0), "back at or above min.insync.replicas");
     let states = workload::partition_states(&cluster.node(1).bootstrap(), topic).expect("metadata");
     assert_eq!(states[0].leader, Some(3));
     let problems = workload::final_read(&cluster.bootstrap(), topic, &checker, DEADLINE);
     assert!(problems.is_empty(), "{problems:?}");
     judge(&checker);
+}
+
+/// The value of the unlabelled metric `name` on `node`'s /metrics (NaN when absent).
+fn node_metric(node: &support::Runnel, name: &str) -> f64 {
+    let metrics = support::HttpApi::new(node).get("/metrics").text;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with(' ')))
+        .and_then(|rest| rest.trim().parse::<f64>().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// `kafka_server_brokertopicmetrics_bytes_out_total` of `topic` on `node` (0 when absent).

@@ -92,6 +92,8 @@ pub struct Metrics {
     pub partition_count: IntGauge,
     pub leader_count: IntGauge,
     pub under_replicated_partitions: IntGauge,
+    pub under_min_isr_partitions: IntGauge,
+    pub at_min_isr_partitions: IntGauge,
     pub offline_partitions: IntGauge,
     /// Over the partitions this node leads: the largest gap between the log end offset and a
     /// follower's (ISR members and not), in records.
@@ -472,6 +474,16 @@ impl Metrics {
                 &r,
                 "kafka_server_replicamanager_underreplicatedpartitions",
                 "Partitions led by this node whose ISR is smaller than their replication factor",
+            ),
+            under_min_isr_partitions: gauge(
+                &r,
+                "kafka_server_replicamanager_underminisrpartitioncount",
+                "Partitions led by this node whose ISR is below min.insync.replicas (acks=all writes refused)",
+            ),
+            at_min_isr_partitions: gauge(
+                &r,
+                "kafka_server_replicamanager_atminisrpartitioncount",
+                "Partitions led by this node whose ISR is exactly min.insync.replicas (one more loss refuses acks=all)",
             ),
             reassigning_partitions: gauge(
                 &r,

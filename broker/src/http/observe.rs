@@ -110,6 +110,7 @@ fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeri
     let image = broker.controller.image();
     let node_id = broker.settings.node_id;
     let (mut hosted, mut leaders) = (0, 0);
+    let (mut under_min_isr, mut at_min_isr) = (0, 0);
     let mut max_lag = 0i64;
     let mut logs: Vec<LogRow> = Vec::new();
     // High watermark minus last stable offset of the partitions this node leads: how far
@@ -134,6 +135,12 @@ fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeri
                 }
                 for (_, follower_end) in partition.follower_log_end_offsets() {
                     max_lag = max_lag.max(end - follower_end.max(0));
+                }
+                if p.leader == Some(node_id) && partition.is_leader() {
+                    let isr = partition.isr().len();
+                    let min = partition.config().map_or(1, |c| c.min_insync_replicas as usize);
+                    under_min_isr += i64::from(isr < min);
+                    at_min_isr += i64::from(isr == min);
                 }
                 if let (true, Ok(lso)) = (partition.is_leader(), partition.last_stable_offset()) {
                     let lag = (partition.high_watermark() - lso).max(0);
@@ -161,6 +168,8 @@ fn refresh_gauges(broker: &Arc<Broker>, views: &[admin::GroupView]) -> StateSeri
         image.topics.values().flat_map(|t| &t.partitions).filter(|p| p.leader == Some(node_id)),
     );
     metrics.under_replicated_partitions.set(led.under_replicated as i64);
+    metrics.under_min_isr_partitions.set(under_min_isr);
+    metrics.at_min_isr_partitions.set(at_min_isr);
     metrics.reassigning_partitions.set(led.reassigning as i64);
     let active = broker.controller.leader_id() == Some(node_id);
     let all = admin::PartitionHealth::of(image.topics.values().flat_map(|t| &t.partitions));
