@@ -244,28 +244,16 @@ fn a_second_process_with_a_live_brokers_node_id_is_refused_and_the_first_serves_
     );
     let temp = tempfile::tempdir().expect("temp dir");
     let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
-    let mut duplicate = std::process::Command::new(binary)
+    let mut duplicate = std::process::Command::new(binary);
+    duplicate
         .args(["serve", "--node-id", &observer.to_string(), "--process-roles", "broker"])
         .args(["--voters", &cluster.voters_flag()])
         .args(["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0"])
         .arg("--data-dir")
-        .arg(temp.path().join("data"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run runnel serve");
-    let mut exited = None;
-    wait_until(Duration::from_secs(60), || {
-        exited = duplicate.try_wait().expect("wait");
-        exited.is_some()
-    });
-    let Some(status) = exited else {
-        let _ = duplicate.kill();
-        let _ = duplicate.wait();
+        .arg(temp.path().join("data"));
+    let Some((status, stderr)) = support::run_until_exit(duplicate, Duration::from_secs(60)) else {
         panic!("a second process with node id {observer} kept running");
     };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut duplicate.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("registered by another process"), "a clear reason: {stderr}");
 

@@ -145,26 +145,13 @@ fn a_second_process_on_a_running_nodes_data_dir_refuses_to_start_and_the_first_k
     support::create_topic(&node, "locked", 1);
     produce(&node, "locked", &["a", "b", "c"]);
     let binary = std::env::var_os("RUNNEL_TEST_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_runnel").into());
-    let mut second = std::process::Command::new(binary)
+    let mut second = std::process::Command::new(binary);
+    second
         .args(["serve", "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
         .args(["--controller-listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&node.data_dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run runnel serve");
-    let mut exited = None;
-    support::wait_until(DEADLINE, || {
-        exited = second.try_wait().expect("wait");
-        exited.is_some()
-    });
-    let Some(status) = exited else {
-        let _ = second.kill();
-        let _ = second.wait();
-        panic!("a second process on a running node's data directory started");
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+        .arg(&node.data_dir);
+    let (status, stderr) =
+        support::run_until_exit(second, DEADLINE).expect("a second process on a running node's data directory started");
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("in use by another process"), "a clear reason: {stderr}");
     produce(&node, "locked", &["d"]);

@@ -267,6 +267,29 @@ fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<std::proce
 }
 
 /// Waits until `condition` holds or `timeout` passes; returns whether it held.
+/// Runs `command` (stdout discarded, stderr read as it comes) until it exits or `timeout`
+/// passes: its exit status and stderr, or `None` if it was still running (it is then killed).
+pub fn run_until_exit(mut command: Command, timeout: Duration) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut pipe = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+        text
+    });
+    let mut exited = None;
+    wait_until(timeout, || {
+        exited = child.try_wait().expect("wait");
+        exited.is_some()
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let stderr = reader.join().unwrap_or_default();
+    exited.map(|status| (status, stderr))
+}
+
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
