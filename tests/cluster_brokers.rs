@@ -251,9 +251,8 @@ fn a_second_process_with_a_live_brokers_node_id_is_refused_and_the_first_serves_
         .args(["--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--controller-listen", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(temp.path().join("data"));
-    let Some((status, stderr)) = support::run_until_exit(duplicate, Duration::from_secs(60)) else {
-        panic!("a second process with node id {observer} kept running");
-    };
+    let (status, stderr) = support::run_until_exit(duplicate, Duration::from_secs(60));
+    let status = status.unwrap_or_else(|| panic!("a second process with node id {observer} kept running: {stderr}"));
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("registered by another process"), "a clear reason: {stderr}");
 

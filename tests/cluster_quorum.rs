@@ -150,8 +150,9 @@ fn a_second_process_on_a_running_nodes_data_dir_refuses_to_start_and_the_first_k
         .args(["serve", "--kafka-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
         .args(["--controller-listen", "127.0.0.1:0", "--data-dir"])
         .arg(&node.data_dir);
-    let (status, stderr) =
-        support::run_until_exit(second, DEADLINE).expect("a second process on a running node's data directory started");
+    let (status, stderr) = support::run_until_exit(second, DEADLINE);
+    let status =
+        status.unwrap_or_else(|| panic!("a second process on a running node's data directory started: {stderr}"));
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("in use by another process"), "a clear reason: {stderr}");
     produce(&node, "locked", &["d"]);

@@ -214,11 +214,16 @@ impl Node {
             rack: config.rack.clone(),
             listeners: listeners.endpoints.clone(),
         };
-        let give_up = std::time::Instant::now() + Duration::from_millis(config.broker_session_timeout_ms) * 2;
+        // Two of the active controller's sessions from the first refusal (it names its length).
+        let mut give_up: Option<std::time::Instant> = None;
         loop {
             match controller.propose(registration.clone()).await {
                 Ok(_) => break,
-                Err(e @ ControllerError::DuplicateBrokerRegistration { .. }) if std::time::Instant::now() < give_up => {
+                Err(e @ ControllerError::DuplicateBrokerRegistration { session_ms, .. })
+                    if *give_up
+                        .get_or_insert_with(|| std::time::Instant::now() + Duration::from_millis(session_ms) * 2)
+                        > std::time::Instant::now() =>
+                {
                     tracing::warn!(error = %e, "registration refused; asking again");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }

@@ -266,10 +266,9 @@ fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<std::proce
     }
 }
 
-/// Waits until `condition` holds or `timeout` passes; returns whether it held.
 /// Runs `command` (stdout discarded, stderr read as it comes) until it exits or `timeout`
-/// passes: its exit status and stderr, or `None` if it was still running (it is then killed).
-pub fn run_until_exit(mut command: Command, timeout: Duration) -> Option<(std::process::ExitStatus, String)> {
+/// passes: its exit status (`None` if it was still running: it is then killed) and stderr.
+pub fn run_until_exit(mut command: Command, timeout: Duration) -> (Option<std::process::ExitStatus>, String) {
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
     let mut pipe = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
@@ -287,9 +286,10 @@ pub fn run_until_exit(mut command: Command, timeout: Duration) -> Option<(std::p
         let _ = child.wait();
     }
     let stderr = reader.join().unwrap_or_default();
-    exited.map(|status| (status, stderr))
+    (exited, stderr)
 }
 
+/// Waits until `condition` holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {

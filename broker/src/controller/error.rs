@@ -21,7 +21,12 @@ pub enum ControllerError {
         "node {node_id} is registered by another process whose session with the active controller is \
          live (a second process with this node.id, or the previous one not dead yet)"
     )]
-    DuplicateBrokerRegistration { node_id: NodeId },
+    DuplicateBrokerRegistration {
+        node_id: NodeId,
+        /// The active controller's `broker.session.timeout.ms`: how long the other session may
+        /// last without a beat.
+        session_ms: u64,
+    },
     /// A metadata file could not be read or written.
     #[error("cannot {action} {path}")]
     Io {

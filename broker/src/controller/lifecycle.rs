@@ -34,6 +34,8 @@ pub(crate) struct Leases {
     table: Mutex<LeaseTable>,
     /// `broker.session.timeout.ms`.
     session: Duration,
+    /// This node's applied metadata: each broker's registered epoch and fencing.
+    image: Option<tokio::sync::watch::Receiver<std::sync::Arc<super::MetadataImage>>>,
 }
 
 #[derive(Default)]
@@ -41,6 +43,9 @@ struct LeaseTable {
     /// When this node last became the raft leader (`None` while it is not).
     leading_since: Option<Instant>,
     beats: HashMap<NodeId, Heartbeat>,
+    /// Registrations (epoch, fenced) for a lease table without an image (unit tests).
+    #[cfg(test)]
+    registered: HashMap<NodeId, (i64, bool)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,11 +57,34 @@ struct Heartbeat {
 
 impl Leases {
     pub(crate) fn new(session: Duration) -> Leases {
-        Leases { table: Mutex::new(LeaseTable::default()), session }
+        Leases { table: Mutex::new(LeaseTable::default()), session, image: None }
+    }
+
+    /// Leases that read registrations from the node's applied metadata.
+    pub(crate) fn with_image(
+        session: Duration,
+        image: tokio::sync::watch::Receiver<std::sync::Arc<super::MetadataImage>>,
+    ) -> Leases {
+        Leases { image: Some(image), ..Leases::new(session) }
+    }
+
+    /// `node_id`'s registered epoch and whether it is fenced.
+    fn registration(&self, _table: &LeaseTable, node_id: NodeId) -> Option<(i64, bool)> {
+        if let Some(image) = &self.image {
+            return image.borrow().brokers.get(&node_id).map(|b| (b.broker_epoch, b.fenced));
+        }
+        #[cfg(test)]
+        return _table.registered.get(&node_id).copied();
+        #[cfg(not(test))]
+        None
     }
 
     pub(crate) fn session(&self) -> Duration {
         self.session
+    }
+
+    pub(crate) fn session_ms(&self) -> u64 {
+        self.session.as_millis() as u64
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTable> {
@@ -91,17 +119,28 @@ impl Leases {
         self.has_live_session(*node_id).then_some(*node_id)
     }
 
-    /// Whether `node_id` heartbeats here (this node leads) within its session and is not
-    /// shutting down.
+    /// Whether `node_id`'s registration is unfenced and heartbeats here (this node leads) with
+    /// its registered epoch, within its session and not shutting down (Kafka's
+    /// `hasValidSession(id, epoch)`): a fenced registration, or beats of an older epoch (a
+    /// process woken after it was replaced), hold no session.
     pub(crate) fn has_live_session(&self, node_id: NodeId) -> bool {
         let table = self.lock();
         if table.leading_since.is_none() {
             return false;
         }
-        table
-            .beats
-            .get(&node_id)
-            .is_some_and(|b| Instant::now().saturating_duration_since(b.at) <= self.session && !b.want_shutdown)
+        let Some((epoch, fenced)) = self.registration(&table, node_id) else { return false };
+        !fenced
+            && table.beats.get(&node_id).is_some_and(|b| {
+                b.broker_epoch == epoch
+                    && Instant::now().saturating_duration_since(b.at) <= self.session
+                    && !b.want_shutdown
+            })
+    }
+
+    /// Registrations for a lease table without an image (unit tests).
+    #[cfg(test)]
+    fn set_registrations(&self, brokers: impl Iterator<Item = (NodeId, i64, bool)>) {
+        self.lock().registered = brokers.map(|(id, epoch, fenced)| (id, (epoch, fenced))).collect();
     }
 
     /// The decision loop itself was held up for `gap` (this process stalled: a SIGSTOP, a
@@ -363,5 +402,29 @@ mod tests {
         assert_eq!(leases.decide(1, 5, false, after_grace), Decision::Fence);
         leases.record(1, 5, false);
         assert_eq!(leases.decide(1, 5, false, after_grace), Decision::Nothing, "it beat again");
+    }
+
+    #[test]
+    fn only_a_live_session_of_the_registered_unfenced_epoch_refuses_a_new_registration() {
+        // Proves the duplicate-registration rule (Kafka's hasValidSession(id, epoch)): beats of
+        // an older epoch (a process woken after it was replaced), a fenced registration, a
+        // shutdown and a node that does not lead refuse nothing; a live beat of the registered
+        // epoch does.
+        let leases = Leases::new(Duration::from_millis(1000));
+        let register =
+            MetadataRecord::RegisterBroker { node_id: 1, host: "h".into(), port: 1, rack: None, listeners: vec![] };
+        leases.set_registrations([(1, 5, false)].into_iter());
+        leases.record(1, 5, false);
+        assert_eq!(leases.duplicate_registration(&register), None, "not leading");
+        leases.set_leading(true, Instant::now());
+        leases.record(1, 4, false);
+        assert_eq!(leases.duplicate_registration(&register), None, "an older epoch's beat");
+        leases.record(1, 5, false);
+        assert_eq!(leases.duplicate_registration(&register), Some(1), "the registered epoch is alive");
+        leases.set_registrations([(1, 5, true)].into_iter());
+        assert_eq!(leases.duplicate_registration(&register), None, "fenced");
+        leases.set_registrations([(1, 5, false)].into_iter());
+        leases.record(1, 5, true);
+        assert_eq!(leases.duplicate_registration(&register), None, "shutting down");
     }
 }

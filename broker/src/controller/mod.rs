@@ -398,7 +398,10 @@ impl Controller {
         let raft = Raft::new(node_id, raft_config, NetworkFactory::new(pool.clone()), log_store, state_machine)
             .await
             .map_err(fatal_error)?;
-        let leases = Arc::new(Leases::new(Duration::from_millis(config.broker_session_timeout_ms.max(1))));
+        let leases = Arc::new(Leases::with_image(
+            Duration::from_millis(config.broker_session_timeout_ms.max(1)),
+            image_rx.clone(),
+        ));
         let gate = config
             .authorizer
             .clone()
@@ -507,7 +510,10 @@ impl Controller {
         loop {
             // On the leader (elsewhere the leader checks the forwarded record).
             if let Some(node_id) = self.inner.leases.duplicate_registration(&record) {
-                return Err(ControllerError::DuplicateBrokerRegistration { node_id });
+                return Err(ControllerError::DuplicateBrokerRegistration {
+                    node_id,
+                    session_ms: self.inner.leases.session_ms(),
+                });
             }
             match self.inner.raft.client_write(record.clone()).await {
                 // The response is sent after the local state machine applied (and published) it.
@@ -549,8 +555,8 @@ impl Controller {
             }
             Ok(RpcResponse::Propose(Err(ForwardError::NotLeader { .. }))) => Err(ForwardFailed::Retry),
             Ok(RpcResponse::Propose(Err(ForwardError::Timeout))) => Err(ForwardFailed::Fail(ControllerError::Timeout)),
-            Ok(RpcResponse::Propose(Err(ForwardError::DuplicateBrokerRegistration { node_id }))) => {
-                Err(ForwardFailed::Fail(ControllerError::DuplicateBrokerRegistration { node_id }))
+            Ok(RpcResponse::Propose(Err(ForwardError::DuplicateBrokerRegistration { node_id, session_ms }))) => {
+                Err(ForwardFailed::Fail(ControllerError::DuplicateBrokerRegistration { node_id, session_ms }))
             }
             Ok(RpcResponse::Propose(Err(e))) => Err(fail(RpcError::Remote { message: e.to_string() })),
             Ok(_) => Err(fail(RpcError::UnexpectedResponse)),
@@ -701,7 +707,8 @@ impl Controller {
         let voters = self.inner.pool.configured_ids();
         let mut next_voter = voters.iter().cycle();
         let mut hint = None;
-        let mut refused_since: Option<Instant> = None;
+        // When the first refusal came, and the leader's session length it named.
+        let mut refused: Option<(Instant, u64)> = None;
         loop {
             let Some(target) = hint.take().or_else(|| next_voter.next().copied()) else {
                 return Err(ControllerError::NotAVoter { node_id });
@@ -710,9 +717,9 @@ impl Controller {
             // A previous process of this id ends its session within one (a killed one sooner);
             // refusals past two are another live process's. (Also reported before the caller's
             // own timeout ends the wait.)
-            if let Some(since) = refused_since {
-                if since.elapsed() > self.inner.leases.session() * 2 || remaining <= RETRY_BACKOFF {
-                    return Err(ControllerError::DuplicateBrokerRegistration { node_id });
+            if let Some((since, session_ms)) = refused {
+                if since.elapsed() > Duration::from_millis(session_ms) * 2 || remaining <= RETRY_BACKOFF {
+                    return Err(ControllerError::DuplicateBrokerRegistration { node_id, session_ms });
                 }
             }
             if remaining.is_zero() {
@@ -736,9 +743,9 @@ impl Controller {
                 Ok(RpcResponse::AddObserver(Err(ForwardError::IsAVoter { .. }))) => {
                     return Err(ControllerError::ObserverIsAVoter { node_id });
                 }
-                Ok(RpcResponse::AddObserver(Err(e @ ForwardError::DuplicateBrokerRegistration { .. }))) => {
+                Ok(RpcResponse::AddObserver(Err(e @ ForwardError::DuplicateBrokerRegistration { session_ms, .. }))) => {
                     // The previous process of this id may be dying still; asked again.
-                    refused_since.get_or_insert_with(Instant::now);
+                    refused.get_or_insert((Instant::now(), session_ms));
                     tracing::warn!(target, error = %e, "the active controller refused this observer's new address");
                 }
                 Ok(RpcResponse::AddObserver(Err(e))) => {

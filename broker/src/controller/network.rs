@@ -160,9 +160,10 @@ pub(crate) enum ForwardError {
     /// An observer asked to join with the id of a voter: the configuration is wrong.
     #[error("node {node_id} is a voter, it cannot join as an observer")]
     IsAVoter { node_id: NodeId },
-    /// A RegisterBroker refused: another process of `node_id` has a live session.
+    /// A RegisterBroker refused: another process of `node_id` has a live session, which ends
+    /// at the latest `session_ms` (the leader's `broker.session.timeout.ms`) after its last beat.
     #[error("node {node_id} is registered by another live process")]
-    DuplicateBrokerRegistration { node_id: NodeId },
+    DuplicateBrokerRegistration { node_id: NodeId, session_ms: u64 },
     #[error("{message}")]
     Failed { message: String },
 }

@@ -228,7 +228,7 @@ pub(crate) async fn propose_as_leader(
         return Err(ForwardError::Failed { message: e.to_string() });
     }
     if let Some(node_id) = leases.duplicate_registration(&record) {
-        return Err(ForwardError::DuplicateBrokerRegistration { node_id });
+        return Err(ForwardError::DuplicateBrokerRegistration { node_id, session_ms: leases.session_ms() });
     }
     match tokio::time::timeout(timeout, raft.client_write(record)).await {
         Err(_) => Err(ForwardError::Timeout),
@@ -295,7 +295,10 @@ async fn add_observer_as_leader(
         // Another address while the broker of this id is alive: a second process with its id,
         // which would take the metadata stream from the first.
         Some(_) if leases.has_live_session(observer) => {
-            return Err(ForwardError::DuplicateBrokerRegistration { node_id: observer });
+            return Err(ForwardError::DuplicateBrokerRegistration {
+                node_id: observer,
+                session_ms: leases.session_ms(),
+            });
         }
         Some(_) => raft.change_membership(ChangeMembers::SetNodes([(observer, BasicNode::new(addr))].into()), true),
         None => {

@@ -18,14 +18,17 @@
 //!   after it.
 //! - A deployment that starts fresh (its position from its `start` setting, not from a
 //!   checkpoint) restores nothing and writes a **fresh-start marker** (empty key: state keys
-//!   are never empty; value and header: the deployment) in the transaction of its first
-//!   checkpoint. A restore applies only the changes after the last marker, whoever wrote them:
-//!   the marker's own deployment, then those that resumed it (`--resume` continues the state
-//!   of the position it continues, not that of every earlier deployment of the name). A
-//!   deployment that starts fresh again after another fresh one never sees the earlier one's
-//!   changes. Compaction keeps the last marker (the latest of its key).
-//! - A changelog without any marker (written before markers existed) counts only this
-//!   deployment's changes, or every change when it resumes.
+//!   are never empty; value and header: the deployment) before its first checkpoint
+//!   (exactly-once: in the same transaction; at-least-once: appended just before it, and only
+//!   while its input is led here).
+//! - A deployment that does not resume counts only its own changes (a redeploy keeps the
+//!   deployment, so a new version continues them; another deployment's markers and changes,
+//!   e.g. of a deleted stateful deployment of the name, never count).
+//! - A deployment that resumes counts every change after the last marker, whoever wrote it:
+//!   the marker's deployment, then those that resumed it (`--resume` continues the state of
+//!   the position it continues, not that of every earlier deployment of the name). Before
+//!   any marker (a changelog written before markers existed) every change counts.
+//!   Compaction keeps the last marker (the latest of its key).
 
 use std::time::{Duration, Instant};
 
@@ -101,7 +104,7 @@ impl Changelog<'_> {
         let (deployment, resume) = (self.deployment, self.resume);
         lock(state).clear();
         let target = log_end_offset(host, topic, partition).await?;
-        let (mut offset, mut records, mut markers) = (0i64, 0u64, 0u64);
+        let (mut offset, mut records) = (0i64, 0u64);
         while offset < target {
             let chunk = read(host, topic, partition, offset).await?;
             if offset < chunk.log_start_offset {
@@ -122,14 +125,14 @@ impl Changelog<'_> {
             let next = for_each_committed_record(chunk.records, offset, usize::MAX, Some(&mut filter), |record| {
                 let Some(key) = record.key else { return std::ops::ControlFlow::Continue(()) };
                 if key.as_ref() == FRESH_START_KEY {
-                    // A deployment started fresh here: nothing before counts.
-                    guard.clear();
-                    records = 0;
-                    markers += 1;
+                    if resume {
+                        // A deployment started fresh here: for its lineage nothing before counts.
+                        guard.clear();
+                        records = 0;
+                    }
                     return std::ops::ControlFlow::Continue(());
                 }
-                let counts = markers > 0
-                    || resume
+                let counts = resume
                     || record
                         .headers
                         .iter()

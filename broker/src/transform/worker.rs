@@ -532,6 +532,15 @@ pub(super) async fn run(mut w: Worker) {
         // the same transaction.
         let mut committed = position;
         loop {
+            // Only while the input is led here: a worker left on a deposed leader (at-least-once
+            // nothing fences it) must not put a marker after the new leader's worker's changes.
+            if !input.is_leader() {
+                if !w.pause(BACKOFF_MIN).await {
+                    w.update(|s| s.state = "stopped");
+                    return;
+                }
+                continue;
+            }
             let outcome = match write_fresh_start(&w, &mut delivery).await {
                 Ok(()) => w.checkpoint_at(&mut delivery, &input, position).await,
                 Err(e) => {
@@ -1028,7 +1037,9 @@ async fn append_outputs(w: &Worker, delivery: &mut Delivery, output: &OutputBatc
 
 /// A stateful transform's fresh-start marker (see `state.rs`), written to its changelog
 /// partition the delivery's way (exactly-once: in the open transaction the first checkpoint
-/// commits). Nothing for a stateless transform.
+/// commits; at-least-once: appended before it, not atomically: a crash between leaves a
+/// marker with no checkpoint of its deployment, and a later `--resume` of the previous
+/// deployment's position restores nothing before it). Nothing for a stateless transform.
 async fn write_fresh_start(w: &Worker, delivery: &mut Delivery) -> Result<(), BatchFailure> {
     if w.state.is_none() {
         return Ok(());
