@@ -767,17 +767,19 @@ impl OffsetStore {
             // load (a load restores groups under their locks): a loading shard waits for the
             // next sweep.
             for group in candidates.unwrap_or_default() {
-                let mut written = Ok(Expiry::default());
+                // (offset tombstones, whether the group was deleted)
+                let mut written = Ok((0, false));
                 let ran = gate.run_if_empty(&group, &mut || {
                     written = self.with_shard(partition, Cold::Start, |shard, hosted| {
-                        let expiry = expiry_records(shard, &group, now_ms, retention_ms);
-                        write_all(shard, hosted, partition, expiry.records.clone())?;
-                        Ok(expiry)
+                        let Expiry { records, offsets, group_deleted } =
+                            expiry_records(shard, &group, now_ms, retention_ms);
+                        write_all(shard, hosted, partition, records)?;
+                        Ok((offsets, group_deleted))
                     });
-                    written.as_ref().is_ok_and(|e| e.group_deleted)
+                    written.as_ref().is_ok_and(|(_, deleted)| *deleted)
                 });
                 match (ran, written) {
-                    (true, Ok(expiry)) => expired += expiry.offsets,
+                    (true, Ok((offsets, _))) => expired += offsets,
                     (true, Err(e)) => tracing::warn!(partition, %group, error = %e, "could not expire offsets"),
                     (false, _) => {}
                 }
@@ -796,7 +798,7 @@ pub trait EmptyGroupGate {
 }
 
 /// What one group's expiry writes.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 struct Expiry {
     records: Vec<OffsetsRecord>,
     /// Offset tombstones among `records`.
