@@ -786,3 +786,46 @@ fn a_disabled_migration_policy_keeps_a_classic_group_with_members_classic() {
     assert_eq!(ledger.lock().unwrap().owners.len(), 4, "the classic member kept its partitions");
     drop(c1.stop());
 }
+
+#[test]
+fn an_empty_consumer_group_goes_with_its_last_expired_offset_and_its_id_starts_afresh() {
+    // Proves Kafka's cleanupGroupMetadata for consumer-protocol groups: once the last member
+    // left and the group's offsets expired (offsets.retention.minutes after their commit), the
+    // group itself is deleted: ListGroups no longer lists it, ConsumerGroupDescribe does not
+    // know it, and a member that joins the id later starts a new group at epoch 1. Before,
+    // the Empty group and its records stayed forever.
+    let node = Runnel::start(&[
+        "--group-consumer-heartbeat-interval-ms",
+        &HEARTBEAT_INTERVAL_MS.to_string(),
+        "--offsets-retention-minutes",
+        "0",
+        "--housekeeping-interval-ms",
+        "50",
+    ]);
+    create_topic(&node, "short-lived", 2);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let first = member(&node, &ledger, "first", &[("group.id", "fleeting"), ("enable.auto.commit", "false")]);
+    first.subscribe(&["short-lived"]).expect("subscribe");
+    let first = Running::start(first);
+    await_balanced(&ledger, "short-lived", 2, &["first"]);
+    let mut conn = coordinator_conn(&node, "fleeting");
+    assert_eq!(listed(&mut conn, "fleeting").map(|(kind, _)| kind).as_deref(), Some("consumer"));
+    let first = first.stop();
+    let mut position = rdkafka::TopicPartitionList::new();
+    position.add_partition_offset("short-lived", 0, rdkafka::Offset::Offset(0)).expect("add");
+    first.commit(&position, CommitMode::Sync).expect("the member's commit");
+    let left_at = describe(&mut conn, "fleeting").group_epoch;
+    drop(first); // leaves (epoch -1): the group is Empty
+    let gone = wait_until(DEADLINE, || listed(&mut conn, "fleeting").is_none());
+    assert!(gone, "the Empty consumer group is never deleted: {:?}", listed(&mut conn, "fleeting"));
+    assert!(committed_offsets(&mut conn, "fleeting").is_empty(), "its offsets went with it");
+    assert_eq!(describe(&mut conn, "fleeting").error_code, 69, "GROUP_ID_NOT_FOUND once deleted");
+
+    let again = member(&node, &ledger, "again", &[("group.id", "fleeting")]);
+    again.subscribe(&["short-lived"]).expect("subscribe");
+    let again = Running::start(again);
+    await_balanced(&ledger, "short-lived", 2, &["again"]);
+    let epoch = describe(&mut conn, "fleeting").group_epoch;
+    assert!(epoch == 1 && left_at >= 1, "a new group starts at epoch 1 (the old one was at {left_at}): {epoch}");
+    drop(again.stop());
+}

@@ -1608,16 +1608,28 @@ impl ConsumerGroups {
     }
 
     /// Runs `then` while `group_id` has no consumer-protocol members (holding the group's lock,
-    /// so no member joins meanwhile); false without running it otherwise.
-    pub fn while_empty(&self, group_id: &str, then: &mut dyn FnMut() -> bool) -> bool {
-        let Some(group) = self.get(group_id) else { return then() };
-        let g = lock(&group);
+    /// so no member joins meanwhile); false without running it otherwise. `then` answers `None`
+    /// if it did not run its write, or whether the write deleted the group: a deleted group is
+    /// marked gone under its lock (a racing heartbeat is told to retry) and then dropped, so
+    /// the next heartbeat of its id starts a new group.
+    pub fn while_empty(&self, group_id: &str, then: &mut dyn FnMut() -> Option<bool>) -> bool {
+        let Some(group) = self.get(group_id) else { return then().is_some() };
+        let mut g = lock(&group);
         if !g.members.is_empty() {
             return false;
         }
-        let done = then();
+        let outcome = then();
+        let deleted = outcome == Some(true);
+        g.gone |= deleted;
         drop(g);
-        done
+        if deleted {
+            // Lock order: the map, then a group; the group's lock is released by now.
+            let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+            if groups.get(group_id).is_some_and(|current| Arc::ptr_eq(current, &group)) {
+                groups.remove(group_id);
+            }
+        }
+        outcome.is_some()
     }
 
     /// Drops a group without members (DeleteGroups, or a classic join converting it). False if

@@ -316,10 +316,18 @@ impl GroupCoordinator {
 
 /// Offsets expiry's gate over both group types: a consumer-protocol group with members keeps
 /// its offsets; otherwise the classic membership decides (and holds its lock over the write).
+/// A deleted group is dropped from both.
 /// Lock order: a consumer group's lock, then the membership's.
 impl offsets::EmptyGroupGate for GroupCoordinator {
     fn run_if_empty(&self, group_id: &str, write: &mut dyn FnMut() -> bool) -> bool {
-        self.consumers.while_empty(group_id, &mut || self.membership.run_if_empty(group_id, write))
+        self.consumers.while_empty(group_id, &mut || {
+            let mut deleted = false;
+            let ran = self.membership.run_if_empty(group_id, &mut || {
+                deleted = write();
+                deleted
+            });
+            ran.then_some(deleted)
+        })
     }
 }
 

@@ -258,7 +258,6 @@ impl Shard {
         }
     }
 
-    /// The partitions of `group` with a transactional commit not decided yet.
     /// Committed offsets of `group`: of the given partitions (those with a commit), or all.
     fn committed(&self, group: &str, partitions: Option<&[(String, i32)]>) -> Vec<(String, i32, CommittedOffset)> {
         let Some(g) = self.groups.get(group) else {
@@ -273,6 +272,7 @@ impl Shard {
         }
     }
 
+    /// The partitions of `group` with a transactional commit not decided yet.
     fn open_txn_commits(&self, group: &str) -> std::collections::BTreeSet<(String, i32)> {
         let pending = self.pending.iter().filter(|(_, _, txn)| txn.is_some()).flat_map(|(_, r, _)| r);
         self.open_txns
@@ -746,8 +746,9 @@ impl OffsetStore {
     ///   expired) is stored as Empty first, stamped now; its offsets expire a retention later.
     /// - Groups without classic metadata (standalone commits, transform checkpoints) and
     ///   consumer-protocol groups expire each offset `retention_ms` after its commit.
-    /// - An Empty classic group without offsets left is deleted (its metadata tombstoned, its
-    ///   memory dropped by the gate).
+    /// - An Empty classic or consumer-protocol group without offsets left is deleted (its
+    ///   metadata or consumer-group records tombstoned, its memory dropped by the gate).
+    /// - A partition with an undecided transactional commit keeps its offset and its group.
     ///
     /// A group's records are written inside `gate.run_if_empty(group, ..)`, which runs the
     /// write only if the group still has no members and keeps members out until it is done
@@ -827,10 +828,14 @@ fn expiry_records(shard: &Shard, group: &str, now_ms: i64, retention_ms: i64) ->
         };
     }
     let empty_since = classic.map(|m| m.current_state_timestamp).filter(|t| *t > 0);
+    // A partition with a transactional commit still undecided keeps its offset, and its group
+    // stays (Kafka's `hasPendingTransactionalOffsets`): a plain tombstone would also drop the
+    // open commit (see `Shard::apply_plain`).
+    let undecided = shard.open_txn_commits(group);
     let mut records: Vec<OffsetsRecord> = g
         .offsets
         .iter()
-        .filter(|(_, c)| expired_since(empty_since.unwrap_or(c.commit_timestamp)))
+        .filter(|(key, c)| !undecided.contains(*key) && expired_since(empty_since.unwrap_or(c.commit_timestamp)))
         .map(|((t, p), _)| OffsetsRecord::Commit {
             group: group.to_string(),
             topic: t.clone(),
@@ -839,9 +844,22 @@ fn expiry_records(shard: &Shard, group: &str, now_ms: i64, retention_ms: i64) ->
         })
         .collect();
     let offsets = records.len();
-    let group_deleted = classic.is_some() && offsets == g.offsets.len();
+    // A group (classic, or consumer-protocol: Kafka's `maybeDeleteGroup` on an Empty group)
+    // without offsets left is deleted. Standalone offsets have no group to delete.
+    let group_deleted =
+        (classic.is_some() || g.consumer.is_some()) && offsets == g.offsets.len() && undecided.is_empty();
     if group_deleted {
-        records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+        if g.metadata.is_some() {
+            records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
+        }
+        if let Some(consumer) = &g.consumer {
+            records.extend(
+                consumer
+                    .tombstones()
+                    .into_iter()
+                    .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record }),
+            );
+        }
     }
     Expiry { records, offsets, group_deleted }
 }
@@ -1634,6 +1652,69 @@ mod tests {
         assert_eq!(as_map(store.fetch("stale", None).unwrap()).len(), 1);
         assert_eq!(store.expire(1501, 500, &gate), 1);
         assert_eq!(store.group_metadata("stale"), None);
+    }
+
+    #[test]
+    fn an_empty_consumer_protocol_group_is_deleted_with_its_last_offset_unless_a_txn_commit_is_open() {
+        // Proves Kafka's `maybeDeleteGroup` for consumer-protocol groups: once an Empty group's
+        // last offset expires (by commit time), every consumer-group record is tombstoned and a
+        // reload finds no group; a partition with an undecided transactional commit keeps its
+        // offset and its group (a plain tombstone would drop the open commit). Fails on the old
+        // expiry: the consumer group's records stayed forever.
+        use crate::group::schema::{ConsumerMemberValue, ConsumerRecord, GroupEpochValue};
+        let dir = tempfile::tempdir().unwrap();
+        let records = |member: &str| {
+            vec![
+                ConsumerRecord::Member {
+                    member_id: member.into(),
+                    value: Some(ConsumerMemberValue { client_id: "c".into(), ..Default::default() }),
+                },
+                ConsumerRecord::GroupEpoch(Some(GroupEpochValue { epoch: 3, metadata_hash: 0 })),
+                ConsumerRecord::TargetEpoch(Some(3)),
+                // The member left: its record goes, the group stays Empty at epoch 3.
+                ConsumerRecord::Member { member_id: member.into(), value: None },
+            ]
+        };
+        let gate = membership_without_members();
+        {
+            let (replicas, store) = open(dir.path());
+            store.store_consumer_records("modern", records("m1")).unwrap();
+            store.commit("modern", vec![("t".into(), 0, committed(5, 100))]).unwrap();
+            store.store_consumer_records("in-txn", records("m2")).unwrap();
+            store
+                .commit("in-txn", vec![("t".into(), 0, committed(5, 100)), ("t".into(), 1, committed(5, 100))])
+                .unwrap();
+            store
+                .commit_transactional(
+                    "in-txn",
+                    (9, 0),
+                    vec![("t".into(), 1, committed(6, 100))],
+                    TxnVerification::NotRequired,
+                )
+                .unwrap();
+            assert_eq!(store.expire(400, 500, &gate), 0, "nothing old enough yet");
+            assert_eq!(store.expire(1000, 500, &gate), 2, "modern's, and in-txn's t-0: t-1 has an open commit");
+            let stored = |group: &str| {
+                store
+                    .with_shard(store.partition_of(group), Cold::Wait, |shard, _| {
+                        Ok(shard.groups.get(group).map(|g| (g.offsets.len(), g.consumer.is_some())))
+                    })
+                    .unwrap()
+            };
+            assert_eq!(stored("modern"), None, "an Empty consumer group without offsets is deleted");
+            assert_eq!(stored("in-txn"), Some((1, true)), "t-1 and the group stay");
+            replicas.shutdown();
+        }
+        let (_replicas, store) = open(dir.path());
+        let consumer_groups: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let sink = consumer_groups.clone();
+        store.set_load_listener(Box::new(move |loaded| {
+            sink.lock().unwrap().extend(loaded.consumer_groups.iter().map(|(g, _)| g.clone()))
+        }));
+        for p in 0..store.partition_count() {
+            store.with_shard(p, Cold::Wait, |_, _| Ok(())).unwrap();
+        }
+        assert_eq!(*consumer_groups.lock().unwrap(), vec!["in-txn".to_string()], "the deletion is in the log");
     }
 
     fn membership_without_members() -> crate::group::membership::Membership {
