@@ -273,6 +273,7 @@ impl Node {
             validators: validators.clone(),
             assignors: assignors.clone(),
             txn: txn.clone(),
+            passwords: Arc::default(),
             reconcile,
         });
         txn.set_marker_sink(Arc::new(crate::server::handlers::write_txn_markers::ServerMarkers::new(&broker)));

@@ -3,8 +3,8 @@
 //! that govern a Kafka connection govern the HTTP API too — in process, and on the broker a
 //! request is forwarded to (an Envelope carries the principal, `kafka::forward`):
 //! - `Authorization: Basic` with a SCRAM user's name and password (the users SASL knows; a
-//!   verified password is remembered by its hash until the user's credential changes, so
-//!   PBKDF2 runs once per password, not per request);
+//!   verified password is remembered until the user's credential changes, with SASL/PLAIN's
+//!   (`security::passwords`), so PBKDF2 runs once per password, not per request);
 //! - `Authorization: Bearer rnl_<id>_<secret>`, a token from `POST /v1/tokens` (stored in the
 //!   metadata quorum as the hash of its secret, so every node accepts it; it ends with its
 //!   user's last SCRAM credential);
@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -36,6 +36,7 @@ use sha2::Digest;
 
 use super::error::ApiError;
 use crate::controller::{HttpToken, HttpTokenKind, MetadataImage, MetadataRecord};
+use crate::security::passwords::PasswordChecks;
 use crate::security::rate::TokenBucket;
 use crate::security::scram::ScramCredential;
 use crate::security::{constant_time_eq, HttpSecurity, Principal};
@@ -48,8 +49,6 @@ pub const SESSION_COOKIE: &str = "runnel_session";
 /// carry `WWW-Authenticate` (no browser password prompt over the login form).
 pub const UI_HEADER: &str = "x-runnel-ui";
 const TOKEN_PREFIX: &str = "rnl_";
-/// Verified Basic passwords remembered at most (the map is emptied when it is full).
-const VERIFIED_MAX: usize = 4096;
 /// Password checks (PBKDF2, thousands of iterations each) running at once: a flood of wrong
 /// passwords waits here instead of filling the blocking pool the Kafka side also uses.
 const VERIFYING_MAX: usize = 2;
@@ -98,8 +97,8 @@ impl Authenticated {
 /// The HTTP API's authentication state of a node.
 pub struct HttpAuth {
     pub settings: HttpSecurity,
-    /// (user, SHA-256 of a password) → the stored key of the credential it verified against.
-    verified: Mutex<HashMap<(String, [u8; 32]), Vec<u8>>>,
+    /// Verified passwords (the node's, shared with SASL/PLAIN).
+    passwords: Arc<PasswordChecks>,
     /// Password checks allowed to run at once (`VERIFYING_MAX`).
     verifying: tokio::sync::Semaphore,
     /// This node's token for its calls to the other nodes' HTTP APIs, and when it expires
@@ -120,10 +119,10 @@ pub enum PasswordRefused {
 }
 
 impl HttpAuth {
-    pub fn new(settings: HttpSecurity) -> HttpAuth {
+    pub fn new(settings: HttpSecurity, passwords: Arc<PasswordChecks>) -> HttpAuth {
         HttpAuth {
             settings,
-            verified: Mutex::new(HashMap::new()),
+            passwords,
             verifying: tokio::sync::Semaphore::new(VERIFYING_MAX),
             node_token: tokio::sync::Mutex::new(None),
             issues: Mutex::new(HashMap::new()),
@@ -167,46 +166,25 @@ impl HttpAuth {
         password: &str,
     ) -> Result<(), PasswordRefused> {
         let credentials: Vec<ScramCredential> = image.credentials_of(user).cloned().collect();
-        let key = (user.to_string(), <[u8; 32]>::from(sha2::Sha256::digest(password.as_bytes())));
-        let remembered = self
-            .lock()
-            .get(&key)
-            .is_some_and(|stored| credentials.iter().any(|c| constant_time_eq(stored, &c.stored_key)));
-        if remembered {
+        if self.passwords.remembered(user, password, &credentials) {
             return Ok(());
         }
         let _turn = tokio::time::timeout(VERIFY_WAIT, self.verifying.acquire())
             .await
             .map_err(|_| PasswordRefused::Busy)?
             .map_err(|_| PasswordRefused::Busy)?;
-        let password = password.to_string();
-        let matched = tokio::task::spawn_blocking(move || {
-            if credentials.is_empty() {
-                ScramCredential::decoy_check(&password);
-                return None;
-            }
-            credentials.into_iter().find(|c| c.matches_password(&password)).map(|c| c.stored_key)
-        })
-        .await
-        .ok()
-        .flatten();
-        let Some(stored_key) = matched else {
+        let (passwords, user, password) = (self.passwords.clone(), user.to_string(), password.to_string());
+        let matched = tokio::task::spawn_blocking(move || passwords.verify(&user, &password, &credentials))
+            .await
+            .unwrap_or(false);
+        if !matched {
             // As a failed SASL authentication (KIP-306): each guess costs the guesser this long
             // (after the check's turn is given back, so others' checks do not wait for it).
             drop(_turn);
             tokio::time::sleep(std::time::Duration::from_millis(self.settings.failed_authentication_delay_ms)).await;
             return Err(PasswordRefused::Invalid);
-        };
-        let mut verified = self.lock();
-        if verified.len() >= VERIFIED_MAX {
-            verified.clear();
         }
-        verified.insert(key, stored_key);
         Ok(())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, [u8; 32]), Vec<u8>>> {
-        self.verified.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// This node's token for node-to-node HTTP (it authenticates only `GET ...?scope=node`

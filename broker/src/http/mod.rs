@@ -342,10 +342,10 @@ pub async fn serve(
 ) {
     let state = Arc::new(Http {
         consumers: consumer::Consumers::new(),
+        auth: auth::HttpAuth::new(security, broker.passwords.clone()),
         broker,
         sticky: AtomicU32::new(0),
         shutdown: shutdown.clone(),
-        auth: auth::HttpAuth::new(security),
         tls: tls.is_some(),
         peer_client: transforms::peer_client(tls.as_deref()),
         uploads: tokio::sync::Semaphore::new(transforms::UPLOADS_AT_ONCE),

@@ -19,6 +19,7 @@
 
 pub mod acl;
 pub mod listeners;
+pub mod passwords;
 pub mod rate;
 pub mod sasl;
 pub mod scram;

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::passwords::PasswordChecks;
 use super::scram::{ScramCredential, ScramMechanism, ScramServer, Step};
 use super::Principal;
 
@@ -250,10 +251,16 @@ impl SaslSession {
     }
 
     /// One SaslAuthenticate. `version` decides whether the session lifetime is told (v1+).
-    pub fn authenticate(&mut self, token: &[u8], credentials: Credentials<'_>, now: Instant) -> AuthenticateAnswer {
+    pub fn authenticate(
+        &mut self,
+        token: &[u8],
+        credentials: Credentials<'_>,
+        passwords: &PasswordChecks,
+        now: Instant,
+    ) -> AuthenticateAnswer {
         let state = std::mem::replace(&mut self.state, State::Failed);
         let (mechanism, outcome) = match state {
-            State::Handshaken(Mechanism::Plain) => (Mechanism::Plain, plain(token, credentials)),
+            State::Handshaken(Mechanism::Plain) => (Mechanism::Plain, plain(token, credentials, passwords)),
             State::Handshaken(Mechanism::Scram(m)) => {
                 let mut server = ScramServer::new(m);
                 let step = server.step(token, |user| credentials(user, m));
@@ -350,8 +357,9 @@ enum Outcome {
 }
 
 /// SASL/PLAIN (RFC 4616): `[authzid] NUL authcid NUL passwd`, the password checked against the
-/// user's SCRAM credential (either mechanism).
-fn plain(token: &[u8], credentials: Credentials<'_>) -> Outcome {
+/// user's SCRAM credentials (either mechanism; PBKDF2 once per password while they stay, see
+/// [`PasswordChecks`]).
+fn plain(token: &[u8], credentials: Credentials<'_>, passwords: &PasswordChecks) -> Outcome {
     let mut parts = token.split(|b| *b == 0);
     let (Some(authzid), Some(user), Some(password), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
@@ -365,18 +373,14 @@ fn plain(token: &[u8], credentials: Credentials<'_>) -> Outcome {
     if user.is_empty() || (!authzid.is_empty() && authzid != user) {
         return Outcome::Failed("PLAIN authorization id differs from the user".into());
     }
-    let credential = ScramMechanism::ALL.into_iter().find_map(|m| credentials(user, m));
-    match credential {
-        Some(credential) if credential.matches_password(password) => {
-            Outcome::Done { user: user.to_string(), response: Vec::new() }
-        }
-        Some(_) => Outcome::Failed("wrong password".into()),
-        None => {
-            // As long as a wrong password takes: the refusal's timing does not tell whether the
-            // user exists.
-            ScramCredential::decoy_check(password);
-            Outcome::Failed("unknown user".into())
-        }
+    let user_credentials: Vec<ScramCredential> =
+        ScramMechanism::ALL.into_iter().filter_map(|m| credentials(user, m)).collect();
+    // An unknown user takes as long as a wrong password: the refusal's timing does not tell
+    // whether the user exists.
+    match passwords.verify(user, password, &user_credentials) {
+        true => Outcome::Done { user: user.to_string(), response: Vec::new() },
+        false if user_credentials.is_empty() => Outcome::Failed("unknown user".into()),
+        false => Outcome::Failed("wrong password".into()),
     }
 }
 
@@ -407,12 +411,12 @@ mod tests {
             nonce: "n0nce".into(),
         };
         assert_eq!(session.handshake("SCRAM-SHA-512").error_code, 0);
-        let first = session.authenticate(&client.first(), &credentials, now);
+        let first = session.authenticate(&client.first(), &credentials, &PasswordChecks::new(), now);
         if first.error_code != 0 {
             return first;
         }
         let (last, _) = client.last(&first.auth_bytes);
-        session.authenticate(&last, &credentials, now)
+        session.authenticate(&last, &credentials, &PasswordChecks::new(), now)
     }
 
     #[test]
@@ -436,14 +440,19 @@ mod tests {
         assert!(answer.error_message.unwrap().contains("invalid credentials with SASL mechanism SCRAM-SHA-512"));
         assert!(matches!(session.admits(now), Admission::Close(_)));
 
+        let passwords = PasswordChecks::new();
         let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
         assert_eq!(session.handshake("PLAIN").error_code, 0);
-        let answer = session.authenticate(b"\0alice\0nope", &store(), now);
+        let answer = session.authenticate(b"\0alice\0nope", &store(), &passwords, now);
         assert_eq!(answer.error_code, SASL_AUTHENTICATION_FAILED);
         let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
         assert_eq!(session.handshake("PLAIN").error_code, 0);
-        assert_eq!(session.authenticate(b"\0alice\0alice-secret", &store(), now).error_code, 0);
+        assert_eq!(session.authenticate(b"\0alice\0alice-secret", &store(), &passwords, now).error_code, 0);
         assert_eq!(session.principal(), Some(&Principal::user("alice")));
+        // The next PLAIN login of that password (a reconnect, or HTTP Basic) skips PBKDF2.
+        let alice = store()("alice", ScramMechanism::Sha512).expect("alice");
+        assert!(passwords.remembered("alice", "alice-secret", &[alice.clone()]));
+        assert!(!passwords.remembered("alice", "nope", &[alice]));
     }
 
     #[test]
@@ -453,7 +462,7 @@ mod tests {
         // ILLEGAL_SASL_STATE, the session kept.
         let now = Instant::now();
         let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
-        let early = session.authenticate(b"\0alice\0alice-secret", &store(), now);
+        let early = session.authenticate(b"\0alice\0alice-secret", &store(), &PasswordChecks::new(), now);
         assert_eq!((early.error_code, early.close), (ILLEGAL_SASL_STATE, true));
         let mut session = SaslSession::new(Arc::new(SaslSettings::default()));
         assert_eq!(scram(&mut session, "alice", "alice-secret", now).error_code, 0);
@@ -475,7 +484,10 @@ mod tests {
             answer,
             HandshakeAnswer { error_code: UNSUPPORTED_SASL_MECHANISM, mechanisms: vec!["SCRAM-SHA-512"] }
         );
-        assert_eq!(session.authenticate(b"x", &store(), Instant::now()).error_code, ILLEGAL_SASL_STATE);
+        assert_eq!(
+            session.authenticate(b"x", &store(), &PasswordChecks::new(), Instant::now()).error_code,
+            ILLEGAL_SASL_STATE
+        );
         assert_eq!(SaslSettings::parse_mechanisms("PLAIN, SCRAM-SHA-256").unwrap().len(), 2);
         assert!(SaslSettings::parse_mechanisms("GSSAPI").unwrap_err().contains("GSSAPI"));
     }

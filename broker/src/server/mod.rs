@@ -138,6 +138,8 @@ pub struct Broker {
     pub peers: Arc<crate::peer::Peers>,
     /// The transaction coordinator (and this node's block of cluster-wide producer ids).
     pub txn: Arc<crate::txn::TxnCoordinator>,
+    /// Passwords verified against the SCRAM users (SASL/PLAIN and HTTP Basic share them).
+    pub passwords: Arc<crate::security::passwords::PasswordChecks>,
     /// Opens/closes partitions to match the current image; handlers call it after proposing a
     /// change so the response reflects it. Blocking (it opens files): call it on a blocking
     /// thread, as `reconcile_now` does.

@@ -165,7 +165,7 @@ impl Session {
         };
         let image = broker.controller.image();
         let credentials = |user: &str, mechanism| image.scram_credentials.get(&(user.to_string(), mechanism)).cloned();
-        let answer = sasl.authenticate(&request.auth_bytes, &credentials, Instant::now());
+        let answer = sasl.authenticate(&request.auth_bytes, &credentials, &broker.passwords, Instant::now());
         self.close_after_response |= answer.close;
         if let Some(result) = answer.progress.label() {
             broker.metrics.authentications.with_label_values(&[&self.listener, result]).inc();
