@@ -224,16 +224,23 @@ impl Fetcher {
         // Topics in the order their first partition comes in `set` (rotated by the caller).
         let mut topics: Vec<(Arc<str>, Vec<FetchPartition>)> = Vec::new();
         let mut topic_at: HashMap<Arc<str>, usize> = HashMap::new();
+        // What each partition was fetched at: its answer is applied only if the partition is
+        // still there (Kafka's `AbstractFetcherThread` checks the fetch offset is unchanged), so
+        // an answer of a leader it no longer follows, or one from before a truncation, is
+        // dropped. Also the lookup of the answers' partitions.
+        let mut sent: HashMap<PartitionKey, (&Arc<Partition>, FetchedAt)> = HashMap::with_capacity(set.len());
         for p in set {
             let at = *topic_at.entry(p.topic().clone()).or_insert_with(|| {
                 topics.push((p.topic().clone(), Vec::new()));
                 topics.len() - 1
             });
+            let fetched_at = FetchedAt { offset: p.log_end_offset(), leader_epoch: p.leader_epoch() };
+            sent.insert((p.topic().clone(), p.index()), (p, fetched_at));
             topics[at].1.push(
                 FetchPartition::default()
                     .with_partition(p.index() as i32)
-                    .with_current_leader_epoch(p.leader_epoch())
-                    .with_fetch_offset(p.log_end_offset())
+                    .with_current_leader_epoch(fetched_at.leader_epoch)
+                    .with_fetch_offset(fetched_at.offset)
                     .with_last_fetched_epoch(p.latest_epoch().unwrap_or(-1))
                     .with_log_start_offset(p.log_start_offset())
                     .with_partition_max_bytes(PARTITION_MAX_BYTES),
@@ -270,7 +277,12 @@ impl Fetcher {
         for topic in response.responses {
             for data in topic.partitions {
                 let key: PartitionKey = (Arc::from(&*topic.topic.0), data.partition_index.max(0) as u32);
-                let Some(partition) = set.iter().find(|p| p.topic() == &key.0 && p.index() == key.1) else { continue };
+                let Some(&(partition, fetched_at)) = sent.get(&key) else { continue };
+                let now = FetchedAt { offset: partition.log_end_offset(), leader_epoch: partition.leader_epoch() };
+                if now != fetched_at {
+                    tracing::debug!(leader = self.leader, topic = %key.0, partition = key.1, ?fetched_at, ?now, "dropping the answer of a fetch the partition has moved past");
+                    continue;
+                }
                 let outcome = self.apply(partition, data);
                 match outcome {
                     Ok(_) => {}
@@ -284,7 +296,8 @@ impl Fetcher {
         Ok(())
     }
 
-    /// Applies one partition's answer; `Ok(true)` if records were appended.
+    /// Applies one partition's answer (fetched at what it still is); `Ok(true)` if records were
+    /// appended.
     fn apply(
         &self,
         partition: &Partition,
@@ -313,4 +326,12 @@ impl Fetcher {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// A follower partition's position when it was fetched: its log end (the fetch offset) and the
+/// leader epoch it followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FetchedAt {
+    offset: i64,
+    leader_epoch: i32,
 }
