@@ -810,6 +810,7 @@ fn an_empty_consumer_group_goes_with_its_last_expired_offset_and_its_id_starts_a
     await_balanced(&ledger, "short-lived", 2, &["first"]);
     let mut conn = coordinator_conn(&node, "fleeting");
     assert_eq!(listed(&mut conn, "fleeting").map(|(kind, _)| kind).as_deref(), Some("consumer"));
+    assert_eq!(delete_group(&mut conn, "fleeting"), 68, "NON_EMPTY_GROUP while it has a member");
     let first = first.stop();
     let mut position = rdkafka::TopicPartitionList::new();
     position.add_partition_offset("short-lived", 0, rdkafka::Offset::Offset(0)).expect("add");
@@ -820,6 +821,7 @@ fn an_empty_consumer_group_goes_with_its_last_expired_offset_and_its_id_starts_a
     assert!(gone, "the Empty consumer group is never deleted: {:?}", listed(&mut conn, "fleeting"));
     assert!(committed_offsets(&mut conn, "fleeting").is_empty(), "its offsets went with it");
     assert_eq!(describe(&mut conn, "fleeting").error_code, 69, "GROUP_ID_NOT_FOUND once deleted");
+    assert_eq!(delete_group(&mut conn, "fleeting"), 69, "DeleteGroups: GROUP_ID_NOT_FOUND too");
 
     let again = member(&node, &ledger, "again", &[("group.id", "fleeting")]);
     again.subscribe(&["short-lived"]).expect("subscribe");
@@ -828,4 +830,14 @@ fn an_empty_consumer_group_goes_with_its_last_expired_offset_and_its_id_starts_a
     let epoch = describe(&mut conn, "fleeting").group_epoch;
     assert!(epoch == 1 && left_at >= 1, "a new group starts at epoch 1 (the old one was at {left_at}): {epoch}");
     drop(again.stop());
+}
+
+/// DeleteGroups v2 of one group: its error code.
+fn delete_group(conn: &mut RawConn, group: &str) -> i16 {
+    let response = conn.call(
+        2,
+        &kafka_protocol::messages::DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+    );
+    response.results[0].error_code
 }

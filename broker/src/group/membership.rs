@@ -1130,8 +1130,10 @@ impl Membership {
         })
     }
 
-    /// DeleteGroups: only an Empty group can go (NON_EMPTY_GROUP otherwise);
-    /// GROUP_ID_NOT_FOUND for one this node does not know.
+    /// Drops an Empty classic group from memory (a consumer-protocol member converting it);
+    /// GROUP_ID_NOT_FOUND for one this node does not know, NON_EMPTY_GROUP for one with
+    /// members. DeleteGroups goes through `GroupCoordinator::delete_group` instead (it also
+    /// writes the tombstones under the lock).
     pub fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
         let mut groups = self.lock();
         let group = groups.groups.get_mut(group_id).ok_or(ResponseError::GroupIdNotFound)?;

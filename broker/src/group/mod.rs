@@ -314,6 +314,46 @@ impl GroupCoordinator {
     }
 }
 
+/// Why DeleteGroups did not delete a group.
+#[derive(Debug)]
+pub enum GroupDeleteError {
+    /// It has members (NON_EMPTY_GROUP).
+    NotEmpty,
+    /// Neither the memory nor the store knows it (GROUP_ID_NOT_FOUND).
+    NotFound,
+    /// The tombstones could not be written.
+    Store(offsets::OffsetError),
+}
+
+impl GroupCoordinator {
+    /// DeleteGroups of `group_id` (either protocol): refused while it has members; otherwise
+    /// its offsets, metadata and consumer-group records are tombstoned and its memory dropped
+    /// **inside the empty-group gate** (its locks held, as offsets expiry writes), so a member
+    /// that joins meanwhile waits and then starts a new group, instead of having the new
+    /// group's metadata and commits tombstoned behind it (Kafka's `deleteGroups` runs under the
+    /// coordinator shard's lock). Returns what to wait on for the ISR to have the tombstones.
+    /// Blocking (log appends): call it off the async workers.
+    pub fn delete_group(&self, group_id: &str) -> Result<Option<Replicated>, GroupDeleteError> {
+        let known_in_memory = self.consumers.members_of(group_id).is_some()
+            || self.membership.state(group_id).is_some_and(|s| s != membership::GroupState::Dead);
+        let mut written = None;
+        let empty = offsets::EmptyGroupGate::run_if_empty(self, group_id, &mut || {
+            let result = self.offsets.delete_group(group_id);
+            let deleted = result.is_ok();
+            written = Some(result);
+            deleted
+        });
+        if !empty {
+            return Err(GroupDeleteError::NotEmpty);
+        }
+        match written.expect("an empty group's write runs") {
+            Err(e) => Err(GroupDeleteError::Store(e)),
+            Ok((false, _)) if !known_in_memory => Err(GroupDeleteError::NotFound),
+            Ok((_, replicated)) => Ok(replicated),
+        }
+    }
+}
+
 /// Offsets expiry's gate over both group types: a consumer-protocol group with members keeps
 /// its offsets; otherwise the classic membership decides (and holds its lock over the write).
 /// A deleted group is dropped from both.

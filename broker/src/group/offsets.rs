@@ -663,10 +663,11 @@ impl OffsetStore {
 
     /// Deletes a group: tombstones for all its offsets and its metadata. Returns whether the
     /// store knew anything of it, and what to wait on for the ISR to have the tombstones.
-    /// Blocks while the shard loads: call it off the async workers.
+    /// Runs under the group's locks (`GroupCoordinator::delete_group`), so it never waits for a
+    /// load: a shard still loading answers `LoadInProgress`.
     pub fn delete_group(&self, group: &str) -> Result<(bool, Option<Replicated>), OffsetError> {
         let partition = self.partition_of(group);
-        self.with_shard(partition, Cold::Wait, |shard, hosted| {
+        self.with_shard(partition, Cold::Start, |shard, hosted| {
             let Some(records) = group_tombstones(shard, group) else {
                 return Ok((false, None));
             };

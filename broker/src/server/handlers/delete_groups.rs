@@ -1,11 +1,13 @@
 //! DeleteGroups (v0-2): deletes Empty groups (NON_EMPTY_GROUP otherwise) with their committed
-//! offsets and stored metadata; GROUP_ID_NOT_FOUND for a group nobody knows.
+//! offsets and stored metadata, atomically with respect to joins
+//! (`GroupCoordinator::delete_group`); GROUP_ID_NOT_FOUND for a group nobody knows.
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, RequestHeader};
 use kafka_protocol::ResponseError;
 
 use super::join_group::authorize_and_check_coordinator;
+use crate::group::GroupDeleteError;
 use crate::security::acl::Operation;
 use crate::server::{offset_error_code, Broker};
 
@@ -31,26 +33,17 @@ pub async fn handle(
 }
 
 async fn delete(broker: &Broker, group: String) -> Result<(), ResponseError> {
-    let consumer_group = match broker.groups.consumers.members_of(&group) {
-        Some(members) if members > 0 => return Err(ResponseError::NonEmptyGroup),
-        Some(_) => broker.groups.consumers.remove_if_empty(&group),
-        None => false,
-    };
-    let known_in_memory = consumer_group
-        || match broker.groups.membership.delete(&group) {
-            Ok(()) => true,
-            Err(ResponseError::GroupIdNotFound) => false,
-            Err(code) => return Err(code),
-        };
     let groups = broker.groups.clone();
     // Tombstones are appended to a log: off the async workers.
-    let stored = tokio::task::spawn_blocking(move || groups.offsets.delete_group(&group))
+    let deleted = tokio::task::spawn_blocking(move || groups.delete_group(&group))
         .await
         .map_err(|_| ResponseError::UnknownServerError)?;
-    let (known_in_store, replicated) = stored.map_err(|e| offset_error_code(&e))?;
-    if !known_in_memory && !known_in_store {
-        return Err(ResponseError::GroupIdNotFound);
-    }
+    let replicated = match deleted {
+        Ok(replicated) => replicated,
+        Err(GroupDeleteError::NotEmpty) => return Err(ResponseError::NonEmptyGroup),
+        Err(GroupDeleteError::NotFound) => return Err(ResponseError::GroupIdNotFound),
+        Err(GroupDeleteError::Store(e)) => return Err(offset_error_code(&e)),
+    };
     // Answered once the ISR has the tombstones (a leader lost before would bring the offsets
     // back), as Kafka answers DeleteGroups.
     if let Some(replicated) = replicated {
