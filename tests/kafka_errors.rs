@@ -754,7 +754,8 @@ fn keyless_records_on_a_compacted_topic_are_named_in_record_errors() {
 #[test]
 fn topic_configs_are_validated_with_kafka_4_ranges() {
     // Proves CreateTopics refuses values outside Kafka 4's ranges with INVALID_CONFIG and
-    // Kafka's message, and accepts the floor values themselves.
+    // Kafka's message, and accepts the floor values themselves (and Kafka 4's jitter, delete
+    // delay, codec levels and preallocate=false, refused as unknown before).
     let node = Runnel::start(&[]);
     let mut conn = Conn::open(&node);
     for (name, value, message) in [
@@ -769,6 +770,16 @@ fn topic_configs_are_validated_with_kafka_4_ranges() {
             "message.timestamp.after.max.ms",
             "-1",
             "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0",
+        ),
+        (
+            "compression.gzip.level",
+            "10",
+            "Invalid value 10 for configuration compression.gzip.level: Value must be -1 or between 1 and 9",
+        ),
+        (
+            "preallocate",
+            "true",
+            "Invalid value true for configuration preallocate: Runnel does not preallocate segment files; only false is accepted",
         ),
     ] {
         let request =
@@ -787,7 +798,19 @@ fn topic_configs_are_validated_with_kafka_4_ranges() {
         &mut conn,
         "floors",
         1,
-        &[("segment.bytes", "1048576"), ("segment.index.bytes", "4"), ("segment.ms", "1"), ("cleanup.policy", "")],
+        &[
+            ("segment.bytes", "1048576"),
+            ("segment.index.bytes", "4"),
+            ("segment.ms", "1"),
+            ("cleanup.policy", ""),
+            // Kafka 4's other topic configs (a copy of a Kafka topic's configs carries them).
+            ("segment.jitter.ms", "0"),
+            ("file.delete.delay.ms", "0"),
+            ("compression.gzip.level", "1"),
+            ("compression.zstd.level", "-131072"),
+            ("compression.lz4.level", "9"),
+            ("preallocate", "false"),
+        ],
     );
 }
 

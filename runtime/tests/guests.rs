@@ -233,7 +233,8 @@ fn spin_hits_the_deadline_and_poisons_the_instance() {
     let elapsed = started.elapsed();
     assert_eq!(error, GuestError::Deadline { timeout });
     assert!(elapsed >= timeout, "stopped early: {elapsed:?}");
-    assert!(elapsed < timeout + Duration::from_secs(1), "stopped late: {elapsed:?}");
+    // Slack for a loaded CI machine; a guest the deadline missed would run for an hour.
+    assert!(elapsed < timeout + Duration::from_secs(5), "stopped late: {elapsed:?}");
     eprintln!("spin stopped after {elapsed:?} (deadline {timeout:?})");
     match instance.process(&small_batch()) {
         Err(GuestError::Trap(message)) => assert!(message.contains("poisoned"), "{message}"),
@@ -263,7 +264,8 @@ fn sleep_hits_the_deadline_instead_of_blocking_in_the_host() {
     });
     let (result, elapsed) = rx.recv_timeout(Duration::from_secs(30)).expect("the sleeping guest was not stopped");
     assert_eq!(result.unwrap_err(), GuestError::Deadline { timeout });
-    assert!(elapsed < timeout + Duration::from_secs(1), "stopped late: {elapsed:?}");
+    // Slack for a loaded CI machine; a guest the deadline missed would run for an hour.
+    assert!(elapsed < timeout + Duration::from_secs(5), "stopped late: {elapsed:?}");
     eprintln!("sleep stopped after {elapsed:?} (deadline {timeout:?})");
 }
 

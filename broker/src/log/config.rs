@@ -4,6 +4,14 @@ use std::collections::BTreeMap;
 
 use super::batch::{Compression, TimestampType};
 
+/// Kafka's `compression.gzip.level` default: the codec's own (6).
+pub const GZIP_DEFAULT_LEVEL: i32 = -1;
+/// Kafka's `compression.zstd.level` default and floor (zstd's negative fast levels).
+pub const ZSTD_DEFAULT_LEVEL: i32 = 3;
+const ZSTD_MIN_LEVEL: i32 = -131_072;
+/// Kafka's `compression.lz4.level` default, the only one Runnel accepts.
+const LZ4_DEFAULT_LEVEL: i32 = 9;
+
 /// `cleanup.policy`: delete old segments, compact by key, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CleanupPolicy {
@@ -81,6 +89,10 @@ pub enum InvalidReason {
     /// Kafka's BOOLEAN type: `true` or `false`, any case, surrounding spaces ignored.
     #[error("Expected value to be either true or false")]
     NotABoolean,
+    /// Refused for a reason of its own: a range with a hole, or a valid Kafka value of
+    /// something Runnel does not do (accepting it would pretend).
+    #[error("{why}")]
+    Refused { why: &'static str },
 }
 
 /// `min.cleanable.dirty.ratio`, a fraction in [0, 1] (Kafka's DOUBLE), compared by value.
@@ -136,6 +148,20 @@ pub struct LogConfig {
     /// `unclean.leader.election.enable`: whether the controller may elect a replica outside the
     /// ISR when no ISR member is live (losing what only the ISR had).
     pub unclean_leader_election_enable: bool,
+    /// `segment.jitter.ms`: up to this much is taken off `segment.ms` for each segment (a
+    /// different amount per partition and segment), so partitions created together do not all
+    /// roll at once.
+    pub segment_jitter_ms: i64,
+    /// `file.delete.delay.ms`: Kafka renames a deleted segment and unlinks it this much later,
+    /// for readers still in it. Runnel unlinks at once: a reader holds the open file, which
+    /// stays readable until it lets go (POSIX), so any delay is met. Kept to be described and
+    /// copied like Kafka's.
+    pub file_delete_delay_ms: i64,
+    /// `compression.gzip.level`: the level a topic with `compression.type=gzip` recompresses
+    /// at (-1: the codec's default, 6).
+    pub compression_gzip_level: i32,
+    /// `compression.zstd.level`: the same for `compression.type=zstd` (default 3).
+    pub compression_zstd_level: i32,
 }
 
 impl Default for LogConfig {
@@ -162,16 +188,24 @@ impl Default for LogConfig {
             compression_type: TopicCompression::Producer,
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
+            segment_jitter_ms: 0,
+            file_delete_delay_ms: 60_000,
+            compression_gzip_level: GZIP_DEFAULT_LEVEL,
+            compression_zstd_level: ZSTD_DEFAULT_LEVEL,
         }
     }
 }
 
 impl LogConfig {
     /// Names of every config this struct understands, in Kafka's spelling.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 26] = [
         "cleanup.policy",
+        "compression.gzip.level",
+        "compression.lz4.level",
         "compression.type",
+        "compression.zstd.level",
         "delete.retention.ms",
+        "file.delete.delay.ms",
         "flush.messages",
         "flush.ms",
         "index.interval.bytes",
@@ -183,10 +217,12 @@ impl LogConfig {
         "min.cleanable.dirty.ratio",
         "min.compaction.lag.ms",
         "min.insync.replicas",
+        "preallocate",
         "retention.bytes",
         "retention.ms",
         "segment.bytes",
         "segment.index.bytes",
+        "segment.jitter.ms",
         "segment.ms",
         "unclean.leader.election.enable",
     ];
@@ -209,6 +245,19 @@ impl LogConfig {
                 v if v.eq_ignore_ascii_case("false") => Ok(false),
                 _ => Err(invalid(InvalidReason::NotABoolean)),
             }
+        };
+        let signed_int = || -> Result<i32, ConfigError> {
+            value.trim().parse().map_err(|_| invalid(InvalidReason::NotANumber { kind: "INT" }))
+        };
+        let between = |min: i32, max: i32| -> Result<i32, ConfigError> {
+            let v = signed_int()?;
+            if v < min {
+                return Err(invalid(InvalidReason::AtLeast { min: min as i64 }));
+            }
+            if v > max {
+                return Err(invalid(InvalidReason::NoMoreThan { max: max as i64 }));
+            }
+            Ok(v)
         };
         let int = |min: i32| -> Result<u32, ConfigError> {
             let v: i32 = value.trim().parse().map_err(|_| invalid(InvalidReason::NotANumber { kind: "INT" }))?;
@@ -280,6 +329,32 @@ impl LogConfig {
             }
             "min.insync.replicas" => self.min_insync_replicas = int(1)?,
             "unclean.leader.election.enable" => self.unclean_leader_election_enable = boolean()?,
+            "segment.jitter.ms" => self.segment_jitter_ms = long(Some(0))?,
+            "file.delete.delay.ms" => self.file_delete_delay_ms = long(Some(0))?,
+            // Kafka's ranges (`GzipCompression.LevelValidator`, `ZstdCompression.MIN_LEVEL..MAX_LEVEL`).
+            "compression.gzip.level" => {
+                let level = signed_int()?;
+                if level != GZIP_DEFAULT_LEVEL && !(1..=9).contains(&level) {
+                    return Err(invalid(InvalidReason::Refused { why: "Value must be -1 or between 1 and 9" }));
+                }
+                self.compression_gzip_level = level;
+            }
+            "compression.zstd.level" => self.compression_zstd_level = between(ZSTD_MIN_LEVEL, 22)?,
+            // Runnel's lz4 encoder has one level: only Kafka's default is accepted.
+            "compression.lz4.level" => {
+                if between(1, 17)? != LZ4_DEFAULT_LEVEL {
+                    return Err(invalid(InvalidReason::Refused {
+                        why: "Runnel compresses lz4 at one level (lz4's fast mode); only the default 9 is accepted",
+                    }));
+                }
+            }
+            "preallocate" => {
+                if boolean()? {
+                    return Err(invalid(InvalidReason::Refused {
+                        why: "Runnel does not preallocate segment files; only false is accepted",
+                    }));
+                }
+            }
             _ => return Err(ConfigError::Unknown { name: name.to_string() }),
         }
         Ok(())
@@ -331,6 +406,12 @@ impl LogConfig {
                 TopicCompression::Codec(c) => c.name().to_string(),
             },
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "segment.jitter.ms" => self.segment_jitter_ms.to_string(),
+            "file.delete.delay.ms" => self.file_delete_delay_ms.to_string(),
+            "compression.gzip.level" => self.compression_gzip_level.to_string(),
+            "compression.zstd.level" => self.compression_zstd_level.to_string(),
+            "compression.lz4.level" => LZ4_DEFAULT_LEVEL.to_string(),
+            "preallocate" => "false".to_string(),
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             _ => return None,
         })
@@ -416,6 +497,15 @@ mod tests {
             ("unclean.leader.election.enable", "TRUE"),
             ("unclean.leader.election.enable", " false "),
             ("unclean.leader.election.enable", "True"),
+            ("segment.jitter.ms", "0"),
+            ("file.delete.delay.ms", "0"),
+            ("compression.gzip.level", "-1"),
+            ("compression.gzip.level", "1"),
+            ("compression.gzip.level", "9"),
+            ("compression.zstd.level", "-131072"),
+            ("compression.zstd.level", "22"),
+            ("compression.lz4.level", "9"),
+            ("preallocate", "false"),
         ];
         for (name, value) in accepted {
             config.set(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
@@ -444,6 +534,16 @@ mod tests {
             ("unclean.leader.election.enable", "yes", "Expected value to be either true or false"),
             ("unclean.leader.election.enable", "1", "Expected value to be either true or false"),
             ("unclean.leader.election.enable", "", "Expected value to be either true or false"),
+            ("segment.jitter.ms", "-1", "Value must be at least 0"),
+            ("file.delete.delay.ms", "-1", "Value must be at least 0"),
+            ("compression.gzip.level", "0", "Value must be -1 or between 1 and 9"),
+            ("compression.gzip.level", "10", "Value must be -1 or between 1 and 9"),
+            ("compression.zstd.level", "23", "Value must be no more than 22"),
+            ("compression.zstd.level", "-131073", "Value must be at least -131072"),
+            ("compression.lz4.level", "18", "Value must be no more than 17"),
+            // Valid in Kafka, but not something Runnel does: refused rather than pretended.
+            ("compression.lz4.level", "12", "Runnel compresses lz4 at one level"),
+            ("preallocate", "true", "Runnel does not preallocate segment files"),
         ];
         for (name, value, reason) in refused {
             let err = config.set(name, value).unwrap_err().to_string();

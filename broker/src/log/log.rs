@@ -968,9 +968,25 @@ impl Log {
             self.config.segment_ms
         };
         active.size() + header.size() as u64 > self.config.segment_bytes as u64
-            // Strictly more than segment.ms, as Kafka's `LogSegment.shouldRoll` (no jitter).
-            || active.time_waited_for_roll(now, header.max_timestamp) > segment_ms
+            // Strictly more than segment.ms less the segment's jitter, as Kafka's
+            // `LogSegment.shouldRoll`.
+            || active.time_waited_for_roll(now, header.max_timestamp) > segment_ms - self.roll_jitter_ms(active.base_offset())
             || active.indexes_full()
+    }
+
+    /// What `segment.jitter.ms` takes off `segment.ms` for the segment at `base_offset`: in
+    /// `[0, min(segment.jitter.ms, segment.ms))`, drawn from the log's directory and the base
+    /// offset (Kafka draws at random when it creates the segment), so partitions created
+    /// together roll at different times, and the same segment keeps its jitter across restarts.
+    fn roll_jitter_ms(&self, base_offset: i64) -> i64 {
+        let bound = self.config.segment_jitter_ms.min(self.config.segment_ms);
+        if bound <= 0 {
+            return 0;
+        }
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.dir, base_offset).hash(&mut hasher);
+        (hasher.finish() % bound as u64) as i64
     }
 
     fn after_append(&mut self, record_count: i64) -> Result<(), LogError> {

@@ -139,6 +139,33 @@ fn segment_ms_rolls_by_batch_timestamps_as_kafka_does() {
 }
 
 #[test]
+fn segment_jitter_ms_rolls_each_partition_somewhat_earlier() {
+    // Proves segment.jitter.ms as Kafka applies it: a segment rolls once its wait is more than
+    // segment.ms less its jitter, a jitter in [0, min(segment.jitter.ms, segment.ms)) that
+    // differs between partitions (so partitions created together do not roll together).
+    // Before, the config was refused as unknown.
+    let clock = ManualClock::new(T0 + 1_000_000);
+    let config = LogConfig { segment_ms: 1000, segment_jitter_ms: 800, ..LogConfig::default() };
+    let mut jitters = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), config.clone(), &clock);
+        let jitter = log.roll_jitter_ms(0);
+        assert!((0..800).contains(&jitter), "{jitter}");
+        jitters.insert(jitter);
+        log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
+        log.append_as_leader(&value_batch(1, 10, T0 + 1000 - jitter), 0, AppendOrigin::Client).unwrap();
+        assert_eq!(log.segment_count(), 1, "jitter {jitter}");
+        log.append_as_leader(&value_batch(1, 10, T0 + 1000 - jitter + 1), 0, AppendOrigin::Client).unwrap();
+        assert_eq!(log.segment_base_offsets(), vec![0, 2], "jitter {jitter}");
+    }
+    assert!(jitters.len() > 1, "every partition would roll at the same moment: {jitters:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), LogConfig { segment_ms: 1000, ..LogConfig::default() }, &clock);
+    assert_eq!(log.roll_jitter_ms(0), 0, "no jitter by default");
+}
+
+#[test]
 fn old_timestamps_do_not_roll_every_append() {
     // Regression: rolling by wall clock against old batch timestamps made one segment per batch.
     let dir = tempfile::tempdir().unwrap();

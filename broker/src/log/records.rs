@@ -661,10 +661,20 @@ pub fn decompress(codec: Compression, data: &[u8], limit: usize) -> Result<Bytes
 /// blocks without checksums (what Kafka's `KafkaLZ4BlockInputStream` reads), zstd at level 3.
 /// `Compression::None` copies `data`.
 pub fn compress(codec: Compression, data: &[u8]) -> Result<Bytes, BatchError> {
+    compress_at(codec, None, data)
+}
+
+/// [`compress`] at `level` (a topic's `compression.gzip.level` / `compression.zstd.level`):
+/// gzip takes 1..=9 (anything else: its default), zstd its own range; the other codecs have
+/// one level.
+pub fn compress_at(codec: Compression, level: Option<i32>, data: &[u8]) -> Result<Bytes, BatchError> {
     let out = match codec {
         Compression::None => data.to_vec(),
         Compression::Gzip => {
-            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = level
+                .filter(|l| (1..=9).contains(l))
+                .map_or(flate2::Compression::default(), |l| flate2::Compression::new(l as u32));
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), level);
             encoder.write_all(data).map_err(|e| compression_error(codec, e))?;
             encoder.finish().map_err(|e| compression_error(codec, e))?
         }
@@ -676,7 +686,11 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Bytes, BatchError> {
             encoder.write_all(data).map_err(|e| compression_error(codec, e))?;
             encoder.finish().map_err(|e| compression_error(codec, e))?
         }
-        Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL).map_err(|e| compression_error(codec, e))?,
+        Compression::Zstd => {
+            let level =
+                level.map_or(ZSTD_LEVEL, |l| l.clamp(zstd::zstd_safe::min_c_level(), zstd::zstd_safe::max_c_level()));
+            zstd::bulk::compress(data, level).map_err(|e| compression_error(codec, e))?
+        }
     };
     Ok(Bytes::from(out))
 }
@@ -774,7 +788,7 @@ fn xerial_compress(data: &[u8]) -> Result<Vec<u8>, BatchError> {
 /// copied: the common case stays zero-copy). Batches that do not parse are left as they are,
 /// for the log's validation to refuse with its own error; a batch whose records do not decode
 /// fails here with that error.
-pub fn recompress(records: &Bytes, target: Compression) -> Result<Option<Bytes>, BatchError> {
+pub fn recompress(records: &Bytes, target: Compression, level: Option<i32>) -> Result<Option<Bytes>, BatchError> {
     // Decided from the headers alone (no CRC pass: the log checks every batch's CRC anyway).
     let needs = |bytes: &[u8]| {
         BatchHeader::read(bytes).is_ok_and(|h| {
@@ -789,7 +803,7 @@ pub fn recompress(records: &Bytes, target: Compression) -> Result<Option<Bytes>,
         // Only a batch to rebuild is checked here; one whose CRC fails is kept as it came, for
         // the log to refuse.
         match Some(&bytes).filter(|b| needs(b)).map(|b| RecordBatch::parse(b.clone())) {
-            Some(Ok(batch)) => out.extend_from_slice(rebuilt(&batch, target)?.bytes()),
+            Some(Ok(batch)) => out.extend_from_slice(rebuilt(&batch, target, level)?.bytes()),
             _ => out.extend_from_slice(&bytes),
         }
     }
@@ -813,9 +827,10 @@ fn raw_batches(records: &Bytes) -> impl Iterator<Item = Bytes> {
 }
 
 /// `batch` with its records encoded again under `target`; see [`recompress`].
-fn rebuilt(batch: &RecordBatch, target: Compression) -> Result<RecordBatch, BatchError> {
+fn rebuilt(batch: &RecordBatch, target: Compression, level: Option<i32>) -> Result<RecordBatch, BatchError> {
     let header = batch.header();
     let mut builder = BatchBuilder::new(target)
+        .level(level)
         .base_offset(header.base_offset)
         .partition_leader_epoch(header.partition_leader_epoch)
         .producer(header.producer_id, header.producer_epoch, header.base_sequence)
@@ -855,6 +870,8 @@ pub fn record_size_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&
 #[derive(Debug, Clone)]
 pub struct BatchBuilder {
     compression: Compression,
+    /// The codec's level ([`compress_at`]); `None`: its default.
+    level: Option<i32>,
     attributes: Attributes,
     base_offset: i64,
     partition_leader_epoch: i32,
@@ -881,6 +898,7 @@ impl BatchBuilder {
     pub fn new(compression: Compression) -> Self {
         BatchBuilder {
             compression,
+            level: None,
             attributes: Attributes::new(compression, TimestampType::CreateTime),
             base_offset: 0,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
@@ -896,6 +914,12 @@ impl BatchBuilder {
             empty_timestamp: None,
             error: None,
         }
+    }
+
+    /// Compresses at `level` ([`compress_at`]).
+    pub fn level(mut self, level: Option<i32>) -> Self {
+        self.level = level;
+        self
     }
 
     pub fn base_offset(mut self, base_offset: i64) -> Self {
@@ -1028,7 +1052,7 @@ impl BatchBuilder {
 
         let mut buf = self.buf;
         if self.compression != Compression::None && record_count > 0 {
-            let compressed = compress(self.compression, &buf[HEADER_SIZE..])?;
+            let compressed = compress_at(self.compression, self.level, &buf[HEADER_SIZE..])?;
             buf.truncate(HEADER_SIZE);
             buf.extend_from_slice(&compressed);
         }
@@ -1584,6 +1608,29 @@ mod tests {
             let error = decompress(Compression::Snappy, bad, MAX_DECOMPRESSED_BYTES).unwrap_err();
             assert!(matches!(error, BatchError::Decompression { .. }));
         }
+    }
+
+    #[test]
+    fn a_topics_compression_level_changes_the_bytes_not_the_records() {
+        // Proves compression.gzip.level / compression.zstd.level reach the codec: on the same
+        // compressible data the highest level writes fewer bytes than the lowest, and both read
+        // back as the data; a level out of a codec's range falls back to a valid one.
+        let data: Vec<u8> = (0..200_000u32).map(|i| ((i * 7919) % 251) as u8 ^ (i / 1000) as u8).collect();
+        for (codec, low, high) in [(Compression::Gzip, 1, 9), (Compression::Zstd, -5, 19)] {
+            let fast = compress_at(codec, Some(low), &data).unwrap();
+            let small = compress_at(codec, Some(high), &data).unwrap();
+            assert!(
+                small.len() < fast.len(),
+                "{codec:?}: level {high} {} bytes, level {low} {}",
+                small.len(),
+                fast.len()
+            );
+            for compressed in [fast, small] {
+                assert_eq!(decompress(codec, &compressed, data.len()).unwrap(), data);
+            }
+        }
+        let odd = compress_at(Compression::Gzip, Some(22), &data).unwrap();
+        assert_eq!(decompress(Compression::Gzip, &odd, data.len()).unwrap(), data);
     }
 
     #[test]

@@ -220,10 +220,23 @@ pub struct Partition {
     /// The topic's `compression.type` as a codec id, or [`KEEP_PRODUCER_CODEC`]: read by
     /// producers' appends outside the log lock, where they recompress.
     recompress_to: AtomicU8,
+    /// The level of that codec (`compression.gzip.level` / `compression.zstd.level`), stored
+    /// with it; a batch racing a config change may take the old level, never an invalid one
+    /// (`records::compress_at` clamps per codec).
+    recompress_level: std::sync::atomic::AtomicI32,
 }
 
 /// `recompress_to` for `compression.type=producer`.
 const KEEP_PRODUCER_CODEC: u8 = u8::MAX;
+
+/// The level `config` asks its recompressing codec for.
+fn level_of(config: &LogConfig) -> i32 {
+    match config.compression_type {
+        TopicCompression::Codec(Compression::Gzip) => config.compression_gzip_level,
+        TopicCompression::Codec(Compression::Zstd) => config.compression_zstd_level,
+        _ => 0,
+    }
+}
 
 fn codec_of(compression: TopicCompression) -> u8 {
     match compression {
@@ -251,6 +264,7 @@ impl Partition {
     ) -> Result<Partition, PartitionError> {
         check_partition_metadata(dir, topic_id)?;
         let recompress_to = AtomicU8::new(codec_of(config.compression_type));
+        let recompress_level = std::sync::atomic::AtomicI32::new(level_of(&config));
         let log = Log::open(dir, config, context)?;
         write_partition_metadata(dir, topic_id)?;
         let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
@@ -287,6 +301,7 @@ impl Partition {
             progress: watch::channel(0).0,
             storage_failing: AtomicBool::new(false),
             recompress_to,
+            recompress_level,
         })
     }
 
@@ -591,6 +606,7 @@ impl Partition {
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
         if log.config() != &config {
+            self.recompress_level.store(level_of(&config), Ordering::Relaxed);
             self.recompress_to.store(codec_of(config.compression_type), Ordering::Relaxed);
             log.set_config(config);
         }
@@ -691,7 +707,9 @@ impl Partition {
         let Some(target) = Compression::from_id(id).filter(|_| origin == AppendOrigin::Client) else {
             return Ok(None);
         };
-        crate::log::records::recompress(records, target).map_err(|e| PartitionError::Log(LogError::CorruptBatch(e)))
+        let level = Some(self.recompress_level.load(Ordering::Relaxed));
+        crate::log::records::recompress(records, target, level)
+            .map_err(|e| PartitionError::Log(LogError::CorruptBatch(e)))
     }
 
     /// acks=all: waits until the high watermark reaches `required_offset` (one past the

@@ -57,7 +57,7 @@ const fn info(
 }
 
 /// Every topic config of [`LogConfig::NAMES`], in the same order.
-pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 20] = [
+pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 26] = [
     info(
         "cleanup.policy",
         "log.cleanup.policy",
@@ -65,16 +65,35 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 20] = [
         "Retention policy of old segments: delete, compact or both.",
     ),
     info(
+        "compression.gzip.level",
+        "compression.gzip.level",
+        ConfigType::Int,
+        "Level a gzip topic recompresses at; -1 for the codec's default.",
+    ),
+    info(
+        "compression.lz4.level",
+        "compression.lz4.level",
+        ConfigType::Int,
+        "Level an lz4 topic recompresses at (Runnel has one lz4 level: 9 only).",
+    ),
+    info(
         "compression.type",
         "compression.type",
         ConfigType::String,
         "Final compression of the topic's batches; 'producer' keeps the producer's codec.",
     ),
+    info("compression.zstd.level", "compression.zstd.level", ConfigType::Int, "Level a zstd topic recompresses at."),
     info(
         "delete.retention.ms",
         "log.cleaner.delete.retention.ms",
         ConfigType::Long,
         "How long tombstones are kept in a compacted topic.",
+    ),
+    info(
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        ConfigType::Long,
+        "Kafka's delay before a deleted segment's files go; Runnel unlinks at once (open readers keep reading).",
     ),
     info(
         "flush.messages",
@@ -133,6 +152,12 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 20] = [
         "Minimum in-sync replicas for an acks=all produce to succeed.",
     ),
     info(
+        "preallocate",
+        "log.preallocate",
+        ConfigType::Boolean,
+        "Whether segment files are preallocated (never in Runnel).",
+    ),
+    info(
         "retention.bytes",
         "log.retention.bytes",
         ConfigType::Long,
@@ -150,6 +175,12 @@ pub(crate) const TOPIC_CONFIGS: [TopicConfigInfo; 20] = [
         "log.index.size.max.bytes",
         ConfigType::Int,
         "Size of a segment's offset and time index files.",
+    ),
+    info(
+        "segment.jitter.ms",
+        "log.roll.jitter.ms",
+        ConfigType::Long,
+        "Up to this much is taken off segment.ms per segment, so partitions do not all roll at once.",
     ),
     info("segment.ms", "log.roll.ms", ConfigType::Long, "Age after which a segment is rolled even if not full."),
     info(
