@@ -1061,6 +1061,13 @@ fn with_two_of_three_replicas_down_and_the_quorum_intact_writes_get_not_enough_r
         last.0 == 0
     });
     assert!(wrote, "node 3 leads and takes acks=all writes: last answer {last:?}");
+    // acks=all waited for the whole ISR: the leader sent the batch to followers' fetches and
+    // each follower appended it, which Kafka's ReplicationBytesOut/InPerSec count.
+    let replicated = support::wait_until(DEADLINE, || {
+        node_metric(cluster.node(3), "kafka_server_brokertopicmetrics_replication_bytes_out_total") > 0.0
+            && node_metric(cluster.node(4), "kafka_server_brokertopicmetrics_replication_bytes_in_total") > 0.0
+    });
+    assert!(replicated, "replication bytes are counted on the leader and a follower");
 
     cluster.kill9(4);
     cluster.kill9(5);

@@ -46,6 +46,10 @@ pub struct Metrics {
     bytes_in_all: IntCounter,
     messages_in_all: IntCounter,
     bytes_out_all: IntCounter,
+    /// Record bytes a leader sent to followers' fetches (Kafka's ReplicationBytesOutPerSec).
+    pub replication_bytes_out: IntCounter,
+    /// Record bytes this node appended as a follower (Kafka's ReplicationBytesInPerSec).
+    pub replication_bytes_in: IntCounter,
     topics: Mutex<HashMap<String, TopicCounters>>,
     kafka_requests: IntCounterVec,
     kafka_request_seconds: HistogramVec,
@@ -347,6 +351,16 @@ impl Metrics {
                 "Records in, all topics",
             ),
             bytes_out_all: counter(&r, "kafka_server_brokertopicmetrics_all_bytes_out_total", "Bytes out, all topics"),
+            replication_bytes_out: counter(
+                &r,
+                "kafka_server_brokertopicmetrics_replication_bytes_out_total",
+                "Record bytes sent to followers' fetches, all topics",
+            ),
+            replication_bytes_in: counter(
+                &r,
+                "kafka_server_brokertopicmetrics_replication_bytes_in_total",
+                "Record bytes appended as a follower, all topics",
+            ),
             topics: Mutex::new(HashMap::new()),
             kafka_requests: counter_vec(
                 &r,

@@ -161,8 +161,14 @@ impl Node {
             if inter_broker.protocol.uses_tls() { tls.of(&inter_broker.name) } else { None },
             config.security.inter_broker_sasl.clone(),
         );
-        let fetchers = Arc::new(Fetchers::new(config.node_id, replicas.clone(), controller.clone(), addresses.clone()));
         let metrics = crate::metrics::Metrics::new();
+        let fetchers = Arc::new(Fetchers::new(
+            config.node_id,
+            replicas.clone(),
+            controller.clone(),
+            addresses.clone(),
+            metrics.replication_bytes_in.clone(),
+        ));
         let reconcile: Arc<dyn Fn(&MetadataImage) + Send + Sync> = {
             let partitions = Reconciler::new(replicas.clone(), config.node_id, config.log_defaults.clone());
             let metrics = metrics.clone();

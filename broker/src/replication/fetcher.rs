@@ -50,6 +50,8 @@ pub struct Fetchers {
     addresses: BrokerAddresses,
     runtime: tokio::runtime::Handle,
     tasks: Mutex<HashMap<u64, FetcherTask>>,
+    /// Record bytes appended as a follower (`replication_bytes_in`).
+    bytes_in: prometheus::IntCounter,
 }
 
 struct FetcherTask {
@@ -64,6 +66,7 @@ impl Fetchers {
         replicas: Arc<ReplicaManager>,
         controller: Controller,
         addresses: BrokerAddresses,
+        bytes_in: prometheus::IntCounter,
     ) -> Fetchers {
         Fetchers {
             node_id,
@@ -72,6 +75,7 @@ impl Fetchers {
             addresses,
             runtime: tokio::runtime::Handle::current(),
             tasks: Mutex::new(HashMap::new()),
+            bytes_in,
         }
     }
 
@@ -116,6 +120,7 @@ impl Fetchers {
                         partitions: shared.clone(),
                         controller: self.controller.clone(),
                         addresses: self.addresses.clone(),
+                        bytes_in: self.bytes_in.clone(),
                     };
                     let handle = self.runtime.spawn(fetcher.run());
                     tasks.insert(leader, FetcherTask { partitions: shared, handle });
@@ -138,6 +143,7 @@ struct Fetcher {
     partitions: Arc<Mutex<BTreeMap<PartitionKey, Arc<Partition>>>>,
     controller: Controller,
     addresses: BrokerAddresses,
+    bytes_in: prometheus::IntCounter,
 }
 
 /// Why one fetch round failed as a whole (the connection is dropped and made again).
@@ -321,7 +327,10 @@ impl Fetcher {
         let records = data.records.unwrap_or_else(Bytes::new);
         let appended = !records.is_empty();
         match partition.append_as_follower(&records, data.high_watermark, data.log_start_offset) {
-            Ok(()) => Ok(appended),
+            Ok(()) => {
+                self.bytes_in.inc_by(records.len() as u64);
+                Ok(appended)
+            }
             Err(PartitionError::NotLeaderOrFollower { .. }) => Ok(false),
             Err(e) => Err(e.to_string()),
         }

@@ -189,15 +189,16 @@ fn preferred_read_replica(
         .map(|(replica, _)| replica)
 }
 
-/// Bytes out per topic, for the response that is actually sent to a consumer (a follower's
-/// fetch is replication, not bytes out: Kafka counts it apart).
+/// Bytes out per topic, for the response that is actually sent to a consumer; a follower's
+/// fetch is replication bytes out (Kafka counts it apart).
 fn count_out(broker: &Broker, response: FetchResponse, replica_id: i32) -> FetchResponse {
-    if replica_id >= 0 {
-        return response;
-    }
     for topic in &response.responses {
         let bytes: usize = topic.partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
-        broker.metrics.record_out(&topic.topic.0, bytes as u64);
+        if replica_id >= 0 {
+            broker.metrics.replication_bytes_out.inc_by(bytes as u64);
+        } else {
+            broker.metrics.record_out(&topic.topic.0, bytes as u64);
+        }
     }
     response
 }
