@@ -18,6 +18,12 @@ pub enum RuntimeError {
     WrongWorld(String),
     #[error("cannot compile the component: {0}")]
     Compile(String),
+    #[error(
+        "an instance of this component would need about {estimate} bytes of host memory outside its \
+         memories and tables, more than the {max} allowed ({detail}): declare fewer globals and \
+         functions, or instantiate its modules fewer times"
+    )]
+    InstanceTooLarge { estimate: u64, max: u64, detail: String },
     #[error("precompiled module cache: {0}")]
     Cache(#[source] io::Error),
 }

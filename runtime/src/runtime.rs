@@ -324,6 +324,7 @@ impl Runtime {
             if let Some(component) = self.load_cached(&path) {
                 return Ok((component, sha256, true));
             }
+            crate::footprint::check(bytes, crate::footprint::MAX_INSTANCE_FOOTPRINT_BYTES)?;
             Component::new(&self.inner.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?
         };
         cacheable(&component)?;

@@ -655,3 +655,40 @@ fn a_component_built_against_0_1_0_still_loads_and_runs() {
     let lines = lines.lock().unwrap();
     assert!(lines.iter().any(|(_, l)| l == "v0.1 guest writing to out-a,out-b"), "{lines:?}");
 }
+
+/// A component whose instances would cost the host hundreds of megabytes outside any memory
+/// (a core module declaring 300,000 globals, instantiated 64 times: wasmtime allocates each
+/// instance's globals in its VMContext, which no memory limit counts) is refused at upload with
+/// what to shrink, before it is compiled or cached. Before, nothing bounded it: given a world's
+/// exports it compiled, and every instance a node made of it took about 300 MiB.
+#[test]
+fn a_component_whose_instances_need_huge_host_memory_is_refused_at_upload() {
+    use wasm_encoder::{
+        Component, ConstExpr, GlobalSection, GlobalType, InstanceSection, Module, ModuleSection, ValType,
+    };
+    let mut globals = GlobalSection::new();
+    for _ in 0..300_000 {
+        globals.global(GlobalType { val_type: ValType::I32, mutable: false, shared: false }, &ConstExpr::i32_const(0));
+    }
+    let mut module = Module::new();
+    module.section(&globals);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    let mut instances = InstanceSection::new();
+    for _ in 0..64 {
+        instances.instantiate(0, Vec::<(&str, wasm_encoder::ModuleArg)>::new());
+    }
+    component.section(&instances);
+    let bytes = component.finish();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig::new(dir.path())).unwrap();
+    match runtime.transform(&bytes) {
+        Err(e @ RuntimeError::InstanceTooLarge { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("300000 globals") && message.contains("fewer globals"), "{message}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a component needing ~300 MiB per instance was accepted"),
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was cached");
+}

@@ -1106,6 +1106,9 @@ pub struct ConsumerGroups {
     store: Arc<std::sync::OnceLock<Store>>,
     /// Where downgraded groups go (set once by the coordinator; unit tests run without).
     downgrader: Arc<std::sync::OnceLock<Downgrader>>,
+    /// Ids of groups not in memory whose store write ([`ConsumerGroups::while_empty`]) is
+    /// running: none is created meanwhile (a heartbeat is told to retry).
+    writing: Mutex<std::collections::HashSet<String>>,
 }
 
 fn lock(group: &Mutex<ConsumerGroup>) -> MutexGuard<'_, ConsumerGroup> {
@@ -1120,6 +1123,7 @@ impl ConsumerGroups {
             sweeper_started: AtomicBool::new(false),
             store: Arc::default(),
             downgrader: Arc::default(),
+            writing: Mutex::default(),
         }
     }
 
@@ -1167,6 +1171,10 @@ impl ConsumerGroups {
         let mut groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
         if let Some(group) = groups.get(group_id) {
             return Ok(Some(group.clone()));
+        }
+        if self.writing.lock().unwrap_or_else(|p| p.into_inner()).contains(group_id) {
+            // Its deletion (or expiry) is being written: created after it, not before.
+            return Err(ResponseError::CoordinatorLoadInProgress);
         }
         if groups.len() >= self.config.max_count {
             let vacant = groups.iter().find(|(_, g)| lock(g).members.is_empty()).map(|(id, _)| id.clone());
@@ -1252,6 +1260,9 @@ impl ConsumerGroups {
                     ResponseError::UnknownMemberId,
                     format!("Member {} is not a member of group {}.", request.member_id, request.group_id),
                 ));
+            }
+            Err(ResponseError::CoordinatorLoadInProgress) => {
+                return Begin::Answer(HeartbeatAnswer::error(ResponseError::CoordinatorLoadInProgress, None))
             }
             Err(error) => {
                 return Begin::Answer(HeartbeatAnswer::error(
@@ -1611,9 +1622,28 @@ impl ConsumerGroups {
     /// so no member joins meanwhile); false without running it otherwise. `then` answers `None`
     /// if it did not run its write, or whether the write deleted the group: a deleted group is
     /// marked gone under its lock (a racing heartbeat is told to retry) and then dropped, so
-    /// the next heartbeat of its id starts a new group.
+    /// the next heartbeat of its id starts a new group. For a group not in memory (only in the
+    /// store, or nowhere), its id is held against creation while `then` runs: a heartbeat that
+    /// would create the group meanwhile is told to retry, instead of having its records
+    /// tombstoned behind it.
     pub fn while_empty(&self, group_id: &str, then: &mut dyn FnMut() -> Option<bool>) -> bool {
-        let Some(group) = self.get(group_id) else { return then().is_some() };
+        let group = match self.get(group_id) {
+            Some(group) => group,
+            None => {
+                // Lock order: the map, then `writing` (as `get_or_create` takes them).
+                let groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+                match groups.get(group_id) {
+                    Some(group) => group.clone(),
+                    None => {
+                        self.writing.lock().unwrap_or_else(|p| p.into_inner()).insert(group_id.to_string());
+                        drop(groups);
+                        let outcome = then();
+                        self.writing.lock().unwrap_or_else(|p| p.into_inner()).remove(group_id);
+                        return outcome.is_some();
+                    }
+                }
+            }
+        };
         let mut g = lock(&group);
         if !g.members.is_empty() {
             return false;

@@ -1008,3 +1008,28 @@ fn a_member_the_plan_leaves_out_loses_its_target_in_the_log_too() {
     let b_after = restored.describe("g").unwrap().members.into_iter().find(|m| m.member_id == "b").unwrap();
     assert!(b_after.target_assignment.is_empty(), "restored target {:?}", b_after.target_assignment);
 }
+
+#[test]
+fn a_group_is_not_created_while_the_deletion_of_its_stored_records_is_written() {
+    // Proves the empty-group gate holds an id only the store knows: a joining heartbeat while
+    // the write runs is told COORDINATOR_LOAD_IN_PROGRESS (it retries and creates the group
+    // after), instead of writing records the deletion would tombstone behind it. A group with
+    // a member keeps its write from running.
+    let g = groups();
+    let mut image = MetadataImage::default();
+    topic(&mut image, "t", 1, 1);
+    let now = Instant::now();
+    let mut member = Client::new("m1", &["t"]);
+    let group_id = member.request().group_id.to_string();
+    let mut during = None;
+    assert!(g.while_empty(&group_id, &mut || {
+        during = Some(member.beat(&g, &image, now).error.map(|(code, _)| code));
+        Some(true)
+    }));
+    assert_eq!(during, Some(Some(ResponseError::CoordinatorLoadInProgress)));
+    assert!(g.list().is_empty(), "nothing was created meanwhile: {:?}", g.list());
+    let answer = member.beat(&g, &image, now);
+    assert!(answer.error.is_none(), "after the write it joins: {:?}", answer.error);
+    assert_eq!(g.members_of(&group_id), Some(1));
+    assert!(!g.while_empty(&group_id, &mut || panic!("a group with a member is not written")));
+}

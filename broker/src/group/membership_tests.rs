@@ -349,11 +349,13 @@ fn list_describe_delete() {
     // drops the group.
     use crate::group::offsets::EmptyGroupGate;
     assert!(!m.run_if_empty("g", &mut || panic!("a group with members is not written")));
+    assert_eq!(m.delete("g"), Err(ResponseError::NonEmptyGroup), "a consumer-protocol conversion's drop too");
     assert_eq!(m.leave("g", &[LeavingMember { member_id: a, group_instance_id: None }], t), vec![Ok(())]);
     assert_eq!(m.state("g"), Some(GroupState::Empty));
     assert!(m.run_if_empty("g", &mut || true));
     assert_eq!(m.state("g"), None);
     assert!(m.describe("g").is_none());
+    assert_eq!(m.delete("g"), Err(ResponseError::GroupIdNotFound));
 }
 
 fn with_config(edit: impl FnOnce(&mut GroupConfig)) -> Membership {

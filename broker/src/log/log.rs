@@ -970,16 +970,19 @@ impl Log {
         active.size() + header.size() as u64 > self.config.segment_bytes as u64
             // Strictly more than segment.ms less the segment's jitter, as Kafka's
             // `LogSegment.shouldRoll`.
-            || active.time_waited_for_roll(now, header.max_timestamp) > segment_ms - self.roll_jitter_ms(active.base_offset())
+            || active.time_waited_for_roll(now, header.max_timestamp)
+                > segment_ms - self.roll_jitter_ms(active.base_offset(), segment_ms)
             || active.indexes_full()
     }
 
-    /// What `segment.jitter.ms` takes off `segment.ms` for the segment at `base_offset`: in
-    /// `[0, min(segment.jitter.ms, segment.ms))`, drawn from the log's directory and the base
-    /// offset (Kafka draws at random when it creates the segment), so partitions created
-    /// together roll at different times, and the same segment keeps its jitter across restarts.
-    fn roll_jitter_ms(&self, base_offset: i64) -> i64 {
-        let bound = self.config.segment_jitter_ms.min(self.config.segment_ms);
+    /// What `segment.jitter.ms` takes off the roll age `segment_ms` (`segment.ms`, or less on a
+    /// compacted log) for the segment at `base_offset`: in `[0, min(segment.jitter.ms,
+    /// segment_ms))`, drawn from the log's directory and the base offset (Kafka draws at random
+    /// when it creates the segment), so partitions created together roll at different times,
+    /// and the same segment keeps its jitter across restarts. Bounded by the age actually used,
+    /// so the threshold stays positive (Kafka bounds it by `segment.ms` alone).
+    fn roll_jitter_ms(&self, base_offset: i64, segment_ms: i64) -> i64 {
+        let bound = self.config.segment_jitter_ms.min(segment_ms);
         if bound <= 0 {
             return 0;
         }

@@ -150,7 +150,7 @@ fn segment_jitter_ms_rolls_each_partition_somewhat_earlier() {
     for _ in 0..8 {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), config.clone(), &clock);
-        let jitter = log.roll_jitter_ms(0);
+        let jitter = log.roll_jitter_ms(0, 1000);
         assert!((0..800).contains(&jitter), "{jitter}");
         jitters.insert(jitter);
         log.append_as_leader(&value_batch(1, 10, T0), 0, AppendOrigin::Client).unwrap();
@@ -162,7 +162,7 @@ fn segment_jitter_ms_rolls_each_partition_somewhat_earlier() {
     assert!(jitters.len() > 1, "every partition would roll at the same moment: {jitters:?}");
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), LogConfig { segment_ms: 1000, ..LogConfig::default() }, &clock);
-    assert_eq!(log.roll_jitter_ms(0), 0, "no jitter by default");
+    assert_eq!(log.roll_jitter_ms(0, 1000), 0, "no jitter by default");
 }
 
 #[test]

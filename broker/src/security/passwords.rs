@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use ring::hmac;
 
 use super::constant_time_eq;
-use super::scram::{random_bytes, ScramCredential};
+use super::scram::{random_bytes, ScramCredential, ScramMechanism};
 
 /// Verified passwords remembered at most (the map is emptied when it is full).
 const REMEMBERED_MAX: usize = 4096;
@@ -50,17 +50,20 @@ impl PasswordChecks {
     }
 
     /// Checks `password` against `credentials` (blocking: PBKDF2 unless remembered) and
-    /// remembers a match. No credentials (an unknown user) costs as much as a wrong password,
-    /// so the time a refusal takes does not tell which users exist.
+    /// remembers a match. A refusal runs as many checks for an unknown user as for one with
+    /// every mechanism's credential, so its time does not tell which users exist.
     pub fn verify(&self, user: &str, password: &str, credentials: &[ScramCredential]) -> bool {
         if self.remembered(user, password, credentials) {
             return true;
         }
-        if credentials.is_empty() {
-            ScramCredential::decoy_check(password);
+        let Some(matched) = credentials.iter().find(|c| c.matches_password(password)) else {
+            // A refusal costs as many checks whatever the user has (one credential per SCRAM
+            // mechanism at most), so its timing does not tell whether the user exists.
+            for _ in credentials.len()..ScramMechanism::ALL.len() {
+                ScramCredential::decoy_check(password);
+            }
             return false;
-        }
-        let Some(matched) = credentials.iter().find(|c| c.matches_password(password)) else { return false };
+        };
         let mut verified = self.lock();
         if verified.len() >= REMEMBERED_MAX {
             verified.clear();
@@ -77,7 +80,7 @@ impl PasswordChecks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::security::scram::{ScramMechanism, MIN_ITERATIONS};
+    use crate::security::scram::MIN_ITERATIONS;
 
     #[test]
     fn a_verified_password_is_remembered_only_while_its_credential_stays() {
