@@ -195,8 +195,9 @@ pub struct ServeArgs {
     /// [default: <data-dir>/metadata].
     #[arg(long, env = "RUNNEL_METADATA_LOG_DIR")]
     pub metadata_log_dir: Option<PathBuf>,
-    /// Cluster id for a new data directory [default: random].
-    #[arg(long, env = "RUNNEL_CLUSTER_ID")]
+    /// Cluster id for a new data directory [default: random]. Kafka's ids are base64url, so
+    /// one in 64 starts with `-`: taken as a value, not a flag.
+    #[arg(long, env = "RUNNEL_CLUSTER_ID", allow_hyphen_values = true)]
     pub cluster_id: Option<String>,
     /// `num.partitions`: partitions of auto-created topics [default: 1].
     #[arg(long, env = "RUNNEL_NUM_PARTITIONS")]
@@ -1307,6 +1308,20 @@ fn parse_broker_address_overrides(pairs: &[String]) -> Result<BTreeMap<u64, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_id_starting_with_a_hyphen_is_a_value() {
+        // Kafka's base64url ids start with `-` one time in 64; clap took `-wX…` as a flag (seen
+        // in cluster_brokers' restart with the kept id).
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["runnel", "--cluster-id", "-wXyZ0123456789abcdefg"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cli.serve.cluster_id.as_deref(), Some("-wXyZ0123456789abcdefg"));
+    }
 
     #[test]
     fn a_sasl_inter_broker_listener_needs_this_nodes_credentials_and_an_enabled_mechanism() {

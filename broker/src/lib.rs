@@ -23,6 +23,8 @@ pub mod peer;
 pub mod replication;
 pub mod security;
 pub mod server;
+#[cfg(test)]
+mod testing;
 pub mod transform;
 pub mod txn;
 pub mod validator;

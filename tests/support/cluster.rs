@@ -207,11 +207,6 @@ fn reserve_port() -> TcpListener {
     panic!("no free loopback port in {first}..={last}")
 }
 
-/// A port below the ephemeral range, free when this returns (see [`reserve_port`]).
-fn free_port() -> u16 {
-    reserve_port().local_addr().expect("addr").port()
-}
-
 pub struct Cluster {
     /// `nodes[i]` has node id `i + 1`.
     pub nodes: Vec<Runnel>,
@@ -264,10 +259,15 @@ impl Cluster {
         // The nodes' ports stay bound until just before the nodes start, so that the proxies'
         // own ephemeral ports (bound meanwhile) cannot land on one of them.
         let reserve = reserve_port;
-        let reserved: Vec<(u64, TcpListener, TcpListener)> = ids.iter().map(|&id| (id, reserve(), reserve())).collect();
+        // The HTTP ports too: picked and released one by one, a node's HTTP port could be
+        // another node's raft or Kafka port released a moment before (seen once in the suite:
+        // "binding the HTTP listener ...: Address already in use").
+        let reserved: Vec<(u64, [TcpListener; 3])> =
+            ids.iter().map(|&id| (id, [reserve(), reserve(), reserve()])).collect();
         let port = |listener: &TcpListener| listener.local_addr().expect("addr").port();
-        let ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, raft, _)| (*id, port(raft))).collect();
-        let kafka_ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, _, kafka)| (*id, port(kafka))).collect();
+        let ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, [raft, ..])| (*id, port(raft))).collect();
+        let kafka_ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, [_, kafka, _])| (*id, port(kafka))).collect();
+        let http_ports: BTreeMap<u64, u16> = reserved.iter().map(|(id, [.., http])| (*id, port(http))).collect();
         let links = proxies(&ids, |to| ports[&to]);
         let data_links = proxies(&ids, |to| kafka_ports[&to]);
         drop(reserved);
@@ -295,7 +295,7 @@ impl Cluster {
                 // A restart binds the HTTP port again: one below the ephemeral range, unless
                 // the test gives its own.
                 if !extra_args.contains(&"--http-listen") {
-                    args.extend(["--http-listen".to_string(), format!("127.0.0.1:{}", free_port())]);
+                    args.extend(["--http-listen".to_string(), format!("127.0.0.1:{}", http_ports[&id])]);
                 }
                 for &peer in ids.iter().filter(|&&peer| peer != id) {
                     args.push("--broker-address-override".to_string());
@@ -407,23 +407,27 @@ impl Cluster {
     /// and `extra_args`; returns its id once it is ready (caught up with the quorum).
     pub fn add_broker_only(&mut self, extra_args: &[&str]) -> u64 {
         let id = self.nodes.len() as u64 + 1;
+        // Ports a restart binds again: below the ephemeral range, all held until the node starts
+        // (picked and released one by one, two could be the same).
+        let reserved = [reserve_port(), reserve_port(), reserve_port()];
+        let [controller, kafka, http] = reserved.each_ref().map(|l| l.local_addr().expect("addr").port());
         let mut args = vec![
             "--node-id".to_string(),
             id.to_string(),
             "--process-roles".to_string(),
             "broker".to_string(),
             "--controller-listen".to_string(),
-            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{controller}"),
             "--voters".to_string(),
             self.voters_flag(),
         ];
-        // Ports a restart binds again: below the ephemeral range.
-        for flag in ["--kafka-listen", "--http-listen"] {
+        for (flag, port) in [("--kafka-listen", kafka), ("--http-listen", http)] {
             if !extra_args.contains(&flag) {
-                args.extend([flag.to_string(), format!("127.0.0.1:{}", free_port())]);
+                args.extend([flag.to_string(), format!("127.0.0.1:{port}")]);
             }
         }
         args.extend(extra_args.iter().map(|s| s.to_string()));
+        drop(reserved);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let node = Runnel::start_in(&self._temp.path().join(format!("node-{id}")), &args);
         self.nodes.push(node);

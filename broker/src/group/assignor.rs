@@ -355,13 +355,7 @@ mod tests {
         // Seeded random groups (mixed subscriptions, owned partitions that may be stale, out of
         // range or contested): every plan is valid, and balanced as far as subscriptions allow:
         // no member holds a partition whose topic has a subscriber two or more below it.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         for round in 0..300 {
             let topics: Vec<(String, u32)> = (0..1 + next(8)).map(|t| (format!("t{t}"), next(60) as u32)).collect();
             let count = 1 + next(40);

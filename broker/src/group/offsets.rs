@@ -210,6 +210,11 @@ impl StoredConsumerGroup {
         }
     }
 
+    /// [`Self::tombstones`] as records of `group` in `__consumer_offsets`.
+    fn tombstone_records<'a>(&self, group: &'a str) -> impl Iterator<Item = OffsetsRecord> + 'a {
+        self.tombstones().into_iter().map(move |record| OffsetsRecord::Consumer { group: group.to_string(), record })
+    }
+
     /// Tombstones of every record of the group, in Kafka's deletion order.
     fn tombstones(&self) -> Vec<ConsumerRecord> {
         let mut records: Vec<ConsumerRecord> = Vec::new();
@@ -854,12 +859,7 @@ fn expiry_records(shard: &Shard, group: &str, now_ms: i64, retention_ms: i64) ->
             records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
         }
         if let Some(consumer) = &g.consumer {
-            records.extend(
-                consumer
-                    .tombstones()
-                    .into_iter()
-                    .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record }),
-            );
+            records.extend(consumer.tombstone_records(group));
         }
     }
     Expiry { records, offsets, group_deleted }
@@ -945,12 +945,7 @@ fn group_tombstones(shard: &Shard, group: &str) -> Option<Vec<OffsetsRecord>> {
         .collect();
     records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
     if let Some(consumer) = &g.consumer {
-        records.extend(
-            consumer
-                .tombstones()
-                .into_iter()
-                .map(|record| OffsetsRecord::Consumer { group: group.to_string(), record }),
-        );
+        records.extend(consumer.tombstone_records(group));
     }
     Some(records)
 }

@@ -215,13 +215,7 @@ mod tests {
         // transactions of 4 producers, with segments rolled every 16 offsets and LSOs computed
         // as the producer state does, every (fetch, bound) pair answers as a full scan.
         let dir = tempfile::tempdir().unwrap();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         for _ in 0..20 {
             let mut index = TxnIndex::default();
             let mut open: BTreeMap<i64, i64> = BTreeMap::new(); // first offset -> producer
