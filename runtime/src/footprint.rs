@@ -109,7 +109,7 @@ mod tests {
     };
 
     /// A component that instantiates, `instances` times, a core module declaring `globals`.
-    pub(crate) fn component_with_globals(globals: u32, instances: u32) -> Vec<u8> {
+    fn component_with_globals(globals: u32, instances: u32) -> Vec<u8> {
         let mut section = GlobalSection::new();
         let ty = GlobalType { val_type: ValType::I32, mutable: false, shared: false };
         for _ in 0..globals {

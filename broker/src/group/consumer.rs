@@ -1161,7 +1161,11 @@ impl ConsumerGroups {
 
     /// The group, created if `create`; GROUP_MAX_SIZE_REACHED when `group.max.count` groups
     /// with members exist already.
-    fn get_or_create(&self, group_id: &str, create: bool) -> Result<Option<Arc<Mutex<ConsumerGroup>>>, ResponseError> {
+    fn get_or_create(
+        &self,
+        group_id: &str,
+        create: bool,
+    ) -> Result<Option<Arc<Mutex<ConsumerGroup>>>, (ResponseError, Option<String>)> {
         if let Some(group) = self.get(group_id) {
             return Ok(Some(group));
         }
@@ -1174,7 +1178,7 @@ impl ConsumerGroups {
         }
         if self.writing.lock().unwrap_or_else(|p| p.into_inner()).contains(group_id) {
             // Its deletion (or expiry) is being written: created after it, not before.
-            return Err(ResponseError::CoordinatorLoadInProgress);
+            return Err((ResponseError::CoordinatorLoadInProgress, None));
         }
         if groups.len() >= self.config.max_count {
             let vacant = groups.iter().find(|(_, g)| lock(g).members.is_empty()).map(|(id, _)| id.clone());
@@ -1184,7 +1188,10 @@ impl ConsumerGroups {
                         lock(&g).gone = true;
                     }
                 }
-                None => return Err(ResponseError::GroupMaxSizeReached),
+                None => {
+                    let message = "The coordinator holds group.max.count groups".to_string();
+                    return Err((ResponseError::GroupMaxSizeReached, Some(message)));
+                }
             }
         }
         let group = Arc::new(Mutex::new(ConsumerGroup::new(group_id, self.config.default_assignor())));
@@ -1261,15 +1268,7 @@ impl ConsumerGroups {
                     format!("Member {} is not a member of group {}.", request.member_id, request.group_id),
                 ));
             }
-            Err(ResponseError::CoordinatorLoadInProgress) => {
-                return Begin::Answer(HeartbeatAnswer::error(ResponseError::CoordinatorLoadInProgress, None))
-            }
-            Err(error) => {
-                return Begin::Answer(HeartbeatAnswer::error(
-                    error,
-                    "The coordinator holds group.max.count groups".to_string(),
-                ))
-            }
+            Err((error, message)) => return Begin::Answer(HeartbeatAnswer::error(error, message)),
         };
         let mut g = lock(&group);
         if g.gone {
@@ -1627,22 +1626,10 @@ impl ConsumerGroups {
     /// would create the group meanwhile is told to retry, instead of having its records
     /// tombstoned behind it.
     pub fn while_empty(&self, group_id: &str, then: &mut dyn FnMut() -> Option<bool>) -> bool {
-        let group = match self.get(group_id) {
-            Some(group) => group,
-            None => {
-                // Lock order: the map, then `writing` (as `get_or_create` takes them).
-                let groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
-                match groups.get(group_id) {
-                    Some(group) => group.clone(),
-                    None => {
-                        self.writing.lock().unwrap_or_else(|p| p.into_inner()).insert(group_id.to_string());
-                        drop(groups);
-                        let outcome = then();
-                        self.writing.lock().unwrap_or_else(|p| p.into_inner()).remove(group_id);
-                        return outcome.is_some();
-                    }
-                }
-            }
+        let Some(group) = self.get_or_hold(group_id) else {
+            let outcome = then();
+            self.writing.lock().unwrap_or_else(|p| p.into_inner()).remove(group_id);
+            return outcome.is_some();
         };
         let mut g = lock(&group);
         if !g.members.is_empty() {
@@ -1660,6 +1647,20 @@ impl ConsumerGroups {
             }
         }
         outcome.is_some()
+    }
+
+    /// The group, or `None` with its id held in `writing` against creation (the caller
+    /// releases it). Lock order: the map, then `writing`, as `get_or_create` takes them.
+    fn get_or_hold(&self, group_id: &str) -> Option<Arc<Mutex<ConsumerGroup>>> {
+        if let Some(group) = self.get(group_id) {
+            return Some(group);
+        }
+        let groups = self.groups.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(group) = groups.get(group_id) {
+            return Some(group.clone());
+        }
+        self.writing.lock().unwrap_or_else(|p| p.into_inner()).insert(group_id.to_string());
+        None
     }
 
     /// Drops a group without members (DeleteGroups, or a classic join converting it). False if

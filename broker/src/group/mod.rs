@@ -343,10 +343,9 @@ impl GroupCoordinator {
             written = Some(result);
             deleted
         });
-        if !empty {
-            return Err(GroupDeleteError::NotEmpty);
-        }
-        match written.expect("an empty group's write runs") {
+        // The gate runs the write exactly when the group is empty.
+        let Some(written) = written.filter(|_| empty) else { return Err(GroupDeleteError::NotEmpty) };
+        match written {
             Err(e) => Err(GroupDeleteError::Store(e)),
             Ok((false, _)) if !known_in_memory => Err(GroupDeleteError::NotFound),
             Ok((_, replicated)) => Ok(replicated),

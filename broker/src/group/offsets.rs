@@ -851,16 +851,12 @@ fn expiry_records(shard: &Shard, group: &str, now_ms: i64, retention_ms: i64) ->
         .collect();
     let offsets = records.len();
     // A group (classic, or consumer-protocol: Kafka's `maybeDeleteGroup` on an Empty group)
-    // without offsets left is deleted. Standalone offsets have no group to delete.
+    // without offsets left is deleted, as DeleteGroups deletes it. Standalone offsets have no
+    // group to delete.
     let group_deleted =
         (classic.is_some() || g.consumer.is_some()) && offsets == g.offsets.len() && undecided.is_empty();
     if group_deleted {
-        if g.metadata.is_some() {
-            records.push(OffsetsRecord::Group { group: group.to_string(), value: None });
-        }
-        if let Some(consumer) = &g.consumer {
-            records.extend(consumer.tombstone_records(group));
-        }
+        records = group_tombstones(shard, group).unwrap_or_default();
     }
     Expiry { records, offsets, group_deleted }
 }

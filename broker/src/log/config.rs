@@ -360,6 +360,23 @@ impl LogConfig {
         Ok(())
     }
 
+    /// The codec a producer's batches are recompressed to and that codec's level
+    /// (`compression.gzip.level` / `compression.zstd.level`; 0 for a codec without levels), or
+    /// `None` for `compression.type=producer` (batches kept as sent).
+    pub fn recompression(&self) -> Option<(Compression, i32)> {
+        let codec = match self.compression_type {
+            TopicCompression::Producer => return None,
+            TopicCompression::Uncompressed => Compression::None,
+            TopicCompression::Codec(codec) => codec,
+        };
+        let level = match codec {
+            Compression::Gzip => self.compression_gzip_level,
+            Compression::Zstd => self.compression_zstd_level,
+            _ => 0,
+        };
+        Some((codec, level))
+    }
+
     /// Builds a config from defaults plus overrides.
     pub fn with_overrides<'a>(
         mut self,

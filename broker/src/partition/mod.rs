@@ -23,7 +23,7 @@ pub mod parallel;
 pub mod partitioner;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,7 +32,6 @@ use tokio::sync::watch;
 
 pub use self::epoch_cache::LeaderEpochCache;
 pub use self::manager::{PartitionKey, ReplicaManager};
-use crate::log::config::TopicCompression;
 pub use crate::log::segment::FirstBatch;
 use crate::log::{AppendInfo, AppendOrigin, Compression, Log, LogConfig, LogContext, LogError, TxnVerification};
 use crate::replication::leader::{AckStatus, FollowerFetch, IsrProposal, LeaderStart, LeaderState};
@@ -217,33 +216,21 @@ pub struct Partition {
     /// Set while appends fail with a storage error: the episode is logged once, at its start
     /// and at its end.
     storage_failing: AtomicBool,
-    /// The topic's `compression.type` as a codec id, or [`KEEP_PRODUCER_CODEC`]: read by
-    /// producers' appends outside the log lock, where they recompress.
-    recompress_to: AtomicU8,
-    /// The level of that codec (`compression.gzip.level` / `compression.zstd.level`), stored
-    /// with it; a batch racing a config change may take the old level, never an invalid one
-    /// (`records::compress_at` clamps per codec).
-    recompress_level: std::sync::atomic::AtomicI32,
+    /// The topic's recompression ([`LogConfig::recompression`]: codec and level in one word,
+    /// so an append never pairs one config's codec with another's level), or
+    /// [`KEEP_PRODUCER_CODEC`]: read by producers' appends outside the log lock, where they
+    /// recompress.
+    recompress_to: AtomicU64,
 }
 
 /// `recompress_to` for `compression.type=producer`.
-const KEEP_PRODUCER_CODEC: u8 = u8::MAX;
+const KEEP_PRODUCER_CODEC: u64 = u64::MAX;
 
-/// The level `config` asks its recompressing codec for.
-fn level_of(config: &LogConfig) -> i32 {
-    match config.compression_type {
-        TopicCompression::Codec(Compression::Gzip) => config.compression_gzip_level,
-        TopicCompression::Codec(Compression::Zstd) => config.compression_zstd_level,
-        _ => 0,
-    }
-}
-
-fn codec_of(compression: TopicCompression) -> u8 {
-    match compression {
-        TopicCompression::Producer => KEEP_PRODUCER_CODEC,
-        TopicCompression::Uncompressed => Compression::None.id(),
-        TopicCompression::Codec(codec) => codec.id(),
-    }
+/// `config`'s recompression packed for `recompress_to`: the codec id above the level.
+fn packed_recompression(config: &LogConfig) -> u64 {
+    config
+        .recompression()
+        .map_or(KEEP_PRODUCER_CODEC, |(codec, level)| (u64::from(codec.id()) << 32) | u64::from(level as u32))
 }
 
 impl Partition {
@@ -263,8 +250,7 @@ impl Partition {
         replica_lag_time_max_ms: i64,
     ) -> Result<Partition, PartitionError> {
         check_partition_metadata(dir, topic_id)?;
-        let recompress_to = AtomicU8::new(codec_of(config.compression_type));
-        let recompress_level = std::sync::atomic::AtomicI32::new(level_of(&config));
+        let recompress_to = AtomicU64::new(packed_recompression(&config));
         let log = Log::open(dir, config, context)?;
         write_partition_metadata(dir, topic_id)?;
         let epochs = LeaderEpochCache::open(dir, log.log_end_offset()).map_err(|source| LogError::Io {
@@ -301,7 +287,6 @@ impl Partition {
             progress: watch::channel(0).0,
             storage_failing: AtomicBool::new(false),
             recompress_to,
-            recompress_level,
         })
     }
 
@@ -606,8 +591,7 @@ impl Partition {
         let mut guard = self.log()?;
         let log = guard.as_mut().expect("checked by log()");
         if log.config() != &config {
-            self.recompress_level.store(level_of(&config), Ordering::Relaxed);
-            self.recompress_to.store(codec_of(config.compression_type), Ordering::Relaxed);
+            self.recompress_to.store(packed_recompression(&config), Ordering::Relaxed);
             log.set_config(config);
         }
         Ok(())
@@ -703,12 +687,12 @@ impl Partition {
     /// has another (Kafka's `LogValidator` recompresses the same way); `None` when they are
     /// kept as sent. Coordinators write their own topics, whose codec is the producer's.
     fn recompressed(&self, records: &Bytes, origin: AppendOrigin) -> Result<Option<Bytes>, PartitionError> {
-        let id = self.recompress_to.load(Ordering::Relaxed);
-        let Some(target) = Compression::from_id(id).filter(|_| origin == AppendOrigin::Client) else {
+        let packed = self.recompress_to.load(Ordering::Relaxed);
+        let target = Compression::from_id((packed >> 32) as u8);
+        let Some(target) = target.filter(|_| packed != KEEP_PRODUCER_CODEC && origin == AppendOrigin::Client) else {
             return Ok(None);
         };
-        let level = Some(self.recompress_level.load(Ordering::Relaxed));
-        crate::log::records::recompress(records, target, level)
+        crate::log::records::recompress(records, target, Some(packed as u32 as i32))
             .map_err(|e| PartitionError::Log(LogError::CorruptBatch(e)))
     }
 

@@ -240,7 +240,7 @@ impl Fetcher {
                 topics.push((p.topic().clone(), Vec::new()));
                 topics.len() - 1
             });
-            let fetched_at = FetchedAt { offset: p.log_end_offset(), leader_epoch: p.leader_epoch() };
+            let fetched_at = FetchedAt::of(p);
             sent.insert((p.topic().clone(), p.index()), (p, fetched_at));
             topics[at].1.push(
                 FetchPartition::default()
@@ -284,7 +284,7 @@ impl Fetcher {
             for data in topic.partitions {
                 let key: PartitionKey = (Arc::from(&*topic.topic.0), data.partition_index.max(0) as u32);
                 let Some(&(partition, fetched_at)) = sent.get(&key) else { continue };
-                let now = FetchedAt { offset: partition.log_end_offset(), leader_epoch: partition.leader_epoch() };
+                let now = FetchedAt::of(partition);
                 if now != fetched_at {
                     tracing::debug!(leader = self.leader, topic = %key.0, partition = key.1, ?fetched_at, ?now, "dropping the answer of a fetch the partition has moved past");
                     continue;
@@ -343,4 +343,10 @@ impl Fetcher {
 struct FetchedAt {
     offset: i64,
     leader_epoch: i32,
+}
+
+impl FetchedAt {
+    fn of(partition: &Partition) -> FetchedAt {
+        FetchedAt { offset: partition.log_end_offset(), leader_epoch: partition.leader_epoch() }
+    }
 }

@@ -38,22 +38,27 @@ impl PasswordChecks {
         PasswordChecks { key: hmac::Key::new(hmac::HMAC_SHA256, &random_bytes(32)), verified: Mutex::default() }
     }
 
-    fn fingerprint(&self, password: &str) -> [u8; 32] {
+    /// The map key of `user`'s `password`.
+    fn key(&self, user: &str, password: &str) -> (String, [u8; 32]) {
         let tag = hmac::sign(&self.key, password.as_bytes());
-        tag.as_ref().try_into().expect("HMAC-SHA-256 is 32 bytes")
+        (user.to_string(), tag.as_ref().try_into().expect("HMAC-SHA-256 is 32 bytes"))
     }
 
     /// Whether `password` was verified against one of `credentials` (the user's current ones).
     pub fn remembered(&self, user: &str, password: &str, credentials: &[ScramCredential]) -> bool {
-        let key = (user.to_string(), self.fingerprint(password));
-        self.lock().get(&key).is_some_and(|stored| credentials.iter().any(|c| constant_time_eq(stored, &c.stored_key)))
+        self.remembered_at(&self.key(user, password), credentials)
+    }
+
+    fn remembered_at(&self, key: &(String, [u8; 32]), credentials: &[ScramCredential]) -> bool {
+        self.lock().get(key).is_some_and(|stored| credentials.iter().any(|c| constant_time_eq(stored, &c.stored_key)))
     }
 
     /// Checks `password` against `credentials` (blocking: PBKDF2 unless remembered) and
     /// remembers a match. A refusal runs as many checks for an unknown user as for one with
     /// every mechanism's credential, so its time does not tell which users exist.
     pub fn verify(&self, user: &str, password: &str, credentials: &[ScramCredential]) -> bool {
-        if self.remembered(user, password, credentials) {
+        let key = self.key(user, password);
+        if self.remembered_at(&key, credentials) {
             return true;
         }
         let Some(matched) = credentials.iter().find(|c| c.matches_password(password)) else {
@@ -68,7 +73,7 @@ impl PasswordChecks {
         if verified.len() >= REMEMBERED_MAX {
             verified.clear();
         }
-        verified.insert((user.to_string(), self.fingerprint(password)), matched.stored_key.clone());
+        verified.insert(key, matched.stored_key.clone());
         true
     }
 
